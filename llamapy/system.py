@@ -1,0 +1,18 @@
+"""System information: what this build of llamapy can do on this machine."""
+from __future__ import annotations
+
+from typing import Any
+
+from . import _engine
+
+
+def system_info() -> dict[str, Any]:
+    """Return a dict describing the build and the machine.
+
+    Keys: ``version``, ``backends`` (compiled backends), ``build`` (native or
+    portable), ``compiled_isas`` (SIMD kernel levels compiled in),
+    ``cpu_isas`` (those the running CPU supports), ``active_isa`` (the level
+    in use), ``cpu_features``, ``n_physical_cores``, ``n_logical_cpus`` and
+    ``default_n_threads``.
+    """
+    return dict(_engine.system_info())

@@ -1,0 +1,72 @@
+// module.cpp — the pybind11 module llamapy._engine: exceptions, system
+// information and the registration of each binding area (bind_*.cpp).
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <memory>
+
+#include "common.h"
+#include "cpu/bandwidth.h"
+#include "cpu/features.h"
+#include "cpu/threadpool.h"
+#include "ggml_type.h"
+
+#ifndef LLAMAPY_VERSION
+#define LLAMAPY_VERSION "0.0.0"
+#endif
+
+namespace py = pybind11;
+
+void bind_gguf(py::module_& m);
+void bind_quants(py::module_& m);
+
+namespace {
+
+py::dict system_info() {
+    const lp::cpu_features& c = lp::cpu();
+    py::dict d;
+    d["version"] = LLAMAPY_VERSION;
+    d["backends"] = py::make_tuple("cpu");
+    py::list compiled, supported;
+    for (lp::isa level : lp::compiled_isas()) {
+        compiled.append(lp::isa_name(level));
+        if ((int)level <= (int)lp::best_isa()) supported.append(lp::isa_name(level));
+    }
+    d["compiled_isas"] = compiled;   // kernel levels built into this module
+    d["cpu_isas"] = supported;       // of those, the ones this CPU can run
+    d["active_isa"] = lp::isa_name(lp::best_isa());
+#if defined(LP_BUILD_NATIVE)
+    d["build"] = "native";
+#else
+    d["build"] = "portable";
+#endif
+    py::dict f;
+    f["avx"] = c.avx; f["avx2"] = c.avx2; f["fma"] = c.fma; f["f16c"] = c.f16c; f["bmi2"] = c.bmi2;
+    f["avx512f"] = c.avx512f; f["avx512bw"] = c.avx512bw; f["avx512vl"] = c.avx512vl;
+    f["avx512dq"] = c.avx512dq; f["avx512_vnni"] = c.avx512vnni; f["avx512_bf16"] = c.avx512bf16;
+    f["avx_vnni"] = c.avx_vnni; f["neon"] = c.neon;
+    d["cpu_features"] = f;
+    d["n_physical_cores"] = c.n_physical_cores;
+    d["n_logical_cpus"] = c.n_logical_cpus;
+    d["default_n_threads"] = lp::default_n_threads();
+    return d;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_engine, m) {
+    m.doc() = "llamapy native engine";
+    py::register_exception<lp::gguf_error>(m, "GGUFError", PyExc_ValueError);
+    // lp::value_error derives from std::invalid_argument, which pybind11
+    // already translates to ValueError.
+    m.def("system_info", &system_info, "Version, compiled backends and kernels, CPU features, default threads.");
+    m.def("read_bandwidth", [](size_t nbytes, int n_reps, int n_threads) {
+        if (n_threads < 1) n_threads = lp::default_n_threads();
+        lp::thread_pool pool(n_threads);
+        py::gil_scoped_release nogil;
+        return lp::measure_read_bandwidth(nbytes, n_reps, pool);
+    }, py::arg("nbytes") = (size_t)1 << 30, py::arg("n_reps") = 5, py::arg("n_threads") = 0,
+       "Median memory read bandwidth in GB/s over n_reps passes over an nbytes buffer.");
+    bind_gguf(m);
+    bind_quants(m);
+}

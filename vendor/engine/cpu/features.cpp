@@ -1,0 +1,159 @@
+// features.cpp — CPU feature detection with cpuid/xgetbv (x86) and the
+// mapping from features to the ISA levels our kernels are written for.
+#include "features.h"
+
+#include "../common.h"
+
+#include <sched.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <string>
+#include <utility>
+
+#if defined(LP_X86)
+#include <cpuid.h>
+#endif
+
+namespace lp {
+
+namespace {
+
+#if defined(LP_X86)
+void cpuid_count(unsigned leaf, unsigned sub, unsigned r[4]) {
+    __cpuid_count(leaf, sub, r[0], r[1], r[2], r[3]);
+}
+unsigned long long xgetbv0() {
+    unsigned eax, edx;
+    __asm__ volatile("xgetbv" : "=a"(eax), "=d"(edx) : "c"(0));
+    return ((unsigned long long)edx << 32) | eax;
+}
+#endif
+
+// Count distinct (physical id, core id) pairs among the CPUs this process may
+// use; falls back to the affinity count when /proc/cpuinfo is unavailable.
+std::pair<int, int> count_cores() {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    int n_logical = 0;
+    if (sched_getaffinity(0, sizeof(set), &set) == 0) {
+        n_logical = CPU_COUNT(&set);
+    } else {
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        n_logical = n > 0 ? (int)n : 1;
+        for (int i = 0; i < n_logical && i < CPU_SETSIZE; ++i) CPU_SET(i, &set);
+    }
+    std::ifstream f("/proc/cpuinfo");
+    std::set<std::pair<int, int>> cores;
+    int processor = -1, phys = 0, core = -1;
+    std::string line;
+    auto flush = [&]() {
+        if (processor >= 0 && processor < CPU_SETSIZE && CPU_ISSET(processor, &set))
+            cores.insert({phys, core >= 0 ? core : processor});
+        processor = -1; phys = 0; core = -1;
+    };
+    while (std::getline(f, line)) {
+        if (line.empty()) { flush(); continue; }
+        auto colon = line.find(':');
+        if (colon == std::string::npos) continue;
+        std::string key = line.substr(0, colon);
+        while (!key.empty() && (key.back() == ' ' || key.back() == '\t')) key.pop_back();
+        int value = std::atoi(line.c_str() + colon + 1);
+        if (key == "processor") processor = value;
+        else if (key == "physical id") phys = value;
+        else if (key == "core id") core = value;
+    }
+    flush();
+    int n_phys = cores.empty() ? n_logical : (int)cores.size();
+    if (n_phys < 1) n_phys = 1;
+    if (n_phys > n_logical) n_phys = n_logical;
+    return {n_phys, n_logical < 1 ? 1 : n_logical};
+}
+
+cpu_features detect() {
+    cpu_features c;
+#if defined(LP_X86)
+    unsigned r[4] = {0, 0, 0, 0};
+    cpuid_count(0, 0, r);
+    const unsigned max_leaf = r[0];
+    cpuid_count(1, 0, r);
+    const unsigned ecx1 = r[2];
+    c.sse3 = ecx1 & (1u << 0);
+    c.ssse3 = ecx1 & (1u << 9);
+    c.fma = ecx1 & (1u << 12);
+    const bool osxsave = ecx1 & (1u << 27);
+    const bool avx_hw = ecx1 & (1u << 28);
+    c.f16c = ecx1 & (1u << 29);
+    unsigned long long xcr0 = osxsave ? xgetbv0() : 0;
+    const bool os_ymm = (xcr0 & 0x6) == 0x6;     // SSE + AVX state saved by the OS
+    const bool os_zmm = (xcr0 & 0xe6) == 0xe6;   // plus opmask and ZMM state
+    c.avx = avx_hw && os_ymm;
+    if (!c.avx) { c.fma = false; c.f16c = false; }
+    if (max_leaf >= 7) {
+        cpuid_count(7, 0, r);
+        const unsigned ebx7 = r[1], ecx7 = r[2];
+        c.avx2 = c.avx && (ebx7 & (1u << 5));
+        c.bmi2 = ebx7 & (1u << 8);
+        c.avx512f = os_zmm && (ebx7 & (1u << 16));
+        c.avx512dq = c.avx512f && (ebx7 & (1u << 17));
+        c.avx512bw = c.avx512f && (ebx7 & (1u << 30));
+        c.avx512vl = c.avx512f && (ebx7 & (1u << 31));
+        c.avx512vnni = c.avx512f && (ecx7 & (1u << 11));
+        cpuid_count(7, 1, r);
+        c.avx_vnni = c.avx2 && (r[0] & (1u << 4));
+        c.avx512bf16 = c.avx512f && (r[0] & (1u << 5));
+    }
+#elif defined(__aarch64__)
+    c.neon = true;
+#endif
+    auto cores = count_cores();
+    c.n_physical_cores = cores.first;
+    c.n_logical_cpus = cores.second;
+    return c;
+}
+
+}  // namespace
+
+const cpu_features& cpu() {
+    static const cpu_features features = detect();
+    return features;
+}
+
+std::vector<isa> compiled_isas() {
+    std::vector<isa> v{isa::scalar};
+#if defined(LP_HAVE_AVX2)
+    v.push_back(isa::avx2);
+#endif
+#if defined(LP_HAVE_AVX512)
+    v.push_back(isa::avx512);
+#endif
+    return v;
+}
+
+isa best_isa() {
+    const cpu_features& c = cpu();
+    isa best = isa::scalar;
+#if defined(LP_HAVE_AVX2)
+    if (c.avx2 && c.fma && c.f16c && c.bmi2) best = isa::avx2;
+#endif
+#if defined(LP_HAVE_AVX512)
+    if (best == isa::avx2 && c.avx512f && c.avx512bw && c.avx512vl && c.avx512dq && c.avx512vnni) best = isa::avx512;
+#endif
+    (void)c;
+    return best;
+}
+
+int default_n_threads() { return cpu().n_physical_cores; }
+
+const char* isa_name(isa level) {
+    switch (level) {
+        case isa::scalar: return "scalar";
+        case isa::avx2: return "avx2";
+        case isa::avx512: return "avx512";
+    }
+    return "unknown";
+}
+
+}  // namespace lp

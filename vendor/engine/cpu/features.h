@@ -1,0 +1,29 @@
+// features.h — what the running CPU supports and what this build compiled in.
+// Read once (cpuid + xgetbv), cached; no global state is filled at load time.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "../ggml_type.h"
+
+namespace lp {
+
+struct cpu_features {
+    bool sse3 = false, ssse3 = false, avx = false, f16c = false, fma = false, avx2 = false, bmi2 = false;
+    bool avx512f = false, avx512bw = false, avx512vl = false, avx512dq = false, avx512vnni = false;
+    bool avx512bf16 = false, avx_vnni = false;
+    bool neon = false;
+    int n_physical_cores = 1;  // best guess; used for the default thread count
+    int n_logical_cpus = 1;
+};
+
+const cpu_features& cpu();
+// Highest level supported by both this CPU and this build.
+isa best_isa();
+// Levels compiled into this build, lowest first ("scalar", "avx2", ...).
+std::vector<isa> compiled_isas();
+// Default thread count: the number of physical cores the process may run on.
+int default_n_threads();
+
+}  // namespace lp

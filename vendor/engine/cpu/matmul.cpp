@@ -1,0 +1,112 @@
+// matmul.cpp — the mat-vec / mat-mat drivers. Work is split into tiles of
+// weight rows × activation rows; each tile runs the type's tiled kernel when
+// it has one (4×4 register blocking) or its vec_dot otherwise.
+#include "matmul.h"
+
+#include <algorithm>
+#include <string>
+
+#include "../common.h"
+
+namespace lp {
+
+namespace {
+
+// Converts the activations to the kernels' input format. Returns a pointer to
+// the first converted row and sets the converted row stride in bytes.
+const uint8_t* convert_activations(const type_traits& wt, const float* x, int64_t x_stride, int64_t n_tok,
+                                   int64_t n_cols, thread_pool* pool, matmul_scratch* scratch, size_t* a_stride,
+                                   isa level, bool ref) {
+    const type_traits& at = traits(wt.vec_dot_type, level);
+    if (wt.vec_dot_type == ggml_type::F32) {
+        *a_stride = (size_t)x_stride * sizeof(float);
+        return reinterpret_cast<const uint8_t*>(x);
+    }
+    const from_float_fn conv = ref ? at.from_float_ref : at.from_float;
+    if (!conv) throw value_error(std::string("no activation conversion to ") + type_name(wt.vec_dot_type));
+    const size_t rs = row_size(wt.vec_dot_type, n_cols);
+    *a_stride = rs;
+    scratch->act.resize(rs * (size_t)n_tok);
+    uint8_t* dst = scratch->act.data();
+    if (pool && n_tok > 1) {
+        pool->parallel_for(n_tok, [&](int64_t t, int) { conv(x + t * x_stride, dst + t * rs, n_cols); });
+    } else {
+        for (int64_t t = 0; t < n_tok; ++t) conv(x + t * x_stride, dst + t * rs, n_cols);
+    }
+    return dst;
+}
+
+void check(const weight_view& w, const type_traits& wt) {
+    if (!wt.vec_dot && !wt.vec_dot_ref)
+        throw value_error(std::string("no matrix kernels for weight type ") + type_name(w.type));
+    if (w.n_cols % wt.block_size != 0)
+        throw value_error("weight row length " + std::to_string(w.n_cols) + " is not a multiple of the " +
+                          type_name(w.type) + " block size " + std::to_string(wt.block_size));
+}
+
+}  // namespace
+
+void matmul(const weight_view& w, const float* x, int64_t x_stride, int64_t n_tok, float* y, int64_t y_stride,
+            thread_pool& pool, matmul_scratch& scratch, isa level) {
+    const type_traits& wt = traits(w.type, level);
+    check(w, wt);
+    if (n_tok <= 0 || w.n_rows <= 0) return;
+    size_t a_stride = 0;
+    const uint8_t* a = convert_activations(wt, x, x_stride, n_tok, w.n_cols, &pool, &scratch, &a_stride, level, false);
+    const auto* wd = static_cast<const uint8_t*>(w.data);
+    const int nth = pool.n_threads();
+
+    if (n_tok == 1) {
+        // Mat-vec: memory bound. Chunks of rows, a few per thread so a slow
+        // thread does not hold up the others; rows stay contiguous per chunk.
+        const int64_t n_chunks = std::min<int64_t>(w.n_rows, (int64_t)nth * 8);
+        const int64_t per = (w.n_rows + n_chunks - 1) / n_chunks;
+        const vec_dot_fn dot = wt.vec_dot;
+        pool.parallel_for((w.n_rows + per - 1) / per, [&](int64_t c, int) {
+            const int64_t r0 = c * per, r1 = std::min(w.n_rows, r0 + per);
+            for (int64_t r = r0; r < r1; ++r) dot(w.n_cols, y + r, wd + r * w.row_stride, a);
+        });
+        return;
+    }
+
+    // Mat-mat: tiles of TR weight rows × TC activation rows. A tile's weights
+    // (TR rows) stay in L1/L2 while its activations stream past.
+    constexpr int64_t TR = 16, TC = 64;
+    const int64_t n_rt = (w.n_rows + TR - 1) / TR, n_ct = (n_tok + TC - 1) / TC;
+    const gemm_tile_fn tile = wt.gemm_tile;
+    const vec_dot_fn dot = wt.vec_dot;
+    pool.parallel_for(n_rt * n_ct, [&](int64_t job, int) {
+        const int64_t rt = job % n_rt, ct = job / n_rt;
+        const int64_t r0 = rt * TR, r1 = std::min(w.n_rows, r0 + TR);
+        const int64_t c0 = ct * TC, c1 = std::min(n_tok, c0 + TC);
+        if (tile) {
+            for (int64_t c = c0; c < c1; c += 4) {
+                const int nc = (int)std::min<int64_t>(4, c1 - c);
+                for (int64_t r = r0; r < r1; r += 4) {
+                    const int nr = (int)std::min<int64_t>(4, r1 - r);
+                    tile(w.n_cols, wd + r * w.row_stride, w.row_stride, a + c * a_stride, a_stride,
+                         y + c * y_stride + r, (size_t)y_stride, nr, nc);
+                }
+            }
+        } else {
+            for (int64_t c = c0; c < c1; ++c)
+                for (int64_t r = r0; r < r1; ++r)
+                    dot(w.n_cols, y + c * y_stride + r, wd + r * w.row_stride, a + c * a_stride);
+        }
+    });
+}
+
+void matmul_ref(const weight_view& w, const float* x, int64_t x_stride, int64_t n_tok, float* y, int64_t y_stride) {
+    const type_traits& wt = traits(w.type, isa::scalar);
+    check(w, wt);
+    matmul_scratch scratch;
+    size_t a_stride = 0;
+    const uint8_t* a =
+        convert_activations(wt, x, x_stride, n_tok, w.n_cols, nullptr, &scratch, &a_stride, isa::scalar, true);
+    const auto* wd = static_cast<const uint8_t*>(w.data);
+    for (int64_t t = 0; t < n_tok; ++t)
+        for (int64_t r = 0; r < w.n_rows; ++r)
+            wt.vec_dot_ref(w.n_cols, y + t * y_stride + r, wd + r * w.row_stride, a + t * a_stride);
+}
+
+}  // namespace lp

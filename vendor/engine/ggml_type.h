@@ -1,0 +1,83 @@
+// ggml_type.h — the tensor element types of GGUF files and one trait table
+// describing each: block geometry, conversion to/from float and the dot
+// product kernels. Matrix drivers (cpu/matmul.h) only ever go through this
+// table; they never switch on a type.
+//
+// Numbering and block layouts are those of GGUF files written by llama.cpp
+// (ggml's `enum ggml_type`), so files are read bit for bit.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace lp {
+
+enum class ggml_type : int32_t {
+    F32 = 0, F16 = 1, Q4_0 = 2, Q4_1 = 3,
+    // 4 and 5 were Q4_2 / Q4_3, removed from the format
+    Q5_0 = 6, Q5_1 = 7, Q8_0 = 8, Q8_1 = 9,
+    Q2_K = 10, Q3_K = 11, Q4_K = 12, Q5_K = 13, Q6_K = 14, Q8_K = 15,
+    IQ2_XXS = 16, IQ2_XS = 17, IQ3_XXS = 18, IQ1_S = 19, IQ4_NL = 20,
+    IQ3_S = 21, IQ2_S = 22, IQ4_XS = 23,
+    I8 = 24, I16 = 25, I32 = 26, I64 = 27, F64 = 28, IQ1_M = 29, BF16 = 30,
+    TQ1_0 = 34, TQ2_0 = 35, MXFP4 = 39,
+    COUNT = 40,
+};
+
+// Which instruction-set level a kernel was written for. Ordered: a CPU that
+// supports a level supports all lower ones.
+enum class isa : int { scalar = 0, avx2 = 1, avx512 = 2 };
+const char* isa_name(isa level);
+
+// Dot product of one row of a weight type with one row of its activation type
+// (vec_dot_type), over n elements (n a multiple of the block size).
+using vec_dot_fn = void (*)(int64_t n, float* out, const void* w_row, const void* a_row);
+
+// Tiled dot products: out[c * out_stride + r] = dot(w_row r, a_row c) for
+// r < nr, c < nc, nr <= 4 and nc <= 4. Optional; lets a family reuse loads
+// across rows and columns in batched matrix products.
+using gemm_tile_fn = void (*)(int64_t n, const void* w, size_t w_stride, const void* a, size_t a_stride,
+                              float* out, size_t out_stride, int nr, int nc);
+
+// Bulk conversions over n elements (n a multiple of the block size).
+using to_float_fn = void (*)(const void* src, float* dst, int64_t n);
+using from_float_fn = void (*)(const float* src, void* dst, int64_t n);
+
+struct type_traits {
+    const char* name = nullptr;   // "Q4_K" — as gguf/llama.cpp spell it
+    int64_t block_size = 0;       // elements per block
+    size_t type_size = 0;         // bytes per block
+    bool is_quantized = false;
+    bool supported = false;       // we can read (dequantize) this type
+
+    to_float_fn to_float = nullptr;       // exact dequantization
+    from_float_fn from_float_ref = nullptr;  // reference quantization, nullptr if we have none
+    from_float_fn from_float = nullptr;   // fast quantization used for activations (same output as ref)
+
+    ggml_type vec_dot_type = ggml_type::F32;  // activation format the dot kernels take
+    vec_dot_fn vec_dot_ref = nullptr;    // scalar reference, always compiled
+    vec_dot_fn vec_dot = nullptr;        // best kernel for the table's ISA level
+    gemm_tile_fn gemm_tile = nullptr;    // optional tiled kernel for the table's ISA level
+    isa vec_dot_isa = isa::scalar;       // the level vec_dot was written for
+};
+
+// The table for the best ISA level the running CPU supports (capped by what
+// was compiled in). Built once, thread-safe.
+const type_traits& traits(ggml_type t);
+// The table for a given level (for tests comparing paths). A level above what
+// the CPU supports returns the table of the best supported level.
+const type_traits& traits(ggml_type t, isa level);
+
+bool type_is_valid(int32_t t);        // a known enum value
+const char* type_name(ggml_type t);   // "Q4_K", or "unknown"
+// Bytes of a row of n elements; 0 if n is not a multiple of the block size.
+size_t row_size(ggml_type t, int64_t n);
+
+// Each quantization family fills its entries of a table for one ISA level.
+// `level` is already capped to what the CPU and the build support.
+void register_float_types(type_traits* table, isa level);    // quants/float.cpp: F32 F16 BF16
+void register_legacy_types(type_traits* table, isa level);   // quants/legacy.cpp: Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q8_1
+void register_kquant_types(type_traits* table, isa level);   // quants/kquants.cpp: Q2_K..Q6_K Q8_K
+void register_iquant_types(type_traits* table, isa level);   // quants/iquants.cpp: IQ4_NL IQ4_XS
+
+}  // namespace lp
