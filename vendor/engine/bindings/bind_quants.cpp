@@ -4,6 +4,8 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
+#include <chrono>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -177,6 +179,40 @@ py::array_t<float> py_matmul(py::array w, py::object type, int64_t n_rows, int64
     return y;
 }
 
+// Benchmark loop kept native so Python call overhead does not pollute kernel
+// timings: one iteration multiplies every matrix once by n_tok activation rows.
+// Returns the wall time of each iteration in seconds.
+std::vector<double> bench_matmul(py::list mats, int64_t n_tok, int n_threads, int n_iters) {
+    struct item { weight_view w; py::array keep; };
+    std::vector<item> items;
+    int64_t max_cols = 0, max_rows = 0;
+    for (py::handle h : mats) {
+        py::tuple t = py::reinterpret_borrow<py::tuple>(h);
+        if (t.size() != 4) throw value_error("each matrix is (raw, type, n_rows, n_cols)");
+        py::array raw = py::array::ensure(t[0], py::array::c_style);
+        const ggml_type ty = parse_type(t[1]);
+        const int64_t nr = t[2].cast<int64_t>(), nc = t[3].cast<int64_t>();
+        const size_t rs = row_size(ty, nc);
+        if (rs == 0 || (size_t)raw.nbytes() != rs * (size_t)nr) throw value_error("matrix data size mismatch");
+        items.push_back({weight_view{ty, nr, nc, raw.data(), rs}, raw});
+        max_cols = std::max(max_cols, nc);
+        max_rows = std::max(max_rows, nr);
+    }
+    std::vector<float> x((size_t)(max_cols * n_tok)), y((size_t)(max_rows * n_tok));
+    for (size_t i = 0; i < x.size(); ++i) x[i] = (float)((i * 2654435761u) % 1000) / 1000.0f - 0.5f;
+    thread_pool& pool = pool_for(n_threads);
+    std::vector<double> times;
+    py::gil_scoped_release nogil;
+    matmul_scratch scratch;
+    for (int it = 0; it < n_iters; ++it) {
+        auto t0 = std::chrono::steady_clock::now();
+        for (const item& m : items)
+            matmul(m.w, x.data(), m.w.n_cols, n_tok, y.data(), m.w.n_rows, pool, scratch, best_isa());
+        times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+    return times;
+}
+
 }  // namespace
 
 void bind_quants(py::module_& m) {
@@ -207,5 +243,7 @@ void bind_quants(py::module_& m) {
         d["has_gemm_tile"] = tr.gemm_tile != nullptr;
         return d;
     }, py::arg("ggml_type"));
+    m.def("bench_matmul", &bench_matmul, py::arg("mats"), py::arg("n_tok"), py::arg("n_threads"),
+          py::arg("n_iters"));
     m.def("row_size", [](py::object type, int64_t n) { return row_size(parse_type(type), n); });
 }

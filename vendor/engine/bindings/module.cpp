@@ -6,7 +6,7 @@
 #include <memory>
 
 #include "common.h"
-#include "cpu/bandwidth.h"
+#include "cpu/probes.h"
 #include "cpu/features.h"
 #include "cpu/threadpool.h"
 #include "ggml_type.h"
@@ -67,6 +67,13 @@ PYBIND11_MODULE(_engine, m) {
         return lp::measure_read_bandwidth(nbytes, n_reps, pool);
     }, py::arg("nbytes") = (size_t)1 << 30, py::arg("n_reps") = 5, py::arg("n_threads") = 0,
        "Median memory read bandwidth in GB/s over n_reps passes over an nbytes buffer.");
+    m.def("peak_gflops", [](const std::string& kind, int n_threads) {
+        if (n_threads < 1) n_threads = lp::default_n_threads();
+        lp::thread_pool pool(n_threads);
+        py::gil_scoped_release nogil;
+        return lp::measure_peak_gflops(kind.c_str(), pool);
+    }, py::arg("kind") = "f32_fma", py::arg("n_threads") = 0,
+       "Peak GFLOP/s of vector FMA ('f32_fma') or int8 dot products ('i8_dot'), all threads.");
     bind_gguf(m);
     bind_quants(m);
 }

@@ -1,0 +1,73 @@
+"""Build options: our LLAMAPY_* names, the GGML_* aliases, and loud failures
+for backends we do not have or contradictory combinations.
+
+These configure the top-level CMakeLists.txt with LLAMAPY_CHECK_OPTIONS_ONLY,
+which validates the options and stops before compiling anything.
+"""
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+CMAKE = shutil.which("cmake")
+
+pytestmark = pytest.mark.skipif(
+    CMAKE is None or not (ROOT / "CMakeLists.txt").exists(), reason="needs cmake and the source tree"
+)
+
+
+def configure(tmp_path: Path, *opts: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [CMAKE, "-S", str(ROOT), "-B", str(tmp_path / "b"), "-DLLAMAPY_CHECK_OPTIONS_ONLY=ON", *opts],
+        capture_output=True, text=True, timeout=120,
+    )
+
+
+@pytest.mark.parametrize("opt", ["-DGGML_CUDA=on", "-DGGML_METAL=ON", "-DGGML_VULKAN=1", "-DLLAMA_CUBLAS=on",
+                                 "-DGGML_HIP=ON", "-DGGML_SYCL=ON", "-DGGML_BLAS=ON"])
+def test_missing_backend_fails_loudly(tmp_path, opt):
+    r = configure(tmp_path, opt)
+    assert r.returncode != 0
+    out = r.stdout + r.stderr
+    name = opt[2:].split("=")[0]
+    assert f"{name}=" in out and "does not have" in out
+    assert "LLAMAPY_NATIVE" in out  # the message lists what exists
+
+
+@pytest.mark.parametrize(
+    "opts, mode",
+    [
+        ((), "native"),
+        (("-DLLAMAPY_NATIVE=ON",), "native"),
+        (("-DGGML_NATIVE=ON",), "native"),
+        (("-DLLAMAPY_NATIVE=OFF",), "portable (scalar kernels only)"),
+        (("-DLLAMAPY_AVX2=ON",), "portable (AVX2 kernels)"),
+        (("-DGGML_NATIVE=OFF", "-DGGML_AVX2=ON"), "portable (AVX2 kernels)"),
+        (("-DLLAMAPY_NATIVE=OFF", "-DLLAMAPY_AVX512=ON"), "portable (AVX2 + AVX-512 kernels)"),
+        (("-DGGML_AVX512=ON",), "portable (AVX2 + AVX-512 kernels)"),
+        (("-DGGML_CUDA=OFF",), "native"),
+    ],
+)
+def test_accepted_options(tmp_path, opts, mode):
+    r = configure(tmp_path, *opts)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert f"llamapy: CPU backend, {mode};" in r.stdout
+
+
+@pytest.mark.parametrize(
+    "opts, words",
+    [
+        (("-DLLAMAPY_NATIVE=ON", "-DLLAMAPY_AVX2=ON"), "contradictory"),
+        (("-DGGML_NATIVE=ON", "-DGGML_AVX512=ON"), "contradictory"),
+        (("-DLLAMAPY_AVX2=ON", "-DGGML_AVX2=OFF"), "contradictory"),
+        (("-DLLAMAPY_AVX512=ON", "-DLLAMAPY_AVX2=OFF"), "contradictory"),
+    ],
+)
+def test_contradictory_options_fail(tmp_path, opts, words):
+    r = configure(tmp_path, *opts)
+    assert r.returncode != 0
+    assert words in (r.stdout + r.stderr)

@@ -1,0 +1,55 @@
+"""llamapy.system_info() and the machine probes."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import llamapy
+from llamapy import _engine
+
+
+def test_system_info_shape():
+    info = llamapy.system_info()
+    assert info["version"] == llamapy.__version__
+    assert "cpu" in info["backends"]
+    assert info["compiled_isas"][0] == "scalar"
+    # what the CPU supports is a prefix of what was compiled
+    assert info["cpu_isas"] == info["compiled_isas"][: len(info["cpu_isas"])]
+    assert info["active_isa"] == info["cpu_isas"][-1]
+    assert info["default_n_threads"] >= 1
+    assert info["n_physical_cores"] <= info["n_logical_cpus"]
+    assert info["build"] in ("native", "portable")
+    assert isinstance(info["cpu_features"]["avx2"], bool)
+
+
+def test_kernel_levels_follow_cpu_features():
+    info = llamapy.system_info()
+    f = info["cpu_features"]
+    if "avx512" in info["cpu_isas"]:
+        assert f["avx512f"] and f["avx512bw"] and f["avx512vl"] and f["avx512_vnni"]
+    if "avx2" in info["cpu_isas"]:
+        assert f["avx2"] and f["fma"] and f["f16c"]
+
+
+def test_info_command_prints_json():
+    out = subprocess.run([sys.executable, "-m", "llamapy", "info"], capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout)["version"] == llamapy.__version__
+
+
+def test_probes_return_plausible_numbers():
+    bw = _engine.read_bandwidth(1 << 24, 2, 1)  # small: just checks the probe runs
+    assert 0.1 < bw < 10000
+    assert _engine.peak_gflops("f32_fma", 1) > 0.1
+
+
+def test_type_table_geometry_matches_gguf():
+    from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
+
+    for t, (block, size) in GGML_QUANT_SIZES.items():
+        if t.name in ("Q8_1", "MXFP4", "NVFP4", "Q1_0") or int(t) >= 40:
+            continue  # activation-only or types newer than this engine
+        ti = _engine.type_info(int(t))
+        assert ti["name"] == t.name
+        assert (ti["block_size"], ti["type_size"]) == (block, size)
+    assert _engine.type_info(GGMLQuantizationType.Q4_K)["name"] == "Q4_K"
