@@ -19,6 +19,7 @@ namespace py = pybind11;
 
 void bind_gguf(py::module_& m);
 void bind_quants(py::module_& m);
+void bind_sampling(py::module_& m);
 
 namespace {
 
@@ -76,4 +77,5 @@ PYBIND11_MODULE(_engine, m) {
        "Peak GFLOP/s of vector FMA ('f32_fma') or int8 dot products ('i8_dot'), all threads.");
     bind_gguf(m);
     bind_quants(m);
+    bind_sampling(m);
 }

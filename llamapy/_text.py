@@ -1,0 +1,78 @@
+"""Streaming text helpers: incremental UTF-8 decoding and stop-string matching.
+
+Generation produces bytes token by token; a multi-byte character may be split
+across tokens, and a stop string may be split across chunks. These two small
+state machines make sure a stream never shows a garbled character and never
+shows any part of a stop string.
+"""
+from __future__ import annotations
+
+import codecs
+from typing import List, Optional, Sequence, Tuple
+
+
+class Utf8Stream:
+    """Incremental UTF-8 decoder: feed bytes, get the complete characters.
+
+    Bytes of an unfinished character are held back until the rest arrives.
+    Invalid sequences become U+FFFD, as ``bytes.decode(errors="replace")``.
+    """
+
+    def __init__(self) -> None:
+        self._dec = codecs.getincrementaldecoder("utf-8")(errors="replace")
+
+    def feed(self, data: bytes) -> str:
+        return self._dec.decode(data, final=False)
+
+    def flush(self) -> str:
+        return self._dec.decode(b"", final=True)
+
+
+class StopMatcher:
+    """Finds the first stop string in a growing text and holds back any tail
+    that could still become one.
+
+    ``push(text)`` returns ``(safe, stopped)``: ``safe`` is new text that can
+    be shown now; ``stopped`` is True once a stop string was found (everything
+    from it on is dropped, and later pushes return nothing).
+    Work per push is proportional to the new text and the stop lengths, not to
+    the whole generated text.
+    """
+
+    def __init__(self, stops: Sequence[str]) -> None:
+        self.stops: List[str] = [s for s in stops if s]
+        self._max = max((len(s) for s in self.stops), default=0)
+        self._pending = ""   # text not yet released (may start a stop string)
+        self.stopped = False
+        self.matched: Optional[str] = None
+
+    def push(self, text: str) -> Tuple[str, bool]:
+        if self.stopped:
+            return "", True
+        if not self.stops:
+            return text, False
+        buf = self._pending + text
+        # Earliest complete stop string in the buffer (ties: the longer one).
+        first = -1
+        for s in self.stops:
+            i = buf.find(s)
+            if i >= 0 and (first < 0 or i < first or (i == first and len(s) > len(self.matched or ""))):
+                first, self.matched = i, s
+        if first >= 0:
+            self.stopped = True
+            self._pending = ""
+            return buf[:first], True
+        # Hold back the longest tail that is a prefix of some stop string.
+        hold = 0
+        for k in range(min(len(buf), self._max - 1), 0, -1):
+            tail = buf[-k:]
+            if any(s.startswith(tail) for s in self.stops):
+                hold = k
+                break
+        self._pending = buf[len(buf) - hold:] if hold else ""
+        return buf[: len(buf) - hold], False
+
+    def flush(self) -> str:
+        """Releases held-back text at the end of generation (no stop matched)."""
+        out, self._pending = ("" if self.stopped else self._pending), ""
+        return out

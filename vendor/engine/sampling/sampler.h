@@ -1,0 +1,97 @@
+// sampler.h — the token sampler chain, run natively over the vocabulary so the
+// Python layer never loops over logits.
+//
+// Order (the one llama-cpp-python 0.3.x builds, so the same settings behave the
+// same): logit bias → repetition penalties → [greedy | mirostat v1/v2 |
+// top-k → typical → top-p → min-p → temperature → random draw].
+// temperature == 0 means greedy; temperature < 0 means "sample from the raw
+// softmax" (no truncation).
+//
+// Not here: grammar constraints (a later stage plugs in before the draw).
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <random>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+namespace lp {
+
+struct sampler_params {
+    float temperature = 0.8f;
+    int32_t top_k = 40;          // <= 0: off
+    float top_p = 0.95f;         // >= 1: off
+    float min_p = 0.05f;         // <= 0: off
+    float typical_p = 1.0f;      // >= 1: off
+    float repeat_penalty = 1.0f; // 1: off
+    float frequency_penalty = 0.0f;
+    float presence_penalty = 0.0f;
+    int32_t penalty_last_n = 64; // tokens of history the penalties see; 0: off, -1: whole history
+    int32_t mirostat = 0;        // 0 off, 1 v1, 2 v2
+    float mirostat_tau = 5.0f;
+    float mirostat_eta = 0.1f;
+    int32_t min_keep = 1;        // truncation samplers keep at least this many candidates
+    uint64_t seed = 0xFFFFFFFFu;
+};
+
+// A candidate token during sampling.
+struct token_prob {
+    int32_t id;
+    float logit;
+    float p;
+};
+
+class sampler {
+public:
+    sampler(const sampler_params& params, int32_t n_vocab);
+
+    // Bias added to the logit of a token before anything else (OpenAI's
+    // logit_bias). -inf bans a token.
+    void set_logit_bias(const std::vector<std::pair<int32_t, float>>& bias);
+    // Tokens the penalties treat as already seen (the prompt, typically).
+    void set_history(const std::vector<int32_t>& tokens);
+    // Picks the next token from raw logits (n_vocab floats; not modified).
+    int32_t sample(const float* logits);
+    // Records a token as generated (feeds the penalties and mirostat).
+    void accept(int32_t token);
+    void reseed(uint64_t seed);
+    const sampler_params& params() const { return p_; }
+
+private:
+    const float* adjusted_logits(const float* logits);
+    void build_candidates(const float* adjusted);
+    void softmax();                 // sorts candidates by logit (desc) and fills p
+    void top_k(int32_t k);
+    void top_p(float p);
+    void min_p(float p);
+    void typical(float p);
+    void temperature(float t);
+    int32_t draw();
+    int32_t mirostat_v1();
+    int32_t mirostat_v2();
+
+    sampler_params p_;
+    int32_t n_vocab_;
+    std::vector<token_prob> cand_;  // (n_candidates)
+    std::vector<float> work_;       // (n_vocab) logits after bias/penalties
+    bool sorted_ = false;           // cand_ sorted by logit, descending
+    std::vector<std::pair<int32_t, float>> bias_;
+    std::deque<int32_t> history_;
+    std::mt19937_64 rng_;
+    float mirostat_mu_;
+};
+
+// Log-probabilities for the logprobs APIs, computed natively: the
+// log-softmax of `logits` at `chosen`, and the n largest (id, logprob) pairs.
+struct logprob_result {
+    float chosen_logprob;
+    std::vector<std::pair<int32_t, float>> top;
+};
+logprob_result compute_logprobs(const float* logits, int32_t n_vocab, int32_t chosen, int32_t n_top);
+
+// Greedy choice (ties → lowest id), used on its own by the fast greedy path.
+int32_t argmax(const float* logits, int32_t n_vocab);
+
+}  // namespace lp
