@@ -1,0 +1,116 @@
+"""``python -m llamapy inspect FILE``: a human-readable summary of a GGUF file.
+
+Prints the header facts, the model's hyperparameters as stored in the
+metadata, the quantization mix and the tensor table. Reads only metadata and
+the tensor table (never tensor data), so it is instant even on big files.
+Not here: argument parsing (llamapy/cli.py) or any validation beyond what
+GGUFFile does.
+"""
+from __future__ import annotations
+
+import sys
+from collections import defaultdict
+from typing import Any, Dict, List, Optional, TextIO, Tuple
+
+from ._engine import GGUFError
+from .gguf_file import GGUFFile, TensorInfo
+
+
+def format_bytes(n: int) -> str:
+    """1536 -> '1.50 KiB'."""
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if size < 1024 or unit == "TiB":
+            return f"{n} B" if unit == "B" else f"{size:.2f} {unit}"
+        size /= 1024
+    return f"{n} B"
+
+
+def format_count(n: int) -> str:
+    """268098176 -> '268.10 M'."""
+    for div, suffix in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "K")):
+        if n >= div:
+            return f"{n / div:.2f} {suffix}"
+    return str(n)
+
+
+def _format_value(v: Any) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, (list, tuple)) or hasattr(v, "elem_type"):
+        items = list(v[:8])
+        more = f", ... ({len(v)} values)" if len(v) > 8 else ""
+        return "[" + ", ".join(str(x) for x in items) + more + "]"
+    return str(v)
+
+
+def quantization_mix(tensors: List[TensorInfo]) -> List[Tuple[str, int, int]]:
+    """[(type name, tensor count, bytes)], largest total first."""
+    count: Dict[str, int] = defaultdict(int)
+    size: Dict[str, int] = defaultdict(int)
+    for t in tensors:
+        count[t.type_name] += 1
+        size[t.type_name] += t.nbytes
+    return sorted(((name, count[name], size[name]) for name in count), key=lambda r: (-r[2], r[0]))
+
+
+def _summary_rows(f: GGUFFile) -> List[Tuple[str, str]]:
+    md = f.metadata
+    arch = f.architecture
+    tokens = md.get("tokenizer.ggml.tokens")
+
+    def arch_key(suffix: str) -> Any:
+        return md.get(f"{arch}.{suffix}") if arch else None
+
+    n_params = sum(t.n_elements for t in f.tensors)
+    return [
+        ("file", f.path),
+        ("size", f"{format_bytes(f.size)} ({f.size} bytes)"),
+        ("GGUF version", str(f.version)),
+        ("architecture", arch or "-"),
+        ("name", _format_value(md.get("general.name"))),
+        ("parameters", f"{format_count(n_params)} ({n_params})"),
+        ("context length", _format_value(arch_key("context_length"))),
+        ("embedding length", _format_value(arch_key("embedding_length"))),
+        ("block count", _format_value(arch_key("block_count"))),
+        ("attention heads", _format_value(arch_key("attention.head_count"))),
+        ("KV heads", _format_value(arch_key("attention.head_count_kv"))),
+        ("vocabulary size", str(len(tokens)) if tokens is not None and hasattr(tokens, "__len__") else "-"),
+        ("tokenizer model", _format_value(md.get("tokenizer.ggml.model"))),
+        ("chat template", "present" if md.get("tokenizer.chat_template") else "absent"),
+        ("tensors", str(len(f.tensors))),
+    ]
+
+
+def _print_mix(f: GGUFFile, out: TextIO) -> None:
+    print("quantization mix:", file=out)
+    total = sum(t.nbytes for t in f.tensors) or 1
+    for name, n, nbytes in quantization_mix(f.tensors):
+        print(f"  {name:<8} {n:>6} tensors  {format_bytes(nbytes):>12}  {100 * nbytes / total:5.1f}%", file=out)
+
+
+def _print_tensors(f: GGUFFile, out: TextIO) -> None:
+    width = max((len(t.name) for t in f.tensors), default=4)
+    print(f"{'name':<{width}}  {'type':<8} {'shape':<22} {'size':>12}", file=out)
+    for t in f.tensors:
+        shape = "(" + ", ".join(str(d) for d in t.shape) + ")"
+        print(f"{t.name:<{width}}  {t.type_name:<8} {shape:<22} {format_bytes(t.nbytes):>12}", file=out)
+
+
+def run_inspect(path: str, out: Optional[TextIO] = None, show_tensors: bool = True) -> int:
+    """Print a summary of the GGUF file at `path` to `out`; return an exit status."""
+    out = out if out is not None else sys.stdout
+    try:
+        with GGUFFile(path) as f:
+            rows = _summary_rows(f)
+            width = max(len(k) for k, _ in rows)
+            for key, value in rows:
+                print(f"{key + ':':<{width + 1}} {value}", file=out)
+            _print_mix(f, out)
+            if show_tensors:
+                print(file=out)
+                _print_tensors(f, out)
+    except (GGUFError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr if out is sys.stdout else out)
+        return 1
+    return 0
