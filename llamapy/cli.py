@@ -17,6 +17,46 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
     return run_inspect(args.file, show_tensors=not args.no_tensors)
 
 
+def _model_path(args: argparse.Namespace) -> str:
+    if args.model:
+        return args.model
+    from .default_model import default_model_path
+
+    return default_model_path()
+
+
+def _load(args: argparse.Namespace, **extra):
+    from .llama import Llama
+
+    kw = dict(n_ctx=args.ctx_size, n_threads=args.threads or None, n_batch=args.batch_size, verbose=False)
+    kw.update(extra)
+    return Llama(model_path=_model_path(args), **kw)
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    llm = _load(args, seed=args.seed if args.seed is not None else 0xFFFFFFFF)
+    stream = llm.create_completion(args.prompt, max_tokens=args.n_predict, temperature=args.temp,
+                                   top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
+                                   repeat_penalty=args.repeat_penalty, seed=args.seed, stream=True,
+                                   stop=args.stop or None)
+    out = sys.stdout
+    if args.echo:
+        out.write(args.prompt)
+    for chunk in stream:
+        out.write(chunk["choices"][0]["text"])
+        out.flush()
+    out.write("\n")
+    llm.close()
+    return 0
+
+
+def _cmd_bench(args: argparse.Namespace) -> int:
+    from .bench import run_bench
+
+    return run_bench(_model_path(args), n_prompt=args.n_prompt, n_gen=args.n_gen, threads=args.threads,
+                     repetitions=args.repetitions, batch_size=args.batch_size, as_json=args.json)
+
+
 def _cmd_info(args: argparse.Namespace) -> int:
     from .system import system_info
 
@@ -32,6 +72,34 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("file", help="path to a .gguf file")
     sp.add_argument("--no-tensors", action="store_true", help="omit the tensor table")
     sp.set_defaults(func=_cmd_inspect)
+
+    def model_opts(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("-m", "--model", help="GGUF file (default: Gemma 3 270M from the demo extra)")
+        sp.add_argument("-c", "--ctx-size", type=int, default=2048, help="context size (0: the model's)")
+        sp.add_argument("-t", "--threads", type=int, default=0, help="threads (default: physical cores)")
+        sp.add_argument("-b", "--batch-size", type=int, default=512)
+
+    sp = sub.add_parser("run", help="complete a prompt, streaming the text")
+    sp.add_argument("prompt")
+    model_opts(sp)
+    sp.add_argument("-n", "--n-predict", type=int, default=128, help="tokens to generate (<= 0: until the context is full)")
+    sp.add_argument("--temp", type=float, default=0.8)
+    sp.add_argument("--top-k", type=int, default=40)
+    sp.add_argument("--top-p", type=float, default=0.95)
+    sp.add_argument("--min-p", type=float, default=0.05)
+    sp.add_argument("--repeat-penalty", type=float, default=1.0)
+    sp.add_argument("--seed", type=int, default=None)
+    sp.add_argument("--stop", action="append", help="stop string (repeatable)")
+    sp.add_argument("--no-echo", dest="echo", action="store_false", help="do not print the prompt first")
+    sp.set_defaults(func=_cmd_run)
+
+    sp = sub.add_parser("bench", help="prompt processing (pp) and generation (tg) speed, like llama-bench")
+    model_opts(sp)
+    sp.add_argument("-p", "--n-prompt", type=int, default=512)
+    sp.add_argument("-n", "--n-gen", type=int, default=128)
+    sp.add_argument("-r", "--repetitions", type=int, default=3)
+    sp.add_argument("--json", action="store_true", help="print the results as JSON")
+    sp.set_defaults(func=_cmd_bench, threads=0)
 
     sp = sub.add_parser("info", help="print the build and CPU information (system_info) as JSON")
     sp.set_defaults(func=_cmd_info)

@@ -1,0 +1,316 @@
+"""Text completions: turn ``Llama.generate`` into OpenAI ``text_completion``
+responses, streamed or whole.
+
+One loop (``_completion_events``) drives generation; the streaming and the
+non-streaming APIs only package its events. Stop strings are matched
+incrementally (no rescans of the whole text), multi-byte characters are never
+split, and log-probabilities are computed natively per token — they do not
+need ``logits_all``.
+"""
+from __future__ import annotations
+
+import random
+import time
+import uuid
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Union
+
+import numpy as np
+
+from . import _engine
+from ._text import StopMatcher, Utf8Stream
+from .llama_cache import LogitsProcessorList, StoppingCriteriaList, longest_token_prefix
+
+if TYPE_CHECKING:
+    from .llama import Llama
+
+
+@dataclass
+class CompletionRequest:
+    prompt: Union[str, List[int]]
+    suffix: Optional[str] = None
+    max_tokens: Optional[int] = 16
+    temperature: float = 0.8
+    top_p: float = 0.95
+    min_p: float = 0.05
+    typical_p: float = 1.0
+    logprobs: Optional[int] = None
+    echo: bool = False
+    stop: Optional[Union[str, List[str]]] = None
+    frequency_penalty: float = 0.0
+    presence_penalty: float = 0.0
+    repeat_penalty: float = 1.0
+    top_k: int = 40
+    seed: Optional[int] = None
+    tfs_z: float = 1.0
+    mirostat_mode: int = 0
+    mirostat_tau: float = 5.0
+    mirostat_eta: float = 0.1
+    model: Optional[str] = None
+    stopping_criteria: Optional[StoppingCriteriaList] = None
+    logits_processor: Optional[LogitsProcessorList] = None
+    grammar: Optional[Any] = None
+    logit_bias: Optional[Dict[int, float]] = None
+
+
+@dataclass
+class _Piece:
+    """Text released to the caller, with the per-token log-probability
+    records of the tokens that produced it (when requested)."""
+    text: str
+    logprobs: Optional[Dict[str, list]] = None
+
+
+def _token_text(llama: "Llama", token: int) -> str:
+    return llama.tokenizer_.token_to_piece(token, False).decode("utf-8", errors="replace")
+
+
+def _logprob_record(llama: "Llama", logits: np.ndarray, token: int, n_top: int, token_str: str,
+                    offset: int) -> Dict[str, Any]:
+    chosen, top = _engine.logprobs(logits, int(token), int(n_top))
+    top_map = {_token_text(llama, i): float(lp) for i, lp in top}
+    top_map[token_str] = float(chosen)
+    return {"token": token_str, "offset": offset, "logprob": float(chosen), "top": top_map}
+
+
+def _prompt_tokens(llama: "Llama", req: CompletionRequest) -> List[int]:
+    prompt = req.prompt
+    if isinstance(prompt, str):
+        toks = llama.tokenize(prompt.encode("utf-8"), add_bos=True, special=True) if prompt else []
+        if not toks and llama.token_bos() >= 0:
+            toks = [llama.token_bos()]
+        return toks
+    if isinstance(prompt, (list, tuple, np.ndarray)):
+        toks = [int(t) for t in prompt]
+        for t in toks:
+            if t < 0 or t >= llama.n_vocab():
+                raise ValueError(f"prompt token id {t} is outside the vocabulary (0..{llama.n_vocab() - 1})")
+        return toks
+    raise TypeError("prompt must be a str or a list of token ids")
+
+
+def _check_request(req: CompletionRequest) -> List[str]:
+    if req.suffix is not None and not isinstance(req.suffix, str):
+        raise TypeError("suffix must be a str or None")
+    if req.logprobs is not None and (not isinstance(req.logprobs, int) or req.logprobs < 0):
+        raise ValueError("logprobs must be a non-negative int or None")
+    if req.grammar is not None:
+        raise NotImplementedError("grammar-constrained sampling is not available yet")
+    stop = req.stop
+    if stop is None:
+        return []
+    if isinstance(stop, str):
+        return [stop]
+    if not all(isinstance(s, str) for s in stop):
+        raise TypeError("stop must be a str or a list of str")
+    return list(stop)
+
+
+def _completion_events(llama: "Llama", req: CompletionRequest, prompt_tokens: List[int],
+                       prompt_records: Optional[List[Dict[str, Any]]]) -> Iterator[Any]:
+    """Yields _Piece objects, then a final ("done", finish_reason, n_completion_tokens)."""
+    stops = _check_request(req)
+    n_ctx = llama.n_ctx()
+    max_tokens = req.max_tokens
+    if max_tokens is None or max_tokens <= 0:
+        max_tokens = n_ctx - len(prompt_tokens)
+    max_tokens = min(max_tokens, n_ctx - len(prompt_tokens))
+
+    if llama.cache is not None:
+        try:
+            item = llama.cache[prompt_tokens]
+            if longest_token_prefix(item.input_ids.tolist(), prompt_tokens) > \
+                    longest_token_prefix(llama._input_ids.tolist(), prompt_tokens):
+                llama.load_state(item)
+        except KeyError:
+            pass
+
+    if req.seed is not None:
+        llama.set_seed(req.seed)
+    else:
+        llama.set_seed(random.Random(llama._seed).randint(0, 2**32))
+
+    utf8 = Utf8Stream()
+    stopper = StopMatcher(stops)
+    n_top = req.logprobs
+    records: List[Dict[str, Any]] = list(prompt_records or [])
+    text_len = 0  # characters released so far (for text_offset)
+    pending_records: List[Dict[str, Any]] = []
+    completion: List[int] = []
+    finish = "length"
+    is_eog = llama.tokenizer_.is_eog
+
+    if max_tokens > 0:
+        gen = llama.generate(prompt_tokens, top_k=req.top_k, top_p=req.top_p, min_p=req.min_p,
+                             typical_p=req.typical_p, temp=req.temperature, tfs_z=req.tfs_z,
+                             mirostat_mode=req.mirostat_mode, mirostat_tau=req.mirostat_tau,
+                             mirostat_eta=req.mirostat_eta, frequency_penalty=req.frequency_penalty,
+                             presence_penalty=req.presence_penalty, repeat_penalty=req.repeat_penalty,
+                             logits_processor=req.logits_processor, logit_bias=req.logit_bias)
+        try:
+            for token in gen:
+                if is_eog(token):
+                    finish = "stop"
+                    break
+                completion.append(token)
+                if n_top is not None:
+                    logits = llama._last_logits()
+                    tstr = _token_text(llama, token)
+                    pending_records.append(_logprob_record(llama, logits, token, n_top, tstr, -1))
+                shown, stopped = stopper.push(utf8.feed(llama.tokenizer_.token_to_piece(token, False)))
+                if shown or (stopped and pending_records):
+                    for r in pending_records:
+                        r["offset"] = text_len
+                    yield _Piece(shown, _records_to_logprobs(pending_records) if n_top is not None else None)
+                    text_len += len(shown)
+                    pending_records = []
+                if stopped:
+                    finish = "stop"
+                    break
+                if req.stopping_criteria is not None and \
+                        req.stopping_criteria(llama._input_ids, llama._last_logits()):
+                    finish = "stop"
+                    break
+                if len(completion) >= max_tokens:
+                    break
+        finally:
+            gen.close()
+    if not stopper.stopped:
+        tail, _ = stopper.push(utf8.flush())
+        tail += stopper.flush()
+        if tail or pending_records:
+            for r in pending_records:
+                r["offset"] = text_len
+            yield _Piece(tail, _records_to_logprobs(pending_records) if n_top is not None else None)
+
+    if llama.cache is not None:
+        llama.cache[prompt_tokens + completion] = llama.save_state()
+    del records
+    yield ("done", finish, len(completion))
+
+
+def _records_to_logprobs(records: List[Dict[str, Any]]) -> Dict[str, list]:
+    return {
+        "tokens": [r["token"] for r in records],
+        "text_offset": [r["offset"] for r in records],
+        "token_logprobs": [r["logprob"] for r in records],
+        "top_logprobs": [r["top"] for r in records],
+    }
+
+
+def _prompt_logprob_records(llama: "Llama", prompt_tokens: List[int], n_top: int) -> List[Dict[str, Any]]:
+    """Log-probabilities of the prompt's own tokens (for echo + logprobs):
+    evaluates the prompt with logits for every position, records natively."""
+    records: List[Dict[str, Any]] = []
+    bos = llama.token_bos()
+    text_len = 0
+    prev_logits: List[Optional[np.ndarray]] = [None]
+
+    def on_chunk(n_past: int, chunk: np.ndarray, ctx: Any) -> None:
+        nonlocal text_len
+        for j, tok in enumerate(chunk.tolist()):
+            tstr = _token_text(llama, tok)
+            if n_past + j == 0 and tok == bos:
+                prev_logits[0] = np.array(ctx.get_logits(j))
+                continue
+            if prev_logits[0] is None:  # first token has nothing before it (OpenAI: null)
+                records.append({"token": tstr, "offset": text_len, "logprob": None, "top": None})
+            else:
+                rec = _logprob_record(llama, prev_logits[0], tok, n_top, tstr, text_len)
+                records.append(rec)
+            text_len += len(tstr)
+            prev_logits[0] = np.array(ctx.get_logits(j))
+
+    llama.reset()
+    llama._eval(prompt_tokens, all_logits=True, on_chunk=on_chunk)
+    return records
+
+
+def _header(llama: "Llama", req: CompletionRequest) -> Dict[str, Any]:
+    return {"id": f"cmpl-{uuid.uuid4()}", "object": "text_completion", "created": int(time.time()),
+            "model": req.model if req.model is not None else llama.model_path}
+
+
+def _prepare(llama: "Llama", req: CompletionRequest) -> tuple:
+    llama._require_ctx()
+    _check_request(req)
+    prompt_tokens = _prompt_tokens(llama, req)
+    if len(prompt_tokens) >= llama.n_ctx():
+        raise ValueError(f"Requested tokens ({len(prompt_tokens)}) exceed context window of {llama.n_ctx()}")
+    prompt_records = None
+    if req.echo and req.logprobs is not None:
+        prompt_records = _prompt_logprob_records(llama, prompt_tokens, req.logprobs)
+    return prompt_tokens, prompt_records
+
+
+def _prompt_text(llama: "Llama", req: CompletionRequest, prompt_tokens: List[int]) -> str:
+    if isinstance(req.prompt, str):
+        return req.prompt
+    return llama.detokenize(prompt_tokens).decode("utf-8", errors="replace")
+
+
+def run_completion(llama: "Llama", req: CompletionRequest) -> Dict[str, Any]:
+    with llama._lock:
+        head = _header(llama, req)
+        prompt_tokens, prompt_records = _prepare(llama, req)
+        texts: List[str] = []
+        recs: Optional[Dict[str, list]] = None
+        if req.logprobs is not None:
+            recs = {"tokens": [], "text_offset": [], "token_logprobs": [], "top_logprobs": []}
+        finish, n_completion = "length", 0
+        prefix = _prompt_text(llama, req, prompt_tokens) if req.echo else ""
+        if recs is not None and prompt_records:
+            for k, v in _records_to_logprobs(prompt_records).items():
+                recs[k].extend(v)
+        for ev in _completion_events(llama, req, prompt_tokens, None):
+            if isinstance(ev, tuple):
+                _, finish, n_completion = ev
+                break
+            texts.append(ev.text)
+            if recs is not None and ev.logprobs:
+                base = len(prefix) if req.echo else 0
+                for k, v in ev.logprobs.items():
+                    recs[k].extend([o + base for o in v] if k == "text_offset" else v)
+        text = prefix + "".join(texts)
+        if req.suffix is not None:
+            text += req.suffix
+        return {**head, "choices": [{"text": text, "index": 0, "logprobs": recs, "finish_reason": finish}],
+                "usage": {"prompt_tokens": len(prompt_tokens), "completion_tokens": n_completion,
+                          "total_tokens": len(prompt_tokens) + n_completion}}
+
+
+def stream_completion(llama: "Llama", req: CompletionRequest) -> Iterator[Dict[str, Any]]:
+    """Chunks: one per released piece of text, then a last one with the
+    finish_reason (and usage, which OpenAI puts on the last chunk)."""
+    # Validate before the first next(): errors surface at the call site.
+    llama._require_ctx()
+    _check_request(req)
+    prompt_tokens = _prompt_tokens(llama, req)
+    if len(prompt_tokens) >= llama.n_ctx():
+        raise ValueError(f"Requested tokens ({len(prompt_tokens)}) exceed context window of {llama.n_ctx()}")
+
+    def chunks() -> Iterator[Dict[str, Any]]:
+        with llama._lock:
+            head = _header(llama, req)
+            prompt_records = None
+            if req.echo and req.logprobs is not None:
+                prompt_records = _prompt_logprob_records(llama, prompt_tokens, req.logprobs)
+            if req.echo:
+                lp = _records_to_logprobs(prompt_records) if prompt_records else None
+                yield {**head, "choices": [{"text": _prompt_text(llama, req, prompt_tokens), "index": 0,
+                                            "logprobs": lp, "finish_reason": None}]}
+            finish, n_completion = "length", 0
+            for ev in _completion_events(llama, req, prompt_tokens, None):
+                if isinstance(ev, tuple):
+                    _, finish, n_completion = ev
+                    break
+                yield {**head, "choices": [{"text": ev.text, "index": 0, "logprobs": ev.logprobs,
+                                            "finish_reason": None}]}
+            if req.suffix is not None:
+                yield {**head, "choices": [{"text": req.suffix, "index": 0, "logprobs": None,
+                                            "finish_reason": None}]}
+            yield {**head, "choices": [{"text": "", "index": 0, "logprobs": None, "finish_reason": finish}],
+                   "usage": {"prompt_tokens": len(prompt_tokens), "completion_tokens": n_completion,
+                             "total_tokens": len(prompt_tokens) + n_completion}}
+
+    return chunks()

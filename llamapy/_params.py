@@ -1,0 +1,165 @@
+"""The constructor options of ``Llama``, grouped and validated once.
+
+``Llama.__init__`` keeps llama-cpp-python's keyword signature (users depend
+on it); this module turns those keywords into two small dataclasses and
+decides, in one place, what each option means here: honoured, accepted with a
+logged note because it only concerns hardware llamapy does not drive, or
+rejected with an error that names it.
+"""
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, field
+from typing import Any, Dict, Optional, Union
+
+logger = logging.getLogger("llamapy")
+
+DEFAULT_SEED = 0xFFFFFFFF  # llama.cpp's LLAMA_DEFAULT_SEED: "pick a random seed"
+
+# KV cache element types we implement (ggml type ids).
+KV_TYPES = {0: "F32", 1: "F16"}
+
+
+@dataclass(frozen=True)
+class ModelParams:
+    model_path: str
+    n_gpu_layers: int = 0
+    vocab_only: bool = False
+    use_mmap: bool = True
+    use_mlock: bool = False
+    kv_overrides: Dict[str, Union[bool, int, float, str]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ContextParams:
+    n_ctx: int = 512          # 0: the model's trained length
+    n_batch: int = 512
+    n_ubatch: int = 512
+    n_threads: int = 1
+    n_threads_batch: int = 1
+    seed: int = DEFAULT_SEED
+    rope_freq_base: float = 0.0   # 0: from the model
+    rope_freq_scale: float = 0.0  # 0: from the model
+    logits_all: bool = False
+    embedding: bool = False
+    flash_attn: bool = False
+    type_k: int = 1
+    type_v: int = 1
+    last_n_tokens_size: int = 64
+    pooling_type: int = -1
+
+
+def _require_int(name: str, value: Any, minimum: Optional[int] = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if minimum is not None and value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    return value
+
+
+def default_threads() -> tuple[int, int]:
+    """(generation, batch) thread counts: physical cores for both.
+
+    llama-cpp-python uses cpu_count()//2 and cpu_count(); on machines without
+    SMT that halves generation speed, so we ask the engine for the physical
+    core count instead.
+    """
+    from . import _engine
+
+    n = int(_engine.system_info()["default_n_threads"])
+    return n, n
+
+
+def parse_params(model_path: str, kw: Dict[str, Any]) -> tuple[ModelParams, ContextParams]:
+    """Validates the keyword arguments of ``Llama.__init__`` (minus those the
+    Python layer keeps for itself) and returns the engine parameters."""
+    if not isinstance(model_path, (str, os.PathLike)):
+        raise TypeError("model_path must be a path")
+    model_path = os.fspath(model_path)
+
+    n_gpu_layers = _require_int("n_gpu_layers", kw.pop("n_gpu_layers", 0))
+    split_mode = kw.pop("split_mode", 1)
+    main_gpu = kw.pop("main_gpu", 0)
+    tensor_split = kw.pop("tensor_split", None)
+    if n_gpu_layers != 0 or tensor_split is not None or main_gpu not in (0, None):
+        # Not silent: the user asked for a GPU and gets told there is none.
+        logger.warning("llamapy was built without a GPU backend; n_gpu_layers=%s (and split options) "
+                       "have no effect, every layer runs on the CPU", n_gpu_layers)
+    del split_mode
+
+    vocab_only = bool(kw.pop("vocab_only", False))
+    use_mmap = bool(kw.pop("use_mmap", True))
+    use_mlock = bool(kw.pop("use_mlock", False))
+    kv_overrides = kw.pop("kv_overrides", None) or {}
+    if not isinstance(kv_overrides, dict):
+        raise TypeError("kv_overrides must be a dict of metadata key -> bool/int/float/str")
+    for k, v in kv_overrides.items():
+        if not isinstance(k, str) or not isinstance(v, (bool, int, float, str)):
+            raise TypeError(f"kv_overrides[{k!r}] must map a str key to a bool, int, float or str")
+
+    seed = _require_int("seed", kw.pop("seed", DEFAULT_SEED))
+    if seed == -1:
+        seed = DEFAULT_SEED
+    n_ctx = _require_int("n_ctx", kw.pop("n_ctx", 512), 0)
+    n_batch = _require_int("n_batch", kw.pop("n_batch", 512), 1)
+    n_ubatch = _require_int("n_ubatch", kw.pop("n_ubatch", 512), 1)
+    n_threads = kw.pop("n_threads", None)
+    n_threads_batch = kw.pop("n_threads_batch", None)
+    d_gen, d_batch = default_threads()
+    n_threads = d_gen if n_threads is None or n_threads in (0, -1) else _require_int("n_threads", n_threads, 1)
+    if n_threads_batch is None or n_threads_batch in (0, -1):
+        n_threads_batch = d_batch
+    else:
+        n_threads_batch = _require_int("n_threads_batch", n_threads_batch, 1)
+
+    rope_scaling_type = kw.pop("rope_scaling_type", -1)
+    if rope_scaling_type not in (-1, 0, 1, None):  # unspecified, none, linear
+        raise NotImplementedError(f"rope_scaling_type={rope_scaling_type} (YaRN / LongRoPE) is not supported yet")
+    pooling_type = _require_int("pooling_type", kw.pop("pooling_type", -1), -1)
+    kw.pop("attention_type", None)
+    rope_freq_base = float(kw.pop("rope_freq_base", 0.0))
+    rope_freq_scale = float(kw.pop("rope_freq_scale", 0.0))
+    yarn = {"yarn_ext_factor": -1.0, "yarn_attn_factor": 1.0, "yarn_beta_fast": 32.0, "yarn_beta_slow": 1.0,
+            "yarn_orig_ctx": 0}
+    for name, default in yarn.items():
+        value = kw.pop(name, default)
+        if value != default:
+            raise NotImplementedError(f"{name}={value}: YaRN RoPE scaling is not supported yet")
+
+    logits_all = bool(kw.pop("logits_all", False))
+    embedding = bool(kw.pop("embedding", False))
+    kw.pop("offload_kqv", None)   # GPU placement of the KV cache: no GPU backend
+    kw.pop("op_offload", None)
+    kw.pop("swa_full", None)      # sliding-window layers always keep what they need
+    kw.pop("no_perf", None)
+    flash_attn = bool(kw.pop("flash_attn", False))
+    last_n_tokens_size = _require_int("last_n_tokens_size", kw.pop("last_n_tokens_size", 64), 0)
+
+    lora_path = kw.pop("lora_path", None)
+    kw.pop("lora_base", None)
+    kw.pop("lora_scale", None)
+    if lora_path is not None:
+        raise NotImplementedError("lora_path: LoRA adapters are not supported yet")
+    numa = kw.pop("numa", False)
+    if numa:
+        logger.info("numa=%s: llamapy does not apply NUMA policies; threads are placed by the OS", numa)
+    if kw.pop("draft_model", None) is not None:
+        raise NotImplementedError("draft_model: speculative decoding is not supported yet")
+
+    type_k = kw.pop("type_k", None)
+    type_v = kw.pop("type_v", None)
+    type_k = 1 if type_k is None else int(type_k)
+    type_v = 1 if type_v is None else int(type_v)
+    for name, t in (("type_k", type_k), ("type_v", type_v)):
+        if t not in KV_TYPES:
+            raise NotImplementedError(f"{name}={t}: KV cache types supported: " +
+                                      ", ".join(f"{k} ({v})" for k, v in KV_TYPES.items()))
+    if kw:
+        raise TypeError("Llama() got unexpected keyword argument(s): " + ", ".join(sorted(kw)))
+
+    return (
+        ModelParams(model_path, n_gpu_layers, vocab_only, use_mmap, use_mlock, dict(kv_overrides)),
+        ContextParams(n_ctx, n_batch, n_ubatch, n_threads, n_threads_batch, seed, rope_freq_base, rope_freq_scale,
+                      logits_all, embedding, flash_attn, type_k, type_v, last_n_tokens_size, pooling_type),
+    )

@@ -1,0 +1,520 @@
+"""The ``Llama`` class: llama-cpp-python's public API on llamapy's engine.
+
+Three layers, as in llama-cpp-python: the native engine (``_engine.Model``,
+``_engine.Context``, ``_engine.Sampler``), this resource-owning wrapper, and
+the OpenAI-shaped APIs (completions in ``_completion.py``). Generation is one
+generator (``generate``); completion, streaming and chat consume it.
+
+Not here: chat templates (``llamapy.chat``), embeddings pooling details (the
+engine), tokenization (``_tokenizer.py``).
+"""
+from __future__ import annotations
+
+import logging
+import os
+import random
+import threading
+from typing import Any, Dict, Generator, Iterator, List, Optional, Sequence, Union
+
+import numpy as np
+import numpy.typing as npt
+
+from . import _engine
+from ._params import DEFAULT_SEED, ContextParams, ModelParams, parse_params
+from ._tokenizer import LlamaTokenizer
+from .gguf_file import GGUFFile
+from .llama_cache import (
+    BaseLlamaCache,
+    LlamaState,
+    LogitsProcessorList,
+    StoppingCriteriaList,
+    longest_token_prefix,
+)
+
+logger = logging.getLogger("llamapy")
+
+
+def _metadata_strings(gguf: GGUFFile) -> Dict[str, str]:
+    """GGUF metadata as llama.cpp reports it: every scalar as a string (bools
+    as true/false, floats with six decimals); arrays are left out except
+    small ones, which are rendered as a list."""
+    out: Dict[str, str] = {}
+    for key, value in gguf.metadata.items():
+        if isinstance(value, bool):
+            out[key] = "true" if value else "false"
+        elif isinstance(value, float):
+            out[key] = f"{value:.6f}"
+        elif isinstance(value, (int, str)):
+            out[key] = str(value)
+        else:
+            try:
+                n = len(value)
+            except TypeError:
+                continue
+            if n <= 256:
+                out[key] = "[" + ", ".join(str(v) for v in value) + "]"
+    return out
+
+
+class Llama:
+    """Load a GGUF model and generate text with it.
+
+    The constructor takes llama-cpp-python's keyword arguments. Options that
+    only concern a GPU are accepted with a logged warning (there is no GPU
+    backend in this build); options for features llamapy does not have yet
+    (LoRA, YaRN, speculative decoding) raise ``NotImplementedError`` naming
+    the option; unknown keywords raise ``TypeError``.
+    """
+
+    def __init__(
+        self,
+        model_path: str,
+        *,
+        n_gpu_layers: int = 0,
+        split_mode: int = 1,
+        main_gpu: int = 0,
+        tensor_split: Optional[List[float]] = None,
+        vocab_only: bool = False,
+        use_mmap: bool = True,
+        use_mlock: bool = False,
+        kv_overrides: Optional[Dict[str, Union[bool, int, float, str]]] = None,
+        seed: int = DEFAULT_SEED,
+        n_ctx: int = 512,
+        n_batch: int = 512,
+        n_ubatch: int = 512,
+        n_threads: Optional[int] = None,
+        n_threads_batch: Optional[int] = None,
+        rope_scaling_type: Optional[int] = -1,
+        pooling_type: int = -1,
+        attention_type: int = -1,
+        rope_freq_base: float = 0.0,
+        rope_freq_scale: float = 0.0,
+        yarn_ext_factor: float = -1.0,
+        yarn_attn_factor: float = 1.0,
+        yarn_beta_fast: float = 32.0,
+        yarn_beta_slow: float = 1.0,
+        yarn_orig_ctx: int = 0,
+        logits_all: bool = False,
+        embedding: bool = False,
+        offload_kqv: bool = True,
+        flash_attn: bool = False,
+        op_offload: Optional[bool] = None,
+        swa_full: Optional[bool] = None,
+        no_perf: bool = False,
+        last_n_tokens_size: int = 64,
+        lora_base: Optional[str] = None,
+        lora_scale: float = 1.0,
+        lora_path: Optional[str] = None,
+        numa: Union[bool, int] = False,
+        chat_format: Optional[str] = None,
+        chat_handler: Optional[Any] = None,
+        draft_model: Optional[Any] = None,
+        tokenizer: Optional[Any] = None,
+        type_k: Optional[int] = None,
+        type_v: Optional[int] = None,
+        spm_infill: bool = False,
+        verbose: bool = True,
+        **kwargs: Any,
+    ) -> None:
+        self.verbose = verbose
+        self._closed = True  # until everything is built
+        self._lock = threading.RLock()
+        options = dict(
+            n_gpu_layers=n_gpu_layers, split_mode=split_mode, main_gpu=main_gpu, tensor_split=tensor_split,
+            vocab_only=vocab_only, use_mmap=use_mmap, use_mlock=use_mlock, kv_overrides=kv_overrides, seed=seed,
+            n_ctx=n_ctx, n_batch=n_batch, n_ubatch=n_ubatch, n_threads=n_threads, n_threads_batch=n_threads_batch,
+            rope_scaling_type=rope_scaling_type, pooling_type=pooling_type, attention_type=attention_type,
+            rope_freq_base=rope_freq_base, rope_freq_scale=rope_freq_scale, yarn_ext_factor=yarn_ext_factor,
+            yarn_attn_factor=yarn_attn_factor, yarn_beta_fast=yarn_beta_fast, yarn_beta_slow=yarn_beta_slow,
+            yarn_orig_ctx=yarn_orig_ctx, logits_all=logits_all, embedding=embedding, offload_kqv=offload_kqv,
+            flash_attn=flash_attn, op_offload=op_offload, swa_full=swa_full, no_perf=no_perf,
+            last_n_tokens_size=last_n_tokens_size, lora_base=lora_base, lora_scale=lora_scale, lora_path=lora_path,
+            numa=numa, draft_model=draft_model, type_k=type_k, type_v=type_v, **kwargs,
+        )
+        self._init_options = {k: v for k, v in options.items() if k not in kwargs}
+        self.model_params, self.context_params = parse_params(model_path, dict(options))
+        mp: ModelParams = self.model_params
+        cp: ContextParams = self.context_params
+        self.model_path = mp.model_path
+        if not os.path.exists(self.model_path):
+            raise ValueError(f"Model path does not exist: {self.model_path}")
+
+        self._gguf = GGUFFile(self.model_path)
+        self._model = _engine.Model(self.model_path, vocab_only=mp.vocab_only, use_mmap=mp.use_mmap,
+                                    kv_overrides=mp.kv_overrides)
+        self.tokenizer_ = tokenizer if tokenizer is not None else LlamaTokenizer.from_gguf(self._gguf)
+        self._n_vocab = int(self.tokenizer_.n_vocab if tokenizer is None else self._model.n_vocab)
+
+        self.chat_format = chat_format
+        self.chat_handler = chat_handler
+        self.spm_infill = spm_infill
+        self.last_n_tokens_size = cp.last_n_tokens_size
+        self._logits_all = cp.logits_all
+        self._embedding = cp.embedding
+        self._seed = cp.seed if cp.seed != DEFAULT_SEED else random.SystemRandom().randint(0, 2**32 - 1)
+        self.cache: Optional[BaseLlamaCache] = None
+        self.metadata = _metadata_strings(self._gguf)
+
+        n_ctx_train = int(self._model.n_ctx_train)
+        self._n_ctx = cp.n_ctx if cp.n_ctx > 0 else n_ctx_train
+        self.n_batch = min(self._n_ctx, cp.n_batch)
+        self.n_ubatch = min(self.n_batch, cp.n_ubatch)
+        self.n_threads = cp.n_threads
+        self.n_threads_batch = cp.n_threads_batch
+        self._ctx = None
+        if not mp.vocab_only:
+            self._ctx = _engine.Context(
+                self._model, n_ctx=self._n_ctx, n_batch=self.n_batch, n_ubatch=self.n_ubatch, n_seq_max=1,
+                n_threads=cp.n_threads, n_threads_batch=cp.n_threads_batch, type_k=cp.type_k, type_v=cp.type_v,
+                flash_attn=cp.flash_attn, embeddings=cp.embedding, rope_freq_base=cp.rope_freq_base,
+                rope_freq_scale=cp.rope_freq_scale,
+            )
+        self.n_tokens = 0
+        self.input_ids: npt.NDArray[np.intc] = np.zeros(self._n_ctx, dtype=np.intc)
+        self._scores_all: Optional[npt.NDArray[np.single]] = None  # (n_ctx, n_vocab), logits_all only
+        self._last_logits_row = -1  # output row of the context holding the last token's logits
+        self._closed = False
+        if verbose:
+            logger.info("llamapy: loaded %s (%s, %d layers, n_ctx %d, %d threads)", self.model_path,
+                        self._model.arch, self._model.n_layer, self._n_ctx, self.n_threads)
+
+    # ------------------------------------------------------------------ basics
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ValueError("this Llama has been closed")
+
+    def _require_ctx(self) -> Any:
+        self._check_open()
+        if self._ctx is None:
+            raise ValueError("the model was loaded with vocab_only=True: no context to evaluate with")
+        return self._ctx
+
+    @property
+    def ctx(self) -> Any:
+        return self._ctx
+
+    @property
+    def model(self) -> Any:
+        return self._model
+
+    @property
+    def _input_ids(self) -> npt.NDArray[np.intc]:
+        return self.input_ids[: self.n_tokens]
+
+    @property
+    def scores(self) -> npt.NDArray[np.single]:
+        """Logits per evaluated position, shape (n_tokens, n_vocab).
+
+        With ``logits_all=True`` every row is real. Otherwise only the last row
+        is (the others alias it): llamapy does not keep an (n_ctx × n_vocab)
+        array unless asked, which for a 262k vocabulary would be 0.5 GB."""
+        if self._scores_all is not None:
+            return self._scores_all[: self.n_tokens]
+        last = self._last_logits()
+        if last is None:
+            return np.zeros((0, self._n_vocab), dtype=np.single)
+        return np.lib.stride_tricks.as_strided(last, shape=(max(self.n_tokens, 1), self._n_vocab),
+                                               strides=(0, last.strides[0]), writeable=False)
+
+    @property
+    def _scores(self) -> npt.NDArray[np.single]:
+        return self.scores
+
+    @property
+    def eval_tokens(self) -> List[int]:
+        return self.input_ids[: self.n_tokens].tolist()
+
+    @property
+    def eval_logits(self) -> List[List[float]]:
+        if self._scores_all is not None:
+            return self._scores_all[: self.n_tokens].tolist()
+        last = self._last_logits()
+        return [] if last is None else [last.tolist()]
+
+    def _last_logits(self) -> Optional[npt.NDArray[np.single]]:
+        if self._ctx is None or self._last_logits_row < 0 or self.n_tokens == 0:
+            return None
+        return self._ctx.get_logits(self._last_logits_row)
+
+    def n_ctx(self) -> int:
+        return self._n_ctx
+
+    def n_embd(self) -> int:
+        return int(self._model.n_embd)
+
+    def n_vocab(self) -> int:
+        return self._n_vocab
+
+    def tokenizer(self) -> Any:
+        return self.tokenizer_
+
+    def token_eos(self) -> int:
+        return int(self.tokenizer_.token_eos())
+
+    def token_bos(self) -> int:
+        return int(self.tokenizer_.token_bos())
+
+    def token_nl(self) -> int:
+        return int(self.tokenizer_.token_nl())
+
+    def pooling_type(self) -> int:
+        return int(self._model.pooling_type)
+
+    def tokenize(self, text: bytes, add_bos: bool = True, special: bool = False) -> List[int]:
+        """Tokenize UTF-8 bytes (a str is accepted too). ``add_bos`` adds the
+        BOS token when the model's vocabulary asks for it; ``special`` parses
+        control-token texts such as ``<start_of_turn>`` as those tokens."""
+        self._check_open()
+        return self.tokenizer_.tokenize(text, add_bos, special)
+
+    def detokenize(self, tokens: Sequence[int], prev_tokens: Optional[Sequence[int]] = None,
+                   special: bool = False) -> bytes:
+        self._check_open()
+        return self.tokenizer_.detokenize(tokens, prev_tokens=prev_tokens, special=special)
+
+    def set_cache(self, cache: Optional[BaseLlamaCache]) -> None:
+        self.cache = cache
+
+    def set_seed(self, seed: int) -> None:
+        self._seed = int(seed)
+
+    def reset(self) -> None:
+        """Forget the evaluated tokens (the KV cache is cleared lazily)."""
+        self.n_tokens = 0
+        self._last_logits_row = -1
+
+    # -------------------------------------------------------------- evaluation
+    def eval(self, tokens: Sequence[int]) -> None:
+        """Evaluate tokens after the ones already evaluated, in chunks of n_batch."""
+        self._eval(tokens, all_logits=self._logits_all)
+
+    def _eval(self, tokens: Sequence[int], all_logits: bool, on_chunk: Optional[Any] = None) -> None:
+        ctx = self._require_ctx()
+        toks = np.asarray(tokens, dtype=np.int32).reshape(-1)
+        if len(toks) == 0:
+            return
+        if self.n_tokens + len(toks) > self._n_ctx:
+            raise ValueError(f"Requested tokens ({self.n_tokens + len(toks)}) exceed context window of "
+                             f"{self._n_ctx}")
+        if ((toks < 0) | (toks >= self._n_vocab)).any():
+            bad = int(toks[(toks < 0) | (toks >= self._n_vocab)][0])
+            raise ValueError(f"token id {bad} is outside the vocabulary (0..{self._n_vocab - 1})")
+        with self._lock:
+            ctx.kv_seq_rm(0, self.n_tokens, -1)
+            for start in range(0, len(toks), self.n_batch):
+                chunk = toks[start:start + self.n_batch]
+                n_past = self.n_tokens
+                n = len(chunk)
+                want = np.zeros(n, dtype=bool)
+                if all_logits:
+                    want[:] = True
+                else:
+                    want[-1] = True
+                pos = np.arange(n_past, n_past + n, dtype=np.int32)
+                ctx.decode(tokens=chunk, embd=None, pos=pos, seq_ids=np.zeros(n, dtype=np.int32), logits=want)
+                self.input_ids[n_past:n_past + n] = chunk
+                if self._logits_all:
+                    if self._scores_all is None:
+                        self._scores_all = np.zeros((self._n_ctx, self._n_vocab), dtype=np.single)
+                    if all_logits:
+                        self._scores_all[n_past:n_past + n] = ctx.get_logits_all()
+                    else:
+                        self._scores_all[n_past + n - 1] = ctx.get_logits(0)
+                if on_chunk is not None and all_logits:
+                    on_chunk(n_past, chunk, ctx)
+                self.n_tokens += n
+                self._last_logits_row = n - 1 if all_logits else 0
+
+    # ---------------------------------------------------------------- sampling
+    def _make_sampler(self, top_k: int = 40, top_p: float = 0.95, min_p: float = 0.05, typical_p: float = 1.0,
+                      temp: float = 0.80, repeat_penalty: float = 1.0, frequency_penalty: float = 0.0,
+                      presence_penalty: float = 0.0, tfs_z: float = 1.0, mirostat_mode: int = 0,
+                      mirostat_eta: float = 0.1, mirostat_tau: float = 5.0,
+                      logit_bias: Optional[Dict[int, float]] = None) -> Any:
+        if tfs_z != 1.0:
+            logger.warning("tfs_z=%s: tail-free sampling was removed from llama.cpp and has no effect", tfs_z)
+        s = _engine.Sampler(
+            self._n_vocab, temperature=float(temp), top_k=int(top_k), top_p=float(top_p), min_p=float(min_p),
+            typical_p=float(typical_p), repeat_penalty=float(repeat_penalty),
+            frequency_penalty=float(frequency_penalty), presence_penalty=float(presence_penalty),
+            penalty_last_n=int(self.last_n_tokens_size), mirostat=int(mirostat_mode),
+            mirostat_tau=float(mirostat_tau), mirostat_eta=float(mirostat_eta), seed=int(self._seed) & (2**64 - 1),
+        )
+        if logit_bias:
+            s.set_logit_bias([(int(k), float(v)) for k, v in logit_bias.items()])
+        return s
+
+    def _sample_with(self, sampler: Any, logits_processor: Optional[LogitsProcessorList]) -> int:
+        logits = self._last_logits()
+        if logits is None:
+            raise ValueError("nothing has been evaluated yet: call eval() before sample()")
+        if logits_processor is not None:
+            logits = np.asarray(logits_processor(self._input_ids, np.array(logits, dtype=np.single)),
+                                dtype=np.single)
+        return int(sampler.sample(logits))
+
+    def sample(self, top_k: int = 40, top_p: float = 0.95, min_p: float = 0.05, typical_p: float = 1.0,
+               temp: float = 0.80, repeat_penalty: float = 1.0, frequency_penalty: float = 0.0,
+               presence_penalty: float = 0.0, tfs_z: float = 1.0, mirostat_mode: int = 0,
+               mirostat_eta: float = 0.1, mirostat_tau: float = 5.0, penalize_nl: bool = True,
+               logits_processor: Optional[LogitsProcessorList] = None, grammar: Optional[Any] = None,
+               idx: Optional[int] = None) -> int:
+        """Sample a token from the logits of the last evaluated token."""
+        self._require_ctx()
+        if grammar is not None:
+            raise NotImplementedError("grammar-constrained sampling is not available yet")
+        if idx is not None and idx != self.n_tokens - 1:
+            if self._scores_all is None:
+                raise ValueError("idx other than the last token needs logits_all=True")
+        sampler = self._make_sampler(top_k, top_p, min_p, typical_p, temp, repeat_penalty, frequency_penalty,
+                                     presence_penalty, tfs_z, mirostat_mode, mirostat_eta, mirostat_tau)
+        if idx is not None and self._scores_all is not None:
+            logits = self._scores_all[idx]
+            if logits_processor is not None:
+                logits = np.asarray(logits_processor(self._input_ids, logits.copy()), dtype=np.single)
+            return int(sampler.sample(np.ascontiguousarray(logits, dtype=np.single)))
+        return self._sample_with(sampler, logits_processor)
+
+    def generate(self, tokens: Sequence[int], top_k: int = 40, top_p: float = 0.95, min_p: float = 0.05,
+                 typical_p: float = 1.0, temp: float = 0.80, repeat_penalty: float = 1.0, reset: bool = True,
+                 frequency_penalty: float = 0.0, presence_penalty: float = 0.0, tfs_z: float = 1.0,
+                 mirostat_mode: int = 0, mirostat_tau: float = 5.0, mirostat_eta: float = 0.1,
+                 penalize_nl: bool = True, logits_processor: Optional[LogitsProcessorList] = None,
+                 stopping_criteria: Optional[StoppingCriteriaList] = None, grammar: Optional[Any] = None,
+                 logit_bias: Optional[Dict[int, float]] = None) -> Generator[int, Optional[Sequence[int]], None]:
+        """Evaluate ``tokens`` and yield sampled tokens forever (the caller
+        stops). If the evaluated tokens share a prefix with ``tokens``, only
+        the rest is evaluated. Sending a list of tokens into the generator
+        appends them after the sampled one."""
+        self._require_ctx()
+        if grammar is not None:
+            raise NotImplementedError("grammar-constrained sampling is not available yet")
+        sampler = self._make_sampler(top_k, top_p, min_p, typical_p, temp, repeat_penalty, frequency_penalty,
+                                     presence_penalty, tfs_z, mirostat_mode, mirostat_eta, mirostat_tau,
+                                     logit_bias)
+        tokens = list(tokens)
+        if reset:
+            prefix = longest_token_prefix(self._input_ids.tolist(), tokens) if self.n_tokens > 0 else 0
+            if prefix == len(tokens) and prefix > 0:
+                prefix -= 1  # re-evaluate the last token to get its logits
+            self.n_tokens = prefix
+            tokens = tokens[prefix:]
+            if prefix > 0 and self.verbose:
+                logger.info("llamapy: prompt prefix of %d tokens reused, %d to evaluate", prefix, len(tokens))
+        while True:
+            with self._lock:
+                self.eval(tokens)
+                token = self._sample_with(sampler, logits_processor)
+                sampler.accept(token)
+            if stopping_criteria is not None:
+                logits = self._last_logits()
+                if stopping_criteria(self._input_ids, logits):
+                    return
+            extra = yield token
+            tokens = [token]
+            if extra:
+                tokens.extend(extra)
+
+    # ------------------------------------------------------------- completions
+    def create_completion(self, prompt: Union[str, List[int]], suffix: Optional[str] = None,
+                          max_tokens: Optional[int] = 16, temperature: float = 0.8, top_p: float = 0.95,
+                          min_p: float = 0.05, typical_p: float = 1.0, logprobs: Optional[int] = None,
+                          echo: bool = False, stop: Optional[Union[str, List[str]]] = None,
+                          frequency_penalty: float = 0.0, presence_penalty: float = 0.0,
+                          repeat_penalty: float = 1.0, top_k: int = 40, stream: bool = False,
+                          seed: Optional[int] = None, tfs_z: float = 1.0, mirostat_mode: int = 0,
+                          mirostat_tau: float = 5.0, mirostat_eta: float = 0.1, model: Optional[str] = None,
+                          stopping_criteria: Optional[StoppingCriteriaList] = None,
+                          logits_processor: Optional[LogitsProcessorList] = None, grammar: Optional[Any] = None,
+                          logit_bias: Optional[Dict[int, float]] = None) -> Any:
+        """Complete ``prompt`` (text or token ids). Returns an OpenAI-shaped
+        ``text_completion`` dict, or an iterator of chunks with ``stream=True``."""
+        from ._completion import CompletionRequest, run_completion, stream_completion
+
+        req = CompletionRequest(
+            prompt=prompt, suffix=suffix, max_tokens=max_tokens, temperature=temperature, top_p=top_p,
+            min_p=min_p, typical_p=typical_p, logprobs=logprobs, echo=echo, stop=stop,
+            frequency_penalty=frequency_penalty, presence_penalty=presence_penalty, repeat_penalty=repeat_penalty,
+            top_k=top_k, seed=seed, tfs_z=tfs_z, mirostat_mode=mirostat_mode, mirostat_tau=mirostat_tau,
+            mirostat_eta=mirostat_eta, model=model, stopping_criteria=stopping_criteria,
+            logits_processor=logits_processor, grammar=grammar, logit_bias=logit_bias,
+        )
+        if stream:
+            return stream_completion(self, req)
+        return run_completion(self, req)
+
+    def __call__(self, prompt: Union[str, List[int]], *args: Any, **kwargs: Any) -> Any:
+        return self.create_completion(prompt, *args, **kwargs)
+
+    # ------------------------------------------------------------------ state
+    def save_state(self) -> LlamaState:
+        ctx = self._require_ctx()
+        with self._lock:
+            data = bytes(ctx.state_get())
+            scores = (self._scores_all[: self.n_tokens].copy() if self._scores_all is not None
+                      else np.zeros((0, self._n_vocab), dtype=np.single))
+            return LlamaState(self.input_ids[: self.n_tokens].copy(), scores, self.n_tokens, data, len(data),
+                              self._seed)
+
+    def load_state(self, state: LlamaState) -> None:
+        ctx = self._require_ctx()
+        with self._lock:
+            if state.n_tokens > self._n_ctx:
+                raise ValueError(f"state holds {state.n_tokens} tokens, more than n_ctx={self._n_ctx}")
+            ctx.state_set(state.llama_state)
+            self.input_ids[: state.n_tokens] = state.input_ids[: state.n_tokens]
+            self.n_tokens = state.n_tokens
+            self._seed = state.seed
+            if self._scores_all is not None and len(state.scores) == state.n_tokens:
+                self._scores_all[: state.n_tokens] = state.scores
+            # Logits are not part of the engine state: the next generate()
+            # re-evaluates the last token (prefix reuse keeps the rest).
+            self._last_logits_row = -1
+
+    # --------------------------------------------------------------- lifecycle
+    def close(self) -> None:
+        """Free the context and unmap the model. Safe to call twice."""
+        if getattr(self, "_closed", True):
+            return
+        self._closed = True
+        self._ctx = None
+        self._model = None
+        gguf = getattr(self, "_gguf", None)
+        if gguf is not None:
+            gguf.close()
+
+    def __enter__(self) -> "Llama":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def __getstate__(self) -> Dict[str, Any]:
+        return dict(model_path=self.model_path, chat_format=self.chat_format, chat_handler=self.chat_handler,
+                    spm_infill=self.spm_infill, verbose=self.verbose,
+                    **{k: v for k, v in self._init_options.items() if k != "seed"}, seed=self._seed)
+
+    def __setstate__(self, state: Dict[str, Any]) -> None:
+        self.__init__(**state)  # type: ignore[misc]
+
+    @staticmethod
+    def logits_to_logprobs(logits: npt.NDArray[np.single], axis: int = -1) -> npt.NDArray[np.single]:
+        logits = np.asarray(logits, dtype=np.single)
+        mx = np.max(logits, axis=axis, keepdims=True)
+        shifted = logits - mx
+        return shifted - np.log(np.sum(np.exp(shifted), axis=axis, keepdims=True))
+
+    @staticmethod
+    def longest_token_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+        return longest_token_prefix(a, b)
+
+    @classmethod
+    def from_pretrained(cls, repo_id: str, filename: Optional[str] = None, **kwargs: Any) -> "Llama":
+        raise NotImplementedError("from_pretrained downloads from the Hugging Face Hub, which llamapy does not do; "
+                                  "download the GGUF file yourself and pass model_path")
