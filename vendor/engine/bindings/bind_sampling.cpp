@@ -45,7 +45,7 @@ void bind_sampling(py::module_& m) {
              py::arg("penalty_last_n") = 64, py::arg("mirostat") = 0, py::arg("mirostat_tau") = 5.0f,
              py::arg("mirostat_eta") = 0.1f, py::arg("min_keep") = 1, py::arg("seed") = 0xFFFFFFFFu)
         .def("sample", [](sampler& s, const farray& logits) {
-                 const float* p = logits_ptr(logits, (int32_t)logits.size() > 0 ? (int32_t)logits.shape(0) : 0);
+                 const float* p = logits_ptr(logits, s.n_vocab());
                  py::gil_scoped_release nogil;
                  return s.sample(p);
              }, py::arg("logits"))

@@ -58,6 +58,7 @@ public:
     void accept(int32_t token);
     void reseed(uint64_t seed);
     const sampler_params& params() const { return p_; }
+    int32_t n_vocab() const { return n_vocab_; }
 
 private:
     const float* adjusted_logits(const float* logits);
