@@ -20,6 +20,7 @@ namespace py = pybind11;
 void bind_gguf(py::module_& m);
 void bind_quants(py::module_& m);
 void bind_sampling(py::module_& m);
+void bind_vocab(py::module_& m);
 
 namespace {
 
@@ -78,4 +79,5 @@ PYBIND11_MODULE(_engine, m) {
     bind_gguf(m);
     bind_quants(m);
     bind_sampling(m);
+    bind_vocab(m);
 }
