@@ -7,12 +7,32 @@ from __future__ import annotations
 
 from ._engine import GGUFError
 from .gguf_file import GGUFFile, TensorInfo
+from .llama import Llama
+from .llama_cache import (
+    BaseLlamaCache,
+    LlamaCache,
+    LlamaRAMCache,
+    LlamaState,
+    LogitsProcessorList,
+    MinTokensLogitsProcessor,
+    StoppingCriteriaList,
+)
+from ._tokenizer import LlamaTokenizer
 from .quants import dequantize, quantize
 from .system import system_info
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "Llama",
+    "LlamaTokenizer",
+    "LlamaState",
+    "LlamaCache",
+    "LlamaRAMCache",
+    "BaseLlamaCache",
+    "LogitsProcessorList",
+    "StoppingCriteriaList",
+    "MinTokensLogitsProcessor",
     "GGUFError",
     "GGUFFile",
     "TensorInfo",

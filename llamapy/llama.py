@@ -20,7 +20,7 @@ import numpy as np
 import numpy.typing as npt
 
 from . import _engine
-from ._params import DEFAULT_SEED, ContextParams, ModelParams, parse_params
+from ._params import DEFAULT_SEED, KV_TYPES, ContextParams, ModelParams, parse_params
 from ._tokenizer import LlamaTokenizer
 from .gguf_file import GGUFFile
 from .llama_cache import (
@@ -140,8 +140,9 @@ class Llama:
             raise ValueError(f"Model path does not exist: {self.model_path}")
 
         self._gguf = GGUFFile(self.model_path)
-        self._model = _engine.Model(self.model_path, vocab_only=mp.vocab_only, use_mmap=mp.use_mmap,
-                                    kv_overrides=mp.kv_overrides)
+        if mp.kv_overrides:
+            raise NotImplementedError("kv_overrides is not supported yet")
+        self._model = _engine.Model(self.model_path, vocab_only=mp.vocab_only, use_mmap=mp.use_mmap)
         self.tokenizer_ = tokenizer if tokenizer is not None else LlamaTokenizer.from_gguf(self._gguf)
         self._n_vocab = int(self.tokenizer_.n_vocab if tokenizer is None else self._model.n_vocab)
 
@@ -165,7 +166,8 @@ class Llama:
         if not mp.vocab_only:
             self._ctx = _engine.Context(
                 self._model, n_ctx=self._n_ctx, n_batch=self.n_batch, n_ubatch=self.n_ubatch, n_seq_max=1,
-                n_threads=cp.n_threads, n_threads_batch=cp.n_threads_batch, type_k=cp.type_k, type_v=cp.type_v,
+                n_threads=cp.n_threads, n_threads_batch=cp.n_threads_batch, type_k=KV_TYPES[cp.type_k].lower(),
+                type_v=KV_TYPES[cp.type_v].lower(),
                 flash_attn=cp.flash_attn, embeddings=cp.embedding, rope_freq_base=cp.rope_freq_base,
                 rope_freq_scale=cp.rope_freq_scale,
             )
