@@ -18,6 +18,7 @@ from .llama_cache import (
     StoppingCriteriaList,
 )
 from ._tokenizer import LlamaTokenizer
+from .grammar import LlamaGrammar
 from .quants import dequantize, quantize
 from .system import system_info
 
@@ -26,6 +27,7 @@ __version__ = "0.1.0"
 __all__ = [
     "Llama",
     "LlamaTokenizer",
+    "LlamaGrammar",
     "LlamaState",
     "LlamaCache",
     "LlamaRAMCache",

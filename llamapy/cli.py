@@ -50,6 +50,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_chat(args: argparse.Namespace) -> int:
+    from .chat.cli import run_chat
+
+    return run_chat(args)
+
+
 def _cmd_bench(args: argparse.Namespace) -> int:
     from .bench import run_bench
 
@@ -92,6 +98,19 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--stop", action="append", help="stop string (repeatable)")
     sp.add_argument("--no-echo", dest="echo", action="store_false", help="do not print the prompt first")
     sp.set_defaults(func=_cmd_run)
+
+    sp = sub.add_parser("chat", help="chat with a model in the terminal (history, streaming)")
+    model_opts(sp)
+    sp.add_argument("--chat-format", help="named chat format (default: the model's template, else a guess)")
+    sp.add_argument("-s", "--system", help="system prompt")
+    sp.add_argument("-n", "--n-predict", type=int, default=512, help="most tokens per answer (<= 0: no limit)")
+    sp.add_argument("--temp", type=float, default=0.7)
+    sp.add_argument("--top-k", type=int, default=40)
+    sp.add_argument("--top-p", type=float, default=0.95)
+    sp.add_argument("--min-p", type=float, default=0.05)
+    sp.add_argument("--repeat-penalty", type=float, default=1.0)
+    sp.add_argument("--seed", type=int, default=None)
+    sp.set_defaults(func=_cmd_chat)
 
     sp = sub.add_parser("bench", help="prompt processing (pp) and generation (tg) speed, like llama-bench")
     model_opts(sp)

@@ -448,6 +448,36 @@ class Llama:
     def __call__(self, prompt: Union[str, List[int]], *args: Any, **kwargs: Any) -> Any:
         return self.create_completion(prompt, *args, **kwargs)
 
+    # -------------------------------------------------------------------- chat
+    def create_chat_completion(
+        self, messages: List[Dict[str, Any]], functions: Optional[List[Dict[str, Any]]] = None,
+        function_call: Any = None, tools: Optional[List[Dict[str, Any]]] = None, tool_choice: Any = None,
+        temperature: float = 0.2, top_p: float = 0.95, top_k: int = 40, min_p: float = 0.05, typical_p: float = 1.0,
+        stream: bool = False, stop: Optional[Union[str, List[str]]] = [], seed: Optional[int] = None,
+        response_format: Optional[Dict[str, Any]] = None, max_tokens: Optional[int] = None,
+        presence_penalty: float = 0.0, frequency_penalty: float = 0.0, repeat_penalty: float = 1.0,
+        tfs_z: float = 1.0, mirostat_mode: int = 0, mirostat_tau: float = 5.0, mirostat_eta: float = 0.1,
+        model: Optional[str] = None, logits_processor: Optional[LogitsProcessorList] = None,
+        grammar: Optional[Any] = None, logit_bias: Optional[Dict[int, float]] = None,
+        logprobs: Optional[bool] = None, top_logprobs: Optional[int] = None,
+    ) -> Any:
+        """Answer a chat (OpenAI-shaped ``messages``): a ``chat.completion``
+        dict, or an iterator of ``chat.completion.chunk`` dicts with
+        ``stream=True``. The prompt comes from ``chat_handler``, else
+        ``chat_format``, else the GGUF's chat template (see llamapy.chat)."""
+        from .chat.completion import create_chat_completion
+
+        kwargs = dict(locals())
+        del kwargs["self"], kwargs["create_chat_completion"]
+        return create_chat_completion(self, **kwargs)
+
+    def create_chat_completion_openai_v1(self, *args: Any, **kwargs: Any) -> Any:
+        """create_chat_completion returning the ``openai`` package's
+        ``ChatCompletion`` / ``ChatCompletionChunk`` (needs ``pip install openai``)."""
+        from .chat.completion import create_chat_completion_openai_v1
+
+        return create_chat_completion_openai_v1(self, *args, **kwargs)
+
     # ------------------------------------------------------------------ state
     def save_state(self) -> LlamaState:
         ctx = self._require_ctx()

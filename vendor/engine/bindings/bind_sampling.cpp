@@ -6,6 +6,7 @@
 #include <pybind11/stl.h>
 
 #include "common.h"
+#include "sampling/grammar_state.h"
 #include "sampling/sampler.h"
 
 namespace py = pybind11;
@@ -52,7 +53,26 @@ void bind_sampling(py::module_& m) {
         .def("accept", &sampler::accept, py::arg("token"))
         .def("set_history", &sampler::set_history, py::arg("tokens"))
         .def("set_logit_bias", &sampler::set_logit_bias, py::arg("bias"))
-        .def("reseed", &sampler::reseed, py::arg("seed"));
+        .def("reseed", &sampler::reseed, py::arg("seed"))
+        // Grammar constraint: Grammar and GrammarVocab come from bind_grammar.cpp.
+        .def("set_grammar", [](sampler& s, std::shared_ptr<grammar> g, std::shared_ptr<grammar_vocab> v) {
+                 if (!g) { s.set_grammar(nullptr); return; }
+                 if (!v) throw value_error("set_grammar: a GrammarVocab is needed with a grammar");
+                 std::unique_ptr<grammar_state> st;
+                 {
+                     py::gil_scoped_release nogil;  // the first use of a vocabulary builds its index
+                     st = std::make_unique<grammar_state>(g, v);
+                 }
+                 s.set_grammar(std::move(st));
+             }, py::arg("grammar"), py::arg("vocab") = nullptr,
+             "Constrain sampling to `grammar` (None: no constraint); accept() then advances it.")
+        .def("reset_grammar", [](sampler& s) { if (s.grammar_constraint()) s.grammar_constraint()->reset(); },
+             "Restart the grammar from its start rule.")
+        .def_property_readonly("grammar_can_end", [](sampler& s) {
+                 return s.grammar_constraint() != nullptr && s.grammar_constraint()->can_end();
+             }, "True when a grammar is set and the text so far is a whole sentence of it.")
+        .def_property_readonly("grammar_fallbacks", &sampler::n_grammar_fallbacks,
+             "Samples whose first draw the grammar rejected, so the vocabulary was filtered.");
 
     m.def("logprobs", [](const farray& logits, int32_t chosen, int32_t n_top) {
         if (logits.ndim() != 1) throw value_error("logits must be 1-D");

@@ -20,7 +20,9 @@ namespace py = pybind11;
 void bind_gguf(py::module_& m);
 void bind_quants(py::module_& m);
 void bind_sampling(py::module_& m);
+void bind_grammar(py::module_& m);
 void bind_vocab(py::module_& m);
+void bind_model(py::module_& m);
 
 namespace {
 
@@ -79,5 +81,7 @@ PYBIND11_MODULE(_engine, m) {
     bind_gguf(m);
     bind_quants(m);
     bind_sampling(m);
+    bind_grammar(m);
     bind_vocab(m);
+    bind_model(m);
 }

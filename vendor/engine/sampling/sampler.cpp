@@ -10,6 +10,7 @@
 #include <unordered_map>
 
 #include "../common.h"
+#include "grammar_state.h"
 
 namespace lp {
 
@@ -17,8 +18,10 @@ namespace {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
-// The k largest entries of `values` (ties: lower id first), unsorted.
-void select_top_k(const float* values, int32_t n, int32_t k, std::vector<token_prob>& out) {
+// The k largest entries of `values` (ties: lower id first), unsorted; over
+// ids 0..n-1, or over `ids` only when given.
+void select_top_k(const float* values, int32_t n, int32_t k, std::vector<token_prob>& out,
+                  const std::vector<int32_t>* ids = nullptr) {
     out.clear();
     if (k <= 0) return;
     // min-heap on (value, -id): the root is the weakest kept candidate.
@@ -26,12 +29,14 @@ void select_top_k(const float* values, int32_t n, int32_t k, std::vector<token_p
         return a.logit > b.logit || (a.logit == b.logit && a.id < b.id);
     };
     out.reserve(k);
-    for (int32_t i = 0; i < n; ++i) {
+    const int32_t count = ids ? (int32_t)ids->size() : n;
+    for (int32_t j = 0; j < count; ++j) {
+        const int32_t i = ids ? (*ids)[j] : j;
         const float v = values[i];
         if ((int32_t)out.size() < k) {
             out.push_back({i, v, 0.0f});
             std::push_heap(out.begin(), out.end(), weaker);
-        } else if (v > out.front().logit) {
+        } else if (weaker(token_prob{i, v, 0.0f}, out.front())) {  // the new one is stronger
             std::pop_heap(out.begin(), out.end(), weaker);
             out.back() = {i, v, 0.0f};
             std::push_heap(out.begin(), out.end(), weaker);
@@ -51,6 +56,15 @@ sampler::sampler(const sampler_params& params, int32_t n_vocab)
     if (p_.min_keep < 1) p_.min_keep = 1;
 }
 
+sampler::~sampler() = default;
+
+void sampler::set_grammar(std::unique_ptr<grammar_state> g) {
+    if (g && (!g->vocab() || g->vocab()->n_tokens() != n_vocab_))
+        throw value_error("set_grammar: the grammar's vocabulary must have n_vocab (" + std::to_string(n_vocab_) +
+                          ") tokens");
+    grammar_ = std::move(g);
+}
+
 void sampler::reseed(uint64_t seed) {
     rng_.seed(seed);
     mirostat_mu_ = 2.0f * p_.mirostat_tau;
@@ -66,10 +80,15 @@ void sampler::set_logit_bias(const std::vector<std::pair<int32_t, float>>& bias)
 
 void sampler::set_history(const std::vector<int32_t>& tokens) {
     history_.clear();
-    for (int32_t t : tokens) accept(t);
+    for (int32_t t : tokens) record(t);
 }
 
 void sampler::accept(int32_t token) {
+    if (grammar_) grammar_->accept_token(token);
+    record(token);
+}
+
+void sampler::record(int32_t token) {
     if (p_.penalty_last_n == 0) return;
     history_.push_back(token);
     if (p_.penalty_last_n > 0)
@@ -97,11 +116,15 @@ const float* sampler::adjusted_logits(const float* logits) {
     return work_.data();
 }
 
-void sampler::build_candidates(const float* src) {
+void sampler::build_candidates(const float* src, const std::vector<int32_t>* allowed) {
     sorted_ = false;
-    const bool truncate_k = p_.temperature > 0.0f && p_.mirostat == 0 && p_.top_k > 0 && p_.top_k < n_vocab_;
+    const int32_t n = allowed ? (int32_t)allowed->size() : n_vocab_;
+    const bool truncate_k = p_.temperature > 0.0f && p_.mirostat == 0 && p_.top_k > 0 && p_.top_k < n;
     if (truncate_k) {
-        select_top_k(src, n_vocab_, std::max(p_.top_k, p_.min_keep), cand_);
+        select_top_k(src, n_vocab_, std::max(p_.top_k, p_.min_keep), cand_, allowed);
+    } else if (allowed) {
+        cand_.resize(n);
+        for (int32_t j = 0; j < n; ++j) cand_[j] = {(*allowed)[j], src[(*allowed)[j]], 0.0f};
     } else {
         cand_.resize(n_vocab_);
         for (int32_t i = 0; i < n_vocab_; ++i) cand_[i] = {i, src[i], 0.0f};
@@ -237,8 +260,31 @@ int32_t sampler::mirostat_v2() {
 
 int32_t sampler::sample(const float* logits) {
     const float* src = adjusted_logits(logits);
-    if (p_.temperature == 0.0f) return argmax(src, n_vocab_);
-    build_candidates(src);
+    if (!grammar_) return sample_chain(src, nullptr);
+    const float mu = mirostat_mu_;
+    const int32_t first = sample_chain(src, nullptr);
+    if (grammar_->allows(first)) return first;
+    // Rejected: run the chain again over the tokens the grammar allows.
+    mirostat_mu_ = mu;
+    ++n_grammar_fallbacks_;
+    grammar_->allowed_tokens(allowed_);
+    allowed_.erase(std::remove_if(allowed_.begin(), allowed_.end(), [&](int32_t id) { return src[id] == kNegInf; }),
+                   allowed_.end());  // banned by logit_bias
+    if (allowed_.empty())
+        throw value_error(grammar_->can_end() ? "grammar: the text is complete and no end-of-generation token is known"
+                                              : "grammar: no token of the vocabulary can continue the text");
+    return sample_chain(src, &allowed_);
+}
+
+int32_t sampler::sample_chain(const float* src, const std::vector<int32_t>* allowed) {
+    if (p_.temperature == 0.0f) {
+        if (!allowed) return argmax(src, n_vocab_);
+        int32_t best = (*allowed)[0];
+        for (int32_t id : *allowed)
+            if (src[id] > src[best] || (src[id] == src[best] && id < best)) best = id;
+        return best;
+    }
+    build_candidates(src, allowed);
     if (p_.temperature < 0.0f) return draw();
     if (p_.mirostat == 1) { temperature(p_.temperature); return mirostat_v1(); }
     if (p_.mirostat == 2) { temperature(p_.temperature); return mirostat_v2(); }

@@ -7,17 +7,24 @@
 // temperature == 0 means greedy; temperature < 0 means "sample from the raw
 // softmax" (no truncation).
 //
-// Not here: grammar constraints (a later stage plugs in before the draw).
+// Grammar constraints (grammar_state.h): the chain runs as usual and the
+// drawn token is checked against the grammar; only if it is rejected is the
+// whole vocabulary filtered and the chain run again over the allowed tokens
+// (llama.cpp's "check the chosen token first"). Greedy thus still returns the
+// best allowed token, and most steps cost one token check.
 #pragma once
 
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <random>
 #include <unordered_map>
 #include <utility>
 #include <vector>
 
 namespace lp {
+
+class grammar_state;
 
 struct sampler_params {
     float temperature = 0.8f;
@@ -46,6 +53,7 @@ struct token_prob {
 class sampler {
 public:
     sampler(const sampler_params& params, int32_t n_vocab);
+    ~sampler();
 
     // Bias added to the logit of a token before anything else (OpenAI's
     // logit_bias). -inf bans a token.
@@ -54,15 +62,25 @@ public:
     void set_history(const std::vector<int32_t>& tokens);
     // Picks the next token from raw logits (n_vocab floats; not modified).
     int32_t sample(const float* logits);
-    // Records a token as generated (feeds the penalties and mirostat).
+    // Records a token as generated (feeds the penalties and mirostat, and
+    // advances the grammar, which must allow it).
     void accept(int32_t token);
+    // Constrains sampling to a grammar (null: unconstrained). The state's
+    // vocabulary must have n_vocab tokens.
+    void set_grammar(std::unique_ptr<grammar_state> g);
+    grammar_state* grammar_constraint() { return grammar_.get(); }
+    // Samples whose first draw the grammar rejected (each cost a vocabulary filter).
+    int64_t n_grammar_fallbacks() const { return n_grammar_fallbacks_; }
     void reseed(uint64_t seed);
     const sampler_params& params() const { return p_; }
     int32_t n_vocab() const { return n_vocab_; }
 
 private:
     const float* adjusted_logits(const float* logits);
-    void build_candidates(const float* adjusted);
+    // The chain over all tokens, or over `allowed` only when not null.
+    int32_t sample_chain(const float* adjusted, const std::vector<int32_t>* allowed);
+    void build_candidates(const float* adjusted, const std::vector<int32_t>* allowed);
+    void record(int32_t token);
     void softmax();                 // sorts candidates by logit (desc) and fills p
     void top_k(int32_t k);
     void top_p(float p);
@@ -82,6 +100,9 @@ private:
     std::deque<int32_t> history_;
     std::mt19937_64 rng_;
     float mirostat_mu_;
+    std::unique_ptr<grammar_state> grammar_;
+    std::vector<int32_t> allowed_;  // (n_allowed) scratch for the grammar's fallback
+    int64_t n_grammar_fallbacks_ = 0;
 };
 
 // Log-probabilities for the logprobs APIs, computed natively: the

@@ -1,0 +1,93 @@
+"""``python -m llamapy chat``: an interactive chat in the terminal.
+
+Keeps the conversation, streams each answer, and drops the oldest turns when
+the conversation no longer fits the context. Commands: ``/reset`` forgets the
+conversation (the system prompt stays), ``/exit`` (or end of input) quits.
+Ctrl-C stops the answer being written.
+
+Not here: the command's options (``llamapy/cli.py``) and chat itself (``completion.py``).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any, Dict, List, Optional, TextIO
+
+HELP = "Type a message. /reset starts over, /exit quits; Ctrl-C stops an answer."
+
+
+def chat_loop(llm: Any, stdin: TextIO, stdout: TextIO, system: Optional[str] = None, **sampling: Any) -> int:
+    """Read user lines from ``stdin`` until ``/exit`` or end of input; stream answers to ``stdout``."""
+    base: List[Dict[str, Any]] = [{"role": "system", "content": system}] if system else []
+    history = list(base)
+    stdout.write(HELP + "\n")
+    while True:
+        stdout.write("> ")
+        stdout.flush()
+        line = stdin.readline()
+        if not line:
+            stdout.write("\n")
+            return 0
+        text = line.rstrip("\n")
+        if text.strip() in ("/exit", "/quit"):
+            return 0
+        if text.strip() == "/reset":
+            history = list(base)
+            stdout.write("(conversation cleared)\n")
+            continue
+        if not text.strip():
+            continue
+        history.append({"role": "user", "content": text})
+        answer = _answer(llm, history, base, stdout, sampling)
+        if answer is None:
+            history.pop()
+            continue
+        history.append({"role": "assistant", "content": answer})
+
+
+def _answer(llm: Any, history: List[Dict[str, Any]], base: List[Dict[str, Any]], stdout: TextIO,
+            sampling: Dict[str, Any]) -> Optional[str]:
+    """Stream one answer; returns its text, or None if nothing could be generated."""
+    while True:
+        try:
+            stream = llm.create_chat_completion(list(history), stream=True, **sampling)
+            break
+        except ValueError as e:
+            if "context window" not in str(e) or len(history) <= len(base) + 1:
+                stdout.write(f"error: {e}\n")
+                return None
+            del history[len(base): len(base) + 2]  # forget the oldest exchange
+    pieces: List[str] = []
+    try:
+        for chunk in stream:
+            delta = chunk["choices"][0]["delta"]
+            if delta.get("content"):
+                pieces.append(delta["content"])
+                stdout.write(delta["content"])
+                stdout.flush()
+    except KeyboardInterrupt:
+        stream.close()
+        stdout.write(" [stopped]")
+    stdout.write("\n")
+    return "".join(pieces)
+
+
+def run_chat(args: argparse.Namespace) -> int:
+    """The ``chat`` command: load the model (``args.model`` or the default) and chat."""
+    from ..llama import Llama
+
+    if args.model:
+        model_path = args.model
+    else:
+        from ..default_model import default_model_path
+
+        model_path = default_model_path()
+    seed = args.seed if args.seed is not None else 0xFFFFFFFF
+    llm = Llama(model_path=model_path, n_ctx=args.ctx_size, n_threads=args.threads or None, n_batch=args.batch_size,
+                chat_format=args.chat_format, seed=seed, verbose=False)
+    try:
+        return chat_loop(llm, sys.stdin, sys.stdout, system=args.system, max_tokens=args.n_predict,
+                         temperature=args.temp, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
+                         repeat_penalty=args.repeat_penalty)
+    finally:
+        llm.close()

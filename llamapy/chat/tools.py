@@ -1,0 +1,202 @@
+"""Tools in chat: describing them to models whose format has no place for
+them, finding the calls in what a model wrote, and streaming around them.
+
+Calls are recognized in the syntaxes models are trained on:
+- Hermes / Qwen: ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` (one block per call);
+- Mistral: ``[TOOL_CALLS] [{"name": ..., "arguments": {...}}, ...]``;
+- Llama 3.1: ``{"name": ..., "parameters": {...}}``, optionally after ``<|python_tag|>``;
+- DeepSeek R1: ``<｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME ```json ARGS ``` <｜tool▁call▁end｜>``;
+- bare JSON (an object, or a list of objects, naming a declared tool).
+Control tokens such as ``[TOOL_CALLS]`` may be missing from the text (they
+detokenize to nothing), so the bare forms are accepted whenever tools were
+offered and the named tool exists.
+
+Not here: grammars that force a call (``completion.py`` builds them).
+"""
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+ToolCall = Dict[str, Any]  # OpenAI shape: {"id", "type": "function", "function": {"name", "arguments"}}
+
+_DECODER = json.JSONDecoder()
+_HERMES = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.S)
+_DEEPSEEK = re.compile(r"<\uff5ctool\u2581call\u2581begin\uff5c>\s*(?:function)?\s*<\uff5ctool\u2581sep\uff5c>\s*"
+                       r"([^\n]+?)\s*\n\s*```(?:json)?\s*(.*?)\s*```", re.S)
+_FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.S)
+# Openings of explicit call syntaxes; text from the first one on is held back while streaming.
+CALL_MARKERS = ("<tool_call>", "[TOOL_CALLS]", "<|python_tag|>", "<\uff5ctool\u2581calls\u2581begin\uff5c>",
+                "<\uff5ctool\u2581call\u2581begin\uff5c>")
+
+
+def new_call_id() -> str:
+    return "call_" + uuid.uuid4().hex[:24]
+
+
+def make_call(name: str, arguments: Any, call_id: Optional[str] = None) -> ToolCall:
+    if not isinstance(arguments, str):
+        arguments = json.dumps(arguments if arguments is not None else {}, ensure_ascii=False)
+    return {"id": call_id or new_call_id(), "type": "function", "function": {"name": name, "arguments": arguments}}
+
+
+def _json_values(text: str) -> List[Any]:
+    """All JSON values in ``text``, one after another (separated by spaces, commas or semicolons)."""
+    values, i, text = [], 0, text.strip()
+    while i < len(text):
+        while i < len(text) and text[i] in " \t\r\n,;":
+            i += 1
+        if i >= len(text):
+            break
+        value, i = _DECODER.raw_decode(text, i)
+        values.append(value)
+    return values
+
+
+def _as_calls(value: Any, names: Optional[Sequence[str]], strict: bool) -> List[ToolCall]:
+    """Calls described by a decoded JSON value; [] if it does not describe calls
+    (``strict``: every call must name one of ``names``)."""
+    items = value if isinstance(value, list) else [value]
+    calls = []
+    for item in items:
+        if not isinstance(item, dict) or not isinstance(item.get("name"), str):
+            return []
+        if strict and (names is None or item["name"] not in names):
+            return []
+        args = item.get("arguments", item.get("parameters", {}))
+        if isinstance(args, str):
+            try:
+                args = json.loads(args)
+            except ValueError:
+                pass
+        call_id = item.get("id") if isinstance(item.get("id"), str) else None
+        calls.append(make_call(item["name"], args, call_id))
+    return calls
+
+
+def find_tool_calls(text: str, names: Optional[Sequence[str]] = None) -> Tuple[int, List[ToolCall]]:
+    """(index where the calls begin, calls) in model output; (-1, []) if none."""
+    cut = min((i for i in (text.find(m) for m in CALL_MARKERS) if i >= 0), default=-1)
+    if cut >= 0:
+        tail = text[cut:]
+        calls: List[ToolCall] = []
+        try:
+            if tail.startswith("<tool_call>"):
+                for body in _HERMES.findall(tail):
+                    calls += _as_calls(_json_values(body)[0], names, strict=False)
+            elif tail.startswith(("[TOOL_CALLS]", "<|python_tag|>")):
+                body = tail[len("[TOOL_CALLS]"):] if tail.startswith("[TOOL_CALLS]") else tail[len("<|python_tag|>"):]
+                for value in _json_values(body):
+                    calls += _as_calls(value, names, strict=False)
+            else:
+                for name, args in _DEEPSEEK.findall(tail):
+                    calls.append(make_call(name.strip(), json.loads(args)))
+        except (ValueError, IndexError):
+            calls = []
+        return (cut, calls) if calls else (-1, [])
+    body = text.strip()
+    fenced = _FENCE.match(body)
+    if fenced:
+        body = fenced.group(1)
+    if body[:1] not in ("{", "["):
+        return -1, []
+    try:
+        per_value = [_as_calls(v, names, strict=True) for v in _json_values(body)]
+    except ValueError:
+        return -1, []
+    if not per_value or not all(per_value):
+        return -1, []
+    return 0, [c for calls in per_value for c in calls]
+
+
+def parse_tool_calls(text: str, names: Optional[Sequence[str]] = None) -> Tuple[Optional[str], List[ToolCall]]:
+    """Split model output into (content, tool calls). Content is the text
+    before the calls (None if empty); with no calls found, it is all of ``text``."""
+    cut, calls = find_tool_calls(text, names)
+    if not calls:
+        return text, []
+    return (text[:cut].strip() or None), calls
+
+
+class ToolCallStream:
+    """Streams content while holding back text that may be a tool call.
+
+    ``push(text)`` returns the text that is surely content. Output that
+    starts (after spaces) with ``{`` or ``[`` is held to the end, as is
+    everything from a call marker on; ``finish()`` parses what was held and
+    returns (remaining content, calls)."""
+
+    def __init__(self, names: Optional[Sequence[str]]) -> None:
+        self.names = names
+        self.released = ""   # content given out so far
+        self.held = ""       # text not given out yet
+        self.holding_all = False
+
+    def push(self, text: str) -> str:
+        self.held += text
+        if self.holding_all:
+            return ""
+        if not self.released and self.held.lstrip()[:1] in ("", "{", "[", "`"):
+            if self.held.lstrip()[:1] in ("{", "[", "`"):
+                self.holding_all = True
+            return ""
+        cut = min((i for i in (self.held.find(m) for m in CALL_MARKERS) if i >= 0), default=-1)
+        if cut >= 0:
+            self.holding_all = True
+            out, self.held = self.held[:cut], self.held[cut:]
+        else:
+            keep = _partial_marker_len(self.held)
+            out, self.held = self.held[: len(self.held) - keep], self.held[len(self.held) - keep:]
+        self.released += out
+        return out
+
+    def finish(self) -> Tuple[str, List[ToolCall]]:
+        full = self.released + self.held
+        cut, calls = find_tool_calls(full, self.names)
+        if not calls:
+            rest, self.held = self.held, ""
+            return rest, []
+        self.held = ""
+        return full[len(self.released):max(cut, len(self.released))].rstrip(), calls
+
+
+def _partial_marker_len(text: str) -> int:
+    """Length of the longest suffix of ``text`` that begins a call marker."""
+    best = 0
+    for m in CALL_MARKERS:
+        for n in range(min(len(m) - 1, len(text)), best, -1):
+            if text.endswith(m[:n]):
+                best = n
+                break
+    return best
+
+
+def tool_names(tools: Optional[Sequence[Dict[str, Any]]]) -> List[str]:
+    return [t["function"]["name"] for t in tools or [] if isinstance(t, dict) and "function" in t]
+
+
+def tools_system_prompt(tools: Sequence[Dict[str, Any]]) -> str:
+    """Describes tools for formats that have no place for them, in the
+    Hermes syntax that ``parse_tool_calls`` reads back."""
+    lines = "\n".join(json.dumps(t, ensure_ascii=False) for t in tools)
+    return ("You can call functions to help with the user's request. They are described here, "
+            "one JSON signature per line, between <tools> and </tools>:\n"
+            f"<tools>\n{lines}\n</tools>\n"
+            "To call a function, answer with one block per call, each holding a JSON object with the "
+            "function's name and its arguments:\n"
+            '<tool_call>\n{"name": "<function name>", "arguments": {<arguments as JSON>}}\n</tool_call>')
+
+
+def call_as_text(call: Dict[str, Any]) -> str:
+    """An assistant's earlier tool call, written back in the Hermes syntax."""
+    fn = call.get("function", call)
+    args = fn.get("arguments", {})
+    if isinstance(args, str):
+        try:
+            args = json.loads(args)
+        except ValueError:
+            pass
+    return "<tool_call>\n" + json.dumps({"name": fn.get("name"), "arguments": args}, ensure_ascii=False) + \
+        "\n</tool_call>"

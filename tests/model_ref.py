@@ -1,0 +1,396 @@
+"""Plain numpy reference forward passes for the architectures llamapy runs,
+and tiny synthetic GGUF models to run them on.
+
+Each architecture is described by an ``ArchSpec`` (its GGUF name, how its
+block differs from the plain pre-norm transformer, which tensors it has).
+``make_model`` draws seeded weights for a tiny configuration and writes them
+to a GGUF file with gguf-py; ``forward`` evaluates one sequence in float64.
+
+The reference repeats the roundings llama.cpp's CPU backend makes, so the
+engine can be held to tight tolerances:
+  - activations are converted to the weight type's dot-product input format
+    before every matrix product (F16 weights: F16; Q8_0 weights: Q8_0 blocks);
+  - with an F16 KV cache, keys, values, queries and attention weights are
+    rounded to F16;
+  - GELU is evaluated on the F16-rounded input and rounded to F16.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from pathlib import Path
+
+import numpy as np
+import gguf
+from gguf import GGMLQuantizationType as QT
+
+
+# ---------------------------------------------------------------------------
+# Architectures
+# ---------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class ArchSpec:
+    arch: str
+    rope_neox: bool = False
+    act: str = "silu"            # gated FFN activation: silu | gelu
+    qkv_bias: bool = False
+    qkv_fused: bool = False
+    gate_up_fused: bool = False
+    qk_norm: bool = False
+    post_norms: bool = False     # norms after attention and after the FFN
+    scale_q: bool = False        # q scaled before attention (Gemma, Phi-3)
+    embd_scale: bool = False     # token embeddings times sqrt(n_embd)
+    swa_period: int = 0          # layers i with i % period < period - 1 use the window
+    swa_rope_base: float | None = None  # RoPE base of the window layers (Gemma 3)
+    attn_softcap: float = 0.0
+    final_softcap: float = 0.0
+    rope_freqs: bool = False     # a llama3-style rope_freqs.weight tensor
+    tied_output: bool = False    # no output.weight
+
+
+@dataclasses.dataclass
+class Config:
+    n_vocab: int = 100
+    n_embd: int = 64
+    n_layer: int = 2
+    n_head: int = 4
+    n_head_kv: int = 2
+    head_dim: int = 16
+    n_ff: int = 96
+    n_ctx_train: int = 256
+    rope_base: float = 10000.0
+    eps: float = 1e-5
+    n_swa: int = 0
+
+
+SPECS = {
+    "llama": (ArchSpec("llama", rope_freqs=True), Config()),
+    "gemma3": (
+        ArchSpec("gemma3", rope_neox=True, act="gelu", qk_norm=True, post_norms=True, scale_q=True,
+                 embd_scale=True, swa_period=6, swa_rope_base=10000.0, tied_output=True),
+        Config(n_layer=6, head_dim=32, rope_base=1e6, eps=1e-6, n_swa=5),
+    ),
+    "gemma2": (
+        ArchSpec("gemma2", rope_neox=True, act="gelu", post_norms=True, scale_q=True, embd_scale=True,
+                 swa_period=2, attn_softcap=3.0, final_softcap=2.5, tied_output=True),
+        Config(n_layer=3, n_swa=4),
+    ),
+    "qwen2": (ArchSpec("qwen2", rope_neox=True, qkv_bias=True), Config()),
+    "qwen3": (ArchSpec("qwen3", rope_neox=True, qk_norm=True), Config(head_dim=32, eps=1e-6)),
+    "phi3": (ArchSpec("phi3", rope_neox=True, qkv_fused=True, gate_up_fused=True, scale_q=True), Config()),
+}
+
+
+def is_swa(spec: ArchSpec, cfg: Config, il: int) -> bool:
+    p = spec.swa_period
+    return cfg.n_swa > 0 and p > 0 and il % p < p - 1
+
+
+# ---------------------------------------------------------------------------
+# Weights
+# ---------------------------------------------------------------------------
+
+
+def make_weights(spec: ArchSpec, cfg: Config, seed: int = 0) -> dict[str, np.ndarray]:
+    """Seeded float32 weights, matrices as (rows=out, cols=in)."""
+    rng = np.random.default_rng(seed)
+    E, H, KV, D, F = cfg.n_embd, cfg.n_head, cfg.n_head_kv, cfg.head_dim, cfg.n_ff
+
+    def mat(rows, cols, gain=1.0):
+        return (rng.standard_normal((rows, cols)) * gain / math.sqrt(cols)).astype(np.float32)
+
+    def normw(n):
+        return (1.0 + 0.2 * rng.standard_normal(n)).astype(np.float32)
+
+    w: dict[str, np.ndarray] = {}
+    w["token_embd.weight"] = rng.standard_normal((cfg.n_vocab, E)).astype(np.float32)
+    if spec.embd_scale:
+        w["token_embd.weight"] /= math.sqrt(E)
+    w["output_norm.weight"] = normw(E)
+    if not spec.tied_output:
+        w["output.weight"] = mat(cfg.n_vocab, E, 2.0)
+    if spec.rope_freqs:
+        w["rope_freqs.weight"] = np.linspace(1.0, 8.0, D // 2).astype(np.float32)
+    for il in range(cfg.n_layer):
+        p = f"blk.{il}."
+        w[p + "attn_norm.weight"] = normw(E)
+        q, k, v = mat(H * D, E, 2.0), mat(KV * D, E, 2.0), mat(KV * D, E)
+        if spec.qkv_fused:
+            w[p + "attn_qkv.weight"] = np.concatenate([q, k, v], axis=0)
+        else:
+            w[p + "attn_q.weight"], w[p + "attn_k.weight"], w[p + "attn_v.weight"] = q, k, v
+        if spec.qkv_bias:
+            w[p + "attn_q.bias"] = (0.3 * rng.standard_normal(H * D)).astype(np.float32)
+            w[p + "attn_k.bias"] = (0.3 * rng.standard_normal(KV * D)).astype(np.float32)
+            w[p + "attn_v.bias"] = (0.3 * rng.standard_normal(KV * D)).astype(np.float32)
+        w[p + "attn_output.weight"] = mat(E, H * D)
+        if spec.qk_norm:
+            w[p + "attn_q_norm.weight"] = normw(D)
+            w[p + "attn_k_norm.weight"] = normw(D)
+        if spec.post_norms:
+            w[p + "post_attention_norm.weight"] = normw(E)
+            w[p + "post_ffw_norm.weight"] = normw(E)
+        w[p + "ffn_norm.weight"] = normw(E)
+        gate, up = mat(F, E, 2.0), mat(F, E)
+        if spec.gate_up_fused:
+            w[p + "ffn_up.weight"] = np.concatenate([gate, up], axis=0)
+        else:
+            w[p + "ffn_gate.weight"], w[p + "ffn_up.weight"] = gate, up
+        w[p + "ffn_down.weight"] = mat(E, F)
+    return w
+
+
+def store_type(name: str, arr: np.ndarray, wtype: str) -> str:
+    """The type a tensor is written with: 1-D tensors stay F32, as converters do."""
+    if arr.ndim == 1:
+        return "F32"
+    return wtype
+
+
+def as_stored(arr: np.ndarray, t: str) -> np.ndarray:
+    """What the engine reads back from a tensor written as type t."""
+    if t == "F32":
+        return arr
+    if t == "F16":
+        return arr.astype(np.float16).astype(np.float32)
+    if t == "Q8_0":
+        return gguf.quants.dequantize(gguf.quants.quantize(arr, QT.Q8_0), QT.Q8_0).astype(np.float32)
+    raise ValueError(t)
+
+
+def write_gguf(path: Path, spec: ArchSpec, cfg: Config, weights: dict[str, np.ndarray], wtype: str = "F32") -> None:
+    a = spec.arch
+    wr = gguf.GGUFWriter(str(path), a)
+    wr.add_name(f"tiny {a}")
+    wr.add_uint32(f"{a}.context_length", cfg.n_ctx_train)
+    wr.add_uint32(f"{a}.embedding_length", cfg.n_embd)
+    wr.add_uint32(f"{a}.block_count", cfg.n_layer)
+    wr.add_uint32(f"{a}.feed_forward_length", cfg.n_ff)
+    wr.add_uint32(f"{a}.attention.head_count", cfg.n_head)
+    wr.add_uint32(f"{a}.attention.head_count_kv", cfg.n_head_kv)
+    wr.add_uint32(f"{a}.attention.key_length", cfg.head_dim)
+    wr.add_uint32(f"{a}.attention.value_length", cfg.head_dim)
+    wr.add_float32(f"{a}.attention.layer_norm_rms_epsilon", cfg.eps)
+    wr.add_float32(f"{a}.rope.freq_base", cfg.rope_base)
+    wr.add_uint32(f"{a}.rope.dimension_count", cfg.head_dim)
+    if cfg.n_swa:
+        wr.add_uint32(f"{a}.attention.sliding_window", cfg.n_swa)
+    if spec.attn_softcap:
+        wr.add_float32(f"{a}.attn_logit_softcapping", spec.attn_softcap)
+    if spec.final_softcap:
+        wr.add_float32(f"{a}.final_logit_softcapping", spec.final_softcap)
+    # A dummy SentencePiece vocabulary, for loaders that want one.
+    wr.add_tokenizer_model("llama")
+    wr.add_token_list([b"<unk>", b"<s>", b"</s>"] + [f"t{i}".encode() for i in range(3, cfg.n_vocab)])
+    wr.add_token_scores([0.0] * cfg.n_vocab)
+    wr.add_token_types([2, 3, 3] + [1] * (cfg.n_vocab - 3))
+    wr.add_bos_token_id(1)
+    wr.add_eos_token_id(2)
+    wr.add_file_type({"F32": 0, "F16": 1, "Q8_0": 7}[wtype])
+    for name, arr in weights.items():
+        t = store_type(name, arr, wtype)
+        if t == "F32":
+            wr.add_tensor(name, arr.astype(np.float32))
+        elif t == "F16":
+            wr.add_tensor(name, arr.astype(np.float16))
+        else:
+            q = gguf.quants.quantize(arr, QT.Q8_0)
+            wr.add_tensor(name, q, raw_shape=q.shape, raw_dtype=QT.Q8_0)
+    wr.write_header_to_file()
+    wr.write_kv_data_to_file()
+    wr.write_tensors_to_file()
+    wr.close()
+
+
+def make_model(tmp: Path, arch: str, wtype: str = "F32", seed: int = 0):
+    """Writes a tiny model of `arch`; returns (path, spec, cfg, weights as the engine reads them)."""
+    spec, cfg = SPECS[arch]
+    w = make_weights(spec, cfg, seed)
+    path = Path(tmp) / f"tiny-{arch}-{wtype}.gguf"
+    write_gguf(path, spec, cfg, w, wtype)
+    stored = {k: as_stored(v, store_type(k, v, wtype)) for k, v in w.items()}
+    return path, spec, cfg, stored
+
+
+# ---------------------------------------------------------------------------
+# Reference forward pass
+# ---------------------------------------------------------------------------
+
+
+def f16(x):
+    return np.asarray(x, dtype=np.float64).astype(np.float16).astype(np.float64)
+
+
+def q8_0_roundtrip(x: np.ndarray) -> np.ndarray:
+    """Rows quantized to Q8_0 blocks of 32 and back, as llama.cpp does to activations."""
+    x32 = np.asarray(x, dtype=np.float32)
+    shape = x32.shape
+    b = x32.reshape(-1, 32)
+    amax = np.abs(b).max(axis=1, keepdims=True)
+    d = amax / np.float32(127)
+    with np.errstate(divide="ignore"):
+        inv = np.where(d > 0, np.float32(1) / d, np.float32(0)).astype(np.float32)
+    v = b * inv
+    q = np.trunc(v + np.copysign(np.float32(0.5), v))  # roundf: half away from zero
+    d16 = d.astype(np.float16).astype(np.float64)
+    return (q.astype(np.float64) * d16).reshape(shape)
+
+
+def q8_k_roundtrip(x: np.ndarray) -> np.ndarray:
+    """Rows quantized to Q8_K blocks of 256 and back (the K-quants' activation format):
+    the value of largest magnitude maps to -127, the scale is kept as a float."""
+    x32 = np.asarray(x, dtype=np.float32)
+    shape = x32.shape
+    b = x32.reshape(-1, 256)
+    mx = np.take_along_axis(b, np.abs(b).argmax(axis=1)[:, None], axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        iscale = np.where(mx != 0, np.float32(-127) / mx, np.float32(0)).astype(np.float32)
+        q = np.minimum(np.rint(iscale * b), 127)
+        d = np.where(iscale != 0, np.float32(1) / iscale, np.float32(0)).astype(np.float32)
+    return (q.astype(np.float64) * d.astype(np.float64)).reshape(shape)
+
+
+def act_round(x: np.ndarray, wtype: str) -> np.ndarray:
+    if wtype == "F16":
+        return f16(x)
+    if wtype == "Q8_0":
+        return q8_0_roundtrip(x)
+    if wtype == "Q8_K":
+        return q8_k_roundtrip(x)
+    return np.asarray(x, dtype=np.float64)
+
+
+def matmul(x, w, wtype):
+    """x (n, cols) times w (rows, cols) transposed, after the activation conversion."""
+    return act_round(x, wtype) @ np.asarray(w, dtype=np.float64).T
+
+
+def dot_input(wtype: str | dict, name: str) -> str:
+    """The activation format of tensor `name`'s dot products: one type for
+    every tensor, or a dict name -> stored type (Q8_0 for the legacy quant
+    types, Q8_K for the K-quants, F16 for F16)."""
+    if isinstance(wtype, str):
+        return wtype
+    t = wtype.get(name, "F32")
+    if t in ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0"):
+        return "Q8_0"
+    if t in ("Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"):
+        return "Q8_K"
+    return "F16" if t == "F16" else "F32"
+
+
+def rms_norm(x, w, eps):
+    x = np.asarray(x, dtype=np.float64)
+    y = x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps)
+    return y * w if w is not None else y
+
+
+def gelu_f16(x):
+    """GELU (tanh form) on the F16-rounded input, rounded to F16; exact outside (-10, 10)."""
+    x = np.asarray(x, dtype=np.float64)
+    h = f16(x)
+    g = 0.5 * h * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * h * (1.0 + 0.044715 * h * h)))
+    y = f16(g)
+    y = np.where(x >= 10.0, x, y)
+    return np.where(x <= -10.0, 0.0, y)
+
+
+def silu(x):
+    return x / (1.0 + np.exp(-x))
+
+
+def rope(x, pos, base, n_rot, neox, freq_factors=None):
+    """x (n, heads, dim); rotates the first n_rot dims of each head."""
+    x = x.copy()
+    half = n_rot // 2
+    inv = base ** (-2.0 * np.arange(half) / n_rot)
+    if freq_factors is not None:
+        inv = inv / freq_factors
+    ang = np.asarray(pos, dtype=np.float64)[:, None] * inv[None, :]  # (n, half)
+    c, s = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
+    if neox:
+        x0, x1 = x[..., :half].copy(), x[..., half:n_rot].copy()
+        x[..., :half] = x0 * c - x1 * s
+        x[..., half:n_rot] = x0 * s + x1 * c
+    else:
+        x0, x1 = x[..., 0:n_rot:2].copy(), x[..., 1:n_rot:2].copy()
+        x[..., 0:n_rot:2] = x0 * c - x1 * s
+        x[..., 1:n_rot:2] = x0 * s + x1 * c
+    return x
+
+
+def forward(spec: ArchSpec, cfg: Config, w: dict[str, np.ndarray], tokens, wtype: str = "F32",
+            kv_f16: bool = True, pos0: int = 0):
+    """Logits (n, n_vocab) and final hidden states (n, n_embd) of one sequence
+    of tokens at positions pos0, pos0+1, ..."""
+    E, H, KV, D, F = cfg.n_embd, cfg.n_head, cfg.n_head_kv, cfg.head_dim, cfg.n_ff
+    n = len(tokens)
+    pos = np.arange(pos0, pos0 + n)
+    kvr = f16 if kv_f16 else (lambda a: np.asarray(a, dtype=np.float64))
+    emb = np.asarray(w["token_embd.weight"], dtype=np.float64)
+    x = emb[np.asarray(tokens)]
+    if spec.embd_scale:
+        x = x * np.float32(math.sqrt(E))
+    ff = w.get("rope_freqs.weight")
+    attn_scale = 1.0 / math.sqrt(D)
+    for il in range(cfg.n_layer):
+        p = f"blk.{il}."
+        swa = is_swa(spec, cfg, il)
+        base = spec.swa_rope_base if (swa and spec.swa_rope_base) else cfg.rope_base
+        h = rms_norm(x, w[p + "attn_norm.weight"], cfg.eps)
+        if spec.qkv_fused:
+            qkv = matmul(h, w[p + "attn_qkv.weight"], dot_input(wtype, p + "attn_qkv.weight"))
+            q, k, v = qkv[:, :H * D], qkv[:, H * D:H * D + KV * D], qkv[:, H * D + KV * D:]
+        else:
+            q = matmul(h, w[p + "attn_q.weight"], dot_input(wtype, p + "attn_q.weight"))
+            k = matmul(h, w[p + "attn_k.weight"], dot_input(wtype, p + "attn_k.weight"))
+            v = matmul(h, w[p + "attn_v.weight"], dot_input(wtype, p + "attn_v.weight"))
+        if spec.qkv_bias:
+            q, k, v = q + w[p + "attn_q.bias"], k + w[p + "attn_k.bias"], v + w[p + "attn_v.bias"]
+        q, k, v = q.reshape(n, H, D), k.reshape(n, KV, D), v.reshape(n, KV, D)
+        if spec.qk_norm:
+            q = rms_norm(q, w[p + "attn_q_norm.weight"], cfg.eps)
+            k = rms_norm(k, w[p + "attn_k_norm.weight"], cfg.eps)
+        q = rope(q, pos, base, D, spec.rope_neox, ff)
+        k = rope(k, pos, base, D, spec.rope_neox, ff)
+        if spec.scale_q:
+            q = q * attn_scale
+        kq_scale = 1.0 if spec.scale_q else attn_scale
+        q, k, v = kvr(q), kvr(k), kvr(v)
+        out = np.zeros((n, H, D))
+        for t in range(n):
+            vis = [j for j in range(t + 1) if not (swa and pos[t] - pos[j] >= cfg.n_swa)]
+            for hh in range(H):
+                g = hh // (H // KV)
+                s = k[vis, g, :] @ q[t, hh, :]
+                if spec.attn_softcap:
+                    s = np.tanh(s / spec.attn_softcap) * spec.attn_softcap
+                s = s * kq_scale
+                e = np.exp(s - s.max())
+                pr = kvr(e / e.sum())
+                out[t, hh, :] = pr @ v[vis, g, :]
+        o = matmul(out.reshape(n, H * D), w[p + "attn_output.weight"], dot_input(wtype, p + "attn_output.weight"))
+        if spec.post_norms:
+            o = rms_norm(o, w[p + "post_attention_norm.weight"], cfg.eps)
+        x = x + o
+        h = rms_norm(x, w[p + "ffn_norm.weight"], cfg.eps)
+        if spec.gate_up_fused:
+            gu = matmul(h, w[p + "ffn_up.weight"], dot_input(wtype, p + "ffn_up.weight"))
+            gate, up = gu[:, :F], gu[:, F:]
+        else:
+            gate = matmul(h, w[p + "ffn_gate.weight"], dot_input(wtype, p + "ffn_gate.weight"))
+            up = matmul(h, w[p + "ffn_up.weight"], dot_input(wtype, p + "ffn_up.weight"))
+        a = (gelu_f16(gate) if spec.act == "gelu" else silu(gate)) * up
+        o = matmul(a, w[p + "ffn_down.weight"], dot_input(wtype, p + "ffn_down.weight"))
+        if spec.post_norms:
+            o = rms_norm(o, w[p + "post_ffw_norm.weight"], cfg.eps)
+        x = x + o
+    hfin = rms_norm(x, w["output_norm.weight"], cfg.eps)
+    out_w = w.get("output.weight", w["token_embd.weight"])
+    logits = matmul(hfin, out_w, dot_input(wtype, "output.weight" if "output.weight" in w else "token_embd.weight"))
+    if spec.final_softcap:
+        logits = np.tanh(logits / spec.final_softcap) * spec.final_softcap
+    return logits, hfin

@@ -1,0 +1,81 @@
+"""Shared checks for the quantization-family tests (test_quants_float.py,
+test_quants_legacy.py, test_iquants.py): random well-formed blocks, the
+activation round trip, and the dot-product / matmul comparisons every type
+goes through.
+
+Error budgets. A dot product over n terms accumulated in float32 is within
+about n * 2^-24 * sum|w_i a_i| of the exact value; the kernels accumulate
+exact int32 block sums and round only when scaling and summing blocks, so
+the bounds below (relative to sum|w_i a_i|) leave a wide margin:
+  - reference vs float64 of the same operands: 2e-6
+  - any SIMD level vs the reference:           4e-6
+  - the matmul driver vs float64:              8e-6 (adds the activation
+    quantization only through the operands it shares with the reference)
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from llamapy import _engine
+
+LEVELS = list(_engine.system_info()["cpu_isas"])  # "scalar", then what this CPU and build support
+
+REF_TOL = 2e-6
+SIMD_TOL = 4e-6
+MATMUL_TOL = 8e-6
+
+
+def random_blocks(rng, block_bytes: int, n_blocks: int, half_offsets, scale: float = 0.05) -> np.ndarray:
+    """Random block bytes with finite fp16 values in the fields at
+    `half_offsets` (random bytes would put NaN and inf there)."""
+    raw = rng.integers(0, 256, size=(n_blocks, block_bytes), dtype=np.uint8)
+    for off in half_offsets:
+        h = (rng.standard_normal(n_blocks) * scale).astype(np.float16)
+        raw[:, off:off + 2] = h.view(np.uint8).reshape(-1, 2)
+    return raw
+
+
+def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
+    a = np.ascontiguousarray(a, dtype=np.float32)
+    b = np.ascontiguousarray(b, dtype=np.float32)
+    return a.shape == b.shape and np.array_equal(a.view(np.uint32), b.view(np.uint32))
+
+
+def activation_roundtrip(x: np.ndarray, act_type: str) -> np.ndarray:
+    """x (rows of floats) quantized to an activation format with the reference
+    quantizer and dequantized again: the operand the kernels really see."""
+    if act_type == "F32":
+        return np.asarray(x, np.float32)
+    q = _engine.quantize_ref(np.asarray(x, np.float32), act_type)
+    return _engine.dequantize(q, act_type, list(np.shape(x)))
+
+
+def check_vec_dot(w_raw: np.ndarray, qtype: str, n_cols: int, a: np.ndarray, exact64: np.ndarray,
+                  scale64: np.ndarray) -> None:
+    """Every ISA level's vec_dot against the reference, and the reference
+    against `exact64` (the float64 dot of the operands the kernels see).
+    `scale64` is sum|w_i a_i| per row, the yardstick of the error budgets."""
+    ref = _engine.vec_dot_rows(w_raw, qtype, n_cols, a, "ref")
+    bound = scale64 + 1e-30
+    err_ref = np.abs(ref.astype(np.float64) - exact64) / bound
+    assert err_ref.max() <= REF_TOL, f"{qtype} reference vs float64: {err_ref.max():.3g}"
+    for level in LEVELS:
+        got = _engine.vec_dot_rows(w_raw, qtype, n_cols, a, level)
+        err = np.abs(got.astype(np.float64) - ref) / bound
+        assert err.max() <= SIMD_TOL, f"{qtype} {level} vs reference: {err.max():.3g} (n_cols {n_cols})"
+
+
+def check_matmul(w_raw: np.ndarray, qtype: str, n_rows: int, n_cols: int, x: np.ndarray, w64: np.ndarray,
+                 act_type: str) -> None:
+    """The matrix driver (mat-vec and tiled mat-mat, 1 and 2 threads, and the
+    reference path) against float64 products of the dequantized weights `w64`
+    and the activations as quantized to `act_type`."""
+    a64 = activation_roundtrip(x, act_type).astype(np.float64)
+    exact = a64 @ w64.T
+    bound = np.abs(a64) @ np.abs(w64).T + 1e-30
+    for threads, level in [(1, "best"), (2, "best"), (1, "ref"), (2, LEVELS[-1])]:
+        y = _engine.matmul(w_raw, qtype, n_rows, n_cols, x, threads, level)
+        assert y.shape == (x.shape[0], n_rows)
+        err = np.abs(y - exact) / bound
+        assert err.max() <= MATMUL_TOL, (
+            f"{qtype} matmul {x.shape[0]}x{n_cols} @ {n_rows} threads={threads} {level}: {err.max():.3g}")

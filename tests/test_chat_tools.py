@@ -1,0 +1,117 @@
+"""Tool calls: found in what models write, in each family's syntax, and held
+back from the content stream."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from llamapy.chat.tools import ToolCallStream, call_as_text, parse_tool_calls, tools_system_prompt
+
+NAMES = ["get_weather", "get_time"]
+PARIS = {"city": "Paris"}
+
+# (model output, expected content, expected [(name, arguments)])
+SAMPLES = {
+    "qwen/hermes": ('<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>',
+                    None, [("get_weather", PARIS)]),
+    "hermes with text first": ('Let me check.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n'
+                               '</tool_call>', "Let me check.", [("get_weather", PARIS)]),
+    "hermes parallel": ('<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>\n'
+                        '<tool_call>\n{"name": "get_time", "arguments": {"tz": "CET"}}\n</tool_call>',
+                        None, [("get_weather", PARIS), ("get_time", {"tz": "CET"})]),
+    "hermes unterminated": ('<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}', None,
+                            [("get_weather", PARIS)]),
+    "mistral": ('[TOOL_CALLS] [{"name": "get_weather", "arguments": {"city": "Paris"}}]', None,
+                [("get_weather", PARIS)]),
+    "mistral, marker detokenized away": (' [{"name": "get_weather", "arguments": {"city": "Paris"}}, '
+                                         '{"name": "get_time", "arguments": {}}]', None,
+                                         [("get_weather", PARIS), ("get_time", {})]),
+    "llama 3.1": ('{"name": "get_weather", "parameters": {"city": "Paris"}}', None, [("get_weather", PARIS)]),
+    "llama 3.1 python_tag": ('<|python_tag|>{"name": "get_weather", "parameters": {"city": "Paris"}}', None,
+                             [("get_weather", PARIS)]),
+    "arguments as a JSON string": ('{"name": "get_weather", "arguments": "{\\"city\\": \\"Paris\\"}"}', None,
+                                   [("get_weather", PARIS)]),
+    "deepseek r1": ('<\uff5ctool\u2581calls\u2581begin\uff5c><\uff5ctool\u2581call\u2581begin\uff5c>function'
+                    '<\uff5ctool\u2581sep\uff5c>get_weather\n```json\n{"city": "Paris"}\n```'
+                    '<\uff5ctool\u2581call\u2581end\uff5c><\uff5ctool\u2581calls\u2581end\uff5c>', None,
+                    [("get_weather", PARIS)]),
+    "fenced json": ('```json\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n```', None,
+                    [("get_weather", PARIS)]),
+}
+
+NOT_CALLS = [
+    "The weather in Paris is sunny.",
+    '{"name": "not_a_tool", "arguments": {}}',       # bare JSON must name a declared tool
+    '{"city": "Paris"}',                              # JSON, but not a call
+    '[1, 2, 3]',
+    '<tool_call>\n{"name": "get_weather", "arguments": {"city": \n</tool_call>',  # broken JSON
+    '{"name": "get_weather", "arguments": {}} and then some prose',
+]
+
+
+@pytest.mark.parametrize("key", sorted(SAMPLES))
+def test_parse_tool_calls(key):
+    text, content, expected = SAMPLES[key]
+    got_content, calls = parse_tool_calls(text, NAMES)
+    assert got_content == content
+    assert [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in calls] == expected
+    for c in calls:
+        assert c["type"] == "function" and c["id"].startswith("call_") and len(c["id"]) > 10
+        assert isinstance(c["function"]["arguments"], str)
+
+
+def test_ids_are_unique_and_model_ids_kept():
+    _, calls = parse_tool_calls(SAMPLES["hermes parallel"][0], NAMES)
+    assert calls[0]["id"] != calls[1]["id"]
+    _, calls = parse_tool_calls('[TOOL_CALLS] [{"name": "get_time", "arguments": {}, "id": "a1b2c3d4e"}]', NAMES)
+    assert calls[0]["id"] == "a1b2c3d4e"
+
+
+@pytest.mark.parametrize("text", NOT_CALLS)
+def test_text_that_is_not_a_call(text):
+    assert parse_tool_calls(text, NAMES) == (text, [])
+
+
+def _stream(pieces, names=NAMES):
+    s = ToolCallStream(names)
+    shown = "".join(s.push(p) for p in pieces)
+    rest, calls = s.finish()
+    return shown, rest, calls
+
+
+def test_stream_releases_plain_text_at_once():
+    s = ToolCallStream(NAMES)
+    assert s.push("Hello") == "Hello"
+    assert s.push(" world") == " world"
+    assert s.finish() == ("", [])
+
+
+def test_stream_holds_a_possible_marker_then_releases_it():
+    shown, rest, calls = _stream(["It is <to", "day> fine"])
+    assert shown + rest == "It is <today> fine" and calls == []
+
+
+def test_stream_holds_calls_after_text():
+    text = SAMPLES["hermes with text first"][0]
+    pieces = [text[i:i + 3] for i in range(0, len(text), 3)]
+    shown, rest, calls = _stream(pieces)
+    assert (shown + rest).strip() == "Let me check." and "<tool" not in shown
+    assert [c["function"]["name"] for c in calls] == ["get_weather"]
+
+
+def test_stream_holds_leading_json_to_the_end():
+    text = SAMPLES["llama 3.1"][0]
+    shown, rest, calls = _stream([text[i:i + 4] for i in range(0, len(text), 4)])
+    assert shown == "" and rest == "" and len(calls) == 1
+    shown, rest, calls = _stream(["[1, ", "2]"])
+    assert shown + rest == "[1, 2]" and calls == []
+
+
+def test_tools_prompt_and_history_round_trip():
+    tool = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}
+    prompt = tools_system_prompt([tool])
+    assert json.dumps(tool) in prompt and "<tool_call>" in prompt
+    text = call_as_text({"id": "call_1", "type": "function",
+                         "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}})
+    assert parse_tool_calls(text, NAMES)[1][0]["function"]["arguments"] == '{"city": "Paris"}'

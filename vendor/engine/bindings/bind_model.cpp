@@ -1,0 +1,262 @@
+// bind_model.cpp — Python access to models and inference contexts:
+//   _engine.Model     a loaded GGUF model (hyperparameters, sizes)
+//   _engine.Context   KV cache + decode(batch) + outputs + state
+// Arguments are validated here or in the engine (ValueError / TypeError);
+// an unsupported architecture or tensor type raises NotImplementedError.
+// decode() releases the GIL. Logits come back as numpy views into the
+// context's output storage, valid until the next decode.
+// Not here: tokenization, sampling, the Llama class (llamapy/llama.py).
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cctype>
+#include <cerrno>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common.h"
+#include "context.h"
+#include "gguf/gguf.h"
+#include "model/model.h"
+
+namespace py = pybind11;
+using namespace lp;
+
+namespace {
+
+std::shared_ptr<model> load_model(const std::string& path, bool vocab_only, bool use_mmap) {
+    std::shared_ptr<model> m;
+    int err = 0;
+    {
+        py::gil_scoped_release nogil;
+        try {
+            m = model::load(path, vocab_only, use_mmap);
+        } catch (const gguf_os_error& e) {
+            err = e.err ? e.err : EIO;
+        }
+    }
+    if (err) {
+        errno = err;
+        PyErr_SetFromErrnoWithFilenameObject(PyExc_OSError, py::str(path).ptr());
+        throw py::error_already_set();
+    }
+    return m;
+}
+
+// A numpy array of integers (any int dtype, or a list of ints) as int32,
+// checked to fit. Floats, strings and nested sequences are refused.
+std::vector<int32_t> int_vector(const py::handle& obj, const char* what) {
+    py::module_ np = py::module_::import("numpy");
+    py::array a = np.attr("asarray")(obj);
+    if (a.ndim() != 1) throw value_error(std::string(what) + " must be a 1-D sequence of integers");
+    const char kind = a.dtype().kind();
+    if (a.size() > 0 && kind != 'i' && kind != 'u' && kind != 'b')
+        throw py::type_error(std::string(what) + " must hold integers, not " + std::string(py::str(a.dtype())));
+    py::array_t<int64_t, py::array::c_style | py::array::forcecast> v(a);
+    std::vector<int32_t> out((size_t)v.size());
+    const int64_t* p = v.data();
+    for (size_t i = 0; i < out.size(); ++i) {
+        if (p[i] < INT32_MIN || p[i] > INT32_MAX)
+            throw value_error(std::string(what) + " value " + std::to_string(p[i]) + " at index " + std::to_string(i) +
+                              " does not fit in 32 bits");
+        out[i] = (int32_t)p[i];
+    }
+    return out;
+}
+
+ggml_type cache_type(const py::object& t) {
+    if (py::isinstance<py::str>(t)) {
+        std::string s = t.cast<std::string>();
+        for (char& c : s) c = (char)std::toupper((unsigned char)c);
+        if (s == "F32") return ggml_type::F32;
+        if (s == "F16") return ggml_type::F16;
+        if (s == "BF16") return ggml_type::BF16;
+        throw value_error("KV cache type '" + t.cast<std::string>() + "' is not supported (f16, bf16, f32)");
+    }
+    const int v = t.cast<int>();
+    if (v != (int)ggml_type::F32 && v != (int)ggml_type::F16 && v != (int)ggml_type::BF16)
+        throw value_error("KV cache type " + std::to_string(v) + " is not supported (F16=1, BF16=30, F32=0)");
+    return (ggml_type)v;
+}
+
+// A float32 view of `rows` rows of `cols` floats, keeping the storage alive.
+py::array float_view(const std::shared_ptr<std::vector<float>>& store, const float* p, int64_t rows, int64_t cols,
+                     bool two_d) {
+    auto* holder = new std::shared_ptr<std::vector<float>>(store);
+    py::capsule base(holder, [](void* h) { delete static_cast<std::shared_ptr<std::vector<float>>*>(h); });
+    if (!two_d) return py::array(py::dtype::of<float>(), {(py::ssize_t)cols}, {(py::ssize_t)sizeof(float)}, p, base);
+    return py::array(py::dtype::of<float>(), {(py::ssize_t)rows, (py::ssize_t)cols},
+                     {(py::ssize_t)(cols * sizeof(float)), (py::ssize_t)sizeof(float)}, p, base);
+}
+
+void decode(context& c, const py::object& tokens, const py::object& embd, const py::object& pos,
+            const py::object& seq_ids, const py::object& logits) {
+    const hparams& hp = c.mdl().hp();
+    batch_view b;
+    std::vector<int32_t> tok;
+    py::array_t<float, py::array::c_style | py::array::forcecast> emb;
+    if (!tokens.is_none() && !embd.is_none()) throw value_error("decode: give tokens or embd, not both");
+    if (!tokens.is_none()) {
+        tok = int_vector(tokens, "tokens");
+        b.n = (int64_t)tok.size();
+        b.tokens = tok.data();
+    } else if (!embd.is_none()) {
+        emb = py::array_t<float, py::array::c_style | py::array::forcecast>::ensure(embd);
+        if (!emb) throw py::type_error("decode: embd must be a float32 array of shape (n, n_embd)");
+        if (emb.ndim() != 2 || emb.shape(1) != hp.n_embd)
+            throw value_error("decode: embd must have shape (n, " + std::to_string(hp.n_embd) + ")");
+        b.n = (int64_t)emb.shape(0);
+        b.embd = emb.data();
+    } else {
+        throw value_error("decode: give tokens or embd");
+    }
+    std::vector<int32_t> ps = int_vector(pos, "pos");
+    if ((int64_t)ps.size() != b.n)
+        throw value_error("decode: pos has " + std::to_string(ps.size()) + " entries for " + std::to_string(b.n) + " rows");
+    b.pos = ps.data();
+
+    // Sequence ids: one int per row, or one list of ints per row.
+    std::vector<int32_t> ids, begin;
+    py::sequence rows = py::module_::import("builtins").attr("list")(seq_ids);
+    bool nested = false;
+    for (py::handle r : rows) nested = nested || py::isinstance<py::sequence>(r) || py::isinstance<py::array>(r);
+    if ((int64_t)rows.size() != b.n)
+        throw value_error("decode: seq_ids has " + std::to_string(rows.size()) + " entries for " + std::to_string(b.n) +
+                          " rows");
+    if (nested) {
+        begin.push_back(0);
+        for (py::handle r : rows) {
+            std::vector<int32_t> v = int_vector(r, "seq_ids row");
+            ids.insert(ids.end(), v.begin(), v.end());
+            begin.push_back((int32_t)ids.size());
+        }
+        b.seq_begin = begin.data();
+    } else {
+        ids = int_vector(seq_ids, "seq_ids");
+    }
+    b.seq_ids = ids.data();
+
+    std::vector<uint8_t> want;
+    if (!logits.is_none()) {
+        py::module_ np = py::module_::import("numpy");
+        py::array a = np.attr("asarray")(logits);
+        if (a.ndim() != 1 || (int64_t)a.size() != b.n)
+            throw value_error("decode: logits must be a 1-D array of " + std::to_string(b.n) + " flags");
+        py::array_t<uint8_t, py::array::c_style | py::array::forcecast> f(np.attr("not_equal")(a, 0));
+        want.assign(f.data(), f.data() + f.size());
+        b.want = want.data();
+    }
+    py::gil_scoped_release nogil;
+    c.decode(b);
+}
+
+}  // namespace
+
+void bind_model(py::module_& m) {
+    py::register_exception_translator([](std::exception_ptr p) {
+        try {
+            if (p) std::rethrow_exception(p);
+        } catch (const not_implemented_error& e) {
+            PyErr_SetString(PyExc_NotImplementedError, e.what());
+        }
+    });
+
+    py::class_<model, std::shared_ptr<model>>(m, "Model", "A GGUF model loaded for inference.")
+        .def(py::init(&load_model), py::arg("path"), py::arg("vocab_only") = false, py::arg("use_mmap") = true)
+        .def_property_readonly("path", [](const model& x) { return x.file().path(); })
+        .def_property_readonly("arch", [](const model& x) { return x.hp().arch; })
+        .def_property_readonly("name", [](const model& x) { return x.hp().name; })
+        .def_property_readonly("n_vocab", [](const model& x) { return x.hp().n_vocab; })
+        .def_property_readonly("n_embd", [](const model& x) { return x.hp().n_embd; })
+        .def_property_readonly("n_layer", [](const model& x) { return x.hp().n_layer; })
+        .def_property_readonly("n_head", [](const model& x) { return x.hp().n_head; })
+        .def_property_readonly("n_head_kv", [](const model& x) { return x.hp().n_head_kv; })
+        .def_property_readonly("n_ff", [](const model& x) { return x.hp().n_ff; })
+        .def_property_readonly("n_ctx_train", [](const model& x) { return x.hp().n_ctx_train; })
+        .def_property_readonly("head_dim", [](const model& x) { return x.hp().head_dim_k; })
+        .def_property_readonly("n_swa", [](const model& x) { return x.hp().n_swa; })
+        .def_property_readonly("rope_freq_base", [](const model& x) { return x.hp().rope.freq_base; })
+        .def_property_readonly("size_bytes", &model::size_bytes)
+        .def_property_readonly("n_params", &model::n_params)
+        .def_property_readonly("vocab_only", &model::vocab_only)
+        .def("desc", &model::desc)
+        .def_property_readonly_static("supported_archs", [](py::object) {
+            std::vector<std::string> v;
+            for (const arch_def* a : supported_archs()) v.push_back(a->name);
+            return v;
+        });
+
+    py::class_<context>(m, "Context", "KV cache, decode(batch) and outputs on a model.")
+        .def(py::init([](std::shared_ptr<model> mdl, int64_t n_ctx, int64_t n_batch, int64_t n_ubatch, int n_seq_max,
+                         int n_threads, int n_threads_batch, const py::object& type_k, const py::object& type_v,
+                         bool flash_attn, bool embeddings, float rope_freq_base, float rope_freq_scale) {
+                 if (!mdl) throw value_error("Context needs a Model");
+                 context_params p;
+                 p.n_ctx = n_ctx;
+                 p.n_batch = n_batch;
+                 p.n_ubatch = n_ubatch;
+                 p.n_seq_max = n_seq_max;
+                 p.n_threads = n_threads;
+                 p.n_threads_batch = n_threads_batch;
+                 p.type_k = cache_type(type_k);
+                 p.type_v = cache_type(type_v);
+                 p.flash_attn = flash_attn;
+                 p.embeddings = embeddings;
+                 p.rope_freq_base = rope_freq_base;
+                 p.rope_freq_scale = rope_freq_scale;
+                 py::gil_scoped_release nogil;
+                 return new context(mdl, p);
+             }),
+             py::arg("model"), py::arg("n_ctx") = 512, py::arg("n_batch") = 512, py::arg("n_ubatch") = 512,
+             py::arg("n_seq_max") = 1, py::arg("n_threads") = 0, py::arg("n_threads_batch") = 0,
+             py::arg("type_k") = py::str("f16"), py::arg("type_v") = py::str("f16"), py::arg("flash_attn") = false,
+             py::arg("embeddings") = false, py::arg("rope_freq_base") = 0.0f, py::arg("rope_freq_scale") = 0.0f)
+        .def_property_readonly("n_ctx", &context::n_ctx)
+        .def_property_readonly("n_batch", [](const context& c) { return c.params().n_batch; })
+        .def_property_readonly("n_ubatch", [](const context& c) { return c.params().n_ubatch; })
+        .def_property_readonly("n_seq_max", [](const context& c) { return c.params().n_seq_max; })
+        .def_property_readonly("n_threads", [](const context& c) { return c.params().n_threads; })
+        .def_property_readonly("n_threads_batch", [](const context& c) { return c.params().n_threads_batch; })
+        .def_property_readonly("embeddings", [](const context& c) { return c.params().embeddings; })
+        .def_property_readonly("n_outputs", &context::n_outputs)
+        .def_property_readonly("kv_n_used", &context::kv_n_used)
+        .def("decode", &decode, py::arg("tokens") = py::none(), py::arg("embd") = py::none(), py::arg("pos"),
+             py::arg("seq_ids"), py::arg("logits") = py::none(),
+             "Evaluate a batch: tokens (n ints) or embd (n, n_embd float32), pos (n), seq_ids (n ints or n lists),\n"
+             "logits (n flags: rows whose outputs to keep; default the last row).")
+        .def("get_logits", [](const context& c, int64_t i) {
+                 const float* p = c.logits(i);
+                 return float_view(c.logits_storage(), p, 1, c.mdl().hp().n_vocab, false);
+             }, py::arg("i") = -1, "Logits (n_vocab) of output row i of the last decode (a view).")
+        .def("get_logits_all", [](const context& c) {
+                 return float_view(c.logits_storage(), c.logits_storage()->data(), c.n_outputs(),
+                                   c.mdl().hp().n_vocab, true);
+             }, "Logits (n_outputs, n_vocab) of the last decode (a view).")
+        .def("get_embeddings", [](const context& c, int64_t i) {
+                 const float* p = c.embeddings(i);
+                 return float_view(c.embd_storage(), p, 1, c.mdl().hp().n_embd, false);
+             }, py::arg("i") = -1, "Final normalised hidden state (n_embd) of output row i (a view).")
+        .def("kv_seq_rm", &context::kv_seq_rm, py::arg("seq_id"), py::arg("p0") = -1, py::arg("p1") = -1)
+        .def("kv_seq_cp", &context::kv_seq_cp, py::arg("src"), py::arg("dst"), py::arg("p0") = -1, py::arg("p1") = -1)
+        .def("kv_seq_keep", &context::kv_seq_keep, py::arg("seq_id"))
+        .def("kv_seq_pos_max", &context::kv_seq_pos_max, py::arg("seq_id"))
+        .def("kv_seq_pos_min", &context::kv_seq_pos_min, py::arg("seq_id"))
+        .def("kv_clear", &context::kv_clear)
+        .def("state_get", [](const context& c) {
+                 std::vector<uint8_t> s;
+                 {
+                     py::gil_scoped_release nogil;
+                     s = c.state_get();
+                 }
+                 return py::bytes((const char*)s.data(), s.size());
+             })
+        .def("state_set", [](context& c, const py::buffer& data) {
+                 py::buffer_info info = data.request();
+                 if (info.ndim != 1 || info.itemsize != 1 || info.strides[0] != 1)
+                     throw value_error("state_set needs a contiguous bytes-like object");
+                 py::gil_scoped_release nogil;
+                 c.state_set((const uint8_t*)info.ptr, (size_t)info.size);
+             }, py::arg("data"));
+}

@@ -1,0 +1,303 @@
+// context.cpp — see context.h.
+#include "context.h"
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+#include "common.h"
+#include "cpu/features.h"
+
+namespace lp {
+
+namespace {
+
+constexpr uint32_t kStateMagic = 0x5453504c;  // "LPST"
+constexpr uint32_t kStateVersion = 1;
+
+context_params resolve(const model& m, context_params p) {
+    if (m.vocab_only()) throw value_error("the model was loaded with vocab_only=True; it cannot be evaluated");
+    const hparams& hp = m.hp();
+    if (p.n_ctx < 0 || p.n_batch < 0 || p.n_ubatch < 0) throw value_error("n_ctx, n_batch and n_ubatch must be >= 0");
+    if (p.n_ctx == 0) p.n_ctx = hp.n_ctx_train;
+    if (p.n_ctx > ((int64_t)1 << 24)) throw value_error("n_ctx " + std::to_string(p.n_ctx) + " is too large");
+    if (p.n_batch == 0) p.n_batch = 512;
+    if (p.n_ubatch == 0) p.n_ubatch = 512;
+    p.n_batch = std::min(p.n_batch, p.n_ctx);
+    p.n_ubatch = std::min(p.n_ubatch, p.n_batch);
+    if (p.n_seq_max < 1 || p.n_seq_max > kMaxSequences)
+        throw value_error("n_seq_max must be in [1, " + std::to_string(kMaxSequences) + "], got " +
+                          std::to_string(p.n_seq_max));
+    if (p.n_threads <= 0) p.n_threads = default_n_threads();
+    if (p.n_threads_batch <= 0) p.n_threads_batch = default_n_threads();
+    if (p.n_threads > 1024 || p.n_threads_batch > 1024) throw value_error("too many threads");
+    if (p.rope_freq_base < 0 || p.rope_freq_scale < 0) throw value_error("rope_freq_base/scale must be >= 0");
+    return p;
+}
+
+template <class T> void put(std::vector<uint8_t>& out, T v) {
+    const size_t at = out.size();
+    out.resize(at + sizeof(T));
+    std::memcpy(out.data() + at, &v, sizeof(T));
+}
+
+}  // namespace
+
+context::context(std::shared_ptr<const model> m, const context_params& params)
+    : model_(std::move(m)),
+      p_(resolve(*model_, params)),
+      kv_((int)model_->hp().n_layer, p_.n_ctx, model_->hp().n_embd_k(), model_->hp().n_embd_v(), p_.type_k, p_.type_v),
+      pool_(new thread_pool(p_.n_threads)),
+      pool_batch_(p_.n_threads_batch != p_.n_threads ? new thread_pool(p_.n_threads_batch) : nullptr),
+      rs_(model_->hp(), p_.n_ubatch, p_.n_ctx, std::max(p_.n_threads, p_.n_threads_batch)) {
+    const hparams& hp = model_->hp();
+    rope_[0] = hp.rope;
+    if (p_.rope_freq_base > 0) rope_[0].freq_base = p_.rope_freq_base;
+    if (p_.rope_freq_scale > 0) rope_[0].freq_scale = p_.rope_freq_scale;
+    // Frequency divisors: llama3-style rope_freqs, or phi3's long / short
+    // factors chosen by the context length each sequence can reach.
+    const model_weights& w = model_->weights();
+    const std::vector<float>* ff = &w.rope_freqs;
+    if (ff->empty() && !w.rope_long.empty())
+        ff = (p_.n_ctx / p_.n_seq_max > hp.rope.n_ctx_orig) ? &w.rope_long : &w.rope_short;
+    rope_[0].freq_factors = ff->empty() ? nullptr : ff->data();
+    rope_[1] = rope_[0];
+    rope_[1].freq_base = hp.rope_freq_base_swa;
+    rope_[1].freq_scale = hp.rope_freq_scale_swa;
+    cells_.resize((size_t)p_.n_batch);
+    first_seq_.resize((size_t)p_.n_batch);
+    out_rows_.resize((size_t)p_.n_batch);
+    seq_last_.resize((size_t)p_.n_seq_max);
+    logits_ = std::make_shared<std::vector<float>>();
+    embd_ = std::make_shared<std::vector<float>>();
+    ensure_output_capacity(p_.n_seq_max);
+}
+
+void context::ensure_output_capacity(int64_t n_out) {
+    const hparams& hp = model_->hp();
+    const size_t need = (size_t)n_out * (size_t)hp.n_vocab;
+    if (logits_->size() < need) logits_ = std::make_shared<std::vector<float>>(need);
+    if (p_.embeddings && embd_->size() < (size_t)n_out * (size_t)hp.n_embd)
+        embd_ = std::make_shared<std::vector<float>>((size_t)n_out * (size_t)hp.n_embd);
+}
+
+void context::check_seq(int seq, const char* what) const {
+    if (seq < 0 || seq >= p_.n_seq_max)
+        throw value_error(std::string(what) + " " + std::to_string(seq) + " is out of range [0, " +
+                          std::to_string(p_.n_seq_max) + ") (n_seq_max)");
+}
+
+void context::validate(const batch_view& b) const {
+    const hparams& hp = model_->hp();
+    if (b.n <= 0) throw value_error("decode: the batch is empty");
+    if (b.n > p_.n_batch)
+        throw value_error("decode: the batch has " + std::to_string(b.n) + " rows, more than n_batch " +
+                          std::to_string(p_.n_batch));
+    if ((b.tokens == nullptr) == (b.embd == nullptr))
+        throw value_error("decode: give either tokens or embeddings");
+    if (!b.pos || !b.seq_ids) throw value_error("decode: positions and sequence ids are required");
+    for (int64_t i = 0; i < b.n; ++i) {
+        if (b.tokens && (b.tokens[i] < 0 || b.tokens[i] >= hp.n_vocab))
+            throw value_error("decode: token id " + std::to_string(b.tokens[i]) + " at row " + std::to_string(i) +
+                              " is out of range [0, " + std::to_string(hp.n_vocab) + ")");
+        if (b.pos[i] < 0)
+            throw value_error("decode: position " + std::to_string(b.pos[i]) + " at row " + std::to_string(i) +
+                              " is negative");
+        const int32_t s0 = b.seq_begin ? b.seq_begin[i] : (int32_t)i;
+        const int32_t s1 = b.seq_begin ? b.seq_begin[i + 1] : (int32_t)i + 1;
+        if (s1 <= s0) throw value_error("decode: row " + std::to_string(i) + " belongs to no sequence");
+        for (int32_t k = s0; k < s1; ++k) check_seq(b.seq_ids[k], "decode: sequence id");
+    }
+    // Positions of each sequence increase along the batch and follow the cache.
+    std::vector<int32_t>& last = seq_last_;
+    std::fill(last.begin(), last.end(), -2);  // -2: not seen yet
+    for (int64_t i = 0; i < b.n; ++i) {
+        const int32_t s0 = b.seq_begin ? b.seq_begin[i] : (int32_t)i;
+        const int32_t s1 = b.seq_begin ? b.seq_begin[i + 1] : (int32_t)i + 1;
+        for (int32_t k = s0; k < s1; ++k) {
+            const int s = b.seq_ids[k];
+            int32_t& l = last[(size_t)s];
+            if (l == -2) l = kv_.seq_pos_max(s);
+            if (b.pos[i] <= l)
+                throw value_error("decode: row " + std::to_string(i) + " puts position " + std::to_string(b.pos[i]) +
+                                  " in sequence " + std::to_string(s) + ", which already reaches position " +
+                                  std::to_string(l) + " (positions must increase; kv_seq_rm to redo)");
+            l = b.pos[i];
+        }
+    }
+}
+
+void context::decode(const batch_view& b) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const hparams& hp = model_->hp();
+    validate(b);
+    kv_.find_free(b.n, cells_.data());  // throws (changing nothing) when the cache is full
+
+    // Which rows want outputs.
+    const bool all = !b.want && p_.embeddings;
+    int64_t n_out = 0;
+    for (int64_t i = 0; i < b.n; ++i) n_out += b.want ? (b.want[i] != 0) : (all || i == b.n - 1);
+    ensure_output_capacity(n_out);
+    for (int64_t i = 0; i < b.n; ++i) first_seq_[(size_t)i] = b.seq_ids[b.seq_begin ? b.seq_begin[i] : i];
+
+    int64_t done = 0, out_done = 0;
+    try {
+        for (int64_t u0 = 0; u0 < b.n; u0 += p_.n_ubatch) {
+            const int64_t u1 = std::min(b.n, u0 + p_.n_ubatch);
+            ubatch ub;
+            ub.n_tok = u1 - u0;
+            ub.tokens = b.tokens ? b.tokens + u0 : nullptr;
+            ub.embd = b.embd ? b.embd + u0 * hp.n_embd : nullptr;
+            ub.pos = b.pos + u0;
+            ub.cells = cells_.data() + u0;
+            for (int64_t i = u0; i < u1; ++i) {
+                const int32_t s0 = b.seq_begin ? b.seq_begin[i] : (int32_t)i;
+                const int32_t s1 = b.seq_begin ? b.seq_begin[i + 1] : (int32_t)i + 1;
+                kv_.occupy(cells_[(size_t)i], b.pos[i], b.seq_ids + s0, s1 - s0);
+                const bool w = b.want ? b.want[i] != 0 : (all || i == b.n - 1);
+                if (w) out_rows_[(size_t)ub.n_out++] = (int32_t)(i - u0);
+            }
+            done = u1;
+            ub.out_rows = out_rows_.data();
+            for (int r = 0; r < 2; ++r) {
+                if (rs_.mask[r].empty()) continue;
+                kv_.build_mask(ub.n_tok, ub.pos, first_seq_.data() + u0, r == 0 ? 0 : hp.n_swa, rs_.mask[r].data(),
+                               rs_.mask_words, rs_.mask_lo[r].data(), rs_.mask_hi[r].data());
+            }
+            thread_pool& pool = (ub.n_tok > 1 && pool_batch_) ? *pool_batch_ : *pool_;
+            float* lg = logits_->data() + out_done * hp.n_vocab;
+            float* em = p_.embeddings ? embd_->data() + out_done * hp.n_embd : nullptr;
+            decoder_forward(*model_, rope_, kv_, rs_, ub, pool, lg, em);
+            out_done += ub.n_out;
+        }
+    } catch (...) {
+        // Undo: the rows of this batch leave the cache, no outputs remain.
+        for (int64_t i = 0; i < done; ++i) kv_.release(cells_[(size_t)i]);
+        n_out_ = 0;
+        throw;
+    }
+    n_out_ = n_out;
+}
+
+const float* context::logits(int64_t i) const {
+    if (i < 0) i += n_out_;
+    if (i < 0 || i >= n_out_)
+        throw value_error("output " + std::to_string(i) + " is out of range: the last decode kept " +
+                          std::to_string(n_out_) + " rows");
+    return logits_->data() + i * model_->hp().n_vocab;
+}
+
+const float* context::embeddings(int64_t i) const {
+    if (!p_.embeddings) throw value_error("the context was created without embeddings=True");
+    if (i < 0) i += n_out_;
+    if (i < 0 || i >= n_out_)
+        throw value_error("output " + std::to_string(i) + " is out of range: the last decode kept " +
+                          std::to_string(n_out_) + " rows");
+    return embd_->data() + i * model_->hp().n_embd;
+}
+
+void context::kv_seq_rm(int seq, int32_t p0, int32_t p1) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (seq >= 0) check_seq(seq, "sequence id");
+    kv_.seq_rm(seq, p0, p1);
+}
+
+void context::kv_seq_cp(int src, int dst, int32_t p0, int32_t p1) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    check_seq(src, "source sequence id");
+    check_seq(dst, "destination sequence id");
+    kv_.seq_cp(src, dst, p0, p1);
+}
+
+void context::kv_seq_keep(int seq) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    check_seq(seq, "sequence id");
+    kv_.seq_keep(seq);
+}
+
+int32_t context::kv_seq_pos_max(int seq) const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    check_seq(seq, "sequence id");
+    return kv_.seq_pos_max(seq);
+}
+
+int32_t context::kv_seq_pos_min(int seq) const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    check_seq(seq, "sequence id");
+    return kv_.seq_pos_min(seq);
+}
+
+void context::kv_clear() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    kv_.clear();
+}
+
+// Layout: magic, version, n_vocab, n_embd, then the KV cache (kv_cache.cpp),
+// then n_out, the logits (n_out, n_vocab), a flag and the embeddings (n_out, n_embd).
+std::vector<uint8_t> context::state_get() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const hparams& hp = model_->hp();
+    std::vector<uint8_t> out;
+    put<uint32_t>(out, kStateMagic);
+    put<uint32_t>(out, kStateVersion);
+    put<uint64_t>(out, (uint64_t)hp.n_vocab);
+    put<uint64_t>(out, (uint64_t)hp.n_embd);
+    kv_.write_state(out);
+    put<uint64_t>(out, (uint64_t)n_out_);
+    const size_t nl = (size_t)n_out_ * (size_t)hp.n_vocab * sizeof(float);
+    size_t at = out.size();
+    out.resize(at + nl);
+    if (nl) std::memcpy(out.data() + at, logits_->data(), nl);
+    put<uint8_t>(out, p_.embeddings ? 1 : 0);
+    if (p_.embeddings) {
+        const size_t ne = (size_t)n_out_ * (size_t)hp.n_embd * sizeof(float);
+        at = out.size();
+        out.resize(at + ne);
+        if (ne) std::memcpy(out.data() + at, embd_->data(), ne);
+    }
+    return out;
+}
+
+void context::state_set(const uint8_t* data, size_t size) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const hparams& hp = model_->hp();
+    auto need = [&](size_t at, size_t k) {
+        if (k > size || at > size - k) throw value_error("context state is truncated");
+    };
+    uint32_t magic = 0, version = 0;
+    uint64_t nv = 0, ne = 0;
+    need(0, 24);
+    std::memcpy(&magic, data, 4);
+    std::memcpy(&version, data + 4, 4);
+    std::memcpy(&nv, data + 8, 8);
+    std::memcpy(&ne, data + 16, 8);
+    if (magic != kStateMagic) throw value_error("not a llamapy context state (bad magic)");
+    if (version != kStateVersion) throw value_error("context state version " + std::to_string(version) + " is not supported");
+    if (nv != (uint64_t)hp.n_vocab || ne != (uint64_t)hp.n_embd)
+        throw value_error("context state was saved with another model");
+    // Validate everything (cache section, then outputs) before changing anything.
+    const size_t kv_at = 24;
+    size_t at = kv_at + kv_.read_state(data + kv_at, size - kv_at, false);
+    need(at, 8);
+    uint64_t n_out = 0;
+    std::memcpy(&n_out, data + at, 8);
+    at += 8;
+    if (n_out > (uint64_t)p_.n_batch) throw value_error("context state holds more outputs than n_batch");
+    const size_t nl = (size_t)n_out * (size_t)hp.n_vocab * sizeof(float);
+    need(at, nl);
+    const size_t logits_at = at;
+    at += nl;
+    need(at, 1);
+    const bool has_embd = data[at++] != 0;
+    const size_t nb = has_embd ? (size_t)n_out * (size_t)hp.n_embd * sizeof(float) : 0;
+    need(at, nb);
+    if (at + nb != size) throw value_error("context state has trailing bytes");
+    // Apply.
+    kv_.read_state(data + kv_at, size - kv_at, true);
+    ensure_output_capacity((int64_t)n_out);
+    if (nl) std::memcpy(logits_->data(), data + logits_at, nl);
+    if (has_embd && p_.embeddings && nb) std::memcpy(embd_->data(), data + at, nb);
+    n_out_ = (int64_t)n_out;
+}
+
+}  // namespace lp

@@ -1,0 +1,116 @@
+// context.h — an inference context on a model: the KV cache, thread pools,
+// activation memory (allocated up front for n_ubatch rows) and decode(batch),
+// which evaluates a batch of tokens (or embedding rows) of any number of
+// sequences in micro-batches and keeps the logits / final hidden states of
+// the rows the caller asked for.
+//
+// Rules for a batch (checked before anything changes; a violation throws
+// value_error and leaves the context as it was):
+//   - 1 <= n <= n_batch rows; token ids in [0, n_vocab); positions >= 0;
+//   - every row belongs to at least one sequence, ids in [0, n_seq_max);
+//   - within a sequence, positions increase along the batch and start after
+//     the last position the cache holds for it (kv_seq_rm first to redo);
+//   - the cache has a free cell for every row.
+// A row in several sequences attends to the cells of its first sequence.
+//
+// Not here: the forward pass (model/decoder.h), sampling, tokenization.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "cpu/threadpool.h"
+#include "kv_cache.h"
+#include "model/decoder.h"
+#include "model/model.h"
+
+namespace lp {
+
+struct context_params {
+    int64_t n_ctx = 512;          // KV cells (0: the model's training context)
+    int64_t n_batch = 512;        // most rows one decode() accepts
+    int64_t n_ubatch = 512;       // rows evaluated at once
+    int n_seq_max = 1;            // sequence ids are below this (at most kMaxSequences)
+    int n_threads = 0;            // threads for single-row decodes (0: physical cores)
+    int n_threads_batch = 0;      // threads for larger batches (0: physical cores)
+    ggml_type type_k = ggml_type::F16;
+    ggml_type type_v = ggml_type::F16;
+    bool flash_attn = false;      // accepted for compatibility: one exact attention path serves both
+    bool embeddings = false;      // keep final hidden states of output rows
+    float rope_freq_base = 0.0f;  // 0: from the model
+    float rope_freq_scale = 0.0f; // 0: from the model
+};
+
+// A batch as the caller hands it (views; nothing is copied).
+struct batch_view {
+    int64_t n = 0;
+    const int32_t* tokens = nullptr;      // (n) token ids, or null when embd is given
+    const float* embd = nullptr;          // (n, n_embd) input embeddings, or null
+    const int32_t* pos = nullptr;         // (n)
+    const int32_t* seq_ids = nullptr;     // row i's sequences: seq_ids[seq_begin[i] .. seq_begin[i+1])
+    const int32_t* seq_begin = nullptr;   // (n + 1); null: one sequence per row, seq_ids[i]
+    const uint8_t* want = nullptr;        // (n) rows whose outputs are kept; null: the last row
+                                          // (every row when the context keeps embeddings)
+};
+
+class context {
+public:
+    context(std::shared_ptr<const model> m, const context_params& p);
+
+    const model& mdl() const { return *model_; }
+    const context_params& params() const { return p_; }
+    int64_t n_ctx() const { return p_.n_ctx; }
+
+    // Evaluates a batch (see the rules above). Thread-safe; one at a time.
+    void decode(const batch_view& b);
+
+    // Outputs of the last decode, in batch order of the rows that wanted them.
+    int64_t n_outputs() const { return n_out_; }
+    const float* logits(int64_t i) const;      // (n_vocab) of output i
+    const float* embeddings(int64_t i) const;  // (n_embd) of output i; throws unless embeddings=true
+    // The storage behind logits()/embeddings(): replaced (never freed under a
+    // holder) when it must grow, so views handed out stay valid memory.
+    std::shared_ptr<std::vector<float>> logits_storage() const { return logits_; }
+    std::shared_ptr<std::vector<float>> embd_storage() const { return embd_; }
+
+    // KV cache sequence operations (see kv_cache.h); sequence ids are checked.
+    void kv_seq_rm(int seq, int32_t p0, int32_t p1);
+    void kv_seq_cp(int src, int dst, int32_t p0, int32_t p1);
+    void kv_seq_keep(int seq);
+    int32_t kv_seq_pos_max(int seq) const;
+    int32_t kv_seq_pos_min(int seq) const;
+    void kv_clear();
+    int64_t kv_n_used() const { return kv_.n_used(); }
+
+    // The KV cache and the last outputs as bytes, and back.
+    std::vector<uint8_t> state_get() const;
+    void state_set(const uint8_t* data, size_t size);
+
+private:
+    void check_seq(int seq, const char* what) const;
+    void validate(const batch_view& b) const;
+    void ensure_output_capacity(int64_t n_out);
+
+    std::shared_ptr<const model> model_;
+    context_params p_;
+    kv_cache kv_;
+    std::unique_ptr<thread_pool> pool_;        // n_threads
+    std::unique_ptr<thread_pool> pool_batch_;  // n_threads_batch (null: same as pool_)
+    run_state rs_;
+    rope_params rope_[2];                      // global / sliding-window layers
+    mutable std::mutex mutex_;
+
+    // Per-decode bookkeeping, sized for n_batch rows up front.
+    std::vector<int32_t> cells_;     // (n_batch) cache cell of each row
+    std::vector<int32_t> first_seq_; // (n_batch) first sequence of each row
+    std::vector<int32_t> out_rows_;  // (n_batch) rows of a micro-batch that want outputs
+    mutable std::vector<int32_t> seq_last_;  // (n_seq_max) last position per sequence, while validating
+
+    int64_t n_out_ = 0;
+    std::shared_ptr<std::vector<float>> logits_;  // (capacity, n_vocab)
+    std::shared_ptr<std::vector<float>> embd_;    // (capacity, n_embd) when embeddings
+};
+
+}  // namespace lp

@@ -1,0 +1,443 @@
+// ops.cpp — see ops.h. Each operation has a plain scalar version; the inner
+// loops that matter (sums of squares, exp, dot products of attention, the
+// GELU table lookup) also have AVX2 and AVX-512 versions, picked once from
+// the CPU's features.
+#include "ops.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "../common.h"
+#include "features.h"
+
+#if defined(LP_X86)
+// GCC 12 reports the self-initialised placeholder inside its own AVX-512
+// intrinsics (_mm512_undefined_*) as uninitialised at -O3 (GCC bug 105593).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+#pragma GCC diagnostic pop
+#endif
+
+namespace lp {
+
+namespace {
+
+isa level() {
+    static const isa l = best_isa();
+    return l;
+}
+
+// ---------------------------------------------------------------------------
+// GELU table: gelu(x) for every F16 value x, rounded to F16 and kept as float
+// (llama.cpp evaluates GELU this way). 256 KB, built on first use.
+// ---------------------------------------------------------------------------
+float gelu_tanh(float x) {
+    const float sqrt_2_over_pi = 0.79788456080286535587989211986876f;
+    const float coef_a = 0.044715f;
+    return 0.5f * x * (1.0f + std::tanh(sqrt_2_over_pi * x * (1.0f + coef_a * x * x)));
+}
+
+const float* gelu_table() {
+    static const std::vector<float> table = [] {
+        std::vector<float> t(1 << 16);
+        for (uint32_t h = 0; h < (1u << 16); ++h)
+            t[h] = fp16_to_fp32(fp32_to_fp16(gelu_tanh(fp16_to_fp32((uint16_t)h))));
+        return t;
+    }();
+    return table.data();
+}
+
+// ---------------------------------------------------------------------------
+// Scalar kernels
+// ---------------------------------------------------------------------------
+double sum_sq_scalar(const float* x, int64_t n) {
+    double s = 0;
+    for (int64_t i = 0; i < n; ++i) s += (double)(x[i] * x[i]);
+    return s;
+}
+
+// x[i] = exp(x[i] - max), returns the sum in double.
+double exp_sum_scalar(float* x, int64_t n, float max) {
+    double sum = 0;
+    for (int64_t i = 0; i < n; ++i) {
+        x[i] = std::exp(x[i] - max);
+        sum += x[i];
+    }
+    return sum;
+}
+
+void gelu_mul_scalar(float* g, const float* u, int64_t n) {
+    const float* table = gelu_table();
+    for (int64_t i = 0; i < n; ++i) {
+        const float x = g[i];
+        float y;
+        if (x <= -10.0f) y = 0.0f;
+        else if (x >= 10.0f) y = x;
+        else y = table[fp32_to_fp16(x)];
+        g[i] = u ? y * u[i] : y;
+    }
+}
+
+void silu_mul_scalar(float* g, const float* u, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) {
+        const float y = g[i] / (1.0f + std::exp(-g[i]));
+        g[i] = u ? y * u[i] : y;
+    }
+}
+
+// ---------------------------------------------------------------------------
+// AVX2
+// ---------------------------------------------------------------------------
+#if defined(LP_HAVE_AVX2)
+
+LP_TARGET_AVX2 LP_INLINE float hsum256(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+// exp(x) to about 1 ulp: x = n·ln2 + r, |r| <= ln2/2, e^r by its degree-6
+// Taylor polynomial, 2^n through the exponent bits. Inputs below -87.3 give
+// a tiny positive number instead of 0 (harmless where it is used).
+LP_TARGET_AVX2 LP_INLINE __m256 exp256(__m256 x) {
+    x = _mm256_max_ps(_mm256_min_ps(x, _mm256_set1_ps(88.37f)), _mm256_set1_ps(-87.3f));
+    const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693145751953125f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(1.428606765330187045e-06f), r);
+    __m256 p = _mm256_set1_ps(1.0f / 720);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    // n in [-126, 128]: split 2^n = 2^(n/2) · 2^(n - n/2) so n = 128 works too
+    const __m256i ni = _mm256_cvtps_epi32(n);
+    const __m256i n1 = _mm256_srai_epi32(ni, 1), n2 = _mm256_sub_epi32(ni, n1);
+    const __m256 s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n1, _mm256_set1_epi32(127)), 23));
+    const __m256 s2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n2, _mm256_set1_epi32(127)), 23));
+    return _mm256_mul_ps(_mm256_mul_ps(p, s1), s2);
+}
+
+LP_TARGET_AVX2 double sum_sq_avx2(const float* x, int64_t n) {
+    __m256d acc0 = _mm256_setzero_pd(), acc1 = acc0;
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 v = _mm256_loadu_ps(x + i);
+        const __m256 sq = _mm256_mul_ps(v, v);
+        acc0 = _mm256_add_pd(acc0, _mm256_cvtps_pd(_mm256_castps256_ps128(sq)));
+        acc1 = _mm256_add_pd(acc1, _mm256_cvtps_pd(_mm256_extractf128_ps(sq, 1)));
+    }
+    alignas(32) double t[4];
+    _mm256_store_pd(t, _mm256_add_pd(acc0, acc1));
+    double s = (t[0] + t[1]) + (t[2] + t[3]);
+    for (; i < n; ++i) s += (double)(x[i] * x[i]);
+    return s;
+}
+
+LP_TARGET_AVX2 double exp_sum_avx2(float* x, int64_t n, float max) {
+    const __m256 vm = _mm256_set1_ps(max);
+    __m256d acc = _mm256_setzero_pd();
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 d = _mm256_sub_ps(_mm256_loadu_ps(x + i), vm);
+        // exactly 0 below -87.3, where exp256 clamps (and for -inf)
+        const __m256 e = _mm256_and_ps(exp256(d), _mm256_cmp_ps(d, _mm256_set1_ps(-87.3f), _CMP_GE_OQ));
+        _mm256_storeu_ps(x + i, e);
+        acc = _mm256_add_pd(acc, _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
+        acc = _mm256_add_pd(acc, _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
+    }
+    alignas(32) double t[4];
+    _mm256_store_pd(t, acc);
+    double s = (t[0] + t[1]) + (t[2] + t[3]);
+    for (; i < n; ++i) {
+        x[i] = std::exp(x[i] - max);
+        s += x[i];
+    }
+    return s;
+}
+
+LP_TARGET_AVX2 void silu_mul_avx2(float* g, const float* u, int64_t n) {
+    const __m256 one = _mm256_set1_ps(1.0f), zero = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 x = _mm256_loadu_ps(g + i);
+        __m256 y = _mm256_div_ps(x, _mm256_add_ps(one, exp256(_mm256_sub_ps(zero, x))));
+        if (u) y = _mm256_mul_ps(y, _mm256_loadu_ps(u + i));
+        _mm256_storeu_ps(g + i, y);
+    }
+    if (i < n) silu_mul_scalar(g + i, u ? u + i : nullptr, n - i);
+}
+
+LP_TARGET_AVX2 void gelu_mul_avx2(float* g, const float* u, int64_t n) {
+    const float* table = gelu_table();
+    const __m256 lo = _mm256_set1_ps(-10.0f), hi = _mm256_set1_ps(10.0f);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 x = _mm256_loadu_ps(g + i);
+        const __m128i h = _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        __m256 y = _mm256_i32gather_ps(table, _mm256_cvtepu16_epi32(h), 4);
+        y = _mm256_blendv_ps(y, x, _mm256_cmp_ps(x, hi, _CMP_GE_OQ));
+        y = _mm256_blendv_ps(y, _mm256_setzero_ps(), _mm256_cmp_ps(x, lo, _CMP_LE_OQ));
+        if (u) y = _mm256_mul_ps(y, _mm256_loadu_ps(u + i));
+        _mm256_storeu_ps(g + i, y);
+    }
+    if (i < n) gelu_mul_scalar(g + i, u ? u + i : nullptr, n - i);
+}
+
+#endif  // LP_HAVE_AVX2
+
+// ---------------------------------------------------------------------------
+// AVX-512
+// ---------------------------------------------------------------------------
+#if defined(LP_HAVE_AVX512)
+
+// exp(x) as exp256, with vscalefps doing 2^n (it handles under- and overflow).
+LP_TARGET_AVX512 LP_INLINE __m512 exp512(__m512 x) {
+    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.428606765330187045e-06f), r);
+    __m512 p = _mm512_set1_ps(1.0f / 720);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    return _mm512_scalef_ps(p, n);
+}
+
+// exp(x), exactly 0 where x < -103 (where exp(x) is below the smallest
+// float anyway; also keeps -inf from turning into NaN).
+LP_TARGET_AVX512 LP_INLINE __m512 exp512_or_zero(__m512 x) {
+    const __mmask16 keep = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-103.0f), _CMP_GE_OQ);
+    return _mm512_maskz_mov_ps(keep, exp512(_mm512_max_ps(x, _mm512_set1_ps(-103.0f))));
+}
+
+LP_TARGET_AVX512 double sum_sq_avx512(const float* x, int64_t n) {
+    __m512d acc0 = _mm512_setzero_pd(), acc1 = acc0;
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const __m512 v = _mm512_loadu_ps(x + i);
+        const __m512 sq = _mm512_mul_ps(v, v);
+        acc0 = _mm512_add_pd(acc0, _mm512_cvtps_pd(_mm512_castps512_ps256(sq)));
+        acc1 = _mm512_add_pd(acc1, _mm512_cvtps_pd(_mm512_extractf32x8_ps(sq, 1)));
+    }
+    double s = _mm512_reduce_add_pd(_mm512_add_pd(acc0, acc1));
+    for (; i < n; ++i) s += (double)(x[i] * x[i]);
+    return s;
+}
+
+LP_TARGET_AVX512 double exp_sum_avx512(float* x, int64_t n, float max) {
+    const __m512 vm = _mm512_set1_ps(max);
+    __m512d acc = _mm512_setzero_pd();
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const __m512 e = exp512_or_zero(_mm512_sub_ps(_mm512_loadu_ps(x + i), vm));
+        _mm512_storeu_ps(x + i, e);
+        acc = _mm512_add_pd(acc, _mm512_cvtps_pd(_mm512_castps512_ps256(e)));
+        acc = _mm512_add_pd(acc, _mm512_cvtps_pd(_mm512_extractf32x8_ps(e, 1)));
+    }
+    if (i < n) {
+        const __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
+        const __m512 e = exp512_or_zero(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + i), vm));
+        _mm512_mask_storeu_ps(x + i, m, e);
+        const __m512 ez = _mm512_maskz_mov_ps(m, e);
+        acc = _mm512_add_pd(acc, _mm512_cvtps_pd(_mm512_castps512_ps256(ez)));
+        acc = _mm512_add_pd(acc, _mm512_cvtps_pd(_mm512_extractf32x8_ps(ez, 1)));
+    }
+    return _mm512_reduce_add_pd(acc);
+}
+
+LP_TARGET_AVX512 void silu_mul_avx512(float* g, const float* u, int64_t n) {
+    const __m512 one = _mm512_set1_ps(1.0f), zero = _mm512_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const __m512 x = _mm512_loadu_ps(g + i);
+        __m512 y = _mm512_div_ps(x, _mm512_add_ps(one, exp512(_mm512_sub_ps(zero, x))));
+        if (u) y = _mm512_mul_ps(y, _mm512_loadu_ps(u + i));
+        _mm512_storeu_ps(g + i, y);
+    }
+    if (i < n) silu_mul_scalar(g + i, u ? u + i : nullptr, n - i);
+}
+
+LP_TARGET_AVX512 void gelu_mul_avx512(float* g, const float* u, int64_t n) {
+    const float* table = gelu_table();
+    const __m512 lo = _mm512_set1_ps(-10.0f), hi = _mm512_set1_ps(10.0f);
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const __m512 x = _mm512_loadu_ps(g + i);
+        const __m256i h = _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        __m512 y = _mm512_i32gather_ps(_mm512_cvtepu16_epi32(h), table, 4);
+        y = _mm512_mask_mov_ps(y, _mm512_cmp_ps_mask(x, hi, _CMP_GE_OQ), x);
+        y = _mm512_mask_mov_ps(y, _mm512_cmp_ps_mask(x, lo, _CMP_LE_OQ), _mm512_setzero_ps());
+        if (u) y = _mm512_mul_ps(y, _mm512_loadu_ps(u + i));
+        _mm512_storeu_ps(g + i, y);
+    }
+    if (i < n) gelu_mul_scalar(g + i, u ? u + i : nullptr, n - i);
+}
+
+#endif  // LP_HAVE_AVX512
+
+// ---------------------------------------------------------------------------
+// Dispatch
+// ---------------------------------------------------------------------------
+double sum_sq(const float* x, int64_t n) {
+#if defined(LP_HAVE_AVX512)
+    if (level() == isa::avx512) return sum_sq_avx512(x, n);
+#endif
+#if defined(LP_HAVE_AVX2)
+    if (level() >= isa::avx2) return sum_sq_avx2(x, n);
+#endif
+    return sum_sq_scalar(x, n);
+}
+
+double exp_sum(float* x, int64_t n, float max) {
+#if defined(LP_HAVE_AVX512)
+    if (level() == isa::avx512) return exp_sum_avx512(x, n, max);
+#endif
+#if defined(LP_HAVE_AVX2)
+    if (level() >= isa::avx2) return exp_sum_avx2(x, n, max);
+#endif
+    return exp_sum_scalar(x, n, max);
+}
+
+float max_of(const float* x, int64_t n) {
+    float m = -INFINITY;
+    for (int64_t i = 0; i < n; ++i) m = std::max(m, x[i]);
+    return m;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+// Row operations
+// ---------------------------------------------------------------------------
+
+void rms_norm_row(const float* x, const float* w, float* y, int64_t n, float eps) {
+    const float mean = (float)(sum_sq(x, n) / (double)n);
+    const float scale = 1.0f / std::sqrt(mean + eps);
+    if (w) {
+        for (int64_t i = 0; i < n; ++i) y[i] = (x[i] * scale) * w[i];
+    } else {
+        for (int64_t i = 0; i < n; ++i) y[i] = x[i] * scale;
+    }
+}
+
+void layer_norm_row(const float* x, const float* w, const float* b, float* y, int64_t n, float eps) {
+    double sum = 0;
+    for (int64_t i = 0; i < n; ++i) sum += x[i];
+    const float mean = (float)(sum / (double)n);
+    for (int64_t i = 0; i < n; ++i) y[i] = x[i] - mean;
+    const float var = (float)(sum_sq(y, n) / (double)n);
+    const float scale = 1.0f / std::sqrt(var + eps);
+    for (int64_t i = 0; i < n; ++i) y[i] *= scale;
+    if (w) for (int64_t i = 0; i < n; ++i) y[i] *= w[i];
+    if (b) for (int64_t i = 0; i < n; ++i) y[i] += b[i];
+}
+
+void gelu_mul_row(float* g, const float* u, int64_t n) {
+#if defined(LP_HAVE_AVX512)
+    if (level() == isa::avx512) return gelu_mul_avx512(g, u, n);
+#endif
+#if defined(LP_HAVE_AVX2)
+    if (level() >= isa::avx2) return gelu_mul_avx2(g, u, n);
+#endif
+    gelu_mul_scalar(g, u, n);
+}
+
+void silu_mul_row(float* g, const float* u, int64_t n) {
+#if defined(LP_HAVE_AVX512)
+    if (level() == isa::avx512) return silu_mul_avx512(g, u, n);
+#endif
+#if defined(LP_HAVE_AVX2)
+    if (level() >= isa::avx2) return silu_mul_avx2(g, u, n);
+#endif
+    silu_mul_scalar(g, u, n);
+}
+
+void softcap_row(float* x, int64_t n, float cap) {
+    const float inv = 1.0f / cap;
+    for (int64_t i = 0; i < n; ++i) x[i] = std::tanh(x[i] * inv) * cap;
+}
+
+void add_row(float* y, const float* x, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) y[i] += x[i];
+}
+
+void scale_row(float* x, int64_t n, float s) {
+    for (int64_t i = 0; i < n; ++i) x[i] *= s;
+}
+
+void softmax_row(float* x, int64_t n) {
+    if (n <= 0) return;
+    const float m = max_of(x, n);
+    const double sum = exp_sum(x, n, m);
+    scale_row(x, n, (float)(1.0 / sum));
+}
+
+// ---------------------------------------------------------------------------
+// RoPE
+// ---------------------------------------------------------------------------
+
+void rope_cos_sin(const rope_params& p, int32_t pos, float* cs) {
+    const int n_rot = p.n_rot;
+    const float theta_scale = std::pow(p.freq_base, -2.0f / (float)n_rot);
+    // YaRN: the dims between corr_lo and corr_hi blend interpolated and
+    // extrapolated angles.
+    float corr_lo = 0, corr_hi = 0;
+    float mscale = p.attn_factor;
+    if (p.ext_factor != 0.0f) {
+        const float two_pi = 6.28318530717958647692f;
+        auto corr_dim = [&](float n_rotations) {
+            return (float)n_rot * std::log((float)p.n_ctx_orig / (n_rotations * two_pi)) / (2.0f * std::log(p.freq_base));
+        };
+        corr_lo = std::max(0.0f, std::floor(corr_dim(p.beta_fast)));
+        corr_hi = std::min((float)(n_rot - 1), std::ceil(corr_dim(p.beta_slow)));
+        mscale *= 1.0f + 0.1f * std::log(1.0f / p.freq_scale);
+    }
+    float theta_base = (float)pos;
+    for (int i = 0; i < n_rot / 2; ++i) {
+        const float ff = p.freq_factors ? p.freq_factors[i] : 1.0f;
+        const float theta_extrap = theta_base / ff;
+        float theta = p.freq_scale * theta_extrap;
+        if (p.ext_factor != 0.0f) {
+            const float y = ((float)i - corr_lo) / std::max(0.001f, corr_hi - corr_lo);
+            const float ramp = (1.0f - std::min(1.0f, std::max(0.0f, y))) * p.ext_factor;
+            theta = theta * (1.0f - ramp) + theta_extrap * ramp;
+        }
+        cs[2 * i] = std::cos(theta) * mscale;
+        cs[2 * i + 1] = std::sin(theta) * mscale;
+        theta_base *= theta_scale;
+    }
+}
+
+void rope_apply(float* x, int n_head, int head_dim, int n_rot, rope_style style, const float* cs) {
+    const int half = n_rot / 2;
+    for (int h = 0; h < n_head; ++h) {
+        float* xh = x + (int64_t)h * head_dim;
+        if (style == rope_style::neox) {
+            for (int i = 0; i < half; ++i) {
+                const float c = cs[2 * i], s = cs[2 * i + 1];
+                const float x0 = xh[i], x1 = xh[i + half];
+                xh[i] = x0 * c - x1 * s;
+                xh[i + half] = x0 * s + x1 * c;
+            }
+        } else {
+            for (int i = 0; i < half; ++i) {
+                const float c = cs[2 * i], s = cs[2 * i + 1];
+                const float x0 = xh[2 * i], x1 = xh[2 * i + 1];
+                xh[2 * i] = x0 * c - x1 * s;
+                xh[2 * i + 1] = x0 * s + x1 * c;
+            }
+        }
+    }
+}
+
+}  // namespace lp

@@ -1,0 +1,66 @@
+// ops.h — the non-matmul operations of a transformer forward pass on the CPU:
+// normalisation, rotary position embedding, activations and soft-capping. Each row operation works on one row; callers
+// (model/decoder.cpp) spread rows over the thread pool. Numerics follow
+// llama.cpp's CPU backend where it rounds (GELU through an F16 table, queries
+// and attention weights rounded to F16 against an F16 cache), so outputs agree
+// with it closely.
+// Not here: matrix products with weights (matmul.h), attention (attention.h).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+
+namespace lp {
+
+// ---------------------------------------------------------------------------
+// Row operations (n elements each)
+// ---------------------------------------------------------------------------
+
+// y = x / sqrt(mean(x²) + eps) * w      (w may be null: no weight). y may be x.
+void rms_norm_row(const float* x, const float* w, float* y, int64_t n, float eps);
+// y = (x - mean) / sqrt(var + eps) * w + b   (w, b may be null). y may be x.
+void layer_norm_row(const float* x, const float* w, const float* b, float* y, int64_t n, float eps);
+// g = gelu(g) * u, GELU in its tanh form evaluated as llama.cpp does (input
+// and result rounded to F16; |x| >= 10 taken exactly). u may be null (no gate).
+void gelu_mul_row(float* g, const float* u, int64_t n);
+// g = silu(g) * u = g / (1 + exp(-g)) * u. u may be null.
+void silu_mul_row(float* g, const float* u, int64_t n);
+// x = tanh(x / cap) * cap
+void softcap_row(float* x, int64_t n, float cap);
+// y += x
+void add_row(float* y, const float* x, int64_t n);
+// x *= s
+void scale_row(float* x, int64_t n, float s);
+// In place softmax over n values; returns nothing, sums in double.
+void softmax_row(float* x, int64_t n);
+
+// ---------------------------------------------------------------------------
+// Rotary position embedding
+// ---------------------------------------------------------------------------
+
+// normal: rotate adjacent pairs (x[2i], x[2i+1]) (llama.cpp's "norm" type,
+// used with the converter's permuted Q/K weights); neox: rotate x[i] with
+// x[i + n_rot/2].
+enum class rope_style : int { normal = 0, neox = 2 };
+
+struct rope_params {
+    int n_rot = 0;                      // rotated dims per head (even, <= head_dim)
+    rope_style style = rope_style::normal;
+    float freq_base = 10000.0f;
+    float freq_scale = 1.0f;            // 1 / linear scaling factor
+    const float* freq_factors = nullptr;  // (n_rot/2) divisors of the frequencies (llama3, longrope) or null
+    // YaRN (ext_factor 0 disables it)
+    float ext_factor = 0.0f;
+    float attn_factor = 1.0f;           // multiplies cos and sin
+    float beta_fast = 32.0f, beta_slow = 1.0f;
+    int n_ctx_orig = 0;
+};
+
+// cos_sin: (n_rot/2, 2) — the cosine and sine of each pair's angle at `pos`.
+void rope_cos_sin(const rope_params& p, int32_t pos, float* cos_sin);
+// Rotates the first n_rot dims of each of n_head heads (head_dim apart) of one
+// token's row x in place, with the table from rope_cos_sin.
+void rope_apply(float* x, int n_head, int head_dim, int n_rot, rope_style style, const float* cos_sin);
+
+}  // namespace lp

@@ -1,0 +1,255 @@
+// kv_cache.cpp — see kv_cache.h.
+#include "kv_cache.h"
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <string>
+
+#include "common.h"
+
+namespace lp {
+
+namespace {
+
+constexpr uint32_t kStateMagic = 0x564b504c;  // "LPKV"
+constexpr uint32_t kStateVersion = 1;
+
+bool in_range(int32_t p, int32_t p0, int32_t p1) {
+    if (p0 < 0) p0 = 0;
+    if (p1 < 0) p1 = std::numeric_limits<int32_t>::max();
+    return p >= p0 && p < p1;
+}
+
+template <class T> void put(std::vector<uint8_t>& out, T v) {
+    const size_t at = out.size();
+    out.resize(at + sizeof(T));
+    std::memcpy(out.data() + at, &v, sizeof(T));
+}
+
+// Reads values from a byte range, throwing on truncation.
+struct reader {
+    const uint8_t* p;
+    size_t n, at = 0;
+    const uint8_t* take(size_t k) {
+        if (k > n - at) throw value_error("KV cache state is truncated at byte " + std::to_string(at));
+        const uint8_t* r = p + at;
+        at += k;
+        return r;
+    }
+    template <class T> T get() {
+        T v;
+        std::memcpy(&v, take(sizeof(T)), sizeof(T));
+        return v;
+    }
+};
+
+}  // namespace
+
+kv_cache::kv_cache(int n_layer, int64_t n_cells, int64_t n_embd_k, int64_t n_embd_v, ggml_type type_k,
+                   ggml_type type_v)
+    : n_layer_(n_layer), n_cells_(n_cells), n_embd_k_(n_embd_k), n_embd_v_(n_embd_v), type_k_(type_k),
+      type_v_(type_v) {
+    for (ggml_type t : {type_k, type_v})
+        if (t != ggml_type::F32 && t != ggml_type::F16 && t != ggml_type::BF16)
+            throw value_error(std::string("KV cache type ") + type_name(t) + " is not supported (use F16, BF16 or F32)");
+    if (n_layer <= 0 || n_cells <= 0) throw value_error("KV cache needs at least one layer and one cell");
+    k_row_ = row_size(type_k, n_embd_k);
+    v_row_ = row_size(type_v, n_embd_v);
+    layer_bytes_ = (size_t)n_cells * (k_row_ + v_row_);
+    // Not zeroed: a cell's rows are always written before any token can see it.
+    data_.reset(new uint8_t[(size_t)n_layer * layer_bytes_]);
+    pos_.assign((size_t)n_cells, -1);
+    seqs_.assign((size_t)n_cells, {});
+}
+
+int64_t kv_cache::used_end() const {
+    for (int64_t j = n_cells_; j > 0; --j)
+        if (!seqs_[(size_t)j - 1].none()) return j;
+    return 0;
+}
+
+void kv_cache::find_free(int64_t n, int32_t* cells_out) const {
+    if (n > n_cells_ - n_used_)
+        throw value_error("KV cache is full: the batch needs " + std::to_string(n) + " cells, " +
+                          std::to_string(n_cells_ - n_used_) + " of " + std::to_string(n_cells_) +
+                          " are free (free cells with kv_seq_rm, or create the context with a larger n_ctx)");
+    int64_t k = 0;
+    for (int64_t j = 0; j < n_cells_ && k < n; ++j)
+        if (seqs_[(size_t)j].none()) cells_out[k++] = (int32_t)j;
+}
+
+void kv_cache::occupy(int32_t cell, int32_t pos, const int32_t* seqs, int n_seqs) {
+    auto& s = seqs_[(size_t)cell];
+    if (s.none()) ++n_used_;
+    pos_[(size_t)cell] = pos;
+    for (int i = 0; i < n_seqs; ++i) s.set((size_t)seqs[i]);
+}
+
+void kv_cache::release(int32_t cell) {
+    auto& s = seqs_[(size_t)cell];
+    if (!s.none()) --n_used_;
+    s.reset();
+    pos_[(size_t)cell] = -1;
+}
+
+void kv_cache::seq_rm(int seq, int32_t p0, int32_t p1) {
+    for (int64_t j = 0; j < n_cells_; ++j) {
+        auto& s = seqs_[(size_t)j];
+        if (s.none() || !in_range(pos_[(size_t)j], p0, p1)) continue;
+        if (seq < 0) s.reset();
+        else s.reset((size_t)seq);
+        if (s.none()) {
+            pos_[(size_t)j] = -1;
+            --n_used_;
+        }
+    }
+}
+
+void kv_cache::seq_cp(int src, int dst, int32_t p0, int32_t p1) {
+    if (src == dst) return;
+    for (int64_t j = 0; j < n_cells_; ++j) {
+        auto& s = seqs_[(size_t)j];
+        if (s.test((size_t)src) && in_range(pos_[(size_t)j], p0, p1)) s.set((size_t)dst);
+    }
+}
+
+void kv_cache::seq_keep(int seq) {
+    for (int64_t j = 0; j < n_cells_; ++j) {
+        auto& s = seqs_[(size_t)j];
+        if (s.none()) continue;
+        const bool keep = s.test((size_t)seq);
+        s.reset();
+        if (keep) {
+            s.set((size_t)seq);
+        } else {
+            pos_[(size_t)j] = -1;
+            --n_used_;
+        }
+    }
+}
+
+int32_t kv_cache::seq_pos_max(int seq) const {
+    int32_t m = -1;
+    for (int64_t j = 0; j < n_cells_; ++j)
+        if (seqs_[(size_t)j].test((size_t)seq)) m = std::max(m, pos_[(size_t)j]);
+    return m;
+}
+
+int32_t kv_cache::seq_pos_min(int seq) const {
+    int32_t m = -1;
+    for (int64_t j = 0; j < n_cells_; ++j)
+        if (seqs_[(size_t)j].test((size_t)seq) && (m < 0 || pos_[(size_t)j] < m)) m = pos_[(size_t)j];
+    return m;
+}
+
+void kv_cache::clear() {
+    std::fill(pos_.begin(), pos_.end(), -1);
+    for (auto& s : seqs_) s.reset();
+    n_used_ = 0;
+}
+
+void kv_cache::build_mask(int64_t n_tok, const int32_t* pos, const int32_t* seq, int32_t n_swa, uint64_t* mask,
+                          int64_t words_per_row, int32_t* lo, int32_t* hi) const {
+    const int64_t end = used_end();
+    for (int64_t t = 0; t < n_tok; ++t) {
+        uint64_t* row = mask + t * words_per_row;
+        std::memset(row, 0, sizeof(uint64_t) * (size_t)((end + 63) / 64));
+        const int32_t p = pos[t];
+        const size_t s = (size_t)seq[t];
+        int32_t first = -1, last = -1;
+        for (int64_t j = 0; j < end; ++j) {
+            const int32_t pj = pos_[(size_t)j];
+            if (pj > p || !seqs_[(size_t)j].test(s)) continue;
+            if (n_swa > 0 && p - pj >= n_swa) continue;
+            row[j >> 6] |= (uint64_t)1 << (j & 63);
+            if (first < 0) first = (int32_t)j;
+            last = (int32_t)j;
+        }
+        lo[t] = first < 0 ? 0 : first;
+        hi[t] = first < 0 ? 0 : last + 1;
+    }
+}
+
+void kv_cache::write_state(std::vector<uint8_t>& out) const {
+    put<uint32_t>(out, kStateMagic);
+    put<uint32_t>(out, kStateVersion);
+    put<uint32_t>(out, (uint32_t)n_layer_);
+    put<int32_t>(out, (int32_t)type_k_);
+    put<int32_t>(out, (int32_t)type_v_);
+    put<uint64_t>(out, (uint64_t)k_row_);
+    put<uint64_t>(out, (uint64_t)v_row_);
+    std::vector<int64_t> used;
+    for (int64_t j = 0; j < n_cells_; ++j)
+        if (!seqs_[(size_t)j].none()) used.push_back(j);
+    put<uint64_t>(out, (uint64_t)used.size());
+    for (int64_t j : used) {
+        put<int32_t>(out, pos_[(size_t)j]);
+        const auto& s = seqs_[(size_t)j];
+        put<uint32_t>(out, (uint32_t)s.count());
+        for (size_t q = 0; q < s.size(); ++q)
+            if (s.test(q)) put<int32_t>(out, (int32_t)q);
+    }
+    const size_t at = out.size();
+    out.resize(at + used.size() * (size_t)n_layer_ * (k_row_ + v_row_));
+    uint8_t* dst = out.data() + at;
+    for (int il = 0; il < n_layer_; ++il) {
+        for (int64_t j : used) {
+            std::memcpy(dst, k(il) + (size_t)j * k_row_, k_row_);
+            dst += k_row_;
+        }
+        for (int64_t j : used) {
+            std::memcpy(dst, v(il) + (size_t)j * v_row_, v_row_);
+            dst += v_row_;
+        }
+    }
+}
+
+size_t kv_cache::read_state(const uint8_t* data, size_t size, bool apply) {
+    reader r{data, size};
+    if (r.get<uint32_t>() != kStateMagic) throw value_error("not a llamapy KV cache state (bad magic)");
+    const uint32_t version = r.get<uint32_t>();
+    if (version != kStateVersion)
+        throw value_error("KV cache state version " + std::to_string(version) + " is not supported");
+    const uint32_t n_layer = r.get<uint32_t>();
+    const int32_t tk = r.get<int32_t>(), tv = r.get<int32_t>();
+    const uint64_t k_row = r.get<uint64_t>(), v_row = r.get<uint64_t>();
+    if (n_layer != (uint32_t)n_layer_ || tk != (int32_t)type_k_ || tv != (int32_t)type_v_ || k_row != k_row_ ||
+        v_row != v_row_)
+        throw value_error("KV cache state was saved by a context with another model or cache types");
+    const uint64_t n = r.get<uint64_t>();
+    if (n > (uint64_t)n_cells_)
+        throw value_error("KV cache state holds " + std::to_string(n) + " cells, this context has only " +
+                          std::to_string(n_cells_));
+    std::vector<int32_t> pos((size_t)n);
+    std::vector<std::bitset<kMaxSequences>> seqs((size_t)n);
+    for (uint64_t i = 0; i < n; ++i) {
+        pos[i] = r.get<int32_t>();
+        const uint32_t ns = r.get<uint32_t>();
+        if (pos[i] < 0 || ns == 0 || ns > (uint32_t)kMaxSequences)
+            throw value_error("KV cache state has a malformed cell " + std::to_string(i));
+        for (uint32_t q = 0; q < ns; ++q) {
+            const int32_t s = r.get<int32_t>();
+            if (s < 0 || s >= kMaxSequences) throw value_error("KV cache state has a bad sequence id");
+            seqs[i].set((size_t)s);
+        }
+    }
+    const uint8_t* rows = r.take((size_t)n * n_layer_ * (k_row_ + v_row_));
+    if (!apply) return r.at;
+    // Everything is valid: replace the contents.
+    clear();
+    for (uint64_t i = 0; i < n; ++i) {
+        pos_[i] = pos[i];
+        seqs_[i] = seqs[i];
+    }
+    n_used_ = (int64_t)n;
+    for (int il = 0; il < n_layer_; ++il) {
+        std::memcpy(k(il), rows, (size_t)n * k_row_);
+        rows += (size_t)n * k_row_;
+        std::memcpy(v(il), rows, (size_t)n * v_row_);
+        rows += (size_t)n * v_row_;
+    }
+    return r.at;
+}
+
+}  // namespace lp

@@ -1,0 +1,98 @@
+// kv_cache.h — the key/value cache shared by many sequences.
+//
+// The cache has n_cells cells. A cell holds one token's keys and values for
+// every layer, its position, and the set of sequences it belongs to (a token
+// of a shared prompt can belong to several). A cell with no sequence is free.
+// Cells need not be contiguous or ordered: attention finds, for each query
+// token, the cells that share its sequence with a position not after its own
+// (and, for sliding-window layers, within the window), so sequences can be
+// copied (seq_cp shares cells, no data moves), trimmed and dropped freely.
+//
+// Not here: the attention arithmetic (cpu/ops.h), choosing what to evaluate
+// (context.h).
+#pragma once
+
+#include <bitset>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "ggml_type.h"
+
+namespace lp {
+
+constexpr int kMaxSequences = 256;  // sequence ids are 0 .. n_seq_max-1 < kMaxSequences
+
+class kv_cache {
+public:
+    // n_embd_k / n_embd_v: elements of one token's keys / values in one layer
+    // (n_head_kv * head_dim). type_k / type_v: F32, F16 or BF16.
+    kv_cache(int n_layer, int64_t n_cells, int64_t n_embd_k, int64_t n_embd_v, ggml_type type_k, ggml_type type_v);
+
+    int n_layer() const { return n_layer_; }
+    int64_t n_cells() const { return n_cells_; }
+    int64_t n_used() const { return n_used_; }
+    ggml_type type_k() const { return type_k_; }
+    ggml_type type_v() const { return type_v_; }
+    size_t k_row_bytes() const { return k_row_; }
+    size_t v_row_bytes() const { return v_row_; }
+    // Keys / values of layer il: (n_cells, n_embd_k) / (n_cells, n_embd_v).
+    uint8_t* k(int il) { return data_.get() + (size_t)il * layer_bytes_; }
+    uint8_t* v(int il) { return data_.get() + (size_t)il * layer_bytes_ + (size_t)n_cells_ * k_row_; }
+    const uint8_t* k(int il) const { return data_.get() + (size_t)il * layer_bytes_; }
+    const uint8_t* v(int il) const { return data_.get() + (size_t)il * layer_bytes_ + (size_t)n_cells_ * k_row_; }
+    size_t bytes() const { return (size_t)n_layer_ * layer_bytes_; }
+
+    int32_t pos(int64_t cell) const { return pos_[(size_t)cell]; }
+    bool has_seq(int64_t cell, int seq) const { return seqs_[(size_t)cell].test((size_t)seq); }
+    bool is_free(int64_t cell) const { return seqs_[(size_t)cell].none(); }
+    // One past the highest cell in use (0 when empty).
+    int64_t used_end() const;
+
+    // Writes the indices of n free cells, lowest first, to cells_out without
+    // changing anything. Throws value_error when fewer than n are free.
+    void find_free(int64_t n, int32_t* cells_out) const;
+    // Puts a token in a free cell.
+    void occupy(int32_t cell, int32_t pos, const int32_t* seqs, int n_seqs);
+    // Frees a cell (undo of occupy).
+    void release(int32_t cell);
+
+    // Sequence operations. A position range [p0, p1) with p0 < 0 meaning 0 and
+    // p1 < 0 meaning "to the end"; seq < 0 in seq_rm means every sequence.
+    void seq_rm(int seq, int32_t p0, int32_t p1);
+    void seq_cp(int src, int dst, int32_t p0, int32_t p1);
+    void seq_keep(int seq);
+    int32_t seq_pos_max(int seq) const;  // -1 when the sequence is empty
+    int32_t seq_pos_min(int seq) const;  // -1 when the sequence is empty
+    void clear();
+
+    // Which cells each query token sees: for token t at position pos[t] in
+    // sequence seq[t], bit j of mask row t (words_per_row 64-bit words) is set
+    // when cell j holds seq[t] at a position <= pos[t] and, if n_swa > 0, at a
+    // position > pos[t] - n_swa. lo[t] / hi[t] bound the set bits.
+    void build_mask(int64_t n_tok, const int32_t* pos, const int32_t* seq, int32_t n_swa, uint64_t* mask,
+                    int64_t words_per_row, int32_t* lo, int32_t* hi) const;
+
+    // Serialised cells in use (positions, sequences, keys and values of every
+    // layer); read_state validates everything before changing the cache.
+    void write_state(std::vector<uint8_t>& out) const;
+    // Reads what write_state wrote and returns the bytes it takes. With
+    // apply=false it only validates; with apply=true it replaces the contents
+    // (after validating: a bad state throws and changes nothing).
+    size_t read_state(const uint8_t* data, size_t size, bool apply);
+
+private:
+    int n_layer_;
+    int64_t n_cells_;
+    int64_t n_embd_k_, n_embd_v_;
+    ggml_type type_k_, type_v_;
+    size_t k_row_, v_row_;         // bytes of one cell's keys / values in one layer
+    size_t layer_bytes_;           // n_cells * (k_row + v_row)
+    std::unique_ptr<uint8_t[]> data_;  // (n_layer, [keys (n_cells, k_row) | values (n_cells, v_row)])
+    std::vector<int32_t> pos_;     // (n_cells) position of each cell, -1 when free
+    std::vector<std::bitset<kMaxSequences>> seqs_;  // (n_cells) sequences of each cell
+    int64_t n_used_ = 0;
+};
+
+}  // namespace lp

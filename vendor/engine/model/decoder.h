@@ -1,0 +1,59 @@
+// decoder.h — the forward pass of every supported architecture: token (or
+// embedding) rows in, logits and final hidden states of the requested rows
+// out, keys and values of every row written to the KV cache. The block_variant
+// of the model (model.h) switches the few steps in which architectures differ.
+// Not here: splitting batches, finding cache cells, building attention masks
+// (context.cpp, kv_cache.cpp).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "../cpu/attention.h"
+#include "../cpu/matmul.h"
+#include "../cpu/ops.h"
+#include "../cpu/threadpool.h"
+#include "../kv_cache.h"
+#include "model.h"
+
+namespace lp {
+
+// One micro-batch, ready to run: every row has its cache cell, and the masks
+// of run_state are built for it.
+struct ubatch {
+    int64_t n_tok = 0;
+    const int32_t* tokens = nullptr;  // (n_tok) token ids, or null when embd is given
+    const float* embd = nullptr;      // (n_tok, n_embd) input embeddings, or null
+    const int32_t* pos = nullptr;     // (n_tok)
+    const int32_t* cells = nullptr;   // (n_tok) KV cache cell of each row
+    const int32_t* out_rows = nullptr;  // (n_out) ascending rows whose logits / embeddings are wanted
+    int64_t n_out = 0;
+};
+
+// All activation memory of a context, allocated once for n_ubatch rows.
+struct run_state {
+    run_state(const hparams& hp, int64_t n_ubatch, int64_t n_cells, int n_threads);
+
+    int64_t n_ubatch;
+    int64_t mask_words;            // 64-bit words per mask row: ceil(n_cells / 64)
+    std::vector<float> x;          // (n_ubatch, n_embd) residual stream
+    std::vector<float> xb;         // (n_ubatch, n_embd) normalised input of a sub-block
+    std::vector<float> xb2;        // (n_ubatch, n_embd) output of a sub-block
+    std::vector<float> qkv;        // (n_ubatch, n_q + n_k + n_v) queries | keys | values
+    std::vector<float> att;        // (n_ubatch, n_head * head_dim_v) attention output
+    std::vector<float> ffn;        // (n_ubatch, 2 * n_ff) gate | up
+    std::vector<float> rope_cs[2];      // (n_ubatch, n_rot) cos/sin pairs: [0] global layers, [1] sliding-window layers
+    std::vector<uint64_t> mask[2];      // (n_ubatch, mask_words) visible cells: [0] global, [1] sliding window
+    std::vector<int32_t> mask_lo[2];    // (n_ubatch) first visible cell
+    std::vector<int32_t> mask_hi[2];    // (n_ubatch) one past the last visible cell
+    matmul_scratch mm;
+    attention_scratch attn;
+};
+
+// Runs the model on one micro-batch. rope[0] / rope[1]: RoPE of the global /
+// sliding-window layers. logits: (n_out, n_vocab); embd: (n_out, n_embd)
+// final normalised hidden states, or null.
+void decoder_forward(const model& m, const rope_params rope[2], kv_cache& kv, run_state& rs, const ubatch& ub,
+                     thread_pool& pool, float* logits, float* embd);
+
+}  // namespace lp

@@ -1,0 +1,375 @@
+// model.cpp — see model.h: the architecture table, the common hyperparameter
+// keys, and naming/validating the weights of a decoder-only transformer.
+#include "model.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "../common.h"
+
+namespace lp {
+
+// One line per architecture (defined in model/<arch>.cpp).
+extern const arch_def arch_llama;
+extern const arch_def arch_gemma3;
+extern const arch_def arch_gemma2;
+extern const arch_def arch_qwen2;
+extern const arch_def arch_qwen3;
+extern const arch_def arch_phi3;
+
+const std::vector<const arch_def*>& supported_archs() {
+    static const std::vector<const arch_def*> archs = {
+        &arch_llama, &arch_gemma3, &arch_gemma2, &arch_qwen2, &arch_qwen3, &arch_phi3,
+    };
+    return archs;
+}
+
+const arch_def* find_arch(const std::string& name) {
+    for (const arch_def* a : supported_archs())
+        if (name == a->name) return a;
+    return nullptr;
+}
+
+// ---------------------------------------------------------------------------
+// Metadata helpers
+// ---------------------------------------------------------------------------
+
+int64_t arch_int(const gguf_file& f, const hparams& hp, const std::string& key, int64_t def) {
+    const std::string full = hp.arch + "." + key;
+    const gguf_kv* kv = f.find_kv(full);
+    if (kv && kv->type == gguf_type::ARRAY)
+        throw not_implemented_error("metadata " + full + " is an array (per-layer values are not supported)");
+    return f.get_int(full, def);
+}
+
+double arch_float(const gguf_file& f, const hparams& hp, const std::string& key, double def) {
+    return f.get_float(hp.arch + "." + key, def);
+}
+
+bool arch_has(const gguf_file& f, const hparams& hp, const std::string& key) {
+    return f.find_kv(hp.arch + "." + key) != nullptr;
+}
+
+namespace {
+
+int64_t required_int(const gguf_file& f, const hparams& hp, const std::string& key) {
+    if (!arch_has(f, hp, key)) throw gguf_error("model metadata lacks " + hp.arch + "." + key);
+    return arch_int(f, hp, key, 0);
+}
+
+void check_positive(int64_t v, const char* what, int64_t max) {
+    if (v <= 0 || v > max)
+        throw gguf_error(std::string("model metadata: ") + what + " = " + std::to_string(v) + " is out of range");
+}
+
+// The keys every architecture shares.
+void read_common_hparams(const gguf_file& f, hparams& hp) {
+    hp.n_ctx_train = required_int(f, hp, "context_length");
+    hp.n_embd = required_int(f, hp, "embedding_length");
+    hp.n_layer = required_int(f, hp, "block_count");
+    hp.n_ff = required_int(f, hp, "feed_forward_length");
+    hp.n_head = required_int(f, hp, "attention.head_count");
+    hp.n_head_kv = arch_int(f, hp, "attention.head_count_kv", hp.n_head);
+    check_positive(hp.n_ctx_train, "context_length", (int64_t)1 << 31);
+    check_positive(hp.n_embd, "embedding_length", (int64_t)1 << 20);
+    check_positive(hp.n_layer, "block_count", 4096);
+    check_positive(hp.n_ff, "feed_forward_length", (int64_t)1 << 24);
+    check_positive(hp.n_head, "attention.head_count", 4096);
+    check_positive(hp.n_head_kv, "attention.head_count_kv", hp.n_head);
+    if (hp.n_head % hp.n_head_kv != 0)
+        throw gguf_error("model metadata: head_count " + std::to_string(hp.n_head) +
+                         " is not a multiple of head_count_kv " + std::to_string(hp.n_head_kv));
+    hp.head_dim_k = arch_int(f, hp, "attention.key_length", hp.n_embd / hp.n_head);
+    hp.head_dim_v = arch_int(f, hp, "attention.value_length", hp.head_dim_k);
+    check_positive(hp.head_dim_k, "attention.key_length", 1 << 16);
+    check_positive(hp.head_dim_v, "attention.value_length", 1 << 16);
+
+    hp.norm_eps = (float)arch_float(f, hp, "attention.layer_norm_rms_epsilon",
+                                    arch_float(f, hp, "attention.layer_norm_epsilon", 1e-5));
+
+    rope_params& r = hp.rope;
+    r.n_rot = (int)arch_int(f, hp, "rope.dimension_count", hp.head_dim_k);
+    if (r.n_rot < 0 || r.n_rot > hp.head_dim_k || r.n_rot % 2 != 0)
+        throw gguf_error("model metadata: rope.dimension_count " + std::to_string(r.n_rot) +
+                         " must be even and at most the head size " + std::to_string(hp.head_dim_k));
+    r.freq_base = (float)arch_float(f, hp, "rope.freq_base", 10000.0);
+    const std::string scaling = f.get_string(hp.arch + ".rope.scaling.type", "");
+    float factor = (float)arch_float(f, hp, "rope.scaling.factor", 0.0);
+    if (factor == 0.0f) factor = (float)arch_float(f, hp, "rope.scale_linear", 0.0);
+    r.freq_scale = (factor > 0.0f && scaling != "none") ? 1.0f / factor : 1.0f;
+    r.n_ctx_orig = (int)arch_int(f, hp, "rope.scaling.original_context_length", hp.n_ctx_train);
+    if (scaling == "yarn") {
+        r.ext_factor = 1.0f;
+        r.attn_factor = (float)arch_float(f, hp, "rope.scaling.attn_factor", 1.0);
+        r.beta_fast = (float)arch_float(f, hp, "rope.scaling.yarn_beta_fast", 32.0);
+        r.beta_slow = (float)arch_float(f, hp, "rope.scaling.yarn_beta_slow", 1.0);
+    } else if (!scaling.empty() && scaling != "none" && scaling != "linear") {
+        throw not_implemented_error("rope scaling type '" + scaling + "' is not supported (none, linear, yarn)");
+    }
+    if (!(r.freq_base > 0.0f) || !(r.freq_scale > 0.0f)) throw gguf_error("model metadata: bad rope frequency");
+
+    hp.n_swa = (int32_t)arch_int(f, hp, "attention.sliding_window", 0);
+    if (hp.n_swa < 0) throw gguf_error("model metadata: attention.sliding_window is negative");
+    hp.attn_softcap = (float)arch_float(f, hp, "attn_logit_softcapping", 0.0);
+    hp.final_softcap = (float)arch_float(f, hp, "final_logit_softcapping", 0.0);
+    if (hp.attn_softcap < 0 || hp.final_softcap < 0) throw gguf_error("model metadata: negative soft-capping");
+}
+
+// ---------------------------------------------------------------------------
+// Weights
+// ---------------------------------------------------------------------------
+
+class weight_loader {
+public:
+    weight_loader(const gguf_file& f, const std::string& arch) : f_(f), arch_(arch) {}
+
+    bool has(const std::string& name) const { return f_.find_tensor(name) != nullptr; }
+
+    // A matrix of n_rows rows of n_cols elements, of a type we can multiply with.
+    weight_view matrix(const std::string& name, int64_t n_cols, int64_t n_rows) const {
+        const gguf_tensor_info& t = get(name);
+        if (t.ne[0] != n_cols || t.ne[1] != n_rows || t.ne[2] != 1 || t.ne[3] != 1)
+            throw gguf_error("tensor " + name + " has shape " + shape(t) + ", expected [" + std::to_string(n_cols) +
+                             ", " + std::to_string(n_rows) + "]");
+        const type_traits& tr = traits(t.type);
+        if (!tr.supported || (!tr.vec_dot && !tr.vec_dot_ref))
+            throw not_implemented_error("tensor " + name + " has type " + type_name(t.type) +
+                                        ", which this build cannot compute with");
+        weight_view w;
+        w.type = t.type;
+        w.n_rows = n_rows;
+        w.n_cols = n_cols;
+        w.data = f_.tensor_data(t);
+        w.row_stride = row_size(t.type, n_cols);
+        return w;
+    }
+    weight_view matrix_opt(const std::string& name, int64_t n_cols, int64_t n_rows) const {
+        return has(name) ? matrix(name, n_cols, n_rows) : weight_view{};
+    }
+
+    // A vector of n elements, converted to float.
+    std::vector<float> vec(const std::string& name, int64_t n) const {
+        const gguf_tensor_info& t = get(name);
+        if (t.n_elements() != n || t.ne[0] != n)
+            throw gguf_error("tensor " + name + " has shape " + shape(t) + ", expected [" + std::to_string(n) + "]");
+        const type_traits& tr = traits(t.type);
+        if (!tr.to_float || n % tr.block_size != 0)
+            throw not_implemented_error("tensor " + name + " has type " + type_name(t.type) + ", which cannot be read");
+        std::vector<float> v((size_t)n);
+        tr.to_float(f_.tensor_data(t), v.data(), n);
+        return v;
+    }
+    std::vector<float> vec_opt(const std::string& name, int64_t n) const {
+        return has(name) ? vec(name, n) : std::vector<float>{};
+    }
+
+private:
+    const gguf_tensor_info& get(const std::string& name) const {
+        const gguf_tensor_info* t = f_.find_tensor(name);
+        if (!t) throw gguf_error("model file lacks tensor " + name + " (needed by architecture " + arch_ + ")");
+        return *t;
+    }
+    static std::string shape(const gguf_tensor_info& t) {
+        std::string s = "[";
+        for (uint32_t i = 0; i < t.n_dims; ++i) s += (i ? ", " : "") + std::to_string(t.ne[i]);
+        return s + "]";
+    }
+    const gguf_file& f_;
+    std::string arch_;
+};
+
+void load_weights(const gguf_file& f, hparams& hp, model_weights& w) {
+    weight_loader L(f, hp.arch);
+    const block_variant& v = hp.v;
+    const int64_t E = hp.n_embd, nq = hp.n_q(), nk = hp.n_embd_k(), nv = hp.n_embd_v();
+    const bool ln = v.norm == norm_kind::layer;
+
+    // Vocabulary size: the rows of the embedding matrix.
+    const gguf_tensor_info* te = f.find_tensor("token_embd.weight");
+    if (!te) throw gguf_error("model file lacks tensor token_embd.weight (needed by architecture " + hp.arch + ")");
+    hp.n_vocab = te->ne[1];
+    if (hp.n_vocab <= 0) throw gguf_error("token_embd.weight has no rows");
+    w.token_embd = L.matrix("token_embd.weight", E, hp.n_vocab);
+    w.output_norm = L.vec("output_norm.weight", E);
+    if (ln) w.output_norm_b = L.vec_opt("output_norm.bias", E);
+    w.output = L.has("output.weight") ? L.matrix("output.weight", E, hp.n_vocab) : w.token_embd;
+    if (L.has("rope_freqs.weight")) w.rope_freqs = L.vec("rope_freqs.weight", hp.rope.n_rot / 2);
+    w.rope_long = L.vec_opt("rope_factors_long.weight", hp.rope.n_rot / 2);
+    w.rope_short = L.vec_opt("rope_factors_short.weight", hp.rope.n_rot / 2);
+    if (w.rope_long.empty() != w.rope_short.empty())
+        throw gguf_error("model file has only one of rope_factors_long.weight and rope_factors_short.weight");
+
+    w.layers.resize((size_t)hp.n_layer);
+    for (int64_t il = 0; il < hp.n_layer; ++il) {
+        layer_weights& l = w.layers[(size_t)il];
+        const std::string p = "blk." + std::to_string(il) + ".";
+        l.attn_norm = L.vec(p + "attn_norm.weight", E);
+        if (ln) l.attn_norm_b = L.vec_opt(p + "attn_norm.bias", E);
+        if (v.qkv_fused) {
+            l.wqkv = L.matrix(p + "attn_qkv.weight", E, nq + nk + nv);
+            l.bqkv = L.vec_opt(p + "attn_qkv.bias", nq + nk + nv);
+        } else {
+            l.wq = L.matrix(p + "attn_q.weight", E, nq);
+            l.wk = L.matrix(p + "attn_k.weight", E, nk);
+            l.wv = L.matrix(p + "attn_v.weight", E, nv);
+            if (v.qkv_bias) {
+                l.bq = L.vec(p + "attn_q.bias", nq);
+                l.bk = L.vec(p + "attn_k.bias", nk);
+                l.bv = L.vec(p + "attn_v.bias", nv);
+            } else {
+                l.bq = L.vec_opt(p + "attn_q.bias", nq);
+                l.bk = L.vec_opt(p + "attn_k.bias", nk);
+                l.bv = L.vec_opt(p + "attn_v.bias", nv);
+            }
+        }
+        l.wo = L.matrix(p + "attn_output.weight", hp.n_head * hp.head_dim_v, E);
+        l.bo = L.vec_opt(p + "attn_output.bias", E);
+        if (v.qk_norm) {
+            l.q_norm = L.vec(p + "attn_q_norm.weight", hp.head_dim_k);
+            l.k_norm = L.vec(p + "attn_k_norm.weight", hp.head_dim_k);
+        }
+        if (v.post_attn_norm) l.post_attn_norm = L.vec(p + "post_attention_norm.weight", E);
+        l.ffn_norm = L.vec(p + "ffn_norm.weight", E);
+        if (ln) l.ffn_norm_b = L.vec_opt(p + "ffn_norm.bias", E);
+        if (v.gate_up_fused) {
+            l.ffn_up = L.matrix(p + "ffn_up.weight", E, 2 * hp.n_ff);
+        } else {
+            l.ffn_gate = L.matrix(p + "ffn_gate.weight", E, hp.n_ff);
+            l.ffn_up = L.matrix(p + "ffn_up.weight", E, hp.n_ff);
+        }
+        l.ffn_down = L.matrix(p + "ffn_down.weight", hp.n_ff, E);
+        if (v.post_ffn_norm) l.post_ffn_norm = L.vec(p + "post_ffw_norm.weight", E);
+    }
+}
+
+// Reads one byte per page so the weights are resident before the first decode.
+void prefault(const gguf_file& f) {
+    volatile uint8_t sink = 0;
+    const uint8_t* b = f.bytes();
+    for (uint64_t at = f.data_offset(); at < f.size(); at += 4096) sink = sink + b[at];
+    (void)sink;
+}
+
+const char* ftype_name(int64_t ft) {
+    switch (ft) {
+        case 0: return "all F32";
+        case 1: return "F16";
+        case 2: return "Q4_0";
+        case 3: return "Q4_1";
+        case 7: return "Q8_0";
+        case 8: return "Q5_0";
+        case 9: return "Q5_1";
+        case 10: return "Q2_K - Medium";
+        case 11: return "Q3_K - Small";
+        case 12: return "Q3_K - Medium";
+        case 13: return "Q3_K - Large";
+        case 14: return "Q4_K - Small";
+        case 15: return "Q4_K - Medium";
+        case 16: return "Q5_K - Small";
+        case 17: return "Q5_K - Medium";
+        case 18: return "Q6_K";
+        case 19: return "IQ2_XXS - 2.0625 bpw";
+        case 20: return "IQ2_XS - 2.3125 bpw";
+        case 21: return "Q2_K - Small";
+        case 22: return "IQ3_XS - 3.3 bpw";
+        case 23: return "IQ3_XXS - 3.0625 bpw";
+        case 24: return "IQ1_S - 1.5625 bpw";
+        case 25: return "IQ4_NL - 4.5 bpw";
+        case 26: return "IQ3_S - 3.4375 bpw";
+        case 27: return "IQ3_S mix - 3.66 bpw";
+        case 28: return "IQ2_S - 2.5 bpw";
+        case 29: return "IQ2_M - 2.7 bpw";
+        case 30: return "IQ4_XS - 4.25 bpw";
+        case 31: return "IQ1_M - 1.75 bpw";
+        case 32: return "BF16";
+        case 36: return "TQ1_0 - 1.69 bpw ternary";
+        case 37: return "TQ2_0 - 2.06 bpw ternary";
+        default: return "unknown type";
+    }
+}
+
+}  // namespace
+
+void set_swa_pattern(const gguf_file& f, hparams& hp, int period) {
+    hp.swa_layers.assign((size_t)hp.n_layer, 0);
+    if (hp.n_swa <= 0) return;
+    const gguf_kv* kv = f.find_kv(hp.arch + ".attention.sliding_window_pattern");
+    if (kv && kv->type == gguf_type::ARRAY) {
+        const gguf_array& a = kv->array;
+        if (a.count != (uint64_t)hp.n_layer)
+            throw gguf_error(hp.arch + ".attention.sliding_window_pattern has " + std::to_string(a.count) +
+                             " entries for " + std::to_string(hp.n_layer) + " layers");
+        if (a.elem_type != gguf_type::BOOL && a.elem_type != gguf_type::U8 && a.elem_type != gguf_type::I8 &&
+            a.elem_type != gguf_type::I32 && a.elem_type != gguf_type::U32)
+            throw gguf_error(hp.arch + ".attention.sliding_window_pattern must hold flags");
+        const size_t es = gguf_type_size(a.elem_type);
+        for (int64_t il = 0; il < hp.n_layer; ++il) {
+            const uint64_t pos = f.array_elem_pos(a, (uint64_t)il);
+            uint32_t x = 0;
+            std::memcpy(&x, f.bytes() + pos, es);
+            hp.swa_layers[(size_t)il] = x != 0;
+        }
+        return;
+    }
+    if (kv) period = (int)arch_int(f, hp, "attention.sliding_window_pattern", period);
+    if (period < 0) throw gguf_error("attention.sliding_window_pattern is negative");
+    for (int64_t il = 0; il < hp.n_layer; ++il)
+        hp.swa_layers[(size_t)il] = period == 0 || (il % period) < (period - 1);
+}
+
+std::shared_ptr<model> model::load(const std::string& path, bool vocab_only, bool use_mmap) {
+    std::shared_ptr<model> m(new model());
+    m->file_ = gguf_file::open(path);
+    const gguf_file& f = *m->file_;
+    m->vocab_only_ = vocab_only;
+    hparams& hp = m->hp_;
+    hp.arch = f.get_string("general.architecture", "");
+    hp.name = f.get_string("general.name", "");
+    for (const gguf_tensor_info& t : f.tensors()) {
+        m->size_bytes_ += t.nbytes;
+        m->n_params_ += (uint64_t)t.n_elements();
+    }
+    if (vocab_only) {
+        if (const gguf_kv* kv = f.find_kv("tokenizer.ggml.tokens"); kv && kv->type == gguf_type::ARRAY)
+            hp.n_vocab = (int64_t)kv->array.count;
+        return m;
+    }
+    if (hp.arch.empty()) throw gguf_error("model file lacks general.architecture");
+    const arch_def* a = find_arch(hp.arch);
+    if (!a) {
+        std::string names;
+        for (const arch_def* s : supported_archs()) names += (names.empty() ? "" : ", ") + std::string(s->name);
+        throw not_implemented_error("model architecture '" + hp.arch + "' is not supported (supported: " + names + ")");
+    }
+    read_common_hparams(f, hp);
+    hp.swa_layers.assign((size_t)hp.n_layer, 0);
+    a->setup(f, hp);
+    if (hp.attn_scale == 0.0f) hp.attn_scale = 1.0f / std::sqrt((float)hp.head_dim_k);
+    if (hp.rope_freq_base_swa == 0.0f) hp.rope_freq_base_swa = hp.rope.freq_base;
+    if (hp.rope_freq_scale_swa == 0.0f) hp.rope_freq_scale_swa = hp.rope.freq_scale;
+    load_weights(f, hp, m->w_);
+    hp.rope.freq_factors = nullptr;  // set per context from weights().rope_freqs
+    if (!use_mmap) prefault(f);
+    return m;
+}
+
+std::string model::desc() const {
+    std::string size = file_->get_string("general.size_label", "");
+    if (size.empty()) {
+        char buf[32];
+        const double n = (double)n_params_;
+        if (n >= 1e9) std::snprintf(buf, sizeof buf, "%.2fB", n / 1e9);
+        else std::snprintf(buf, sizeof buf, "%.0fM", n / 1e6);
+        size = buf;
+    }
+    const gguf_kv* kv = file_->find_kv("general.file_type");
+    const char* ft = "unknown type";
+    const bool is_int = kv && gguf_type_size(kv->type) != 0 && kv->type != gguf_type::F32 &&
+                        kv->type != gguf_type::F64 && kv->type != gguf_type::BOOL;
+    if (is_int) ft = ftype_name(file_->get_int("general.file_type", -1));
+    return hp_.arch + " " + size + " " + ft;
+}
+
+}  // namespace lp

@@ -1,0 +1,152 @@
+// model.h — a decoder-only language model loaded from a GGUF file: its
+// hyperparameters (read from metadata, never guessed from file names), its
+// weights (zero-copy views into the mapped file, small vectors copied to
+// float) and the table of supported architectures.
+//
+// An architecture is one file under model/ (llama.cpp, gemma3.cpp, ...) that
+// fills the architecture-specific hyperparameters and the block_variant: the
+// switches by which its decoder block differs from the plain pre-norm
+// transformer. The weights are then named and validated here, and the one
+// forward pass in decoder.cpp runs every architecture.
+//
+// Not here: running the model (context.h, decoder.h), the tokenizer (vocab/).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "../cpu/matmul.h"
+#include "../cpu/ops.h"
+#include "../gguf/gguf.h"
+
+namespace lp {
+
+// The file asks for something this engine does not implement (an unknown
+// architecture, a rope scaling type). The bindings raise NotImplementedError.
+struct not_implemented_error : std::logic_error {
+    using std::logic_error::logic_error;
+};
+
+enum class norm_kind { rms, layer };
+enum class ffn_act { silu, gelu };
+
+// How an architecture's decoder block differs from the pre-norm transformer
+// (norm -> attention -> residual, norm -> gated FFN -> residual).
+struct block_variant {
+    norm_kind norm = norm_kind::rms;
+    ffn_act act = ffn_act::silu;   // gated FFN: act(gate) * up
+    bool qkv_bias = false;         // attn_q/k/v.bias present (qwen2)
+    bool qkv_fused = false;        // one attn_qkv matrix (phi3)
+    bool gate_up_fused = false;    // ffn_up holds gate then up (phi3)
+    bool qk_norm = false;          // per-head RMS norm of q and k before RoPE (qwen3, gemma3)
+    bool post_attn_norm = false;   // norm of the attention output before the residual add (gemma2/3)
+    bool post_ffn_norm = false;    // likewise for the FFN output
+    bool scale_q = false;          // multiply q by attn_scale before attention instead of scaling scores (gemma)
+    float embd_scale = 1.0f;       // token embeddings are multiplied by this (gemma: sqrt(n_embd))
+};
+
+struct hparams {
+    std::string arch;            // general.architecture
+    std::string name;            // general.name
+    int64_t n_vocab = 0;         // rows of the output matrix
+    int64_t n_ctx_train = 0;
+    int64_t n_embd = 0;
+    int64_t n_layer = 0;
+    int64_t n_head = 0;
+    int64_t n_head_kv = 0;
+    int64_t n_ff = 0;
+    int64_t head_dim_k = 0;      // attention.key_length
+    int64_t head_dim_v = 0;      // attention.value_length
+    float norm_eps = 1e-5f;
+    // RoPE of the global (full attention) layers, and of the sliding-window ones
+    rope_params rope;            // freq_factors filled from the weights
+    float rope_freq_base_swa = 0.0f;   // 0: same as rope.freq_base
+    float rope_freq_scale_swa = 0.0f;  // 0: same as rope.freq_scale
+    int32_t n_swa = 0;           // sliding window in tokens (0: none)
+    std::vector<uint8_t> swa_layers;  // (n_layer) 1 where the layer uses the sliding window
+    float attn_scale = 0.0f;     // scale of q·k (default 1/sqrt(head_dim_k))
+    float attn_softcap = 0.0f;   // gemma2: scores = tanh(s / cap) * cap
+    float final_softcap = 0.0f;  // gemma2: logits = tanh(l / cap) * cap
+    block_variant v;
+
+    int64_t n_embd_k() const { return n_head_kv * head_dim_k; }  // keys of one token in one layer
+    int64_t n_embd_v() const { return n_head_kv * head_dim_v; }
+    int64_t n_q() const { return n_head * head_dim_k; }
+};
+
+struct layer_weights {
+    std::vector<float> attn_norm, attn_norm_b;  // (n_embd); _b empty unless layer norm has a bias
+    weight_view wq, wk, wv;       // (n_head*hd_k, n_embd), (n_head_kv*hd_k, n_embd), (n_head_kv*hd_v, n_embd)
+    weight_view wqkv;             // (n_q + n_k + n_v, n_embd) when qkv_fused
+    std::vector<float> bq, bk, bv;  // biases, empty unless qkv_bias
+    std::vector<float> bqkv;      // (n_q + n_k + n_v) fused bias, may be empty
+    weight_view wo;               // (n_embd, n_head*hd_v)
+    std::vector<float> bo;        // (n_embd) or empty
+    std::vector<float> q_norm, k_norm;  // (head_dim_k) when qk_norm
+    std::vector<float> post_attn_norm;  // (n_embd) when post_attn_norm
+    std::vector<float> ffn_norm, ffn_norm_b;  // (n_embd)
+    weight_view ffn_gate;         // (n_ff, n_embd); absent when gate_up_fused
+    weight_view ffn_up;           // (n_ff, n_embd), or (2*n_ff, n_embd) gate then up when gate_up_fused
+    weight_view ffn_down;         // (n_embd, n_ff)
+    std::vector<float> post_ffn_norm;  // (n_embd) when post_ffn_norm
+};
+
+struct model_weights {
+    weight_view token_embd;       // (n_vocab, n_embd)
+    std::vector<float> output_norm, output_norm_b;  // (n_embd)
+    weight_view output;           // (n_vocab, n_embd); token_embd when the file ties them
+    std::vector<float> rope_freqs;  // (n_rot/2) frequency divisors (llama3 scaling), or empty
+    std::vector<float> rope_long, rope_short;  // (n_rot/2) divisors for long / short contexts (phi3), or empty
+    std::vector<layer_weights> layers;  // (n_layer)
+};
+
+// One supported architecture: its GGUF name and the function that reads its
+// specific hyperparameters and sets its block variant (after the common keys
+// have been read into hp).
+struct arch_def {
+    const char* name;
+    void (*setup)(const gguf_file& f, hparams& hp);
+};
+
+// The architectures this build runs, and the one named `name` (nullptr if none).
+const std::vector<const arch_def*>& supported_archs();
+const arch_def* find_arch(const std::string& name);
+
+class model {
+public:
+    // Opens and validates a model. vocab_only: read metadata only (for the
+    // tokenizer), no weights; any architecture is then accepted.
+    // use_mmap=false reads every weight page into memory up front.
+    static std::shared_ptr<model> load(const std::string& path, bool vocab_only = false, bool use_mmap = true);
+
+    const hparams& hp() const { return hp_; }
+    const model_weights& weights() const { return w_; }
+    const gguf_file& file() const { return *file_; }
+    std::shared_ptr<const gguf_file> file_ptr() const { return file_; }
+    bool vocab_only() const { return vocab_only_; }
+    uint64_t size_bytes() const { return size_bytes_; }  // bytes of all tensors
+    uint64_t n_params() const { return n_params_; }      // elements of all tensors
+    std::string desc() const;                            // "gemma3 270M Q4_K - Medium"
+
+private:
+    model() = default;
+    std::shared_ptr<const gguf_file> file_;
+    hparams hp_;
+    model_weights w_;
+    bool vocab_only_ = false;
+    uint64_t size_bytes_ = 0, n_params_ = 0;
+};
+
+// Helpers for architecture files: typed metadata reads under "<arch>.".
+int64_t arch_int(const gguf_file& f, const hparams& hp, const std::string& key, int64_t def);
+double arch_float(const gguf_file& f, const hparams& hp, const std::string& key, double def);
+bool arch_has(const gguf_file& f, const hparams& hp, const std::string& key);
+// Sets hp.swa_layers: from "<arch>.attention.sliding_window_pattern" when the
+// file has it (a period, or one flag per layer), else from `period`: in each
+// group of `period` layers all but the last use the window (0: every layer).
+void set_swa_pattern(const gguf_file& f, hparams& hp, int period);
+
+}  // namespace lp

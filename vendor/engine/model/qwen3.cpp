@@ -1,0 +1,21 @@
+// qwen3.cpp — Qwen 3 (dense): the Llama block with per-head RMS norms of q
+// and k before RoPE, RoPE on split halves (NeoX style), no biases.
+#include "model.h"
+
+namespace lp {
+
+namespace {
+
+void setup(const gguf_file& f, hparams& hp) {
+    hp.rope.style = rope_style::neox;
+    hp.v.act = ffn_act::silu;
+    hp.v.qk_norm = true;
+    hp.n_swa = 0;
+    set_swa_pattern(f, hp, 0);
+}
+
+}  // namespace
+
+extern const arch_def arch_qwen3 = {"qwen3", setup};
+
+}  // namespace lp

@@ -1,0 +1,303 @@
+// simd_x86.h — small x86 helpers shared by the quantization families'
+// AVX2 / AVX-512 kernels (legacy.cpp, iquants.cpp): horizontal sums and
+// gathering the fp16 scale fields of 8 consecutive blocks into one vector.
+// Header-only; every helper carries the target attribute of the level it is
+// called from, so a portable build (no -mavx2) compiles it.
+// Not here: any kernel (those live with their block format).
+#pragma once
+
+#include <cstdint>
+
+#include "../common.h"
+#include "blocks.h"
+
+#if defined(LP_X86)
+#include <immintrin.h>
+#endif
+
+namespace lp {
+namespace x86 {
+
+#if defined(LP_HAVE_AVX2)
+
+LP_TARGET_AVX2 static inline float hsum_f32x8(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+LP_TARGET_AVX2 static inline int hsum_i32x8(__m256i v) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 1));
+    return _mm_cvtsi128_si32(s);
+}
+
+// An fp16 field as float, through F16C (exact).
+LP_TARGET_AVX2 static inline float half_to_float(uint16_t h) {
+    return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h)));
+}
+
+// Sum of the signed products of two rows of 32 int8, as 8 int32 lanes. `w`
+// may be any int8 (-128 included); `a` must not be -128 (quantized
+// activations never are). maddubs wants unsigned × signed, so the sign of w
+// moves onto a.
+LP_TARGET_AVX2 static inline __m256i dot_i8x32(__m256i w, __m256i a) {
+    const __m256i p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(a, w));
+    return _mm256_madd_epi16(p16, _mm256_set1_epi16(1));
+}
+
+// Sum of unsigned × signed products as 8 int32 lanes. maddubs saturates a
+// pair of products at int16, so this is exact only while 2*u*|a| <= 32767:
+// u <= 128 against activations |a| <= 127.
+LP_TARGET_AVX2 static inline __m256i dot_u8i8x32(__m256i u, __m256i a) {
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, a), _mm256_set1_epi16(1));
+}
+
+#endif  // LP_HAVE_AVX2
+
+#if defined(LP_HAVE_AVX512)
+
+// --- per-block fp16 fields of 8 consecutive blocks -------------------------
+// Blocks of the legacy and IQ4_NL formats are 18..36 bytes, so 8 blocks span
+// 144..288 bytes; their fp16 fields (scales, mins) sit at even offsets and are
+// picked with word permutes (vpermt2w) from 64-byte loads. Loads never pass
+// the 8th block's end.
+
+// How the kernels lay 16 per-block values over the lanes of a vector, matching
+// the way they reduce their int32 dot-product lanes:
+//   pairs: four vectors of two blocks (block 2p in the low, 2p+1 in the high
+//          256 bits) reduced by reduce_pairs_x4: lane 4L+j holds block 2j+L/2.
+//   quads: two vectors of four blocks (block 4h+L in 128-bit lane L) reduced
+//          by reduce_quads_x2: lane 4L+j holds block L+4(j%2).
+//   eight: lane k (k < 8) holds block k; lanes 8..15 unused.
+enum class lane_layout { pairs, quads, eight };
+
+constexpr int block_of_lane(lane_layout layout, int i) {
+    return layout == lane_layout::pairs ? 2 * (i % 4) + (i / 4) / 2
+         : layout == lane_layout::quads ? i / 4 + 4 * (i % 2)
+                                        : (i < 8 ? i : 0);
+}
+
+// Word indices for the fp16 field at byte OFF of 8 blocks of STRIDE bytes:
+// lanes whose word lies in the first 128 bytes come from one vpermt2w over
+// the loads at 0 and 64, the others from a second one over the loads at
+// `second_at` and `second_at + 64`.
+template <int STRIDE, int OFF, lane_layout LAYOUT>
+struct half_gather {
+    static_assert(STRIDE % 2 == 0 && OFF % 2 == 0, "fields must be 16-bit aligned");
+    static_assert(8 * STRIDE >= 128, "needs at least 128 bytes per 8 blocks");
+    static constexpr int n_bytes = 8 * STRIDE;
+    static constexpr bool two_pairs = 7 * STRIDE + OFF + 2 > 128;
+    static constexpr int second_at = !two_pairs ? 0 : (n_bytes - 128 < 128 ? n_bytes - 128 : 128);
+    static_assert(!two_pairs || 7 * STRIDE + OFF + 2 <= second_at + 128, "8 fields span too much");
+    alignas(64) uint16_t first[32] = {};
+    alignas(64) uint16_t second[32] = {};
+    uint32_t from_second = 0;  // bit i: lane i comes from the second pair of loads
+    constexpr half_gather() {
+        for (int i = 0; i < 16; ++i) {
+            const int word = (block_of_lane(LAYOUT, i) * STRIDE + OFF) / 2;
+            if (word < 64) {
+                first[i] = (uint16_t)word;
+            } else {
+                second[i] = (uint16_t)(word - second_at / 2);
+                from_second |= 1u << i;
+            }
+        }
+    }
+};
+
+template <int STRIDE, int OFF, lane_layout LAYOUT>
+LP_TARGET_AVX512 static inline __m256i gather_halves16_raw(const void* blocks) {
+    static constexpr half_gather<STRIDE, OFF, LAYOUT> g{};
+    const auto* b = static_cast<const uint8_t*>(blocks);
+    __m512i v = _mm512_permutex2var_epi16(_mm512_loadu_si512(b), _mm512_load_si512(g.first),
+                                          _mm512_loadu_si512(b + 64));
+    if constexpr (half_gather<STRIDE, OFF, LAYOUT>::two_pairs) {
+        constexpr int at = half_gather<STRIDE, OFF, LAYOUT>::second_at;
+        const __m512i v2 = _mm512_permutex2var_epi16(_mm512_loadu_si512(b + at), _mm512_load_si512(g.second),
+                                                     _mm512_loadu_si512(b + at + 64));
+        v = _mm512_mask_blend_epi16((__mmask32)g.from_second, v, v2);
+    }
+    return _mm512_castsi512_si256(v);
+}
+
+// The fp16 field at byte OFF of 8 blocks of STRIDE bytes as 16 floats laid out
+// as LAYOUT says.
+template <int STRIDE, int OFF, lane_layout LAYOUT>
+LP_TARGET_AVX512 static inline __m512 gather_halves16(const void* blocks) {
+    return _mm512_cvtph_ps(gather_halves16_raw<STRIDE, OFF, LAYOUT>(blocks));
+}
+
+// Same, 8 floats (block k in lane k).
+template <int STRIDE, int OFF>
+LP_TARGET_AVX512 static inline __m256 gather_halves8(const void* blocks) {
+    return _mm256_cvtph_ps(_mm256_castsi256_si128(gather_halves16_raw<STRIDE, OFF, lane_layout::eight>(blocks)));
+}
+
+// --- reductions of int32 dot-product lanes ------------------------------------
+// Four pair vectors (see lane_layout::pairs) -> one vector of 16 partial sums,
+// 2 per block. In-lane unpacks only: the shuffle ports stay free.
+LP_TARGET_AVX512 static inline __m512i reduce_pairs_x4(__m512i d0, __m512i d1, __m512i d2, __m512i d3) {
+    const __m512i e01 = _mm512_add_epi32(_mm512_unpacklo_epi32(d0, d1), _mm512_unpackhi_epi32(d0, d1));
+    const __m512i e23 = _mm512_add_epi32(_mm512_unpacklo_epi32(d2, d3), _mm512_unpackhi_epi32(d2, d3));
+    return _mm512_add_epi32(_mm512_unpacklo_epi64(e01, e23), _mm512_unpackhi_epi64(e01, e23));
+}
+
+// Two quad vectors (see lane_layout::quads) -> one vector, 2 partial sums per block.
+LP_TARGET_AVX512 static inline __m512i reduce_quads_x2(__m512i r0, __m512i r1) {
+    return _mm512_add_epi32(_mm512_unpacklo_epi32(r0, r1), _mm512_unpackhi_epi32(r0, r1));
+}
+
+// --- 4-bit formats in the quad layout ---------------------------------------
+// Word indices that gather the 16 quant bytes (at byte QS_OFF) of blocks 0..3
+// and 4..7 of 8 blocks of STRIDE bytes into one vector each, one block per
+// 128-bit lane: quad 0 from the loads at 0 and 64, quad 1 from the loads at
+// 64 and 8*STRIDE-64, so three 64-byte loads cover the 8 blocks.
+template <int STRIDE, int QS_OFF>
+struct nibble_quads {
+    static_assert(STRIDE % 2 == 0 && QS_OFF % 2 == 0 && STRIDE >= 16 && STRIDE <= 24, "layout assumptions");
+    static constexpr int third_at = 8 * STRIDE - 64;
+    alignas(64) uint16_t quad0[32] = {};
+    alignas(64) uint16_t quad1[32] = {};
+    constexpr nibble_quads() {
+        for (int L = 0; L < 4; ++L) {
+            for (int t = 0; t < 8; ++t) {
+                quad0[8 * L + t] = (uint16_t)((L * STRIDE + QS_OFF) / 2 + t);
+                const int w = ((L + 4) * STRIDE + QS_OFF) / 2 + t;  // >= 32
+                quad1[8 * L + t] = (uint16_t)(w < 64 ? w - 32 : 32 + w - third_at / 2);
+            }
+        }
+    }
+};
+
+// The quant bytes of 8 blocks as two quad vectors.
+template <int STRIDE, int QS_OFF>
+LP_TARGET_AVX512 static inline void load_nibble_quads(const void* blocks, __m512i* quad0, __m512i* quad1) {
+    static constexpr nibble_quads<STRIDE, QS_OFF> q{};
+    const auto* b = static_cast<const uint8_t*>(blocks);
+    const __m512i l0 = _mm512_loadu_si512(b), l1 = _mm512_loadu_si512(b + 64);
+    const __m512i l2 = _mm512_loadu_si512(b + nibble_quads<STRIDE, QS_OFF>::third_at);
+    *quad0 = _mm512_permutex2var_epi16(l0, _mm512_load_si512(q.quad0), l1);
+    *quad1 = _mm512_permutex2var_epi16(l1, _mm512_load_si512(q.quad1), l2);
+}
+
+// --- activations (Q8_0 / Q8_1: 32 int8 per block) ----------------------------
+// Two 32-byte rows (from two blocks) as one 64-byte vector, built with loads
+// only (broadcast + masked broadcast) so no shuffle port is used.
+LP_TARGET_AVX512 static inline __m512i load_pair_32(const void* lo, const void* hi) {
+    const __m512i v = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i*)lo));
+    return _mm512_mask_broadcast_i64x4(v, 0xf0, _mm256_loadu_si256((const __m256i*)hi));
+}
+
+// -128 * (sum of the int8 activations) per int32 lane, accumulated onto acc:
+// the correction for weights that enter vpdpbusd offset by +128 (or by +8 and
+// scaled by 16).
+LP_TARGET_AVX512 static inline __m512i minus_128_sum(__m512i acc, __m512i a) {
+    return _mm512_sub_epi32(acc, _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8((char)0x80), a));
+}
+
+// 8 activation blocks in the pairs layout, prepared once per weight tile.
+struct act_pairs {
+    __m512i v[4];       // blocks 2p | 2p+1
+    __m512i neg128[4];  // -128 * activation sum per int32 lane of v[p]
+};
+
+template <typename block>
+LP_TARGET_AVX512 static inline act_pairs load_act_pairs(const block* y) {
+    act_pairs a;
+    for (int p = 0; p < 4; ++p) {
+        a.v[p] = load_pair_32(y[2 * p].qs, y[2 * p + 1].qs);
+        a.neg128[p] = minus_128_sum(_mm512_setzero_si512(), a.v[p]);
+    }
+    return a;
+}
+
+// 8 activation blocks in the quads layout, for 4-bit weights: element j of a
+// block pairs with the low nibble of quant byte j, element 16+j with its high
+// nibble, so the first and last 16 elements go to separate vectors.
+struct act_quads {
+    __m512i lo[2], hi[2];  // elements 0..15 / 16..31 of blocks 4h..4h+3, block 4h+L in 128-bit lane L
+    __m512i neg128[2];     // -128 * sum of lo[h] and hi[h] per int32 lane
+};
+
+template <typename block>
+LP_TARGET_AVX512 static inline act_quads load_act_quads(const block* y) {
+    act_quads a;
+    for (int h = 0; h < 2; ++h) {
+        const __m512i p0 = load_pair_32(y[4 * h].qs, y[4 * h + 1].qs);
+        const __m512i p1 = load_pair_32(y[4 * h + 2].qs, y[4 * h + 3].qs);
+        a.lo[h] = _mm512_shuffle_i64x2(p0, p1, 0x88);  // 128-bit lanes 0, 2 of p0, then of p1
+        a.hi[h] = _mm512_shuffle_i64x2(p0, p1, 0xdd);  // lanes 1, 3
+        a.neg128[h] = minus_128_sum(minus_128_sum(_mm512_setzero_si512(), a.lo[h]), a.hi[h]);
+    }
+    return a;
+}
+
+// The AVX2 kernel's result for the blocks past the last group of 8 (0 if none).
+template <typename wblock, typename ablock>
+LP_TARGET_AVX512 static inline float tail_avx2(void (*avx2_dot)(int64_t, float*, const void*, const void*), int64_t nb,
+                                               int64_t nb8, const wblock* x, const ablock* y) {
+    if (nb8 == nb) return 0.0f;
+    float t;
+    avx2_dot((nb - nb8) * 32, &t, x + nb8, y + nb8);
+    return t;
+}
+
+// --- multi-row kernels ---------------------------------------------------------
+// The AVX-512 kernels take NR <= 4 weight rows against one activation row,
+// K::rows<NR, STREAM>(n, w, w_stride, a, out), so the activation work (loads,
+// sums, scales) is done once for NR rows. vec_dot is rows<1>; gemm_tile (the
+// mat-vec driver calls it with nc = 1) runs rows<nr> per activation row.
+//
+// STREAM: the weights come from memory, not cache (mat-vec, and the first
+// activation row of a mat-mat tile). Then each row prefetches the bytes it
+// will read kPrefetchAhead later: with 4 rows walked side by side the
+// hardware prefetchers lose track (measured on Zen 5: 55% of the read
+// bandwidth without, 80-90% with a distance of 8-16 KB; 4 KB is too short,
+// L2-only hints are worse).
+constexpr int kPrefetchAhead = 16384;
+
+// Prefetches the cache lines of `bytes` bytes starting kPrefetchAhead past p
+// (one prefetch per 64 bytes covers every line when called once per `bytes`).
+template <int bytes>
+LP_TARGET_AVX512 static inline void prefetch_ahead(const void* p) {
+    const char* q = static_cast<const char*>(p) + kPrefetchAhead;
+    for (int off = 0; off < bytes; off += 64) _mm_prefetch(q + off, _MM_HINT_T0);
+}
+
+template <typename K>
+LP_TARGET_AVX512 static void gemm_tile_by_rows(int64_t n, const void* w, size_t w_stride, const void* a,
+                                               size_t a_stride, float* out, size_t out_stride, int nr, int nc) {
+    const auto* wb = static_cast<const uint8_t*>(w);
+    for (int c = 0; c < nc; ++c) {
+        const void* ac = static_cast<const uint8_t*>(a) + c * a_stride;
+        float* oc = out + c * out_stride;
+        if (c == 0) {
+            switch (nr) {
+                case 4: K::template rows<4, true>(n, wb, w_stride, ac, oc); break;
+                case 3: K::template rows<3, true>(n, wb, w_stride, ac, oc); break;
+                case 2: K::template rows<2, true>(n, wb, w_stride, ac, oc); break;
+                default: K::template rows<1, true>(n, wb, w_stride, ac, oc); break;
+            }
+        } else {  // the tile's weights are in cache now
+            switch (nr) {
+                case 4: K::template rows<4, false>(n, wb, w_stride, ac, oc); break;
+                case 3: K::template rows<3, false>(n, wb, w_stride, ac, oc); break;
+                case 2: K::template rows<2, false>(n, wb, w_stride, ac, oc); break;
+                default: K::template rows<1, false>(n, wb, w_stride, ac, oc); break;
+            }
+        }
+    }
+}
+
+template <typename K>
+LP_TARGET_AVX512 static void vec_dot_by_rows(int64_t n, float* out, const void* w_row, const void* a_row) {
+    K::template rows<1, true>(n, static_cast<const uint8_t*>(w_row), 0, a_row, out);
+}
+
+#endif  // LP_HAVE_AVX512
+
+}  // namespace x86
+}  // namespace lp
