@@ -94,8 +94,6 @@ def _check_request(req: CompletionRequest) -> List[str]:
         raise TypeError("suffix must be a str or None")
     if req.logprobs is not None and (not isinstance(req.logprobs, int) or req.logprobs < 0):
         raise ValueError("logprobs must be a non-negative int or None")
-    if req.grammar is not None:
-        raise NotImplementedError("grammar-constrained sampling is not available yet")
     stop = req.stop
     if stop is None:
         return []
@@ -146,7 +144,8 @@ def _completion_events(llama: "Llama", req: CompletionRequest, prompt_tokens: Li
                              mirostat_mode=req.mirostat_mode, mirostat_tau=req.mirostat_tau,
                              mirostat_eta=req.mirostat_eta, frequency_penalty=req.frequency_penalty,
                              presence_penalty=req.presence_penalty, repeat_penalty=req.repeat_penalty,
-                             logits_processor=req.logits_processor, logit_bias=req.logit_bias)
+                             logits_processor=req.logits_processor, logit_bias=req.logit_bias,
+                             grammar=req.grammar)
         try:
             for token in gen:
                 if is_eog(token):

@@ -332,7 +332,7 @@ class Llama:
                       temp: float = 0.80, repeat_penalty: float = 1.0, frequency_penalty: float = 0.0,
                       presence_penalty: float = 0.0, tfs_z: float = 1.0, mirostat_mode: int = 0,
                       mirostat_eta: float = 0.1, mirostat_tau: float = 5.0,
-                      logit_bias: Optional[Dict[int, float]] = None) -> Any:
+                      logit_bias: Optional[Dict[int, float]] = None, grammar: Optional[Any] = None) -> Any:
         if tfs_z != 1.0:
             logger.warning("tfs_z=%s: tail-free sampling was removed from llama.cpp and has no effect", tfs_z)
         s = _engine.Sampler(
@@ -344,7 +344,19 @@ class Llama:
         )
         if logit_bias:
             s.set_logit_bias([(int(k), float(v)) for k, v in logit_bias.items()])
+        if grammar is not None:
+            native = getattr(grammar, "native", grammar)
+            s.set_grammar(native, self._grammar_vocab())
         return s
+
+    def _grammar_vocab(self) -> Any:
+        """Token texts for grammar matching, built once per Llama (control
+        tokens have no text, so a grammar can only end them via EOG)."""
+        if getattr(self, "_gvocab", None) is None:
+            piece = self.tokenizer_.token_to_piece
+            texts = [piece(i, False) for i in range(self._n_vocab)]
+            self._gvocab = _engine.GrammarVocab(texts, self.tokenizer_.eog_ids)
+        return self._gvocab
 
     def _sample_with(self, sampler: Any, logits_processor: Optional[LogitsProcessorList]) -> int:
         logits = self._last_logits()
@@ -363,13 +375,12 @@ class Llama:
                idx: Optional[int] = None) -> int:
         """Sample a token from the logits of the last evaluated token."""
         self._require_ctx()
-        if grammar is not None:
-            raise NotImplementedError("grammar-constrained sampling is not available yet")
         if idx is not None and idx != self.n_tokens - 1:
             if self._scores_all is None:
                 raise ValueError("idx other than the last token needs logits_all=True")
         sampler = self._make_sampler(top_k, top_p, min_p, typical_p, temp, repeat_penalty, frequency_penalty,
-                                     presence_penalty, tfs_z, mirostat_mode, mirostat_eta, mirostat_tau)
+                                     presence_penalty, tfs_z, mirostat_mode, mirostat_eta, mirostat_tau,
+                                     grammar=grammar)
         if idx is not None and self._scores_all is not None:
             logits = self._scores_all[idx]
             if logits_processor is not None:
@@ -389,11 +400,9 @@ class Llama:
         the rest is evaluated. Sending a list of tokens into the generator
         appends them after the sampled one."""
         self._require_ctx()
-        if grammar is not None:
-            raise NotImplementedError("grammar-constrained sampling is not available yet")
         sampler = self._make_sampler(top_k, top_p, min_p, typical_p, temp, repeat_penalty, frequency_penalty,
                                      presence_penalty, tfs_z, mirostat_mode, mirostat_eta, mirostat_tau,
-                                     logit_bias)
+                                     logit_bias, grammar)
         tokens = list(tokens)
         if reset:
             prefix = longest_token_prefix(self._input_ids.tolist(), tokens) if self.n_tokens > 0 else 0
