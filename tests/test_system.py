@@ -32,9 +32,18 @@ def test_kernel_levels_follow_cpu_features():
         assert f["avx2"] and f["fma"] and f["f16c"]
 
 
-def test_info_command_prints_json():
-    out = subprocess.run([sys.executable, "-m", "llamapy", "info"], capture_output=True, text=True, check=True)
+def test_info_command_prints_json(tmp_path):
+    # cwd outside the source tree, so `-m llamapy` finds the package under test
+    out = subprocess.run([sys.executable, "-m", "llamapy", "info"], capture_output=True, text=True, check=True,
+                         cwd=tmp_path, env=_env_with_package())
     assert json.loads(out.stdout)["version"] == llamapy.__version__
+
+
+def _env_with_package() -> dict:
+    import os
+    from pathlib import Path
+
+    return dict(os.environ, PYTHONPATH=str(Path(llamapy.__file__).resolve().parents[1]))
 
 
 def test_probes_return_plausible_numbers():

@@ -171,12 +171,51 @@ LP_TARGET_AVX512 void round_f16_avx512(float* x, int64_t n) {
     round_through_scalar(ggml_type::F16, x + i, n - i);
 }
 
+// values_range for an F16 cache: acc[q][d0, d1) = sum_i p[q][i] · v(cell idx[i])[d0, d1),
+// converting the value rows straight from the cache. Per element the same
+// FMA chain (cells in order, starting from 0) as the generic path.
+LP_TARGET_AVX512 void values_f16_avx512(const uint8_t* v, size_t v_row_bytes, const int32_t* idx, int64_t m,
+                                        const float* p, int nq, int d0, int d1, float* acc, int64_t acc_stride) {
+    for (int c0 = d0; c0 < d1; c0 += 64) {
+        const int nc = std::min(64, d1 - c0);            // dims in this chunk
+        const int nv = (nc + 15) / 16;                    // vectors in this chunk
+        const __mmask16 last = (__mmask16)(nc % 16 ? (1u << (nc % 16)) - 1 : 0xffffu);
+        for (int q0 = 0; q0 < nq; q0 += 4) {
+            const int nqq = std::min(4, nq - q0);
+            __m512 a[4][4];
+            for (int q = 0; q < 4; ++q)
+                for (int k = 0; k < 4; ++k) a[q][k] = _mm512_setzero_ps();
+            for (int64_t i = 0; i < m; ++i) {
+                const uint16_t* vr = reinterpret_cast<const uint16_t*>(v + (size_t)idx[i] * v_row_bytes) + c0;
+                __m512 vv[4];
+                for (int k = 0; k < nv; ++k) {
+                    const __mmask16 mk = k == nv - 1 ? last : (__mmask16)0xffff;
+                    vv[k] = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mk, vr + 16 * k));
+                }
+                for (int q = 0; q < nqq; ++q) {
+                    const __m512 w = _mm512_set1_ps(p[(int64_t)(q0 + q) * m + i]);
+                    for (int k = 0; k < nv; ++k) a[q][k] = _mm512_fmadd_ps(w, vv[k], a[q][k]);
+                }
+            }
+            for (int q = 0; q < nqq; ++q)
+                for (int k = 0; k < nv; ++k) {
+                    const __mmask16 mk = k == nv - 1 ? last : (__mmask16)0xffff;
+                    _mm512_mask_storeu_ps(acc + (int64_t)(q0 + q) * acc_stride + c0 + 16 * k, mk, a[q][k]);
+                }
+        }
+    }
+}
+
 #endif  // LP_HAVE_AVX512
+
+using values_f16_fn = void (*)(const uint8_t* v, size_t v_row_bytes, const int32_t* idx, int64_t m, const float* p,
+                               int nq, int d0, int d1, float* acc, int64_t acc_stride);
 
 struct kernels {
     dots_fn dots = dots_scalar;
     axpys_fn axpys = axpys_scalar;
     void (*round_f16)(float*, int64_t) = nullptr;  // null: scalar
+    values_f16_fn values_f16 = nullptr;            // null: convert rows and use axpys
 };
 
 kernels pick_kernels() {
@@ -184,10 +223,10 @@ kernels pick_kernels() {
     const isa l = best_isa();
     (void)l;
 #if defined(LP_HAVE_AVX2)
-    if (l >= isa::avx2) k = {dots_avx2, axpys_avx2, round_f16_avx2};
+    if (l >= isa::avx2) k = {dots_avx2, axpys_avx2, round_f16_avx2, nullptr};
 #endif
 #if defined(LP_HAVE_AVX512)
-    if (l == isa::avx512) k = {dots_avx512, axpys_avx512, round_f16_avx512};
+    if (l == isa::avx512) k = {dots_avx512, axpys_avx512, round_f16_avx512, values_f16_avx512};
 #endif
     return k;
 }
@@ -293,11 +332,15 @@ void values_range(const block& b, const kernels& kf, const int32_t* idx, const f
                   float* acc, float* row) {
     const attention_args& a = b.a;
     const int dv = a.head_dim_v, n = d1 - d0;
+    const size_t v_off = row_size(a.type_v, (int64_t)b.hk * dv);
+    if (a.type_v == ggml_type::F16 && kf.values_f16) {
+        kf.values_f16(a.v + v_off, a.v_row_bytes, idx, b.m, scores, b.nq, d0, d1, acc, dv);
+        return;
+    }
     for (int q = 0; q < b.nq; ++q) std::fill(acc + (size_t)q * dv + d0, acc + (size_t)q * dv + d1, 0.0f);
     const type_traits& tv = traits(a.type_v);
-    const size_t v_off = row_size(a.type_v, (int64_t)b.hk * dv + d0);
     for (int64_t i = 0; i < b.m; ++i) {
-        const uint8_t* vr = a.v + (size_t)idx[i] * a.v_row_bytes + v_off;
+        const uint8_t* vr = a.v + (size_t)idx[i] * a.v_row_bytes + v_off + row_size(a.type_v, d0);
         const float* vd = reinterpret_cast<const float*>(vr);
         if (a.type_v != ggml_type::F32) {
             tv.to_float(vr, row, n);

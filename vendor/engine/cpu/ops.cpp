@@ -1,12 +1,12 @@
 // ops.cpp — see ops.h. Each operation has a plain scalar version; the inner
-// loops that matter (sums of squares, exp, dot products of attention, the
-// GELU table lookup) also have AVX2 and AVX-512 versions, picked once from
-// the CPU's features.
+// loops that matter (sums of squares, exp, the GELU table lookup) also have
+// AVX2 and AVX-512 versions, picked once from the CPU's features.
 #include "ops.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "../common.h"
 #include "features.h"

@@ -3,6 +3,8 @@
 
 #include <chrono>
 
+#include <sched.h>
+
 #if defined(__x86_64__)
 #include <immintrin.h>
 #define LP_CPU_RELAX() _mm_pause()
@@ -13,6 +15,18 @@
 namespace lp {
 
 namespace {
+// Waits for a flag while being polite to an oversubscribed machine: pause
+// instructions first (the common case: the other thread is running and
+// finishes within microseconds), then sched_yield so a descheduled worker we
+// are waiting for can get the core back.
+template <class Pred>
+void spin_until(Pred done) {
+    for (int i = 0; !done(); ++i) {
+        if (i < 2048) LP_CPU_RELAX();
+        else sched_yield();
+    }
+}
+
 // How long an idle worker spins on the generation counter before sleeping.
 // Token generation issues a new job every few microseconds; a sleep/wake
 // round trip costs tens of microseconds, so spin for a while first.
@@ -54,6 +68,7 @@ void thread_pool::worker_main(int index) {
         int spins = 0;
         while (generation_.load(std::memory_order_acquire) == seen) {
             LP_CPU_RELAX();
+            if ((spins & 255) == 255) sched_yield();
             if (++spins == 1024) {
                 spins = 0;
                 if (std::chrono::steady_clock::now() - start > kSpin) {
@@ -88,7 +103,7 @@ void thread_pool::parallel_for(int64_t n_tasks, const std::function<void(int64_t
     }
     wake_cv_.notify_all();
     run_job(0);
-    while (n_active_.load(std::memory_order_acquire) != 0) LP_CPU_RELAX();
+    spin_until([&] { return n_active_.load(std::memory_order_acquire) == 0; });
     task_fn_ = nullptr;
 }
 
@@ -107,7 +122,7 @@ void thread_pool::run_on_all(const std::function<void(int, int)>& fn) {
     }
     wake_cv_.notify_all();
     run_job(0);
-    while (n_active_.load(std::memory_order_acquire) != 0) LP_CPU_RELAX();
+    spin_until([&] { return n_active_.load(std::memory_order_acquire) == 0; });
     all_fn_ = nullptr;
 }
 
