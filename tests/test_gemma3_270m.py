@@ -1,5 +1,5 @@
 """Gemma 3 270M (Q4_K_M) against llama.cpp's outputs
-(/work/shared/fixtures/gemma-3-270m-q4_k_m.llama_cpp.json, made with
+(tests/data/gemma-3-270m-q4_k_m.llama_cpp.json, a verbatim copy of shared/fixtures, made with
 llama-cpp-python 0.3.36, 2 threads, flash attention off).
 
 This model with quantized activations is numerically chaotic: moving one
@@ -23,7 +23,7 @@ from llamapy import _engine as E
 
 pytestmark = pytest.mark.model
 
-FIXTURE = Path("/work/shared/fixtures/gemma-3-270m-q4_k_m.llama_cpp.json")
+FIXTURE = Path(__file__).parent / "data" / "gemma-3-270m-q4_k_m.llama_cpp.json"
 
 
 @pytest.fixture(scope="module")

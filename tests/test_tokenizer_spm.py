@@ -23,7 +23,7 @@ pytestmark = pytest.mark.model
 
 FIXTURE_NAME = "gemma-3-270m-q4_k_m.llama_cpp.json"
 # shared/ lies beside the checkout (here and in CI)
-FIXTURE_DIRS = [Path(__file__).resolve().parents[2] / "shared" / "fixtures", Path("/work/shared/fixtures")]
+FIXTURE_DIRS = [Path(__file__).resolve().parent / "data", Path(__file__).resolve().parents[2] / "shared" / "fixtures", Path("/work/shared/fixtures")]
 
 BOS, EOS, UNK, PAD = 2, 1, 3, 0
 START_OF_TURN, END_OF_TURN = 105, 106

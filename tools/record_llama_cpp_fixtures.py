@@ -15,12 +15,13 @@ as one batch and token by token.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 import sys
 
 import numpy as np
 from llama_cpp import Llama
 
-FIXTURE = "/work/shared/fixtures/gemma-3-270m-q4_k_m.llama_cpp.json"
+FIXTURE = str(Path(__file__).resolve().parents[1] / "tests" / "data" / "gemma-3-270m-q4_k_m.llama_cpp.json")
 
 
 def top2(row: np.ndarray) -> list:
