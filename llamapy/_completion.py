@@ -212,7 +212,7 @@ def _prompt_logprob_records(llama: "Llama", prompt_tokens: List[int], n_top: int
             if n_past + j == 0 and tok == bos:
                 prev_logits[0] = np.array(ctx.get_logits(j))
                 continue
-            if prev_logits[0] is None:  # first token has nothing before it (OpenAI: null)
+            if not records:  # OpenAI (and llama-cpp-python) report null for the first prompt token
                 records.append({"token": tstr, "offset": text_len, "logprob": None, "top": None})
             else:
                 rec = _logprob_record(llama, prev_logits[0], tok, n_top, tstr, text_len)
