@@ -63,6 +63,14 @@ def _cmd_bench(args: argparse.Namespace) -> int:
                      repetitions=args.repetitions, batch_size=args.batch_size, as_json=args.json)
 
 
+def _cmd_convert(args: argparse.Namespace) -> int:
+    from .convert import convert
+
+    out = convert(args.hf_dir, args.out, args.outtype, log=print if args.verbose else (lambda s: None))
+    print(f"wrote {out}")
+    return 0
+
+
 def _cmd_info(args: argparse.Namespace) -> int:
     from .system import system_info
 
@@ -119,6 +127,13 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("-r", "--repetitions", type=int, default=3)
     sp.add_argument("--json", action="store_true", help="print the results as JSON")
     sp.set_defaults(func=_cmd_bench, threads=0)
+
+    sp = sub.add_parser("convert", help="convert a Hugging Face model folder (BERT family) to GGUF")
+    sp.add_argument("hf_dir", help="folder with config.json, model.safetensors / pytorch_model.bin, tokenizer files")
+    sp.add_argument("out", help="output .gguf path")
+    sp.add_argument("--outtype", choices=["f32", "f16", "q8_0"], default="f16", help="type of the weight matrices")
+    sp.add_argument("-v", "--verbose", action="store_true", help="list the tensors written")
+    sp.set_defaults(func=_cmd_convert)
 
     sp = sub.add_parser("info", help="print the build and CPU information (system_info) as JSON")
     sp.set_defaults(func=_cmd_info)

@@ -20,6 +20,7 @@ import numpy as np
 import numpy.typing as npt
 
 from . import _engine
+from ._embedding import embedding_context_options
 from ._params import DEFAULT_SEED, KV_TYPES, ContextParams, ModelParams, parse_params
 from ._tokenizer import LlamaTokenizer
 from .gguf_file import GGUFFile
@@ -164,12 +165,13 @@ class Llama:
         self.n_threads_batch = cp.n_threads_batch
         self._ctx = None
         if not mp.vocab_only:
+            n_seq_max, pooling = embedding_context_options(self.n_batch, cp.embedding, cp.pooling_type)
             self._ctx = _engine.Context(
-                self._model, n_ctx=self._n_ctx, n_batch=self.n_batch, n_ubatch=self.n_ubatch, n_seq_max=1,
+                self._model, n_ctx=self._n_ctx, n_batch=self.n_batch, n_ubatch=self.n_ubatch, n_seq_max=n_seq_max,
                 n_threads=cp.n_threads, n_threads_batch=cp.n_threads_batch, type_k=KV_TYPES[cp.type_k].lower(),
                 type_v=KV_TYPES[cp.type_v].lower(),
                 flash_attn=cp.flash_attn, embeddings=cp.embedding, rope_freq_base=cp.rope_freq_base,
-                rope_freq_scale=cp.rope_freq_scale,
+                rope_freq_scale=cp.rope_freq_scale, pooling_type=pooling,
             )
         self.n_tokens = 0
         self.input_ids: npt.NDArray[np.intc] = np.zeros(self._n_ctx, dtype=np.intc)
@@ -260,7 +262,13 @@ class Llama:
         return int(self.tokenizer_.token_nl())
 
     def pooling_type(self) -> int:
-        return int(self._model.pooling_type)
+        """The pooling the context applies (llama.cpp numbering: 0 none, 1
+        mean, 2 cls, 3 last): the constructor's pooling_type, else the model's."""
+        if self._ctx is not None and self._embedding:
+            return int(self._ctx.pooling_type)
+        if self.context_params.pooling_type != -1:
+            return int(self.context_params.pooling_type)
+        return max(int(self._model.pooling_type), 0)
 
     def tokenize(self, text: bytes, add_bos: bool = True, special: bool = False) -> List[int]:
         """Tokenize UTF-8 bytes (a str is accepted too). ``add_bos`` adds the
@@ -456,6 +464,26 @@ class Llama:
 
     def __call__(self, prompt: Union[str, List[int]], *args: Any, **kwargs: Any) -> Any:
         return self.create_completion(prompt, *args, **kwargs)
+
+    # -------------------------------------------------------------- embeddings
+    def create_embedding(self, input: Union[str, List[str]], model: Optional[str] = None) -> Dict[str, Any]:
+        """Embed a string or a list of strings: an OpenAI-shaped
+        ``{"object": "list", "data": [{"object": "embedding", "embedding": [...],
+        "index": i}], "model": ..., "usage": {...}}``. Needs ``embedding=True``."""
+        from ._embedding import create_embedding
+
+        return create_embedding(self, input, model)
+
+    def embed(self, input: Union[str, List[str]], normalize: bool = False, truncate: bool = True,
+              return_count: bool = False) -> Any:
+        """Embeddings of a string (a vector) or a list of strings (a list of
+        vectors); with pooling type none, a list of per-token vectors per
+        input. ``truncate`` cuts inputs to n_batch tokens (else they raise
+        ValueError); ``normalize`` L2-normalises; ``return_count`` also
+        returns the number of tokens. Needs ``embedding=True``."""
+        from ._embedding import embed
+
+        return embed(self, input, normalize=normalize, truncate=truncate, return_count=return_count)
 
     # -------------------------------------------------------------------- chat
     def create_chat_completion(

@@ -52,3 +52,9 @@ def test_completion_example():
 def test_streaming_example():
     out = run_example("streaming.py")
     assert out.strip()
+
+
+def test_embeddings_example():
+    lines = run_example("embeddings.py").strip().splitlines()
+    assert lines[0].startswith("query: ")
+    assert "Paris is the capital" in lines[1]  # the best match ranks first

@@ -32,6 +32,11 @@ context_params resolve(const model& m, context_params p) {
     if (p.n_threads_batch <= 0) p.n_threads_batch = default_n_threads();
     if (p.n_threads > 1024 || p.n_threads_batch > 1024) throw value_error("too many threads");
     if (p.rope_freq_base < 0 || p.rope_freq_scale < 0) throw value_error("rope_freq_base/scale must be >= 0");
+    // An encoder sees each sequence whole: a batch is evaluated in one pass.
+    if (hp.v.encoder) p.n_ubatch = p.n_batch;
+    if (p.pooling < -1 || p.pooling > 4) throw value_error("pooling_type must be in [-1, 4], got " + std::to_string(p.pooling));
+    if (p.pooling == -1) p.pooling = hp.pooling < 0 ? 0 : hp.pooling;
+    if (p.pooling == 4) throw not_implemented_error("pooling_type 4 (rank: reranker classification heads) is not supported");
     return p;
 }
 
@@ -46,7 +51,8 @@ template <class T> void put(std::vector<uint8_t>& out, T v) {
 context::context(std::shared_ptr<const model> m, const context_params& params)
     : model_(std::move(m)),
       p_(resolve(*model_, params)),
-      kv_((int)model_->hp().n_layer, p_.n_ctx, model_->hp().n_embd_k(), model_->hp().n_embd_v(), p_.type_k, p_.type_v),
+      kv_((int)model_->hp().n_layer, model_->hp().v.encoder ? 1 : p_.n_ctx, model_->hp().n_embd_k(),
+          model_->hp().n_embd_v(), p_.type_k, p_.type_v),  // encoders keep no cache
       pool_(new thread_pool(p_.n_threads)),
       pool_batch_(p_.n_threads_batch != p_.n_threads ? new thread_pool(p_.n_threads_batch) : nullptr),
       rs_(model_->hp(), p_.n_ubatch, p_.n_ctx, std::max(p_.n_threads, p_.n_threads_batch)) {
@@ -70,12 +76,19 @@ context::context(std::shared_ptr<const model> m, const context_params& params)
     seq_last_.resize((size_t)p_.n_seq_max);
     logits_ = std::make_shared<std::vector<float>>();
     embd_ = std::make_shared<std::vector<float>>();
-    ensure_output_capacity(p_.n_seq_max);
+    ensure_output_capacity(1);  // grows with the outputs a decode keeps
+    pooling_ = p_.embeddings ? p_.pooling : 0;
+    if (hp.v.encoder || pooling_ != 0) hidden_.resize((size_t)(p_.n_ubatch * hp.n_embd));
+    if (pooling_ != 0) {
+        embd_seq_.assign((size_t)(p_.n_seq_max * hp.n_embd), 0.0f);
+        seq_n_rows_.assign((size_t)p_.n_seq_max, 0);
+        seq_pos_.assign((size_t)p_.n_seq_max, 0);
+    }
 }
 
 void context::ensure_output_capacity(int64_t n_out) {
     const hparams& hp = model_->hp();
-    const size_t need = (size_t)n_out * (size_t)hp.n_vocab;
+    const size_t need = hp.v.encoder ? 0 : (size_t)n_out * (size_t)hp.n_vocab;  // encoders: no output head
     if (logits_->size() < need) logits_ = std::make_shared<std::vector<float>>(need);
     if (p_.embeddings && embd_->size() < (size_t)n_out * (size_t)hp.n_embd)
         embd_ = std::make_shared<std::vector<float>>((size_t)n_out * (size_t)hp.n_embd);
@@ -131,16 +144,23 @@ void context::decode(const batch_view& b) {
     std::lock_guard<std::mutex> lock(mutex_);
     const hparams& hp = model_->hp();
     validate(b);
+    if (hp.v.encoder) {
+        decode_encoder(b);
+        return;
+    }
     kv_.find_free(b.n, cells_.data());  // throws (changing nothing) when the cache is full
 
-    // Which rows want outputs.
-    const bool all = !b.want && p_.embeddings;
+    // Which rows want outputs. Pooled embeddings need every row's state, but
+    // keep (and compute logits for) only the rows asked for explicitly.
+    const bool pooled = pooling_ != 0;
+    const bool all = !b.want && p_.embeddings && !pooled;
     int64_t n_out = 0;
     for (int64_t i = 0; i < b.n; ++i) n_out += b.want ? (b.want[i] != 0) : (all || i == b.n - 1);
     ensure_output_capacity(n_out);
     for (int64_t i = 0; i < b.n; ++i) first_seq_[(size_t)i] = b.seq_ids[b.seq_begin ? b.seq_begin[i] : i];
 
     int64_t done = 0, out_done = 0;
+    if (pooled) pool_begin();
     try {
         for (int64_t u0 = 0; u0 < b.n; u0 += p_.n_ubatch) {
             const int64_t u1 = std::min(b.n, u0 + p_.n_ubatch);
@@ -165,6 +185,19 @@ void context::decode(const batch_view& b) {
                                rs_.mask_words, rs_.mask_lo[r].data(), rs_.mask_hi[r].data());
             }
             thread_pool& pool = (ub.n_tok > 1 && pool_batch_) ? *pool_batch_ : *pool_;
+            if (pooled) {
+                // Every row's state into hidden_, pooled, then the rows asked for are kept.
+                for (int64_t i = 0; i < ub.n_tok; ++i) out_rows_[(size_t)i] = (int32_t)i;
+                ub.n_out = ub.n_tok;
+                decoder_forward(*model_, rope_, kv_, rs_, ub, pool, nullptr, hidden_.data());
+                pool_rows(b, u0, ub.n_tok, hidden_.data());
+                const int64_t first_kept = out_done;
+                keep_rows(b, u0, ub.n_tok, hidden_.data(), out_done);
+                if (out_done > first_kept)
+                    decoder_logits(*model_, embd_->data() + first_kept * hp.n_embd, out_done - first_kept, pool, rs_,
+                                   logits_->data() + first_kept * hp.n_vocab);
+                continue;
+            }
             float* lg = logits_->data() + out_done * hp.n_vocab;
             float* em = p_.embeddings ? embd_->data() + out_done * hp.n_embd : nullptr;
             decoder_forward(*model_, rope_, kv_, rs_, ub, pool, lg, em);
@@ -174,12 +207,17 @@ void context::decode(const batch_view& b) {
         // Undo: the rows of this batch leave the cache, no outputs remain.
         for (int64_t i = 0; i < done; ++i) kv_.release(cells_[(size_t)i]);
         n_out_ = 0;
+        if (pooled) pool_begin();
         throw;
     }
+    if (pooled) pool_end();
     n_out_ = n_out;
 }
 
 const float* context::logits(int64_t i) const {
+    if (model_->hp().v.encoder)
+        throw value_error("model architecture '" + model_->hp().arch + "' is an encoder: it has no output head, "
+                          "only embeddings");
     if (i < 0) i += n_out_;
     if (i < 0 || i >= n_out_)
         throw value_error("output " + std::to_string(i) + " is out of range: the last decode kept " +
@@ -244,7 +282,7 @@ std::vector<uint8_t> context::state_get() const {
     put<uint64_t>(out, (uint64_t)hp.n_embd);
     kv_.write_state(out);
     put<uint64_t>(out, (uint64_t)n_out_);
-    const size_t nl = (size_t)n_out_ * (size_t)hp.n_vocab * sizeof(float);
+    const size_t nl = hp.v.encoder ? 0 : (size_t)n_out_ * (size_t)hp.n_vocab * sizeof(float);
     size_t at = out.size();
     out.resize(at + nl);
     if (nl) std::memcpy(out.data() + at, logits_->data(), nl);
@@ -283,7 +321,7 @@ void context::state_set(const uint8_t* data, size_t size) {
     std::memcpy(&n_out, data + at, 8);
     at += 8;
     if (n_out > (uint64_t)p_.n_batch) throw value_error("context state holds more outputs than n_batch");
-    const size_t nl = (size_t)n_out * (size_t)hp.n_vocab * sizeof(float);
+    const size_t nl = hp.v.encoder ? 0 : (size_t)n_out * (size_t)hp.n_vocab * sizeof(float);
     need(at, nl);
     const size_t logits_at = at;
     at += nl;

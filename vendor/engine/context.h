@@ -39,6 +39,8 @@ struct context_params {
     ggml_type type_v = ggml_type::F16;
     bool flash_attn = false;      // accepted for compatibility: one exact attention path serves both
     bool embeddings = false;      // keep final hidden states of output rows
+    int pooling = -1;             // with embeddings: llama.cpp's pooling type (0 none, 1 mean, 2 cls,
+                                  // 3 last); -1: the model's (none when it declares none)
     float rope_freq_base = 0.0f;  // 0: from the model
     float rope_freq_scale = 0.0f; // 0: from the model
 };
@@ -70,6 +72,10 @@ public:
     int64_t n_outputs() const { return n_out_; }
     const float* logits(int64_t i) const;      // (n_vocab) of output i
     const float* embeddings(int64_t i) const;  // (n_embd) of output i; throws unless embeddings=true
+    // With pooling (mean / cls / last): the pooled vector (n_embd) of sequence
+    // `seq` over its rows in the last decode; throws if it had none there.
+    const float* embeddings_seq(int seq) const;
+    int pooling() const { return pooling_; }   // resolved pooling type (0 none .. 3 last)
     // The storage behind logits()/embeddings(): replaced (never freed under a
     // holder) when it must grow, so views handed out stay valid memory.
     std::shared_ptr<std::vector<float>> logits_storage() const { return logits_; }
@@ -92,6 +98,12 @@ private:
     void check_seq(int seq, const char* what) const;
     void validate(const batch_view& b) const;
     void ensure_output_capacity(int64_t n_out);
+    // Encoders and pooled embeddings (context_embd.cpp).
+    void decode_encoder(const batch_view& b);
+    void pool_begin();
+    void pool_rows(const batch_view& b, int64_t row0, int64_t n, const float* h);
+    void pool_end();
+    void keep_rows(const batch_view& b, int64_t row0, int64_t n, const float* h, int64_t& out_at);
 
     std::shared_ptr<const model> model_;
     context_params p_;
@@ -111,6 +123,13 @@ private:
     int64_t n_out_ = 0;
     std::shared_ptr<std::vector<float>> logits_;  // (capacity, n_vocab)
     std::shared_ptr<std::vector<float>> embd_;    // (capacity, n_embd) when embeddings
+
+    // Embeddings of whole sequences (context_embd.cpp).
+    int pooling_ = 0;                    // resolved pooling type
+    std::vector<float> hidden_;          // (n_ubatch, n_embd) every row's state (encoders, pooling)
+    std::vector<float> embd_seq_;        // (n_seq_max, n_embd) pooled vector of each sequence
+    std::vector<int32_t> seq_n_rows_;    // (n_seq_max) rows pooled into each sequence by the last decode
+    std::vector<int32_t> seq_pos_;       // (n_seq_max) position of the row cls / last pooling kept
 };
 
 }  // namespace lp

@@ -11,6 +11,7 @@
 #include <pybind11/stl.h>
 
 #include <cctype>
+#include <cstring>
 #include <cerrno>
 #include <memory>
 #include <string>
@@ -178,6 +179,12 @@ void bind_model(py::module_& m) {
         .def_property_readonly("head_dim", [](const model& x) { return x.hp().head_dim_k; })
         .def_property_readonly("n_swa", [](const model& x) { return x.hp().n_swa; })
         .def_property_readonly("rope_freq_base", [](const model& x) { return x.hp().rope.freq_base; })
+        .def_property_readonly("pooling_type", [](const model& x) { return x.hp().pooling; },
+                               "pooling_type from the file (llama.cpp numbering), -1 when absent")
+        .def_property_readonly("is_encoder", [](const model& x) { return x.hp().v.encoder; })
+        .def_property_readonly("causal", [](const model& x) { return x.hp().causal; })
+        .def_property_readonly("n_pos_embd", [](const model& x) { return x.hp().n_pos_embd; },
+                               "rows of learned position embeddings (0: none, positions are unbounded)")
         .def_property_readonly("size_bytes", &model::size_bytes)
         .def_property_readonly("n_params", &model::n_params)
         .def_property_readonly("vocab_only", &model::vocab_only)
@@ -191,7 +198,8 @@ void bind_model(py::module_& m) {
     py::class_<context>(m, "Context", "KV cache, decode(batch) and outputs on a model.")
         .def(py::init([](std::shared_ptr<model> mdl, int64_t n_ctx, int64_t n_batch, int64_t n_ubatch, int n_seq_max,
                          int n_threads, int n_threads_batch, const py::object& type_k, const py::object& type_v,
-                         bool flash_attn, bool embeddings, float rope_freq_base, float rope_freq_scale) {
+                         bool flash_attn, bool embeddings, float rope_freq_base, float rope_freq_scale,
+                         int pooling_type) {
                  if (!mdl) throw value_error("Context needs a Model");
                  context_params p;
                  p.n_ctx = n_ctx;
@@ -206,13 +214,15 @@ void bind_model(py::module_& m) {
                  p.embeddings = embeddings;
                  p.rope_freq_base = rope_freq_base;
                  p.rope_freq_scale = rope_freq_scale;
+                 p.pooling = pooling_type;
                  py::gil_scoped_release nogil;
                  return new context(mdl, p);
              }),
              py::arg("model"), py::arg("n_ctx") = 512, py::arg("n_batch") = 512, py::arg("n_ubatch") = 512,
              py::arg("n_seq_max") = 1, py::arg("n_threads") = 0, py::arg("n_threads_batch") = 0,
              py::arg("type_k") = py::str("f16"), py::arg("type_v") = py::str("f16"), py::arg("flash_attn") = false,
-             py::arg("embeddings") = false, py::arg("rope_freq_base") = 0.0f, py::arg("rope_freq_scale") = 0.0f)
+             py::arg("embeddings") = false, py::arg("rope_freq_base") = 0.0f, py::arg("rope_freq_scale") = 0.0f,
+             py::arg("pooling_type") = -1)
         .def_property_readonly("n_ctx", &context::n_ctx)
         .def_property_readonly("n_batch", [](const context& c) { return c.params().n_batch; })
         .def_property_readonly("n_ubatch", [](const context& c) { return c.params().n_ubatch; })
@@ -220,6 +230,8 @@ void bind_model(py::module_& m) {
         .def_property_readonly("n_threads", [](const context& c) { return c.params().n_threads; })
         .def_property_readonly("n_threads_batch", [](const context& c) { return c.params().n_threads_batch; })
         .def_property_readonly("embeddings", [](const context& c) { return c.params().embeddings; })
+        .def_property_readonly("pooling_type", &context::pooling,
+                               "Resolved pooling (0 none, 1 mean, 2 cls, 3 last); 0 without embeddings.")
         .def_property_readonly("n_outputs", &context::n_outputs)
         .def_property_readonly("kv_n_used", &context::kv_n_used)
         .def("decode", &decode, py::arg("tokens") = py::none(), py::arg("embd") = py::none(), py::arg("pos"),
@@ -238,6 +250,26 @@ void bind_model(py::module_& m) {
                  const float* p = c.embeddings(i);
                  return float_view(c.embd_storage(), p, 1, c.mdl().hp().n_embd, false);
              }, py::arg("i") = -1, "Final normalised hidden state (n_embd) of output row i (a view).")
+        .def("get_embeddings_all", [](const context& c) {
+                 if (!c.params().embeddings) throw value_error("the context was created without embeddings=True");
+                 return float_view(c.embd_storage(), c.embd_storage()->data(), c.n_outputs(), c.mdl().hp().n_embd,
+                                   true);
+             }, "Final hidden states (n_outputs, n_embd) of the rows the last decode kept (a view).")
+        .def("get_embeddings_seq", [](const context& c, int seq) {
+                 const float* p = c.embeddings_seq(seq);
+                 py::array_t<float> out((py::ssize_t)c.mdl().hp().n_embd);
+                 std::memcpy(out.mutable_data(), p, sizeof(float) * (size_t)c.mdl().hp().n_embd);
+                 return out;
+             }, py::arg("seq_id"), "Pooled embedding (n_embd) of a sequence in the last decode (a copy).")
+        .def("get_embeddings_seqs", [](const context& c, int64_t n_seq) {
+                 const int64_t E = c.mdl().hp().n_embd;
+                 if (n_seq < 0 || n_seq > c.params().n_seq_max)
+                     throw value_error("get_embeddings_seqs: n_seq " + std::to_string(n_seq) + " is out of range");
+                 py::array_t<float> out({(py::ssize_t)n_seq, (py::ssize_t)E});
+                 for (int64_t s = 0; s < n_seq; ++s)
+                     std::memcpy(out.mutable_data() + s * E, c.embeddings_seq((int)s), sizeof(float) * (size_t)E);
+                 return out;
+             }, py::arg("n_seq"), "Pooled embeddings (n_seq, n_embd) of sequences 0 .. n_seq-1 (a copy).")
         .def("kv_seq_rm", &context::kv_seq_rm, py::arg("seq_id"), py::arg("p0") = -1, py::arg("p1") = -1)
         .def("kv_seq_cp", &context::kv_seq_cp, py::arg("src"), py::arg("dst"), py::arg("p0") = -1, py::arg("p1") = -1)
         .def("kv_seq_keep", &context::kv_seq_keep, py::arg("seq_id"))

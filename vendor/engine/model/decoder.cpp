@@ -208,7 +208,12 @@ void decoder_forward(const model& m, const rope_params rope[2], kv_cache& kv, ru
         norm(hp, x + t * E, W.output_norm, W.output_norm_b, xb + t * E);
         if (embd) std::memcpy(embd + t * E, xb + t * E, sizeof(float) * (size_t)E);
     });
-    mm(W.output, xb, E, n, logits, hp.n_vocab, pool, rs);
+    if (logits) decoder_logits(m, xb, n, pool, rs, logits);
+}
+
+void decoder_logits(const model& m, const float* h, int64_t n, thread_pool& pool, run_state& rs, float* logits) {
+    const hparams& hp = m.hp();
+    mm(m.weights().output, h, hp.n_embd, n, logits, hp.n_vocab, pool, rs);
     if (hp.final_softcap > 0.0f)
         for_rows(pool, n, [&](int64_t t) { softcap_row(logits + t * hp.n_vocab, hp.n_vocab, hp.final_softcap); });
 }

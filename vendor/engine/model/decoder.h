@@ -51,9 +51,13 @@ struct run_state {
 };
 
 // Runs the model on one micro-batch. rope[0] / rope[1]: RoPE of the global /
-// sliding-window layers. logits: (n_out, n_vocab); embd: (n_out, n_embd)
-// final normalised hidden states, or null.
+// sliding-window layers. logits: (n_out, n_vocab), or null to skip the
+// output head; embd: (n_out, n_embd) final normalised hidden states, or null.
 void decoder_forward(const model& m, const rope_params rope[2], kv_cache& kv, run_state& rs, const ubatch& ub,
                      thread_pool& pool, float* logits, float* embd);
+
+// The output head alone: logits (n, n_vocab) of n final normalised hidden
+// states h (n, n_embd), soft-capped where the model asks.
+void decoder_logits(const model& m, const float* h, int64_t n, thread_pool& pool, run_state& rs, float* logits);
 
 }  // namespace lp

@@ -18,10 +18,13 @@ extern const arch_def arch_gemma2;
 extern const arch_def arch_qwen2;
 extern const arch_def arch_qwen3;
 extern const arch_def arch_phi3;
+extern const arch_def arch_bert;
+extern const arch_def arch_nomic_bert;
 
 const std::vector<const arch_def*>& supported_archs() {
     static const std::vector<const arch_def*> archs = {
         &arch_llama, &arch_gemma3, &arch_gemma2, &arch_qwen2, &arch_qwen3, &arch_phi3,
+        &arch_bert, &arch_nomic_bert,
     };
     return archs;
 }
@@ -115,6 +118,10 @@ void read_common_hparams(const gguf_file& f, hparams& hp) {
     hp.attn_softcap = (float)arch_float(f, hp, "attn_logit_softcapping", 0.0);
     hp.final_softcap = (float)arch_float(f, hp, "final_logit_softcapping", 0.0);
     if (hp.attn_softcap < 0 || hp.final_softcap < 0) throw gguf_error("model metadata: negative soft-capping");
+
+    hp.causal = f.get_bool(hp.arch + ".attention.causal", true);
+    hp.pooling = (int32_t)arch_int(f, hp, "pooling_type", -1);
+    if (hp.pooling < -1 || hp.pooling > 4) throw gguf_error("model metadata: pooling_type " + std::to_string(hp.pooling) + " is out of range");
 }
 
 // ---------------------------------------------------------------------------
@@ -244,6 +251,58 @@ void load_weights(const gguf_file& f, hparams& hp, model_weights& w) {
     }
 }
 
+// The weights of an encoder (bert family): input embeddings (token, learned
+// position, token type) and their norm, post-norm blocks with optional biases,
+// no output head. Fused qkv and a gated FFN (nomic-bert) when the file has them.
+void load_encoder_weights(const gguf_file& f, hparams& hp, model_weights& w) {
+    weight_loader L(f, hp.arch);
+    const int64_t E = hp.n_embd, nq = hp.n_q(), nk = hp.n_embd_k(), nv = hp.n_embd_v();
+    const gguf_tensor_info* te = f.find_tensor("token_embd.weight");
+    if (!te) throw gguf_error("model file lacks tensor token_embd.weight (needed by architecture " + hp.arch + ")");
+    hp.n_vocab = te->ne[1];
+    if (hp.n_vocab <= 0) throw gguf_error("token_embd.weight has no rows");
+    w.token_embd = L.matrix("token_embd.weight", E, hp.n_vocab);
+    if (const gguf_tensor_info* pe = f.find_tensor("position_embd.weight")) {
+        hp.n_pos_embd = pe->ne[1];
+        w.position_embd = L.matrix("position_embd.weight", E, hp.n_pos_embd);
+    }
+    if (const gguf_tensor_info* tt = f.find_tensor("token_types.weight")) {
+        const weight_view types = L.matrix("token_types.weight", E, tt->ne[1]);
+        w.token_type0.resize((size_t)E);
+        traits(types.type).to_float(types.data, w.token_type0.data(), E);
+    }
+    w.token_embd_norm = L.vec("token_embd_norm.weight", E);
+    w.token_embd_norm_b = L.vec_opt("token_embd_norm.bias", E);
+
+    w.layers.resize((size_t)hp.n_layer);
+    for (int64_t il = 0; il < hp.n_layer; ++il) {
+        layer_weights& l = w.layers[(size_t)il];
+        const std::string p = "blk." + std::to_string(il) + ".";
+        if (hp.v.qkv_fused) {
+            l.wqkv = L.matrix(p + "attn_qkv.weight", E, nq + nk + nv);
+            l.bqkv = L.vec_opt(p + "attn_qkv.bias", nq + nk + nv);
+        } else {
+            l.wq = L.matrix(p + "attn_q.weight", E, nq);
+            l.wk = L.matrix(p + "attn_k.weight", E, nk);
+            l.wv = L.matrix(p + "attn_v.weight", E, nv);
+            l.bq = L.vec_opt(p + "attn_q.bias", nq);
+            l.bk = L.vec_opt(p + "attn_k.bias", nk);
+            l.bv = L.vec_opt(p + "attn_v.bias", nv);
+        }
+        l.wo = L.matrix(p + "attn_output.weight", hp.n_head * hp.head_dim_v, E);
+        l.bo = L.vec_opt(p + "attn_output.bias", E);
+        l.attn_out_norm = L.vec(p + "attn_output_norm.weight", E);
+        l.attn_out_norm_b = L.vec_opt(p + "attn_output_norm.bias", E);
+        l.ffn_gate = L.matrix_opt(p + "ffn_gate.weight", E, hp.n_ff);
+        l.ffn_up = L.matrix(p + "ffn_up.weight", E, hp.n_ff);
+        l.ffn_up_b = L.vec_opt(p + "ffn_up.bias", hp.n_ff);
+        l.ffn_down = L.matrix(p + "ffn_down.weight", hp.n_ff, E);
+        l.ffn_down_b = L.vec_opt(p + "ffn_down.bias", E);
+        l.layer_out_norm = L.vec(p + "layer_output_norm.weight", E);
+        l.layer_out_norm_b = L.vec_opt(p + "layer_output_norm.bias", E);
+    }
+}
+
 // Reads one byte per page so the weights are resident before the first decode.
 void prefault(const gguf_file& f) {
     volatile uint8_t sink = 0;
@@ -349,7 +408,8 @@ std::shared_ptr<model> model::load(const std::string& path, bool vocab_only, boo
     if (hp.attn_scale == 0.0f) hp.attn_scale = 1.0f / std::sqrt((float)hp.head_dim_k);
     if (hp.rope_freq_base_swa == 0.0f) hp.rope_freq_base_swa = hp.rope.freq_base;
     if (hp.rope_freq_scale_swa == 0.0f) hp.rope_freq_scale_swa = hp.rope.freq_scale;
-    load_weights(f, hp, m->w_);
+    if (hp.v.encoder) load_encoder_weights(f, hp, m->w_);
+    else load_weights(f, hp, m->w_);
     hp.rope.freq_factors = nullptr;  // set per context from weights().rope_freqs
     if (!use_mmap) prefault(f);
     return m;

@@ -7,7 +7,8 @@
 // fills the architecture-specific hyperparameters and the block_variant: the
 // switches by which its decoder block differs from the plain pre-norm
 // transformer. The weights are then named and validated here, and the one
-// forward pass in decoder.cpp runs every architecture.
+// forward pass in decoder.cpp runs every architecture. Encoder architectures
+// (bert, nomic-bert: block_variant::encoder) run encoder.cpp instead.
 //
 // Not here: running the model (context.h, decoder.h), the tokenizer (vocab/).
 #pragma once
@@ -46,6 +47,7 @@ struct block_variant {
     bool post_ffn_norm = false;    // likewise for the FFN output
     bool scale_q = false;          // multiply q by attn_scale before attention instead of scaling scores (gemma)
     float embd_scale = 1.0f;       // token embeddings are multiplied by this (gemma: sqrt(n_embd))
+    bool encoder = false;          // bidirectional post-norm encoder (bert family): encoder.h runs it
 };
 
 struct hparams {
@@ -70,6 +72,9 @@ struct hparams {
     float attn_scale = 0.0f;     // scale of q·k (default 1/sqrt(head_dim_k))
     float attn_softcap = 0.0f;   // gemma2: scores = tanh(s / cap) * cap
     float final_softcap = 0.0f;  // gemma2: logits = tanh(l / cap) * cap
+    bool causal = true;          // attention.causal (encoders: false, every token sees its whole sequence)
+    int32_t pooling = -1;        // pooling_type as llama.cpp numbers it (-1: not in the file)
+    int64_t n_pos_embd = 0;      // rows of learned absolute position embeddings (bert), 0: none
     block_variant v;
 
     int64_t n_embd_k() const { return n_head_kv * head_dim_k; }  // keys of one token in one layer
@@ -92,6 +97,10 @@ struct layer_weights {
     weight_view ffn_up;           // (n_ff, n_embd), or (2*n_ff, n_embd) gate then up when gate_up_fused
     weight_view ffn_down;         // (n_embd, n_ff)
     std::vector<float> post_ffn_norm;  // (n_embd) when post_ffn_norm
+    // encoder (post-norm) blocks: norms after each residual add, FFN biases
+    std::vector<float> attn_out_norm, attn_out_norm_b;    // (n_embd)
+    std::vector<float> layer_out_norm, layer_out_norm_b;  // (n_embd)
+    std::vector<float> ffn_up_b, ffn_down_b;              // (n_ff), (n_embd) or empty
 };
 
 struct model_weights {
@@ -101,6 +110,10 @@ struct model_weights {
     std::vector<float> rope_freqs;  // (n_rot/2) frequency divisors (llama3 scaling), or empty
     std::vector<float> rope_long, rope_short;  // (n_rot/2) divisors for long / short contexts (phi3), or empty
     std::vector<layer_weights> layers;  // (n_layer)
+    // encoders
+    weight_view position_embd;    // (n_pos_embd, n_embd) learned absolute positions, or absent
+    std::vector<float> token_type0;  // (n_embd) row 0 of token_types ("sentence A"), or empty
+    std::vector<float> token_embd_norm, token_embd_norm_b;  // (n_embd) norm of the summed input embeddings
 };
 
 // One supported architecture: its GGUF name and the function that reads its

@@ -286,6 +286,7 @@ LP_TARGET_AVX512 LP_INLINE void lookup_iq4_quad(__m512i table, __m512i q, __m512
 }
 
 struct iq4_nl_q8_0_avx512 {
+    static constexpr int stream_rows = 4;
     template <int NR, bool STREAM>
     LP_TARGET_AVX512 static void rows(int64_t n, const uint8_t* w, size_t w_stride, const void* a_row, float* out) {
         const auto* y = static_cast<const block_q8_0*>(a_row);
@@ -293,20 +294,22 @@ struct iq4_nl_q8_0_avx512 {
         const __m512i table = iq4_table_u8();
         __m512 acc[NR];
         for (int r = 0; r < NR; ++r) acc[r] = _mm512_setzero_ps();
+        [[maybe_unused]] const char* pf = prefetch_start(w, w_stride, NR);
         for (int64_t ib = 0; ib < nb8; ib += 8) {
+            if constexpr (STREAM) prefetch_step<NR * 8 * (int)sizeof(block_iq4_nl)>(pf);
             const act_quads a = load_act_quads(y + ib);
             const __m512 da = gather_halves16<sizeof(block_q8_0), 0, lane_layout::quads>(y + ib);
             for (int r = 0; r < NR; ++r) {
                 const auto* x = reinterpret_cast<const block_iq4_nl*>(w + r * w_stride) + ib;
-                if constexpr (STREAM) prefetch_ahead<8 * sizeof(block_iq4_nl)>(x);
+                const loaded<3> g = load_group_4bit<sizeof(block_iq4_nl)>(x);
                 __m512i q[2], s[2];
-                load_nibble_quads<sizeof(block_iq4_nl), offsetof(block_iq4_nl, qs)>(x, &q[0], &q[1]);
+                nibble_quads_of<sizeof(block_iq4_nl), offsetof(block_iq4_nl, qs)>(g, &q[0], &q[1]);
                 for (int h = 0; h < 2; ++h) {
                     __m512i lo, hi;
                     lookup_iq4_quad(table, q[h], &lo, &hi);
                     s[h] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(a.neg128[h], lo, a.lo[h]), hi, a.hi[h]);
                 }
-                const __m512 dw = gather_halves16<sizeof(block_iq4_nl), 0, lane_layout::quads>(x);
+                const __m512 dw = halves_of<sizeof(block_iq4_nl), 0, lane_layout::quads>(g);
                 acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(reduce_quads_x2(s[0], s[1])), _mm512_mul_ps(dw, da), acc[r]);
             }
         }
@@ -344,17 +347,19 @@ LP_TARGET_AVX512 LP_INLINE __m512i iq4_xs_scales_quads(const block_iq4_xs& b) {
 }
 
 struct iq4_xs_q8_k_avx512 {
+    static constexpr int stream_rows = 4;
     template <int NR, bool STREAM>
     LP_TARGET_AVX512 static void rows(int64_t n, const uint8_t* w, size_t w_stride, const void* a_row, float* out) {
         const auto* y = static_cast<const block_q8_K*>(a_row);
         const __m512i table = iq4_table_u8();
         __m512 acc[NR];
         for (int r = 0; r < NR; ++r) acc[r] = _mm512_setzero_ps();
+        [[maybe_unused]] const char* pf = prefetch_start(w, w_stride, NR);
         for (int64_t ibl = 0; ibl < n / QK_K; ++ibl) {
+            if constexpr (STREAM) prefetch_step<NR * 1 * (int)sizeof(block_iq4_xs)>(pf);
             const act_quads a = load_act_quads_q8_k(y[ibl]);
             for (int r = 0; r < NR; ++r) {
                 const auto& x = reinterpret_cast<const block_iq4_xs*>(w + r * w_stride)[ibl];
-                if constexpr (STREAM) prefetch_ahead<sizeof(block_iq4_xs)>(&x);
                 __m512i s[2];
                 for (int h = 0; h < 2; ++h) {
                     __m512i lo, hi;

@@ -460,11 +460,13 @@ LP_TARGET_AVX2 void vec_dot_q8_0_q8_0_avx2(int64_t n, float* out, const void* w_
 
 // ===========================================================================
 // AVX-512 + VNNI. Kernels take up to 4 weight rows against one activation row
-// (simd_x86.h: gemm_tile_by_rows) and work on groups of 8 blocks. The design
-// follows what this kind of core sustains per cycle: 4 vector ALU ports of
-// which only 2 shuffle and 2 multiply, and ~1.5 unaligned loads. So:
-//  - 4-bit quants come in with three 64-byte loads per 8 blocks and one word
-//    permute per 4 blocks (quads layout); 8-bit ones with broadcast loads;
+// (simd_x86.h: gemm_tile_by_rows, which also says how mat-vec streams) and
+// work on groups of 8 blocks. The design follows what a Zen 5 core sustains
+// per cycle (measured): 4 vector ALU ports of which only 2 shuffle and 2
+// multiply, and ~1.5 unaligned loads. So:
+//  - weights come in with a few 64-byte loads per 8 blocks, and word permutes
+//    take both the quants (4-bit: quads layout; 8-bit: pairs) and the fp16
+//    scales out of the same registers; activations with broadcast loads;
 //  - offsets (q - 8, q - 16, and +128 to make signed int8 unsigned) become one
 //    activation-sum term per tile, pre-loaded into the vpdpbusd accumulator;
 //  - int32 lanes are reduced with in-lane unpacks, then converted and scaled
@@ -542,26 +544,29 @@ LP_TARGET_AVX512 LP_INLINE void unpack_q5_quad(__m512i q, const block* b, __m512
 }
 
 struct q4_0_q8_0_avx512 {
+    static constexpr int stream_rows = 4;
     template <int NR, bool STREAM>
     LP_TARGET_AVX512 static void rows(int64_t n, const uint8_t* w, size_t w_stride, const void* a_row, float* out) {
         const auto* y = static_cast<const block_q8_0*>(a_row);
         const int64_t nb = n / QK4_0, nb8 = nb & ~(int64_t)7;
         __m512 acc[NR];
         for (int r = 0; r < NR; ++r) acc[r] = _mm512_setzero_ps();
+        [[maybe_unused]] const char* pf = prefetch_start(w, w_stride, NR);
         for (int64_t ib = 0; ib < nb8; ib += 8) {
+            if constexpr (STREAM) prefetch_step<NR * 8 * (int)sizeof(block_q4_0)>(pf);
             const act_quads a = load_act_quads(y + ib);
             const __m512 da = _mm512_mul_ps(gather_halves16<sizeof(block_q8_0), 0, lane_layout::quads>(y + ib),
                                             _mm512_set1_ps(1.0f / 16));
             for (int r = 0; r < NR; ++r) {
                 const auto* x = reinterpret_cast<const block_q4_0*>(w + r * w_stride) + ib;
-                if constexpr (STREAM) prefetch_ahead<8 * sizeof(block_q4_0)>(x);
+                const loaded<3> g = load_group_4bit<sizeof(block_q4_0)>(x);
                 __m512i q[2], s[2];
-                load_nibble_quads<sizeof(block_q4_0), offsetof(block_q4_0, qs)>(x, &q[0], &q[1]);
+                nibble_quads_of<sizeof(block_q4_0), offsetof(block_q4_0, qs)>(g, &q[0], &q[1]);
                 for (int h = 0; h < 2; ++h) {
                     s[h] = _mm512_dpbusd_epi32(a.neg128[h], low_nibbles_x16(q[h]), a.lo[h]);
                     s[h] = _mm512_dpbusd_epi32(s[h], high_nibbles_x16(q[h]), a.hi[h]);
                 }
-                const __m512 dw = gather_halves16<sizeof(block_q4_0), 0, lane_layout::quads>(x);
+                const __m512 dw = halves_of<sizeof(block_q4_0), 0, lane_layout::quads>(g);
                 acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(reduce_quads_x2(s[0], s[1])), _mm512_mul_ps(dw, da), acc[r]);
             }
         }
@@ -573,6 +578,7 @@ struct q4_0_q8_0_avx512 {
 };
 
 struct q4_1_q8_1_avx512 {
+    static constexpr int stream_rows = 4;
     template <int NR, bool STREAM>
     LP_TARGET_AVX512 static void rows(int64_t n, const uint8_t* w, size_t w_stride, const void* a_row, float* out) {
         const auto* y = static_cast<const block_q8_1*>(a_row);
@@ -580,23 +586,26 @@ struct q4_1_q8_1_avx512 {
         __m512 acc[NR];
         __m256 acc_min[NR];
         for (int r = 0; r < NR; ++r) { acc[r] = _mm512_setzero_ps(); acc_min[r] = _mm256_setzero_ps(); }
+        [[maybe_unused]] const char* pf = prefetch_start(w, w_stride, NR);
         for (int64_t ib = 0; ib < nb8; ib += 8) {
+            if constexpr (STREAM) prefetch_step<NR * 8 * (int)sizeof(block_q4_1)>(pf);
             const act_quads a = load_act_quads(y + ib);
             const __m512 da = _mm512_mul_ps(gather_halves16<sizeof(block_q8_1), 0, lane_layout::quads>(y + ib),
                                             _mm512_set1_ps(1.0f / 16));
             const __m256 sa = gather_halves8<sizeof(block_q8_1), offsetof(block_q8_1, s)>(y + ib);
             for (int r = 0; r < NR; ++r) {
                 const auto* x = reinterpret_cast<const block_q4_1*>(w + r * w_stride) + ib;
-                if constexpr (STREAM) prefetch_ahead<8 * sizeof(block_q4_1)>(x);
+                const loaded<3> g = load_group_4bit<sizeof(block_q4_1)>(x);
                 __m512i q[2], s[2];
-                load_nibble_quads<sizeof(block_q4_1), offsetof(block_q4_1, qs)>(x, &q[0], &q[1]);
+                nibble_quads_of<sizeof(block_q4_1), offsetof(block_q4_1, qs)>(g, &q[0], &q[1]);
                 for (int h = 0; h < 2; ++h) {
                     s[h] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), low_nibbles_x16(q[h]), a.lo[h]);
                     s[h] = _mm512_dpbusd_epi32(s[h], high_nibbles_x16(q[h]), a.hi[h]);
                 }
-                const __m512 dw = gather_halves16<sizeof(block_q4_1), 0, lane_layout::quads>(x);
+                const __m512 dw = halves_of<sizeof(block_q4_1), 0, lane_layout::quads>(g);
                 acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(reduce_quads_x2(s[0], s[1])), _mm512_mul_ps(dw, da), acc[r]);
-                acc_min[r] = _mm256_fmadd_ps(gather_halves8<sizeof(block_q4_1), offsetof(block_q4_1, m)>(x), sa, acc_min[r]);
+                const __m512 mw = halves_of<sizeof(block_q4_1), offsetof(block_q4_1, m), lane_layout::eight>(g);
+                acc_min[r] = _mm256_fmadd_ps(_mm512_castps512_ps256(mw), sa, acc_min[r]);
             }
         }
         for (int r = 0; r < NR; ++r) {
@@ -610,6 +619,7 @@ struct q4_1_q8_1_avx512 {
 // Q5_0 / Q5_1: quants 0..31 (no room for the x16 trick), offset 16 for Q5_0.
 template <typename wblock, typename ablock, bool has_min>
 struct q5_avx512 {
+    static constexpr int stream_rows = 4;
     template <int NR, bool STREAM>
     LP_TARGET_AVX512 static void rows(int64_t n, const uint8_t* w, size_t w_stride, const void* a_row, float* out) {
         const auto* y = static_cast<const ablock*>(a_row);
@@ -617,7 +627,9 @@ struct q5_avx512 {
         __m512 acc[NR];
         __m256 acc_min[NR];
         for (int r = 0; r < NR; ++r) { acc[r] = _mm512_setzero_ps(); acc_min[r] = _mm256_setzero_ps(); }
+        [[maybe_unused]] const char* pf = prefetch_start(w, w_stride, NR);
         for (int64_t ib = 0; ib < nb8; ib += 8) {
+            if constexpr (STREAM) prefetch_step<NR * 8 * (int)sizeof(wblock)>(pf);
             const act_quads a = load_act_quads(y + ib);
             const __m512 da = gather_halves16<sizeof(ablock), 0, lane_layout::quads>(y + ib);
             __m512i init[2];  // -16 * sum for Q5_0's offset; 0 for Q5_1
@@ -626,18 +638,20 @@ struct q5_avx512 {
             if constexpr (has_min) sa = gather_halves8<sizeof(ablock), offsetof(block_q8_1, s)>(y + ib);
             for (int r = 0; r < NR; ++r) {
                 const auto* x = reinterpret_cast<const wblock*>(w + r * w_stride) + ib;
-                if constexpr (STREAM) prefetch_ahead<8 * sizeof(wblock)>(x);
+                const loaded<3> g = load_group_4bit<sizeof(wblock)>(x);
                 __m512i q[2], s[2];
-                load_nibble_quads<sizeof(wblock), offsetof(wblock, qs)>(x, &q[0], &q[1]);
+                nibble_quads_of<sizeof(wblock), offsetof(wblock, qs)>(g, &q[0], &q[1]);
                 for (int h = 0; h < 2; ++h) {
                     __m512i lo, hi;
                     unpack_q5_quad(q[h], x + 4 * h, &lo, &hi);
                     s[h] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(init[h], lo, a.lo[h]), hi, a.hi[h]);
                 }
-                const __m512 dw = gather_halves16<sizeof(wblock), 0, lane_layout::quads>(x);
+                const __m512 dw = halves_of<sizeof(wblock), 0, lane_layout::quads>(g);
                 acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(reduce_quads_x2(s[0], s[1])), _mm512_mul_ps(dw, da), acc[r]);
-                if constexpr (has_min)
-                    acc_min[r] = _mm256_fmadd_ps(gather_halves8<sizeof(wblock), offsetof(block_q5_1, m)>(x), sa, acc_min[r]);
+                if constexpr (has_min) {
+                    const __m512 mw = halves_of<sizeof(wblock), offsetof(block_q5_1, m), lane_layout::eight>(g);
+                    acc_min[r] = _mm256_fmadd_ps(_mm512_castps512_ps256(mw), sa, acc_min[r]);
+                }
             }
         }
         for (int r = 0; r < NR; ++r) {
@@ -653,6 +667,7 @@ using q5_1_q8_1_avx512 = q5_avx512<block_q5_1, block_q8_1, true>;
 // Q8_0 weights enter vpdpbusd as unsigned w + 128 (xor 0x80); the shared
 // -128*sum term takes the 128 back out. Pairs layout: 32 bytes per block.
 struct q8_0_q8_0_avx512 {
+    static constexpr int stream_rows = 1;
     template <int NR, bool STREAM>
     LP_TARGET_AVX512 static void rows(int64_t n, const uint8_t* w, size_t w_stride, const void* a_row, float* out) {
         const auto* y = static_cast<const block_q8_0*>(a_row);
@@ -660,18 +675,18 @@ struct q8_0_q8_0_avx512 {
         const __m512i flip = _mm512_set1_epi8((char)0x80);
         __m512 acc[NR];
         for (int r = 0; r < NR; ++r) acc[r] = _mm512_setzero_ps();
+        [[maybe_unused]] const char* pf = prefetch_start(w, w_stride, NR);
         for (int64_t ib = 0; ib < nb8; ib += 8) {
+            if constexpr (STREAM) prefetch_step<NR * 8 * (int)sizeof(block_q8_0)>(pf);
             const act_pairs a = load_act_pairs(y + ib);
             const __m512 da = gather_halves16<sizeof(block_q8_0), 0, lane_layout::pairs>(y + ib);
             for (int r = 0; r < NR; ++r) {
                 const auto* x = reinterpret_cast<const block_q8_0*>(w + r * w_stride) + ib;
-                if constexpr (STREAM) prefetch_ahead<8 * sizeof(block_q8_0)>(x);
-                __m512i s[4];
-                for (int p = 0; p < 4; ++p) {
-                    const __m512i u = _mm512_xor_si512(load_pair_32(x[2 * p].qs, x[2 * p + 1].qs), flip);
-                    s[p] = _mm512_dpbusd_epi32(a.neg128[p], u, a.v[p]);
-                }
-                const __m512 dw = gather_halves16<sizeof(block_q8_0), 0, lane_layout::pairs>(x);
+                const loaded<5> g = load_group_8bit<sizeof(block_q8_0)>(x);
+                __m512i q[4], s[4];
+                byte_pairs_of<sizeof(block_q8_0), offsetof(block_q8_0, qs)>(g, q);
+                for (int p = 0; p < 4; ++p) s[p] = _mm512_dpbusd_epi32(a.neg128[p], _mm512_xor_si512(q[p], flip), a.v[p]);
+                const __m512 dw = halves_of<sizeof(block_q8_0), 0>(g);
                 acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(reduce_pairs_x4(s[0], s[1], s[2], s[3])),
                                          _mm512_mul_ps(dw, da), acc[r]);
             }
@@ -708,11 +723,11 @@ void register_legacy_types(type_traits* table, isa level) {
     q8_1.to_float = dequantize_row_q8_1;
     q8_1.from_float_ref = quantize_row_q8_1_ref;
 
-    type_traits& q4_0 = table[(int)ggml_type::Q4_0];
-    type_traits& q4_1 = table[(int)ggml_type::Q4_1];
-    type_traits& q5_0 = table[(int)ggml_type::Q5_0];
-    type_traits& q5_1 = table[(int)ggml_type::Q5_1];
-    type_traits& q8_0 = table[(int)ggml_type::Q8_0];
+    [[maybe_unused]] type_traits& q4_0 = table[(int)ggml_type::Q4_0];
+    [[maybe_unused]] type_traits& q4_1 = table[(int)ggml_type::Q4_1];
+    [[maybe_unused]] type_traits& q5_0 = table[(int)ggml_type::Q5_0];
+    [[maybe_unused]] type_traits& q5_1 = table[(int)ggml_type::Q5_1];
+    [[maybe_unused]] type_traits& q8_0 = table[(int)ggml_type::Q8_0];
 #if defined(LP_HAVE_AVX2)
     if (level == isa::avx2) {
         q8_0.from_float = quantize_row_q8_0_avx2;

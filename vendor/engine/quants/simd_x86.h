@@ -1,8 +1,11 @@
-// simd_x86.h — small x86 helpers shared by the quantization families'
-// AVX2 / AVX-512 kernels (legacy.cpp, iquants.cpp): horizontal sums and
-// gathering the fp16 scale fields of 8 consecutive blocks into one vector.
-// Header-only; every helper carries the target attribute of the level it is
-// called from, so a portable build (no -mavx2) compiles it.
+// simd_x86.h — x86 building blocks shared by the quantization families'
+// AVX2 / AVX-512 kernels (legacy.cpp, iquants.cpp; kquants uses the sums):
+// horizontal sums, the lane layouts the AVX-512 kernels reduce into, word
+// permutes that pull quants and fp16 fields of 8 blocks out of a few 64-byte
+// loads, the activation preparation shared by all rows of a tile, and the
+// multi-row kernel plumbing with its software prefetch (why: see there).
+// Header-only; every helper carries the target attribute of its level, so a
+// portable build (no -mavx2) compiles it.
 // Not here: any kernel (those live with their block format).
 #pragma once
 
@@ -150,37 +153,158 @@ LP_TARGET_AVX512 static inline __m512i reduce_quads_x2(__m512i r0, __m512i r1) {
     return _mm512_add_epi32(_mm512_unpacklo_epi32(r0, r1), _mm512_unpackhi_epi32(r0, r1));
 }
 
-// --- 4-bit formats in the quad layout ---------------------------------------
-// Word indices that gather the 16 quant bytes (at byte QS_OFF) of blocks 0..3
-// and 4..7 of 8 blocks of STRIDE bytes into one vector each, one block per
-// 128-bit lane: quad 0 from the loads at 0 and 64, quad 1 from the loads at
-// 64 and 8*STRIDE-64, so three 64-byte loads cover the 8 blocks.
+// --- weights loaded once per group of 8 blocks --------------------------------
+// The kernels load a group's bytes with a few 64-byte loads and take quants and
+// fp16 fields out of those registers with word permutes. vpermt2w overwrites
+// one of its sources, and GCC then reloads the source from memory rather than
+// copying a register; on a load-bound loop that costs, so the loaded vectors
+// are pinned in registers (an empty asm) and the permutes copy them instead.
+template <int N>
+struct loaded {
+    __m512i v[N];
+};
+
+LP_TARGET_AVX512 static inline __m512i load_pinned(const uint8_t* p) {
+    __m512i v = _mm512_loadu_si512(p);
+    __asm__("" : "+v"(v));
+    return v;
+}
+
+// Permute indices that take per-block words out of a group's loads, for
+// 4-bit formats read as three loads at 0, 64 and 8*STRIDE-64 ("third").
+// Words w < 64 come from loads (0, 64), the others from (64, third): every
+// word of the group is in one of the two pairs since STRIDE <= 24.
+template <int STRIDE>
+struct three_loads {
+    static_assert(STRIDE % 2 == 0 && STRIDE >= 16 && STRIDE <= 24, "layout assumptions");
+    static constexpr int third_at = 8 * STRIDE - 64;
+    static constexpr uint16_t index_low(int w) { return (uint16_t)w; }  // from (l0, l1)
+    static constexpr uint16_t index_high(int w) {                       // from (l1, l2)
+        return (uint16_t)(w < 64 ? w - 32 : 32 + w - third_at / 2);
+    }
+};
+
+// The 16 quant bytes (at byte QS_OFF) of blocks 0..3 and 4..7 as two quad
+// vectors, one block per 128-bit lane.
 template <int STRIDE, int QS_OFF>
 struct nibble_quads {
-    static_assert(STRIDE % 2 == 0 && QS_OFF % 2 == 0 && STRIDE >= 16 && STRIDE <= 24, "layout assumptions");
-    static constexpr int third_at = 8 * STRIDE - 64;
     alignas(64) uint16_t quad0[32] = {};
     alignas(64) uint16_t quad1[32] = {};
     constexpr nibble_quads() {
         for (int L = 0; L < 4; ++L) {
             for (int t = 0; t < 8; ++t) {
-                quad0[8 * L + t] = (uint16_t)((L * STRIDE + QS_OFF) / 2 + t);
-                const int w = ((L + 4) * STRIDE + QS_OFF) / 2 + t;  // >= 32
-                quad1[8 * L + t] = (uint16_t)(w < 64 ? w - 32 : 32 + w - third_at / 2);
+                quad0[8 * L + t] = three_loads<STRIDE>::index_low((L * STRIDE + QS_OFF) / 2 + t);
+                quad1[8 * L + t] = three_loads<STRIDE>::index_high(((L + 4) * STRIDE + QS_OFF) / 2 + t);
             }
         }
     }
 };
 
-// The quant bytes of 8 blocks as two quad vectors.
-template <int STRIDE, int QS_OFF>
-LP_TARGET_AVX512 static inline void load_nibble_quads(const void* blocks, __m512i* quad0, __m512i* quad1) {
-    static constexpr nibble_quads<STRIDE, QS_OFF> q{};
+// The fp16 field at byte OFF of the 8 blocks, 16 lanes laid out as LAYOUT.
+template <int STRIDE, int OFF, lane_layout LAYOUT>
+struct field_in_three {
+    alignas(64) uint16_t low[32] = {};
+    alignas(64) uint16_t high[32] = {};
+    uint32_t from_high = 0;
+    constexpr field_in_three() {
+        for (int i = 0; i < 16; ++i) {
+            const int w = (block_of_lane(LAYOUT, i) * STRIDE + OFF) / 2;
+            if (w < 64) {
+                low[i] = three_loads<STRIDE>::index_low(w);
+            } else {
+                high[i] = three_loads<STRIDE>::index_high(w);
+                from_high |= 1u << i;
+            }
+        }
+    }
+    static constexpr bool needs_high = 7 * STRIDE + OFF >= 128;
+};
+
+template <int STRIDE>
+LP_TARGET_AVX512 static inline loaded<3> load_group_4bit(const void* blocks) {
     const auto* b = static_cast<const uint8_t*>(blocks);
-    const __m512i l0 = _mm512_loadu_si512(b), l1 = _mm512_loadu_si512(b + 64);
-    const __m512i l2 = _mm512_loadu_si512(b + nibble_quads<STRIDE, QS_OFF>::third_at);
-    *quad0 = _mm512_permutex2var_epi16(l0, _mm512_load_si512(q.quad0), l1);
-    *quad1 = _mm512_permutex2var_epi16(l1, _mm512_load_si512(q.quad1), l2);
+    return {{load_pinned(b), load_pinned(b + 64), load_pinned(b + three_loads<STRIDE>::third_at)}};
+}
+
+template <int STRIDE, int QS_OFF>
+LP_TARGET_AVX512 static inline void nibble_quads_of(const loaded<3>& g, __m512i* quad0, __m512i* quad1) {
+    static constexpr nibble_quads<STRIDE, QS_OFF> q{};
+    *quad0 = _mm512_permutex2var_epi16(g.v[0], _mm512_load_si512(q.quad0), g.v[1]);
+    *quad1 = _mm512_permutex2var_epi16(g.v[1], _mm512_load_si512(q.quad1), g.v[2]);
+}
+
+template <int STRIDE, int OFF, lane_layout LAYOUT>
+LP_TARGET_AVX512 static inline __m512 halves_of(const loaded<3>& g) {
+    using F = field_in_three<STRIDE, OFF, LAYOUT>;
+    static constexpr F f{};
+    __m512i v = _mm512_permutex2var_epi16(g.v[0], _mm512_load_si512(f.low), g.v[1]);
+    if constexpr (F::needs_high)
+        v = _mm512_mask_blend_epi16((__mmask32)f.from_high, v,
+                                    _mm512_permutex2var_epi16(g.v[1], _mm512_load_si512(f.high), g.v[2]));
+    return _mm512_cvtph_ps(_mm512_castsi512_si256(v));
+}
+
+// --- 8-bit formats in the pairs layout --------------------------------------
+// Five loads at 0, 64, 128, 192 and 8*STRIDE-64 per 8 blocks; pair p (blocks
+// 2p and 2p+1, 32 quant bytes each) comes from loads p and p+1.
+template <int STRIDE, int QS_OFF>
+struct byte_pairs {
+    static_assert(STRIDE % 2 == 0 && QS_OFF % 2 == 0 && 8 * STRIDE >= 256 && 8 * STRIDE <= 320, "layout");
+    static constexpr int last_at = 8 * STRIDE - 64;
+    alignas(64) uint16_t idx[4][32] = {};
+    constexpr byte_pairs() {
+        for (int p = 0; p < 4; ++p) {
+            const int second_word = p < 3 ? 32 * (p + 1) : last_at / 2;
+            for (int half = 0; half < 2; ++half) {
+                for (int t = 0; t < 16; ++t) {
+                    const int w = ((2 * p + half) * STRIDE + QS_OFF) / 2 + t;
+                    idx[p][16 * half + t] = (uint16_t)(w - 32 * p < 32 ? w - 32 * p : 32 + w - second_word);
+                }
+            }
+        }
+    }
+};
+
+template <int STRIDE>
+LP_TARGET_AVX512 static inline loaded<5> load_group_8bit(const void* blocks) {
+    const auto* b = static_cast<const uint8_t*>(blocks);
+    return {{load_pinned(b), load_pinned(b + 64), load_pinned(b + 128), load_pinned(b + 192),
+             load_pinned(b + 8 * STRIDE - 64)}};
+}
+
+template <int STRIDE, int QS_OFF>
+LP_TARGET_AVX512 static inline void byte_pairs_of(const loaded<5>& g, __m512i* pairs) {
+    static constexpr byte_pairs<STRIDE, QS_OFF> bp{};
+    for (int p = 0; p < 4; ++p) pairs[p] = _mm512_permutex2var_epi16(g.v[p], _mm512_load_si512(bp.idx[p]), g.v[p + 1]);
+}
+
+// The fp16 field at byte OFF of 8 blocks in the pairs layout, from the loads
+// at 0..192: blocks 0..3 from loads (0, 64), blocks 4..7 from (128, 192).
+template <int STRIDE, int OFF>
+struct field_in_five {
+    static_assert(3 * STRIDE + OFF + 2 <= 128 && 4 * STRIDE + OFF >= 128 && 7 * STRIDE + OFF + 2 <= 256, "layout");
+    alignas(64) uint16_t low[32] = {};
+    alignas(64) uint16_t high[32] = {};
+    uint32_t from_high = 0;
+    constexpr field_in_five() {
+        for (int i = 0; i < 16; ++i) {
+            const int k = block_of_lane(lane_layout::pairs, i), w = (k * STRIDE + OFF) / 2;
+            if (k < 4) {
+                low[i] = (uint16_t)w;
+            } else {
+                high[i] = (uint16_t)(w - 64);
+                from_high |= 1u << i;
+            }
+        }
+    }
+};
+
+template <int STRIDE, int OFF>
+LP_TARGET_AVX512 static inline __m512 halves_of(const loaded<5>& g) {
+    static constexpr field_in_five<STRIDE, OFF> f{};
+    const __m512i lo = _mm512_permutex2var_epi16(g.v[0], _mm512_load_si512(f.low), g.v[1]);
+    const __m512i hi = _mm512_permutex2var_epi16(g.v[2], _mm512_load_si512(f.high), g.v[3]);
+    return _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_mask_blend_epi16((__mmask32)f.from_high, lo, hi)));
 }
 
 // --- activations (Q8_0 / Q8_1: 32 int8 per block) ----------------------------
@@ -248,29 +372,47 @@ LP_TARGET_AVX512 static inline float tail_avx2(void (*avx2_dot)(int64_t, float*,
 // --- multi-row kernels ---------------------------------------------------------
 // The AVX-512 kernels take NR <= 4 weight rows against one activation row,
 // K::rows<NR, STREAM>(n, w, w_stride, a, out), so the activation work (loads,
-// sums, scales) is done once for NR rows. vec_dot is rows<1>; gemm_tile (the
-// mat-vec driver calls it with nc = 1) runs rows<nr> per activation row.
+// sums, scales) is done once for NR rows: 4 rows run ~1.8x faster than one
+// (Q4_0, in cache). vec_dot is rows<1>; gemm_tile runs rows<nr> per
+// activation row, and the mat-vec driver calls it with nc = 1.
 //
-// STREAM: the weights come from memory, not cache (mat-vec, and the first
-// activation row of a mat-mat tile). Then each row prefetches the bytes it
-// will read kPrefetchAhead later: with 4 rows walked side by side the
-// hardware prefetchers lose track (measured on Zen 5: 55% of the read
-// bandwidth without, 80-90% with a distance of 8-16 KB; 4 KB is too short,
-// L2-only hints are worse).
-constexpr int kPrefetchAhead = 16384;
+// STREAM: the weights come from memory, not cache (mat-vec, vec_dot, and the
+// first activation row of a mat-mat tile). Walking 4 rows side by side loses
+// the hardware prefetchers (they follow one sequential stream well, four
+// interleaved ones badly: ~55-65% of the read bandwidth), so the kernels
+// prefetch themselves, as one linear stream over the rows' contiguous bytes
+// kPrefetchAhead past the tile: per group of blocks, the NR rows' share of
+// bytes, in address order. Measured on Zen 5 with 300 MB of weights: 87-99%
+// of the bandwidth probe, as a single row with no prefetch at all reaches
+// when it is not compute bound. L2-only hints and per-row prefetch streams
+// are worse.
+constexpr int kPrefetchAhead = 8192;
 
-// Prefetches the cache lines of `bytes` bytes starting kPrefetchAhead past p
-// (one prefetch per 64 bytes covers every line when called once per `bytes`).
-template <int bytes>
-LP_TARGET_AVX512 static inline void prefetch_ahead(const void* p) {
-    const char* q = static_cast<const char*>(p) + kPrefetchAhead;
-    for (int off = 0; off < bytes; off += 64) _mm_prefetch(q + off, _MM_HINT_T0);
+// Where a tile's linear prefetch stream starts: past the NR rows it reads.
+LP_TARGET_AVX512 static inline const char* prefetch_start(const uint8_t* w, size_t w_stride, int nr) {
+    return reinterpret_cast<const char*>(w) + (size_t)nr * w_stride + kPrefetchAhead;
 }
 
+// Prefetches `bytes` bytes at p into L1 and advances p.
+template <int bytes>
+LP_TARGET_AVX512 static inline void prefetch_step(const char*& p) {
+    for (int off = 0; off < bytes; off += 64) _mm_prefetch(p + off, _MM_HINT_T0);
+    p += bytes;
+}
+
+// K::stream_rows: how many rows a kernel walks side by side when the weights
+// stream (mat-vec, nc == 1). 4 where sharing the activation work is what
+// keeps the kernel ahead of memory (4-bit formats: one row computes at about
+// the per-core bandwidth); 1 where one row is fast enough on its own, since a
+// single stream still prefetches best (Q8_0: 99% vs 80-85% of the bandwidth).
 template <typename K>
 LP_TARGET_AVX512 static void gemm_tile_by_rows(int64_t n, const void* w, size_t w_stride, const void* a,
                                                size_t a_stride, float* out, size_t out_stride, int nr, int nc) {
     const auto* wb = static_cast<const uint8_t*>(w);
+    if (nc == 1 && K::stream_rows == 1) {
+        for (int r = 0; r < nr; ++r) K::template rows<1, true>(n, wb + r * w_stride, w_stride, a, out + r);
+        return;
+    }
     for (int c = 0; c < nc; ++c) {
         const void* ac = static_cast<const uint8_t*>(a) + c * a_stride;
         float* oc = out + c * out_stride;

@@ -110,7 +110,14 @@ vocab::vocab(vocab_data d, const std::function<void(const std::string&)>& log) :
                                "afmoe", "minimax-m2"})) {
             clean_spaces_ = false;
         }
-    } else if (in_list(d.model, {"bert", "t5", "rwkv", "plamo2"})) {
+    } else if (d.model == "bert") {
+        // llama.cpp's defaults: [CLS] 101 as BOS, [SEP] 102 added at the end.
+        kind_ = kind::wpm;
+        bos_ = 101; unk_ = 100; sep_ = 102; pad_ = 0; mask_ = 103;
+        add_bos_ = true; add_sep_ = true;
+        wpm_lowercase_ = d.wpm_lowercase != 0;
+        wpm_strip_accents_ = d.wpm_strip_accents >= 0 ? d.wpm_strip_accents != 0 : wpm_lowercase_;
+    } else if (in_list(d.model, {"t5", "rwkv", "plamo2"})) {
         throw value_error("tokenizer model '" + d.model + "' is not supported yet");
     } else {
         throw value_error("unknown tokenizer model '" + d.model + "'");
@@ -158,6 +165,9 @@ vocab::vocab(vocab_data d, const std::function<void(const std::string&)>& log) :
     // The newline token, found before special tokens are known (as llama.cpp does).
     if (kind_ == kind::spm) {
         linefeed_ = spm_byte_token('\n');
+    } else if (kind_ == kind::wpm) {
+        linefeed_ = token_null;  // whitespace never becomes a token
+        for (const std::string& t : text_) wpm_max_len_ = std::max(wpm_max_len_, t.size());
     } else {
         std::vector<token_id> nl;
         tokenize_bpe("\n", nl);
@@ -165,6 +175,9 @@ vocab::vocab(vocab_data d, const std::function<void(const std::string&)>& log) :
     }
 
     load_specials(d, log);
+    // A model type's default ids can lie past the end of a small vocabulary.
+    for (token_id* id : {&bos_, &eos_, &unk_, &sep_, &pad_, &mask_})
+        if (*id >= n_tokens()) *id = token_null;
     build_special_matcher();
     build_pieces();
 
@@ -374,6 +387,11 @@ std::string vocab::piece_for(token_id id) const {
     if (kind_ == kind::bpe) {
         if (a & (token_attr_unknown | token_attr_control | token_attr_user_defined)) return t;
         if (a & token_attr_normal) return bpe_decode_text(t);
+        return std::string();
+    }
+    if (kind_ == kind::wpm) {  // word-initial pieces carry U+2581: a space
+        if (a & (token_attr_unknown | token_attr_control | token_attr_user_defined)) return t;
+        if (a & token_attr_normal) return replace_all(t, k_space_marker, " ");
         return std::string();
     }
     return std::string();

@@ -9,8 +9,13 @@
 //              U+2581, byte fallback to <0xXX> tokens;
 //   "gpt2"  -> byte-level BPE: pre-tokenizer regexes (pretokenize.h), then
 //              merges by rank;
+//   "bert"  -> WordPiece (vocab_wpm.cpp): BERT normalization (clean-up, CJK
+//              splitting, accent stripping, lowercasing), whitespace and
+//              punctuation splitting, greedy longest-match pieces; the vocab
+//              holds word-initial pieces with a U+2581 prefix and
+//              continuations bare, as llama.cpp's converter writes them;
 //   "none"  -> no tokenizer (tokenize() throws).
-// Other models ("bert", "t5", "rwkv", "plamo2") are rejected at construction.
+// Other models ("t5", "rwkv", "plamo2") are rejected at construction.
 //
 // Special tokens: control (type 3), user-defined (4) and unknown (2) token
 // texts are cut out of the input before tokenizing, longest first; control
@@ -62,6 +67,8 @@ struct vocab_data {
     token_id fim_pre_id = -1, fim_suf_id = -1, fim_mid_id = -1, fim_pad_id = -1, fim_rep_id = -1, fim_sep_id = -1;
     int add_bos = -1, add_eos = -1, add_sep = -1;  // tokenizer.ggml.add_{bos,eos,sep}_token
     int add_space_prefix = -1;                      // tokenizer.ggml.add_space_prefix
+    int wpm_lowercase = -1;       // tokenizer.wordpiece.lowercase (llamapy's key; absent: true, as llama.cpp)
+    int wpm_strip_accents = -1;   // tokenizer.wordpiece.strip_accents (absent: same as lowercase, as HF)
     int remove_extra_whitespaces = -1;              // tokenizer.ggml.remove_extra_whitespaces
     std::string general_name;           // general.name (some models' token attributes depend on it)
     std::string general_arch;           // general.architecture
@@ -71,7 +78,7 @@ class pre_tokenizer;
 
 class vocab {
 public:
-    enum class kind { none, spm, bpe };
+    enum class kind { none, spm, bpe, wpm };
 
     // Validates and indexes the data; throws lp::value_error on bad input
     // (unknown model, mismatched array lengths). `log` receives warnings
@@ -145,6 +152,7 @@ private:
     std::string piece_for(token_id id) const;
     void tokenize_spm(std::string_view text, std::vector<token_id>& out) const;
     void tokenize_bpe(std::string_view text, std::vector<token_id>& out) const;
+    void tokenize_wpm(std::string_view text, std::vector<token_id>& out) const;
     token_id spm_byte_token(uint8_t b) const;
 
     kind kind_ = kind::none;
@@ -169,6 +177,8 @@ private:
     bool add_space_prefix_ = false, add_bos_ = false, add_eos_ = false, add_sep_ = false;
     bool ignore_merges_ = false, clean_spaces_ = false, remove_extra_whitespaces_ = false;
     std::vector<token_id> byte_tokens_;     // (256) SPM <0xXX> tokens, token_null if absent
+    bool wpm_lowercase_ = true, wpm_strip_accents_ = true;  // WordPiece normalization
+    size_t wpm_max_len_ = 0;                // WordPiece: bytes of the longest token text
 
     std::shared_ptr<const pre_tokenizer> pre_tok_;
     std::unique_ptr<impl> impl_;            // BPE ranks and the special-token trie

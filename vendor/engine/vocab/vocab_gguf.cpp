@@ -86,6 +86,8 @@ vocab_data vocab_data_from_gguf(const gguf_file& f) {
     d.add_sep = flag_of(f, "tokenizer.ggml.add_sep_token");
     d.add_space_prefix = flag_of(f, "tokenizer.ggml.add_space_prefix");
     d.remove_extra_whitespaces = flag_of(f, "tokenizer.ggml.remove_extra_whitespaces");
+    d.wpm_lowercase = flag_of(f, "tokenizer.wordpiece.lowercase");
+    d.wpm_strip_accents = flag_of(f, "tokenizer.wordpiece.strip_accents");
     return d;
 }
 

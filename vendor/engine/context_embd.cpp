@@ -1,0 +1,116 @@
+// context_embd.cpp — the embedding side of context (see context.h): decoding
+// with encoder models (no KV cache, a batch of whole sequences in one pass)
+// and pooling every row's final state into one vector per sequence (mean,
+// first row = cls, last row), natively, for encoders and decoders alike.
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+#include "common.h"
+#include "context.h"
+#include "model/encoder.h"
+
+namespace lp {
+
+void context::decode_encoder(const batch_view& b) {
+    const hparams& hp = model_->hp();
+    if (!p_.embeddings)
+        throw value_error("model architecture '" + hp.arch + "' is an encoder: it computes embeddings only; create "
+                          "the context with embeddings=True");
+    if (!b.tokens) throw value_error("decode: encoder models take token ids, not embeddings");
+    if (b.n > p_.n_ubatch)
+        throw value_error("decode: an encoder batch has at most n_ubatch " + std::to_string(p_.n_ubatch) + " rows");
+    for (int64_t i = 0; i < b.n; ++i) {
+        if (hp.n_pos_embd > 0 && b.pos[i] >= hp.n_pos_embd)
+            throw value_error("decode: position " + std::to_string(b.pos[i]) + " at row " + std::to_string(i) +
+                              " is beyond the model's " + std::to_string(hp.n_pos_embd) +
+                              " learned positions (truncate the input)");
+        first_seq_[(size_t)i] = b.seq_ids[b.seq_begin ? b.seq_begin[i] : i];
+    }
+    const bool all = !b.want && pooling_ == 0;
+    int64_t n_out = 0;
+    for (int64_t i = 0; i < b.n; ++i) n_out += b.want ? (b.want[i] != 0) : (all || i == b.n - 1);
+    ensure_output_capacity(n_out);
+
+    ubatch ub;
+    ub.n_tok = b.n;
+    ub.tokens = b.tokens;
+    ub.pos = b.pos;
+    thread_pool& pool = (b.n > 1 && pool_batch_) ? *pool_batch_ : *pool_;
+    n_out_ = 0;
+    if (pooling_ != 0) pool_begin();
+    try {
+        encoder_forward(*model_, rope_[0], rs_, ub, first_seq_.data(), pool, hidden_.data());
+    } catch (...) {
+        if (pooling_ != 0) pool_begin();
+        throw;
+    }
+    if (pooling_ != 0) {
+        pool_rows(b, 0, b.n, hidden_.data());
+        pool_end();
+    }
+    int64_t kept = 0;
+    keep_rows(b, 0, b.n, hidden_.data(), kept);
+    n_out_ = kept;
+}
+
+void context::keep_rows(const batch_view& b, int64_t row0, int64_t n, const float* h, int64_t& out_at) {
+    const int64_t E = model_->hp().n_embd;
+    const bool all = !b.want && pooling_ == 0;
+    for (int64_t t = 0; t < n; ++t) {
+        const int64_t i = row0 + t;
+        const bool keep = b.want ? b.want[i] != 0 : (all || i == b.n - 1);
+        if (!keep) continue;
+        std::memcpy(embd_->data() + out_at * E, h + t * E, sizeof(float) * (size_t)E);
+        ++out_at;
+    }
+}
+
+void context::pool_begin() {
+    std::fill(embd_seq_.begin(), embd_seq_.end(), 0.0f);
+    std::fill(seq_n_rows_.begin(), seq_n_rows_.end(), 0);
+}
+
+// Rows [row0, row0 + n) of batch b, with states h (n, n_embd), pooled into
+// every sequence they belong to.
+void context::pool_rows(const batch_view& b, int64_t row0, int64_t n, const float* h) {
+    const int64_t E = model_->hp().n_embd;
+    for (int64_t t = 0; t < n; ++t) {
+        const int64_t i = row0 + t;
+        const float* row = h + t * E;
+        const int32_t s0 = b.seq_begin ? b.seq_begin[i] : (int32_t)i;
+        const int32_t s1 = b.seq_begin ? b.seq_begin[i + 1] : (int32_t)i + 1;
+        for (int32_t k = s0; k < s1; ++k) {
+            const size_t s = (size_t)b.seq_ids[k];
+            float* acc = embd_seq_.data() + s * (size_t)E;
+            const int32_t pos = b.pos[i];
+            const bool first = seq_n_rows_[s] == 0;
+            ++seq_n_rows_[s];
+            if (pooling_ == 1) {
+                add_row(acc, row, E);
+            } else if ((pooling_ == 2 && (first || pos < seq_pos_[s])) || (pooling_ == 3 && (first || pos > seq_pos_[s]))) {
+                std::memcpy(acc, row, sizeof(float) * (size_t)E);
+                seq_pos_[s] = pos;
+            }
+        }
+    }
+}
+
+void context::pool_end() {
+    if (pooling_ != 1) return;
+    const int64_t E = model_->hp().n_embd;
+    for (size_t s = 0; s < seq_n_rows_.size(); ++s)
+        if (seq_n_rows_[s] > 0) scale_row(embd_seq_.data() + s * (size_t)E, E, 1.0f / (float)seq_n_rows_[s]);
+}
+
+const float* context::embeddings_seq(int seq) const {
+    if (!p_.embeddings) throw value_error("the context was created without embeddings=True");
+    if (pooling_ == 0)
+        throw value_error("the context does not pool (pooling type none): use the per-row embeddings");
+    check_seq(seq, "sequence id");
+    if (seq_n_rows_[(size_t)seq] == 0)
+        throw value_error("sequence " + std::to_string(seq) + " had no rows in the last decode");
+    return embd_seq_.data() + (size_t)seq * (size_t)model_->hp().n_embd;
+}
+
+}  // namespace lp
