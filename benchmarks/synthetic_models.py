@@ -26,6 +26,19 @@ def _tiled(rng, type_name: str, n_rows: int, n_cols: int, scale: float = 0.02) -
     return np.ascontiguousarray(np.tile(base, (reps, 1))[:n_rows])
 
 
+def _byte_symbols() -> list:
+    """GPT-2's printable stand-ins for the 256 byte values."""
+    keep = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+    out, extra = {}, 0
+    for b in range(256):
+        if b in keep:
+            out[b] = chr(b)
+        else:
+            out[b] = chr(256 + extra)
+            extra += 1
+    return [out[b] for b in range(256)]
+
+
 def write_llama_1b(path: str, mix: str = "Q4_K_M") -> str:
     import gguf
 
@@ -61,19 +74,21 @@ def write_llama_1b(path: str, mix: str = "Q4_K_M") -> str:
     w.add_layer_norm_rms_eps(1e-5)
     w.add_vocab_size(VOCAB)
     w.add_file_type(15 if mix == "Q4_K_M" else 7)
-    # dummy byte-level BPE vocabulary
+    # Dummy byte-level BPE vocabulary: the 256 byte symbols (GPT-2's
+    # byte-to-unicode map), one merge, then filler tokens.
+    byte_syms = _byte_symbols()
+    toks = byte_syms + ["ab"] + [f"t{i}" for i in range(VOCAB - len(byte_syms) - 1)]
     w.add_tokenizer_model("gpt2")
     w.add_tokenizer_pre("default")
-    toks = [f"t{i}" for i in range(VOCAB)]
     w.add_token_list(toks)
     w.add_token_types([1] * VOCAB)
-    w.add_token_merges([])
+    w.add_token_merges(["a b"])
     w.add_bos_token_id(1)
     w.add_eos_token_id(2)
 
     def add(name: str, type_name: str, n_rows: int, n_cols: int) -> None:
         data = _tiled(rng, type_name, n_rows, n_cols)
-        w.add_tensor(name, data, raw_shape=(n_rows, n_cols), raw_dtype=getattr(T, type_name))
+        w.add_tensor(name, data, raw_dtype=getattr(T, type_name))  # data: (n_rows, row bytes)
 
     add("token_embd.weight", embd_type, VOCAB, HIDDEN)
     w.add_tensor("output_norm.weight", np.ones(HIDDEN, dtype=np.float32))
