@@ -17,6 +17,7 @@
 
 #include "../common.h"
 #include "../ggml_type.h"
+#include "simd_x86.h"
 
 #if defined(LP_X86)
 // GCC 12 reports the placeholder inside its own _mm512_reduce_add_ps as
@@ -309,6 +310,7 @@ LP_TARGET_AVX512 void vec_dot_bf16_bf16_avx512(int64_t n, float* out, const void
 // activation rows with one 16-lane accumulator per pair, so each loaded
 // vector feeds NR or NC FMAs instead of one (vec_dot is load-bound).
 struct f32_lanes {
+    static constexpr int elem_bytes = 4;
     static LP_TARGET_AVX512 LP_INLINE __m512 load(const uint8_t* row, int64_t i) {
         return _mm512_loadu_ps(reinterpret_cast<const float*>(row) + i);
     }
@@ -317,6 +319,7 @@ struct f32_lanes {
     }
 };
 struct f16_lanes {
+    static constexpr int elem_bytes = 2;
     static LP_TARGET_AVX512 LP_INLINE __m512 load(const uint8_t* row, int64_t i) {
         return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(reinterpret_cast<const uint16_t*>(row) + i)));
     }
@@ -331,8 +334,13 @@ LP_TARGET_AVX512 void float_tile_avx512(int64_t n, const uint8_t* w, size_t ws, 
     __m512 acc[NR][NC];
     for (int r = 0; r < NR; ++r)
         for (int c = 0; c < NC; ++c) acc[r][c] = _mm512_setzero_ps();
+    // Mat-vec (NC == 1) streams the weights: prefetch them as one linear
+    // stream, as the quantized kernels do (simd_x86.h); 4 rows side by side
+    // otherwise lose the hardware prefetchers.
+    [[maybe_unused]] const char* pf = x86::prefetch_start(w, ws, NR);
     int64_t i = 0;
     for (; i + 16 <= n; i += 16) {
+        if constexpr (NC == 1) x86::prefetch_step<NR * 16 * L::elem_bytes>(pf);
         __m512 wv[NR];
         for (int r = 0; r < NR; ++r) wv[r] = L::load(w + r * ws, i);
         for (int c = 0; c < NC; ++c) {
