@@ -5,7 +5,28 @@ package is the Python face of it.
 """
 from __future__ import annotations
 
-from ._engine import GGUFError
+import os as _os
+import sys as _sys
+
+
+def _use_installed_copy_if_unbuilt() -> None:
+    """Running ``python -m llamapy`` (or ``import llamapy``) from the root of
+    a source checkout finds this unbuilt source package before the installed
+    one. When the native module is missing here but an installed llamapy
+    exists elsewhere on sys.path, load the package's modules from there."""
+    here = _os.path.dirname(_os.path.abspath(__file__))
+    if any(n.startswith("_engine") for n in _os.listdir(here)):
+        return
+    for entry in _sys.path:
+        cand = _os.path.join(_os.path.abspath(entry or "."), "llamapy")
+        if cand != here and _os.path.isdir(cand) and any(n.startswith("_engine") for n in _os.listdir(cand)):
+            __path__[:] = [cand]  # noqa: F821 - the package's own __path__
+            return
+
+
+_use_installed_copy_if_unbuilt()
+
+from ._engine import GGUFError  # noqa: E402
 from .gguf_file import GGUFFile, TensorInfo
 from .llama import Llama
 from .llama_cache import (

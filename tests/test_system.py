@@ -62,3 +62,16 @@ def test_type_table_geometry_matches_gguf():
         assert ti["name"] == t.name
         assert (ti["block_size"], ti["type_size"]) == (block, size)
     assert _engine.type_info(GGMLQuantizationType.Q4_K)["name"] == "Q4_K"
+
+
+def test_module_runs_from_the_source_checkout_root():
+    # `pip install . && python -m llamapy ...` typed at the checkout's root:
+    # the unbuilt source package comes first on sys.path and must defer to
+    # the installed one (or, in a developer build, use its own module).
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    out = subprocess.run([sys.executable, "-m", "llamapy", "info"], capture_output=True, text=True, cwd=root,
+                         env=_env_with_package())
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["version"] == llamapy.__version__
