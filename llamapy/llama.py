@@ -11,6 +11,7 @@ engine), tokenization (``_tokenizer.py``).
 from __future__ import annotations
 
 import logging
+import math
 import os
 import random
 import threading
@@ -341,6 +342,12 @@ class Llama:
                       presence_penalty: float = 0.0, tfs_z: float = 1.0, mirostat_mode: int = 0,
                       mirostat_eta: float = 0.1, mirostat_tau: float = 5.0,
                       logit_bias: Optional[Dict[int, float]] = None, grammar: Optional[Any] = None) -> Any:
+        for name, value in (("temperature", temp), ("top_p", top_p), ("min_p", min_p), ("typical_p", typical_p),
+                            ("repeat_penalty", repeat_penalty), ("frequency_penalty", frequency_penalty),
+                            ("presence_penalty", presence_penalty), ("mirostat_tau", mirostat_tau),
+                            ("mirostat_eta", mirostat_eta)):
+            if not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise ValueError(f"{name} must be a finite number, got {value!r}")
         if tfs_z != 1.0:
             logger.warning("tfs_z=%s: tail-free sampling was removed from llama.cpp and has no effect", tfs_z)
         s = _engine.Sampler(

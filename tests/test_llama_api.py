@@ -349,3 +349,14 @@ def test_verbose_false_prints_nothing(model_path, capfd):
     m.close()
     out, err = capfd.readouterr()
     assert out == "" and err == ""
+
+
+def test_bad_sampling_and_message_arguments(llm):
+    with pytest.raises(ValueError, match="temperature"):
+        llm(PROMPT, max_tokens=2, temperature=float("nan"))
+    with pytest.raises(ValueError, match="top_p"):
+        llm(PROMPT, max_tokens=2, top_p=float("inf"))
+    with pytest.raises(ValueError, match="messages"):
+        llm.create_chat_completion(messages="hi")
+    with pytest.raises(ValueError, match="messages"):
+        llm.create_chat_completion(messages=["hi"])

@@ -508,6 +508,9 @@ def create_chat_completion(
 ) -> Any:
     """A chat completion (``chat.completion`` dict, or an iterator of
     ``chat.completion.chunk`` dicts with ``stream=True``) for ``messages``."""
+    if isinstance(messages, (str, bytes)) or not isinstance(messages, (list, tuple)) or \
+            not all(isinstance(m, dict) for m in messages):
+        raise ValueError("messages must be a list of message dicts such as {'role': 'user', 'content': 'Hi'}")
     kwargs = dict(locals())
     del kwargs["llama"]
     handler = resolve_chat_handler(llama, tools_requested=bool(tools or functions))
