@@ -74,12 +74,9 @@ def test_max_tokens_and_logprobs(llm):
 def test_forced_tool_call_follows_the_schema(llm):
     tool = {"type": "function", "function": {"name": "get_weather", "parameters": {
         "type": "object", "properties": {"city": {"type": "string", "maxLength": 20}}, "required": ["city"]}}}
-    try:
-        r = llm.create_chat_completion([{"role": "user", "content": "Weather in Paris?"}], tools=[tool],
-                                       tool_choice={"type": "function", "function": {"name": "get_weather"}},
-                                       max_tokens=40, temperature=0.0)
-    except NotImplementedError as e:
-        pytest.skip(f"grammar-constrained sampling is not wired into completions yet: {e}")
+    r = llm.create_chat_completion([{"role": "user", "content": "Weather in Paris?"}], tools=[tool],
+                                   tool_choice={"type": "function", "function": {"name": "get_weather"}},
+                                   max_tokens=40, temperature=0.0)
     call = r["choices"][0]["message"]["tool_calls"][0]
     assert call["function"]["name"] == "get_weather"
     assert isinstance(json.loads(call["function"]["arguments"])["city"], str)
