@@ -190,3 +190,17 @@ def test_type_info():
         assert info["can_dequantize"] and info["can_quantize"] and info["has_matmul"]
         assert info["vec_dot_type"] == ACT_TYPE[qtype]
     assert _engine.type_info("Q8_1")["type_size"] == 36
+
+
+@pytest.mark.parametrize("qtype", ["Q4_0", "Q5_0", "Q8_0"])
+@pytest.mark.parametrize("n_rows,n_cols,n_tok", [(20, 640, 9), (16, 256, 6), (12, 800, 5), (8, 2080, 4)])
+def test_matmul_batch_equals_one_by_one(qtype, n_rows, n_cols, n_tok):
+    # the register-blocked mat-mat tile (with its tail past the last group of
+    # 8 blocks) must reproduce the mat-vec kernels bit for bit
+    rng = np.random.default_rng(n_cols + n_tok)
+    w_raw = _engine.quantize(rng.standard_normal((n_rows, n_cols)).astype(np.float32), qtype)
+    x = rng.standard_normal((n_tok, n_cols)).astype(np.float32)
+    batch = _engine.matmul(w_raw, qtype, n_rows, n_cols, x, 2, "best")
+    for t in range(n_tok):
+        one = _engine.matmul(w_raw, qtype, n_rows, n_cols, x[t:t + 1], 1, "best")
+        np.testing.assert_array_equal(batch[t].view(np.uint32), one[0].view(np.uint32))

@@ -82,8 +82,12 @@ void matmul(const weight_view& w, const float* x, int64_t x_stride, int64_t n_to
     }
 
     // Mat-mat: tiles of TR weight rows × TC activation rows. A tile's weights
-    // (TR rows) stay in L1/L2 while its activations stream past.
-    constexpr int64_t TR = 16, TC = 64;
+    // (TR rows) stay in L1/L2 while its activations stream past, 4 at a time
+    // (each group of 4 is reused from L1 by all TR rows). Measured on Zen 5
+    // (2 threads, Llama-1B shapes, 4x4 register-blocked kernels): 16 × 128 is
+    // ~5% ahead of 16 × 64, 32 × 64 and 8 × 256, and ~10% ahead of 32 × 32
+    // and 64 × 32 — fewer passes over each row tile's weights.
+    constexpr int64_t TR = 16, TC = 128;
     const int64_t n_rt = (w.n_rows + TR - 1) / TR, n_ct = (n_tok + TC - 1) / TC;
     const gemm_tile_fn tile = wt.gemm_tile;
     const vec_dot_fn dot = wt.vec_dot;

@@ -3,7 +3,8 @@
 // horizontal sums, the lane layouts the AVX-512 kernels reduce into, word
 // permutes that pull quants and fp16 fields of 8 blocks out of a few 64-byte
 // loads, the activation preparation shared by all rows of a tile, and the
-// multi-row kernel plumbing with its software prefetch (why: see there).
+// multi-row kernel plumbing with its software prefetch (why: see there), and
+// the 4 x NC register-blocked mat-mat tile built on the same kernels.
 // Header-only; every helper carries the target attribute of its level, so a
 // portable build (no -mavx2) compiles it.
 // Not here: any kernel (those live with their block format).
@@ -437,6 +438,159 @@ LP_TARGET_AVX512 static void gemm_tile_by_rows(int64_t n, const void* w, size_t 
 template <typename K>
 LP_TARGET_AVX512 static void vec_dot_by_rows(int64_t n, float* out, const void* w_row, const void* a_row) {
     K::template rows<1, true>(n, static_cast<const uint8_t*>(w_row), 0, a_row, out);
+}
+
+
+// --- 4 x NC register-blocked tiles --------------------------------------------
+// For kernels K that, besides rows<NR, STREAM>, provide per group of 8 blocks
+// load_act (one column) and load_weights (one row) in the tile layout below,
+// and for the blocks past the last group tail_quants, tail_offset and
+// tail_chains, which describe the AVX2 kernel K::rows finishes with.
+
+// The rows kernels reduce each (row, column) pair's vpdpbusd lanes with
+// unpacks (reduce_pairs_x4 / reduce_quads_x2), which in a tile would cost
+// shuffles per pair. Every lane of those reductions is the dot of 16 elements
+// (pairs: a 16-byte quarter of a pair vector; quads: the dwords {0,2} or {1,3}
+// of a lo/hi vector pair), so the tile applies one dword permutation to both
+// operands instead — once per row for the weights and once per column for the
+// activations — that puts the 4 dwords of each 16-element set at the same lane
+// of 4 vectors. A chain of 4 vpdpbusd then yields the reduced lanes directly,
+// with the same integer values, so the float steps match K::rows bit for bit.
+struct tile_act {
+    __m512i v[4];    // permuted activations
+    __m512i offset;  // the weights' offset term per reduced lane (vpdpbusd start)
+    __m512 d;        // activation scales in the reduced lane order
+};
+struct tile_weights {
+    __m512i q[4];  // permuted unsigned quants
+    __m512 d;
+};
+
+// Pairs: lane 4L+j of the reduction is 128-bit lane L of pair j, i.e. a 4x4
+// dword transpose within each 128-bit lane.
+LP_TARGET_AVX512 static inline void transpose_pairs(const __m512i* in, __m512i* out) {
+    const __m512i t0 = _mm512_unpacklo_epi32(in[0], in[1]), t1 = _mm512_unpackhi_epi32(in[0], in[1]);
+    const __m512i t2 = _mm512_unpacklo_epi32(in[2], in[3]), t3 = _mm512_unpackhi_epi32(in[2], in[3]);
+    out[0] = _mm512_unpacklo_epi64(t0, t2);
+    out[1] = _mm512_unpackhi_epi64(t0, t2);
+    out[2] = _mm512_unpacklo_epi64(t1, t3);
+    out[3] = _mm512_unpackhi_epi64(t1, t3);
+}
+
+// Quads: lane 4L+m of the reduction is dwords {0,2} (m < 2) or {1,3} of
+// 128-bit lane L of quad m%2, in the lo and the hi vectors.
+LP_TARGET_AVX512 static inline void interleave_quads(const __m512i* lo, const __m512i* hi, __m512i* out) {
+    out[0] = _mm512_unpacklo_epi32(lo[0], lo[1]);
+    out[1] = _mm512_unpackhi_epi32(lo[0], lo[1]);
+    out[2] = _mm512_unpacklo_epi32(hi[0], hi[1]);
+    out[3] = _mm512_unpackhi_epi32(hi[0], hi[1]);
+}
+
+// -128 * (sum of the permuted activations) per reduced lane, >> shift.
+LP_TARGET_AVX512 static inline __m512i tile_offset(const __m512i* v, int shift) {
+    const __m512i k80 = _mm512_set1_epi8((char)0x80);
+    __m512i s = _mm512_setzero_si512();
+    for (int t = 0; t < 4; ++t) s = _mm512_dpbusd_epi32(s, k80, v[t]);
+    return _mm512_srai_epi32(_mm512_sub_epi32(_mm512_setzero_si512(), s), shift);
+}
+
+// The blocks past the last group of 8 (nb8 <= ib < nb) of a 4 x NC tile, each
+// pair's value bit for bit what K::rows's AVX2 tail kernel returns: the same
+// 8 int32 lanes per block (4 products each, offset applied in integers), the
+// same per-block scale d_w * d_a, fma chains and horizontal sum. Weights and
+// activations are unpacked once per tile instead of once per pair.
+template <typename K, int NC>
+LP_TARGET_AVX512 static void tile_tail(int64_t nb8, int64_t nb, const typename K::wblock* const* x,
+                                       const typename K::ablock* const* y, float (*tail)[NC]) {
+    const int n_tail = (int)(nb - nb8);  // 1..7
+    __m256i aq[NC][7], aoff[NC][7];
+    float ad[NC][7];
+    for (int c = 0; c < NC; ++c) {
+        for (int k = 0; k < n_tail; ++k) {
+            const auto& b = y[c][nb8 + k];
+            aq[c][k] = _mm256_loadu_si256((const __m256i*)b.qs);
+            const __m256i off = _mm256_set1_epi8((char)K::tail_offset);
+            const __m256i sum = _mm256_dpbusd_epi32(_mm256_setzero_si256(), off, aq[c][k]);  // offset * sum(a)
+            aoff[c][k] = _mm256_sub_epi32(_mm256_setzero_si256(), sum);
+            ad[c][k] = half_to_float(b.d);
+        }
+    }
+    for (int r = 0; r < 4; ++r) {
+        __m256i wq[7];
+        float wd[7];
+        for (int k = 0; k < n_tail; ++k) {
+            wq[k] = K::tail_quants(x[r][nb8 + k]);
+            wd[k] = half_to_float(x[r][nb8 + k].d);
+        }
+        for (int c = 0; c < NC; ++c) {
+            __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+            for (int k = 0; k < n_tail; ++k) {
+                const __m256i p = _mm256_dpbusd_epi32(aoff[c][k], wq[k], aq[c][k]);
+                __m256& a = acc[K::tail_chains == 2 ? (k & 1) : 0];
+                a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(wd[k] * ad[c][k]), a);
+            }
+            tail[r][c] = hsum_f32x8(K::tail_chains == 2 ? _mm256_add_ps(acc[0], acc[1]) : acc[0]);
+        }
+    }
+}
+
+// 4 weight rows x NC activation rows, register blocked: per group of 8 blocks
+// each column's activations are prepared once (K::load_act) and each row's
+// weights unpacked once (K::load_weights), then each of the 4 x NC pairs is a
+// chain of 4 vpdpbusd (see tile_act). Each pair goes through the same float
+// operations, in the same order, as K::rows (one fma per group, the lane sum,
+// the AVX2 tail), so a mat-mat output equals its mat-vec one bit for bit.
+template <typename K, int NC>
+LP_TARGET_AVX512 static void gemm_tile_4xn(int64_t n, const uint8_t* w, size_t w_stride, const uint8_t* a,
+                                           size_t a_stride, float* out, size_t out_stride) {
+    using wblock = typename K::wblock;
+    using ablock = typename K::ablock;
+    const int64_t nb = n / 32, nb8 = nb & ~(int64_t)7;
+    const ablock* y[NC];
+    for (int c = 0; c < NC; ++c) y[c] = reinterpret_cast<const ablock*>(a + c * a_stride);
+    const wblock* x[4];
+    for (int r = 0; r < 4; ++r) x[r] = reinterpret_cast<const wblock*>(w + r * w_stride);
+    __m512 acc[4][NC];
+    for (int r = 0; r < 4; ++r)
+        for (int c = 0; c < NC; ++c) acc[r][c] = _mm512_setzero_ps();
+    for (int64_t ib = 0; ib < nb8; ib += 8) {
+        tile_act act[NC];
+#pragma GCC unroll 4
+        for (int c = 0; c < NC; ++c) act[c] = K::load_act(y[c] + ib);
+        // unrolled whole, so that acc stays in registers
+#pragma GCC unroll 4
+        for (int r = 0; r < 4; ++r) {
+            const tile_weights wr = K::load_weights(x[r] + ib);
+#pragma GCC unroll 4
+            for (int c = 0; c < NC; ++c) {
+                __m512i s = act[c].offset;
+                for (int t = 0; t < 4; ++t) s = _mm512_dpbusd_epi32(s, wr.q[t], act[c].v[t]);
+                acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(wr.d, act[c].d), acc[r][c]);
+            }
+        }
+    }
+    float tail[4][NC] = {};
+    if (nb8 < nb) tile_tail<K, NC>(nb8, nb, x, y, tail);
+    for (int c = 0; c < NC; ++c)
+        for (int r = 0; r < 4; ++r) out[c * out_stride + r] = _mm512_reduce_add_ps(acc[r][c]) + tail[r][c];
+}
+
+// Mat-mat tiles of 4 rows go through gemm_tile_4xn; mat-vec (nc == 1) and
+// edge tiles through the rows kernels (gemm_tile_by_rows).
+template <typename K>
+LP_TARGET_AVX512 static void gemm_tile_blocked(int64_t n, const void* w, size_t w_stride, const void* a,
+                                               size_t a_stride, float* out, size_t out_stride, int nr, int nc) {
+    const auto* wb = static_cast<const uint8_t*>(w);
+    const auto* ab = static_cast<const uint8_t*>(a);
+    if (nr == 4) {
+        switch (nc) {
+            case 4: gemm_tile_4xn<K, 4>(n, wb, w_stride, ab, a_stride, out, out_stride); return;
+            case 3: gemm_tile_4xn<K, 3>(n, wb, w_stride, ab, a_stride, out, out_stride); return;
+            case 2: gemm_tile_4xn<K, 2>(n, wb, w_stride, ab, a_stride, out, out_stride); return;
+            default: break;
+        }
+    }
+    gemm_tile_by_rows<K>(n, w, w_stride, a, a_stride, out, out_stride, nr, nc);
 }
 
 #endif  // LP_HAVE_AVX512
