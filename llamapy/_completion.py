@@ -104,8 +104,7 @@ def _check_request(req: CompletionRequest) -> List[str]:
     return list(stop)
 
 
-def _completion_events(llama: "Llama", req: CompletionRequest, prompt_tokens: List[int],
-                       prompt_records: Optional[List[Dict[str, Any]]]) -> Iterator[Any]:
+def _completion_events(llama: "Llama", req: CompletionRequest, prompt_tokens: List[int]) -> Iterator[Any]:
     """Yields _Piece objects, then a final ("done", finish_reason, n_completion_tokens)."""
     stops = _check_request(req)
     n_ctx = llama.n_ctx()
@@ -131,7 +130,6 @@ def _completion_events(llama: "Llama", req: CompletionRequest, prompt_tokens: Li
     utf8 = Utf8Stream()
     stopper = StopMatcher(stops)
     n_top = req.logprobs
-    records: List[Dict[str, Any]] = list(prompt_records or [])
     text_len = 0  # characters released so far (for text_offset)
     pending_records: List[Dict[str, Any]] = []
     completion: List[int] = []
@@ -184,7 +182,6 @@ def _completion_events(llama: "Llama", req: CompletionRequest, prompt_tokens: Li
 
     if llama.cache is not None:
         llama.cache[prompt_tokens + completion] = llama.save_state()
-    del records
     yield ("done", finish, len(completion))
 
 
@@ -230,16 +227,15 @@ def _header(llama: "Llama", req: CompletionRequest) -> Dict[str, Any]:
             "model": req.model if req.model is not None else llama.model_path}
 
 
-def _prepare(llama: "Llama", req: CompletionRequest) -> tuple:
+def _validated_prompt(llama: "Llama", req: CompletionRequest) -> List[int]:
+    """Checks the request and returns the prompt tokens (before any work, so
+    errors surface at the call site, streamed or not)."""
     llama._require_ctx()
     _check_request(req)
     prompt_tokens = _prompt_tokens(llama, req)
     if len(prompt_tokens) >= llama.n_ctx():
         raise ValueError(f"Requested tokens ({len(prompt_tokens)}) exceed context window of {llama.n_ctx()}")
-    prompt_records = None
-    if req.echo and req.logprobs is not None:
-        prompt_records = _prompt_logprob_records(llama, prompt_tokens, req.logprobs)
-    return prompt_tokens, prompt_records
+    return prompt_tokens
 
 
 def _prompt_text(llama: "Llama", req: CompletionRequest, prompt_tokens: List[int]) -> str:
@@ -251,7 +247,10 @@ def _prompt_text(llama: "Llama", req: CompletionRequest, prompt_tokens: List[int
 def run_completion(llama: "Llama", req: CompletionRequest) -> Dict[str, Any]:
     with llama._lock:
         head = _header(llama, req)
-        prompt_tokens, prompt_records = _prepare(llama, req)
+        prompt_tokens = _validated_prompt(llama, req)
+        prompt_records = None
+        if req.echo and req.logprobs is not None:
+            prompt_records = _prompt_logprob_records(llama, prompt_tokens, req.logprobs)
         texts: List[str] = []
         recs: Optional[Dict[str, list]] = None
         if req.logprobs is not None:
@@ -261,7 +260,7 @@ def run_completion(llama: "Llama", req: CompletionRequest) -> Dict[str, Any]:
         if recs is not None and prompt_records:
             for k, v in _records_to_logprobs(prompt_records).items():
                 recs[k].extend(v)
-        for ev in _completion_events(llama, req, prompt_tokens, None):
+        for ev in _completion_events(llama, req, prompt_tokens):
             if isinstance(ev, tuple):
                 _, finish, n_completion = ev
                 break
@@ -281,12 +280,7 @@ def run_completion(llama: "Llama", req: CompletionRequest) -> Dict[str, Any]:
 def stream_completion(llama: "Llama", req: CompletionRequest) -> Iterator[Dict[str, Any]]:
     """Chunks: one per released piece of text, then a last one with the
     finish_reason (and usage, which OpenAI puts on the last chunk)."""
-    # Validate before the first next(): errors surface at the call site.
-    llama._require_ctx()
-    _check_request(req)
-    prompt_tokens = _prompt_tokens(llama, req)
-    if len(prompt_tokens) >= llama.n_ctx():
-        raise ValueError(f"Requested tokens ({len(prompt_tokens)}) exceed context window of {llama.n_ctx()}")
+    prompt_tokens = _validated_prompt(llama, req)  # before the first next()
 
     def chunks() -> Iterator[Dict[str, Any]]:
         with llama._lock:
@@ -299,7 +293,7 @@ def stream_completion(llama: "Llama", req: CompletionRequest) -> Iterator[Dict[s
                 yield {**head, "choices": [{"text": _prompt_text(llama, req, prompt_tokens), "index": 0,
                                             "logprobs": lp, "finish_reason": None}]}
             finish, n_completion = "length", 0
-            for ev in _completion_events(llama, req, prompt_tokens, None):
+            for ev in _completion_events(llama, req, prompt_tokens):
                 if isinstance(ev, tuple):
                     _, finish, n_completion = ev
                     break
