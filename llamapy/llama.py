@@ -36,18 +36,22 @@ from .llama_cache import (
 logger = logging.getLogger("llamapy")
 
 
+def _metadata_string(value: Union[bool, int, float, str]) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return f"{value:.6f}"
+    return str(value)
+
+
 def _metadata_strings(gguf: GGUFFile) -> Dict[str, str]:
     """GGUF metadata as llama.cpp reports it: every scalar as a string (bools
     as true/false, floats with six decimals); arrays are left out except
     small ones, which are rendered as a list."""
     out: Dict[str, str] = {}
     for key, value in gguf.metadata.items():
-        if isinstance(value, bool):
-            out[key] = "true" if value else "false"
-        elif isinstance(value, float):
-            out[key] = f"{value:.6f}"
-        elif isinstance(value, (int, str)):
-            out[key] = str(value)
+        if isinstance(value, (bool, float, int, str)):
+            out[key] = _metadata_string(value)
         else:
             try:
                 n = len(value)
@@ -142,10 +146,18 @@ class Llama:
             raise ValueError(f"Model path does not exist: {self.model_path}")
 
         self._gguf = GGUFFile(self.model_path)
-        if mp.kv_overrides:
-            raise NotImplementedError("kv_overrides is not supported yet")
-        self._model = _engine.Model(self.model_path, vocab_only=mp.vocab_only, use_mmap=mp.use_mmap)
-        self.tokenizer_ = tokenizer if tokenizer is not None else LlamaTokenizer.from_gguf(self._gguf)
+        overrides = mp.kv_overrides or None
+        self._model = _engine.Model(self.model_path, vocab_only=mp.vocab_only, use_mmap=mp.use_mmap,
+                                    kv_overrides=overrides)
+        self.tokenizer_ = (tokenizer if tokenizer is not None
+                           else LlamaTokenizer(_engine.Vocab.from_file(self.model_path, kv_overrides=overrides)))
+        if overrides:
+            # A key neither the model loader nor the tokenizer reads changes nothing: say so.
+            unread = set(self._model.unread_overrides)
+            if tokenizer is None:
+                unread &= set(self.tokenizer_._vocab.unread_overrides)
+            if unread:
+                logger.warning("kv_overrides keys not used by this model: %s", ", ".join(sorted(unread)))
         self._n_vocab = int(self.tokenizer_.n_vocab if tokenizer is None else self._model.n_vocab)
 
         self.chat_format = chat_format
@@ -157,6 +169,9 @@ class Llama:
         self._seed = cp.seed if cp.seed != DEFAULT_SEED else random.SystemRandom().randint(0, 2**32 - 1)
         self.cache: Optional[BaseLlamaCache] = None
         self.metadata = _metadata_strings(self._gguf)
+        for key, value in mp.kv_overrides.items():
+            # Effective values, so that e.g. an overridden tokenizer.chat_template is the one used.
+            self.metadata[key] = _metadata_string(value)
 
         n_ctx_train = int(self._model.n_ctx_train)
         self._n_ctx = cp.n_ctx if cp.n_ctx > 0 else n_ctx_train

@@ -21,19 +21,22 @@
 #include "context.h"
 #include "gguf/gguf.h"
 #include "model/model.h"
+#include "overrides.h"
 
 namespace py = pybind11;
 using namespace lp;
 
 namespace {
 
-std::shared_ptr<model> load_model(const std::string& path, bool vocab_only, bool use_mmap) {
+std::shared_ptr<model> load_model(const std::string& path, bool vocab_only, bool use_mmap,
+                                  const py::object& kv_overrides) {
+    std::vector<gguf_override> ov = overrides_from_python(kv_overrides);
     std::shared_ptr<model> m;
     int err = 0;
     {
         py::gil_scoped_release nogil;
         try {
-            m = model::load(path, vocab_only, use_mmap);
+            m = model::load(path, vocab_only, use_mmap, std::move(ov));
         } catch (const gguf_os_error& e) {
             err = e.err ? e.err : EIO;
         }
@@ -165,7 +168,10 @@ void bind_model(py::module_& m) {
     });
 
     py::class_<model, std::shared_ptr<model>>(m, "Model", "A GGUF model loaded for inference.")
-        .def(py::init(&load_model), py::arg("path"), py::arg("vocab_only") = false, py::arg("use_mmap") = true)
+        .def(py::init(&load_model), py::arg("path"), py::arg("vocab_only") = false, py::arg("use_mmap") = true,
+             py::arg("kv_overrides") = py::none())
+        .def_property_readonly("unread_overrides", [](const model& x) { return x.file().unread_overrides(); },
+                               "kv_overrides keys the loader never read (they had no effect)")
         .def_property_readonly("path", [](const model& x) { return x.file().path(); })
         .def_property_readonly("arch", [](const model& x) { return x.hp().arch; })
         .def_property_readonly("name", [](const model& x) { return x.hp().name; })

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common.h"
+#include "overrides.h"
 #include "gguf/gguf.h"
 #include "vocab/pretokenize.h"
 #include "vocab/unicode.h"
@@ -24,6 +25,7 @@ namespace {
 struct py_vocab {
     std::shared_ptr<const vocab> v;
     std::vector<std::string> warnings;  // emitted while building
+    std::vector<std::string> unread_overrides;  // from_file: kv_overrides keys the tokenizer did not read
 };
 
 py_vocab build(vocab_data d) {
@@ -142,17 +144,22 @@ void bind_vocab(py::module_& m) {
              py::arg("add_space_prefix") = py::none(), py::arg("remove_extra_whitespaces") = py::none(),
              py::arg("general_name") = "", py::arg("general_arch") = "",
              "From tokenizer metadata. Ids of -1 and flags of None mean absent (llama.cpp's defaults apply).")
-        .def_static("from_file", [](py::object path_like) {
+        .def_static("from_file", [](py::object path_like, py::object kv_overrides) {
                  const std::string path = py::str(py::module_::import("os").attr("fspath")(path_like));
+                 std::vector<gguf_override> ov = overrides_from_python(kv_overrides);
                  std::shared_ptr<gguf_file> f;
                  vocab_data d;
                  {
                      py::gil_scoped_release nogil;
                      f = gguf_file::open(path);
+                     if (!ov.empty()) f->set_overrides(std::move(ov));
                      d = vocab_data_from_gguf(*f);
                  }
-                 return build(std::move(d));
-             }, py::arg("path"), "The tokenizer of a GGUF model file.")
+                 py_vocab out = build(std::move(d));
+                 out.unread_overrides = f->unread_overrides();
+                 return out;
+             }, py::arg("path"), py::arg("kv_overrides") = py::none(),
+             "The tokenizer of a GGUF model file (metadata overridden by kv_overrides).")
         .def("tokenize", [](const py_vocab& self, py::handle text, bool add_special, bool parse_special) {
                  const std::string s = text_arg(text);
                  std::vector<token_id> ids;
@@ -208,6 +215,7 @@ void bind_vocab(py::module_& m) {
         .def_property_readonly("pre_known", [](const py_vocab& self) { return self.v->pre_known(); },
              "False when tokenizer.ggml.pre was not recognised and 'default' is used instead.")
         .def_property_readonly("warnings", [](const py_vocab& self) { return self.warnings; })
+        .def_property_readonly("unread_overrides", [](const py_vocab& self) { return self.unread_overrides; })
         .def_property_readonly("bos", [](const py_vocab& self) { return self.v->bos(); })
         .def_property_readonly("eos", [](const py_vocab& self) { return self.v->eos(); })
         .def_property_readonly("eot", [](const py_vocab& self) { return self.v->eot(); })

@@ -516,7 +516,65 @@ namespace {
 
 }  // namespace
 
+namespace {
+
+const char* override_kind_name(gguf_override::kind k) {
+    switch (k) {
+        case gguf_override::kind::integer: return "an int";
+        case gguf_override::kind::floating: return "a float";
+        case gguf_override::kind::boolean: return "a bool";
+        default: return "a str";
+    }
+}
+
+[[noreturn]] void bad_override(const gguf_override& o, const std::string& wanted) {
+    throw gguf_error("kv_overrides[" + o.key + "] is " + override_kind_name(o.k) + ", but the key needs " + wanted);
+}
+
+}  // namespace
+
+void gguf_file::set_overrides(std::vector<gguf_override> ov) {
+    for (const gguf_override& o : ov) {
+        const gguf_kv* kv = find_kv(o.key);
+        if (!kv) continue;  // a new key: its reader decides what it needs
+        using K = gguf_override::kind;
+        const gguf_type t = kv->type;
+        const bool is_int = gguf_type_size(t) != 0 && t != gguf_type::BOOL && t != gguf_type::F32 && t != gguf_type::F64;
+        if (t == gguf_type::ARRAY || t == gguf_type::STRING) {
+            if (o.k != K::string || t == gguf_type::ARRAY) bad_override(o, t == gguf_type::ARRAY ? "an array (arrays cannot be overridden)" : "a str");
+        } else if (t == gguf_type::BOOL) {
+            if (o.k != K::boolean) bad_override(o, "a bool");
+        } else if (is_int) {
+            if (o.k != K::integer) bad_override(o, "an int");
+        } else if (o.k != K::integer && o.k != K::floating) {
+            bad_override(o, "a float");
+        }
+    }
+    overrides_ = std::move(ov);
+    override_read_.assign(overrides_.size(), 0);
+}
+
+const gguf_override* gguf_file::find_override(const std::string& key) const {
+    for (size_t i = 0; i < overrides_.size(); ++i)
+        if (overrides_[i].key == key) {
+            override_read_[i] = 1;
+            return &overrides_[i];
+        }
+    return nullptr;
+}
+
+std::vector<std::string> gguf_file::unread_overrides() const {
+    std::vector<std::string> out;
+    for (size_t i = 0; i < overrides_.size(); ++i)
+        if (!override_read_[i]) out.push_back(overrides_[i].key);
+    return out;
+}
+
 int64_t gguf_file::get_int(const std::string& key, int64_t def) const {
+    if (const gguf_override* o = find_override(key)) {
+        if (o->k != gguf_override::kind::integer) bad_override(*o, "an int");
+        return o->i;
+    }
     const gguf_kv* kv = find_kv(key);
     if (!kv) return def;
     const uint64_t p = kv->value_pos;
@@ -538,6 +596,11 @@ int64_t gguf_file::get_int(const std::string& key, int64_t def) const {
 }
 
 double gguf_file::get_float(const std::string& key, double def) const {
+    if (const gguf_override* o = find_override(key)) {
+        if (o->k == gguf_override::kind::integer) return (double)o->i;
+        if (o->k != gguf_override::kind::floating) bad_override(*o, "a float");
+        return o->f;
+    }
     const gguf_kv* kv = find_kv(key);
     if (!kv) return def;
     if (kv->type == gguf_type::F32) return scalar_at<float>(kv->value_pos);
@@ -547,6 +610,10 @@ double gguf_file::get_float(const std::string& key, double def) const {
 }
 
 bool gguf_file::get_bool(const std::string& key, bool def) const {
+    if (const gguf_override* o = find_override(key)) {
+        if (o->k != gguf_override::kind::boolean) bad_override(*o, "a bool");
+        return o->b;
+    }
     const gguf_kv* kv = find_kv(key);
     if (!kv) return def;
     if (kv->type != gguf_type::BOOL) wrong_type(*kv, "a bool");
@@ -554,6 +621,10 @@ bool gguf_file::get_bool(const std::string& key, bool def) const {
 }
 
 std::string gguf_file::get_string(const std::string& key, const std::string& def) const {
+    if (const gguf_override* o = find_override(key)) {
+        if (o->k != gguf_override::kind::string) bad_override(*o, "a str");
+        return o->s;
+    }
     const gguf_kv* kv = find_kv(key);
     if (!kv) return def;
     if (kv->type != gguf_type::STRING) wrong_type(*kv, "a string");

@@ -108,6 +108,19 @@ struct gguf_tensor_info {
     int64_t n_elements() const { return ne[0] * ne[1] * ne[2] * ne[3]; }
 };
 
+// A metadata value given by the user in place of the file's (llama.cpp's
+// kv_overrides): it wins over the file's value of the same key in the typed
+// getters below, and supplies keys the file lacks.
+struct gguf_override {
+    enum class kind { integer, floating, boolean, string };
+    std::string key;
+    kind k = kind::integer;
+    int64_t i = 0;
+    double f = 0.0;
+    bool b = false;
+    std::string s;
+};
+
 class gguf_file {
 public:
     // Map and validate a file. Throws gguf_os_error if it cannot be opened,
@@ -146,9 +159,21 @@ public:
     uint64_t array_elem_pos(const gguf_array& a, uint64_t i) const;
     std::string string_value(gguf_str s) const { return std::string((const char*)base_ + s.pos, s.len); }
 
+    // Installs user overrides (replacing earlier ones). Call before the file
+    // is shared. Throws gguf_error when an override cannot stand for the
+    // file's value of that key (a string for a number, a float for an
+    // integer, anything for an array).
+    void set_overrides(std::vector<gguf_override> ov);
+    const gguf_override* find_override(const std::string& key) const;
+    // The key is in the file or overridden.
+    bool has_key(const std::string& key) const { return find_override(key) || find_kv(key); }
+    // Override keys no getter has asked for yet (after loading: the ones
+    // that had no effect).
+    std::vector<std::string> unread_overrides() const;
+
     // Convenience lookups for model loaders: integer / float / bool / string
-    // scalars by key. Return `def` when the key is absent; throw gguf_error
-    // when it holds another kind of value.
+    // scalars by key (an override first). Return `def` when the key is
+    // absent; throw gguf_error when it holds another kind of value.
     int64_t get_int(const std::string& key, int64_t def) const;
     double get_float(const std::string& key, double def) const;
     bool get_bool(const std::string& key, bool def) const;
@@ -169,6 +194,8 @@ private:
     uint64_t alignment_ = 32;
     uint64_t data_offset_ = 0;
     std::vector<gguf_kv> kvs_;
+    std::vector<gguf_override> overrides_;
+    mutable std::vector<uint8_t> override_read_;  // per override: a getter asked for it
     std::vector<gguf_tensor_info> tensors_;
     std::unordered_map<std::string, size_t> kv_index_;
     std::unordered_map<std::string, size_t> tensor_index_;

@@ -41,7 +41,7 @@ const arch_def* find_arch(const std::string& name) {
 
 int64_t arch_int(const gguf_file& f, const hparams& hp, const std::string& key, int64_t def) {
     const std::string full = hp.arch + "." + key;
-    const gguf_kv* kv = f.find_kv(full);
+    const gguf_kv* kv = f.find_override(full) ? nullptr : f.find_kv(full);
     if (kv && kv->type == gguf_type::ARRAY)
         throw not_implemented_error("metadata " + full + " is an array (per-layer values are not supported)");
     return f.get_int(full, def);
@@ -52,7 +52,7 @@ double arch_float(const gguf_file& f, const hparams& hp, const std::string& key,
 }
 
 bool arch_has(const gguf_file& f, const hparams& hp, const std::string& key) {
-    return f.find_kv(hp.arch + "." + key) != nullptr;
+    return f.has_key(hp.arch + "." + key);
 }
 
 namespace {
@@ -378,9 +378,12 @@ void set_swa_pattern(const gguf_file& f, hparams& hp, int period) {
         hp.swa_layers[(size_t)il] = period == 0 || (il % period) < (period - 1);
 }
 
-std::shared_ptr<model> model::load(const std::string& path, bool vocab_only, bool use_mmap) {
+std::shared_ptr<model> model::load(const std::string& path, bool vocab_only, bool use_mmap,
+                                   std::vector<gguf_override> overrides) {
     std::shared_ptr<model> m(new model());
-    m->file_ = gguf_file::open(path);
+    std::shared_ptr<gguf_file> file = gguf_file::open(path);
+    if (!overrides.empty()) file->set_overrides(std::move(overrides));
+    m->file_ = file;
     const gguf_file& f = *m->file_;
     m->vocab_only_ = vocab_only;
     hparams& hp = m->hp_;

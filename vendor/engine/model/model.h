@@ -133,7 +133,9 @@ public:
     // Opens and validates a model. vocab_only: read metadata only (for the
     // tokenizer), no weights; any architecture is then accepted.
     // use_mmap=false reads every weight page into memory up front.
-    static std::shared_ptr<model> load(const std::string& path, bool vocab_only = false, bool use_mmap = true);
+    // overrides: metadata values that replace the file's (gguf.h).
+    static std::shared_ptr<model> load(const std::string& path, bool vocab_only = false, bool use_mmap = true,
+                                       std::vector<gguf_override> overrides = {});
 
     const hparams& hp() const { return hp_; }
     const model_weights& weights() const { return w_; }

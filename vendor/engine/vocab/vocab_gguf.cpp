@@ -37,7 +37,7 @@ std::vector<T> numbers_of(const gguf_file& f, const gguf_array* a) {
 }
 
 int flag_of(const gguf_file& f, const char* key) {
-    if (!f.find_kv(key)) return -1;
+    if (!f.has_key(key)) return -1;
     return f.get_bool(key, false) ? 1 : 0;
 }
 
@@ -51,7 +51,7 @@ token_id id_of(const gguf_file& f, const char* key, token_id current) {
 
 vocab_data vocab_data_from_gguf(const gguf_file& f) {
     vocab_data d;
-    if (!f.find_kv("tokenizer.ggml.model")) throw gguf_error("missing metadata key tokenizer.ggml.model");
+    if (!f.has_key("tokenizer.ggml.model")) throw gguf_error("missing metadata key tokenizer.ggml.model");
     d.model = f.get_string("tokenizer.ggml.model", "");
     d.pre = f.get_string("tokenizer.ggml.pre", "");
     d.general_name = f.get_string("general.name", "");
