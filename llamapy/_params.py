@@ -48,6 +48,14 @@ class ContextParams:
     type_v: int = 1
     last_n_tokens_size: int = 64
     pooling_type: int = -1
+    # RoPE scaling: -1 the model's, 0 none, 1 linear, 2 YaRN; the yarn_* values
+    # as the engine takes them (0 / negative: the model's or the type's default).
+    rope_scaling_type: int = -1
+    yarn_ext_factor: float = -1.0
+    yarn_attn_factor: float = 0.0
+    yarn_beta_fast: float = 0.0
+    yarn_beta_slow: float = 0.0
+    yarn_orig_ctx: int = 0
 
 
 def _require_int(name: str, value: Any, minimum: Optional[int] = None) -> int:
@@ -114,18 +122,30 @@ def parse_params(model_path: str, kw: Dict[str, Any]) -> tuple[ModelParams, Cont
         n_threads_batch = _require_int("n_threads_batch", n_threads_batch, 1)
 
     rope_scaling_type = kw.pop("rope_scaling_type", -1)
-    if rope_scaling_type not in (-1, 0, 1, None):  # unspecified, none, linear
-        raise NotImplementedError(f"rope_scaling_type={rope_scaling_type} (YaRN / LongRoPE) is not supported yet")
+    rope_scaling_type = -1 if rope_scaling_type is None else _require_int("rope_scaling_type", rope_scaling_type)
+    if rope_scaling_type == 3:
+        raise NotImplementedError("rope_scaling_type=3 (LongRoPE) is not supported; Phi-3 files with long/short "
+                                  "factors use them automatically")
+    if rope_scaling_type not in (-1, 0, 1, 2):
+        raise ValueError(f"rope_scaling_type must be -1 (model), 0 (none), 1 (linear) or 2 (yarn), "
+                         f"got {rope_scaling_type}")
     pooling_type = _require_int("pooling_type", kw.pop("pooling_type", -1), -1)
     kw.pop("attention_type", None)
     rope_freq_base = float(kw.pop("rope_freq_base", 0.0))
     rope_freq_scale = float(kw.pop("rope_freq_scale", 0.0))
-    yarn = {"yarn_ext_factor": -1.0, "yarn_attn_factor": 1.0, "yarn_beta_fast": 32.0, "yarn_beta_slow": 1.0,
-            "yarn_orig_ctx": 0}
-    for name, default in yarn.items():
+    # llama-cpp-python's defaults for the yarn_* options mean "the model's
+    # value"; anything else replaces it.
+    yarn = {}
+    for name, default in (("yarn_ext_factor", -1.0), ("yarn_attn_factor", 1.0), ("yarn_beta_fast", 32.0),
+                          ("yarn_beta_slow", 1.0)):
         value = kw.pop(name, default)
-        if value != default:
-            raise NotImplementedError(f"{name}={value}: YaRN RoPE scaling is not supported yet")
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise TypeError(f"{name} must be a number, got {type(value).__name__}")
+        value = float(value)
+        if name != "yarn_ext_factor" and not value > 0:
+            raise ValueError(f"{name} must be > 0, got {value}")
+        yarn[name] = (-1.0 if value < 0 else value) if name == "yarn_ext_factor" else (0.0 if value == default else value)
+    yarn["yarn_orig_ctx"] = _require_int("yarn_orig_ctx", kw.pop("yarn_orig_ctx", 0), 0)
 
     logits_all = bool(kw.pop("logits_all", False))
     embedding = bool(kw.pop("embedding", False))
@@ -161,5 +181,6 @@ def parse_params(model_path: str, kw: Dict[str, Any]) -> tuple[ModelParams, Cont
     return (
         ModelParams(model_path, n_gpu_layers, vocab_only, use_mmap, use_mlock, dict(kv_overrides)),
         ContextParams(n_ctx, n_batch, n_ubatch, n_threads, n_threads_batch, seed, rope_freq_base, rope_freq_scale,
-                      logits_all, embedding, flash_attn, type_k, type_v, last_n_tokens_size, pooling_type),
+                      logits_all, embedding, flash_attn, type_k, type_v, last_n_tokens_size, pooling_type,
+                      rope_scaling_type, **yarn),
     )

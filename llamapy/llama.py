@@ -187,7 +187,9 @@ class Llama:
                 n_threads=cp.n_threads, n_threads_batch=cp.n_threads_batch, type_k=KV_TYPES[cp.type_k].lower(),
                 type_v=KV_TYPES[cp.type_v].lower(),
                 flash_attn=cp.flash_attn, embeddings=cp.embedding, rope_freq_base=cp.rope_freq_base,
-                rope_freq_scale=cp.rope_freq_scale, pooling_type=pooling,
+                rope_freq_scale=cp.rope_freq_scale, pooling_type=pooling, rope_scaling_type=cp.rope_scaling_type,
+                yarn_ext_factor=cp.yarn_ext_factor, yarn_attn_factor=cp.yarn_attn_factor,
+                yarn_beta_fast=cp.yarn_beta_fast, yarn_beta_slow=cp.yarn_beta_slow, yarn_orig_ctx=cp.yarn_orig_ctx,
             )
         self.n_tokens = 0
         self.input_ids: npt.NDArray[np.intc] = np.zeros(self._n_ctx, dtype=np.intc)

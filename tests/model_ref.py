@@ -64,6 +64,8 @@ class Config:
     rope_base: float = 10000.0
     eps: float = 1e-5
     n_swa: int = 0
+    # RoPE scaling metadata, e.g. {"type": "yarn", "factor": 4.0, "original_context_length": 64}
+    rope_scaling: dict | None = None
 
 
 SPECS = {
@@ -178,6 +180,14 @@ def write_gguf(path: Path, spec: ArchSpec, cfg: Config, weights: dict[str, np.nd
     wr.add_uint32(f"{a}.rope.dimension_count", cfg.head_dim)
     if cfg.n_swa:
         wr.add_uint32(f"{a}.attention.sliding_window", cfg.n_swa)
+    if cfg.rope_scaling:
+        sc = cfg.rope_scaling
+        wr.add_string(f"{a}.rope.scaling.type", sc["type"])
+        wr.add_float32(f"{a}.rope.scaling.factor", sc["factor"])
+        if "original_context_length" in sc:
+            wr.add_uint32(f"{a}.rope.scaling.original_context_length", sc["original_context_length"])
+        if "attn_factor" in sc:
+            wr.add_float32(f"{a}.rope.scaling.attn_factor", sc["attn_factor"])
     if spec.attn_softcap:
         wr.add_float32(f"{a}.attn_logit_softcapping", spec.attn_softcap)
     if spec.final_softcap:
@@ -302,15 +312,35 @@ def silu(x):
     return x / (1.0 + np.exp(-x))
 
 
-def rope(x, pos, base, n_rot, neox, freq_factors=None):
-    """x (n, heads, dim); rotates the first n_rot dims of each head."""
+def rope(x, pos, base, n_rot, neox, freq_factors=None, scaling=None):
+    """x (n, heads, dim); rotates the first n_rot dims of each head.
+    scaling: None, or {"freq_scale", "ext_factor", "attn_factor", "beta_fast",
+    "beta_slow", "n_ctx_orig"}: linear scaling, and YaRN's blend of scaled and
+    unscaled angles over the dims between two correction dims, with its
+    magnitude correction (as llama.cpp defines YaRN)."""
     x = x.copy()
     half = n_rot // 2
     inv = base ** (-2.0 * np.arange(half) / n_rot)
     if freq_factors is not None:
         inv = inv / freq_factors
     ang = np.asarray(pos, dtype=np.float64)[:, None] * inv[None, :]  # (n, half)
-    c, s = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
+    mscale = 1.0
+    if scaling:
+        fs, ext = scaling["freq_scale"], scaling["ext_factor"]
+        interp = fs * ang
+        mscale = scaling["attn_factor"]
+        if ext:
+            def corr_dim(n_rotations):
+                return n_rot * math.log(scaling["n_ctx_orig"] / (n_rotations * 2 * math.pi)) / (2 * math.log(base))
+            lo = max(0.0, math.floor(corr_dim(scaling["beta_fast"])))
+            hi = min(n_rot - 1.0, math.ceil(corr_dim(scaling["beta_slow"])))
+            y = (np.arange(half) - lo) / max(0.001, hi - lo)
+            ramp = (1.0 - np.clip(y, 0.0, 1.0)) * ext
+            ang = interp * (1 - ramp) + ang * ramp
+            mscale *= 1.0 + 0.1 * math.log(1.0 / fs)
+        else:
+            ang = interp
+    c, s = np.cos(ang)[:, None, :] * mscale, np.sin(ang)[:, None, :] * mscale
     if neox:
         x0, x1 = x[..., :half].copy(), x[..., half:n_rot].copy()
         x[..., :half] = x0 * c - x1 * s
@@ -323,9 +353,10 @@ def rope(x, pos, base, n_rot, neox, freq_factors=None):
 
 
 def forward(spec: ArchSpec, cfg: Config, w: dict[str, np.ndarray], tokens, wtype: str = "F32",
-            kv_f16: bool = True, pos0: int = 0):
+            kv_f16: bool = True, pos0: int = 0, rope_scaling: dict | None = None):
     """Logits (n, n_vocab) and final hidden states (n, n_embd) of one sequence
-    of tokens at positions pos0, pos0+1, ..."""
+    of tokens at positions pos0, pos0+1, ... rope_scaling: the RoPE scaling of
+    the global layers (see rope())."""
     E, H, KV, D, F = cfg.n_embd, cfg.n_head, cfg.n_head_kv, cfg.head_dim, cfg.n_ff
     n = len(tokens)
     pos = np.arange(pos0, pos0 + n)
@@ -354,8 +385,11 @@ def forward(spec: ArchSpec, cfg: Config, w: dict[str, np.ndarray], tokens, wtype
         if spec.qk_norm:
             q = rms_norm(q, w[p + "attn_q_norm.weight"], cfg.eps)
             k = rms_norm(k, w[p + "attn_k_norm.weight"], cfg.eps)
-        q = rope(q, pos, base, D, spec.rope_neox, ff)
-        k = rope(k, pos, base, D, spec.rope_neox, ff)
+        # Window layers keep their own unscaled frequencies, but llama.cpp
+        # applies the context's YaRN values (attention factor) to every layer.
+        sc = dict(rope_scaling, freq_scale=1.0) if (swa and rope_scaling) else rope_scaling
+        q = rope(q, pos, base, D, spec.rope_neox, ff, sc)
+        k = rope(k, pos, base, D, spec.rope_neox, ff, sc)
         if spec.scale_q:
             q = q * attn_scale
         kq_scale = 1.0 if spec.scale_q else attn_scale

@@ -32,12 +32,40 @@ context_params resolve(const model& m, context_params p) {
     if (p.n_threads_batch <= 0) p.n_threads_batch = default_n_threads();
     if (p.n_threads > 1024 || p.n_threads_batch > 1024) throw value_error("too many threads");
     if (p.rope_freq_base < 0 || p.rope_freq_scale < 0) throw value_error("rope_freq_base/scale must be >= 0");
+    if (p.rope_scaling_type < -1 || p.rope_scaling_type > 2)
+        throw value_error("rope_scaling_type must be -1 (model), 0 (none), 1 (linear) or 2 (yarn), got " +
+                          std::to_string(p.rope_scaling_type));
+    if (p.yarn_attn_factor < 0 || p.yarn_beta_fast < 0 || p.yarn_beta_slow < 0 || p.yarn_orig_ctx < 0)
+        throw value_error("yarn_attn_factor, yarn_beta_fast, yarn_beta_slow and yarn_orig_ctx must be >= 0");
     // An encoder sees each sequence whole: a batch is evaluated in one pass.
     if (hp.v.encoder) p.n_ubatch = p.n_batch;
     if (p.pooling < -1 || p.pooling > 4) throw value_error("pooling_type must be in [-1, 4], got " + std::to_string(p.pooling));
     if (p.pooling == -1) p.pooling = hp.pooling < 0 ? 0 : hp.pooling;
     if (p.pooling == 4) throw not_implemented_error("pooling_type 4 (rank: reranker classification heads) is not supported");
     return p;
+}
+
+// The model's RoPE with the context's overrides, resolved as llama.cpp
+// resolves them: an explicit scaling type decides whether YaRN's
+// extrapolation mix is on (and "none" also drops any frequency scale);
+// explicit YaRN values win over the model's.
+rope_params scaled_rope(rope_params r, const context_params& p) {
+    if (p.rope_freq_base > 0) r.freq_base = p.rope_freq_base;
+    if (p.rope_freq_scale > 0) r.freq_scale = p.rope_freq_scale;
+    if (p.rope_scaling_type == 0) {
+        r.freq_scale = 1.0f;
+        r.ext_factor = 0.0f;
+    } else if (p.rope_scaling_type == 1) {
+        r.ext_factor = 0.0f;
+    } else if (p.rope_scaling_type == 2) {
+        r.ext_factor = 1.0f;
+    }
+    if (p.yarn_ext_factor >= 0) r.ext_factor = p.yarn_ext_factor;
+    if (p.yarn_attn_factor > 0) r.attn_factor = p.yarn_attn_factor;
+    if (p.yarn_beta_fast > 0) r.beta_fast = p.yarn_beta_fast;
+    if (p.yarn_beta_slow > 0) r.beta_slow = p.yarn_beta_slow;
+    if (p.yarn_orig_ctx > 0) r.n_ctx_orig = p.yarn_orig_ctx;
+    return r;
 }
 
 template <class T> void put(std::vector<uint8_t>& out, T v) {
@@ -57,9 +85,7 @@ context::context(std::shared_ptr<const model> m, const context_params& params)
       pool_batch_(p_.n_threads_batch != p_.n_threads ? new thread_pool(p_.n_threads_batch) : nullptr),
       rs_(model_->hp(), p_.n_ubatch, p_.n_ctx, std::max(p_.n_threads, p_.n_threads_batch)) {
     const hparams& hp = model_->hp();
-    rope_[0] = hp.rope;
-    if (p_.rope_freq_base > 0) rope_[0].freq_base = p_.rope_freq_base;
-    if (p_.rope_freq_scale > 0) rope_[0].freq_scale = p_.rope_freq_scale;
+    rope_[0] = scaled_rope(hp.rope, p_);
     // Frequency divisors: llama3-style rope_freqs, or phi3's long / short
     // factors chosen by the context length each sequence can reach.
     const model_weights& w = model_->weights();

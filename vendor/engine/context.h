@@ -43,6 +43,13 @@ struct context_params {
                                   // 3 last); -1: the model's (none when it declares none)
     float rope_freq_base = 0.0f;  // 0: from the model
     float rope_freq_scale = 0.0f; // 0: from the model
+    // RoPE scaling (llama.cpp's numbering): -1 the model's, 0 none, 1 linear, 2 YaRN.
+    int rope_scaling_type = -1;
+    float yarn_ext_factor = -1.0f;  // < 0: 1 with YaRN, else 0
+    float yarn_attn_factor = 0.0f;  // 0: the model's (1 when it names none)
+    float yarn_beta_fast = 0.0f;    // 0: the model's (32)
+    float yarn_beta_slow = 0.0f;    // 0: the model's (1)
+    int yarn_orig_ctx = 0;          // 0: the model's original context length
 };
 
 // A batch as the caller hands it (views; nothing is copied).
@@ -62,6 +69,8 @@ public:
     context(std::shared_ptr<const model> m, const context_params& p);
 
     const model& mdl() const { return *model_; }
+    // RoPE as resolved for the global (0) and sliding-window (1) layers.
+    const rope_params& rope(int which) const { return rope_[which ? 1 : 0]; }
     const context_params& params() const { return p_; }
     int64_t n_ctx() const { return p_.n_ctx; }
 

@@ -205,7 +205,8 @@ void bind_model(py::module_& m) {
         .def(py::init([](std::shared_ptr<model> mdl, int64_t n_ctx, int64_t n_batch, int64_t n_ubatch, int n_seq_max,
                          int n_threads, int n_threads_batch, const py::object& type_k, const py::object& type_v,
                          bool flash_attn, bool embeddings, float rope_freq_base, float rope_freq_scale,
-                         int pooling_type) {
+                         int pooling_type, int rope_scaling_type, float yarn_ext_factor, float yarn_attn_factor,
+                         float yarn_beta_fast, float yarn_beta_slow, int yarn_orig_ctx) {
                  if (!mdl) throw value_error("Context needs a Model");
                  context_params p;
                  p.n_ctx = n_ctx;
@@ -221,6 +222,12 @@ void bind_model(py::module_& m) {
                  p.rope_freq_base = rope_freq_base;
                  p.rope_freq_scale = rope_freq_scale;
                  p.pooling = pooling_type;
+                 p.rope_scaling_type = rope_scaling_type;
+                 p.yarn_ext_factor = yarn_ext_factor;
+                 p.yarn_attn_factor = yarn_attn_factor;
+                 p.yarn_beta_fast = yarn_beta_fast;
+                 p.yarn_beta_slow = yarn_beta_slow;
+                 p.yarn_orig_ctx = yarn_orig_ctx;
                  py::gil_scoped_release nogil;
                  return new context(mdl, p);
              }),
@@ -228,8 +235,23 @@ void bind_model(py::module_& m) {
              py::arg("n_seq_max") = 1, py::arg("n_threads") = 0, py::arg("n_threads_batch") = 0,
              py::arg("type_k") = py::str("f16"), py::arg("type_v") = py::str("f16"), py::arg("flash_attn") = false,
              py::arg("embeddings") = false, py::arg("rope_freq_base") = 0.0f, py::arg("rope_freq_scale") = 0.0f,
-             py::arg("pooling_type") = -1)
+             py::arg("pooling_type") = -1, py::arg("rope_scaling_type") = -1, py::arg("yarn_ext_factor") = -1.0f,
+             py::arg("yarn_attn_factor") = 0.0f, py::arg("yarn_beta_fast") = 0.0f, py::arg("yarn_beta_slow") = 0.0f,
+             py::arg("yarn_orig_ctx") = 0)
         .def_property_readonly("n_ctx", &context::n_ctx)
+        .def_property_readonly("rope", [](const context& c) {
+                const rope_params& r = c.rope(0);
+                py::dict d;
+                d["n_rot"] = r.n_rot;
+                d["freq_base"] = r.freq_base;
+                d["freq_scale"] = r.freq_scale;
+                d["ext_factor"] = r.ext_factor;
+                d["attn_factor"] = r.attn_factor;
+                d["beta_fast"] = r.beta_fast;
+                d["beta_slow"] = r.beta_slow;
+                d["n_ctx_orig"] = r.n_ctx_orig;
+                return d;
+            }, "RoPE of the global layers as resolved from the model and the context options")
         .def_property_readonly("n_batch", [](const context& c) { return c.params().n_batch; })
         .def_property_readonly("n_ubatch", [](const context& c) { return c.params().n_ubatch; })
         .def_property_readonly("n_seq_max", [](const context& c) { return c.params().n_seq_max; })
