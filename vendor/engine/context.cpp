@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstring>
 #include <string>
+#include <tuple>
 
 #include "common.h"
 #include "cpu/features.h"
@@ -32,6 +33,12 @@ context_params resolve(const model& m, context_params p) {
     if (p.n_threads_batch <= 0) p.n_threads_batch = default_n_threads();
     if (p.n_threads > 1024 || p.n_threads_batch > 1024) throw value_error("too many threads");
     if (p.rope_freq_base < 0 || p.rope_freq_scale < 0) throw value_error("rope_freq_base/scale must be >= 0");
+    for (auto [t, dim, what] : {std::tuple{p.type_k, hp.head_dim_k, "type_k"}, std::tuple{p.type_v, hp.head_dim_v, "type_v"}}) {
+        const int64_t bs = traits(t).block_size;
+        if (kv_cache_type_ok(t) && bs > 1 && dim % bs != 0)
+            throw value_error(std::string(what) + "=" + type_name(t) + " needs head sizes that are a multiple of " +
+                              std::to_string(bs) + "; this model's is " + std::to_string(dim));
+    }
     if (p.rope_scaling_type < -1 || p.rope_scaling_type > 2)
         throw value_error("rope_scaling_type must be -1 (model), 0 (none), 1 (linear) or 2 (yarn), got " +
                           std::to_string(p.rope_scaling_type));
@@ -68,6 +75,17 @@ rope_params scaled_rope(rope_params r, const context_params& p) {
     return r;
 }
 
+// Rotation block of a quantized cache (0: none), as llama.cpp picks it: a head
+// size that is a multiple of 64; keys in the largest power-of-two block that
+// divides the head, values in blocks of 64.
+int rotation_block(ggml_type t, int64_t head_dim, bool values) {
+    if (traits(t).block_size <= 1 || head_dim % 64 != 0) return 0;
+    if (values) return 64;
+    int b = 64;
+    while (head_dim % (2 * b) == 0 && 2 * b <= head_dim) b *= 2;
+    return b;
+}
+
 template <class T> void put(std::vector<uint8_t>& out, T v) {
     const size_t at = out.size();
     out.resize(at + sizeof(T));
@@ -86,6 +104,8 @@ context::context(std::shared_ptr<const model> m, const context_params& params)
       rs_(model_->hp(), p_.n_ubatch, p_.n_ctx, std::max(p_.n_threads, p_.n_threads_batch)) {
     const hparams& hp = model_->hp();
     rope_[0] = scaled_rope(hp.rope, p_);
+    if (p_.kv_rotation) kv_.set_rotation(rotation_block(p_.type_k, hp.head_dim_k, false),
+                                         rotation_block(p_.type_v, hp.head_dim_v, true));
     // Frequency divisors: llama3-style rope_freqs, or phi3's long / short
     // factors chosen by the context length each sequence can reach.
     const model_weights& w = model_->weights();

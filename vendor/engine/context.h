@@ -50,6 +50,9 @@ struct context_params {
     float yarn_beta_fast = 0.0f;    // 0: the model's (32)
     float yarn_beta_slow = 0.0f;    // 0: the model's (1)
     int yarn_orig_ctx = 0;          // 0: the model's original context length
+    // Hadamard rotation of a quantized cache (kv_cache.h), on as in llama.cpp
+    // whenever a cache type is quantized and the head size a multiple of 64.
+    bool kv_rotation = true;
 };
 
 // A batch as the caller hands it (views; nothing is copied).
@@ -69,6 +72,7 @@ public:
     context(std::shared_ptr<const model> m, const context_params& p);
 
     const model& mdl() const { return *model_; }
+    const kv_cache& kv() const { return kv_; }
     // RoPE as resolved for the global (0) and sliding-window (1) layers.
     const rope_params& rope(int which) const { return rope_[which ? 1 : 0]; }
     const context_params& params() const { return p_; }

@@ -51,8 +51,9 @@ kv_cache::kv_cache(int n_layer, int64_t n_cells, int64_t n_embd_k, int64_t n_emb
     : n_layer_(n_layer), n_cells_(n_cells), n_embd_k_(n_embd_k), n_embd_v_(n_embd_v), type_k_(type_k),
       type_v_(type_v) {
     for (ggml_type t : {type_k, type_v})
-        if (t != ggml_type::F32 && t != ggml_type::F16 && t != ggml_type::BF16)
-            throw value_error(std::string("KV cache type ") + type_name(t) + " is not supported (use F16, BF16 or F32)");
+        if (!kv_cache_type_ok(t))
+            throw value_error(std::string("KV cache type ") + type_name(t) + " is not supported (" +
+                              kKvCacheTypeNames + ")");
     if (n_layer <= 0 || n_cells <= 0) throw value_error("KV cache needs at least one layer and one cell");
     k_row_ = row_size(type_k, n_embd_k);
     v_row_ = row_size(type_v, n_embd_v);

@@ -24,6 +24,21 @@ namespace lp {
 
 constexpr int kMaxSequences = 256;  // sequence ids are 0 .. n_seq_max-1 < kMaxSequences
 
+// Element types a cache may hold (llama.cpp's choices for its cache): float
+// ones, and block-quantized ones whose blocks (32 elements) must divide the
+// head sizes.
+inline bool kv_cache_type_ok(ggml_type t) {
+    switch (t) {
+        case ggml_type::F32: case ggml_type::F16: case ggml_type::BF16: case ggml_type::Q8_0:
+        case ggml_type::Q4_0: case ggml_type::Q4_1: case ggml_type::Q5_0: case ggml_type::Q5_1:
+        case ggml_type::IQ4_NL:
+            return true;
+        default:
+            return false;
+    }
+}
+constexpr const char* kKvCacheTypeNames = "F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL";
+
 class kv_cache {
 public:
     // n_embd_k / n_embd_v: elements of one token's keys / values in one layer
@@ -33,6 +48,14 @@ public:
     int n_layer() const { return n_layer_; }
     int64_t n_cells() const { return n_cells_; }
     int64_t n_used() const { return n_used_; }
+    // Hadamard rotation of a quantized cache (0: none): keys (and the
+    // queries meeting them) and values are rotated in blocks of this many
+    // elements before they are stored; attention outputs are rotated back.
+    // The rotation leaves q·k and the value mix unchanged in exact arithmetic
+    // and spreads outliers across each block, so quantization loses less.
+    int rot_k() const { return rot_k_; }
+    int rot_v() const { return rot_v_; }
+    void set_rotation(int k_block, int v_block) { rot_k_ = k_block; rot_v_ = v_block; }
     ggml_type type_k() const { return type_k_; }
     ggml_type type_v() const { return type_v_; }
     size_t k_row_bytes() const { return k_row_; }
@@ -86,6 +109,7 @@ private:
     int n_layer_;
     int64_t n_cells_;
     int64_t n_embd_k_, n_embd_v_;
+    int rot_k_ = 0, rot_v_ = 0;
     ggml_type type_k_, type_v_;
     size_t k_row_, v_row_;         // bytes of one cell's keys / values in one layer
     size_t layer_bytes_;           // n_cells * (k_row + v_row)

@@ -74,14 +74,14 @@ ggml_type cache_type(const py::object& t) {
     if (py::isinstance<py::str>(t)) {
         std::string s = t.cast<std::string>();
         for (char& c : s) c = (char)std::toupper((unsigned char)c);
-        if (s == "F32") return ggml_type::F32;
-        if (s == "F16") return ggml_type::F16;
-        if (s == "BF16") return ggml_type::BF16;
-        throw value_error("KV cache type '" + t.cast<std::string>() + "' is not supported (f16, bf16, f32)");
+        for (int v = 0; v < (int)ggml_type::COUNT; ++v)
+            if (type_is_valid(v) && kv_cache_type_ok((ggml_type)v) && s == type_name((ggml_type)v)) return (ggml_type)v;
+        throw value_error("KV cache type '" + t.cast<std::string>() + "' is not supported (" + kKvCacheTypeNames + ")");
     }
     const int v = t.cast<int>();
-    if (v != (int)ggml_type::F32 && v != (int)ggml_type::F16 && v != (int)ggml_type::BF16)
-        throw value_error("KV cache type " + std::to_string(v) + " is not supported (F16=1, BF16=30, F32=0)");
+    if (!type_is_valid(v) || !kv_cache_type_ok((ggml_type)v))
+        throw value_error("KV cache type " + std::to_string(v) + " is not supported (" + kKvCacheTypeNames +
+                          ": ggml type ids 0, 1, 30, 8, 2, 3, 6, 7, 20)");
     return (ggml_type)v;
 }
 
@@ -206,7 +206,7 @@ void bind_model(py::module_& m) {
                          int n_threads, int n_threads_batch, const py::object& type_k, const py::object& type_v,
                          bool flash_attn, bool embeddings, float rope_freq_base, float rope_freq_scale,
                          int pooling_type, int rope_scaling_type, float yarn_ext_factor, float yarn_attn_factor,
-                         float yarn_beta_fast, float yarn_beta_slow, int yarn_orig_ctx) {
+                         float yarn_beta_fast, float yarn_beta_slow, int yarn_orig_ctx, bool kv_rotation) {
                  if (!mdl) throw value_error("Context needs a Model");
                  context_params p;
                  p.n_ctx = n_ctx;
@@ -228,6 +228,7 @@ void bind_model(py::module_& m) {
                  p.yarn_beta_fast = yarn_beta_fast;
                  p.yarn_beta_slow = yarn_beta_slow;
                  p.yarn_orig_ctx = yarn_orig_ctx;
+                 p.kv_rotation = kv_rotation;
                  py::gil_scoped_release nogil;
                  return new context(mdl, p);
              }),
@@ -237,7 +238,10 @@ void bind_model(py::module_& m) {
              py::arg("embeddings") = false, py::arg("rope_freq_base") = 0.0f, py::arg("rope_freq_scale") = 0.0f,
              py::arg("pooling_type") = -1, py::arg("rope_scaling_type") = -1, py::arg("yarn_ext_factor") = -1.0f,
              py::arg("yarn_attn_factor") = 0.0f, py::arg("yarn_beta_fast") = 0.0f, py::arg("yarn_beta_slow") = 0.0f,
-             py::arg("yarn_orig_ctx") = 0)
+             py::arg("yarn_orig_ctx") = 0, py::arg("kv_rotation") = true)
+        .def_property_readonly("kv_rotation", [](const context& c) {
+                return py::make_tuple(c.kv().rot_k(), c.kv().rot_v());
+            }, "Hadamard rotation blocks of a quantized cache (keys, values); 0: none")
         .def_property_readonly("n_ctx", &context::n_ctx)
         .def_property_readonly("rope", [](const context& c) {
                 const rope_params& r = c.rope(0);

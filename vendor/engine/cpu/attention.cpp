@@ -231,9 +231,31 @@ kernels pick_kernels() {
     return k;
 }
 
-void round_through(const kernels& kf, ggml_type t, float* x, int64_t n) {
+// Queries as the key type's dot product sees them: rounded to F16 / BF16
+// against such a cache; against a quantized cache, quantized to its
+// activation format (Q8_0 / Q8_1) and back, as llama.cpp's q·k does.
+void round_queries(const kernels& kf, ggml_type t, float* x, int64_t n) {
+    if (t == ggml_type::F16 && kf.round_f16) {
+        kf.round_f16(x, n);
+    } else if (t == ggml_type::F16 || t == ggml_type::BF16) {
+        round_through_scalar(t, x, n);
+    } else if (t != ggml_type::F32) {
+        const ggml_type at = traits(t).vec_dot_type;
+        const type_traits& tt = traits(at);
+        thread_local std::vector<uint8_t> buf;
+        buf.resize(row_size(at, n));
+        (tt.from_float ? tt.from_float : tt.from_float_ref)(x, buf.data(), n);
+        tt.to_float(buf.data(), x, n);
+    }
+}
+
+// Softmax weights as the value product sees them: rounded to F16 / BF16
+// against such a cache (llama.cpp's kq·v takes them in the cache's type);
+// against a quantized cache they stay F32 (llama.cpp's flash-attention path,
+// the one that allows quantized values, dequantizes the values instead).
+void round_weights(const kernels& kf, ggml_type t, float* x, int64_t n) {
     if (t == ggml_type::F16 && kf.round_f16) kf.round_f16(x, n);
-    else round_through_scalar(t, x, n);
+    else if (t == ggml_type::F16 || t == ggml_type::BF16) round_through_scalar(t, x, n);
 }
 
 bool visible(const uint64_t* bits, int32_t j) { return (bits[j >> 6] >> (j & 63)) & 1u; }
@@ -281,7 +303,7 @@ void load_queries(const block& b, const kernels& kf, float* qh) {
             float* qd = qh + (size_t)(r * b.n_gqa + g) * dk;
             std::memcpy(qd, a.q + (int64_t)(b.t0 + r) * a.q_stride + (int64_t)(b.hk * b.n_gqa + g) * dk,
                         sizeof(float) * dk);
-            round_through(kf, a.type_k, qd, dk);
+            round_queries(kf, a.type_k, qd, dk);
         }
 }
 
@@ -321,7 +343,7 @@ void weights(const block& b, const kernels& kf, const int32_t* idx, float* score
             for (int64_t i = 0; i < b.m; ++i)
                 if (!visible(bits, idx[i])) sc[i] = -INFINITY;
             softmax_row(sc, b.m);
-            round_through(kf, a.type_v, sc, b.m);
+            round_weights(kf, a.type_v, sc, b.m);
         }
     }
 }
@@ -398,7 +420,9 @@ void attend_block_split(const attention_args& a, int t0, int nb, int hk, attenti
     pool.parallel_for(n_slices, [p = &c, n_slices](int64_t k, int thread) {
         attention_scratch::per_thread& s0 = p->scratch.threads[0];
         const int dv = p->b.a.head_dim_v;
-        const int per = (dv / 16 + n_slices - 1) / n_slices * 16;  // whole 16-wide pieces
+        // whole pieces of 16 dims (32 for a quantized cache: whole blocks)
+        const int g = traits(p->b.a.type_v).block_size > 1 ? 32 : 16;
+        const int per = (dv / g + n_slices - 1) / n_slices * g;
         const int d0 = std::min(dv, (int)k * per), d1 = (k == n_slices - 1) ? dv : std::min(dv, d0 + per);
         if (d1 > d0)
             values_range(p->b, p->kf, s0.idx.data(), s0.scores.data(), d0, d1, s0.acc.data(),

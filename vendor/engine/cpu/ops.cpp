@@ -375,6 +375,22 @@ void scale_row(float* x, int64_t n, float s) {
     for (int64_t i = 0; i < n; ++i) x[i] *= s;
 }
 
+void hadamard_blocks(float* x, int64_t n, int block) {
+    const float norm = 1.0f / std::sqrt((float)block);
+    for (int64_t b = 0; b + block <= n; b += block) {
+        float* v = x + b;
+        // Butterflies of the fast Walsh-Hadamard transform: log2(block) passes.
+        for (int h = 1; h < block; h *= 2)
+            for (int i = 0; i < block; i += 2 * h)
+                for (int j = i; j < i + h; ++j) {
+                    const float a = v[j], c = v[j + h];
+                    v[j] = a + c;
+                    v[j + h] = a - c;
+                }
+        for (int i = 0; i < block; ++i) v[i] *= norm;
+    }
+}
+
 void softmax_row(float* x, int64_t n) {
     if (n <= 0) return;
     const float m = max_of(x, n);

@@ -34,6 +34,11 @@ void add_row(float* y, const float* x, int64_t n);
 void scale_row(float* x, int64_t n, float s);
 // In place softmax over n values; returns nothing, sums in double.
 void softmax_row(float* x, int64_t n);
+// Each consecutive block of `block` values (a power of two dividing n) times
+// the orthonormal Walsh-Hadamard matrix of that size (Sylvester order,
+// scaled by 1/sqrt(block)). The matrix is symmetric and its own inverse.
+// Used to spread outliers before values are stored in a quantized KV cache.
+void hadamard_blocks(float* x, int64_t n, int block);
 
 // ---------------------------------------------------------------------------
 // Rotary position embedding

@@ -61,14 +61,21 @@ void mm(const weight_view& w, const float* x, int64_t x_stride, int64_t n, float
     matmul(w, x, x_stride, n, y, y_stride, pool, rs.mm, best_isa());
 }
 
+// The fast conversion of a cache type where it has one (F16, BF16, Q8_0),
+// else the reference quantizer (Q4_0, Q5_0, IQ4_NL, ...: one row per token).
+from_float_fn quantizer(ggml_type t) {
+    const type_traits& tt = traits(t);
+    return tt.from_float ? tt.from_float : tt.from_float_ref;
+}
+
 // Writes row t's keys and values (after RoPE) into its cache cell.
 void store_kv(kv_cache& kv, int il, int32_t cell, const float* k, int64_t nk, const float* v, int64_t nv) {
     uint8_t* kd = kv.k(il) + (size_t)cell * kv.k_row_bytes();
     uint8_t* vd = kv.v(il) + (size_t)cell * kv.v_row_bytes();
     if (kv.type_k() == ggml_type::F32) std::memcpy(kd, k, sizeof(float) * (size_t)nk);
-    else traits(kv.type_k()).from_float(k, kd, nk);
+    else quantizer(kv.type_k())(k, kd, nk);
     if (kv.type_v() == ggml_type::F32) std::memcpy(vd, v, sizeof(float) * (size_t)nv);
-    else traits(kv.type_v()).from_float(v, vd, nv);
+    else quantizer(kv.type_v())(v, vd, nv);
 }
 
 }  // namespace
@@ -138,6 +145,11 @@ void decoder_forward(const model& m, const rope_params rope[2], kv_cache& kv, ru
             rope_apply(q, (int)hp.n_head, (int)hp.head_dim_k, n_rot, hp.rope.style, cs);
             rope_apply(k, (int)hp.n_head_kv, (int)hp.head_dim_k, n_rot, hp.rope.style, cs);
             if (V.scale_q) scale_row(q, nq, hp.attn_scale);
+            if (kv.rot_k()) {
+                hadamard_blocks(q, nq, kv.rot_k());
+                hadamard_blocks(k, nk, kv.rot_k());
+            }
+            if (kv.rot_v()) hadamard_blocks(v, nv, kv.rot_v());
             store_kv(kv, il, ub.cells[t], k, nk, v, nv);
         });
         attention_args aa;
@@ -163,6 +175,7 @@ void decoder_forward(const model& m, const rope_params rope[2], kv_cache& kv, ru
         aa.scale = V.scale_q ? 1.0f : hp.attn_scale;
         aa.softcap = hp.attn_softcap;
         attention(aa, pool, rs.attn);
+        if (kv.rot_v()) for_rows(pool, n, [&](int64_t t) { hadamard_blocks(att + t * n_att, n_att, kv.rot_v()); });
 
         if (last) {
             // Only the requested rows go on: gather them to the front.
