@@ -1,0 +1,13 @@
+// legacy_x86.h — the x86 kernels of the legacy block formats (legacy_x86.cpp),
+// installed into a trait table by legacy.cpp's registration.
+#pragma once
+
+#include "../ggml_type.h"
+
+namespace lp {
+
+// Sets the AVX2 / AVX-512 kernels of Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 (and the
+// Q8_0 / Q8_1 activation quantizers) for `level`, where the build has them.
+void register_legacy_x86(type_traits* table, isa level);
+
+}  // namespace lp
