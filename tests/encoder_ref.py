@@ -13,6 +13,8 @@ import numpy as np
 
 import model_ref as R
 
+from tiny_gguf import add_common_hparams, add_weight, finish
+
 # A WordPiece vocabulary in llama.cpp's GGUF layout: word-initial pieces carry
 # U+2581, continuations ("##x" in vocab.txt) are bare, specials unchanged.
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
@@ -89,12 +91,8 @@ def write_gguf(path: Path, cfg: EncoderConfig, weights: dict[str, np.ndarray], w
                extra_kv: dict | None = None) -> None:
     a = cfg.arch
     wr = gguf.GGUFWriter(str(path), a)
-    wr.add_name(f"tiny {a}")
-    wr.add_uint32(f"{a}.context_length", cfg.n_ctx_train)
-    wr.add_uint32(f"{a}.embedding_length", cfg.n_embd)
-    wr.add_uint32(f"{a}.block_count", cfg.n_layer)
-    wr.add_uint32(f"{a}.feed_forward_length", cfg.n_ff)
-    wr.add_uint32(f"{a}.attention.head_count", cfg.n_head)
+    add_common_hparams(wr, a, n_ctx_train=cfg.n_ctx_train, n_embd=cfg.n_embd, n_layer=cfg.n_layer, n_ff=cfg.n_ff,
+                       n_head=cfg.n_head)
     wr.add_float32(f"{a}.attention.layer_norm_epsilon", cfg.eps)
     wr.add_bool(f"{a}.attention.causal", False)
     if cfg.pooling >= 0:
@@ -115,17 +113,8 @@ def write_gguf(path: Path, cfg: EncoderConfig, weights: dict[str, np.ndarray], w
         wr.add_bool(k, val) if isinstance(val, bool) else wr.add_uint32(k, val)
     for name, arr in weights.items():
         t = "F32" if arr.ndim == 1 or name in ("position_embd.weight", "token_types.weight") else wtype
-        if t == "F16":
-            wr.add_tensor(name, arr.astype(np.float16))
-        elif t == "Q8_0":
-            wr.add_tensor(name, gguf.quants.quantize(arr, gguf.GGMLQuantizationType.Q8_0),
-                          raw_dtype=gguf.GGMLQuantizationType.Q8_0)
-        else:
-            wr.add_tensor(name, arr)
-    wr.write_header_to_file()
-    wr.write_kv_data_to_file()
-    wr.write_tensors_to_file()
-    wr.close()
+        add_weight(wr, name, arr, t)
+    finish(wr)
 
 
 def stored(weights: dict[str, np.ndarray], wtype: str) -> dict[str, np.ndarray]:

@@ -25,6 +25,8 @@ import numpy as np
 import gguf
 from gguf import GGMLQuantizationType as QT
 
+from tiny_gguf import add_common_hparams, add_weight, finish
+
 
 # ---------------------------------------------------------------------------
 # Architectures
@@ -166,12 +168,8 @@ def as_stored(arr: np.ndarray, t: str) -> np.ndarray:
 def write_gguf(path: Path, spec: ArchSpec, cfg: Config, weights: dict[str, np.ndarray], wtype: str = "F32") -> None:
     a = spec.arch
     wr = gguf.GGUFWriter(str(path), a)
-    wr.add_name(f"tiny {a}")
-    wr.add_uint32(f"{a}.context_length", cfg.n_ctx_train)
-    wr.add_uint32(f"{a}.embedding_length", cfg.n_embd)
-    wr.add_uint32(f"{a}.block_count", cfg.n_layer)
-    wr.add_uint32(f"{a}.feed_forward_length", cfg.n_ff)
-    wr.add_uint32(f"{a}.attention.head_count", cfg.n_head)
+    add_common_hparams(wr, a, n_ctx_train=cfg.n_ctx_train, n_embd=cfg.n_embd, n_layer=cfg.n_layer, n_ff=cfg.n_ff,
+                       n_head=cfg.n_head)
     wr.add_uint32(f"{a}.attention.head_count_kv", cfg.n_head_kv)
     wr.add_uint32(f"{a}.attention.key_length", cfg.head_dim)
     wr.add_uint32(f"{a}.attention.value_length", cfg.head_dim)
@@ -201,18 +199,8 @@ def write_gguf(path: Path, spec: ArchSpec, cfg: Config, weights: dict[str, np.nd
     wr.add_eos_token_id(2)
     wr.add_file_type({"F32": 0, "F16": 1, "Q8_0": 7}[wtype])
     for name, arr in weights.items():
-        t = store_type(name, arr, wtype)
-        if t == "F32":
-            wr.add_tensor(name, arr.astype(np.float32))
-        elif t == "F16":
-            wr.add_tensor(name, arr.astype(np.float16))
-        else:
-            q = gguf.quants.quantize(arr, QT.Q8_0)
-            wr.add_tensor(name, q, raw_shape=q.shape, raw_dtype=QT.Q8_0)
-    wr.write_header_to_file()
-    wr.write_kv_data_to_file()
-    wr.write_tensors_to_file()
-    wr.close()
+        add_weight(wr, name, arr, store_type(name, arr, wtype))
+    finish(wr)
 
 
 def make_model(tmp: Path, arch: str, wtype: str = "F32", seed: int = 0):
