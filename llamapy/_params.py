@@ -166,8 +166,9 @@ def parse_params(model_path: str, kw: Dict[str, Any]) -> tuple[ModelParams, Cont
     numa = kw.pop("numa", False)
     if numa:
         logger.info("numa=%s: llamapy does not apply NUMA policies; threads are placed by the OS", numa)
-    if kw.pop("draft_model", None) is not None:
-        raise NotImplementedError("draft_model: speculative decoding is not supported yet")
+    draft_model = kw.pop("draft_model", None)
+    if draft_model is not None and not callable(draft_model):
+        raise TypeError("draft_model must be a LlamaDraftModel (callable: input_ids -> proposed token ids)")
 
     type_k = kw.pop("type_k", None)
     type_v = kw.pop("type_v", None)

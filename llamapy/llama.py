@@ -163,6 +163,7 @@ class Llama:
         self.chat_format = chat_format
         self.chat_handler = chat_handler
         self.spm_infill = spm_infill
+        self.draft_model = draft_model
         self.last_n_tokens_size = cp.last_n_tokens_size
         self._logits_all = cp.logits_all
         self._embedding = cp.embedding
@@ -446,17 +447,45 @@ class Llama:
                 logger.info("llamapy: prompt prefix of %d tokens reused, %d to evaluate", prefix, len(tokens))
         while True:
             with self._lock:
-                self.eval(tokens)
-                token = self._sample_with(sampler, logits_processor)
-                sampler.accept(token)
-            if stopping_criteria is not None:
-                logits = self._last_logits()
-                if stopping_criteria(self._input_ids, logits):
-                    return
-            extra = yield token
-            tokens = [token]
-            if extra:
-                tokens.extend(extra)
+                drafts = self._draft(tokens)
+                n0 = self.n_tokens
+                # With drafts, every row's logits are kept: row 0 continues
+                # the sampled token, row i + 1 the i-th draft.
+                self._eval(tokens + drafts, all_logits=bool(drafts) or self._logits_all)
+            for i in range(len(drafts) + 1):
+                with self._lock:
+                    if drafts:
+                        self.n_tokens = n0 + len(tokens) + i  # rows after this one are unverified drafts
+                        self._last_logits_row = len(tokens) - 1 + i
+                    token = self._sample_with(sampler, logits_processor)
+                    sampler.accept(token)
+                if stopping_criteria is not None:
+                    logits = self._last_logits()
+                    if stopping_criteria(self._input_ids, logits):
+                        return
+                extra = yield token
+                if i < len(drafts) and token == drafts[i] and not extra:
+                    continue  # the draft was right: its logits are the next row
+                tokens = [token]
+                if extra:
+                    tokens.extend(extra)
+                break
+
+    def _draft(self, tokens: List[int]) -> List[int]:
+        """Tokens the draft model proposes after the evaluated ones and
+        ``tokens`` (only after a single sampled token, and only as many as the
+        context and one batch hold)."""
+        if self.draft_model is None or len(tokens) != 1 or self.n_tokens == 0:
+            return []
+        room = min(self._n_ctx - self.n_tokens - 1, self.n_batch - 1)
+        if room <= 0:
+            return []
+        end = self.n_tokens + 1
+        self.input_ids[self.n_tokens] = tokens[0]
+        proposed = np.asarray(self.draft_model(self.input_ids[:end].copy()), dtype=np.int64).reshape(-1)[:room]
+        if ((proposed < 0) | (proposed >= self._n_vocab)).any():
+            raise ValueError("draft_model proposed a token id outside the vocabulary")
+        return [int(t) for t in proposed]
 
     # ------------------------------------------------------------- completions
     def create_completion(self, prompt: Union[str, List[int]], suffix: Optional[str] = None,
