@@ -41,8 +41,7 @@ def test_unknown_keyword_is_rejected(model_path):
 
 
 @pytest.mark.parametrize("kw, name", [({"lora_path": "x.gguf"}, "lora_path"),
-                                      ({"rope_scaling_type": 3}, "rope_scaling_type"),
-                                      ({"draft_model": object()}, "draft_model")])
+                                      ({"rope_scaling_type": 3}, "rope_scaling_type")])
 def test_unsupported_options_raise_naming_them(model_path, kw, name):
     from llamapy import Llama
 
