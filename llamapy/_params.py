@@ -9,6 +9,7 @@ rejected with an error that names it.
 from __future__ import annotations
 
 import logging
+import math
 import os
 from dataclasses import dataclass, field
 from typing import Any, Dict, Optional, Union
@@ -31,6 +32,8 @@ class ModelParams:
     use_mmap: bool = True
     use_mlock: bool = False
     kv_overrides: Dict[str, Union[bool, int, float, str]] = field(default_factory=dict)
+    lora_path: Optional[str] = None   # a LoRA adapter (GGUF) applied with lora_scale
+    lora_scale: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -159,10 +162,17 @@ def parse_params(model_path: str, kw: Dict[str, Any]) -> tuple[ModelParams, Cont
     last_n_tokens_size = _require_int("last_n_tokens_size", kw.pop("last_n_tokens_size", 64), 0)
 
     lora_path = kw.pop("lora_path", None)
-    kw.pop("lora_base", None)
-    kw.pop("lora_scale", None)
     if lora_path is not None:
-        raise NotImplementedError("lora_path: LoRA adapters are not supported yet")
+        if not isinstance(lora_path, (str, os.PathLike)):
+            raise TypeError("lora_path must be a path")
+        lora_path = os.fspath(lora_path)
+    if kw.pop("lora_base", None) is not None:
+        # llama.cpp applies adapters on the fly to the (possibly quantized)
+        # weights; a separate full-precision base is not used any more.
+        logger.warning("lora_base is ignored: adapters are applied to the loaded model's weights")
+    lora_scale = kw.pop("lora_scale", 1.0)
+    if isinstance(lora_scale, bool) or not isinstance(lora_scale, (int, float)) or not math.isfinite(lora_scale):
+        raise ValueError(f"lora_scale must be a finite number, got {lora_scale!r}")
     numa = kw.pop("numa", False)
     if numa:
         logger.info("numa=%s: llamapy does not apply NUMA policies; threads are placed by the OS", numa)
@@ -182,7 +192,8 @@ def parse_params(model_path: str, kw: Dict[str, Any]) -> tuple[ModelParams, Cont
         raise TypeError("Llama() got unexpected keyword argument(s): " + ", ".join(sorted(kw)))
 
     return (
-        ModelParams(model_path, n_gpu_layers, vocab_only, use_mmap, use_mlock, dict(kv_overrides)),
+        ModelParams(model_path, n_gpu_layers, vocab_only, use_mmap, use_mlock, dict(kv_overrides), lora_path,
+                    float(lora_scale)),
         ContextParams(n_ctx, n_batch, n_ubatch, n_threads, n_threads_batch, seed, rope_freq_base, rope_freq_scale,
                       logits_all, embedding, flash_attn, type_k, type_v, last_n_tokens_size, pooling_type,
                       rope_scaling_type, **yarn),

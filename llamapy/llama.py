@@ -192,6 +192,14 @@ class Llama:
                 yarn_ext_factor=cp.yarn_ext_factor, yarn_attn_factor=cp.yarn_attn_factor,
                 yarn_beta_fast=cp.yarn_beta_fast, yarn_beta_slow=cp.yarn_beta_slow, yarn_orig_ctx=cp.yarn_orig_ctx,
             )
+        self.lora_path, self.lora_scale = mp.lora_path, mp.lora_scale
+        self.lora_base = options.get("lora_base")
+        self._lora = None
+        if mp.lora_path is not None and self._ctx is not None:
+            if not os.path.exists(mp.lora_path):
+                raise ValueError(f"LoRA adapter path does not exist: {mp.lora_path}")
+            self._lora = _engine.LoraAdapter(self._model, mp.lora_path)
+            self._ctx.set_adapters([(self._lora, mp.lora_scale)])
         self.n_tokens = 0
         self.input_ids: npt.NDArray[np.intc] = np.zeros(self._n_ctx, dtype=np.intc)
         self._scores_all: Optional[npt.NDArray[np.single]] = None  # (n_ctx, n_vocab), logits_all only

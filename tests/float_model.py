@@ -56,3 +56,25 @@ if __name__ == "__main__":
 
     write_float_copy(sys.argv[1], sys.argv[2], sys.argv[3] if len(sys.argv) > 3 else "F16")
     print(Path(sys.argv[2]).stat().st_size)
+
+
+def write_random_adapter(base: str, dst: str, rank: int = 8, alpha: float = 16.0, seed: int = 42) -> str:
+    """A seeded random LoRA adapter (llama.cpp's GGUF adapter format, F32)
+    for every attn_q, attn_v and ffn_down matrix of the model at `base`."""
+    import gguf
+    from llamapy import GGUFFile
+    from tiny_gguf import add_weight, finish
+
+    rng = np.random.default_rng(seed)
+    with GGUFFile(base) as f:
+        w = gguf.GGUFWriter(dst, f.architecture)
+        w.add_string("general.type", "adapter")
+        w.add_string("adapter.type", "lora")
+        w.add_float32("adapter.lora.alpha", alpha)
+        for t in f.tensors:
+            if t.name.endswith(("attn_q.weight", "attn_v.weight", "ffn_down.weight")):
+                n_in, n_out = t.ne[0], t.ne[1]
+                add_weight(w, t.name + ".lora_a", (rng.standard_normal((rank, n_in)) * 0.02).astype(np.float32), "F32")
+                add_weight(w, t.name + ".lora_b", (rng.standard_normal((n_out, rank)) * 0.02).astype(np.float32), "F32")
+        finish(w)
+    return dst

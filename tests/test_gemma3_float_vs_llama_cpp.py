@@ -84,3 +84,31 @@ def test_generate_api_gives_the_same_tokens(ref, float_llm):
             if len(out) == 16:
                 break
         assert out == case["ids"][:16], (dtype, case["prompt"])
+
+
+LORA_DATA = Path(__file__).parent / "data" / "gemma3_lora_llama_cpp.json"
+
+
+def test_lora_adapter_matches_llama_cpp(float_llm, tmp_path):
+    """A seeded random LoRA adapter on the F16 copy: logits as llama.cpp's
+    with the same adapter (which moves them by several units)."""
+    from float_model import write_random_adapter
+    from llamapy import Llama
+
+    dtype, llm = float_llm
+    if dtype != "F16":
+        pytest.skip("recorded on the F16 copy")
+    ref = json.loads(LORA_DATA.read_text())
+    adapter = write_random_adapter(llm.model_path, str(tmp_path / "lora.gguf"))
+    got = {}
+    for key, kw in (("base", {}), ("lora", {"lora_path": adapter})):
+        m = Llama(llm.model_path, n_ctx=128, n_threads=2, verbose=False, **kw)
+        ids = m.tokenize(ref["prompt"].encode())
+        m.eval(ids)
+        row = np.asarray(m._last_logits())
+        got[key] = row[ref[key]["ids"]]
+        np.testing.assert_allclose(got[key], ref[key]["logits"], atol=0.05, err_msg=key)
+        m.close()
+    base = dict(zip(ref["base"]["ids"], ref["base"]["logits"]))
+    moved = [abs(v - base[i]) for i, v in zip(ref["lora"]["ids"], ref["lora"]["logits"]) if i in base]
+    assert len(moved) >= 50 and max(moved) > 2.0  # the adapter matters far beyond the tolerance

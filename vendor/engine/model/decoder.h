@@ -14,6 +14,7 @@
 #include "../cpu/ops.h"
 #include "../cpu/threadpool.h"
 #include "../kv_cache.h"
+#include "../lora.h"
 #include "model.h"
 
 namespace lp {
@@ -48,6 +49,10 @@ struct run_state {
     std::vector<int32_t> mask_hi[2];    // (n_ubatch) one past the last visible cell
     matmul_scratch mm;
     attention_scratch attn;
+    // Active LoRA adapters (null: none) and their work rows: A x (n_ubatch,
+    // max rank) and B (A x) (n_ubatch, widest adapted output).
+    const lora_set* loras = nullptr;
+    std::vector<float> lora_ax, lora_bax;
 };
 
 // Runs the model on one micro-batch. rope[0] / rope[1]: RoPE of the global /

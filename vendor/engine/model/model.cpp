@@ -418,6 +418,28 @@ std::shared_ptr<model> model::load(const std::string& path, bool vocab_only, boo
     return m;
 }
 
+std::vector<std::pair<std::string, const weight_view*>> model::matrices() const {
+    std::vector<std::pair<std::string, const weight_view*>> out;
+    auto add = [&](const std::string& name, const weight_view& w) {
+        if (w.data) out.emplace_back(name, &w);
+    };
+    if (hp_.v.encoder || vocab_only_) return out;  // adapters are for decoders
+    add("output.weight", w_.output);
+    for (size_t il = 0; il < w_.layers.size(); ++il) {
+        const layer_weights& l = w_.layers[il];
+        const std::string p = "blk." + std::to_string(il) + ".";
+        add(p + "attn_q.weight", l.wq);
+        add(p + "attn_k.weight", l.wk);
+        add(p + "attn_v.weight", l.wv);
+        add(p + "attn_qkv.weight", l.wqkv);
+        add(p + "attn_output.weight", l.wo);
+        add(p + "ffn_gate.weight", l.ffn_gate);
+        add(p + "ffn_up.weight", l.ffn_up);
+        add(p + "ffn_down.weight", l.ffn_down);
+    }
+    return out;
+}
+
 std::string model::desc() const {
     std::string size = file_->get_string("general.size_label", "");
     if (size.empty()) {

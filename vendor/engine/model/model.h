@@ -145,6 +145,9 @@ public:
     uint64_t size_bytes() const { return size_bytes_; }  // bytes of all tensors
     uint64_t n_params() const { return n_params_; }      // elements of all tensors
     std::string desc() const;                            // "gemma3 270M Q4_K - Medium"
+    // The matrices the forward pass multiplies with, by tensor name
+    // ("blk.3.attn_q.weight", "output.weight", ...): what adapters may target.
+    std::vector<std::pair<std::string, const weight_view*>> matrices() const;
 
 private:
     model() = default;
