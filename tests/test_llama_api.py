@@ -40,8 +40,7 @@ def test_unknown_keyword_is_rejected(model_path):
         Llama(model_path=model_path, n_gpu_layer=1, verbose=False)
 
 
-@pytest.mark.parametrize("kw, name", [({"lora_path": "x.gguf"}, "lora_path"),
-                                      ({"rope_scaling_type": 3}, "rope_scaling_type")])
+@pytest.mark.parametrize("kw, name", [({"rope_scaling_type": 3}, "rope_scaling_type")])
 def test_unsupported_options_raise_naming_them(model_path, kw, name):
     from llamapy import Llama
 
