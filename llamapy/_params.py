@@ -61,6 +61,7 @@ class ContextParams:
     yarn_beta_fast: float = 0.0
     yarn_beta_slow: float = 0.0
     yarn_orig_ctx: int = 0
+    swa_full: bool = False
 
 
 def _require_int(name: str, value: Any, minimum: Optional[int] = None) -> int:
@@ -156,7 +157,9 @@ def parse_params(model_path: str, kw: Dict[str, Any]) -> tuple[ModelParams, Cont
     embedding = bool(kw.pop("embedding", False))
     kw.pop("offload_kqv", None)   # GPU placement of the KV cache: no GPU backend
     kw.pop("op_offload", None)
-    kw.pop("swa_full", None)      # sliding-window layers always keep what they need
+    swa_full = kw.pop("swa_full", None)  # None: window-sized caches for sliding-window layers
+    if swa_full is not None and not isinstance(swa_full, bool):
+        raise TypeError(f"swa_full must be a bool or None, got {type(swa_full).__name__}")
     kw.pop("no_perf", None)
     flash_attn = bool(kw.pop("flash_attn", False))
     last_n_tokens_size = _require_int("last_n_tokens_size", kw.pop("last_n_tokens_size", 64), 0)
@@ -196,5 +199,5 @@ def parse_params(model_path: str, kw: Dict[str, Any]) -> tuple[ModelParams, Cont
                     float(lora_scale)),
         ContextParams(n_ctx, n_batch, n_ubatch, n_threads, n_threads_batch, seed, rope_freq_base, rope_freq_scale,
                       logits_all, embedding, flash_attn, type_k, type_v, last_n_tokens_size, pooling_type,
-                      rope_scaling_type, **yarn),
+                      rope_scaling_type, **yarn, swa_full=bool(swa_full)),
     )

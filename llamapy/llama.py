@@ -191,6 +191,7 @@ class Llama:
                 rope_freq_scale=cp.rope_freq_scale, pooling_type=pooling, rope_scaling_type=cp.rope_scaling_type,
                 yarn_ext_factor=cp.yarn_ext_factor, yarn_attn_factor=cp.yarn_attn_factor,
                 yarn_beta_fast=cp.yarn_beta_fast, yarn_beta_slow=cp.yarn_beta_slow, yarn_orig_ctx=cp.yarn_orig_ctx,
+                swa_full=cp.swa_full,
             )
         self.lora_path, self.lora_scale = mp.lora_path, mp.lora_scale
         self.lora_base = options.get("lora_base")
@@ -449,6 +450,10 @@ class Llama:
             prefix = longest_token_prefix(self._input_ids.tolist(), tokens) if self.n_tokens > 0 else 0
             if prefix == len(tokens) and prefix > 0:
                 prefix -= 1  # re-evaluate the last token to get its logits
+            if prefix > 0 and not self._ctx.kv_swa_resumable(0, prefix):
+                # The sliding-window layers' cache has moved past what the
+                # reused prefix's end needs (swa_full=False): evaluate it all.
+                prefix = 0
             self.n_tokens = prefix
             tokens = tokens[prefix:]
             if prefix > 0 and self.verbose:

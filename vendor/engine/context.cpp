@@ -16,7 +16,7 @@ namespace lp {
 namespace {
 
 constexpr uint32_t kStateMagic = 0x5453504c;  // "LPST"
-constexpr uint32_t kStateVersion = 1;
+constexpr uint32_t kStateVersion = 2;
 
 context_params resolve(const model& m, context_params p) {
     if (m.vocab_only()) throw value_error("the model was loaded with vocab_only=True; it cannot be evaluated");
@@ -77,6 +77,27 @@ rope_params scaled_rope(rope_params r, const context_params& p) {
     return r;
 }
 
+// Cells of a separate cache for the sliding-window layers: enough for every
+// sequence's window plus one batch (whose rows are all placed before any is
+// evaluated); 0 when there is no such layer, swa_full asks for full size, or
+// the window cache would not be smaller.
+int64_t window_cells(const hparams& hp, const context_params& p) {
+    if (hp.v.encoder || hp.n_swa <= 0 || p.swa_full) return 0;
+    bool any = false, all = true;
+    for (uint8_t f : hp.swa_layers) any = any || f, all = all && f;
+    if (!any || all) return 0;
+    const int64_t n = (int64_t)hp.n_swa * p.n_seq_max + p.n_batch;
+    return n < p.n_ctx ? n : 0;
+}
+
+// Layer flags of the main cache: all layers (empty), or the global ones.
+std::vector<uint8_t> main_cache_layers(const hparams& hp, const context_params& p) {
+    if (window_cells(hp, p) == 0) return {};
+    std::vector<uint8_t> f(hp.swa_layers.size());
+    for (size_t i = 0; i < f.size(); ++i) f[i] = !hp.swa_layers[i];
+    return f;
+}
+
 // Rotation block of a quantized cache (0: none), as llama.cpp picks it: a head
 // size that is a multiple of 64; keys in the largest power-of-two block that
 // divides the head, values in blocks of 64.
@@ -100,14 +121,23 @@ context::context(std::shared_ptr<const model> m, const context_params& params)
     : model_(std::move(m)),
       p_(resolve(*model_, params)),
       kv_((int)model_->hp().n_layer, model_->hp().v.encoder ? 1 : p_.n_ctx, model_->hp().n_embd_k(),
-          model_->hp().n_embd_v(), p_.type_k, p_.type_v),  // encoders keep no cache
+          model_->hp().n_embd_v(), p_.type_k, p_.type_v, main_cache_layers(model_->hp(), p_)),  // encoders keep no cache
       pool_(new thread_pool(p_.n_threads)),
       pool_batch_(p_.n_threads_batch != p_.n_threads ? new thread_pool(p_.n_threads_batch) : nullptr),
       rs_(model_->hp(), p_.n_ubatch, p_.n_ctx, std::max(p_.n_threads, p_.n_threads_batch)) {
     const hparams& hp = model_->hp();
     rope_[0] = scaled_rope(hp.rope, p_);
-    if (p_.kv_rotation) kv_.set_rotation(rotation_block(p_.type_k, hp.head_dim_k, false),
-                                         rotation_block(p_.type_v, hp.head_dim_v, true));
+    if (const int64_t wc = window_cells(hp, p_)) {
+        kv_swa_.reset(new kv_cache((int)hp.n_layer, wc, hp.n_embd_k(), hp.n_embd_v(), p_.type_k, p_.type_v,
+                                   hp.swa_layers));
+        cells_swa_.resize((size_t)p_.n_batch);
+    }
+    swa_dropped_.assign((size_t)p_.n_seq_max, -1);
+    if (p_.kv_rotation) {
+        const int rk = rotation_block(p_.type_k, hp.head_dim_k, false), rv = rotation_block(p_.type_v, hp.head_dim_v, true);
+        kv_.set_rotation(rk, rv);
+        if (kv_swa_) kv_swa_->set_rotation(rk, rv);
+    }
     // Frequency divisors: llama3-style rope_freqs, or phi3's long / short
     // factors chosen by the context length each sequence can reach.
     const model_weights& w = model_->weights();
@@ -197,6 +227,7 @@ void context::decode(const batch_view& b) {
         return;
     }
     kv_.find_free(b.n, cells_.data());  // throws (changing nothing) when the cache is full
+    if (kv_swa_) place_in_window_cache(b);
 
     // Which rows want outputs. Pooled embeddings need every row's state, but
     // keep (and compute logits for) only the rows asked for explicitly.
@@ -218,10 +249,12 @@ void context::decode(const batch_view& b) {
             ub.embd = b.embd ? b.embd + u0 * hp.n_embd : nullptr;
             ub.pos = b.pos + u0;
             ub.cells = cells_.data() + u0;
+            ub.cells_swa = kv_swa_ ? cells_swa_.data() + u0 : nullptr;
             for (int64_t i = u0; i < u1; ++i) {
                 const int32_t s0 = b.seq_begin ? b.seq_begin[i] : (int32_t)i;
                 const int32_t s1 = b.seq_begin ? b.seq_begin[i + 1] : (int32_t)i + 1;
                 kv_.occupy(cells_[(size_t)i], b.pos[i], b.seq_ids + s0, s1 - s0);
+                if (kv_swa_) kv_swa_->occupy(cells_swa_[(size_t)i], b.pos[i], b.seq_ids + s0, s1 - s0);
                 const bool w = b.want ? b.want[i] != 0 : (all || i == b.n - 1);
                 if (w) out_rows_[(size_t)ub.n_out++] = (int32_t)(i - u0);
             }
@@ -229,15 +262,16 @@ void context::decode(const batch_view& b) {
             ub.out_rows = out_rows_.data();
             for (int r = 0; r < 2; ++r) {
                 if (rs_.mask[r].empty()) continue;
-                kv_.build_mask(ub.n_tok, ub.pos, first_seq_.data() + u0, r == 0 ? 0 : hp.n_swa, rs_.mask[r].data(),
-                               rs_.mask_words, rs_.mask_lo[r].data(), rs_.mask_hi[r].data());
+                const kv_cache& mc = (r == 1 && kv_swa_) ? *kv_swa_ : kv_;
+                mc.build_mask(ub.n_tok, ub.pos, first_seq_.data() + u0, r == 0 ? 0 : hp.n_swa, rs_.mask[r].data(),
+                              rs_.mask_words, rs_.mask_lo[r].data(), rs_.mask_hi[r].data());
             }
             thread_pool& pool = (ub.n_tok > 1 && pool_batch_) ? *pool_batch_ : *pool_;
             if (pooled) {
                 // Every row's state into hidden_, pooled, then the rows asked for are kept.
                 for (int64_t i = 0; i < ub.n_tok; ++i) out_rows_[(size_t)i] = (int32_t)i;
                 ub.n_out = ub.n_tok;
-                decoder_forward(*model_, rope_, kv_, rs_, ub, pool, nullptr, hidden_.data());
+                decoder_forward(*model_, rope_, kv_, kv_swa_.get(), rs_, ub, pool, nullptr, hidden_.data());
                 pool_rows(b, u0, ub.n_tok, hidden_.data());
                 const int64_t first_kept = out_done;
                 keep_rows(b, u0, ub.n_tok, hidden_.data(), out_done);
@@ -248,12 +282,15 @@ void context::decode(const batch_view& b) {
             }
             float* lg = logits_->data() + out_done * hp.n_vocab;
             float* em = p_.embeddings ? embd_->data() + out_done * hp.n_embd : nullptr;
-            decoder_forward(*model_, rope_, kv_, rs_, ub, pool, lg, em);
+            decoder_forward(*model_, rope_, kv_, kv_swa_.get(), rs_, ub, pool, lg, em);
             out_done += ub.n_out;
         }
     } catch (...) {
         // Undo: the rows of this batch leave the cache, no outputs remain.
-        for (int64_t i = 0; i < done; ++i) kv_.release(cells_[(size_t)i]);
+        for (int64_t i = 0; i < done; ++i) {
+            kv_.release(cells_[(size_t)i]);
+            if (kv_swa_) kv_swa_->release(cells_swa_[(size_t)i]);
+        }
         n_out_ = 0;
         if (pooled) pool_begin();
         throw;
@@ -286,6 +323,12 @@ void context::kv_seq_rm(int seq, int32_t p0, int32_t p1) {
     std::lock_guard<std::mutex> lock(mutex_);
     if (seq >= 0) check_seq(seq, "sequence id");
     kv_.seq_rm(seq, p0, p1);
+    if (kv_swa_) {
+        kv_swa_->seq_rm(seq, p0, p1);
+        // A sequence removed from its start has nothing dropped any more.
+        for (int s = 0; s < p_.n_seq_max; ++s)
+            if ((seq < 0 || s == seq) && kv_.seq_pos_max(s) < 0) swa_dropped_[(size_t)s] = -1;
+    }
 }
 
 void context::kv_seq_cp(int src, int dst, int32_t p0, int32_t p1) {
@@ -293,12 +336,21 @@ void context::kv_seq_cp(int src, int dst, int32_t p0, int32_t p1) {
     check_seq(src, "source sequence id");
     check_seq(dst, "destination sequence id");
     kv_.seq_cp(src, dst, p0, p1);
+    if (kv_swa_) {
+        kv_swa_->seq_cp(src, dst, p0, p1);
+        swa_dropped_[(size_t)dst] = std::max(swa_dropped_[(size_t)dst], swa_dropped_[(size_t)src]);
+    }
 }
 
 void context::kv_seq_keep(int seq) {
     std::lock_guard<std::mutex> lock(mutex_);
     check_seq(seq, "sequence id");
     kv_.seq_keep(seq);
+    if (kv_swa_) {
+        kv_swa_->seq_keep(seq);
+        for (int s = 0; s < p_.n_seq_max; ++s)
+            if (s != seq) swa_dropped_[(size_t)s] = -1;
+    }
 }
 
 int32_t context::kv_seq_pos_max(int seq) const {
@@ -316,10 +368,52 @@ int32_t context::kv_seq_pos_min(int seq) const {
 void context::kv_clear() {
     std::lock_guard<std::mutex> lock(mutex_);
     kv_.clear();
+    if (kv_swa_) kv_swa_->clear();
+    std::fill(swa_dropped_.begin(), swa_dropped_.end(), -1);
+}
+
+bool context::kv_swa_resumable(int seq, int32_t pos) const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    check_seq(seq, "sequence id");
+    // A row at pos sees positions > pos - n_swa: none of them may be dropped.
+    const int32_t d = kv_swa_ ? swa_dropped_[(size_t)seq] : -1;
+    return d < 0 || d <= pos - model_->hp().n_swa;
+}
+
+// Before a batch: checks that no row needs what the window cache dropped,
+// drops from it what no row of this batch or later can see, and picks its
+// cells (throws, having changed nothing else, when it is full).
+void context::place_in_window_cache(const batch_view& b) {
+    const int32_t n_swa = model_->hp().n_swa;
+    std::vector<int32_t>& first = seq_last_;  // per sequence: its first position in the batch
+    std::fill(first.begin(), first.end(), INT32_MAX);
+    for (int64_t i = 0; i < b.n; ++i) {
+        const int32_t s0 = b.seq_begin ? b.seq_begin[i] : (int32_t)i;
+        const int32_t s1 = b.seq_begin ? b.seq_begin[i + 1] : (int32_t)i + 1;
+        for (int32_t k = s0; k < s1; ++k) first[(size_t)b.seq_ids[k]] = std::min(first[(size_t)b.seq_ids[k]], b.pos[i]);
+    }
+    for (int s = 0; s < p_.n_seq_max; ++s) {
+        const int32_t p = first[(size_t)s];
+        if (p == INT32_MAX) continue;
+        if (swa_dropped_[(size_t)s] >= 0 && swa_dropped_[(size_t)s] > p - n_swa)
+            throw value_error("decode: sequence " + std::to_string(s) + " continues at position " + std::to_string(p) +
+                              ", which sees positions from " + std::to_string(std::max(0, p - n_swa + 1)) +
+                              " on, but the sliding-window cache already dropped those up to " +
+                              std::to_string(swa_dropped_[(size_t)s]) +
+                              " (evaluate the sequence again from its start, or create the context with swa_full=True)");
+    }
+    for (int s = 0; s < p_.n_seq_max; ++s) {
+        const int32_t p = first[(size_t)s];
+        if (p == INT32_MAX) continue;
+        swa_dropped_[(size_t)s] = std::max(swa_dropped_[(size_t)s], kv_swa_->seq_drop_before(s, p - n_swa + 1));
+    }
+    kv_swa_->find_free(b.n, cells_swa_.data());
 }
 
 // Layout: magic, version, n_vocab, n_embd, then the KV cache (kv_cache.cpp),
-// then n_out, the logits (n_out, n_vocab), a flag and the embeddings (n_out, n_embd).
+// a flag and, when set, the window cache and the dropped position of each
+// sequence, then n_out, the logits (n_out, n_vocab), a flag and the
+// embeddings (n_out, n_embd).
 std::vector<uint8_t> context::state_get() const {
     std::lock_guard<std::mutex> lock(mutex_);
     const hparams& hp = model_->hp();
@@ -329,6 +423,11 @@ std::vector<uint8_t> context::state_get() const {
     put<uint64_t>(out, (uint64_t)hp.n_vocab);
     put<uint64_t>(out, (uint64_t)hp.n_embd);
     kv_.write_state(out);
+    put<uint8_t>(out, kv_swa_ ? 1 : 0);
+    if (kv_swa_) {
+        kv_swa_->write_state(out);
+        for (int32_t d : swa_dropped_) put<int32_t>(out, d);
+    }
     put<uint64_t>(out, (uint64_t)n_out_);
     const size_t nl = hp.v.encoder ? 0 : (size_t)n_out_ * (size_t)hp.n_vocab * sizeof(float);
     size_t at = out.size();
@@ -364,6 +463,18 @@ void context::state_set(const uint8_t* data, size_t size) {
     // Validate everything (cache section, then outputs) before changing anything.
     const size_t kv_at = 24;
     size_t at = kv_at + kv_.read_state(data + kv_at, size - kv_at, false);
+    need(at, 1);
+    if ((data[at++] != 0) != (kv_swa_ != nullptr))
+        throw value_error("context state was saved by a context with another sliding-window cache layout (swa_full)");
+    const size_t swa_at = at;
+    std::vector<int32_t> dropped;
+    if (kv_swa_) {
+        at += kv_swa_->read_state(data + at, size - at, false);
+        dropped.resize((size_t)p_.n_seq_max);
+        need(at, dropped.size() * 4);
+        std::memcpy(dropped.data(), data + at, dropped.size() * 4);
+        at += dropped.size() * 4;
+    }
     need(at, 8);
     uint64_t n_out = 0;
     std::memcpy(&n_out, data + at, 8);
@@ -380,6 +491,10 @@ void context::state_set(const uint8_t* data, size_t size) {
     if (at + nb != size) throw value_error("context state has trailing bytes");
     // Apply.
     kv_.read_state(data + kv_at, size - kv_at, true);
+    if (kv_swa_) {
+        kv_swa_->read_state(data + swa_at, size - swa_at, true);
+        swa_dropped_ = dropped;
+    }
     ensure_output_capacity((int64_t)n_out);
     if (nl) std::memcpy(logits_->data(), data + logits_at, nl);
     if (has_embd && p_.embeddings && nb) std::memcpy(embd_->data(), data + at, nb);

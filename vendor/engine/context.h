@@ -51,6 +51,11 @@ struct context_params {
     float yarn_beta_fast = 0.0f;    // 0: the model's (32)
     float yarn_beta_slow = 0.0f;    // 0: the model's (1)
     int yarn_orig_ctx = 0;          // 0: the model's original context length
+    // Sliding-window layers keep a full-size cache (llama.cpp's swa_full)
+    // instead of one of window × sequences + n_batch cells. The small cache
+    // cannot rewind a sequence further back than its window reaches (decode
+    // then raises; kv_swa_resumable says beforehand).
+    bool swa_full = false;
     // Hadamard rotation of a quantized cache (kv_cache.h), on as in llama.cpp
     // whenever a cache type is quantized and the head size a multiple of 64.
     bool kv_rotation = true;
@@ -103,6 +108,14 @@ public:
     int32_t kv_seq_pos_min(int seq) const;
     void kv_clear();
     int64_t kv_n_used() const { return kv_.n_used(); }
+    // Cells of the sliding-window layers' own cache (0: they share the main cache).
+    int64_t kv_swa_cells() const { return kv_swa_ ? kv_swa_->n_cells() : 0; }
+    // Bytes of keys and values held, both caches.
+    size_t kv_bytes() const { return kv_.bytes() + (kv_swa_ ? kv_swa_->bytes() : 0); }
+    // Whether sequence seq can continue at position pos (after kv_seq_rm of
+    // what follows): false when the window cache already dropped positions
+    // that position needs.
+    bool kv_swa_resumable(int seq, int32_t pos) const;
 
     // LoRA adapters applied from the next decode on (each with its scale);
     // an empty list removes them. Adapters must be for this context's model.
@@ -118,6 +131,7 @@ private:
     void check_seq(int seq, const char* what) const;
     void validate(const batch_view& b) const;
     void ensure_output_capacity(int64_t n_out);
+    void place_in_window_cache(const batch_view& b);
     // Encoders and pooled embeddings (context_embd.cpp).
     void decode_encoder(const batch_view& b);
     void pool_begin();
@@ -127,7 +141,10 @@ private:
 
     std::shared_ptr<const model> model_;
     context_params p_;
-    kv_cache kv_;
+    kv_cache kv_;                      // every layer, or the global ones when kv_swa_ exists
+    std::unique_ptr<kv_cache> kv_swa_;  // the sliding-window layers (window-sized), or null
+    std::vector<int32_t> cells_swa_;    // (n_batch) window-cache cell of each batch row
+    std::vector<int32_t> swa_dropped_;  // (n_seq_max) highest position the window cache dropped, -1: none
     std::unique_ptr<thread_pool> pool_;        // n_threads
     std::unique_ptr<thread_pool> pool_batch_;  // n_threads_batch (null: same as pool_)
     run_state rs_;

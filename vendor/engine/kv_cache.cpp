@@ -13,7 +13,7 @@ namespace lp {
 namespace {
 
 constexpr uint32_t kStateMagic = 0x564b504c;  // "LPKV"
-constexpr uint32_t kStateVersion = 1;
+constexpr uint32_t kStateVersion = 2;
 
 bool in_range(int32_t p, int32_t p0, int32_t p1) {
     if (p0 < 0) p0 = 0;
@@ -47,19 +47,23 @@ struct reader {
 }  // namespace
 
 kv_cache::kv_cache(int n_layer, int64_t n_cells, int64_t n_embd_k, int64_t n_embd_v, ggml_type type_k,
-                   ggml_type type_v)
+                   ggml_type type_v, const std::vector<uint8_t>& layers)
     : n_layer_(n_layer), n_cells_(n_cells), n_embd_k_(n_embd_k), n_embd_v_(n_embd_v), type_k_(type_k),
       type_v_(type_v) {
+    if (!layers.empty() && (int)layers.size() != n_layer) throw value_error("KV cache: layer flags do not match n_layer");
+    slot_.assign((size_t)std::max(n_layer, 0), -1);
+    for (int il = 0; il < n_layer; ++il)
+        if (layers.empty() || layers[(size_t)il]) slot_[(size_t)il] = n_held_++;
     for (ggml_type t : {type_k, type_v})
         if (!kv_cache_type_ok(t))
             throw value_error(std::string("KV cache type ") + type_name(t) + " is not supported (" +
                               kKvCacheTypeNames + ")");
-    if (n_layer <= 0 || n_cells <= 0) throw value_error("KV cache needs at least one layer and one cell");
+    if (n_layer <= 0 || n_cells <= 0 || n_held_ == 0) throw value_error("KV cache needs at least one layer and one cell");
     k_row_ = row_size(type_k, n_embd_k);
     v_row_ = row_size(type_v, n_embd_v);
     layer_bytes_ = (size_t)n_cells * (k_row_ + v_row_);
     // Not zeroed: a cell's rows are always written before any token can see it.
-    data_.reset(new uint8_t[(size_t)n_layer * layer_bytes_]);
+    data_.reset(new uint8_t[(size_t)n_held_ * layer_bytes_]);
     pos_.assign((size_t)n_cells, -1);
     seqs_.assign((size_t)n_cells, {});
 }
@@ -130,6 +134,21 @@ void kv_cache::seq_keep(int seq) {
     }
 }
 
+int32_t kv_cache::seq_drop_before(int seq, int32_t p) {
+    int32_t dropped = -1;
+    for (int64_t j = 0; j < n_cells_; ++j) {
+        auto& s = seqs_[(size_t)j];
+        if (!s.test((size_t)seq) || pos_[(size_t)j] >= p) continue;
+        dropped = std::max(dropped, pos_[(size_t)j]);
+        s.reset((size_t)seq);
+        if (s.none()) {
+            pos_[(size_t)j] = -1;
+            --n_used_;
+        }
+    }
+    return dropped;
+}
+
 int32_t kv_cache::seq_pos_max(int seq) const {
     int32_t m = -1;
     for (int64_t j = 0; j < n_cells_; ++j)
@@ -176,6 +195,7 @@ void kv_cache::write_state(std::vector<uint8_t>& out) const {
     put<uint32_t>(out, kStateMagic);
     put<uint32_t>(out, kStateVersion);
     put<uint32_t>(out, (uint32_t)n_layer_);
+    put<uint32_t>(out, (uint32_t)n_held_);
     put<int32_t>(out, (int32_t)type_k_);
     put<int32_t>(out, (int32_t)type_v_);
     put<uint64_t>(out, (uint64_t)k_row_);
@@ -192,9 +212,10 @@ void kv_cache::write_state(std::vector<uint8_t>& out) const {
             if (s.test(q)) put<int32_t>(out, (int32_t)q);
     }
     const size_t at = out.size();
-    out.resize(at + used.size() * (size_t)n_layer_ * (k_row_ + v_row_));
+    out.resize(at + used.size() * (size_t)n_held_ * (k_row_ + v_row_));
     uint8_t* dst = out.data() + at;
     for (int il = 0; il < n_layer_; ++il) {
+        if (!holds(il)) continue;
         for (int64_t j : used) {
             std::memcpy(dst, k(il) + (size_t)j * k_row_, k_row_);
             dst += k_row_;
@@ -213,11 +234,12 @@ size_t kv_cache::read_state(const uint8_t* data, size_t size, bool apply) {
     if (version != kStateVersion)
         throw value_error("KV cache state version " + std::to_string(version) + " is not supported");
     const uint32_t n_layer = r.get<uint32_t>();
+    const uint32_t n_held = r.get<uint32_t>();
     const int32_t tk = r.get<int32_t>(), tv = r.get<int32_t>();
     const uint64_t k_row = r.get<uint64_t>(), v_row = r.get<uint64_t>();
-    if (n_layer != (uint32_t)n_layer_ || tk != (int32_t)type_k_ || tv != (int32_t)type_v_ || k_row != k_row_ ||
+    if (n_layer != (uint32_t)n_layer_ || n_held != (uint32_t)n_held_ || tk != (int32_t)type_k_ || tv != (int32_t)type_v_ || k_row != k_row_ ||
         v_row != v_row_)
-        throw value_error("KV cache state was saved by a context with another model or cache types");
+        throw value_error("KV cache state was saved by a context with another model, cache types or sliding-window cache layout (swa_full)");
     const uint64_t n = r.get<uint64_t>();
     if (n > (uint64_t)n_cells_)
         throw value_error("KV cache state holds " + std::to_string(n) + " cells, this context has only " +
@@ -235,7 +257,7 @@ size_t kv_cache::read_state(const uint8_t* data, size_t size, bool apply) {
             seqs[i].set((size_t)s);
         }
     }
-    const uint8_t* rows = r.take((size_t)n * n_layer_ * (k_row_ + v_row_));
+    const uint8_t* rows = r.take((size_t)n * n_held_ * (k_row_ + v_row_));
     if (!apply) return r.at;
     // Everything is valid: replace the contents.
     clear();
@@ -245,6 +267,7 @@ size_t kv_cache::read_state(const uint8_t* data, size_t size, bool apply) {
     }
     n_used_ = (int64_t)n;
     for (int il = 0; il < n_layer_; ++il) {
+        if (!holds(il)) continue;
         std::memcpy(k(il), rows, (size_t)n * k_row_);
         rows += (size_t)n * k_row_;
         std::memcpy(v(il), rows, (size_t)n * v_row_);

@@ -42,8 +42,12 @@ constexpr const char* kKvCacheTypeNames = "F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_
 class kv_cache {
 public:
     // n_embd_k / n_embd_v: elements of one token's keys / values in one layer
-    // (n_head_kv * head_dim). type_k / type_v: F32, F16 or BF16.
-    kv_cache(int n_layer, int64_t n_cells, int64_t n_embd_k, int64_t n_embd_v, ggml_type type_k, ggml_type type_v);
+    // (n_head_kv * head_dim). type_k / type_v: kv_cache_type_ok types.
+    // layers: which of the n_layer layers this cache holds (1 = held; empty:
+    // all); a model with sliding-window layers may keep those in a second,
+    // smaller cache.
+    kv_cache(int n_layer, int64_t n_cells, int64_t n_embd_k, int64_t n_embd_v, ggml_type type_k, ggml_type type_v,
+             const std::vector<uint8_t>& layers = {});
 
     int n_layer() const { return n_layer_; }
     int64_t n_cells() const { return n_cells_; }
@@ -60,14 +64,16 @@ public:
     ggml_type type_v() const { return type_v_; }
     size_t k_row_bytes() const { return k_row_; }
     size_t v_row_bytes() const { return v_row_; }
-    // Keys / values of layer il: (n_cells, n_embd_k) / (n_cells, n_embd_v).
-    uint8_t* k(int il) { return data_.get() + (size_t)il * layer_bytes_; }
-    uint8_t* v(int il) { return data_.get() + (size_t)il * layer_bytes_ + (size_t)n_cells_ * k_row_; }
-    const uint8_t* k(int il) const { return data_.get() + (size_t)il * layer_bytes_; }
-    const uint8_t* v(int il) const { return data_.get() + (size_t)il * layer_bytes_ + (size_t)n_cells_ * k_row_; }
-    size_t bytes() const { return (size_t)n_layer_ * layer_bytes_; }
+    // Keys / values of layer il (a held one): (n_cells, n_embd_k) / (n_cells, n_embd_v).
+    bool holds(int il) const { return slot_[(size_t)il] >= 0; }
+    uint8_t* k(int il) { return data_.get() + (size_t)slot_[(size_t)il] * layer_bytes_; }
+    uint8_t* v(int il) { return k(il) + (size_t)n_cells_ * k_row_; }
+    const uint8_t* k(int il) const { return data_.get() + (size_t)slot_[(size_t)il] * layer_bytes_; }
+    const uint8_t* v(int il) const { return k(il) + (size_t)n_cells_ * k_row_; }
+    size_t bytes() const { return (size_t)n_held_ * layer_bytes_; }
 
     int32_t pos(int64_t cell) const { return pos_[(size_t)cell]; }
+    const int32_t* positions() const { return pos_.data(); }  // (n_cells), -1 for free cells
     bool has_seq(int64_t cell, int seq) const { return seqs_[(size_t)cell].test((size_t)seq); }
     bool is_free(int64_t cell) const { return seqs_[(size_t)cell].none(); }
     // One past the highest cell in use (0 when empty).
@@ -86,6 +92,9 @@ public:
     void seq_rm(int seq, int32_t p0, int32_t p1);
     void seq_cp(int src, int dst, int32_t p0, int32_t p1);
     void seq_keep(int seq);
+    // Drops sequence seq from its cells at positions < p (a sliding window
+    // has moved past them); returns the highest position dropped, or -1.
+    int32_t seq_drop_before(int seq, int32_t p);
     int32_t seq_pos_max(int seq) const;  // -1 when the sequence is empty
     int32_t seq_pos_min(int seq) const;  // -1 when the sequence is empty
     void clear();
@@ -107,6 +116,8 @@ public:
 
 private:
     int n_layer_;
+    std::vector<int> slot_;        // (n_layer) index of each held layer in data_, -1 when not held
+    int n_held_ = 0;
     int64_t n_cells_;
     int64_t n_embd_k_, n_embd_v_;
     int rot_k_ = 0, rot_v_ = 0;

@@ -239,7 +239,8 @@ void bind_model(py::module_& m) {
                          int n_threads, int n_threads_batch, const py::object& type_k, const py::object& type_v,
                          bool flash_attn, bool embeddings, float rope_freq_base, float rope_freq_scale,
                          int pooling_type, int rope_scaling_type, float yarn_ext_factor, float yarn_attn_factor,
-                         float yarn_beta_fast, float yarn_beta_slow, int yarn_orig_ctx, bool kv_rotation) {
+                         float yarn_beta_fast, float yarn_beta_slow, int yarn_orig_ctx, bool kv_rotation,
+                         bool swa_full) {
                  if (!mdl) throw value_error("Context needs a Model");
                  context_params p;
                  p.n_ctx = n_ctx;
@@ -262,6 +263,7 @@ void bind_model(py::module_& m) {
                  p.yarn_beta_slow = yarn_beta_slow;
                  p.yarn_orig_ctx = yarn_orig_ctx;
                  p.kv_rotation = kv_rotation;
+                 p.swa_full = swa_full;
                  py::gil_scoped_release nogil;
                  return new context(mdl, p);
              }),
@@ -271,7 +273,12 @@ void bind_model(py::module_& m) {
              py::arg("embeddings") = false, py::arg("rope_freq_base") = 0.0f, py::arg("rope_freq_scale") = 0.0f,
              py::arg("pooling_type") = -1, py::arg("rope_scaling_type") = -1, py::arg("yarn_ext_factor") = -1.0f,
              py::arg("yarn_attn_factor") = 0.0f, py::arg("yarn_beta_fast") = 0.0f, py::arg("yarn_beta_slow") = 0.0f,
-             py::arg("yarn_orig_ctx") = 0, py::arg("kv_rotation") = true)
+             py::arg("yarn_orig_ctx") = 0, py::arg("kv_rotation") = true, py::arg("swa_full") = false)
+        .def_property_readonly("kv_swa_cells", &context::kv_swa_cells,
+                               "cells of the sliding-window layers' own cache (0: they share the main cache)")
+        .def_property_readonly("kv_bytes", &context::kv_bytes, "bytes of keys and values held")
+        .def("kv_swa_resumable", &context::kv_swa_resumable, py::arg("seq"), py::arg("pos"),
+             "whether the sequence can continue at pos (the window cache still holds what that position sees)")
         .def_property_readonly("kv_rotation", [](const context& c) {
                 return py::make_tuple(c.kv().rot_k(), c.kv().rot_v());
             }, "Hadamard rotation blocks of a quantized cache (keys, values); 0: none")

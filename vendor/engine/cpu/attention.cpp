@@ -275,7 +275,8 @@ block make_block(const attention_args& a, int t0, int nb, int hk) {
     return block{a, t0, nb, hk, n_gqa, nb * n_gqa};
 }
 
-// 1. the cells any row of the block sees, ascending, into idx
+// 1. the cells any row of the block sees, in position order (cell order where
+// positions tie, across sequences), into idx
 void gather_cells(block& b, int32_t* idx) {
     const attention_args& a = b.a;
     int32_t lo = 0, hi = 0;
@@ -291,6 +292,10 @@ void gather_cells(block& b, int32_t* idx) {
         bool any = false;
         for (int r = 0; r < b.nb && !any; ++r) any = visible(a.mask + (int64_t)(b.t0 + r) * a.mask_words, j);
         if (any) idx[b.m++] = j;
+    }
+    if (const int32_t* pos = a.cell_pos) {
+        auto before = [pos](int32_t x, int32_t y) { return pos[x] < pos[y] || (pos[x] == pos[y] && x < y); };
+        if (!std::is_sorted(idx, idx + b.m, before)) std::sort(idx, idx + b.m, before);
     }
 }
 

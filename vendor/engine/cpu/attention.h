@@ -38,6 +38,9 @@ struct attention_args {
     int64_t mask_words = 0;
     const int32_t* lo = nullptr;  // (n_tok)
     const int32_t* hi = nullptr;  // (n_tok)
+    // Position of each cell: visible cells are taken in position order, so
+    // results do not depend on which cells a cache happened to use.
+    const int32_t* cell_pos = nullptr;
     float scale = 1.0f;          // applied to q·k after soft-capping
     float softcap = 0.0f;        // 0: none; else s = tanh(s / softcap) * softcap
 };

@@ -95,8 +95,8 @@ void store_kv(kv_cache& kv, int il, int32_t cell, const float* k, int64_t nk, co
 
 }  // namespace
 
-void decoder_forward(const model& m, const rope_params rope[2], kv_cache& kv, run_state& rs, const ubatch& ub,
-                     thread_pool& pool, float* logits, float* embd) {
+void decoder_forward(const model& m, const rope_params rope[2], kv_cache& kv_main, kv_cache* kv_swa, run_state& rs,
+                     const ubatch& ub, thread_pool& pool, float* logits, float* embd) {
     const hparams& hp = m.hp();
     const model_weights& W = m.weights();
     const block_variant& V = hp.v;
@@ -131,6 +131,9 @@ void decoder_forward(const model& m, const rope_params rope[2], kv_cache& kv, ru
     for (int il = 0; il < (int)hp.n_layer; ++il) {
         const layer_weights& L = W.layers[(size_t)il];
         const int r = hp.swa_layers[(size_t)il] ? 1 : 0;
+        // This layer's cache and the rows' cells in it.
+        kv_cache& kv = (r == 1 && kv_swa) ? *kv_swa : kv_main;
+        const int32_t* cells = (r == 1 && kv_swa) ? ub.cells_swa : ub.cells;
         const bool last = il == (int)hp.n_layer - 1;
 
         // ---- attention sub-block ----
@@ -165,7 +168,7 @@ void decoder_forward(const model& m, const rope_params rope[2], kv_cache& kv, ru
                 hadamard_blocks(k, nk, kv.rot_k());
             }
             if (kv.rot_v()) hadamard_blocks(v, nv, kv.rot_v());
-            store_kv(kv, il, ub.cells[t], k, nk, v, nv);
+            store_kv(kv, il, cells[t], k, nk, v, nv);
         });
         attention_args aa;
         aa.n_tok = (int)n;
@@ -183,6 +186,7 @@ void decoder_forward(const model& m, const rope_params rope[2], kv_cache& kv, ru
         aa.k_row_bytes = kv.k_row_bytes();
         aa.v = kv.v(il);
         aa.v_row_bytes = kv.v_row_bytes();
+        aa.cell_pos = kv.positions();
         aa.mask = rs.mask[r].data();
         aa.mask_words = rs.mask_words;
         aa.lo = rs.mask_lo[r].data();

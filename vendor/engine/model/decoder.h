@@ -27,6 +27,7 @@ struct ubatch {
     const float* embd = nullptr;      // (n_tok, n_embd) input embeddings, or null
     const int32_t* pos = nullptr;     // (n_tok)
     const int32_t* cells = nullptr;   // (n_tok) KV cache cell of each row
+    const int32_t* cells_swa = nullptr;  // (n_tok) cell in the window cache, when there is one
     const int32_t* out_rows = nullptr;  // (n_out) ascending rows whose logits / embeddings are wanted
     int64_t n_out = 0;
 };
@@ -58,8 +59,10 @@ struct run_state {
 // Runs the model on one micro-batch. rope[0] / rope[1]: RoPE of the global /
 // sliding-window layers. logits: (n_out, n_vocab), or null to skip the
 // output head; embd: (n_out, n_embd) final normalised hidden states, or null.
-void decoder_forward(const model& m, const rope_params rope[2], kv_cache& kv, run_state& rs, const ubatch& ub,
-                     thread_pool& pool, float* logits, float* embd);
+// kv_swa: the sliding-window layers' own cache (cells ub.cells_swa), or null
+// when kv holds every layer.
+void decoder_forward(const model& m, const rope_params rope[2], kv_cache& kv, kv_cache* kv_swa, run_state& rs,
+                     const ubatch& ub, thread_pool& pool, float* logits, float* embd);
 
 // The output head alone: logits (n, n_vocab) of n final normalised hidden
 // states h (n, n_embd), soft-capped where the model asks.
