@@ -32,6 +32,7 @@ from .llama import Llama
 from .llama_cache import (
     BaseLlamaCache,
     LlamaCache,
+    LlamaDiskCache,
     LlamaRAMCache,
     LlamaState,
     LogitsProcessorList,
@@ -52,6 +53,7 @@ __all__ = [
     "LlamaState",
     "LlamaCache",
     "LlamaRAMCache",
+    "LlamaDiskCache",
     "BaseLlamaCache",
     "LogitsProcessorList",
     "StoppingCriteriaList",

@@ -310,6 +310,34 @@ def test_ram_cache_restores_a_previous_prompt(model_path):
     m.close()
 
 
+def test_disk_cache_survives_the_process_and_respects_capacity(model_path, tmp_path):
+    from llamapy import Llama, LlamaDiskCache
+
+    m = Llama(model_path=model_path, n_ctx=256, verbose=False)
+    m.set_cache(LlamaDiskCache(cache_dir=str(tmp_path / "c")))
+    a = text_of(m(PROMPT, max_tokens=6, temperature=0.0))
+    m("Something else entirely", max_tokens=2, temperature=0.0)
+    assert len(list((tmp_path / "c").glob("*.npz"))) == 2
+    m.close()
+    # a new process (here: a new cache object and model) finds the entries
+    fresh = LlamaDiskCache(cache_dir=str(tmp_path / "c"))
+    tokens = Llama(model_path=model_path, n_ctx=256, verbose=False).tokenize(PROMPT.encode())
+    assert tokens in fresh
+    state = fresh[tokens]
+    assert state.n_tokens >= len(tokens)
+    m2 = Llama(model_path=model_path, n_ctx=256, verbose=False)
+    m2.set_cache(fresh)
+    assert text_of(m2(PROMPT, max_tokens=6, temperature=0.0)) == a
+    # capacity: one entry's worth keeps only the newest
+    small = LlamaDiskCache(cache_dir=str(tmp_path / "s"), capacity_bytes=1)
+    small[[1, 2, 3]] = state
+    small[[4, 5, 6]] = state
+    assert [4, 5, 6] in small and [1, 2, 3] not in small
+    (tmp_path / "c" / "junk.llamastate.npz").write_bytes(b"not an npz")
+    assert len(LlamaDiskCache(cache_dir=str(tmp_path / "c"))._keys) == 2  # damaged files are ignored
+    m2.close()
+
+
 # --------------------------------------------------------- threads / lifecycle
 def test_concurrent_calls_do_not_crash(llm):
     results, errors = [], []
