@@ -1,8 +1,9 @@
 // kquants_x86.cpp — the x86 kernels of the k-quant family (formats, reference
-// code and registration: kquants.cpp): Q8_K quantization and the k-quant ×
-// Q8_K dot products for AVX2 (maddubs/madd) and AVX-512 VNNI (maddubs/dpwssd,
-// plus 4×4 tiles for batched products). Each gives the same result as its
-// _ref twin up to float summation order (Q8_K quantization: the same bytes).
+// code and registration: kquants.cpp): Q8_K quantization (AVX2, AVX-512) and
+// the k-quant × Q8_K dot products for AVX2 (maddubs/madd); the AVX-512 ones
+// and the batched tiles are in kquants_tiles_x86.cpp. Each gives the same
+// result as its _ref twin up to float summation order (Q8_K quantization: the
+// same bytes).
 // Not here: anything scalar; a portable build without LP_ENABLE_AVX2 compiles
 // this file to nothing.
 //
@@ -27,6 +28,7 @@
 #pragma GCC diagnostic pop
 #endif
 
+#include "kquants_x86_common.h"
 #include "simd_x86.h"
 
 namespace lp {
@@ -42,47 +44,13 @@ namespace lp {
 #if defined(LP_HAVE_AVX2)
 namespace {
 
-// Mat-vec streams the weights from memory once. The hardware prefetchers
-// alone leave one core well short of the memory bandwidth (~0.8 of it on
-// Zen 5); asking for the lines 4 KiB ahead of the block in use brings a single
-// thread to ~0.95. Rows of a matrix are contiguous, so this runs on into the
-// next row; prefetches past the end of the data are harmless.
-LP_INLINE void prefetch_ahead(const void* block, size_t block_bytes) {
-    const char* p = static_cast<const char*>(block) + 4096;
-    for (size_t off = 0; off < block_bytes; off += 64) _mm_prefetch(p + off, _MM_HINT_T0);
-}
+using kq_x86::prefetch_ahead;
+using kq_x86::k4_scales_mins_avx2;
+using kq_x86::q3k_scales_avx2;
 
 // Σ over 32 weights of q·a, times the int16 scales, as 8 int32 lanes.
 LP_TARGET_AVX2 LP_INLINE __m256i dot32_avx2(__m256i q, const int8_t* a, __m256i scales16) {
     return _mm256_madd_epi16(_mm256_maddubs_epi16(q, _mm256_loadu_si256((const __m256i*)a)), scales16);
-}
-
-// Q4_K / Q5_K scales and mins (see k4_unpack_scales) as bytes 0-7 / 8-15 of
-// one vector. Reads 16 bytes from s: the 12 scale bytes and 4 bytes of the
-// quants that follow them in both layouts.
-LP_TARGET_AVX2 LP_INLINE __m128i k4_scales_mins_avx2(const uint8_t* s) {
-    const __m128i v = _mm_loadu_si128((const __m128i*)s);    // dwords w0 w1 w2 (w3: not scales)
-    const __m128i a = _mm_shuffle_epi32(v, _MM_SHUFFLE(2, 1, 2, 0));  // w0 w2 w1 w2
-    const __m128i b = _mm_shuffle_epi32(v, _MM_SHUFFLE(1, 1, 0, 0));  // w0 w0 w1 w1
-    // low parts: w0 & 63, w2 & 15, w1 & 63, (w2 >> 4) & 15; top 2 bits from w0 / w1 bits 6-7
-    const __m128i low = _mm_and_si128(_mm_srlv_epi32(a, _mm_setr_epi32(0, 0, 0, 4)),
-                                      _mm_setr_epi32(0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f));
-    const __m128i top = _mm_and_si128(_mm_srli_epi32(b, 2), _mm_setr_epi32(0, 0x30303030, 0, 0x30303030));
-    return _mm_or_si128(low, top);
-}
-
-// Q3_K scales (see q3k_unpack_scales) as 16 signed bytes, value − 32. Reads
-// exactly the 12 scale bytes (the block may end 2 bytes later).
-LP_TARGET_AVX2 LP_INLINE __m128i q3k_scales_avx2(const uint8_t* s) {
-    const __m128i m4 = _mm_set1_epi8(0xF);
-    const __m128i v = _mm_loadl_epi64((const __m128i*)s);  // bytes 0-7: low nibbles of scales 0-7 | 8-15
-    const __m128i low = _mm_unpacklo_epi64(_mm_and_si128(v, m4), _mm_and_si128(_mm_srli_epi16(v, 4), m4));
-    uint32_t w2;
-    std::memcpy(&w2, s + 8, 4);
-    // dword k, byte b: bits 2k..2k+1 of byte 8 + b = top bits of scale 4k + b
-    const __m128i top = _mm_and_si128(_mm_srlv_epi32(_mm_set1_epi32((int)w2), _mm_setr_epi32(0, 2, 4, 6)),
-                                      _mm_set1_epi8(3));
-    return _mm_sub_epi8(_mm_or_si128(low, _mm_slli_epi16(top, 4)), _mm_set1_epi8(32));
 }
 
 // A pshufb control that broadcasts int16 word `w` (0-7) across a 128-bit lane.
@@ -294,270 +262,10 @@ LP_TARGET_AVX2 void quantize_q8_k_avx2(const float* x, void* dst, int64_t n) {
 #endif  // LP_HAVE_AVX2
 
 // ===========================================================================
-// AVX-512 VNNI: 64 weights per instruction pair. maddubs leaves sums of 2
-// products u8×s8 in the 16-bit halves of each 32-bit lane; the 4 weights of a
-// lane always share a sub-block, so VNNI dpwssd against a vector holding each
-// lane's scale in both halves applies the scale and accumulates in one step.
-// (This measured ~5% faster on Zen 5 than dpbusd + dpwssd, which needs a
-// zeroed register per dpbusd.) Each type only says how to lay out its
-// quants and scales (an "unpack"); one dot loop and one 4×N tile serve all.
+// AVX-512: Q8_K quantization. The AVX-512 dot products and tiles of all
+// k-quants are in kquants_tiles_x86.cpp.
 // ===========================================================================
 #if defined(LP_HAVE_AVX512)
-namespace {
-
-// One super-block prepared for the VNNI loop: q[z] holds weights 64z..64z+63
-// as unsigned bytes, lined up with the Q8_K quants they multiply; s[z] the
-// scale of each 32-bit lane (in both 16-bit halves); m16 the 16 int16
-// factors of Q8_K.bsums (mins, or offset·scale); dd the block scales d, dmin.
-struct kblock512 {
-    __m512i q[4];
-    __m512i s[4];
-    __m256i m16;
-    __m128 dd;  // lane 0: d, lane 1: dmin
-};
-
-// Constants with one value in the lower 256 bits and another in the upper.
-LP_TARGET_AVX512 LP_INLINE __m512i halves_epi32(int lo, int hi) {
-    return _mm512_setr_epi32(lo, lo, lo, lo, lo, lo, lo, lo, hi, hi, hi, hi, hi, hi, hi, hi);
-}
-LP_TARGET_AVX512 LP_INLINE __m512i halves_epi16(int lo, int hi) {
-    return halves_epi32((int)((uint32_t)(lo & 0xFFFF) * 0x10001u), (int)((uint32_t)(hi & 0xFFFF) * 0x10001u));
-}
-LP_TARGET_AVX512 LP_INLINE __m512i halves_epi8(int lo, int hi) {
-    return halves_epi32((int)((uint32_t)(lo & 0xFF) * 0x01010101u), (int)((uint32_t)(hi & 0xFF) * 0x01010101u));
-}
-LP_TARGET_AVX512 LP_INLINE __m512i bcast_256(const uint8_t* p) {
-    return _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i*)p));
-}
-
-// Scales of 16-weight groups (Q2_K, Q3_K, Q6_K): lane i of s[z] covers
-// weights 64z + 4i .. +3, in group 4z + i/4. sc16: the 16 scales as int16.
-LP_TARGET_AVX512 LP_INLINE void group16_scales_512(__m256i sc16, kblock512& u) {
-    const __m512i sc = _mm512_castsi256_si512(sc16);
-    for (int z = 0; z < 4; ++z)  // word j of s[z] takes scale 4z + j/8
-        u.s[z] = _mm512_permutexvar_epi16(_mm512_setr_epi32(
-            0x10001 * (4 * z), 0x10001 * (4 * z), 0x10001 * (4 * z), 0x10001 * (4 * z),
-            0x10001 * (4 * z + 1), 0x10001 * (4 * z + 1), 0x10001 * (4 * z + 1), 0x10001 * (4 * z + 1),
-            0x10001 * (4 * z + 2), 0x10001 * (4 * z + 2), 0x10001 * (4 * z + 2), 0x10001 * (4 * z + 2),
-            0x10001 * (4 * z + 3), 0x10001 * (4 * z + 3), 0x10001 * (4 * z + 3), 0x10001 * (4 * z + 3)), sc);
-}
-
-// The crumb layout (Q2_K, Q3_K): weights 64z..64z+63 are bytes 32h..32h+31,
-// h = z/2, in both 256-bit halves, shifted right by 2j with j = 2(z%2) in the
-// lower half and j + 1 in the upper.
-LP_TARGET_AVX512 LP_INLINE void crumbs_512(const uint8_t* qs, kblock512& u) {
-    const __m512i m3 = _mm512_set1_epi8(3);
-    for (int h = 0; h < 2; ++h) {
-        const __m512i b = bcast_256(qs + 32 * h);
-        u.q[2 * h] = _mm512_and_si512(_mm512_srlv_epi16(b, halves_epi16(0, 2)), m3);
-        u.q[2 * h + 1] = _mm512_and_si512(_mm512_srlv_epi16(b, halves_epi16(4, 6)), m3);
-    }
-}
-
-// Sets bit `to` (2 for Q3_K, 4 for Q5_K; the quants have it clear) of every
-// quant whose bit is set in a 32-byte plane where bit j of byte l belongs to
-// weight 32j + l (Q3_K's hmask, Q5_K's qh). For weights 64z..64z+63 the bits
-// are j = 2z (lower half) and 2z+1 (upper half): a 32-bit rotate left by
-// to − j brings bit j of every byte to bit `to` of the same byte.
-LP_TARGET_AVX512 LP_INLINE void or_bit_plane_512(const uint8_t* plane, int to, kblock512& u) {
-    const __m512i bits = bcast_256(plane);
-    const __m512i bit = _mm512_set1_epi8((char)(1 << to));
-    for (int z = 0; z < 4; ++z) {
-        const __m512i moved = _mm512_rolv_epi32(bits, halves_epi32((to - 2 * z) & 31, (to - 2 * z - 1) & 31));
-        u.q[z] = _mm512_ternarylogic_epi32(moved, bit, u.q[z], 0xEA);  // (moved & bit) | q
-    }
-}
-
-// Q4_K and Q5_K: byte c·32 + k holds weights 64c + k (low nibble) and
-// 64c + 32 + k (high nibble), so a broadcast of bytes 32z.. shifted by 0
-// (lower half) and 4 (upper half) gives weights 64z..64z+63.
-LP_TARGET_AVX512 LP_INLINE void unpack_k4_512(const uint8_t* b, size_t qs_off, kblock512& u) {
-    const __m128i sm = k4_scales_mins_avx2(b + 4);
-    // lane i of s[z] takes scale 2z + i/8: a pshufb of the scale bytes (in
-    // every 128-bit lane) into both 16-bit halves, zero-extended
-    const __m512i sm4 = _mm512_broadcast_i32x4(sm);
-    const __m512i m4 = _mm512_set1_epi8(0xF);
-    for (int z = 0; z < 4; ++z) {
-        u.s[z] = _mm512_shuffle_epi8(sm4, halves_epi32((int)(0xFF00FF00u | (0x10001u * (2 * z))),
-                                                       (int)(0xFF00FF00u | (0x10001u * (2 * z + 1)))));
-        u.q[z] = _mm512_and_si512(_mm512_srlv_epi16(bcast_256(b + qs_off + 32 * z), halves_epi16(0, 4)), m4);
-    }
-    // min j multiplies bsums 2j and 2j+1
-    const __m128i dup = _mm_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15);
-    u.m16 = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(sm, dup));
-    uint32_t ddmin;  // d and dmin lead the block
-    std::memcpy(&ddmin, b, 4);
-    u.dd = _mm_cvtph_ps(_mm_cvtsi32_si128((int)ddmin));
-}
-
-struct q2_k_512 {
-    using block = block_q2_K;
-    static LP_TARGET_AVX512 LP_INLINE void unpack(const block_q2_K& b, kblock512& u) {
-        crumbs_512(b.qs, u);
-        const __m128i s8 = _mm_loadu_si128((const __m128i*)b.scales);
-        const __m128i m4 = _mm_set1_epi8(0xF);
-        group16_scales_512(_mm256_cvtepu8_epi16(_mm_and_si128(s8, m4)), u);
-        u.m16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(s8, 4), m4));
-        uint32_t ddmin;  // d, dmin adjacent
-        std::memcpy(&ddmin, &b.d, 4);
-        u.dd = _mm_cvtph_ps(_mm_cvtsi32_si128((int)ddmin));
-    }
-};
-
-struct q3_k_512 {
-    using block = block_q3_K;
-    static LP_TARGET_AVX512 LP_INLINE void unpack(const block_q3_K& b, kblock512& u) {
-        crumbs_512(b.qs, u);
-        or_bit_plane_512(b.hmask, 2, u);  // quant + 4, in [0, 7]
-        const __m256i sc16 = _mm256_cvtepi8_epi16(q3k_scales_avx2(b.scales));
-        group16_scales_512(sc16, u);
-        u.m16 = _mm256_slli_epi16(sc16, 2);  // offset 4 → "min" 4·scale
-        u.dd = _mm_cvtph_ps(_mm_set1_epi16((short)b.d));
-    }
-};
-
-struct q4_k_512 {
-    using block = block_q4_K;
-    static LP_TARGET_AVX512 LP_INLINE void unpack(const block_q4_K& b, kblock512& u) {
-        unpack_k4_512(reinterpret_cast<const uint8_t*>(&b), offsetof(block, qs), u);
-    }
-};
-
-struct q5_k_512 {
-    using block = block_q5_K;
-    static LP_TARGET_AVX512 LP_INLINE void unpack(const block_q5_K& b, kblock512& u) {
-        unpack_k4_512(reinterpret_cast<const uint8_t*>(&b), offsetof(block, qs), u);
-        or_bit_plane_512(b.qh, 4, u);
-    }
-};
-
-struct q6_k_512 {
-    using block = block_q6_K;
-    // Weights h·128 + 0..63 are the low nibbles of ql[64h..64h+63], weights
-    // h·128 + 64..127 the high ones; their top 2 bits are crumbs 0,1 resp. 2,3
-    // of qh[32h..32h+31], moved to bits 4-5 by word shifts (4, 2) and (0, −2).
-    static LP_TARGET_AVX512 LP_INLINE void unpack(const block_q6_K& b, kblock512& u) {
-        const __m512i m4 = _mm512_set1_epi8(0xF), m30 = _mm512_set1_epi8(0x30);
-        for (int h = 0; h < 2; ++h) {
-            const __m512i lo = _mm512_loadu_si512(b.ql + 64 * h);
-            const __m512i hi = bcast_256(b.qh + 32 * h);
-            // (x & 0x30) | y in one instruction: truth table 0xEA
-            u.q[2 * h] = _mm512_ternarylogic_epi32(_mm512_sllv_epi16(hi, halves_epi16(4, 2)), m30,
-                                                   _mm512_and_si512(lo, m4), 0xEA);
-            u.q[2 * h + 1] = _mm512_ternarylogic_epi32(_mm512_srlv_epi16(hi, halves_epi16(0, 2)), m30,
-                                                       _mm512_and_si512(_mm512_srli_epi16(lo, 4), m4), 0xEA);
-        }
-        const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)b.scales));
-        group16_scales_512(sc16, u);
-        u.m16 = _mm256_slli_epi16(sc16, 5);  // offset 32 → "min" 32·scale
-        u.dd = _mm_cvtph_ps(_mm_set1_epi16((short)b.d));
-    }
-};
-
-// Per 32-bit lane: Σ scale·q·a over the super-block. maddubs leaves the sums
-// of 2 products in 16-bit halves (at most 2·63·127, no saturation) and dpwssd
-// multiplies both halves by the lane's scale and accumulates.
-LP_TARGET_AVX512 LP_INLINE __m512i block_dot_512(const kblock512& u, const int8_t* a) {
-    __m512i s01 = _mm512_madd_epi16(_mm512_maddubs_epi16(u.q[0], _mm512_loadu_si512(a)), u.s[0]);
-    __m512i s23 = _mm512_madd_epi16(_mm512_maddubs_epi16(u.q[2], _mm512_loadu_si512(a + 128)), u.s[2]);
-    s01 = _mm512_dpwssd_epi32(s01, _mm512_maddubs_epi16(u.q[1], _mm512_loadu_si512(a + 64)), u.s[1]);
-    s23 = _mm512_dpwssd_epi32(s23, _mm512_maddubs_epi16(u.q[3], _mm512_loadu_si512(a + 192)), u.s[3]);
-    return _mm512_add_epi32(s01, s23);
-}
-
-template <class K>
-LP_TARGET_AVX512 LP_INLINE void vec_dot_k_avx512(int64_t n, float* out, const void* w_row, const void* a_row) {
-    const auto* w = static_cast<const typename K::block*>(w_row);
-    const auto* a = static_cast<const block_q8_K*>(a_row);
-    __m512 acc = _mm512_setzero_ps();
-    __m256 accm = _mm256_setzero_ps();
-    for (int64_t i = 0; i < n / QK_K; ++i) {
-        prefetch_ahead(w + i, sizeof(w[i]));
-        kblock512 u;
-        K::unpack(w[i], u);
-        const __m512i sum = block_dot_512(u, a[i].qs);
-        const __m256i ms = _mm256_madd_epi16(u.m16, _mm256_loadu_si256((const __m256i*)a[i].bsums));
-        const __m128 f = _mm_mul_ps(u.dd, _mm_set1_ps(a[i].d));  // d·d_a, dmin·d_a
-        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_broadcastss_ps(f), acc);
-        accm = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ms), _mm256_broadcastss_ps(_mm_movehdup_ps(f)), accm);
-    }
-    *out = _mm512_reduce_add_ps(acc) - x86::hsum_f32x8(accm);
-}
-
-// 4 weight rows × NC activation rows: each super-block is unpacked once per
-// row and used for all NC columns. Per block, each column's bsums are turned
-// into floats scaled by its d_a once, and each row's m16 into floats scaled by
-// its dmin once, so the min term of a (row, column) pair is one fnmadd.
-template <class K, int NC>
-LP_TARGET_AVX512 LP_INLINE void gemm_tile_k_avx512_4xn(int64_t n, const uint8_t* w, size_t w_stride, const uint8_t* a,
-                                                       size_t a_stride, float* out, size_t out_stride) {
-    __m512 acc[4][NC];
-    for (int r = 0; r < 4; ++r)
-        for (int c = 0; c < NC; ++c) acc[r][c] = _mm512_setzero_ps();
-    for (int64_t i = 0; i < n / QK_K; ++i) {
-        const block_q8_K* ab[NC];
-        __m512 bsum[NC];  // d_a · bsums, 16 floats
-        for (int c = 0; c < NC; ++c) {
-            ab[c] = reinterpret_cast<const block_q8_K*>(a + c * a_stride) + i;
-            const __m512i b32 = _mm512_cvtepi16_epi32(_mm256_loadu_si256((const __m256i*)ab[c]->bsums));
-            bsum[c] = _mm512_mul_ps(_mm512_cvtepi32_ps(b32), _mm512_set1_ps(ab[c]->d));
-        }
-        for (int r = 0; r < 4; ++r) {
-            kblock512 u;
-            K::unpack(reinterpret_cast<const typename K::block*>(w + r * w_stride)[i], u);
-            const __m512 mins = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi16_epi32(u.m16)),
-                                              _mm512_broadcastss_ps(_mm_movehdup_ps(u.dd)));
-            const __m512 d = _mm512_broadcastss_ps(u.dd);
-            for (int c = 0; c < NC; ++c) {
-                const __m512i sum = block_dot_512(u, ab[c]->qs);
-                acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(d, _mm512_set1_ps(ab[c]->d)), acc[r][c]);
-                acc[r][c] = _mm512_fnmadd_ps(mins, bsum[c], acc[r][c]);
-            }
-        }
-    }
-    for (int r = 0; r < 4; ++r)
-        for (int c = 0; c < NC; ++c) out[c * out_stride + r] = _mm512_reduce_add_ps(acc[r][c]);
-}
-
-template <class K>
-LP_TARGET_AVX512 LP_INLINE void gemm_tile_k_avx512(int64_t n, const void* w, size_t w_stride, const void* a,
-                                                   size_t a_stride, float* out, size_t out_stride, int nr, int nc) {
-    const auto* wb = static_cast<const uint8_t*>(w);
-    const auto* ab = static_cast<const uint8_t*>(a);
-    if (nr == 4) {
-        switch (nc) {
-            case 1:
-                // Mat-vec (the driver passes 4 rows × 1 column). Row by row
-                // streams each row in address order with prefetch; walking 4
-                // rows block by block measured 3x slower from memory.
-                for (int r = 0; r < 4; ++r) vec_dot_k_avx512<K>(n, out + r, wb + r * w_stride, ab);
-                return;
-            case 4: gemm_tile_k_avx512_4xn<K, 4>(n, wb, w_stride, ab, a_stride, out, out_stride); return;
-            case 3: gemm_tile_k_avx512_4xn<K, 3>(n, wb, w_stride, ab, a_stride, out, out_stride); return;
-            case 2: gemm_tile_k_avx512_4xn<K, 2>(n, wb, w_stride, ab, a_stride, out, out_stride); return;
-            default: break;
-        }
-    }
-    for (int r = 0; r < nr; ++r)  // edge tiles (fewer than 4 rows)
-        for (int c = 0; c < nc; ++c) vec_dot_k_avx512<K>(n, out + c * out_stride + r, wb + r * w_stride, ab + c * a_stride);
-}
-
-}  // namespace
-
-#define LP_KQUANT_AVX512_KERNELS(tname, K)                                                                       \
-    LP_TARGET_AVX512 void vec_dot_##tname##_q8_k_avx512(int64_t n, float* out, const void* w, const void* a) {   \
-        vec_dot_k_avx512<K>(n, out, w, a);                                                                       \
-    }                                                                                                            \
-    LP_TARGET_AVX512 void gemm_tile_##tname##_q8_k_avx512(int64_t n, const void* w, size_t ws, const void* a,    \
-                                                          size_t as, float* out, size_t os, int nr, int nc) {    \
-        gemm_tile_k_avx512<K>(n, w, ws, a, as, out, os, nr, nc);                                                 \
-    }
-LP_KQUANT_AVX512_KERNELS(q2_k, q2_k_512)
-LP_KQUANT_AVX512_KERNELS(q3_k, q3_k_512)
-LP_KQUANT_AVX512_KERNELS(q4_k, q4_k_512)
-LP_KQUANT_AVX512_KERNELS(q5_k, q5_k_512)
-LP_KQUANT_AVX512_KERNELS(q6_k, q6_k_512)
-#undef LP_KQUANT_AVX512_KERNELS
 
 // Q8_K quantization, same bytes as quantize_q8_k_ref for finite input (see
 // quantize_q8_k_avx2); one 16-float vector is exactly one bsums group.

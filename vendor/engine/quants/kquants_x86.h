@@ -1,7 +1,9 @@
 // kquants_x86.h — the x86 kernels of the k-quant family, defined in
-// kquants_x86.cpp and registered by kquants.cpp. Each has the signature and
-// the result of its scalar twin in kquants.cpp (same name, _ref suffix) up to
-// float summation order; the Q8_K quantizers write the reference's bytes.
+// kquants_x86.cpp (AVX2, Q8_K quantizers) and kquants_tiles_x86.cpp (AVX-512
+// dot products and tiles), registered by kquants.cpp. Each has the signature
+// and the result of its scalar twin in kquants.cpp (same name, _ref suffix)
+// up to float summation order; the Q8_K quantizers write the reference's
+// bytes. An AVX-512 tile gives its dot product's result bit for bit.
 // Declared only where the build compiles the level in (LP_HAVE_AVX2/512).
 #pragma once
 
@@ -27,7 +29,8 @@ void vec_dot_q3_k_q8_k_avx512(int64_t n, float* out, const void* w_row, const vo
 void vec_dot_q4_k_q8_k_avx512(int64_t n, float* out, const void* w_row, const void* a_row);
 void vec_dot_q5_k_q8_k_avx512(int64_t n, float* out, const void* w_row, const void* a_row);
 void vec_dot_q6_k_q8_k_avx512(int64_t n, float* out, const void* w_row, const void* a_row);
-// 4×4 tiles (ggml_type.h, gemm_tile_fn): out[c·out_stride + r] = dot(w row r, a row c).
+// 4×4 tiles (ggml_type.h, gemm_tile_fn): out[c·out_stride + r] = dot(w row r, a row c),
+// the same bits as the vec_dot of that row and column.
 void gemm_tile_q2_k_q8_k_avx512(int64_t n, const void* w, size_t w_stride, const void* a, size_t a_stride,
                                 float* out, size_t out_stride, int nr, int nc);
 void gemm_tile_q3_k_q8_k_avx512(int64_t n, const void* w, size_t w_stride, const void* a, size_t a_stride,

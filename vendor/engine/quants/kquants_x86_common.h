@@ -1,0 +1,60 @@
+// kquants_x86_common.h — small x86 helpers shared by the k-quant kernel files
+// (kquants_x86.cpp: AVX2; kquants_tiles_x86.cpp: AVX-512): weight prefetch
+// and the decoding of the packed Q3_K / Q4_K / Q5_K scales.
+// Include after <immintrin.h>; everything is inline and carries its target
+// attribute, so a portable build compiles it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "../common.h"
+
+namespace lp {
+namespace kq_x86 {
+
+#if defined(LP_HAVE_AVX2)
+
+// Mat-vec streams the weights from memory once. The hardware prefetchers
+// alone leave one core well short of the memory bandwidth (~0.8 of it on
+// Zen 5); asking for the lines 4 KiB ahead of the block in use brings a single
+// thread to ~0.95. Rows of a matrix are contiguous, so this runs on into the
+// next row; prefetches past the end of the data are harmless.
+LP_INLINE void prefetch_ahead(const void* block, size_t block_bytes) {
+    const char* p = static_cast<const char*>(block) + 4096;
+    for (size_t off = 0; off < block_bytes; off += 64) _mm_prefetch(p + off, _MM_HINT_T0);
+}
+
+// Q4_K / Q5_K scales and mins (see k4_unpack_scales in kquants.cpp) as bytes
+// 0-7 / 8-15 of one vector. Reads 16 bytes from s: the 12 scale bytes and 4
+// bytes of what follows them in both layouts.
+LP_TARGET_AVX2 LP_INLINE __m128i k4_scales_mins_avx2(const uint8_t* s) {
+    const __m128i v = _mm_loadu_si128((const __m128i*)s);    // dwords w0 w1 w2 (w3: not scales)
+    const __m128i a = _mm_shuffle_epi32(v, _MM_SHUFFLE(2, 1, 2, 0));  // w0 w2 w1 w2
+    const __m128i b = _mm_shuffle_epi32(v, _MM_SHUFFLE(1, 1, 0, 0));  // w0 w0 w1 w1
+    // low parts: w0 & 63, w2 & 15, w1 & 63, (w2 >> 4) & 15; top 2 bits from w0 / w1 bits 6-7
+    const __m128i low = _mm_and_si128(_mm_srlv_epi32(a, _mm_setr_epi32(0, 0, 0, 4)),
+                                      _mm_setr_epi32(0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f));
+    const __m128i top = _mm_and_si128(_mm_srli_epi32(b, 2), _mm_setr_epi32(0, 0x30303030, 0, 0x30303030));
+    return _mm_or_si128(low, top);
+}
+
+// Q3_K scales (see q3k_unpack_scales) as 16 signed bytes, value − 32. Reads
+// exactly the 12 scale bytes (the block may end 2 bytes later).
+LP_TARGET_AVX2 LP_INLINE __m128i q3k_scales_avx2(const uint8_t* s) {
+    const __m128i m4 = _mm_set1_epi8(0xF);
+    const __m128i v = _mm_loadl_epi64((const __m128i*)s);  // bytes 0-7: low nibbles of scales 0-7 | 8-15
+    const __m128i low = _mm_unpacklo_epi64(_mm_and_si128(v, m4), _mm_and_si128(_mm_srli_epi16(v, 4), m4));
+    uint32_t w2;
+    std::memcpy(&w2, s + 8, 4);
+    // dword k, byte b: bits 2k..2k+1 of byte 8 + b = top bits of scale 4k + b
+    const __m128i top = _mm_and_si128(_mm_srlv_epi32(_mm_set1_epi32((int)w2), _mm_setr_epi32(0, 2, 4, 6)),
+                                      _mm_set1_epi8(3));
+    return _mm_sub_epi8(_mm_or_si128(low, _mm_slli_epi16(top, 4)), _mm_set1_epi8(32));
+}
+
+#endif  // LP_HAVE_AVX2
+
+}  // namespace kq_x86
+}  // namespace lp
