@@ -7,7 +7,11 @@ batch and token by token (recorded in the data file). So "identical greedy
 output" is asserted exactly where it is meaningful: at every position where
 llama.cpp's own top-1/top-2 margin exceeds that noise, our choice must be
 llama.cpp's; below it, llama.cpp's token must still be within the noise of
-our best. Data: tests/data/gemma3_llama_cpp_margins.json, recorded with
+our best. And the free-running greedy continuations must agree with
+llama.cpp's as well as llama.cpp agrees with itself when it evaluates the
+prompt in small chunks instead of one batch: that changes 2-4 of its 8
+continuations, each time at a position that is a near-tie (recorded too).
+Data: tests/data/gemma3_llama_cpp_margins.json, recorded with
 tools/record_llama_cpp_fixtures.py (llama-cpp-python 0.3.36).
 """
 from __future__ import annotations
@@ -80,6 +84,51 @@ def test_free_running_greedy_matches_until_a_near_tie(ref, llm):
         else:
             assert margin(case["top2"][diverge]) <= noise, (case["prompt"], diverge)
     assert identical >= len(ref["greedy"]) // 2
+
+
+def greedy(llm, prompt_ids, n, chunk=None):
+    llm.reset()
+    if chunk:
+        for i in range(0, len(prompt_ids), chunk):
+            llm.eval(prompt_ids[i : i + chunk])
+    else:
+        llm.eval(prompt_ids)
+    out = []
+    for _ in range(n):
+        out.append(int(np.argmax(llm.scores[llm.n_tokens - 1])))
+        llm.eval([out[-1]])
+    return out
+
+
+def first_difference(a, b):
+    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None)
+
+
+def test_greedy_agrees_with_llama_cpp_as_well_as_llama_cpp_agrees_with_itself(ref, llm):
+    """Each continuation is llama.cpp's, or leaves it exactly where llama.cpp
+    itself (prompt in chunks of 1-4 tokens) leaves its one-batch run; and no
+    fewer continuations are identical than in llama.cpp's worst chunking."""
+    chunked = ref["chunked_prompt_greedy_first_difference"]
+    assert set(chunked) == {"1", "2", "3", "4"}
+    fewest_identical = min(sum(d is None for d in v) for v in chunked.values())
+    assert fewest_identical < len(ref["greedy"])  # the premise: llama.cpp is not exact against itself
+    identical = 0
+    for k, case in enumerate(ref["greedy"]):
+        d = first_difference(greedy(llm, case["prompt_ids"], len(case["ids"])), case["ids"])
+        if d is None:
+            identical += 1
+        else:
+            assert d in {v[k] for v in chunked.values()}, (case["prompt"], d)
+    assert identical >= fewest_identical
+
+
+def test_greedy_does_not_depend_on_prompt_chunking(ref, llm):
+    """Unlike llama.cpp (above), our results do not depend on how a prompt is
+    split into batches: every kernel gives bit-identical rows either way."""
+    for case in ref["greedy"][:4]:
+        whole = greedy(llm, case["prompt_ids"], 12)
+        for chunk in (1, 3):
+            assert greedy(llm, case["prompt_ids"], 12, chunk) == whole, (case["prompt"], chunk)
 
 
 def test_top1_on_a_long_text(ref, llm):
