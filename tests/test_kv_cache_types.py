@@ -14,24 +14,12 @@ import numpy as np
 import pytest
 
 import model_ref as R
+from lm_metrics import perplexity
 from llamapy import Llama
 from llamapy import _engine as E
 
 PROMPT = [1, 5, 17, 42, 9, 88, 3, 61, 7, 23, 11, 64]
 QUANT_TYPES = ["Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "IQ4_NL"]
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    root = tmp_path_factory.mktemp("kvq")
-    cache = {}
-
-    def get(arch):
-        if arch not in cache:
-            cache[arch] = R.make_model(root, arch, "F32")
-        return cache[arch]
-
-    return get
 
 
 def run(path, toks, **kw):
@@ -143,10 +131,7 @@ def test_gemma_perplexity_with_quantized_caches(gemma_path):
         llm = Llama(gemma_path, n_ctx=512, n_threads=2, logits_all=True, verbose=False, type_k=t, type_v=t)
         ids = llm.tokenize(text.encode())[:512]
         llm.eval(ids)
-        lg = np.asarray(llm.scores[: len(ids) - 1], dtype=np.float64)
-        mx = lg.max(axis=1)
-        lse = np.log(np.exp(lg - mx[:, None]).sum(axis=1)) + mx
-        ours[name] = float(np.exp((lse - lg[np.arange(len(ids) - 1), ids[1:]]).mean()))
+        ours[name] = perplexity(np.asarray(llm.scores[: len(ids)]), ids)
         llm.close()
     # This model turns rounding differences into visible logit changes (see
     # test_gemma3_vs_llama_cpp.py), and 4-bit caches round a lot: budgets

@@ -64,19 +64,6 @@ def close(got, ref, tol=3e-4):
     assert err < tol, err
 
 
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    root = tmp_path_factory.mktemp("lora")
-    cache = {}
-
-    def get(arch):
-        if arch not in cache:
-            cache[arch] = R.make_model(root, arch, "F32")
-        return cache[arch]
-
-    return get
-
-
 @pytest.mark.parametrize("arch,names", [
     ("llama", ["blk.0.attn_q.weight", "blk.0.attn_v.weight", "blk.1.ffn_down.weight", "output.weight"]),
     ("phi3", ["blk.0.attn_qkv.weight", "blk.1.ffn_up.weight", "blk.1.attn_output.weight"]),  # fused matrices

@@ -17,20 +17,6 @@ ARCHS = list(R.SPECS)
 PROMPT = [1, 5, 17, 42, 9, 88, 3, 61, 7, 23, 11, 64]
 
 
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    """tiny(arch, wtype) -> (path, spec, cfg, weights); files are written once per module."""
-    root = tmp_path_factory.mktemp("tiny-models")
-    cache = {}
-
-    def get(arch, wtype="F32"):
-        if (arch, wtype) not in cache:
-            cache[(arch, wtype)] = R.make_model(root, arch, wtype)
-        return cache[(arch, wtype)]
-
-    return get
-
-
 def new_ctx(path, **kw):
     kw.setdefault("n_ctx", 64)
     kw.setdefault("n_threads", 2)

