@@ -105,9 +105,12 @@ def first_difference(a, b):
 
 
 def test_greedy_agrees_with_llama_cpp_as_well_as_llama_cpp_agrees_with_itself(ref, llm):
-    """Each continuation is llama.cpp's, or leaves it exactly where llama.cpp
-    itself (prompt in chunks of 1-4 tokens) leaves its one-batch run; and no
-    fewer continuations are identical than in llama.cpp's worst chunking."""
+    """Each continuation is llama.cpp's, or leaves it at a near-tie: where
+    llama.cpp itself (prompt in chunks of 1-4 tokens) leaves its one-batch
+    run, or where its own top-1/top-2 margin is within its own rounding
+    noise. And no fewer continuations are identical than in llama.cpp's
+    worst chunking."""
+    noise = ref["batch_vs_step_top10_max_diff"]
     chunked = ref["chunked_prompt_greedy_first_difference"]
     assert set(chunked) == {"1", "2", "3", "4"}
     fewest_identical = min(sum(d is None for d in v) for v in chunked.values())
@@ -118,7 +121,7 @@ def test_greedy_agrees_with_llama_cpp_as_well_as_llama_cpp_agrees_with_itself(re
         if d is None:
             identical += 1
         else:
-            assert d in {v[k] for v in chunked.values()}, (case["prompt"], d)
+            assert d in {v[k] for v in chunked.values()} or margin(case["top2"][d]) <= noise, (case["prompt"], d)
     assert identical >= fewest_identical
 
 

@@ -39,6 +39,15 @@ using vec_dot_fn = void (*)(int64_t n, float* out, const void* w_row, const void
 using gemm_tile_fn = void (*)(int64_t n, const void* w, size_t w_stride, const void* a, size_t a_stride,
                               float* out, size_t out_stride, int nr, int nc);
 
+// Panels: out[c * out_stride + r] = dot(w_row r, a_row c) for r < nr <= 16
+// and c < nc <= 128, in one call, so a kernel can re-lay out the nr rows
+// once for all nc columns (mat-mat) or stream them (nc == 1, mat-vec).
+// Optional; where a type has one the driver uses it for both, and its results
+// must not depend on nc.
+using gemm_panel_fn = void (*)(int64_t n, const void* w, size_t w_stride, int nr, const void* a, size_t a_stride,
+                               int nc, float* out, size_t out_stride);
+constexpr int kPanelRows = 16, kPanelCols = 128;
+
 // Bulk conversions over n elements (n a multiple of the block size).
 using to_float_fn = void (*)(const void* src, float* dst, int64_t n);
 using from_float_fn = void (*)(const float* src, void* dst, int64_t n);
@@ -58,6 +67,7 @@ struct type_traits {
     vec_dot_fn vec_dot_ref = nullptr;    // scalar reference, always compiled
     vec_dot_fn vec_dot = nullptr;        // best kernel for the table's ISA level
     gemm_tile_fn gemm_tile = nullptr;    // optional tiled kernel for the table's ISA level
+    gemm_panel_fn gemm_panel = nullptr;  // optional panel kernel (takes precedence over gemm_tile)
     isa vec_dot_isa = isa::scalar;       // the level vec_dot was written for
 };
 

@@ -323,6 +323,7 @@ void register_legacy_types(type_traits* table, isa level) {
     q8_1.from_float_ref = quantize_row_q8_1_ref;
 
     register_legacy_x86(table, level);
+    register_legacy_panels_x86(table, level);
     (void)level;
 }
 

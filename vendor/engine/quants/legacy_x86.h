@@ -10,4 +10,9 @@ namespace lp {
 // Q8_0 / Q8_1 activation quantizers) for `level`, where the build has them.
 void register_legacy_x86(type_traits* table, isa level);
 
+// Then, for the AVX-512 level, the row-panel kernels of Q4_0 and Q5_0
+// (legacy_panels_x86.cpp), which replace their dot product and tiles (Q8_0's
+// panel exists there but is not switched on: its mat-vec is slower).
+void register_legacy_panels_x86(type_traits* table, isa level);
+
 }  // namespace lp
