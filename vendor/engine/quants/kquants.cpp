@@ -763,6 +763,7 @@ void register_kquant_types(type_traits* table, isa level) {
 #if defined(LP_HAVE_AVX512)
     if (use_avx512) q8.from_float = quantize_q8_k_avx512;
 #endif
+    register_kquant_panels_x86(table, level);
 }
 
 #undef LP_AVX2_ONLY

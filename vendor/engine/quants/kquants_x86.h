@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "../common.h"
+#include "../ggml_type.h"
 
 namespace lp {
 
@@ -43,5 +44,9 @@ void gemm_tile_q6_k_q8_k_avx512(int64_t n, const void* w, size_t w_stride, const
                                 float* out, size_t out_stride, int nr, int nc);
 void quantize_q8_k_avx512(const float* x, void* dst, int64_t n);
 #endif
+
+// kquants_panels_x86.cpp: at the AVX-512 level, switches Q4_K and Q5_K to
+// their panel kernels (gemm_panel, and a vec_dot with the same bits).
+void register_kquant_panels_x86(type_traits* table, isa level);
 
 }  // namespace lp
