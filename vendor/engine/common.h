@@ -6,8 +6,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <stdexcept>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace lp {
 
@@ -102,5 +105,19 @@ static inline uint16_t fp32_to_bf16(float f) {
     if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 64u);
     return (uint16_t)((x + (0x7fffu + ((x >> 16) & 1u))) >> 16);
 }
+
+// An allocator whose resize() leaves new elements uninitialised (default-
+// rather than value-initialised): big work buffers are then not written when
+// they are created, so a context comes up without touching tens of MB that
+// the first forward pass writes anyway.
+template <class T> struct uninit_allocator : std::allocator<T> {
+    template <class U> struct rebind { using other = uninit_allocator<U>; };
+    uninit_allocator() = default;
+    template <class U> uninit_allocator(const uninit_allocator<U>&) noexcept {}
+    template <class U> void construct(U* p) noexcept { ::new (static_cast<void*>(p)) U; }
+    template <class U, class... A> void construct(U* p, A&&... a) { ::new (static_cast<void*>(p)) U(std::forward<A>(a)...); }
+};
+// A float buffer that is not zero-filled when sized (see uninit_allocator).
+using work_buffer = std::vector<float, uninit_allocator<float>>;
 
 }  // namespace lp

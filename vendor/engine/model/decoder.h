@@ -38,12 +38,12 @@ struct run_state {
 
     int64_t n_ubatch;
     int64_t mask_words;            // 64-bit words per mask row: ceil(n_cells / 64)
-    std::vector<float> x;          // (n_ubatch, n_embd) residual stream
-    std::vector<float> xb;         // (n_ubatch, n_embd) normalised input of a sub-block
-    std::vector<float> xb2;        // (n_ubatch, n_embd) output of a sub-block
-    std::vector<float> qkv;        // (n_ubatch, n_q + n_k + n_v) queries | keys | values
-    std::vector<float> att;        // (n_ubatch, n_head * head_dim_v) attention output
-    std::vector<float> ffn;        // (n_ubatch, 2 * n_ff) gate | up
+    work_buffer x;                 // (n_ubatch, n_embd) residual stream
+    work_buffer xb;                // (n_ubatch, n_embd) normalised input of a sub-block
+    work_buffer xb2;               // (n_ubatch, n_embd) output of a sub-block
+    work_buffer qkv;               // (n_ubatch, n_q + n_k + n_v) queries | keys | values
+    work_buffer att;               // (n_ubatch, n_head * head_dim_v) attention output
+    work_buffer ffn;               // (n_ubatch, 2 * n_ff) gate | up
     std::vector<float> rope_cs[2];      // (n_ubatch, n_rot) cos/sin pairs: [0] global layers, [1] sliding-window layers
     std::vector<uint64_t> mask[2];      // (n_ubatch, mask_words) visible cells: [0] global, [1] sliding window
     std::vector<int32_t> mask_lo[2];    // (n_ubatch) first visible cell
