@@ -204,10 +204,11 @@ LP_TARGET_AVX2 void vec_dot_q8_0_q8_0_avx2(int64_t n, float* out, const void* w_
 //  - int32 lanes are reduced with in-lane unpacks, then converted and scaled
 //    once per 8 blocks against scales gathered in the same lane order.
 // Blocks past the last multiple of 8 go through the AVX2 kernel.
-// Mat-mat: Q4_0, Q5_0 and Q8_0 also give 4 x NC register-blocked tiles their
-// weights and activations per group (load_weights / load_act, simd_x86.h:
+// Mat-mat: Q8_0 also gives 4 x NC register-blocked tiles its weights and
+// activations per group (load_weights / load_act, simd_x86.h:
 // gemm_tile_blocked): +40-90% over walking the columns one by one, with the
-// same results bit for bit.
+// same results bit for bit. Q4_0 and Q5_0 moved to row panels
+// (legacy_panels_x86.cpp: 16 weight rows in the lanes, ~2x these tiles).
 // ===========================================================================
 #if defined(LP_HAVE_AVX512)
 
@@ -251,10 +252,9 @@ LP_TARGET_AVX512 void quantize_row_q8_1_avx512(const float* x, void* dst, int64_
     }
 }
 
-// 4-bit quants q of a quad vector as 16*q: the low nibbles shifted up, the
-// high ones masked in place. Both halves then share one vpdpbusd chain (the
-// 1/16 goes into the activation scale), and 16*(q - 8) = 16*q - 128 turns the
-// Q4_0 offset into the shared -128*sum term.
+// 4-bit quants q of a quad vector as 16*q (Q4_1): the low nibbles shifted
+// up, the high ones masked in place. Both halves then share one vpdpbusd
+// chain, the 1/16 going into the activation scale.
 LP_TARGET_AVX512 LP_INLINE __m512i low_nibbles_x16(__m512i q) {
     return _mm512_and_si512(_mm512_slli_epi16(q, 4), _mm512_set1_epi8((char)0xf0));
 }
@@ -278,71 +278,6 @@ LP_TARGET_AVX512 LP_INLINE void unpack_q5_quad(__m512i q, const block* b, __m512
     *lo = _mm512_mask_add_epi8(l, _cvtu64_mask64(m_lo), l, sixteen);
     *hi = _mm512_mask_add_epi8(h, _cvtu64_mask64(m_hi), h, sixteen);
 }
-
-// Activations of 8 blocks for 4- and 5-bit weights (quads layout);
-// offset_shift: the weights' offset is -128*sum >> shift (Q4_0 x16: 0; Q5_0: 3).
-template <int offset_shift>
-LP_TARGET_AVX512 LP_INLINE tile_act load_quads_act(const block_q8_0* y, float d_factor) {
-    const act_quads a = load_act_quads(y);  // (its neg128 sums go unused)
-    tile_act t;
-    interleave_quads(a.lo, a.hi, t.v);
-    t.offset = tile_offset(t.v, offset_shift);
-    t.d = _mm512_mul_ps(gather_halves16<sizeof(block_q8_0), 0, lane_layout::quads>(y), _mm512_set1_ps(d_factor));
-    return t;
-}
-
-struct q4_0_q8_0_avx512 {
-    static constexpr int stream_rows = 4;
-    using wblock = block_q4_0;
-    using ablock = block_q8_0;
-    static constexpr int tail_offset = 8, tail_chains = 1;  // as vec_dot_q4_0_q8_0_avx2
-    LP_TARGET_AVX2 static __m256i tail_quants(const block_q4_0& b) { return unpack_nibbles_avx2(b.qs); }
-    LP_TARGET_AVX512 static tile_act load_act(const block_q8_0* y) { return load_quads_act<0>(y, 1.0f / 16); }
-    LP_TARGET_AVX512 static tile_weights load_weights(const block_q4_0* x) {
-        const loaded<3> g = load_group_4bit<sizeof(block_q4_0)>(x);
-        __m512i q[2];
-        nibble_quads_of<sizeof(block_q4_0), offsetof(block_q4_0, qs)>(g, &q[0], &q[1]);
-        // interleave the packed bytes, then split: 2 shuffles instead of 4
-        const __m512i q01_lo = _mm512_unpacklo_epi32(q[0], q[1]), q01_hi = _mm512_unpackhi_epi32(q[0], q[1]);
-        tile_weights w;
-        w.q[0] = low_nibbles_x16(q01_lo);
-        w.q[1] = low_nibbles_x16(q01_hi);
-        w.q[2] = high_nibbles_x16(q01_lo);
-        w.q[3] = high_nibbles_x16(q01_hi);
-        w.d = halves_of<sizeof(block_q4_0), 0, lane_layout::quads>(g);
-        return w;
-    }
-    template <int NR, bool STREAM>
-    LP_TARGET_AVX512 static void rows(int64_t n, const uint8_t* w, size_t w_stride, const void* a_row, float* out) {
-        const auto* y = static_cast<const block_q8_0*>(a_row);
-        const int64_t nb = n / QK4_0, nb8 = nb & ~(int64_t)7;
-        __m512 acc[NR];
-        for (int r = 0; r < NR; ++r) acc[r] = _mm512_setzero_ps();
-        [[maybe_unused]] const char* pf = prefetch_start(w, w_stride, NR);
-        for (int64_t ib = 0; ib < nb8; ib += 8) {
-            if constexpr (STREAM) prefetch_step<NR * 8 * (int)sizeof(block_q4_0)>(pf);
-            const act_quads a = load_act_quads(y + ib);
-            const __m512 da = _mm512_mul_ps(gather_halves16<sizeof(block_q8_0), 0, lane_layout::quads>(y + ib),
-                                            _mm512_set1_ps(1.0f / 16));
-            for (int r = 0; r < NR; ++r) {
-                const auto* x = reinterpret_cast<const block_q4_0*>(w + r * w_stride) + ib;
-                const loaded<3> g = load_group_4bit<sizeof(block_q4_0)>(x);
-                __m512i q[2], s[2];
-                nibble_quads_of<sizeof(block_q4_0), offsetof(block_q4_0, qs)>(g, &q[0], &q[1]);
-                for (int h = 0; h < 2; ++h) {
-                    s[h] = _mm512_dpbusd_epi32(a.neg128[h], low_nibbles_x16(q[h]), a.lo[h]);
-                    s[h] = _mm512_dpbusd_epi32(s[h], high_nibbles_x16(q[h]), a.hi[h]);
-                }
-                const __m512 dw = halves_of<sizeof(block_q4_0), 0, lane_layout::quads>(g);
-                acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(reduce_quads_x2(s[0], s[1])), _mm512_mul_ps(dw, da), acc[r]);
-            }
-        }
-        for (int r = 0; r < NR; ++r) {
-            const auto* x = reinterpret_cast<const block_q4_0*>(w + r * w_stride);
-            out[r] = _mm512_reduce_add_ps(acc[r]) + tail_avx2(vec_dot_q4_0_q8_0_avx2, nb, nb8, x, y);
-        }
-    }
-};
 
 struct q4_1_q8_1_avx512 {
     static constexpr int stream_rows = 4;
@@ -383,29 +318,14 @@ struct q4_1_q8_1_avx512 {
     }
 };
 
-// Q5_0 / Q5_1: quants 0..31 (no room for the x16 trick), offset 16 for Q5_0.
+// Q5_1: quants 0..31 (no room for the x16 trick), a min per block. (The
+// template also covers Q5_0's offset 16; Q5_0 itself now runs on the row
+// panels of legacy_panels_x86.cpp, as does Q4_0.)
 template <typename wblock_, typename ablock_, bool has_min>
 struct q5_avx512 {
     static constexpr int stream_rows = 4;
     using wblock = wblock_;
     using ablock = ablock_;
-    // Tile pieces (gemm_tile_4xn), Q5_0 only.
-    static constexpr int tail_offset = 16, tail_chains = 1;  // as vec_dot_q5_0_q8_0_avx2
-    LP_TARGET_AVX2 static __m256i tail_quants(const wblock& b) {
-        return _mm256_or_si256(unpack_nibbles_avx2(b.qs), unpack_q5_high_avx2(b.qh));
-    }
-    LP_TARGET_AVX512 static tile_act load_act(const block_q8_0* y) { return load_quads_act<3>(y, 1.0f); }
-    LP_TARGET_AVX512 static tile_weights load_weights(const wblock* x) {
-        static_assert(!has_min, "the tile pieces cover Q5_0");
-        const loaded<3> g = load_group_4bit<sizeof(wblock)>(x);
-        __m512i q[2], lo[2], hi[2];
-        nibble_quads_of<sizeof(wblock), offsetof(wblock, qs)>(g, &q[0], &q[1]);
-        for (int h = 0; h < 2; ++h) unpack_q5_quad(q[h], x + 4 * h, &lo[h], &hi[h]);
-        tile_weights w;
-        interleave_quads(lo, hi, w.q);
-        w.d = halves_of<sizeof(wblock), 0, lane_layout::quads>(g);
-        return w;
-    }
     template <int NR, bool STREAM>
     LP_TARGET_AVX512 static void rows(int64_t n, const uint8_t* w, size_t w_stride, const void* a_row, float* out) {
         const auto* y = static_cast<const ablock*>(a_row);
@@ -447,7 +367,6 @@ struct q5_avx512 {
         }
     }
 };
-using q5_0_q8_0_avx512 = q5_avx512<block_q5_0, block_q8_0, false>;
 using q5_1_q8_1_avx512 = q5_avx512<block_q5_1, block_q8_1, true>;
 
 // Q8_0 weights enter vpdpbusd as unsigned w + 128 (xor 0x80); the shared
@@ -537,12 +456,9 @@ void register_legacy_x86(type_traits* table, isa level) {
     if (level == isa::avx512) {
         q8_0.from_float = quantize_row_q8_0_avx512;
         q8_1.from_float = quantize_row_q8_1_avx512;
-        q4_0.vec_dot = vec_dot_by_rows<q4_0_q8_0_avx512>;
-        q4_0.gemm_tile = gemm_tile_blocked<q4_0_q8_0_avx512>;
         q4_1.vec_dot = vec_dot_by_rows<q4_1_q8_1_avx512>;
         q4_1.gemm_tile = gemm_tile_by_rows<q4_1_q8_1_avx512>;
-        q5_0.vec_dot = vec_dot_by_rows<q5_0_q8_0_avx512>;
-        q5_0.gemm_tile = gemm_tile_blocked<q5_0_q8_0_avx512>;
+        // Q4_0, Q5_0: row panels (legacy_panels_x86.cpp, registered after this)
         q5_1.vec_dot = vec_dot_by_rows<q5_1_q8_1_avx512>;
         q5_1.gemm_tile = gemm_tile_by_rows<q5_1_q8_1_avx512>;
         q8_0.vec_dot = vec_dot_by_rows<q8_0_q8_0_avx512>;
