@@ -253,6 +253,17 @@ void vocab::load_specials(const vocab_data& d, const std::function<void(const st
     take(fim_pre_, d.fim_pre_id, "fim_pre"); take(fim_suf_, d.fim_suf_id, "fim_suf");
     take(fim_mid_, d.fim_mid_id, "fim_mid"); take(fim_pad_, d.fim_pad_id, "fim_pad");
     take(fim_rep_, d.fim_rep_id, "fim_rep"); take(fim_sep_, d.fim_sep_id, "fim_sep");
+    // A tokenizer model's default ids (gpt2: 11, bert: 100..103, ...) may lie
+    // outside a small vocabulary: then there is no such token.
+    const std::pair<token_id*, const char*> defaults[] = {{&bos_, "bos"}, {&eos_, "eos"}, {&eot_, "eot"},
+                                                          {&eom_, "eom"}, {&unk_, "unk"}, {&sep_, "sep"},
+                                                          {&pad_, "pad"}, {&mask_, "mask"}};
+    for (const auto& [id, what] : defaults)
+        if (*id != token_null && (*id < 0 || *id >= n)) {
+            warn(std::string("default ") + what + " token id " + std::to_string(*id) + " is outside the vocabulary (" +
+                 std::to_string(n) + " tokens): none");
+            *id = token_null;
+        }
     if (d.add_bos >= 0) add_bos_ = d.add_bos != 0;
     if (d.add_eos >= 0) add_eos_ = d.add_eos != 0;
     if (d.add_sep >= 0) add_sep_ = d.add_sep != 0;
