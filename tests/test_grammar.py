@@ -66,6 +66,19 @@ def test_parse_errors_name_line_and_column(text, line, col, words):
     assert isinstance(info.value, ValueError)
 
 
+def test_deep_nesting_is_an_error_not_a_crash():
+    """The parser recurses per nested group: 1000 levels parse, deeper
+    raises (100,000 levels once overflowed the native stack)."""
+    ok = "root ::= " + "(" * 1000 + '"a"' + ")" * 1000
+    LlamaGrammar.from_string(ok, verbose=False)
+    for n in (1001, 100_000):
+        with pytest.raises(GrammarError, match="nested more than 1000"):
+            LlamaGrammar.from_string("root ::= " + "(" * n + '"a"' + ")" * n, verbose=False)
+    # long chains of rules are iterative all the way: no limit needed
+    lines = ["root ::= r0"] + [f'r{i} ::= r{i + 1} "x"' for i in range(50_000)] + ['r50000 ::= "y"']
+    LlamaGrammar.from_string("\n".join(lines), verbose=False)
+
+
 def test_missing_root_and_custom_root():
     with pytest.raises(ValueError, match="no rule named 'root'"):
         _engine.Grammar('start ::= "a"')

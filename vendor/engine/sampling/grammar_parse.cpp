@@ -17,6 +17,7 @@ namespace {
 
 constexpr uint32_t kUnbounded = std::numeric_limits<uint32_t>::max();
 constexpr uint32_t kMaxRepeat = 100000;   // bound on {m,n} counts: grammars stay small
+constexpr int kMaxNesting = 1000;         // bound on nested groups: the parser recurses per level
 
 bool is_name_char(char c) {
     return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '_';
@@ -94,6 +95,7 @@ private:
     using op = grammar::op;
 
     [[noreturn]] void fail(size_t at, const std::string& msg) const { throw_grammar_error(s_, at, msg); }
+    int depth_ = 0;  // groups open at the parse position
     bool eof() const { return p_ >= s_.size(); }
     // The character at byte `at`, quoted for a message (whole, if UTF-8).
     std::string shown(size_t at) const {
@@ -247,7 +249,11 @@ private:
             } else if (c == '(') {
                 ++p_;
                 skip_space(true);
+                if (depth_ >= kMaxNesting)
+                    fail(at, "groups nested more than " + std::to_string(kMaxNesting) + " deep");
+                ++depth_;
                 std::vector<seq> alts = parse_alternates(true);
+                --depth_;
                 if (peek() != ')') {
                     if (eof()) fail(at, "unclosed '('");
                     fail(p_, std::string("expected ')' to close the group at ") +
