@@ -402,11 +402,13 @@ void context::place_in_window_cache(const batch_view& b) {
                               std::to_string(swa_dropped_[(size_t)s]) +
                               " (evaluate the sequence again from its start, or create the context with swa_full=True)");
     }
+    // first[s] becomes the position below which sequence s is no longer seen
+    // (INT32_MIN for sequences not in the batch: nothing dropped).
     for (int s = 0; s < p_.n_seq_max; ++s) {
-        const int32_t p = first[(size_t)s];
-        if (p == INT32_MAX) continue;
-        swa_dropped_[(size_t)s] = std::max(swa_dropped_[(size_t)s], kv_swa_->seq_drop_before(s, p - n_swa + 1));
+        int32_t& f = first[(size_t)s];
+        f = f == INT32_MAX ? INT32_MIN : f - n_swa + 1;
     }
+    kv_swa_->drop_before(first.data(), p_.n_seq_max, swa_dropped_.data());
     kv_swa_->find_free(b.n, cells_swa_.data());
 }
 

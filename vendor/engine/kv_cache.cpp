@@ -2,6 +2,7 @@
 #include "kv_cache.h"
 
 #include <algorithm>
+#include <climits>
 #include <cstring>
 #include <limits>
 #include <string>
@@ -134,19 +135,26 @@ void kv_cache::seq_keep(int seq) {
     }
 }
 
-int32_t kv_cache::seq_drop_before(int seq, int32_t p) {
-    int32_t dropped = -1;
+void kv_cache::drop_before(const int32_t* limit, int n_seq, int32_t* dropped) {
+    std::bitset<kMaxSequences> active;  // sequences with something to drop
+    std::vector<int> list;
+    for (int q = 0; q < n_seq; ++q)
+        if (limit[q] != INT32_MIN) active.set((size_t)q), list.push_back(q);
+    if (list.empty()) return;
     for (int64_t j = 0; j < n_cells_; ++j) {
         auto& s = seqs_[(size_t)j];
-        if (!s.test((size_t)seq) || pos_[(size_t)j] >= p) continue;
-        dropped = std::max(dropped, pos_[(size_t)j]);
-        s.reset((size_t)seq);
+        const int32_t p = pos_[(size_t)j];
+        if (p < 0 || (s & active).none()) continue;  // free, or none of the batch's sequences
+        for (int q : list) {
+            if (!s.test((size_t)q) || p >= limit[q]) continue;
+            dropped[q] = std::max(dropped[q], p);
+            s.reset((size_t)q);
+        }
         if (s.none()) {
             pos_[(size_t)j] = -1;
             --n_used_;
         }
     }
-    return dropped;
 }
 
 int32_t kv_cache::seq_pos_max(int seq) const {

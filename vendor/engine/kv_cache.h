@@ -92,9 +92,10 @@ public:
     void seq_rm(int seq, int32_t p0, int32_t p1);
     void seq_cp(int src, int dst, int32_t p0, int32_t p1);
     void seq_keep(int seq);
-    // Drops sequence seq from its cells at positions < p (a sliding window
-    // has moved past them); returns the highest position dropped, or -1.
-    int32_t seq_drop_before(int seq, int32_t p);
+    // In one pass over the cells, drops every sequence s < n_seq from its
+    // cells at positions < limit[s] (a sliding window has moved past them;
+    // INT32_MIN: keep all) and raises dropped[s] to the highest position dropped.
+    void drop_before(const int32_t* limit, int n_seq, int32_t* dropped);
     int32_t seq_pos_max(int seq) const;  // -1 when the sequence is empty
     int32_t seq_pos_min(int seq) const;  // -1 when the sequence is empty
     void clear();
