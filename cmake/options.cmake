@@ -3,7 +3,7 @@
 # produce LLAMAPY_DEFINES / LLAMAPY_CXX_FLAGS.
 
 set(LLAMAPY_VERSION "0.1.0")
-set(_lp_have_backends "CPU (LLAMAPY_NATIVE, LLAMAPY_AVX2, LLAMAPY_AVX512; GGML_NATIVE, GGML_AVX2, GGML_AVX512 as aliases)")
+set(_lp_have_backends "CPU (LLAMAPY_NATIVE, LLAMAPY_PORTABLE, LLAMAPY_AVX2, LLAMAPY_AVX512; GGML_NATIVE, GGML_AVX2, GGML_AVX512 as aliases)")
 
 # Backends that exist in ggml / llama-cpp-python but not (yet) in llamapy.
 # Asking for one is an error, never a silent CPU-only build.
@@ -57,15 +57,43 @@ function(_lp_option name alias default)
   endif()
 endfunction()
 
+set(_lp_is_x86 OFF)
+if(CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|amd64|i[3-6]86)$")
+  set(_lp_is_x86 ON)
+endif()
+
+# PORTABLE: every kernel level compiled through target attributes alone (no
+# -march=native), the best one picked at run time: the build for wheels that
+# are made on one machine and run on others. GGML_CPU_ALL_VARIANTS (ggml's
+# spelling of the same idea) is its alias.
+_lp_option(PORTABLE GGML_CPU_ALL_VARIANTS OFF)
 _lp_option(AVX2 GGML_AVX2 OFF)
 _lp_option(AVX512 GGML_AVX512 OFF)
-# NATIVE defaults to ON unless a portable ISA level was asked for.
+if(LP_PORTABLE)
+  if((LP_AVX2_EXPLICIT AND NOT LP_AVX2) OR (LP_AVX512_EXPLICIT AND NOT LP_AVX512))
+    message(FATAL_ERROR
+      "llamapy: contradictory options: PORTABLE=ON compiles every kernel level, but AVX2=OFF or AVX512=OFF was "
+      "given. Use -DLLAMAPY_NATIVE=OFF -DLLAMAPY_AVX2=ON for a build with the AVX2 level only.")
+  endif()
+  if(_lp_is_x86)
+    set(LP_AVX2 ON)
+    set(LP_AVX512 ON)
+  endif()
+  set(LP_AVX2_EXPLICIT ON)
+  set(LP_AVX512_EXPLICIT ON)
+endif()
+# NATIVE defaults to ON unless a portable build or ISA level was asked for.
 if(LP_AVX2_EXPLICIT OR LP_AVX512_EXPLICIT)
   _lp_option(NATIVE GGML_NATIVE OFF)
 else()
   _lp_option(NATIVE GGML_NATIVE ON)
 endif()
 
+if(LP_NATIVE AND LP_NATIVE_EXPLICIT AND LP_PORTABLE)
+  message(FATAL_ERROR
+    "llamapy: contradictory options: NATIVE=ON tunes for the building CPU, while PORTABLE=ON asks for a build "
+    "that runs anywhere. Use one of them.")
+endif()
 if(LP_NATIVE AND LP_NATIVE_EXPLICIT AND ((LP_AVX2 AND LP_AVX2_EXPLICIT) OR (LP_AVX512 AND LP_AVX512_EXPLICIT)))
   message(FATAL_ERROR
     "llamapy: contradictory options: NATIVE=ON tunes for the building CPU, while AVX2/AVX512=ON ask for a "
@@ -75,10 +103,6 @@ if(LP_AVX512 AND LP_AVX2_EXPLICIT AND NOT LP_AVX2)
   message(FATAL_ERROR "llamapy: contradictory options: AVX512=ON needs the AVX2 kernels, but AVX2=OFF was given.")
 endif()
 
-set(_lp_is_x86 OFF)
-if(CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|amd64|i[3-6]86)$")
-  set(_lp_is_x86 ON)
-endif()
 if(NOT _lp_is_x86 AND (LP_AVX2 OR LP_AVX512))
   message(FATAL_ERROR "llamapy: AVX2/AVX512 options were given but the target processor is ${CMAKE_SYSTEM_PROCESSOR}.")
 endif()
@@ -98,6 +122,8 @@ if(LP_NATIVE)
     set(LP_AVX512 ON)
   endif()
   set(_lp_mode "native")
+elseif(LP_PORTABLE)
+  set(_lp_mode "portable (all kernel levels)")
 elseif(LP_AVX512)
   set(LP_AVX2 ON)
   set(_lp_mode "portable (AVX2 + AVX-512 kernels)")

@@ -26,7 +26,11 @@ def _use_installed_copy_if_unbuilt() -> None:
 
 _use_installed_copy_if_unbuilt()
 
-from ._engine import GGUFError  # noqa: E402
+from ._engine import GGUFError, isa_cap_error as _isa_cap_error  # noqa: E402
+
+if _isa_cap_error():
+    # A misspelt LLAMAPY_ISA would otherwise silently test the wrong kernels.
+    raise ValueError(_isa_cap_error())
 from .gguf_file import GGUFFile, TensorInfo
 from .llama import Llama
 from .llama_cache import (

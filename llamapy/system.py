@@ -12,7 +12,8 @@ def system_info() -> dict[str, Any]:
     Keys: ``version``, ``backends`` (compiled backends), ``build`` (native or
     portable), ``compiled_isas`` (SIMD kernel levels compiled in),
     ``cpu_isas`` (those the running CPU supports), ``active_isa`` (the level
-    in use), ``cpu_features``, ``n_physical_cores``, ``n_logical_cpus`` and
+    in use: the best of ``cpu_isas``, or lower when the ``LLAMAPY_ISA``
+    environment variable caps it), ``isa_cap`` (that cap, ``""`` if unset), ``cpu_features``, ``n_physical_cores``, ``n_logical_cpus`` and
     ``default_n_threads``.
     """
     return dict(_engine.system_info())

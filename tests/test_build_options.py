@@ -50,6 +50,10 @@ def test_missing_backend_fails_loudly(tmp_path, opt):
         (("-DLLAMAPY_NATIVE=OFF", "-DLLAMAPY_AVX512=ON"), "portable (AVX2 + AVX-512 kernels)"),
         (("-DGGML_AVX512=ON",), "portable (AVX2 + AVX-512 kernels)"),
         (("-DGGML_CUDA=OFF",), "native"),
+        (("-DLLAMAPY_PORTABLE=ON",), "portable (all kernel levels)"),
+        (("-DGGML_CPU_ALL_VARIANTS=ON",), "portable (all kernel levels)"),
+        (("-DLLAMAPY_PORTABLE=ON", "-DLLAMAPY_NATIVE=OFF", "-DLLAMAPY_AVX512=ON"), "portable (all kernel levels)"),
+        (("-DLLAMAPY_PORTABLE=OFF",), "native"),
     ],
 )
 def test_accepted_options(tmp_path, opts, mode):
@@ -65,6 +69,9 @@ def test_accepted_options(tmp_path, opts, mode):
         (("-DGGML_NATIVE=ON", "-DGGML_AVX512=ON"), "contradictory"),
         (("-DLLAMAPY_AVX2=ON", "-DGGML_AVX2=OFF"), "contradictory"),
         (("-DLLAMAPY_AVX512=ON", "-DLLAMAPY_AVX2=OFF"), "contradictory"),
+        (("-DLLAMAPY_PORTABLE=ON", "-DLLAMAPY_NATIVE=ON"), "contradictory"),
+        (("-DLLAMAPY_PORTABLE=ON", "-DGGML_AVX512=OFF"), "contradictory"),
+        (("-DLLAMAPY_PORTABLE=ON", "-DGGML_CPU_ALL_VARIANTS=OFF"), "contradictory"),
     ],
 )
 def test_contradictory_options_fail(tmp_path, opts, words):

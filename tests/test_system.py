@@ -16,7 +16,11 @@ def test_system_info_shape():
     assert info["compiled_isas"][0] == "scalar"
     # what the CPU supports is a prefix of what was compiled
     assert info["cpu_isas"] == info["compiled_isas"][: len(info["cpu_isas"])]
-    assert info["active_isa"] == info["cpu_isas"][-1]
+    if info["isa_cap"]:  # LLAMAPY_ISA caps the level in use
+        assert info["active_isa"] in info["cpu_isas"]
+        assert info["compiled_isas"].index(info["active_isa"]) <= info["compiled_isas"].index(info["isa_cap"])
+    else:
+        assert info["active_isa"] == info["cpu_isas"][-1]
     assert info["default_n_threads"] >= 1
     assert info["n_physical_cores"] <= info["n_logical_cpus"]
     assert info["build"] in ("native", "portable")
@@ -44,6 +48,34 @@ def _env_with_package() -> dict:
     from pathlib import Path
 
     return dict(os.environ, PYTHONPATH=str(Path(llamapy.__file__).resolve().parents[1]))
+
+
+def _info_under(isa_value: str) -> subprocess.CompletedProcess:
+    import os
+
+    env = dict(_env_with_package(), LLAMAPY_ISA=isa_value)
+    return subprocess.run([sys.executable, "-c", "import json, llamapy; print(json.dumps(llamapy.system_info()))"],
+                          capture_output=True, text=True, env=env, cwd=os.path.dirname(__file__))
+
+
+def test_llamapy_isa_caps_the_level_in_use():
+    info = llamapy.system_info()
+    for level in info["compiled_isas"]:
+        out = _info_under(level)
+        assert out.returncode == 0, out.stderr
+        capped = json.loads(out.stdout)
+        assert capped["isa_cap"] == level
+        assert capped["cpu_isas"] == info["cpu_isas"]  # what the CPU runs does not change
+        # the lower of the cap and the best the CPU runs; never above the CPU
+        expect = level if level in info["cpu_isas"] else info["cpu_isas"][-1]
+        assert capped["active_isa"] == expect
+    assert json.loads(_info_under("native").stdout)["active_isa"] == info["cpu_isas"][-1]
+
+
+def test_llamapy_isa_with_a_wrong_value_fails_at_import_naming_it():
+    out = _info_under("avx9000")
+    assert out.returncode != 0
+    assert "LLAMAPY_ISA='avx9000'" in out.stderr and "scalar, avx2, avx512" in out.stderr
 
 
 def test_probes_return_plausible_numbers():

@@ -34,11 +34,12 @@ py::dict system_info() {
     py::list compiled, supported;
     for (lp::isa level : lp::compiled_isas()) {
         compiled.append(lp::isa_name(level));
-        if ((int)level <= (int)lp::best_isa()) supported.append(lp::isa_name(level));
+        if ((int)level <= (int)lp::cpu_best_isa()) supported.append(lp::isa_name(level));
     }
     d["compiled_isas"] = compiled;   // kernel levels built into this module
     d["cpu_isas"] = supported;       // of those, the ones this CPU can run
-    d["active_isa"] = lp::isa_name(lp::best_isa());
+    d["active_isa"] = lp::isa_name(lp::best_isa());  // cpu_isas' best, or lower under LLAMAPY_ISA
+    d["isa_cap"] = lp::isa_cap_name();               // the LLAMAPY_ISA cap, "" when unset
 #if defined(LP_BUILD_NATIVE)
     d["build"] = "native";
 #else
@@ -63,6 +64,8 @@ PYBIND11_MODULE(_engine, m) {
     py::register_exception<lp::gguf_error>(m, "GGUFError", PyExc_ValueError);
     // lp::value_error derives from std::invalid_argument, which pybind11
     // already translates to ValueError.
+    m.def("isa_cap_error", []() { return lp::isa_cap_error(); },
+          "Why LLAMAPY_ISA's value was refused, or an empty string.");
     m.def("system_info", &system_info, "Version, compiled backends and kernels, CPU features, default threads.");
     m.def("read_bandwidth", [](size_t nbytes, int n_reps, int n_threads) {
         if (n_threads < 1) n_threads = lp::default_n_threads();

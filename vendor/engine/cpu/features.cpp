@@ -7,6 +7,8 @@
 #include <sched.h>
 #include <unistd.h>
 
+#include <cctype>
+#include <cstdlib>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -132,7 +134,7 @@ std::vector<isa> compiled_isas() {
     return v;
 }
 
-isa best_isa() {
+isa cpu_best_isa() {
     const cpu_features& c = cpu();
     isa best = isa::scalar;
 #if defined(LP_HAVE_AVX2)
@@ -144,6 +146,56 @@ isa best_isa() {
     (void)c;
     return best;
 }
+
+namespace {
+
+// LLAMAPY_ISA, read once: the only place the engine reads the environment.
+// It caps the level picked at run time so that every level can be tested on
+// one machine; it never raises the level above what the CPU runs.
+struct isa_cap_setting {
+    bool set = false;
+    isa level = isa::scalar;
+    std::string error;  // non-empty: the value is not a level name
+};
+
+const isa_cap_setting& isa_cap_env() {
+    static const isa_cap_setting s = [] {
+        isa_cap_setting r;
+        const char* v = std::getenv("LLAMAPY_ISA");
+        if (!v || !*v) return r;
+        std::string name(v);
+        for (auto& ch : name) ch = (char)std::tolower((unsigned char)ch);
+        if (name == "native" || name == "auto" || name == "best") return r;
+        for (isa level : {isa::scalar, isa::avx2, isa::avx512}) {
+            if (name == isa_name(level)) {
+                r.set = true;
+                r.level = level;
+                return r;
+            }
+        }
+        r.error = "LLAMAPY_ISA='" + std::string(v) + "' is not a kernel level: use scalar, avx2, avx512 "
+                  "(a cap: the level used is the lower of this and the best the CPU and build support), "
+                  "or leave it unset";
+        return r;
+    }();
+    return s;
+}
+
+}  // namespace
+
+isa best_isa() {
+    const isa best = cpu_best_isa();
+    const isa_cap_setting& cap = isa_cap_env();
+    if (cap.set && (int)cap.level < (int)best) return cap.level;
+    return best;
+}
+
+const char* isa_cap_name() {
+    const isa_cap_setting& cap = isa_cap_env();
+    return cap.set ? isa_name(cap.level) : "";
+}
+
+const std::string& isa_cap_error() { return isa_cap_env().error; }
 
 int default_n_threads() { return cpu().n_physical_cores; }
 

@@ -20,7 +20,14 @@ struct cpu_features {
 
 const cpu_features& cpu();
 // Highest level supported by both this CPU and this build.
+isa cpu_best_isa();
+// The level the kernels use: cpu_best_isa(), capped by the LLAMAPY_ISA
+// environment variable (scalar | avx2 | avx512) when it is set.
 isa best_isa();
+// The cap LLAMAPY_ISA sets ("" when unset), and the error for a value that
+// names no level ("" when fine; the Python package raises it at import).
+const char* isa_cap_name();
+const std::string& isa_cap_error();
 // Levels compiled into this build, lowest first ("scalar", "avx2", ...).
 std::vector<isa> compiled_isas();
 // Default thread count: the number of physical cores the process may run on.

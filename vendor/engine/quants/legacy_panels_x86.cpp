@@ -222,29 +222,29 @@ struct row_quads {
     __m512 d;      // the row's scales, lane_layout::quads
 };
 
+// One 128-bit lane shuffle of two vectors of any 512-bit type. A named
+// function, not a lambda: a lambda does not inherit the enclosing function's
+// target attribute, so without -march=native its intrinsics fail to inline.
+template <int imm, typename V>
+LP_TARGET_AVX512 LP_INLINE V shuffle_128(V a, V b) {
+    __m512i x, y;
+    std::memcpy(&x, &a, 64);
+    std::memcpy(&y, &b, 64);
+    const __m512i r = _mm512_shuffle_i64x2(x, y, imm);
+    V v;
+    std::memcpy(&v, &r, 64);
+    return v;
+}
+
 // 128-bit lane transpose: out[L] = (in[0].L, in[1].L, in[2].L, in[3].L).
 template <typename V>
 LP_TARGET_AVX512 LP_INLINE void transpose_128(const V* in, V* out) {
-    auto sh = [](V a, V b, int imm_sel) -> V {
-        __m512i x, y;
-        std::memcpy(&x, &a, 64);
-        std::memcpy(&y, &b, 64);
-        __m512i r;
-        switch (imm_sel) {
-            case 0: r = _mm512_shuffle_i64x2(x, y, 0x44); break;
-            case 1: r = _mm512_shuffle_i64x2(x, y, 0xee); break;
-            case 2: r = _mm512_shuffle_i64x2(x, y, 0x88); break;
-            default: r = _mm512_shuffle_i64x2(x, y, 0xdd); break;
-        }
-        V v;
-        std::memcpy(&v, &r, 64);
-        return v;
-    };
-    const V t0 = sh(in[0], in[1], 0), t1 = sh(in[0], in[1], 1), t2 = sh(in[2], in[3], 0), t3 = sh(in[2], in[3], 1);
-    out[0] = sh(t0, t2, 2);
-    out[1] = sh(t0, t2, 3);
-    out[2] = sh(t1, t3, 2);
-    out[3] = sh(t1, t3, 3);
+    const V t0 = shuffle_128<0x44>(in[0], in[1]), t1 = shuffle_128<0xee>(in[0], in[1]);
+    const V t2 = shuffle_128<0x44>(in[2], in[3]), t3 = shuffle_128<0xee>(in[2], in[3]);
+    out[0] = shuffle_128<0x88>(t0, t2);
+    out[1] = shuffle_128<0xdd>(t0, t2);
+    out[2] = shuffle_128<0x88>(t1, t3);
+    out[3] = shuffle_128<0xdd>(t1, t3);
 }
 
 struct rows_q4_0 {
