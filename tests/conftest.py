@@ -48,3 +48,50 @@ def tiny(tmp_path_factory):
         return cache[(arch, wtype)]
 
     return get
+
+
+LLAMA_CPP_PYTHON_VERSION = "0.3.36"  # the version llamapy mirrors, and whose llama.cpp it is compared with
+
+
+@pytest.fixture(scope="session")
+def llama_cpp_sdist() -> "os.PathLike":
+    """The unpacked llama-cpp-python sdist (its Python sources and the llama.cpp
+    it vendors, with llama.cpp's tokenizer test vocabularies under
+    vendor/llama.cpp/models/). Read as data only: never imported, never built.
+
+    Fetched once with pip from PyPI into a cache folder (LLAMAPY_TEST_CACHE,
+    default ~/.cache/llamapy-tests), so the README's test command needs
+    nothing installed by hand."""
+    import subprocess
+    import sys
+    import tarfile
+    from pathlib import Path
+
+    cache = Path(os.environ.get("LLAMAPY_TEST_CACHE") or Path.home() / ".cache" / "llamapy-tests")
+    name = f"llama_cpp_python-{LLAMA_CPP_PYTHON_VERSION}"
+    root = cache / name
+    if (root / ".complete").exists():
+        return root
+    cache.mkdir(parents=True, exist_ok=True)
+    tarball = cache / f"{name}.tar.gz"
+    if not tarball.exists():
+        # --no-build-isolation: pip reads the sdist's metadata with the
+        # scikit-build-core already installed instead of building cmake.
+        r = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--no-binary", ":all:",
+                            "--no-build-isolation", f"llama-cpp-python=={LLAMA_CPP_PYTHON_VERSION}", "-d", str(cache)],
+                           capture_output=True, text=True)
+        if r.returncode != 0 or not tarball.exists():
+            msg = f"could not download the llama-cpp-python {LLAMA_CPP_PYTHON_VERSION} sdist: {r.stderr[-2000:]}"
+            if IN_CI:
+                raise RuntimeError(msg)
+            pytest.skip(msg)
+    with tarfile.open(tarball) as tf:
+        members = [m for m in tf.getmembers()
+                   if m.name.startswith(f"{name}/llama_cpp/") or m.name.startswith(f"{name}/vendor/llama.cpp/models/")
+                   or m.name.startswith(f"{name}/vendor/llama.cpp/src/") or m.name.startswith(f"{name}/tests/")]
+        if hasattr(tarfile, "data_filter"):
+            tf.extractall(cache, members=members, filter="data")
+        else:
+            tf.extractall(cache, members=members)
+    (root / ".complete").write_text("ok\n")
+    return root
