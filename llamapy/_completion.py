@@ -13,12 +13,12 @@ import random
 import time
 import uuid
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Union
+from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Tuple, Union
 
 import numpy as np
 
 from . import _engine
-from ._text import StopMatcher, Utf8Stream
+from ._text import StopMatcher, Utf8Stream, drop_invalid
 from .llama_cache import LogitsProcessorList, StoppingCriteriaList, longest_token_prefix
 
 if TYPE_CHECKING:
@@ -62,7 +62,9 @@ class _Piece:
 
 
 def _token_text(llama: "Llama", token: int) -> str:
-    return llama.tokenizer_.token_to_piece(token, False).decode("utf-8", errors="replace")
+    # One token's text on its own: bytes of a character split across tokens
+    # are dropped, as llama-cpp-python's logprobs tokens and keys show them.
+    return llama.tokenizer_.token_to_piece(token, False).decode("utf-8", errors="ignore")
 
 
 def _logprob_record(llama: "Llama", logits: np.ndarray, token: int, n_top: int, token_str: str,
@@ -104,8 +106,13 @@ def _check_request(req: CompletionRequest) -> List[str]:
     return list(stop)
 
 
-def _completion_events(llama: "Llama", req: CompletionRequest, prompt_tokens: List[int]) -> Iterator[Any]:
-    """Yields _Piece objects, then a final ("done", finish_reason, n_completion_tokens)."""
+def _completion_events(llama: "Llama", req: CompletionRequest, prompt_tokens: List[int],
+                       offset_base: int) -> Iterator[Any]:
+    """Yields _Piece objects, then a final ("done", finish_reason, n_completion_tokens).
+
+    A token's text_offset is ``offset_base`` plus the characters that the
+    completion's bytes before it decode to (an unfinished character counts
+    once it is complete), whether or not a stop string holds them back."""
     stops = _check_request(req)
     n_ctx = llama.n_ctx()
     max_tokens = req.max_tokens
@@ -130,7 +137,6 @@ def _completion_events(llama: "Llama", req: CompletionRequest, prompt_tokens: Li
     utf8 = Utf8Stream()
     stopper = StopMatcher(stops)
     n_top = req.logprobs
-    text_len = 0  # characters released so far (for text_offset)
     pending_records: List[Dict[str, Any]] = []
     completion: List[int] = []
     finish = "length"
@@ -153,13 +159,15 @@ def _completion_events(llama: "Llama", req: CompletionRequest, prompt_tokens: Li
                 if n_top is not None:
                     logits = llama._last_logits()
                     tstr = _token_text(llama, token)
-                    pending_records.append(_logprob_record(llama, logits, token, n_top, tstr, -1))
-                shown, stopped = stopper.push(utf8.feed(llama.tokenizer_.token_to_piece(token, False)))
+                    pending_records.append(_logprob_record(llama, logits, token, n_top, tstr,
+                                                           offset_base + utf8.n_chars))
+                # Stops are matched with invalid bytes still marked (they
+                # separate their neighbours, as in byte matching); the marks
+                # are dropped from what is shown.
+                shown, stopped = stopper.push(utf8.feed_marked(llama.tokenizer_.token_to_piece(token, False)))
+                shown = drop_invalid(shown)
                 if shown or (stopped and pending_records):
-                    for r in pending_records:
-                        r["offset"] = text_len
                     yield _Piece(shown, _records_to_logprobs(pending_records) if n_top is not None else None)
-                    text_len += len(shown)
                     pending_records = []
                 if stopped:
                     finish = "stop"
@@ -173,11 +181,9 @@ def _completion_events(llama: "Llama", req: CompletionRequest, prompt_tokens: Li
         finally:
             gen.close()
     if not stopper.stopped:
-        tail, _ = stopper.push(utf8.flush())
-        tail += stopper.flush()
+        tail, _ = stopper.push(utf8.flush_marked())
+        tail = drop_invalid(tail + stopper.flush())
         if tail or pending_records:
-            for r in pending_records:
-                r["offset"] = text_len
             yield _Piece(tail, _records_to_logprobs(pending_records) if n_top is not None else None)
 
     if llama.cache is not None:
@@ -194,32 +200,35 @@ def _records_to_logprobs(records: List[Dict[str, Any]]) -> Dict[str, list]:
     }
 
 
-def _prompt_logprob_records(llama: "Llama", prompt_tokens: List[int], n_top: int) -> List[Dict[str, Any]]:
+def _prompt_logprob_records(llama: "Llama", prompt_tokens: List[int], n_top: int
+                            ) -> Tuple[List[Dict[str, Any]], int]:
     """Log-probabilities of the prompt's own tokens (for echo + logprobs):
-    evaluates the prompt with logits for every position, records natively."""
+    evaluates the prompt with logits for every position, records natively.
+    Also returns the length of the prompt's decoded text: offsets count the
+    characters of the prompt's tokens (after a leading BOS), as in
+    llama-cpp-python, which may differ from the prompt string."""
     records: List[Dict[str, Any]] = []
     bos = llama.token_bos()
-    text_len = 0
+    utf8 = Utf8Stream()
     prev_logits: List[Optional[np.ndarray]] = [None]
+    piece = llama.tokenizer_.token_to_piece
 
     def on_chunk(n_past: int, chunk: np.ndarray, ctx: Any) -> None:
-        nonlocal text_len
         for j, tok in enumerate(chunk.tolist()):
-            tstr = _token_text(llama, tok)
             if n_past + j == 0 and tok == bos:
                 prev_logits[0] = np.array(ctx.get_logits(j))
                 continue
+            tstr = _token_text(llama, tok)
             if not records:  # OpenAI (and llama-cpp-python) report null for the first prompt token
-                records.append({"token": tstr, "offset": text_len, "logprob": None, "top": None})
+                records.append({"token": tstr, "offset": utf8.n_chars, "logprob": None, "top": None})
             else:
-                rec = _logprob_record(llama, prev_logits[0], tok, n_top, tstr, text_len)
-                records.append(rec)
-            text_len += len(tstr)
+                records.append(_logprob_record(llama, prev_logits[0], tok, n_top, tstr, utf8.n_chars))
+            utf8.feed_marked(piece(tok, False))
             prev_logits[0] = np.array(ctx.get_logits(j))
 
     llama.reset()
     llama._eval(prompt_tokens, all_logits=True, on_chunk=on_chunk)
-    return records
+    return records, utf8.n_chars
 
 
 def _header(llama: "Llama", req: CompletionRequest) -> Dict[str, Any]:
@@ -241,7 +250,7 @@ def _validated_prompt(llama: "Llama", req: CompletionRequest) -> List[int]:
 def _prompt_text(llama: "Llama", req: CompletionRequest, prompt_tokens: List[int]) -> str:
     if isinstance(req.prompt, str):
         return req.prompt
-    return llama.detokenize(prompt_tokens).decode("utf-8", errors="replace")
+    return llama.detokenize(prompt_tokens).decode("utf-8", errors="ignore")
 
 
 def run_completion(llama: "Llama", req: CompletionRequest) -> Dict[str, Any]:
@@ -249,26 +258,28 @@ def run_completion(llama: "Llama", req: CompletionRequest) -> Dict[str, Any]:
         head = _header(llama, req)
         prompt_tokens = _validated_prompt(llama, req)
         prompt_records = None
+        prefix = _prompt_text(llama, req, prompt_tokens)
+        offset_base = len(prefix)  # completion offsets count from the prompt's end (llama-cpp-python)
         if req.echo and req.logprobs is not None:
-            prompt_records = _prompt_logprob_records(llama, prompt_tokens, req.logprobs)
+            prompt_records, offset_base = _prompt_logprob_records(llama, prompt_tokens, req.logprobs)
+        if not req.echo:
+            prefix = ""
         texts: List[str] = []
         recs: Optional[Dict[str, list]] = None
         if req.logprobs is not None:
             recs = {"tokens": [], "text_offset": [], "token_logprobs": [], "top_logprobs": []}
         finish, n_completion = "length", 0
-        prefix = _prompt_text(llama, req, prompt_tokens) if req.echo else ""
         if recs is not None and prompt_records:
             for k, v in _records_to_logprobs(prompt_records).items():
                 recs[k].extend(v)
-        for ev in _completion_events(llama, req, prompt_tokens):
+        for ev in _completion_events(llama, req, prompt_tokens, offset_base):
             if isinstance(ev, tuple):
                 _, finish, n_completion = ev
                 break
             texts.append(ev.text)
             if recs is not None and ev.logprobs:
-                base = len(prefix) if req.echo else 0
                 for k, v in ev.logprobs.items():
-                    recs[k].extend([o + base for o in v] if k == "text_offset" else v)
+                    recs[k].extend(v)
         text = prefix + "".join(texts)
         if req.suffix is not None:
             text += req.suffix
@@ -286,14 +297,16 @@ def stream_completion(llama: "Llama", req: CompletionRequest) -> Iterator[Dict[s
         with llama._lock:
             head = _header(llama, req)
             prompt_records = None
+            prompt_text = _prompt_text(llama, req, prompt_tokens)
             if req.echo and req.logprobs is not None:
-                prompt_records = _prompt_logprob_records(llama, prompt_tokens, req.logprobs)
+                prompt_records, _ = _prompt_logprob_records(llama, prompt_tokens, req.logprobs)
             if req.echo:
                 lp = _records_to_logprobs(prompt_records) if prompt_records else None
-                yield {**head, "choices": [{"text": _prompt_text(llama, req, prompt_tokens), "index": 0,
-                                            "logprobs": lp, "finish_reason": None}]}
+                yield {**head, "choices": [{"text": prompt_text, "index": 0, "logprobs": lp,
+                                            "finish_reason": None}]}
             finish, n_completion = "length", 0
-            for ev in _completion_events(llama, req, prompt_tokens):
+            # Streamed offsets count from the end of the prompt string, echoed or not (llama-cpp-python).
+            for ev in _completion_events(llama, req, prompt_tokens, len(prompt_text)):
                 if isinstance(ev, tuple):
                     _, finish, n_completion = ev
                     break

@@ -8,24 +8,54 @@ shows any part of a stop string.
 from __future__ import annotations
 
 import codecs
+import re
 from typing import List, Optional, Sequence, Tuple
+
+# Invalid bytes decoded with errors="surrogateescape" become U+DC80..U+DCFF;
+# valid UTF-8 never decodes to a lone surrogate, so these mark exactly them.
+_INVALID = re.compile("[\udc80-\udcff]+")
+
+
+def drop_invalid(text: str) -> str:
+    """``text`` without the invalid-byte marks of ``Utf8Stream.feed_marked``."""
+    return text if text.isascii() else _INVALID.sub("", text)
 
 
 class Utf8Stream:
     """Incremental UTF-8 decoder: feed bytes, get the complete characters.
 
     Bytes of an unfinished character are held back until the rest arrives.
-    Invalid sequences become U+FFFD, as ``bytes.decode(errors="replace")``.
+    Bytes that cannot be part of a valid character are dropped, as
+    ``bytes.decode(errors="ignore")`` (what llama-cpp-python shows), so the
+    text never contains a U+FFFD that the model did not write.
+
+    ``feed_marked`` keeps each dropped byte as a lone surrogate instead: stop
+    strings are then matched on text in which an invalid byte still separates
+    its neighbours (llama-cpp-python matches stops on the raw bytes), and
+    ``drop_invalid`` removes the marks before the text is shown.
+    ``n_chars`` counts the valid characters decoded so far (text offsets).
     """
 
     def __init__(self) -> None:
-        self._dec = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._dec = codecs.getincrementaldecoder("utf-8")(errors="surrogateescape")
+        self.n_chars = 0
+
+    def _count(self, out: str) -> str:
+        self.n_chars += len(out) if out.isascii() else len(drop_invalid(out))
+        return out
+
+    def feed_marked(self, data: bytes) -> str:
+        return self._count(self._dec.decode(data, final=False))
+
+    def flush_marked(self) -> str:
+        """The end of the input: an unfinished character is invalid now."""
+        return self._count(self._dec.decode(b"", final=True))
 
     def feed(self, data: bytes) -> str:
-        return self._dec.decode(data, final=False)
+        return drop_invalid(self.feed_marked(data))
 
     def flush(self) -> str:
-        return self._dec.decode(b"", final=True)
+        return drop_invalid(self.flush_marked())
 
 
 class StopMatcher:

@@ -161,7 +161,9 @@ def test_logprobs_without_logits_all(llm):
         assert chosen <= 0.0 and tok in top
         assert max(top.values()) == pytest.approx(chosen, abs=1e-5)  # greedy picks the most likely
     offsets = lp["text_offset"]
-    assert offsets == sorted(offsets) and offsets[0] == 0
+    assert offsets == sorted(offsets) and offsets[0] == len(PROMPT)  # counted from the prompt's end
+    text = PROMPT + text_of(out)
+    assert all(text.startswith(tok, o) for tok, o in zip(lp["tokens"], offsets))
 
 
 def test_logprobs_match_log_softmax(model_path):

@@ -5,7 +5,7 @@ import random
 
 import pytest
 
-from llamapy._text import StopMatcher, Utf8Stream
+from llamapy._text import StopMatcher, Utf8Stream, drop_invalid
 
 
 def test_utf8_stream_reassembles_split_characters():
@@ -25,11 +25,41 @@ def test_utf8_stream_reassembles_split_characters():
         assert "".join(out) == text
 
 
-def test_utf8_stream_invalid_bytes_become_replacement():
+def test_utf8_stream_drops_invalid_bytes():
+    # As bytes.decode(errors="ignore") (llama-cpp-python's completion text).
     s = Utf8Stream()
-    assert s.feed(b"a\xffb") == "a\ufffdb"
-    assert s.feed(b"\xe4\xbd") == ""
-    assert s.flush() == "\ufffd"
+    assert s.feed(b"a\xffb") == "ab"
+    assert s.feed(b"\xe4\xbd") == ""     # unfinished: held back
+    assert s.flush() == ""                  # never finished: dropped
+    assert s.n_chars == 2
+    s = Utf8Stream()
+    assert s.feed(b"\xe2\x82A\x80\xef\xbf\xbd") == "A\ufffd"  # a U+FFFD the model wrote stays
+    assert s.n_chars == 2
+
+
+def test_utf8_stream_matches_whole_decode_with_ignore():
+    rng = random.Random(1)
+    alphabet = [b"a", b"\x80", b"\xc3", b"\xa9", b"\xe2", b"\x82", b"\xac", b"\xf0", b"\x9f", b"\xff", b"\xed\xa0\x80"]
+    for _ in range(300):
+        data = b"".join(rng.choice(alphabet) for _ in range(rng.randint(0, 12)))
+        s = Utf8Stream()
+        out = []
+        i = 0
+        while i < len(data):
+            n = rng.randint(1, 3)
+            out.append(s.feed(data[i:i + n]))
+            i += n
+        out.append(s.flush())
+        want = data.decode("utf-8", errors="ignore")
+        assert "".join(out) == want and s.n_chars == len(want)
+
+
+def test_marked_invalid_bytes_keep_stop_strings_apart():
+    s = Utf8Stream()
+    marked = s.feed_marked(b"x\xffSTOP")
+    m = StopMatcher(["xSTOP"])
+    shown, stopped = m.push(marked)
+    assert not stopped and drop_invalid(shown + m.flush()) == "xSTOP"
 
 
 def run_matcher(stops, chunks):

@@ -63,8 +63,7 @@ def script_tokens(llm: Any, script: List[list]) -> List[int]:
         if item[0] == "text":
             out.extend(llm.tokenize(item[1].encode(), add_bos=False, special=False))
         elif item[0] == "byte":
-            out.extend(llm.tokenize(bytes([item[1]]), add_bos=False, special=False) if False else
-                       [byte_token(llm, item[1])])
+            out.append(byte_token(llm, item[1]))
         else:
             out.append(llm.token_eos())
     return out
@@ -72,16 +71,15 @@ def script_tokens(llm: Any, script: List[list]) -> List[int]:
 
 def byte_token(llm: Any, b: int) -> int:
     """The id of <0xBB> (llama.cpp's byte-fallback token), found in the GGUF's token list."""
-    tokens = llm._byte_tokens if hasattr(llm, "_byte_tokens") else None
-    if tokens is None:
-        from gguf import GGUFReader  # only for recording
+    if not _BYTE_TOKENS:
+        from llamapy.gguf_file import GGUFFile  # reads the token list without llama.cpp
 
-        reader = GGUFReader(llm.model_path)
-        field = reader.fields["tokenizer.ggml.tokens"]
-        names = [bytes(field.parts[i]).decode() for i in field.data]
-        tokens = {n: i for i, n in enumerate(names) if n.startswith("<0x") and len(n) == 6}
-        llm._byte_tokens = tokens
-    return tokens[f"<0x{b:02X}>"]
+        names = GGUFFile(llm.model_path).metadata["tokenizer.ggml.tokens"]
+        _BYTE_TOKENS.update((n, i) for i, n in enumerate(names) if len(n) == 6 and n.startswith("<0x"))
+    return _BYTE_TOKENS[f"<0x{b:02X}>"]
+
+
+_BYTE_TOKENS: Dict[str, int] = {}
 
 
 def forcing(script: List[int], eos: int):
@@ -139,9 +137,9 @@ def main() -> int:
             return p
 
         lib.llama_model_default_params = params
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     model = args.model
     if model is None:
-        sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
         from llamapy.default_model import default_model_path
 
         model = default_model_path()
