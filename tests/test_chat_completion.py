@@ -368,4 +368,5 @@ def test_llama_chat_format_compat_names():
 
     config = {"chat_template": template, "bos_token": None,
               "eos_token": {"__type": "AddedToken", "content": "<|im_end|>"}}
-    assert lcf.hf_tokenizer_config_to_chat_formatter(config)(messages=USER).prompt == result.prompt
+    # As llama-cpp-python: the generation prompt is an empty assistant message (closed by the template).
+    assert lcf.hf_tokenizer_config_to_chat_formatter(config)(messages=USER).prompt == result.prompt + "<|im_end|>\n"

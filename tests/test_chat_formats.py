@@ -1,5 +1,6 @@
-"""Named chat formats render the models' documented prompts; the format is
-chosen as llama-cpp-python chooses it."""
+"""Named chat formats render llama-cpp-python's prompts (the recorded
+fixtures check every format at length: test_chat_format_fixtures.py); the
+format is chosen as llama-cpp-python chooses it."""
 from __future__ import annotations
 
 import logging
@@ -8,43 +9,49 @@ import pytest
 
 from chat_helpers import ScriptedLlama
 from llamapy.chat.completion import FormatHandler, get_chat_completion_handler, resolve_chat_handler
-from llamapy.chat.formats import FORMATS, get_format, guess_chat_format_from_gguf_metadata
+from llamapy.chat.formats import FORMATS, get_format
+from llamapy.llama_chat_format import guess_chat_format_from_gguf_metadata, CHATML_CHAT_TEMPLATE as LCF_CHATML
 
 S, U1, A1, U2 = "Be brief.", "Hi!", "Hello.", "What is 2+2?"
 CONV = [{"role": "system", "content": S}, {"role": "user", "content": U1},
         {"role": "assistant", "content": A1}, {"role": "user", "content": U2}]
 TOKENS = {"bos_token": "<s>", "eos_token": "</s>"}
+VICUNA = ("A chat between a curious user and an artificial intelligence assistant. The assistant gives helpful, "
+          "detailed, and polite answers to the user's questions.")
 
-# Written from each format's documentation (model cards / original repositories).
+# llama-cpp-python 0.3.36's prompts for CONV, quirks included (zephyr's double
+# newline, alpaca's missing response header, llama-2's spacing); where it drops
+# a message (gemma's and mistral-instruct's system message, saiga's assistant)
+# llamapy keeps it, marked "kept".
 EXPECTED = {
     "chatml": "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi!<|im_end|>\n<|im_start|>assistant\n"
               "Hello.<|im_end|>\n<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n",
-    "llama-3": "<s><|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|>"
+    "llama-3": "<|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|>"
                "<|start_header_id|>user<|end_header_id|>\n\nHi!<|eot_id|>"
                "<|start_header_id|>assistant<|end_header_id|>\n\nHello.<|eot_id|>"
                "<|start_header_id|>user<|end_header_id|>\n\nWhat is 2+2?<|eot_id|>"
                "<|start_header_id|>assistant<|end_header_id|>\n\n",
-    "llama-2": "<s>[INST] <<SYS>>\nBe brief.\n<</SYS>>\n\nHi! [/INST] Hello. </s><s>[INST] What is 2+2? [/INST]",
-    "mistral-instruct": "<s>[INST] Be brief.\n\nHi! [/INST]Hello.</s>[INST] What is 2+2? [/INST]",
-    "gemma": "<s><start_of_turn>user\nBe brief.\n\nHi!<end_of_turn>\n<start_of_turn>model\nHello.<end_of_turn>\n"
-             "<start_of_turn>user\nWhat is 2+2?<end_of_turn>\n<start_of_turn>model\n",
+    "llama-2": "[INST] <<SYS>>\nBe brief.\n<</SYS>> Hi! [/INST]Hello. </s><s>[INST]What is 2+2?  [/INST]",
+    "mistral-instruct": "[INST] Be brief.\n\nHi! [/INST]Hello.</s>[INST] What is 2+2? [/INST]",  # kept
+    "gemma": "<start_of_turn>user\nBe brief.\n\nHi!<end_of_turn>\n<start_of_turn>model\nHello.<end_of_turn>\n"
+             "<start_of_turn>user\nWhat is 2+2?<end_of_turn>\n<start_of_turn>model\n",  # kept
     "phi-3": "<|system|>\nBe brief.<|end|>\n<|user|>\nHi!<|end|>\n<|assistant|>\nHello.<|end|>\n"
-             "<|user|>\nWhat is 2+2?<|end|>\n<|assistant|>\n",
-    "zephyr": "<|system|>\nBe brief.</s>\n<|user|>\nHi!</s>\n<|assistant|>\nHello.</s>\n<|user|>\nWhat is 2+2?</s>\n"
-              "<|assistant|>\n",
-    "openchat": "<s>Be brief.<|end_of_turn|>GPT4 Correct User: Hi!<|end_of_turn|>GPT4 Correct Assistant: Hello."
-                "<|end_of_turn|>GPT4 Correct User: What is 2+2?<|end_of_turn|>GPT4 Correct Assistant:",
-    "alpaca": "Be brief.\n\n### Instruction:\nHi!\n\n### Response:\nHello.\n\n### Instruction:\nWhat is 2+2?\n\n"
-              "### Response:\n",
-    "vicuna": "Be brief. USER: Hi! ASSISTANT: Hello.</s>USER: What is 2+2? ASSISTANT:",
+             "<|user|>\nWhat is 2+2?<|end|>\n<|assistant|>\n",  # llamapy's own (llama-cpp-python has no phi-3)
+    "zephyr": "<|system|>\nBe brief.</s>\n<|user|>\n\nHi!</s>\n<|assistant|>\n\nHello.</s>\n<|user|>\n\n"
+              "What is 2+2?</s>\n<|assistant|>\n\n",
+    "openchat": "Be brief.<|end_of_turn|><|end_of_turn|>\nGPT4 Correct User: \nHi!<|end_of_turn|>\n<|end_of_turn|>"
+                "GPT4 Correct Assistant: \nHello.<|end_of_turn|>\nGPT4 Correct User: \nWhat is 2+2?<|end_of_turn|>\n"
+                "<|end_of_turn|>GPT4 Correct Assistant: \n",
+    "alpaca": "Be brief.\n\n### Instruction: Hi!\n\n### Response: Hello.</s>### Instruction: What is 2+2?\n\n",
+    "vicuna": VICUNA + " USER: Be brief.\n\nHi! ASSISTANT: Hello.</s>USER: What is 2+2? ASSISTANT:",  # kept
     "qwen": "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi!<|im_end|>\n<|im_start|>assistant\n"
             "Hello.<|im_end|>\n<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n",
-    "saiga": "<s>system\nBe brief.</s><s>user\nHi!</s><s>bot\nHello.</s><s>user\nWhat is 2+2?</s><s>bot\n",
+    "saiga": "<s>system\nBe brief.</s><s>user\nHi!</s><s>bot\nHello.</s><s>user\nWhat is 2+2?</s><s>bot",  # kept
 }
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
-def test_named_format_renders_documented_prompt(name):
+def test_named_format_renders_llama_cpp_python_prompt(name):
     assert get_format(name).render(CONV, **TOKENS) == EXPECTED[name]
 
 
@@ -52,34 +59,42 @@ def test_default_system_prompts():
     user = [{"role": "user", "content": "Hi!"}]
     assert get_format("qwen").render(user) == ("<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n"
                                                "<|im_start|>user\nHi!<|im_end|>\n<|im_start|>assistant\n")
-    assert get_format("vicuna").render(user).startswith("A chat between a curious user and an artificial intelligence")
+    assert get_format("vicuna").render(user).startswith(VICUNA)
 
 
-def test_merged_system_without_user_and_no_system():
+def test_dropped_system_is_kept_in_the_next_user_turn():
     gemma = get_format("gemma")
-    assert gemma.render([{"role": "user", "content": " Hi! "}], bos_token="<bos>") == \
-        "<bos><start_of_turn>user\nHi!<end_of_turn>\n<start_of_turn>model\n"
-    assert gemma.render([{"role": "system", "content": "Rules."}], bos_token="") == \
-        "<start_of_turn>user\nRules.\n\n<end_of_turn>\n<start_of_turn>model\n"
+    assert gemma.render([{"role": "user", "content": " Hi! "}]) == \
+        "<start_of_turn>user\n Hi! <end_of_turn>\n<start_of_turn>model\n"
+    # No user message after it: the system message becomes one.
+    assert gemma.render([{"role": "system", "content": "Rules."}]) == \
+        "<start_of_turn>user\nRules.<end_of_turn>\n<start_of_turn>model\n"
+    # A second system message (llama-cpp-python keeps only the first) goes to the next user turn.
+    two = CONV[:2] + [{"role": "system", "content": "Now verbose."}, {"role": "user", "content": "More?"}]
+    assert get_format("chatml").render(two).endswith(
+        "<|im_start|>user\nNow verbose.\n\nMore?<|im_end|>\n<|im_start|>assistant\n")
 
 
-def test_no_generation_prompt_and_unknown_role():
+def test_no_generation_prompt_and_other_roles():
     assert get_format("chatml").render(CONV[:2], add_generation_prompt=False).endswith("Hi!<|im_end|>\n")
-    with pytest.raises(ValueError, match="no place for messages with role 'tool'"):
-        get_format("gemma").render([{"role": "tool", "content": "x"}])
+    # Roles llama-cpp-python drops: a named turn where the format names roles, else a user turn.
+    tool = [{"role": "user", "content": "run"}, {"role": "ipython", "content": "42"}]
+    assert "<|im_start|>ipython\n42<|im_end|>\n" in get_format("chatml").render(tool)
+    assert "<start_of_turn>user\n42<end_of_turn>\n" in get_format("gemma").render(tool)
 
 
 def test_every_format_renders_and_names_itself():
     for name, fmt in FORMATS.items():
         assert fmt.name == name
         out = fmt.render(CONV, **TOKENS)
-        assert "Hi!" in out and "What is 2+2?" in out, name
+        assert all(m["content"] in out for m in CONV), name
 
 
 def test_stop_strings_are_end_of_turn_markers():
     assert get_format("chatml").stop == ("<|im_end|>",)
     assert "<|eot_id|>" in get_format("llama-3").stop
     assert get_format("gemma").stop == ("<end_of_turn>",)
+    assert get_format("pygmalion").stop == ("\n",)  # llama-cpp-python's
 
 
 def test_unknown_format_lists_known_ones():
@@ -123,7 +138,8 @@ def test_gguf_named_templates_as_chat_formats():
         get_chat_completion_handler("chat_template.missing", meta)
 
 
-def test_guess_from_template_markers():
+def test_guess_from_exact_templates():
+    # As llama-cpp-python: only the exact templates of ChatML, Mistral/Mixtral and Llama 3 Instruct.
     assert guess_chat_format_from_gguf_metadata({}) is None
-    assert guess_chat_format_from_gguf_metadata({"tokenizer.chat_template": CHATML_TEMPLATE}) == "chatml"
-    assert guess_chat_format_from_gguf_metadata({"tokenizer.chat_template": "<start_of_turn>"}) == "gemma"
+    assert guess_chat_format_from_gguf_metadata({"tokenizer.chat_template": LCF_CHATML}) == "chatml"
+    assert guess_chat_format_from_gguf_metadata({"tokenizer.chat_template": CHATML_TEMPLATE}) is None

@@ -2,10 +2,11 @@
 pass) and the choice of format for a model.
 
 A format turns OpenAI-shaped messages into prompt text and names the strings
-that end the assistant's turn. Most are a ``Turns`` table row: one wrapper per
-role, with ``{}`` for the content and ``{bos}``, ``{eos}``, ``{role}`` for
-those texts; adding a format is one entry in ``FORMATS``. Models with a Jinja
-template in their GGUF use ``JinjaFormat`` instead (``template.py``).
+that end the assistant's turn. llama-cpp-python's named formats are rendered
+as it renders them (``named_formats.py``); llamapy's own (``phi-3``) are a
+``Turns`` table row: one wrapper per role, with ``{}`` for the content and
+``{bos}``, ``{eos}``, ``{role}`` for those texts. Models with a Jinja template
+in their GGUF use ``JinjaFormat`` instead (``template.py``).
 
 Not here: tokenization, tools, generation (``completion.py``).
 """
@@ -15,6 +16,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from .named_formats import NAMED_FORMATS, stop_strings
 from .template import compile_template
 
 logger = logging.getLogger("llamapy")
@@ -122,63 +124,32 @@ def format_from_template(source: str, name: str = "chat_template.default", eos_t
     return ChatFormat(name, JinjaFormat(source), tuple(stop), native_tools="tools" in source)
 
 
-_VICUNA_SYSTEM = ("A chat between a curious user and an artificial intelligence assistant. "
-                  "The assistant gives helpful, detailed, and polite answers to the user's questions.")
+# The chat handler's stop strings where they are not llama-cpp-python's: the
+# end-of-turn markers themselves (llama-cpp-python stops at "<end_of_turn>\n",
+# and relies on end-of-generation tokens for <|eom_id|> and <|im_end|>), so a
+# turn also ends where its marker arrives as text.
+_HANDLER_STOP = {"gemma": ("<end_of_turn>",), "llama-3": ("<|eot_id|>", "<|eom_id|>"),
+                 "qwen": ("<|im_end|>", "<|endoftext|>")}
+
+
+def _named(spec: Any) -> ChatFormat:
+    """A ChatFormat for one of llama-cpp-python's named formats (named_formats.py)."""
+    def render(messages: Sequence[Message], *, add_generation_prompt: bool = True, **_: Any) -> str:
+        return spec.render(messages, add_generation_prompt)
+
+    return ChatFormat(spec.name, render, _HANDLER_STOP.get(spec.name, stop_strings(spec.stop)))
+
+
 _CHATML = Turns(role="<|im_start|>{role}\n{}<|im_end|>\n", generation="<|im_start|>assistant\n")
 
-FORMATS: Dict[str, ChatFormat] = {f.name: f for f in [
-    ChatFormat("chatml", _CHATML, ("<|im_end|>",)),
-    ChatFormat("qwen", Turns(role=_CHATML.role, generation=_CHATML.generation,
-                             default_system="You are a helpful assistant."), ("<|im_end|>", "<|endoftext|>")),
-    ChatFormat("llama-3", Turns(prefix="{bos}", role="<|start_header_id|>{role}<|end_header_id|>\n\n{}<|eot_id|>",
-                                generation="<|start_header_id|>assistant<|end_header_id|>\n\n", strip=True),
-               ("<|eot_id|>", "<|eom_id|>")),
-    ChatFormat("llama-2", Turns(user="{bos}[INST] {} [/INST]", assistant=" {} {eos}",
-                                merge="<<SYS>>\n{}\n<</SYS>>\n\n", strip=True), ("</s>",)),
-    ChatFormat("mistral-instruct", Turns(prefix="{bos}", user="[INST] {} [/INST]", assistant="{}{eos}", merge="{}\n\n"),
-               ("</s>",)),
-    ChatFormat("gemma", Turns(prefix="{bos}", user="<start_of_turn>user\n{}<end_of_turn>\n",
-                              assistant="<start_of_turn>model\n{}<end_of_turn>\n",
-                              generation="<start_of_turn>model\n", merge="{}\n\n", strip=True), ("<end_of_turn>",)),
+FORMATS: Dict[str, ChatFormat] = {name: _named(spec) for name, spec in NAMED_FORMATS.items()}
+FORMATS.update({f.name: f for f in [
+    # Not a llama-cpp-python format (it has none for Phi-3): Phi-3's own template.
     ChatFormat("phi-3", Turns(role="<|{role}|>\n{}<|end|>\n", generation="<|assistant|>\n"), ("<|end|>",)),
-    ChatFormat("zephyr", Turns(role="<|{role}|>\n{}{eos}\n", generation="<|assistant|>\n"), ("</s>",)),
-    ChatFormat("openchat", Turns(prefix="{bos}", system="{}<|end_of_turn|>",
-                                 user="GPT4 Correct User: {}<|end_of_turn|>",
-                                 assistant="GPT4 Correct Assistant: {}<|end_of_turn|>",
-                                 generation="GPT4 Correct Assistant:"), ("<|end_of_turn|>",)),
-    ChatFormat("alpaca", Turns(system="{}\n\n", user="### Instruction:\n{}\n\n", assistant="### Response:\n{}\n\n",
-                               generation="### Response:\n"), ("### Instruction:",)),
-    ChatFormat("vicuna", Turns(system="{} ", user="USER: {} ", assistant="ASSISTANT: {}{eos}", generation="ASSISTANT:",
-                               default_system=_VICUNA_SYSTEM), ("USER:",)),
-    ChatFormat("oasst_llama", Turns(system="[INST] <<SYS>>\n{}\n<</SYS>>\n\n", user="<|prompter|>{}</s>",
-                                    assistant="<|assistant|>{}</s>", generation="<|assistant|>"), ("</s>",)),
-    ChatFormat("baichuan-2", Turns(system="{}", user="<reserved_106>{}", assistant="<reserved_107>{}",
-                                   generation="<reserved_107>")),
-    ChatFormat("baichuan", Turns(system="{}", user="<reserved_102>{}", assistant="<reserved_103>{}",
-                                 generation="<reserved_103>")),
-    ChatFormat("redpajama-incite", Turns(system="{}\n", user="<human>: {}\n", assistant="<bot>: {}\n",
-                                         generation="<bot>:"), ("<human>",)),
-    ChatFormat("snoozy", Turns(system="### Instruction:\n{}\n", user="### Prompt:\n{}\n",
-                               assistant="### Response:\n{}\n", generation="### Response:\n",
-                               default_system="The prompt below is a question to answer, a task to complete, or a "
-                                              "conversation to respond to; decide which and write an appropriate "
-                                              "response."), ("###",)),
-    ChatFormat("phind", Turns(system="### System Prompt\n{}\n\n", user="### User Message\n{}\n\n",
-                              assistant="### Assistant\n{}\n\n", generation="### Assistant\n",
-                              default_system="You are an intelligent programming assistant."), ("### User Message",)),
-    ChatFormat("intel", Turns(system="### System:\n{}\n", user="### User:\n{}\n", assistant="### Assistant:\n{}\n",
-                              generation="### Assistant:\n"), ("### User:",)),
-    ChatFormat("mistrallite", Turns(system="<|system|>{}</s>", user="<|prompter|>{}</s>",
-                                    assistant="<|assistant|>{}</s>", generation="<|assistant|>"), ("</s>",)),
-    ChatFormat("pygmalion", Turns(system="<|system|>{}\n", user="<|user|>{}\n", assistant="<|model|>{}\n",
-                                  generation="<|model|>"), ("<|user|>",)),
-    ChatFormat("chatglm3", Turns(prefix="[gMASK]sop", role="<|{role}|>\n {}", generation="<|assistant|>"),
-               ("<|user|>", "<|observation|>")),
-    ChatFormat("saiga", Turns(role="<s>{role}\n{}</s>", generation="<s>bot\n", names={"assistant": "bot"}), ("</s>",)),
     # llama-cpp-python's name for ChatML with function calling; llamapy describes
     # tools in the system message and parses <tool_call> blocks (as for any format).
     ChatFormat("chatml-function-calling", _CHATML, ("<|im_end|>",)),
-]}
+]})
 
 # Formats guessed from general.architecture when a model has no chat template.
 _ARCH_FORMATS = {"gemma": "gemma", "gemma2": "gemma", "gemma3": "gemma", "gemma3n": "gemma", "qwen": "qwen",
@@ -198,19 +169,6 @@ def guess_format_name(metadata: Mapping[str, Any]) -> str:
     """The named format for a model without a chat template, from its architecture."""
     arch = str(metadata.get("general.architecture", ""))
     return _ARCH_FORMATS.get(arch, FALLBACK_FORMAT)
-
-
-def guess_chat_format_from_gguf_metadata(metadata: Mapping[str, Any]) -> Optional[str]:
-    """llama-cpp-python's helper: a named format that matches the GGUF's chat
-    template, judged by its turn markers, or None."""
-    template = metadata.get("tokenizer.chat_template")
-    if not isinstance(template, str):
-        return None
-    for marker, name in (("<|start_header_id|>", "llama-3"), ("<start_of_turn>", "gemma"),
-                         ("<|im_start|>", "chatml"), ("[INST]", "mistral-instruct"), ("<|assistant|>", "phi-3")):
-        if marker in template:
-            return name
-    return None
 
 
 def template_names(metadata: Mapping[str, Any]) -> List[str]:

@@ -227,13 +227,17 @@ class _SandboxEnvironment(ImmutableSandboxedEnvironment):
     intercepted_binops = frozenset({"*", "+", "%", "**"})
     code_generator_class = _GuardedCodeGenerator
 
-    def __init__(self) -> None:
+    def __init__(self, dialect: str = "transformers") -> None:
         super().__init__(trim_blocks=True, lstrip_blocks=True, finalize=_finalize,
                          extensions=[jinja2.ext.loopcontrols, _GenerationTag])
-        self.filters["tojson"] = tojson
+        if dialect == "transformers":
+            self.filters["tojson"] = tojson
+            self.globals["raise_exception"] = raise_exception
+            self.globals["strftime_now"] = strftime_now
+        # "jinja", as llama-cpp-python's hf_tokenizer_config_to_chat_formatter
+        # renders: Jinja's own tojson (HTML-escaped, sorted keys) and no
+        # raise_exception / strftime_now (templates test ``strftime_now is defined``).
         self.filters = {name: _guard_filter(name, f) for name, f in self.filters.items()}
-        self.globals["raise_exception"] = raise_exception
-        self.globals["strftime_now"] = strftime_now
 
     def unsafe_undefined(self, obj: Any, attribute: str) -> Any:
         raise ChatTemplateSecurityError(
@@ -308,21 +312,28 @@ def tojson(value: Any, ensure_ascii: bool = False, indent: Optional[int] = None,
                       sort_keys=sort_keys)
 
 
-@functools.lru_cache(maxsize=1)
-def _environment() -> _SandboxEnvironment:
-    return _SandboxEnvironment()
+DIALECTS = ("transformers", "jinja")
+
+
+@functools.lru_cache(maxsize=len(DIALECTS))
+def _environment(dialect: str = "transformers") -> _SandboxEnvironment:
+    return _SandboxEnvironment(dialect)
 
 
 class ChatTemplate:
     """A compiled chat template. Rendering is thread-safe."""
 
-    def __init__(self, source: str, limits: RenderLimits = RenderLimits()) -> None:
+    def __init__(self, source: str, limits: RenderLimits = RenderLimits(), dialect: str = "transformers") -> None:
+        """``dialect``: "transformers" (its ``tojson``: no HTML escaping,
+        keys in order) or "jinja" (Jinja's own ``tojson``)."""
         if not isinstance(source, str):
             raise TypeError("a chat template must be a str")
+        if dialect not in DIALECTS:
+            raise ValueError(f"dialect must be one of {DIALECTS}, not {dialect!r}")
         self.source = source
         self.limits = limits
         try:
-            self._template = _environment().from_string(source)
+            self._template = _environment(dialect).from_string(source)
         except jinja2.TemplateSyntaxError as e:
             raise ChatTemplateError(f"chat template does not compile: {e} (line {e.lineno})") from e
 
@@ -336,6 +347,11 @@ class ChatTemplate:
         context = dict(extra, messages=list(messages), add_generation_prompt=add_generation_prompt,
                        tools=list(tools) if tools else None, documents=list(documents) if documents else None,
                        bos_token=bos_token, eos_token=eos_token)
+        return self.render_variables(context)
+
+    def render_variables(self, context: Dict[str, Any]) -> str:
+        """Render with exactly these template variables (nothing added), for
+        callers that must pass what another renderer passes."""
         budget = _Budget(self.limits)
         token = _budget.set(budget)
         out: List[str] = []
