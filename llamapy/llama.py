@@ -15,13 +15,15 @@ import math
 import os
 import random
 import threading
-from typing import Any, Dict, Generator, Iterator, List, Optional, Sequence, Union
+from collections import deque
+from typing import Any, Deque, Dict, Generator, Iterator, List, Optional, Sequence, Union
 
 import numpy as np
 import numpy.typing as npt
 
 from . import _engine
 from ._embedding import embedding_context_options
+from ._scores import LazyRows
 from ._params import DEFAULT_SEED, KV_TYPES, ContextParams, ModelParams, parse_params
 from ._tokenizer import LlamaTokenizer
 from .gguf_file import GGUFFile
@@ -204,6 +206,9 @@ class Llama:
         self.n_tokens = 0
         self.input_ids: npt.NDArray[np.intc] = np.zeros(self._n_ctx, dtype=np.intc)
         self._scores_all: Optional[npt.NDArray[np.single]] = None  # (n_ctx, n_vocab), logits_all only
+        self._scores_lazy: Optional[LazyRows] = None  # ``scores`` without logits_all
+        self._scores_key: Optional[tuple] = None  # (row, logits row, eval serial) written into _scores_lazy
+        self._eval_serial = 0  # counts decodes: a row written before one may be stale
         self._last_logits_row = -1  # output row of the context holding the last token's logits
         self._closed = False
         if verbose:
@@ -235,33 +240,50 @@ class Llama:
 
     @property
     def scores(self) -> npt.NDArray[np.single]:
-        """Logits per evaluated position, shape (n_tokens, n_vocab).
+        """Logits per position, shape (n_ctx, n_vocab), as llama-cpp-python.
 
-        With ``logits_all=True`` every row is real. Otherwise only the last row
-        is (the others alias it): llamapy does not keep an (n_ctx × n_vocab)
-        array unless asked, which for a 262k vocabulary would be 0.5 GB."""
-        if self._scores_all is not None:
-            return self._scores_all[: self.n_tokens]
-        last = self._last_logits()
-        if last is None:
-            return np.zeros((0, self._n_vocab), dtype=np.single)
-        return np.lib.stride_tricks.as_strided(last, shape=(max(self.n_tokens, 1), self._n_vocab),
-                                               strides=(0, last.strides[0]), writeable=False)
+        With ``logits_all=True`` every evaluated row is filled. Otherwise row
+        ``n_tokens - 1`` holds the last evaluated token's logits and the
+        others are zeros. The array is lazily mapped memory (see _scores.py):
+        only written rows are committed, and without logits_all only the one
+        row, written when this property is read."""
+        if self._logits_all:
+            return self._all_scores()
+        if self._scores_lazy is None:
+            self._scores_lazy = LazyRows(self._n_ctx, self._n_vocab)
+        key = (self.n_tokens - 1, self._last_logits_row, self._eval_serial)
+        if key != self._scores_key:
+            if self._scores_key is not None and self._scores_key[0] >= 0:
+                self._scores_lazy.clear_row(self._scores_key[0])
+            last = self._last_logits()
+            if last is not None:
+                self._scores_lazy.array[self.n_tokens - 1] = last
+                self._scores_key = key
+            else:
+                self._scores_key = None
+        return self._scores_lazy.array
+
+    def _all_scores(self) -> npt.NDArray[np.single]:
+        if self._scores_all is None:
+            self._scores_all = LazyRows(self._n_ctx, self._n_vocab).array
+        return self._scores_all
 
     @property
     def _scores(self) -> npt.NDArray[np.single]:
-        return self.scores
+        return self.scores[: self.n_tokens, :]
 
     @property
-    def eval_tokens(self) -> List[int]:
-        return self.input_ids[: self.n_tokens].tolist()
+    def eval_tokens(self) -> Deque[int]:
+        return deque(self.input_ids[: self.n_tokens].tolist(), maxlen=self._n_ctx)
 
     @property
-    def eval_logits(self) -> List[List[float]]:
-        if self._scores_all is not None:
-            return self._scores_all[: self.n_tokens].tolist()
+    def eval_logits(self) -> Deque[List[float]]:
+        """The evaluated rows of ``scores`` as lists: all of them with
+        logits_all, else only the last (llama-cpp-python's maxlen=1 deque)."""
+        if self._logits_all:
+            return deque(self._all_scores()[: self.n_tokens].tolist(), maxlen=self._n_ctx)
         last = self._last_logits()
-        return [] if last is None else [last.tolist()]
+        return deque([] if last is None else [last.tolist()], maxlen=1)
 
     def _last_logits(self) -> Optional[npt.NDArray[np.single]]:
         if self._ctx is None or self._last_logits_row < 0 or self.n_tokens == 0:
@@ -351,13 +373,12 @@ class Llama:
                 pos = np.arange(n_past, n_past + n, dtype=np.int32)
                 ctx.decode(tokens=chunk, embd=None, pos=pos, seq_ids=np.zeros(n, dtype=np.int32), logits=want)
                 self.input_ids[n_past:n_past + n] = chunk
+                self._eval_serial += 1
                 if self._logits_all:
-                    if self._scores_all is None:
-                        self._scores_all = np.zeros((self._n_ctx, self._n_vocab), dtype=np.single)
                     if all_logits:
-                        self._scores_all[n_past:n_past + n] = ctx.get_logits_all()
+                        self._all_scores()[n_past:n_past + n] = ctx.get_logits_all()
                     else:
-                        self._scores_all[n_past + n - 1] = ctx.get_logits(0)
+                        self._all_scores()[n_past + n - 1] = ctx.get_logits(0)
                 if on_chunk is not None and all_logits:
                     on_chunk(n_past, chunk, ctx)
                 self.n_tokens += n
