@@ -6,6 +6,7 @@
 #include <mutex>
 #include <unordered_map>
 
+#include "vocab/pretokenize_split.h"
 #include "vocab/unicode.h"
 
 namespace lp {
@@ -56,155 +57,153 @@ const char* const k_cjk_kana = "[\u4E00-\u9FA5\u3040-\u309F\u30A0-\u30FF]+";
 const char* const k_bloom = " ?[^(\\s|.,!?\u2026\u3002\uFF0C\u3001\u0964\u06D4\u060C)]+";
 const char* const k_default_punct = R"([\p{P}\$\+<=>\^~\|]+)";
 
-struct pre_group {
-    std::vector<const char*> names;
+const char* const k_qwen35 =
+    R"((?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+// Llama 3's, with whitespace runs cut in power-of-two lengths.
+const char* const k_jais2 =
+    R"((?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s{512}(?!\S)|\s{256}(?!\S)|\s{128}(?!\S)|\s{64}(?!\S)|\s{32}(?!\S)|\s{16}(?!\S)|\s{8}(?!\S)|\s{4}(?!\S)|\s{1,2}(?!\S)|\s{1})";
+const char* const k_spark_words = R"([!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^)" "\r\n" R"(\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+| ?[\p{P}\p{S}]+|[)" "\r\n" R"(]|\s+(?!\S)|\s+)";
+const char* const k_youtu_cjk =
+    "[\uAC00-\uD7A3\u3131-\u318E]+|[\uFF01\u2026\u201C\u201D\u2018\u2019\u2014\uFF1A\uFF1B\uFF0C\u3001-\u303F"
+    "\uFE30-\uFE4F]+|[\u3105-\u312F]+|[\u4E00-\u9FA5\u3040-\u309F\u30A0-\u30FF]+";
+#define LP_CONTRACTIONS R"((?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD]))"
+// Letter case as in the original patterns (in collapsed text every letter
+// class is "a letter").
+#define LP_CASED_WORDS                                                                                   \
+    R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+)" LP_CONTRACTIONS \
+    R"(?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*)" LP_CONTRACTIONS "?"
+const char* const k_youtu_words = LP_CASED_WORDS R"(|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+const char* const k_tiny_aya_words =
+    LP_CASED_WORDS R"(|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+const char* const k_granite_multi =
+    R"([^\r\n\p{L}\p{N}]?((?=[\p{L}\p{M}])([^a-z]))*((?=[\p{L}\p{M}])([^A-Z]))+)" LP_CONTRACTIONS
+    R"(?|[^\r\n\p{L}\p{N}]?((?=[\p{L}\p{M}])([^a-z]))+((?=[\p{L}\p{M}])([^A-Z]))*)" LP_CONTRACTIONS
+    R"(?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+const char* const k_minicpm5_words =
+    LP_CONTRACTIONS R"(|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}+| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+const char* const k_ufakzeka = R"([^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+const char* const k_exaone_moe = LP_CONTRACTIONS
+    R"(|[^\r\n\p{L}\p{N}]?(?:\p{L}\p{M}*(?: \p{L}\p{M}*)*)+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]?|\s*[\r\n]|\s+(?!\S)|\s+)";
+// (The U+8C48 and U+0E40 range starts are llama.cpp's.)
+const char* const k_afmoe_cjk =
+    "[\u4E00-\u9FFF\u3400-\u4DBF\u8C48-\uFAFF\u3040-\u309F\u30A0-\u30FF\uFF65-\uFF9F\u2F00-\u2FDF\u0E40-\u0E7F"
+    "\u0E80-\u0EFF\u1780-\u17FF\u1000-\u109F\uAA60-\uAA7F\uA9E0-\uA9FF\uAC00-\uD7AF\u1100-\u11FF]+";
+const char* const k_afmoe_words =
+    R"([!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+| ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+#undef LP_CASED_WORDS
+#undef LP_CONTRACTIONS
+// Patterns that llama.cpp runs through its own code (pretokenize_split.h).
+const char* const k_han = R"(\p{Han}+)";
+const char* const k_afmoe_digits = R"(\p{AFMoE_digits})";
+const char* const k_tiny_aya_digits = R"(\d{1,3}(?=(?:\d{3})*\b))";
+const char* const k_newlines = R"([^\n]+|[\n]+)";
+
+// Pattern sets, one per llama.cpp pre-tokenizer type.
+enum pattern_set {
+    ps_default, ps_llama3, ps_jais2, ps_deepseek_llm, ps_deepseek3, ps_spark, ps_youtu, ps_deepseek_coder,
+    ps_falcon, ps_starcoder, ps_gpt2, ps_qwen2, ps_qwen35, ps_bloom, ps_viking, ps_tekken, ps_chameleon,
+    ps_gpt4o, ps_granite_multi, ps_tiny_aya, ps_kimi_k2, ps_superbpe, ps_bailingmoe, ps_seed_coder,
+    ps_ufakzeka, ps_afmoe, ps_laguna, ps_exaone_moe, ps_newlines, ps_minicpm5, ps_whitespace,
+};
+
+struct pattern_def {
     std::vector<const char*> patterns;
+    bool byte_encode;  // false: words stay raw UTF-8 (SPM-style BPE vocabularies)
 };
 
-const std::vector<pre_group>& groups() {
-    static const std::vector<pre_group> g = {
-        {{"default"}, {k_default_punct, k_gpt2, R"(\p{N}+)", "[0-9][0-9][0-9]"}},
-        {{"llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "midm-2.0", "lfm2", "dbrx",
-          "smaug-bpe", "glm4", "chatglm-bpe"},
-         {k_llama3}},
-        {{"deepseek-llm"}, {"[\r\n]", k_deepseek_letters, k_deepseek_punct, R"(\s+$)", k_cjk_hangul, R"(\p{N}+)"}},
-        {{"deepseek-v3", "hunyuan-dense"}, {R"(\p{N}{1,3})", k_cjk_kana, k_deepseek3_words}},
-        {{"deepseek-coder"}, {"[\r\n]", R"(\s?\p{L}+)", R"(\s?\p{P}+)", k_cjk_hangul, R"(\p{N})"}},
-        {{"falcon"}, {R"([\p{P}\$\+<=>\^~\|`]+)", k_gpt2, "[0-9][0-9][0-9]"}},
-        {{"starcoder", "refact", "command-r", "smollm", "codeshell", "exaone", "minerva-7b"},
-         {R"(\p{N})", k_gpt2}},
-        {{"gpt-2", "phi-2", "jina-es", "jina-de", "gigachat", "jina-v2-es", "jina-v2-de", "a.x-4.0", "mellum",
-          "jina-v1-en", "jina-v2-code", "roberta-bpe", "mpt", "olmo", "jais", "trillion", "granite-docling",
-          "exaone4"},
-         {k_gpt2}},
-        {{"qwen2", "deepseek-r1-qwen", "kormo", "stablelm2", "hunyuan", "megrez", "grok-2"}, {k_qwen2}},
-        {{"poro-chat", "bloom", "gpt3-finnish"}, {k_bloom}},
-        {{"viking"}, {k_bloom, R"(\p{N})"}},
-        {{"tekken"}, {k_tekken}},
-        {{"chameleon"},
-         {"<sentinel:[0-9]+>", "(IMGIMG)((A|B|C|D|E|F|G|H|I){1,4})Z", R"(([\t\n]|    |  ))", R"(\p{N})",
-          R"([\p{P}!-/:-@\[-`{-~])", k_gpt2}},
-        {{"gpt-4o", "llama4", "minimax-m2"}, {k_gpt4o}},
-        {{"superbpe"}, {R"(\p{N}+)", R"((?=(\d{3})+(?!\d)))"}},
-        {{"bailingmoe", "bailingmoe2", "llada-moe"}, {k_bailingmoe}},
-        {{"seed-coder"}, {k_seed_coder}},
+const pattern_def& patterns_of(pattern_set ps) {
+    static const std::vector<pattern_def> defs = {
+        /* default */ {{k_default_punct, k_gpt2, R"(\p{N}+)", "[0-9][0-9][0-9]"}, true},
+        /* llama3 */ {{k_llama3}, true},
+        /* jais2 */ {{k_jais2}, true},
+        /* deepseek_llm */ {{"[\r\n]", k_deepseek_letters, k_deepseek_punct, R"(\s+$)", k_cjk_hangul, R"(\p{N}+)"}, true},
+        /* deepseek3 */ {{R"(\p{N}{1,3})", k_cjk_kana, k_deepseek3_words}, true},
+        /* spark */ {{R"(\p{N}{1,3})", k_cjk_kana, k_spark_words, R"(\p{N})"}, true},
+        /* youtu */ {{k_youtu_cjk, k_youtu_words}, true},
+        /* deepseek_coder */ {{"[\r\n]", R"(\s?\p{L}+)", R"(\s?\p{P}+)", k_cjk_hangul, R"(\p{N})"}, true},
+        /* falcon */ {{R"([\p{P}\$\+<=>\^~\|`]+)", k_gpt2, "[0-9][0-9][0-9]"}, true},
+        /* starcoder */ {{R"(\p{N})", k_gpt2}, true},
+        /* gpt2 */ {{k_gpt2}, true},
+        /* qwen2 */ {{k_qwen2}, true},
+        /* qwen35 */ {{k_qwen35}, true},
+        /* bloom */ {{k_bloom}, true},
+        /* viking */ {{k_bloom, R"(\p{N})"}, true},
+        /* tekken */ {{k_tekken}, true},
+        /* chameleon */
+        {{"<sentinel:[0-9]+>", "(IMGIMG)((A|B|C|D|E|F|G|H|I){1,4})Z", R"(([\t\n]|    |  ))", R"(\p{N})",
+          R"([\p{P}!-/:-@\[-`{-~])", k_gpt2},
+         true},
+        /* gpt4o */ {{k_gpt4o}, true},
+        /* granite_multi */ {{k_granite_multi}, true},
+        /* tiny_aya */ {{k_tiny_aya_digits, k_tiny_aya_words}, true},
+        /* kimi_k2 */ {{k_han}, true},
+        /* superbpe */ {{R"(\p{N}+)", R"((?=(\d{3})+(?!\d)))"}, true},
+        /* bailingmoe */ {{k_bailingmoe}, true},
+        /* seed_coder */ {{k_seed_coder}, true},
+        /* ufakzeka */ {{k_ufakzeka}, true},
+        /* afmoe */ {{k_afmoe_digits, k_afmoe_cjk, k_afmoe_words}, true},
+        /* laguna */ {{k_newlines, k_qwen2}, true},
+        /* exaone_moe */ {{k_exaone_moe}, true},
+        /* newlines */ {{k_newlines}, false},
+        /* minicpm5 */ {{R"(\p{N}{1,3})", k_minicpm5_words}, true},
+        /* whitespace */ {{R"(\S+)"}, false},
     };
-    return g;
+    return defs[ps];
 }
 
-// ---------------------------------------------------------------------------
-// Hand-written splitters. They follow llama.cpp's, quirks included (e.g. the
-// "\s+(?!\S)" rule leaves the last whitespace of a run for the next word only
-// when something follows inside the same piece).
-// ---------------------------------------------------------------------------
-constexpr uint32_t k_out = 0xFFFFFFFFu;
-
-struct piece_cursor {
-    const std::vector<uint32_t>& cpts;
-    size_t ini, end;
-    size_t prev;
-    std::vector<size_t>& out;
-
-    uint32_t cpt(size_t p) const { return p >= ini && p < end ? cpts[p] : k_out; }
-    uint16_t flags(size_t p) const { return p >= ini && p < end ? cpt_flags(cpts[p]) : 0; }
-    void emit(size_t e) {
-        if (e > prev) out.push_back(e - prev);
-        prev = e;
-    }
+enum : uint32_t {
+    f_ignore_merges = 1, f_add_bos = 2, f_keep_spaces = 4, f_add_sep = 8, f_no_bos = 16, f_escape_ws = 32,
+    f_gemma4 = 64,
 };
 
-bool is_word_other(uint16_t f) {  // [^\s\p{L}\p{N}] for an in-range codepoint
-    return f && !(f & (cpt_flag_whitespace | cpt_flag_letter | cpt_flag_number));
+struct pre_name { const char* name; pattern_set ps; uint32_t flags; };
+
+// Every tokenizer.ggml.pre value llama.cpp accepts, with its pattern set and
+// the vocabulary settings it implies.
+const std::vector<pre_name>& pre_names() {
+    const uint32_t K = f_keep_spaces;
+    static const std::vector<pre_name> t = {
+        {"default", ps_default, 0}, {"minicpm5", ps_minicpm5, f_ignore_merges},
+        {"llama3", ps_llama3, f_ignore_merges | f_add_bos}, {"llama-v3", ps_llama3, f_ignore_merges | f_add_bos},
+        {"llama-bpe", ps_llama3, f_ignore_merges | f_add_bos}, {"falcon3", ps_llama3, f_ignore_merges | f_add_bos},
+        {"falcon-h1", ps_llama3, f_ignore_merges | f_add_bos}, {"pixtral", ps_llama3, f_ignore_merges | f_add_bos},
+        {"midm-2.0", ps_llama3, f_ignore_merges | f_add_bos}, {"lfm2", ps_llama3, f_ignore_merges | f_add_bos},
+        {"jina-v5-nano", ps_llama3, f_ignore_merges | f_add_bos},
+        {"deepseek-llm", ps_deepseek_llm, K}, {"deepseek-coder", ps_deepseek_coder, K},
+        {"deepseek-v3", ps_deepseek3, K}, {"spark2_5", ps_spark, K}, {"youtu", ps_youtu, K | f_ignore_merges},
+        {"falcon", ps_falcon, 0}, {"mpt", ps_gpt2, 0}, {"starcoder", ps_starcoder, 0},
+        {"gpt-2", ps_gpt2, 0}, {"phi-2", ps_gpt2, 0}, {"jina-es", ps_gpt2, 0}, {"jina-de", ps_gpt2, 0},
+        {"gigachat", ps_gpt2, 0}, {"jina-v2-es", ps_gpt2, 0}, {"jina-v2-de", ps_gpt2, 0}, {"a.x-4.0", ps_gpt2, 0},
+        {"mellum", ps_gpt2, 0}, {"modern-bert", ps_gpt2, 0}, {"jais-2", ps_jais2, 0},
+        {"gemma4", ps_newlines, f_escape_ws | f_gemma4}, {"granite-embed-multi-311m", ps_newlines, f_escape_ws | f_gemma4},
+        {"sarvam-moe", ps_newlines, f_escape_ws | K},
+        {"jina-v1-en", ps_gpt2, f_add_sep}, {"jina-v2-code", ps_gpt2, f_add_sep}, {"roberta-bpe", ps_gpt2, f_add_sep},
+        {"whitespace", ps_whitespace, 0}, {"refact", ps_starcoder, 0}, {"command-r", ps_starcoder, K},
+        {"qwen2", ps_qwen2, K}, {"deepseek-r1-qwen", ps_qwen2, K}, {"kormo", ps_qwen2, K}, {"f2llmv2", ps_qwen2, K},
+        {"qwen35", ps_qwen35, K}, {"stablelm2", ps_qwen2, 0}, {"olmo", ps_gpt2, 0}, {"dbrx", ps_llama3, 0},
+        {"smaug-bpe", ps_llama3, 0}, {"poro-chat", ps_bloom, K}, {"chatglm-bpe", ps_llama3, f_no_bos},
+        {"glm4", ps_llama3, f_no_bos | f_ignore_merges}, {"glm5", ps_llama3, f_no_bos | f_ignore_merges},
+        {"viking", ps_viking, K}, {"jais", ps_gpt2, 0}, {"tekken", ps_tekken, K | f_ignore_merges | f_add_bos},
+        {"smollm", ps_starcoder, K}, {"codeshell", ps_starcoder, 0}, {"bloom", ps_bloom, 0},
+        {"gpt3-finnish", ps_bloom, 0}, {"exaone", ps_starcoder, 0}, {"exaone4", ps_gpt2, 0},
+        {"exaone-moe", ps_exaone_moe, 0}, {"chameleon", ps_chameleon, f_add_bos | K},
+        {"minerva-7b", ps_starcoder, 0}, {"megrez", ps_qwen2, 0}, {"gpt-4o", ps_gpt4o, K}, {"llama4", ps_gpt4o, K},
+        {"kanana2", ps_gpt4o, K}, {"talkie", ps_gpt4o, K}, {"granite-embed-multi-97m", ps_granite_multi, K | f_ignore_merges},
+        {"tiny_aya", ps_tiny_aya, K}, {"cohere2moe", ps_tiny_aya, K}, {"superbpe", ps_superbpe, K},
+        {"trillion", ps_gpt2, K}, {"granite-docling", ps_gpt2, K}, {"bailingmoe", ps_bailingmoe, K},
+        {"bailingmoe2", ps_bailingmoe, K}, {"llada-moe", ps_bailingmoe, K}, {"seed-coder", ps_seed_coder, K},
+        {"hunyuan", ps_qwen2, K}, {"hunyuan-dense", ps_deepseek3, K}, {"hy_v4", ps_deepseek3, K},
+        {"joyai-llm", ps_deepseek3, K}, {"kimi-k2", ps_kimi_k2, K}, {"ufakzeka", ps_ufakzeka, K},
+        {"grok-2", ps_qwen2, K}, {"afmoe", ps_afmoe, K}, {"laguna", ps_laguna, K}, {"minimax-m2", ps_gpt4o, K},
+        {"solar-open", ps_qwen2, K}, {"mellum2", ps_starcoder, 0},
+    };
+    return t;
 }
 
-// The contractions 's 't 're 've 'm 'll 'd at pos; their length or 0.
-size_t contraction_len(const piece_cursor& c, size_t pos, bool any_case) {
-    if (c.cpt(pos) != '\'' || pos + 1 >= c.end) return 0;
-    auto low = [&](uint32_t x) { return any_case ? cpt_ascii_lower(x) : x; };
-    const uint32_t n1 = low(c.cpt(pos + 1));
-    if (n1 == 's' || n1 == 't' || n1 == 'm' || n1 == 'd') return 2;
-    if (pos + 2 >= c.end) return 0;
-    const uint32_t n2 = low(c.cpt(pos + 2));
-    if ((n1 == 'r' && n2 == 'e') || (n1 == 'v' && n2 == 'e') || (n1 == 'l' && n2 == 'l')) return 3;
-    return 0;
-}
-
-void split_gpt2(piece_cursor& c) {
-    size_t pos = c.ini;
-    while (pos < c.end) {
-        const uint32_t cp = c.cpt(pos);
-        const uint16_t f = c.flags(pos);
-        if (size_t n = contraction_len(c, pos, false)) { pos += n; c.emit(pos); continue; }
-        uint16_t f2 = cp == ' ' ? c.flags(pos + 1) : f;
-        if (f2 & cpt_flag_letter) {  // ' ?\p{L}+'
-            pos += cp == ' ';
-            while (c.flags(pos) & cpt_flag_letter) ++pos;
-            c.emit(pos);
-            continue;
-        }
-        if (f2 & cpt_flag_number) {  // ' ?\p{N}+'
-            pos += cp == ' ';
-            while (c.flags(pos) & cpt_flag_number) ++pos;
-            c.emit(pos);
-            continue;
-        }
-        if (is_word_other(f2)) {  // ' ?[^\s\p{L}\p{N}]+'
-            pos += cp == ' ';
-            while (is_word_other(c.flags(pos))) ++pos;
-            c.emit(pos);
-            continue;
-        }
-        size_t n_ws = 0;
-        while (c.flags(pos + n_ws) & cpt_flag_whitespace) ++n_ws;
-        if (n_ws > 1 && c.cpt(pos + n_ws) != k_out) { pos += n_ws - 1; c.emit(pos); continue; }  // '\s+(?!\S)'
-        if (n_ws > 0) { pos += n_ws; c.emit(pos); continue; }                                    // '\s+'
-        c.emit(++pos);
-    }
-}
-
-void split_llama3(piece_cursor& c) {
-    size_t pos = c.ini;
-    while (pos < c.end) {
-        const uint32_t cp = c.cpt(pos);
-        const uint16_t f = c.flags(pos);
-        if (size_t n = contraction_len(c, pos, true)) { pos += n; c.emit(pos); continue; }
-        // '[^\r\n\p{L}\p{N}]?\p{L}+'
-        if (!(cp == '\r' || cp == '\n' || (f & cpt_flag_number)) &&
-            ((f & cpt_flag_letter) || (c.flags(pos + 1) & cpt_flag_letter))) {
-            ++pos;
-            while (c.flags(pos) & cpt_flag_letter) ++pos;
-            c.emit(pos);
-            continue;
-        }
-        if (f & cpt_flag_number) {  // '\p{N}{1,3}'
-            size_t ini = pos;
-            while (c.flags(pos) & cpt_flag_number) {
-                if (++pos - ini >= 3) { c.emit(pos); ini = pos; }
-            }
-            c.emit(pos);
-            continue;
-        }
-        // ' ?[^\s\p{L}\p{N}]+[\r\n]*' (llama.cpp tests the first codepoint's
-        // flags for being in range, so a lone trailing space lands here too)
-        uint16_t f2 = cp == ' ' ? c.flags(pos + 1) : f;
-        if (!(f2 & (cpt_flag_whitespace | cpt_flag_letter | cpt_flag_number)) && f) {
-            pos += cp == ' ';
-            while (is_word_other(c.flags(pos))) ++pos;
-            while (c.cpt(pos) == '\r' || c.cpt(pos) == '\n') ++pos;
-            c.emit(pos);
-            continue;
-        }
-        size_t n_ws = 0, last_nl_end = 0;
-        while (c.flags(pos + n_ws) & cpt_flag_whitespace) {
-            const uint32_t w = c.cpt(pos + n_ws);
-            if (w == '\r' || w == '\n') last_nl_end = pos + n_ws + 1;
-            ++n_ws;
-        }
-        if (last_nl_end > 0) { pos = last_nl_end; c.emit(pos); continue; }                       // '\s*[\r\n]+'
-        if (n_ws > 1 && c.cpt(pos + n_ws) != k_out) { pos += n_ws - 1; c.emit(pos); continue; }  // '\s+(?!\S)'
-        if (n_ws > 0) { pos += n_ws; c.emit(pos); continue; }                                    // '\s+'
-        c.emit(++pos);
-    }
+const pre_name* find_pre(const std::string& pre) {
+    for (const pre_name& p : pre_names())
+        if (pre == p.name) return &p;
+    return nullptr;
 }
 
 // Split every piece of `offsets` by `re` (std::regex_iterator semantics:
@@ -245,14 +244,18 @@ std::vector<size_t> regex_split(const pretok_regex& re, const std::vector<uint32
 
 }  // namespace
 
-pre_tokenizer::pre_tokenizer(const std::vector<std::string>& patterns) : patterns_(patterns) {
+pre_tokenizer::pre_tokenizer(const std::vector<std::string>& patterns, bool byte_encode)
+    : patterns_(patterns), byte_encode_(byte_encode) {
     for (const std::string& p : patterns) {
         step s;
-        if (p == k_gpt2) {
-            s.kind = step_kind::gpt2;
-        } else if (p == k_llama3 || p == k_llama3_original) {
-            s.kind = step_kind::llama3;
-        } else {
+        if (p == k_gpt2) s.kind = step_kind::gpt2;
+        else if (p == k_llama3 || p == k_llama3_original) s.kind = step_kind::llama3;
+        else if (p == k_qwen2) s.kind = step_kind::qwen2;
+        else if (p == k_qwen35) s.kind = step_kind::qwen35;
+        else if (p == k_han) s.kind = step_kind::kimi_k2;
+        else if (p == k_afmoe_digits || p == k_tiny_aya_digits) s.kind = step_kind::afmoe_digits;
+        else if (p == k_newlines) s.kind = step_kind::newlines;
+        else {
             s.kind = step_kind::regex;
             s.re = std::make_unique<pretok_regex>(p);
         }
@@ -260,30 +263,41 @@ pre_tokenizer::pre_tokenizer(const std::vector<std::string>& patterns) : pattern
     }
 }
 
+pre_options pre_tokenizer::options_for(const std::string& pre, bool* known) {
+    const pre_name* p = find_pre(pre);
+    if (known) *known = p != nullptr;
+    pre_options o;
+    if (!p) return o;
+    o.ignore_merges = p->flags & f_ignore_merges;
+    o.add_bos = p->flags & f_add_bos;
+    o.clean_spaces = !(p->flags & f_keep_spaces);
+    o.add_sep = p->flags & f_add_sep;
+    o.no_bos = p->flags & f_no_bos;
+    o.escape_whitespace = p->flags & f_escape_ws;
+    o.gemma4 = p->flags & f_gemma4;
+    return o;
+}
+
 std::shared_ptr<const pre_tokenizer> pre_tokenizer::for_name(const std::string& pre, bool* known) {
-    // Compiled once per name and shared (the objects are immutable).
+    // Compiled once per pattern set and shared (the objects are immutable).
     static std::mutex mu;
-    static std::unordered_map<std::string, std::shared_ptr<const pre_tokenizer>> cache;
-    const pre_group* found = nullptr;
-    for (const pre_group& g : groups())
-        for (const char* n : g.names)
-            if (pre == n) found = &g;
+    static std::unordered_map<int, std::shared_ptr<const pre_tokenizer>> cache;
+    const pre_name* found = find_pre(pre);
     if (known) *known = found != nullptr;
-    if (!found) found = &groups()[0];
-    const std::string key = found->names[0];
+    const pattern_set ps = found ? found->ps : ps_default;
     std::lock_guard<std::mutex> lock(mu);
-    auto it = cache.find(key);
+    auto it = cache.find((int)ps);
     if (it != cache.end()) return it->second;
+    const pattern_def& def = patterns_of(ps);
     auto made = std::make_shared<const pre_tokenizer>(
-        std::vector<std::string>(found->patterns.begin(), found->patterns.end()));
-    cache.emplace(key, made);
+        std::vector<std::string>(def.patterns.begin(), def.patterns.end()), def.byte_encode);
+    cache.emplace((int)ps, made);
     return made;
 }
 
 std::vector<std::string> known_pre_tokenizer_names() {
     std::vector<std::string> names;
-    for (const pre_group& g : groups())
-        for (const char* n : g.names) names.emplace_back(n);
+    for (const pre_name& p : pre_names()) names.emplace_back(p.name);
     return names;
 }
 
@@ -296,8 +310,17 @@ std::vector<size_t> pre_tokenizer::split_offsets(const std::vector<uint32_t>& cp
             out.reserve(offsets.size() * 2);
             size_t start = 0;
             for (size_t len : offsets) {
-                piece_cursor c{cpts, start, start + len, start, out};
-                if (s.kind == step_kind::gpt2) split_gpt2(c); else split_llama3(c);
+                pretok::piece_cursor c{cpts, start, start + len, start, out};
+                switch (s.kind) {
+                    case step_kind::gpt2: pretok::split_gpt2(c); break;
+                    case step_kind::llama3: pretok::split_llama3_like(c, 3, false); break;
+                    case step_kind::qwen2: pretok::split_llama3_like(c, 1, false); break;
+                    case step_kind::qwen35: pretok::split_llama3_like(c, 1, true); break;
+                    case step_kind::kimi_k2: pretok::split_kimi_k2(c); break;
+                    case step_kind::afmoe_digits: pretok::split_afmoe_digits(c); break;
+                    case step_kind::newlines: pretok::split_newlines(c); break;
+                    case step_kind::regex: break;
+                }
                 start += len;
             }
             offsets = std::move(out);
@@ -324,10 +347,14 @@ std::vector<std::string> pre_tokenizer::split(std::string_view text) const {
     for (size_t len : offsets) {
         utf8.clear();
         for (size_t k = start; k < start + len; ++k) utf8_append(utf8, cpts[k]);
-        std::string word;
-        word.reserve(utf8.size() * 2);
-        for (unsigned char b : utf8) word += byte_to_unicode_utf8(b);
-        words.push_back(std::move(word));
+        if (!byte_encode_) {
+            words.push_back(utf8);
+        } else {
+            std::string word;
+            word.reserve(utf8.size() * 2);
+            for (unsigned char b : utf8) word += byte_to_unicode_utf8(b);
+            words.push_back(std::move(word));
+        }
         start += len;
     }
     return words;

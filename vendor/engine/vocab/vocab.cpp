@@ -84,32 +84,27 @@ vocab::vocab(vocab_data d, const std::function<void(const std::string&)>& log) :
         kind_ = kind::spm;
         bos_ = 1; eos_ = 2; unk_ = 0;
         add_space_prefix_ = true; add_bos_ = true; add_eos_ = false; clean_spaces_ = false;
-    } else if (d.model == "gpt2") {
+    } else if (in_list(d.model, {"gpt2", "gemma4", "whitespace", "hybriddna"})) {
+        // Byte-level BPE; "gemma4" is BPE over raw UTF-8 with U+2581 for
+        // spaces and no default special ids, and always uses its own
+        // pre-tokenizer; "whitespace" and "hybriddna" are BPE with extra
+        // splitting (tokenize_bpe_model in vocab_tokenize.cpp).
         kind_ = kind::bpe;
-        bos_ = 11; eos_ = 11;
-        add_space_prefix_ = false; clean_spaces_ = true;
-        const std::string& p = d.pre;
-        if (in_list(p, {"llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "midm-2.0", "lfm2"})) {
-            ignore_merges_ = true;
-            add_bos_ = true;
-        } else if (p == "tekken") {
-            ignore_merges_ = true;
-            add_bos_ = true;
-            clean_spaces_ = false;
-        } else if (p == "chameleon") {
-            add_bos_ = true;
-            clean_spaces_ = false;
-        } else if (in_list(p, {"jina-v1-en", "jina-v2-code", "roberta-bpe"})) {
-            add_sep_ = true;
-        } else if (in_list(p, {"glm4", "chatglm-bpe"})) {
-            bos_ = token_null;
-        } else if (in_list(p, {"deepseek-llm", "deepseek-coder", "deepseek-v3", "command-r", "qwen2",
-                               "deepseek-r1-qwen", "kormo", "poro-chat", "viking", "smollm", "gpt-4o", "llama4",
-                               "superbpe", "trillion", "granite-docling", "bailingmoe", "bailingmoe2",
-                               "llada-moe", "seed-coder", "hunyuan", "hunyuan-dense", "kimi-k2", "grok-2",
-                               "afmoe", "minimax-m2"})) {
-            clean_spaces_ = false;
+        if (d.model == "gemma4") {
+            pre_ = "gemma4";
+        } else {
+            bos_ = 11; eos_ = 11;
         }
+        add_space_prefix_ = false;
+        const pre_options o = pre_tokenizer::options_for(pre_, &pre_known_);
+        ignore_merges_ = o.ignore_merges;
+        clean_spaces_ = o.clean_spaces;
+        escape_whitespace_ = o.escape_whitespace;
+        gemma4_ = o.gemma4;
+        if (o.add_bos) add_bos_ = true;
+        if (o.add_sep) add_sep_ = true;
+        if (o.no_bos) bos_ = token_null;
+        if (pre_ == "whitespace") wpm_lowercase_ = false;  // the BPE normalizer does not lowercase
     } else if (d.model == "bert") {
         // llama.cpp's defaults: [CLS] 101 as BOS, [SEP] 102 added at the end.
         kind_ = kind::wpm;
@@ -117,7 +112,7 @@ vocab::vocab(vocab_data d, const std::function<void(const std::string&)>& log) :
         add_bos_ = true; add_sep_ = true;
         wpm_lowercase_ = d.wpm_lowercase != 0;
         wpm_strip_accents_ = d.wpm_strip_accents >= 0 ? d.wpm_strip_accents != 0 : wpm_lowercase_;
-    } else if (in_list(d.model, {"t5", "rwkv", "plamo2"})) {
+    } else if (in_list(d.model, {"t5", "rwkv", "plamo2", "test"})) {
         throw value_error("tokenizer model '" + d.model + "' is not supported yet");
     } else {
         throw value_error("unknown tokenizer model '" + d.model + "'");
@@ -128,9 +123,18 @@ vocab::vocab(vocab_data d, const std::function<void(const std::string&)>& log) :
     load_tokens(d);
 
     if (kind_ == kind::bpe) {
-        pre_tok_ = pre_tokenizer::for_name(d.pre, &pre_known_);
+        pre_tok_ = pre_tokenizer::for_name(pre_, &pre_known_);
         if (!pre_known_)
-            warn("unknown pre-tokenizer '" + d.pre + "': using 'default' (tokenization may differ from the model's)");
+            warn("unknown pre-tokenizer '" + pre_ + "': using 'default' (tokenization may differ from the model's)");
+        if (model_ == "whitespace" && d.normalizer_lowercase >= 0) wpm_lowercase_ = d.normalizer_lowercase != 0;
+        if (model_ == "hybriddna") strip_dna_markers();
+        // Byte fallback of words that do not merge into tokens: the one-byte
+        // token (GPT-2 byte codepoints) or, over raw UTF-8, "<0xXX>".
+        static const char* hex = "0123456789ABCDEF";
+        for (int b = 0; b < 256; ++b) {
+            const char name[7] = {'<', '0', 'x', hex[b >> 4], hex[b & 15], '>', 0};
+            byte_tokens_[b] = pre_tok_->byte_encode() ? text_to_token(std::string(1, (char)b)) : text_to_token(name);
+        }
         // Symbols: every token text and every merge part and result.
         impl& m = *impl_;
         auto sym = [&m](std::string_view s) -> int32_t {
@@ -166,12 +170,12 @@ vocab::vocab(vocab_data d, const std::function<void(const std::string&)>& log) :
     if (kind_ == kind::spm) {
         linefeed_ = spm_byte_token('\n');
     } else if (kind_ == kind::wpm) {
-        linefeed_ = token_null;  // whitespace never becomes a token
+        linefeed_ = pad_;  // llama.cpp's choice (whitespace never becomes a token)
         for (const std::string& t : text_) wpm_max_len_ = std::max(wpm_max_len_, t.size());
     } else {
         std::vector<token_id> nl;
-        tokenize_bpe("\n", nl);
-        linefeed_ = nl.empty() ? token_null : nl[0];
+        tokenize_bpe_model("\n", nl);
+        linefeed_ = nl.empty() ? pad_ : nl[0];
     }
 
     load_specials(d, log);
@@ -197,6 +201,8 @@ vocab::vocab(vocab_data d, const std::function<void(const std::string&)>& log) :
         for (token_id id : impl_->specials) attr_[id] |= token_attr_rstrip;
         set_attr("</s>", token_attr_rstrip, true);
         for (const char* t : {"<unk>", "<s>", "<|endoftext|>"}) set_attr(t, token_attr_rstrip, false);
+    } else if (contains_any(name_lower, {"modern-bert"})) {
+        set_attr("[MASK]", token_attr_lstrip, true);
     }
 }
 
@@ -267,6 +273,7 @@ void vocab::load_specials(const vocab_data& d, const std::function<void(const st
     if (d.add_bos >= 0) add_bos_ = d.add_bos != 0;
     if (d.add_eos >= 0) add_eos_ = d.add_eos != 0;
     if (d.add_sep >= 0) add_sep_ = d.add_sep != 0;
+    if (gemma4_) add_bos_ = true;  // llama.cpp overrides Gemma 4 files that say false
 
     // llama.cpp finds some special tokens by text, taking the first match in
     // its text->id hash map's iteration order. Where several candidates
@@ -290,39 +297,49 @@ void vocab::load_specials(const vocab_data& d, const std::function<void(const st
         }
         return found[0];
     };
+    // A token found by its text is made a control token (the bit is added,
+    // as llama.cpp does: a user-defined "</s>" becomes control + user-defined).
+    auto make_control = [&](token_id id) {
+        if (attr_[id] & token_attr_control) return;
+        warn("control-looking token " + std::to_string(id) + " '" + text_[id] + "' was not control-type; overriding");
+        attr_[id] |= token_attr_control;
+    };
     auto detect = [&](token_id& dst, std::initializer_list<const char*> texts) {
         if (dst != token_null) return;
         dst = first_present(texts);
-        if (dst != token_null && !(attr_[dst] & token_attr_control)) {
-            warn("control-looking token " + std::to_string(dst) + " '" + text_[dst] + "' was not control-type; overriding");
-            attr_[dst] = token_attr_control;
-        }
+        if (dst != token_null) make_control(dst);
     };
     detect(eot_, {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|end_of_text|>",
-                  "<EOT>", "_<EOT>", "<\uFF5Cend\u2581of\u2581sentence\uFF5C>", "<end_of_utterance>"});
+                  "<EOT>", "_<EOT>", "[EOT]", "<\uFF5Cend\u2581of\u2581sentence\uFF5C>", "<end_of_utterance>"});
     detect(eom_, {"<|eom_id|>"});
     detect(fim_pre_, {"<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<\uFF5Cfim\u2581begin\uFF5C>", "<PRE>",
-                      "\u2581<PRE>", "<|code_prefix|>"});
+                      "\u2581<PRE>", "<|code_prefix|>", "<|prefix|>"});
     detect(fim_suf_, {"<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>", "<\uFF5Cfim\u2581hole\uFF5C>", "<SUF>",
-                      "\u2581<SUF>", "<|code_suffix|>"});
+                      "\u2581<SUF>", "<|code_suffix|>", "<|suffix|>"});
     detect(fim_mid_, {"<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<\uFF5Cfim\u2581end\uFF5C>", "<MID>",
-                      "\u2581<MID>", "<|code_middle|>"});
-    detect(fim_pad_, {"<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>"});
+                      "\u2581<MID>", "<|code_middle|>", "<|middle|>"});
+    detect(fim_pad_, {"<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]"});
     detect(fim_rep_, {"<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>"});
     detect(fim_sep_, {"<|file_sep|>"});
 
-    // End-of-generation tokens.
+    // Control tokens named "unused..." are unused: never parsed from text
+    // (they stay control), and counted apart by llama.cpp.
+    for (token_id id = 0; id < n; ++id)
+        if ((attr_[id] & token_attr_control) && text_[id].find("unused") != std::string::npos)
+            attr_[id] |= token_attr_unused;
+
+    // End-of-generation tokens: the FIM pad/repo/separator tokens, every token
+    // with one of these texts (made control), then EOS/EOT/EOM.
     std::set<token_id> eog;
     for (token_id id : {fim_pad_, fim_rep_, fim_sep_}) if (id != token_null) eog.insert(id);
-    for (const char* t : {"<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<end_of_turn>",
-                          "<|endoftext|>", "<|eom_id|>", "<EOT>", "_<EOT>", "<|end_of_text|>", "<end_of_utterance>"}) {
+    for (const char* t : {"<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>",
+                          "<end_of_turn>", "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]",
+                          "[EOS]", "<|end_of_text|>", "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>",
+                          "<\uFF5Cend\u2581of\u2581sentence\uFF5C>", "[e~["}) {
         const token_id id = text_to_token(t);
         if (id == token_null) continue;
         eog.insert(id);
-        if (!(attr_[id] & token_attr_control)) {
-            warn("control-looking token " + std::to_string(id) + " '" + text_[id] + "' was not control-type; overriding");
-            attr_[id] = token_attr_control;
-        }
+        make_control(id);
     }
     // gpt-oss: these are always rendered.
     for (const char* t : {"<|channel|>", "<|message|>", "<|start|>", "<|constrain|>"}) {
@@ -330,17 +347,32 @@ void vocab::load_specials(const vocab_data& d, const std::function<void(const st
         if (id != token_null) attr_[id] = token_attr_user_defined;
     }
     for (token_id id : {eos_, eot_, eom_}) if (id != token_null) eog.insert(id);
-    {  // o200k_harmony: "<|end|>" is not an end of generation when <|return|> and <|call|> exist.
-        bool has_return = false, has_call = false;
+    {  // o200k_harmony and solar-open: "<|end|>" ends a message, not the generation.
+        bool has_return = false, has_call = false, has_flush = false;
         token_id end_id = token_null;
         for (token_id id : eog) {
-            if (text_[id] == "<|return|>") has_return = true;
-            else if (text_[id] == "<|call|>") has_call = true;
-            else if (text_[id] == "<|end|>") end_id = id;
+            const std::string& t = text_[id];
+            if (t == "<|return|>") has_return = true;
+            else if (t == "<|call|>" || t == "<|calls|>") has_call = true;
+            else if (t == "<|flush|>") has_flush = true;
+            else if (t == "<|end|>") end_id = id;
         }
-        if (has_return && has_call && end_id != token_null) {
+        if (end_id != token_null && has_call && (has_return || has_flush)) {
             eog.erase(end_id);
             attr_[end_id] = token_attr_user_defined;
+        }
+    }
+    {  // Gemma 4 and PLaMo 2 have "</s>" as a plain token.
+        bool has_marker = false;
+        token_id s_id = token_null;
+        for (token_id id : eog) {
+            const std::string& t = text_[id];
+            if (t == "<|tool_response>" || t == "<|plamo:eos|>") has_marker = true;
+            else if (t == "</s>") s_id = id;
+        }
+        if (has_marker && s_id != token_null) {
+            eog.erase(s_id);
+            attr_[s_id] = token_attr_normal;
         }
     }
     eog_ids_.assign(eog.begin(), eog.end());
@@ -385,19 +417,21 @@ void vocab::build_special_matcher() {
 std::string vocab::piece_for(token_id id) const {
     const uint32_t a = attr_[id];
     const std::string& t = text_[id];
+    // Byte tokens are "<0xXX>": the two hex digits after "<0x".
+    auto byte_piece = [&t]() {
+        const std::string hex = t.size() >= 5 ? t.substr(3, 2) : std::string();
+        return std::string(1, (char)std::strtol(hex.c_str(), nullptr, 16));
+    };
     if (kind_ == kind::spm) {
         if (a & (token_attr_unknown | token_attr_control | token_attr_user_defined)) return t;
         if (a & token_attr_normal) return replace_all(t, k_space_marker, " ");
-        if (a & token_attr_byte) {
-            // "<0xXX>": the two hex digits after "<0x".
-            const std::string hex = t.size() >= 5 ? t.substr(3, 2) : std::string();
-            return std::string(1, (char)std::strtol(hex.c_str(), nullptr, 16));
-        }
+        if (a & token_attr_byte) return byte_piece();
         return std::string();
     }
     if (kind_ == kind::bpe) {
         if (a & (token_attr_unknown | token_attr_control | token_attr_user_defined)) return t;
-        if (a & token_attr_normal) return bpe_decode_text(t);
+        if (a & token_attr_normal) return escape_whitespace_ ? replace_all(t, k_space_marker, " ") : bpe_decode_text(t);
+        if (a & token_attr_byte) return byte_piece();
         return std::string();
     }
     if (kind_ == kind::wpm) {  // word-initial pieces carry U+2581: a space
@@ -478,6 +512,26 @@ std::string vocab::detokenize(const std::vector<token_id>& ids, bool remove_spec
     }
     text.resize((size_t)total);
     return text;
+}
+
+void vocab::strip_dna_markers() {
+    // hybriddna k-mers (the tokens after <oov>) end in U+E000, which keeps
+    // them apart from equal base-vocabulary texts when looked up; their
+    // shown text drops it. The index keeps the marked texts (in dna_keys_).
+    static const std::string marker = "\xEE\x80\x80";
+    const token_id oov = text_to_token("<oov>");
+    if (oov == token_null) return;
+    for (token_id id = oov + 1; id < n_tokens(); ++id) {
+        std::string& t = text_[id];
+        if (t.size() <= marker.size() || t.compare(t.size() - marker.size(), marker.size(), marker) != 0) continue;
+        auto it = text_index_.find(t);
+        const bool owns_key = it != text_index_.end() && it->second == id && it->first.data() == t.data();
+        if (!owns_key) continue;  // a duplicate text (llama.cpp refuses those): leave it
+        text_index_.erase(it);
+        dna_keys_.push_back(t);
+        text_index_[std::string_view(dna_keys_.back())] = id;
+        t.erase(t.size() - marker.size());
+    }
 }
 
 const std::string& vocab::token_text(token_id id) const {

@@ -8,7 +8,10 @@
 //   "llama" -> SPM: score-ordered bigram merges over UTF-8 characters, ' ' as
 //              U+2581, byte fallback to <0xXX> tokens;
 //   "gpt2"  -> byte-level BPE: pre-tokenizer regexes (pretokenize.h), then
-//              merges by rank;
+//              merges by rank; "whitespace" and "hybriddna" are BPE with
+//              extra splitting (whitespace runs; <dna> spans as 6-mers);
+//   "gemma4"-> BPE over raw UTF-8 with U+2581 for spaces, <0xXX> byte
+//              fallback (as some BPE pre-tokenizers also ask for);
 //   "bert"  -> WordPiece (vocab_wpm.cpp): BERT normalization (clean-up, CJK
 //              splitting, accent stripping, lowercasing), whitespace and
 //              punctuation splitting, greedy longest-match pieces; the vocab
@@ -17,9 +20,12 @@
 //   "none"  -> no tokenizer (tokenize() throws).
 // Other models ("t5", "rwkv", "plamo2") are rejected at construction.
 //
-// Special tokens: control (type 3), user-defined (4) and unknown (2) token
-// texts are cut out of the input before tokenizing, longest first; control
-// and unknown ones only when parse_special is set, user-defined ones always
+// Token attributes follow llama.cpp: the GGUF token types, then its load-time
+// rules (tokens found by text as EOT/EOM/FIM/EOG become control, control
+// tokens named "unused..." become unused, per-model lstrip/rstrip, ...).
+// Special tokens: tokens with the control, user-defined or unknown attribute
+// are cut out of the input before tokenizing, longest first; those with
+// control or unknown only when parse_special is set, user-defined ones always
 // (as llama.cpp and HF tokenizers do).
 //
 // Thread safety: a constructed vocab is immutable; all methods are const and
@@ -27,6 +33,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <string>
@@ -70,6 +77,7 @@ struct vocab_data {
     int wpm_lowercase = -1;       // tokenizer.wordpiece.lowercase (llamapy's key; absent: true, as llama.cpp)
     int wpm_strip_accents = -1;   // tokenizer.wordpiece.strip_accents (absent: same as lowercase, as HF)
     int remove_extra_whitespaces = -1;              // tokenizer.ggml.remove_extra_whitespaces
+    int normalizer_lowercase = -1;                  // tokenizer.ggml.normalizer.lowercase ("whitespace" model)
     std::string general_name;           // general.name (some models' token attributes depend on it)
     std::string general_arch;           // general.architecture
 };
@@ -152,6 +160,8 @@ private:
     std::string piece_for(token_id id) const;
     void tokenize_spm(std::string_view text, std::vector<token_id>& out) const;
     void tokenize_bpe(std::string_view text, std::vector<token_id>& out) const;
+    void tokenize_bpe_model(std::string_view text, std::vector<token_id>& out) const;  // per tokenizer model
+    void strip_dna_markers();
     void tokenize_wpm(std::string_view text, std::vector<token_id>& out) const;
     token_id spm_byte_token(uint8_t b) const;
 
@@ -176,6 +186,9 @@ private:
 
     bool add_space_prefix_ = false, add_bos_ = false, add_eos_ = false, add_sep_ = false;
     bool ignore_merges_ = false, clean_spaces_ = false, remove_extra_whitespaces_ = false;
+    bool escape_whitespace_ = false;        // BPE: ' ' -> U+2581 before splitting; pieces back
+    bool gemma4_ = false;                   // Gemma 4's pre-tokenizer: BOS always, newline words whole
+    std::deque<std::string> dna_keys_;      // hybriddna: k-mer texts with their marker (index keys)
     std::vector<token_id> byte_tokens_;     // (256) SPM <0xXX> tokens, token_null if absent
     bool wpm_lowercase_ = true, wpm_strip_accents_ = true;  // WordPiece normalization
     size_t wpm_max_len_ = 0;                // WordPiece: bytes of the longest token text

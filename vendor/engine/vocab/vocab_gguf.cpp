@@ -60,7 +60,11 @@ vocab_data vocab_data_from_gguf(const gguf_file& f) {
     d.tokens = strings_of(f, array_of(f, "tokenizer.ggml.tokens", gguf_type::STRING, !none));
     d.scores = numbers_of<float>(f, array_of(f, "tokenizer.ggml.scores", gguf_type::F32, false));
     d.token_types = numbers_of<int32_t>(f, array_of(f, "tokenizer.ggml.token_type", gguf_type::I32, false));
-    if (d.model == "gpt2") d.merges = strings_of(f, array_of(f, "tokenizer.ggml.merges", gguf_type::STRING, true));
+    // BPE models need merges; Kimi K2's pre-tokenizer does without (as in llama.cpp).
+    if (d.model == "gpt2" || d.model == "gemma4" || d.model == "whitespace" || d.model == "hybriddna") {
+        const bool required = d.model == "gemma4" || d.pre != "kimi-k2";
+        d.merges = strings_of(f, array_of(f, "tokenizer.ggml.merges", gguf_type::STRING, required));
+    }
 
     d.bos_id = id_of(f, "tokenizer.ggml.bos_token_id", -1);
     d.eos_id = id_of(f, "tokenizer.ggml.eos_token_id", -1);
@@ -87,6 +91,7 @@ vocab_data vocab_data_from_gguf(const gguf_file& f) {
     d.add_space_prefix = flag_of(f, "tokenizer.ggml.add_space_prefix");
     d.remove_extra_whitespaces = flag_of(f, "tokenizer.ggml.remove_extra_whitespaces");
     d.wpm_lowercase = flag_of(f, "tokenizer.wordpiece.lowercase");
+    d.normalizer_lowercase = flag_of(f, "tokenizer.ggml.normalizer.lowercase");
     d.wpm_strip_accents = flag_of(f, "tokenizer.wordpiece.strip_accents");
     return d;
 }

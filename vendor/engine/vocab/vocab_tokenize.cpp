@@ -7,6 +7,7 @@
 #include "common.h"
 #include "vocab/pretokenize.h"
 #include "vocab/unicode.h"
+#include "vocab/unicode_norm.h"
 #include "vocab/vocab.h"
 #include "vocab/vocab_impl.h"
 
@@ -121,13 +122,78 @@ std::vector<token_id> vocab::tokenize(std::string_view text, bool add_special, b
         if (add_special && sep_ != token_null) out.push_back(sep_);
     } else {
         if (add_special && add_bos_ && bos_ != token_null) out.push_back(bos_);
+        std::string buf;
         for (const fragment& f : frags) {
-            if (f.token != token_null) out.push_back(f.token);
-            else tokenize_bpe(text.substr(f.offset, f.length), out);
+            if (f.token != token_null) {
+                out.push_back(f.token);
+            } else if (escape_whitespace_) {  // SPM-style BPE: spaces are U+2581 in the vocabulary
+                buf.clear();
+                for (char c : text.substr(f.offset, f.length)) {
+                    if (c == ' ') buf += "\xE2\x96\x81";
+                    else buf.push_back(c);
+                }
+                tokenize_bpe_model(buf, out);
+            } else {
+                tokenize_bpe_model(text.substr(f.offset, f.length), out);
+            }
         }
         if (add_special && add_eos_ && eos_ != token_null) out.push_back(eos_);
     }
     return out;
+}
+
+// The tokenizer models built on BPE: "whitespace" tokenizes each run of
+// non-whitespace on its own (lowercased if the normalizer says so);
+// "hybriddna" turns <dna>...</dna> spans into 6-mer tokens.
+void vocab::tokenize_bpe_model(std::string_view text, std::vector<token_id>& out) const {
+    if (model_ == "whitespace") {
+        std::string segment;
+        std::vector<uint32_t> lower;
+        for (uint32_t cpt : utf8_decode(text)) {
+            if (cpt_is_whitespace(cpt)) {
+                if (!segment.empty()) tokenize_bpe(segment, out);
+                segment.clear();
+            } else if (wpm_lowercase_) {
+                lower.clear();
+                cpt_append_lower(cpt, lower);
+                for (uint32_t l : lower) utf8_append(segment, l);
+            } else {
+                utf8_append(segment, cpt);
+            }
+        }
+        if (!segment.empty()) tokenize_bpe(segment, out);
+        return;
+    }
+    if (model_ == "hybriddna") {
+        const token_id open = text_to_token("<dna>"), close = text_to_token("</dna>"), oov = text_to_token("<oov>");
+        if (open == token_null || close == token_null || oov == token_null) return tokenize_bpe(text, out);
+        static const std::string marker = "\xEE\x80\x80";
+        constexpr size_t k = 6;
+        size_t pos = 0;
+        while (pos < text.size()) {
+            const size_t start = text.find("<dna>", pos);
+            if (start == std::string_view::npos) {
+                tokenize_bpe(text.substr(pos), out);
+                break;
+            }
+            if (start > pos) tokenize_bpe(text.substr(pos, start - pos), out);
+            out.push_back(open);
+            const size_t body = start + 5, end = text.find("</dna>", body);
+            std::string seq(text.substr(body, (end == std::string_view::npos ? text.size() : end) - body));
+            for (char& c : seq) if (c >= 'a' && c <= 'z') c = (char)(c - 32);
+            for (size_t i = 0; i < seq.size(); i += k) {
+                std::string kmer = seq.substr(i, k);
+                kmer.append(k - kmer.size(), 'A');  // the last, short k-mer is padded
+                const token_id t = text_to_token(kmer + marker);
+                out.push_back(t != token_null ? t : oov);
+            }
+            if (end == std::string_view::npos) break;
+            out.push_back(close);
+            pos = end + 6;
+        }
+        return;
+    }
+    tokenize_bpe(text, out);
 }
 
 // ---------------------------------------------------------------------------
@@ -207,7 +273,9 @@ void vocab::tokenize_bpe(std::string_view raw, std::vector<token_id>& out) const
     std::vector<bigram> heap;
     for (const std::string& word : words) {
         if (word.empty()) continue;
-        if (ignore_merges_) {
+        // Words taken whole: any token with ignore_merges; with Gemma 4's
+        // pre-tokenizer, a run of newlines that is a token.
+        if (ignore_merges_ || (gemma4_ && word.find_first_not_of('\n') == std::string::npos)) {
             const token_id whole = text_to_token(word);
             if (whole != token_null) {
                 out.push_back(whole);
@@ -253,9 +321,9 @@ void vocab::tokenize_bpe(std::string_view raw, std::vector<token_id>& out) const
                 out.push_back(id);
                 continue;
             }
-            // Not a token: llama.cpp looks each byte up as a one-byte token.
+            // Not a token: each byte as its byte token, if there is one.
             for (uint32_t k = 0; k < sy.n; ++k) {
-                const token_id bt = text_to_token(std::string_view(word.data() + sy.offset + k, 1));
+                const token_id bt = byte_tokens_[(uint8_t)word[sy.offset + k]];
                 if (bt != token_null) out.push_back(bt);
             }
         }
