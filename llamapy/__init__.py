@@ -39,27 +39,43 @@ from .llama_cache import (
     LlamaDiskCache,
     LlamaRAMCache,
     LlamaState,
+    LogitsProcessor,
     LogitsProcessorList,
     MinTokensLogitsProcessor,
+    StoppingCriteria,
     StoppingCriteriaList,
 )
-from ._tokenizer import LlamaTokenizer
+from .llama_tokenizer import BaseLlamaTokenizer, LlamaHFTokenizer, LlamaTokenizer
 from .grammar import LlamaGrammar
+from .llama_speculative import LlamaDraftModel
 from .quants import dequantize, quantize
 from .system import system_info
+
+# llama-cpp-python's top level re-exports its request/response types and the
+# low-level constants and queries (llamapy.llama_cpp); code imports them from
+# there (``from llama_cpp import ChatCompletionRequestUserMessage``).
+from .llama_types import *  # noqa: E402,F401,F403
+from .llama_cpp import *  # noqa: E402,F401,F403
+from . import (llama_cache, llama_chat_format, llama_cpp, llama_grammar, llama_speculative,  # noqa: E402,F401
+               llama_tokenizer, llama_types)
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Llama",
     "LlamaTokenizer",
+    "BaseLlamaTokenizer",
+    "LlamaHFTokenizer",
     "LlamaGrammar",
+    "LlamaDraftModel",
     "LlamaState",
     "LlamaCache",
     "LlamaRAMCache",
     "LlamaDiskCache",
     "BaseLlamaCache",
+    "LogitsProcessor",
     "LogitsProcessorList",
+    "StoppingCriteria",
     "StoppingCriteriaList",
     "MinTokensLogitsProcessor",
     "GGUFError",
@@ -69,4 +85,6 @@ __all__ = [
     "quantize",
     "system_info",
     "__version__",
+    *llama_types.__all__,
+    *llama_cpp.__all__,
 ]

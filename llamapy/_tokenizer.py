@@ -16,6 +16,8 @@ class LlamaTokenizer:
     or ``from_ggml_file``; ``Llama.tokenizer()`` returns the model's one."""
 
     def __init__(self, vocab: Any) -> None:
+        if isinstance(getattr(vocab, "tokenizer_", None), LlamaTokenizer):  # LlamaTokenizer(llama), as llama-cpp-python
+            vocab = vocab.tokenizer_._vocab
         self._vocab = vocab
         self.n_vocab = int(vocab.n_vocab)
         self._eog = frozenset(int(t) for t in vocab.eog_ids)

@@ -16,6 +16,8 @@ else:  # pragma: no cover - older Pythons: optional keys are simply not marked
 
     NotRequired = Optional  # type: ignore[assignment]
 
+_IMPORTED = set(globals())  # everything above is imports; __all__ (at the end) is what is defined below
+
 JsonType = Union[None, int, float, str, bool, List[Any], Dict[str, Any]]
 
 
@@ -188,6 +190,10 @@ class ChatCompletionRequestFunctionCallOption(TypedDict):
 ChatCompletionRequestFunctionCall = Union[Literal["none", "auto"], ChatCompletionRequestFunctionCallOption]
 
 
+class ChatCompletionFunctionCallOption(TypedDict):
+    name: str
+
+
 class ChatCompletionRequestResponseFormat(TypedDict):
     type: Literal["text", "json_object", "json_schema"]
     schema: NotRequired[JsonType]  # llama-cpp-python's spelling for json_object
@@ -254,9 +260,15 @@ class ChatCompletionStreamResponseDeltaEmpty(TypedDict):
     pass
 
 
+class ChatCompletionStreamResponseDeltaFunctionCall(TypedDict):  # deprecated by OpenAI (tool calls replace it)
+    name: str
+    arguments: str
+
+
 class ChatCompletionStreamResponseDelta(TypedDict):
     role: NotRequired[Literal["assistant"]]
     content: NotRequired[Optional[str]]
+    function_call: NotRequired[Optional[ChatCompletionStreamResponseDeltaFunctionCall]]
     tool_calls: NotRequired[List[ChatCompletionMessageToolCallChunk]]
 
 
@@ -287,3 +299,6 @@ ChatCompletionChunkChoice = ChatCompletionStreamResponseChoice
 ChatCompletionFunctions = ChatCompletionFunction
 ChatCompletionResponseFunction = ChatCompletionFunction
 ChatCompletionFunctionCall = ChatCompletionResponseFunctionCall
+
+
+__all__ = sorted(name for name in globals() if name not in _IMPORTED and not name.startswith("_"))
