@@ -61,6 +61,13 @@ set(_lp_is_x86 OFF)
 if(CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|amd64|i[3-6]86)$")
   set(_lp_is_x86 ON)
 endif()
+# aarch64: NEON is in the base architecture; the NEON kernels (neon level)
+# and their dot-product twins (neon_dot, through target attributes) are
+# compiled together, and the run-time check picks one (cpu/features.cpp).
+set(_lp_is_arm64 OFF)
+if(CMAKE_SYSTEM_PROCESSOR MATCHES "^(aarch64|arm64|ARM64)$")
+  set(_lp_is_arm64 ON)
+endif()
 
 # PORTABLE: every kernel level compiled through target attributes alone (no
 # -march=native), the best one picked at run time: the build for wheels that
@@ -89,6 +96,22 @@ else()
   _lp_option(NATIVE GGML_NATIVE ON)
 endif()
 
+# -march=native describes the building CPU, which a cross build does not run
+# on: an explicit NATIVE=ON is an error there, the default becomes PORTABLE.
+if(CMAKE_CROSSCOMPILING AND LP_NATIVE)
+  if(LP_NATIVE_EXPLICIT)
+    message(FATAL_ERROR
+      "llamapy: NATIVE=ON tunes for the building CPU, but this is a cross build for ${CMAKE_SYSTEM_PROCESSOR}. "
+      "Use -DLLAMAPY_PORTABLE=ON.")
+  endif()
+  set(LP_NATIVE OFF)
+  set(LP_PORTABLE ON)
+  if(_lp_is_x86)
+    set(LP_AVX2 ON)
+    set(LP_AVX512 ON)
+  endif()
+endif()
+
 if(LP_NATIVE AND LP_NATIVE_EXPLICIT AND LP_PORTABLE)
   message(FATAL_ERROR
     "llamapy: contradictory options: NATIVE=ON tunes for the building CPU, while PORTABLE=ON asks for a build "
@@ -113,6 +136,9 @@ if(CMAKE_BUILD_TYPE STREQUAL "Release" OR CMAKE_BUILD_TYPE STREQUAL "RelWithDebI
   list(APPEND LLAMAPY_CXX_FLAGS -O3)
 endif()
 
+if(_lp_is_arm64 AND (LP_NATIVE OR LP_PORTABLE))
+  set(LP_NEON ON)
+endif()
 if(LP_NATIVE)
   list(APPEND LLAMAPY_CXX_FLAGS -march=native)
   if(_lp_is_x86)
@@ -123,6 +149,10 @@ if(LP_NATIVE)
   endif()
   set(_lp_mode "native")
 elseif(LP_PORTABLE)
+  if(_lp_is_arm64)
+    # the baseline, whatever the compiler's default: dotprod only by attribute
+    list(APPEND LLAMAPY_CXX_FLAGS -march=armv8-a)
+  endif()
   set(_lp_mode "portable (all kernel levels)")
 elseif(LP_AVX512)
   set(LP_AVX2 ON)
@@ -137,6 +167,9 @@ if(LP_AVX2)
 endif()
 if(LP_AVX512)
   list(APPEND LLAMAPY_DEFINES LP_ENABLE_AVX512=1)
+endif()
+if(LP_NEON)
+  list(APPEND LLAMAPY_DEFINES LP_ENABLE_NEON=1)
 endif()
 if(LP_NATIVE)
   list(APPEND LLAMAPY_DEFINES LP_BUILD_NATIVE=1)

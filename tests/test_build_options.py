@@ -78,3 +78,35 @@ def test_contradictory_options_fail(tmp_path, opts, words):
     r = configure(tmp_path, *opts)
     assert r.returncode != 0
     assert words in (r.stdout + r.stderr)
+
+
+# aarch64 (cross builds, as tools/neon_check.sh makes): configured with the
+# host compiler but an aarch64 target processor, which is all options.cmake
+# looks at. NEON is baseline there; -march=native cannot describe the target.
+AARCH64 = ("-DCMAKE_SYSTEM_NAME=Linux", "-DCMAKE_SYSTEM_PROCESSOR=aarch64")
+
+
+@pytest.mark.parametrize(
+    "opts, mode, neon",
+    [
+        ((), "portable (all kernel levels)", True),  # the default NATIVE becomes PORTABLE when cross-building
+        (("-DLLAMAPY_PORTABLE=ON",), "portable (all kernel levels)", True),
+        (("-DGGML_CPU_ALL_VARIANTS=ON",), "portable (all kernel levels)", True),
+        (("-DLLAMAPY_NATIVE=OFF",), "portable (scalar kernels only)", False),
+    ],
+)
+def test_aarch64_options(tmp_path, opts, mode, neon):
+    r = configure(tmp_path, *AARCH64, *opts)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert f"llamapy: CPU backend, {mode};" in r.stdout
+    assert ("LP_ENABLE_NEON=1" in r.stdout) == neon
+    assert "LP_ENABLE_AVX2" not in r.stdout
+
+
+@pytest.mark.parametrize("opts, words", [(("-DLLAMAPY_NATIVE=ON",), "cross build"),
+                                         (("-DLLAMAPY_AVX2=ON",), "target processor"),
+                                         (("-DGGML_AVX512=ON",), "target processor")])
+def test_aarch64_bad_options_fail(tmp_path, opts, words):
+    r = configure(tmp_path, *AARCH64, *opts)
+    assert r.returncode != 0
+    assert words in (r.stdout + r.stderr)

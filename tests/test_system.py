@@ -72,6 +72,17 @@ def test_llamapy_isa_caps_the_level_in_use():
     assert json.loads(_info_under("native").stdout)["active_isa"] == info["cpu_isas"][-1]
 
 
+def test_llamapy_isa_of_the_other_architecture_leaves_scalar():
+    # x86 and aarch64 levels form two chains above scalar: a cap from the
+    # other chain is a valid name, and only scalar is below it
+    info = llamapy.system_info()
+    other = "avx2" if "neon" in info["compiled_isas"] else "neon"
+    out = _info_under(other)
+    assert out.returncode == 0, out.stderr
+    capped = json.loads(out.stdout)
+    assert capped["isa_cap"] == other and capped["active_isa"] == "scalar"
+
+
 def test_llamapy_isa_with_a_wrong_value_fails_at_import_naming_it():
     out = _info_under("avx9000")
     assert out.returncode != 0

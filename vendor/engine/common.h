@@ -49,6 +49,20 @@ struct value_error : std::invalid_argument {
     __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c,bmi2,popcnt")))
 #endif
 
+// aarch64: NEON is part of the base architecture (armv8-a), so the neon level
+// needs no attribute; the dot-product level (SDOT/UDOT) does. GCC 12's
+// arm_neon.h declares vdotq_s32 under arch=armv8.2-a+dotprod, and its
+// inlining check wants the caller's target to include that one ("+dotprod"
+// alone is refused); every CPU with the dot product is armv8.2 or later.
+#if defined(__aarch64__)
+#define LP_ARM64 1
+#endif
+
+#if defined(LP_ARM64) && defined(LP_ENABLE_NEON)
+#define LP_HAVE_NEON 1
+#define LP_TARGET_DOTPROD __attribute__((target("arch=armv8.2-a+dotprod")))
+#endif
+
 #define LP_RESTRICT __restrict__
 #define LP_INLINE inline __attribute__((always_inline))
 

@@ -24,10 +24,18 @@ enum class ggml_type : int32_t {
     COUNT = 40,
 };
 
-// Which instruction-set level a kernel was written for. Ordered: a CPU that
-// supports a level supports all lower ones.
-enum class isa : int { scalar = 0, avx2 = 1, avx512 = 2 };
+// Which instruction-set level a kernel was written for. Two chains share the
+// scalar bottom: x86 (avx2 < avx512) and aarch64 (neon < neon_dot, NEON plus
+// the int8 dot-product instructions). Within a chain a CPU that supports a
+// level supports the lower ones; levels of different chains are unrelated, so
+// compare levels with isa_at_least(), never by their numbers.
+enum class isa : int { scalar = 0, avx2 = 1, avx512 = 2, neon = 3, neon_dot = 4 };
 const char* isa_name(isa level);
+constexpr bool isa_is_arm(isa level) { return level == isa::neon || level == isa::neon_dot; }
+// Whether kernels written for `want` may run where `have` is the level.
+constexpr bool isa_at_least(isa have, isa want) {
+    return want == isa::scalar || (isa_is_arm(have) == isa_is_arm(want) && (int)have >= (int)want);
+}
 
 // Dot product of one row of a weight type with one row of its activation type
 // (vec_dot_type), over n elements (n a multiple of the block size).

@@ -38,8 +38,10 @@ isa parse_isa(const std::string& s) {
     if (s == "scalar") return isa::scalar;
     if (s == "avx2") return isa::avx2;
     if (s == "avx512") return isa::avx512;
+    if (s == "neon") return isa::neon;
+    if (s == "neon_dot") return isa::neon_dot;
     if (s == "best") return best_isa();
-    throw value_error("unknown ISA level '" + s + "' (scalar, avx2, avx512, best)");
+    throw value_error("unknown ISA level '" + s + "' (scalar, avx2, avx512, neon, neon_dot, best)");
 }
 
 int64_t count_elements(const std::vector<int64_t>& shape) {

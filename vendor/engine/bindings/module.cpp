@@ -34,7 +34,7 @@ py::dict system_info() {
     py::list compiled, supported;
     for (lp::isa level : lp::compiled_isas()) {
         compiled.append(lp::isa_name(level));
-        if ((int)level <= (int)lp::cpu_best_isa()) supported.append(lp::isa_name(level));
+        if (lp::isa_at_least(lp::cpu_best_isa(), level)) supported.append(lp::isa_name(level));
     }
     d["compiled_isas"] = compiled;   // kernel levels built into this module
     d["cpu_isas"] = supported;       // of those, the ones this CPU can run
@@ -49,7 +49,7 @@ py::dict system_info() {
     f["avx"] = c.avx; f["avx2"] = c.avx2; f["fma"] = c.fma; f["f16c"] = c.f16c; f["bmi2"] = c.bmi2;
     f["avx512f"] = c.avx512f; f["avx512bw"] = c.avx512bw; f["avx512vl"] = c.avx512vl;
     f["avx512dq"] = c.avx512dq; f["avx512_vnni"] = c.avx512vnni; f["avx512_bf16"] = c.avx512bf16;
-    f["avx_vnni"] = c.avx_vnni; f["neon"] = c.neon;
+    f["avx_vnni"] = c.avx_vnni; f["neon"] = c.neon; f["dotprod"] = c.dotprod;
     d["cpu_features"] = f;
     d["n_physical_cores"] = c.n_physical_cores;
     d["n_logical_cpus"] = c.n_logical_cpus;

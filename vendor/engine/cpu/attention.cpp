@@ -223,7 +223,7 @@ kernels pick_kernels() {
     const isa l = best_isa();
     (void)l;
 #if defined(LP_HAVE_AVX2)
-    if (l >= isa::avx2) k = {dots_avx2, axpys_avx2, round_f16_avx2, nullptr};
+    if (isa_at_least(l, isa::avx2)) k = {dots_avx2, axpys_avx2, round_f16_avx2, nullptr};
 #endif
 #if defined(LP_HAVE_AVX512)
     if (l == isa::avx512) k = {dots_avx512, axpys_avx512, round_f16_avx512, values_f16_avx512};

@@ -1,5 +1,6 @@
-// features.cpp — CPU feature detection with cpuid/xgetbv (x86) and the
-// mapping from features to the ISA levels our kernels are written for.
+// features.cpp — CPU feature detection with cpuid/xgetbv (x86) or the
+// kernel's hardware capability bits (aarch64 Linux), and the mapping from
+// features to the ISA levels our kernels are written for.
 #include "features.h"
 
 #include "../common.h"
@@ -17,6 +18,9 @@
 
 #if defined(LP_X86)
 #include <cpuid.h>
+#endif
+#if defined(__aarch64__) && defined(__linux__)
+#include <sys/auxv.h>
 #endif
 
 namespace lp {
@@ -108,7 +112,16 @@ cpu_features detect() {
         c.avx512bf16 = c.avx512f && (r[0] & (1u << 5));
     }
 #elif defined(__aarch64__)
-    c.neon = true;
+#if defined(__linux__)
+    // The kernel reports what user space may use; the bits are those of
+    // <asm/hwcap.h> (HWCAP_ASIMD = 1 << 1, HWCAP_ASIMDDP = 1 << 20), spelled
+    // out because older C libraries lack the names.
+    const unsigned long hw = getauxval(AT_HWCAP);
+    c.neon = hw & (1ul << 1);
+    c.dotprod = c.neon && (hw & (1ul << 20));
+#else
+    c.neon = true;  // Advanced SIMD is mandatory in armv8-a; the dot product is not assumed
+#endif
 #endif
     auto cores = count_cores();
     c.n_physical_cores = cores.first;
@@ -131,6 +144,10 @@ std::vector<isa> compiled_isas() {
 #if defined(LP_HAVE_AVX512)
     v.push_back(isa::avx512);
 #endif
+#if defined(LP_HAVE_NEON)
+    v.push_back(isa::neon);
+    v.push_back(isa::neon_dot);
+#endif
     return v;
 }
 
@@ -142,6 +159,9 @@ isa cpu_best_isa() {
 #endif
 #if defined(LP_HAVE_AVX512)
     if (best == isa::avx2 && c.avx512f && c.avx512bw && c.avx512vl && c.avx512dq && c.avx512vnni) best = isa::avx512;
+#endif
+#if defined(LP_HAVE_NEON)
+    if (c.neon) best = c.dotprod ? isa::neon_dot : isa::neon;
 #endif
     (void)c;
     return best;
@@ -166,16 +186,16 @@ const isa_cap_setting& isa_cap_env() {
         std::string name(v);
         for (auto& ch : name) ch = (char)std::tolower((unsigned char)ch);
         if (name == "native" || name == "auto" || name == "best") return r;
-        for (isa level : {isa::scalar, isa::avx2, isa::avx512}) {
+        for (isa level : {isa::scalar, isa::avx2, isa::avx512, isa::neon, isa::neon_dot}) {
             if (name == isa_name(level)) {
                 r.set = true;
                 r.level = level;
                 return r;
             }
         }
-        r.error = "LLAMAPY_ISA='" + std::string(v) + "' is not a kernel level: use scalar, avx2, avx512 "
-                  "(a cap: the level used is the lower of this and the best the CPU and build support), "
-                  "or leave it unset";
+        r.error = "LLAMAPY_ISA='" + std::string(v) + "' is not a kernel level: use scalar, avx2, avx512, neon, neon_dot "
+                  "(a cap: the level used is the lower of this and the best the CPU and build support; a level of "
+                  "the other architecture leaves scalar), or leave it unset";
         return r;
     }();
     return s;
@@ -186,8 +206,10 @@ const isa_cap_setting& isa_cap_env() {
 isa best_isa() {
     const isa best = cpu_best_isa();
     const isa_cap_setting& cap = isa_cap_env();
-    if (cap.set && (int)cap.level < (int)best) return cap.level;
-    return best;
+    if (!cap.set) return best;
+    if (isa_at_least(best, cap.level)) return cap.level;  // at or below the best: the cap
+    if (isa_at_least(cap.level, best)) return best;       // above it in the same chain
+    return isa::scalar;  // a level of the other architecture: only the shared bottom is below it
 }
 
 const char* isa_cap_name() {
@@ -204,6 +226,8 @@ const char* isa_name(isa level) {
         case isa::scalar: return "scalar";
         case isa::avx2: return "avx2";
         case isa::avx512: return "avx512";
+        case isa::neon: return "neon";
+        case isa::neon_dot: return "neon_dot";
     }
     return "unknown";
 }

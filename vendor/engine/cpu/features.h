@@ -13,7 +13,7 @@ struct cpu_features {
     bool sse3 = false, ssse3 = false, avx = false, f16c = false, fma = false, avx2 = false, bmi2 = false;
     bool avx512f = false, avx512bw = false, avx512vl = false, avx512dq = false, avx512vnni = false;
     bool avx512bf16 = false, avx_vnni = false;
-    bool neon = false;
+    bool neon = false, dotprod = false;  // aarch64: Advanced SIMD, SDOT/UDOT (HWCAP_ASIMDDP)
     int n_physical_cores = 1;  // best guess; used for the default thread count
     int n_logical_cpus = 1;
 };
@@ -22,7 +22,8 @@ const cpu_features& cpu();
 // Highest level supported by both this CPU and this build.
 isa cpu_best_isa();
 // The level the kernels use: cpu_best_isa(), capped by the LLAMAPY_ISA
-// environment variable (scalar | avx2 | avx512) when it is set.
+// environment variable (scalar | avx2 | avx512 | neon | neon_dot) when it is
+// set; a cap from the other architecture's chain leaves scalar.
 isa best_isa();
 // The cap LLAMAPY_ISA sets ("" when unset), and the error for a value that
 // names no level ("" when fine; the Python package raises it at import).

@@ -25,7 +25,7 @@ namespace lp {
 
 namespace {
 
-isa level() {
+[[maybe_unused]] isa level() {  // unused where no SIMD level is compiled (aarch64)
     static const isa l = best_isa();
     return l;
 }
@@ -293,7 +293,7 @@ double sum_sq(const float* x, int64_t n) {
     if (level() == isa::avx512) return sum_sq_avx512(x, n);
 #endif
 #if defined(LP_HAVE_AVX2)
-    if (level() >= isa::avx2) return sum_sq_avx2(x, n);
+    if (isa_at_least(level(), isa::avx2)) return sum_sq_avx2(x, n);
 #endif
     return sum_sq_scalar(x, n);
 }
@@ -303,7 +303,7 @@ double exp_sum(float* x, int64_t n, float max) {
     if (level() == isa::avx512) return exp_sum_avx512(x, n, max);
 #endif
 #if defined(LP_HAVE_AVX2)
-    if (level() >= isa::avx2) return exp_sum_avx2(x, n, max);
+    if (isa_at_least(level(), isa::avx2)) return exp_sum_avx2(x, n, max);
 #endif
     return exp_sum_scalar(x, n, max);
 }
@@ -347,7 +347,7 @@ void gelu_mul_row(float* g, const float* u, int64_t n) {
     if (level() == isa::avx512) return gelu_mul_avx512(g, u, n);
 #endif
 #if defined(LP_HAVE_AVX2)
-    if (level() >= isa::avx2) return gelu_mul_avx2(g, u, n);
+    if (isa_at_least(level(), isa::avx2)) return gelu_mul_avx2(g, u, n);
 #endif
     gelu_mul_scalar(g, u, n);
 }
@@ -357,7 +357,7 @@ void silu_mul_row(float* g, const float* u, int64_t n) {
     if (level() == isa::avx512) return silu_mul_avx512(g, u, n);
 #endif
 #if defined(LP_HAVE_AVX2)
-    if (level() >= isa::avx2) return silu_mul_avx2(g, u, n);
+    if (isa_at_least(level(), isa::avx2)) return silu_mul_avx2(g, u, n);
 #endif
     silu_mul_scalar(g, u, n);
 }

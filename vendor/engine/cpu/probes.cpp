@@ -62,7 +62,7 @@ double measure_read_bandwidth(size_t nbytes, int n_reps, thread_pool& pool) {
         for (size_t i = lo; i < hi; ++i) buf.get()[i] = i;
     });
     std::vector<uint64_t> sink(nth);
-    const bool use_avx2 = (int)best_isa() >= (int)isa::avx2;
+    const bool use_avx2 = isa_at_least(best_isa(), isa::avx2);
     (void)use_avx2;
     std::vector<double> rates;
     for (int rep = 0; rep < std::max(1, n_reps); ++rep) {
@@ -155,18 +155,18 @@ double measure_peak_gflops(const char* kind, thread_pool& pool) {
     double ops_per_iter = 12 * 2;  // scalar FMA: 12 multiply-adds
     float (*fn)(int64_t) = fma_scalar;
 #if defined(LP_HAVE_AVX2)
-    if (level >= isa::avx2) {
+    if (isa_at_least(level, isa::avx2)) {
         fn = k == "f32_fma" ? fma_avx2 : dot_avx2;
         ops_per_iter = k == "f32_fma" ? 12 * 8 * 2 : 12 * 32 * 2;
     }
 #endif
 #if defined(LP_HAVE_AVX512)
-    if (level >= isa::avx512) {
+    if (isa_at_least(level, isa::avx512)) {
         fn = k == "f32_fma" ? fma_avx512 : dot_avx512;
         ops_per_iter = k == "f32_fma" ? 12 * 16 * 2 : 12 * 64 * 2;
     }
 #endif
-    if (k == "i8_dot" && level == isa::scalar) throw value_error("no integer dot probe for scalar builds");
+    if (k == "i8_dot" && !isa_at_least(level, isa::avx2)) throw value_error("no integer dot probe for this kernel level");
     const int64_t iters = 20 * 1000 * 1000;
     std::vector<double> rates;
     std::vector<float> sink(pool.n_threads());

@@ -17,6 +17,7 @@
 
 #include "../common.h"
 #include "../ggml_type.h"
+#include "neon_kernels.h"
 #include "simd_x86.h"
 
 #if defined(LP_X86)
@@ -424,6 +425,9 @@ void register_float_types(type_traits* table, isa level) {
         f16.gemm_tile = gemm_tile_float_avx512<f16_lanes>;
         f32.vec_dot_isa = f16.vec_dot_isa = bf16.vec_dot_isa = isa::avx512;
     }
+#endif
+#if defined(LP_HAVE_NEON)
+    register_float_neon(table, level);
 #endif
     (void)level;
 }

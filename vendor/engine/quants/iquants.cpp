@@ -19,6 +19,7 @@
 #include "../common.h"
 #include "../ggml_type.h"
 #include "blocks.h"
+#include "neon_kernels.h"
 #include "simd_x86.h"
 
 #if defined(LP_HAVE_AVX512) && !defined(LP_HAVE_AVX2)
@@ -406,6 +407,9 @@ void register_iquant_types(type_traits* table, isa level) {
         xs.gemm_tile = gemm_tile_by_rows<iq4_xs_q8_k_avx512>;
         nl.vec_dot_isa = xs.vec_dot_isa = isa::avx512;
     }
+#endif
+#if defined(LP_HAVE_NEON)
+    register_iquant_neon(table, level);
 #endif
     (void)level;
 }

@@ -25,6 +25,7 @@
 #include "../ggml_type.h"
 #include "blocks.h"
 #include "kquants_x86.h"
+#include "neon_kernels.h"
 
 namespace lp {
 
@@ -739,7 +740,7 @@ void register_kquant_types(type_traits* table, isa level) {
         {ggml_type::Q6_K, dequantize_q6_k, quantize_q6_k_ref, vec_dot_q6_k_q8_k_ref, LP_AVX2_ONLY(vec_dot_q6_k_q8_k_avx2),
          LP_AVX512_ONLY(vec_dot_q6_k_q8_k_avx512), LP_AVX512_ONLY(gemm_tile_q6_k_q8_k_avx512)},
     };
-    const bool use_avx2 = (int)level >= (int)isa::avx2, use_avx512 = (int)level >= (int)isa::avx512;
+    const bool use_avx2 = isa_at_least(level, isa::avx2), use_avx512 = isa_at_least(level, isa::avx512);
     for (const kernels& k : all) {
         type_traits& t = table[(int)k.type];
         t.to_float = k.to_float;
@@ -764,6 +765,9 @@ void register_kquant_types(type_traits* table, isa level) {
     if (use_avx512) q8.from_float = quantize_q8_k_avx512;
 #endif
     register_kquant_panels_x86(table, level);
+#if defined(LP_HAVE_NEON)
+    register_kquant_neon(table, level);
+#endif
 }
 
 #undef LP_AVX2_ONLY

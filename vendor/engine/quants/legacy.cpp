@@ -26,6 +26,7 @@
 #include "../ggml_type.h"
 #include "blocks.h"
 #include "legacy_x86.h"
+#include "neon_kernels.h"
 
 namespace lp {
 
@@ -324,6 +325,9 @@ void register_legacy_types(type_traits* table, isa level) {
 
     register_legacy_x86(table, level);
     register_legacy_panels_x86(table, level);
+#if defined(LP_HAVE_NEON)
+    register_legacy_neon(table, level);
+#endif
     (void)level;
 }
 

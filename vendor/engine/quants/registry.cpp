@@ -60,10 +60,13 @@ table_t build(isa level) {
 
 const table_t& table_for(isa level) {
     const isa best = best_isa();
-    if ((int)level > (int)best) level = best;
+    // Above the best level, or in the other architecture's chain: the best.
+    if (!isa_at_least(best, level)) level = best;
     switch (level) {
         case isa::avx512: { static const table_t t = build(isa::avx512); return t; }
         case isa::avx2: { static const table_t t = build(isa::avx2); return t; }
+        case isa::neon_dot: { static const table_t t = build(isa::neon_dot); return t; }
+        case isa::neon: { static const table_t t = build(isa::neon); return t; }
         default: { static const table_t t = build(isa::scalar); return t; }
     }
 }
