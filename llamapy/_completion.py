@@ -9,6 +9,7 @@ need ``logits_all``.
 """
 from __future__ import annotations
 
+import logging
 import random
 import time
 import uuid
@@ -19,6 +20,7 @@ import numpy as np
 
 from . import _engine
 from ._text import StopMatcher, Utf8Stream, drop_invalid
+from ._verbose import emit, print_timings
 from .llama_cache import LogitsProcessorList, StoppingCriteriaList, longest_token_prefix
 
 if TYPE_CHECKING:
@@ -120,14 +122,18 @@ def _completion_events(llama: "Llama", req: CompletionRequest, prompt_tokens: Li
         max_tokens = n_ctx - len(prompt_tokens)
     max_tokens = min(max_tokens, n_ctx - len(prompt_tokens))
 
+    perf = getattr(llama, "_perf", None)  # absent on stand-ins for Llama (tests' scripted models)
+    if perf is not None:
+        perf.reset()  # the timings printed with verbose are this completion's
     if llama.cache is not None:
         try:
             item = llama.cache[prompt_tokens]
             if longest_token_prefix(item.input_ids.tolist(), prompt_tokens) > \
                     longest_token_prefix(llama._input_ids.tolist(), prompt_tokens):
                 llama.load_state(item)
+                emit(llama.verbose, logging.DEBUG, "Llama._create_completion: cache hit")
         except KeyError:
-            pass
+            emit(llama.verbose, logging.DEBUG, "Llama._create_completion: cache miss")
 
     if req.seed is not None:
         llama.set_seed(req.seed)
@@ -180,6 +186,8 @@ def _completion_events(llama: "Llama", req: CompletionRequest, prompt_tokens: Li
                     break
         finally:
             gen.close()
+    if llama.verbose and perf is not None:
+        print_timings(perf)
     if not stopper.stopped:
         tail, _ = stopper.push(utf8.flush_marked())
         tail = drop_invalid(tail + stopper.flush())
@@ -188,6 +196,7 @@ def _completion_events(llama: "Llama", req: CompletionRequest, prompt_tokens: Li
 
     if llama.cache is not None:
         llama.cache[prompt_tokens + completion] = llama.save_state()
+        emit(llama.verbose, logging.DEBUG, "Llama._create_completion: cache saved")
     yield ("done", finish, len(completion))
 
 

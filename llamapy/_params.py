@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import math
+import operator
 import os
 from dataclasses import dataclass, field
 from typing import Any, Dict, Optional, Union
@@ -85,22 +86,57 @@ def default_threads() -> tuple[int, int]:
     return n, n
 
 
-def parse_params(model_path: str, kw: Dict[str, Any]) -> tuple[ModelParams, ContextParams]:
+# Options that only place work on a GPU, with llama-cpp-python's defaults:
+# a non-default value is reported by name (it has no effect here).
+GPU_OPTIONS = (("n_gpu_layers", 0), ("split_mode", 1), ("main_gpu", 0), ("tensor_split", None),
+               ("offload_kqv", True), ("op_offload", None))
+
+
+def kv_type(name: str, value: Any) -> int:
+    """A KV cache element type given as a ggml type id (int or enum, e.g.
+    llama_cpp.GGML_TYPE_Q8_0) or by name ("q8_0", "Q8_0", "f16", ...)."""
+    if value is None:
+        return 1
+    names = {v.lower(): k for k, v in KV_TYPES.items()}
+    if isinstance(value, str):
+        key = value.strip().lower()
+        if key.startswith("ggml_type_"):
+            key = key[len("ggml_type_"):]
+        if key not in names:
+            raise ValueError(f"{name}={value!r} is not a KV cache type; supported: " + ", ".join(names))
+        return names[key]
+    if isinstance(value, bool) or not isinstance(value, int):
+        try:
+            value = operator.index(value)  # a numpy integer (IntEnums are ints already); not a float
+        except TypeError:
+            raise TypeError(f"{name} must be a ggml type id or a type name such as 'q8_0', "
+                            f"got {type(value).__name__}") from None
+    if int(value) not in KV_TYPES:
+        raise ValueError(f"{name}={int(value)} is not a supported KV cache type; supported: "
+                         + ", ".join(f"{k} ({v.lower()})" for k, v in KV_TYPES.items()))
+    return int(value)
+
+
+def parse_params(model_path: str, kw: Dict[str, Any], verbose: bool = False) -> tuple[ModelParams, ContextParams]:
     """Validates the keyword arguments of ``Llama.__init__`` (minus those the
-    Python layer keeps for itself) and returns the engine parameters."""
+    Python layer keeps for itself) and returns the engine parameters. Notes
+    about options without effect are printed with ``verbose``, else logged."""
+    from ._verbose import emit
+
     if not isinstance(model_path, (str, os.PathLike)):
         raise TypeError("model_path must be a path")
     model_path = os.fspath(model_path)
 
-    n_gpu_layers = _require_int("n_gpu_layers", kw.pop("n_gpu_layers", 0))
-    split_mode = kw.pop("split_mode", 1)
-    main_gpu = kw.pop("main_gpu", 0)
-    tensor_split = kw.pop("tensor_split", None)
-    if n_gpu_layers != 0 or tensor_split is not None or main_gpu not in (0, None):
+    n_gpu_layers = _require_int("n_gpu_layers", kw.get("n_gpu_layers", 0))
+    given = []
+    for name, default in GPU_OPTIONS:
+        value = kw.pop(name, default)
+        if (value is not None) if default is None else bool(value != default):
+            given.append(f"{name}={value!r}")
+    if given:
         # Not silent: the user asked for a GPU and gets told there is none.
-        logger.warning("llamapy was built without a GPU backend; n_gpu_layers=%s (and split options) "
-                       "have no effect, every layer runs on the CPU", n_gpu_layers)
-    del split_mode
+        emit(verbose, logging.WARNING, "no GPU backend in this build: %s %s no effect; every layer runs on the CPU",
+             ", ".join(given), "has" if len(given) == 1 else "have")
 
     vocab_only = bool(kw.pop("vocab_only", False))
     use_mmap = bool(kw.pop("use_mmap", True))
@@ -155,8 +191,6 @@ def parse_params(model_path: str, kw: Dict[str, Any]) -> tuple[ModelParams, Cont
 
     logits_all = bool(kw.pop("logits_all", False))
     embedding = bool(kw.pop("embedding", False))
-    kw.pop("offload_kqv", None)   # GPU placement of the KV cache: no GPU backend
-    kw.pop("op_offload", None)
     swa_full = kw.pop("swa_full", None)  # None: window-sized caches for sliding-window layers
     if swa_full is not None and not isinstance(swa_full, bool):
         raise TypeError(f"swa_full must be a bool or None, got {type(swa_full).__name__}")
@@ -172,25 +206,20 @@ def parse_params(model_path: str, kw: Dict[str, Any]) -> tuple[ModelParams, Cont
     if kw.pop("lora_base", None) is not None:
         # llama.cpp applies adapters on the fly to the (possibly quantized)
         # weights; a separate full-precision base is not used any more.
-        logger.warning("lora_base is ignored: adapters are applied to the loaded model's weights")
+        emit(verbose, logging.WARNING, "lora_base is ignored: adapters are applied to the loaded model's weights")
     lora_scale = kw.pop("lora_scale", 1.0)
     if isinstance(lora_scale, bool) or not isinstance(lora_scale, (int, float)) or not math.isfinite(lora_scale):
         raise ValueError(f"lora_scale must be a finite number, got {lora_scale!r}")
     numa = kw.pop("numa", False)
     if numa:
-        logger.info("numa=%s: llamapy does not apply NUMA policies; threads are placed by the OS", numa)
+        emit(verbose, logging.INFO, "numa=%s: llamapy does not apply NUMA policies; threads are placed by the OS",
+             numa)
     draft_model = kw.pop("draft_model", None)
     if draft_model is not None and not callable(draft_model):
         raise TypeError("draft_model must be a LlamaDraftModel (callable: input_ids -> proposed token ids)")
 
-    type_k = kw.pop("type_k", None)
-    type_v = kw.pop("type_v", None)
-    type_k = 1 if type_k is None else int(type_k)
-    type_v = 1 if type_v is None else int(type_v)
-    for name, t in (("type_k", type_k), ("type_v", type_v)):
-        if t not in KV_TYPES:
-            raise ValueError(f"{name}={t}: KV cache types supported: " +
-                                      ", ".join(f"{k} ({v})" for k, v in KV_TYPES.items()))
+    type_k = kv_type("type_k", kw.pop("type_k", None))
+    type_v = kv_type("type_v", kw.pop("type_v", None))
     if kw:
         raise TypeError("Llama() got unexpected keyword argument(s): " + ", ".join(sorted(kw)))
 

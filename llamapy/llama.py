@@ -14,7 +14,9 @@ import logging
 import math
 import os
 import random
+import sys
 import threading
+import time
 from collections import deque
 from typing import Any, Deque, Dict, Generator, Iterator, List, Optional, Sequence, Union
 
@@ -24,6 +26,7 @@ import numpy.typing as npt
 from . import _engine
 from ._embedding import embedding_context_options
 from ._scores import LazyRows
+from ._verbose import PerfCounters, emit, load_report
 from ._params import DEFAULT_SEED, KV_TYPES, ContextParams, ModelParams, parse_params
 from ._tokenizer import LlamaTokenizer
 from .gguf_file import GGUFFile
@@ -62,6 +65,11 @@ def _metadata_strings(gguf: GGUFFile) -> Dict[str, str]:
             if n <= 256:
                 out[key] = "[" + ", ".join(str(v) for v in value) + "]"
     return out
+
+
+def _read_by_python(key: str) -> bool:
+    """Metadata keys the Python layer reads itself (the engine never does)."""
+    return key == "tokenizer.chat_template" or key.startswith("tokenizer.chat_template.")
 
 
 class Llama:
@@ -124,6 +132,7 @@ class Llama:
         verbose: bool = True,
         **kwargs: Any,
     ) -> None:
+        t_start = time.perf_counter()
         self.verbose = verbose
         self._closed = True  # until everything is built
         self._lock = threading.RLock()
@@ -140,7 +149,7 @@ class Llama:
             numa=numa, draft_model=draft_model, type_k=type_k, type_v=type_v, **kwargs,
         )
         self._init_options = {k: v for k, v in options.items() if k not in kwargs}
-        self.model_params, self.context_params = parse_params(model_path, dict(options))
+        self.model_params, self.context_params = parse_params(model_path, dict(options), verbose=verbose)
         mp: ModelParams = self.model_params
         cp: ContextParams = self.context_params
         self.model_path = mp.model_path
@@ -158,8 +167,11 @@ class Llama:
             unread = set(self._model.unread_overrides)
             if tokenizer is None:
                 unread &= set(self.tokenizer_._vocab.unread_overrides)
+            # Chat templates are read on the Python side (self.metadata, by llamapy.chat).
+            unread = {k for k in unread if not _read_by_python(k)}
             if unread:
-                logger.warning("kv_overrides keys not used by this model: %s", ", ".join(sorted(unread)))
+                emit(verbose, logging.WARNING, "kv_overrides keys not used by this model: %s",
+                     ", ".join(sorted(unread)))
         self._n_vocab = int(self.tokenizer_.n_vocab if tokenizer is None else self._model.n_vocab)
 
         self.chat_format = chat_format
@@ -211,9 +223,11 @@ class Llama:
         self._eval_serial = 0  # counts decodes: a row written before one may be stale
         self._last_logits_row = -1  # output row of the context holding the last token's logits
         self._closed = False
+        # Load time: from the constructor's start to a usable context (llama.cpp
+        # stops its clock at the first decode; ours does not wait for one).
+        self._perf = PerfCounters(t_load_ms=(time.perf_counter() - t_start) * 1e3)
         if verbose:
-            logger.info("llamapy: loaded %s (%s, %d layers, n_ctx %d, %d threads)", self.model_path,
-                        self._model.arch, self._model.n_layer, self._n_ctx, self.n_threads)
+            print(load_report(self), file=sys.stderr, flush=True)
 
     # ------------------------------------------------------------------ basics
     def _check_open(self) -> None:
@@ -350,6 +364,10 @@ class Llama:
 
     def _eval(self, tokens: Sequence[int], all_logits: bool, on_chunk: Optional[Any] = None) -> None:
         ctx = self._require_ctx()
+        if not self._embedding and self._model.is_encoder:
+            # The engine's own message names its keyword (embeddings); Llama's is embedding.
+            raise ValueError(f"model architecture {self._model.arch!r} is an encoder: it computes embeddings only; "
+                             "load it with Llama(..., embedding=True) and use embed() or create_embedding()")
         toks = np.asarray(tokens, dtype=np.int32).reshape(-1)
         if len(toks) == 0:
             return
@@ -371,7 +389,9 @@ class Llama:
                 else:
                     want[-1] = True
                 pos = np.arange(n_past, n_past + n, dtype=np.int32)
+                t0 = time.perf_counter()
                 ctx.decode(tokens=chunk, embd=None, pos=pos, seq_ids=np.zeros(n, dtype=np.int32), logits=want)
+                self._perf.add_decode(n, time.perf_counter() - t0)
                 self.input_ids[n_past:n_past + n] = chunk
                 self._eval_serial += 1
                 if self._logits_all:
@@ -397,7 +417,8 @@ class Llama:
             if not isinstance(value, (int, float)) or not math.isfinite(value):
                 raise ValueError(f"{name} must be a finite number, got {value!r}")
         if tfs_z != 1.0:
-            logger.warning("tfs_z=%s: tail-free sampling was removed from llama.cpp and has no effect", tfs_z)
+            emit(self.verbose, logging.WARNING,
+                 "tfs_z=%s: tail-free sampling was removed from llama.cpp and has no effect", tfs_z)
         s = _engine.Sampler(
             self._n_vocab, temperature=float(temp), top_k=int(top_k), top_p=float(top_p), min_p=float(min_p),
             typical_p=float(typical_p), repeat_penalty=float(repeat_penalty),
@@ -477,8 +498,9 @@ class Llama:
                 prefix = 0
             self.n_tokens = prefix
             tokens = tokens[prefix:]
-            if prefix > 0 and self.verbose:
-                logger.info("llamapy: prompt prefix of %d tokens reused, %d to evaluate", prefix, len(tokens))
+            if prefix > 0:
+                emit(self.verbose, logging.DEBUG, "Llama.generate: %d prefix-match hit, remaining %d prompt tokens "
+                     "to eval", prefix, len(tokens))
         while True:
             with self._lock:
                 drafts = self._draft(tokens)

@@ -1,0 +1,147 @@
+"""What ``Llama(verbose=True)`` prints, and where Python-side messages go.
+
+llama-cpp-python's ``verbose=True`` (the default) lets llama.cpp print its
+load log and, after each completion, its performance counters to stderr;
+``verbose=False`` prints nothing. llamapy keeps that contract with its own
+reports: a load summary (file, metadata, tensor types, model and context
+sizes, system info) and per-completion timings in the shape of
+``llama_perf_context_print`` (load, prompt eval, eval, total).
+
+Messages that are not part of those reports (warnings about options that
+have no effect, cache hits) go to the "llamapy" logger when ``verbose`` is
+False, so an application sees them only through its own logging set-up; a
+NullHandler keeps Python's last-resort handler from printing them. With
+``verbose=True`` they are printed with the reports instead (not both, so an
+application with logging on stderr does not see them twice).
+"""
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, TextIO
+
+logger = logging.getLogger("llamapy")
+if not any(isinstance(h, logging.NullHandler) for h in logger.handlers):
+    logger.addHandler(logging.NullHandler())
+
+PREFIX = "llamapy: "
+
+
+def emit(verbose: bool, level: int, msg: str, *args: Any) -> None:
+    """A message for the user: printed to stderr with verbose, else logged."""
+    if verbose:
+        print(PREFIX + (msg % args if args else msg), file=sys.stderr, flush=True)
+    else:
+        logger.log(level, msg, *args)
+
+
+# ------------------------------------------------------------------ timings
+@dataclass
+class PerfCounters:
+    """Decode timings, counted as llama.cpp does: a decode of one token is an
+    "eval" run, a larger one "prompt eval" tokens. ``reset`` starts a new
+    measurement (each completion), the load time stays."""
+
+    t_load_ms: float = 0.0
+    t_start: float = field(default_factory=time.perf_counter)
+    t_p_eval_ms: float = 0.0
+    n_p_eval: int = 0
+    t_eval_ms: float = 0.0
+    n_eval: int = 0
+
+    def reset(self) -> None:
+        self.t_start = time.perf_counter()
+        self.t_p_eval_ms = self.t_eval_ms = 0.0
+        self.n_p_eval = self.n_eval = 0
+
+    def add_decode(self, n_tokens: int, seconds: float) -> None:
+        if n_tokens == 1:
+            self.t_eval_ms += seconds * 1e3
+            self.n_eval += 1
+        elif n_tokens > 1:
+            self.t_p_eval_ms += seconds * 1e3
+            self.n_p_eval += n_tokens
+
+    def report(self) -> str:
+        total_ms = (time.perf_counter() - self.t_start) * 1e3
+
+        def rate(ms: float, n: int) -> str:
+            per = ms / n if n else 0.0
+            tps = n / ms * 1e3 if ms > 0 else 0.0
+            return f"({per:8.2f} ms per token, {tps:8.2f} tokens per second)"
+
+        return "\n".join([
+            f"{PREFIX}       load time = {self.t_load_ms:10.2f} ms",
+            f"{PREFIX}prompt eval time = {self.t_p_eval_ms:10.2f} ms / {self.n_p_eval:5d} tokens "
+            + rate(self.t_p_eval_ms, self.n_p_eval),
+            f"{PREFIX}       eval time = {self.t_eval_ms:10.2f} ms / {self.n_eval:5d} runs   "
+            + rate(self.t_eval_ms, self.n_eval),
+            f"{PREFIX}      total time = {total_ms:10.2f} ms / {self.n_p_eval + self.n_eval:5d} tokens",
+        ])
+
+
+def print_timings(perf: PerfCounters, out: Optional[TextIO] = None) -> None:
+    print(perf.report(), file=out or sys.stderr, flush=True)
+
+
+# ------------------------------------------------------------------ load report
+def _short(value: Any, limit: int = 72) -> str:
+    if hasattr(value, "elem_type") or isinstance(value, (list, tuple)):
+        if len(value) > 8:  # a vocabulary: its size, not its values
+            return f"[{len(value)} values]"
+        value = list(value)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return f"{value:g}"
+    text = str(value).replace("\n", "\\n")
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def load_report(llama: Any) -> str:
+    """The load summary ``Llama(verbose=True)`` prints."""
+    from .inspect_cmd import format_bytes, format_count, quantization_mix
+    from .system import system_info
+
+    gguf = llama._gguf
+    md: Dict[str, Any] = gguf.metadata
+    tensors = gguf.tensors
+    lines: List[str] = [f"loaded meta data with {len(md)} key-value pairs and {len(tensors)} tensors from "
+                        f"{llama.model_path} (GGUF V{gguf.version})"]
+    for i, (key, value) in enumerate(md.items()):
+        lines.append(f"- kv {i:3d}: {key:<42} {gguf.metadata_type(key):<8} = {_short(value)}")
+    for name, count, size in quantization_mix(tensors):
+        lines.append(f"- type {name:>6}: {count:4d} tensors ({format_bytes(size)})")
+    n_params = sum(t.n_elements for t in tensors)
+    n_bytes = sum(t.nbytes for t in tensors)
+    bpw = n_bytes * 8 / n_params if n_params else 0.0
+    model = llama._model
+    lines += [
+        f"file size   = {format_bytes(n_bytes)} ({bpw:.2f} BPW), {format_count(n_params)} parameters",
+        f"arch        = {model.arch}",
+        f"n_layer     = {model.n_layer}",
+        f"n_embd      = {model.n_embd}",
+        f"n_vocab     = {llama.n_vocab()}",
+        f"n_ctx_train = {model.n_ctx_train}",
+    ]
+    if llama._ctx is not None:
+        cp = llama.context_params
+        from ._params import KV_TYPES
+
+        lines += [
+            f"n_ctx       = {llama.n_ctx()}",
+            f"n_batch     = {llama.n_batch}",
+            f"n_ubatch    = {llama.n_ubatch}",
+            f"flash_attn  = {int(cp.flash_attn)}",
+            f"type_k      = {KV_TYPES[cp.type_k].lower()}, type_v = {KV_TYPES[cp.type_v].lower()}",
+            f"n_threads   = {llama.n_threads} (batch {llama.n_threads_batch})",
+        ]
+        if llama.n_ctx() < int(model.n_ctx_train):
+            lines.append(f"n_ctx ({llama.n_ctx()}) < n_ctx_train ({model.n_ctx_train}): "
+                         "the full capacity of the model will not be used")
+    info = system_info()
+    features = " | ".join(f"{k.upper()} = {int(bool(v))}" for k, v in info.get("cpu_features", {}).items())
+    lines.append(f"system info: build = {info.get('build')} | active ISA = {info.get('active_isa')} | {features}")
+    return "\n".join(PREFIX + line for line in lines)
