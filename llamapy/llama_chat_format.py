@@ -22,7 +22,11 @@ from typing import Any, Callable, Dict, List, Optional, Protocol, Union
 from .chat.completion import (ChatRequest, FormatHandler, Prompt, get_chat_completion_handler as _get_handler,
                               normalize_messages, register_chat_completion_handler as _register_handler, stop_list)
 from .chat.formats import FORMATS, ChatFormat
-from .chat.named_formats import NAMED_FORMATS
+from .chat.named_formats import (CHATML_BOS_TOKEN, CHATML_CHAT_TEMPLATE, CHATML_EOS_TOKEN,  # noqa: F401
+                                  LLAMA3_INSTRUCT_CHAT_TEMPLATE, MISTRAL_INSTRUCT_BOS_TOKEN,
+                                  MISTRAL_INSTRUCT_CHAT_TEMPLATE, MISTRAL_INSTRUCT_EOS_TOKEN,
+                                  MIXTRAL_INSTRUCT_CHAT_TEMPLATE, NAMED_FORMATS,
+                                  guess_chat_format_from_gguf_metadata)
 from .chat.template import ChatTemplate
 
 __all__ = [
@@ -40,31 +44,6 @@ __all__ = [
     "format_pygmalion", "format_qwen", "format_redpajama_incite", "format_saiga", "format_snoozy", "format_vicuna",
     "format_zephyr",
 ]
-
-# --- templates of well-known models, as their tokenizer_config.json has them --------------------------------------
-# guess_chat_format_from_gguf_metadata recognises a GGUF by these exact texts.
-CHATML_CHAT_TEMPLATE = ("{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] "
-                        "+ '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}"
-                        "{{ '<|im_start|>assistant\n' }}{% endif %}")
-CHATML_BOS_TOKEN = "<s>"
-CHATML_EOS_TOKEN = "<|im_end|>"
-
-_MISTRAL_HEAD = ("{{ bos_token }}{% for message in messages %}{% if (message['role'] == 'user') != "
-                 "(loop.index0 % 2 == 0) %}{{ raise_exception('Conversation roles must alternate "
-                 "user/assistant/user/assistant/...') }}{% endif %}{% if message['role'] == 'user' %}"
-                 "{{ '[INST] ' + message['content'] + ' [/INST]' }}{% elif message['role'] == 'assistant' %}")
-_MISTRAL_TAIL = "{% else %}{{ raise_exception('Only user and assistant roles are supported!') }}{% endif %}{% endfor %}"
-MISTRAL_INSTRUCT_CHAT_TEMPLATE = _MISTRAL_HEAD + "{{ message['content'] + eos_token + ' ' }}" + _MISTRAL_TAIL
-MISTRAL_INSTRUCT_BOS_TOKEN = "<s>"
-MISTRAL_INSTRUCT_EOS_TOKEN = "</s>"
-MIXTRAL_INSTRUCT_CHAT_TEMPLATE = _MISTRAL_HEAD + "{{ message['content'] + eos_token}}" + _MISTRAL_TAIL
-
-LLAMA3_INSTRUCT_CHAT_TEMPLATE = (
-    "{% set loop_messages = messages %}{% for message in loop_messages %}{% set content = '<|start_header_id|>' + "
-    "message['role'] + '<|end_header_id|>\n\n'+ message['content'] | trim + '<|eot_id|>' %}{% if loop.index0 == 0 %}"
-    "{% set content = bos_token + content %}{% endif %}{{ content }}{% endfor %}{% if add_generation_prompt %}"
-    "{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}")
-
 
 # --- protocols and responses ------------------------------------------------------------------------------------
 class LlamaChatCompletionHandler(Protocol):
@@ -282,21 +261,6 @@ def register_chat_format(name: str) -> Callable[[ChatFormatter], ChatFormatter]:
         return formatter
 
     return add
-
-
-def guess_chat_format_from_gguf_metadata(metadata: Dict[str, str]) -> Optional[str]:
-    """The named format whose model's template the GGUF carries, recognised by
-    exact text (ChatML, Mistral/Mixtral Instruct, Llama 3 Instruct), else None."""
-    template = metadata.get("tokenizer.chat_template")
-    if template is None:
-        return None
-    if template == CHATML_CHAT_TEMPLATE:
-        return "chatml"
-    if template in (MISTRAL_INSTRUCT_CHAT_TEMPLATE, MIXTRAL_INSTRUCT_CHAT_TEMPLATE):
-        return "mistral-instruct"
-    if template == LLAMA3_INSTRUCT_CHAT_TEMPLATE:
-        return "llama-3"
-    return None
 
 
 # --- the named formatters ---------------------------------------------------------------------------------------

@@ -117,3 +117,20 @@ def test_jinja_formatters_match_llama_cpp_python(template):
 def test_jinja_fixture_counts():
     ok = [c for c in DATA["jinja"] if "prompt" in c]
     assert len(ok) >= 550 and {c["kind"] for c in ok} == {"jinja", "hf_tokenizer_config"}
+
+
+@pytest.mark.parametrize("name", ["CHATML_CHAT_TEMPLATE", "MISTRAL_INSTRUCT_CHAT_TEMPLATE",
+                                  "MIXTRAL_INSTRUCT_CHAT_TEMPLATE", "LLAMA3_INSTRUCT_CHAT_TEMPLATE"])
+def test_known_templates_select_their_named_format(name):
+    """The template constants are llama-cpp-python's texts; a GGUF carrying one
+    is chatted with the named format, as llama-cpp-python does."""
+    assert getattr(lcf, name) == DATA["templates"][name]
+    expected = {"CHATML": "chatml", "MISTRAL": "mistral-instruct", "MIXTRAL": "mistral-instruct",
+                "LLAMA3": "llama-3"}[name.split("_")[0]]
+    assert lcf.guess_chat_format_from_gguf_metadata({"tokenizer.chat_template": getattr(lcf, name)}) == expected
+    llm = ScriptedLlama("ok", metadata={"general.architecture": "llama", "tokenizer.chat_template": getattr(lcf, name)})
+    messages = CONVERSATIONS["multi_turn_spaces"][1:]
+    llm.create_chat_completion(copy.deepcopy(messages), max_tokens=2)
+    case = next(c for c in NAMED if c["format"] == expected and c["conversation"] == "multi_turn_spaces")
+    reference = getattr(lcf, case["function"])(messages=messages).prompt
+    assert llm.detokenize(llm.calls[-1]["prompt"], special=True).decode() == "<bos>" + reference

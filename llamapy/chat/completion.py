@@ -24,6 +24,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tupl
 
 from .formats import (ChatFormat, format_from_template, get_format, guess_format_name, template_names,
                       FORMATS)
+from .named_formats import guess_chat_format_from_gguf_metadata
 from .tools import ToolCallStream, make_call, new_call_id, parse_tool_calls, tool_names, tools_system_prompt, \
     call_as_text
 
@@ -470,7 +471,8 @@ def get_chat_completion_handler(name: str, metadata: Optional[Dict[str, Any]] = 
 
 
 def resolve_chat_handler(llama: Any, tools_requested: bool = False) -> ChatHandler:
-    """``chat_handler``, else ``chat_format``, else the GGUF's chat template
+    """``chat_handler``, else ``chat_format``, else the named format of a
+    GGUF template llama-cpp-python recognises, else the GGUF's chat template
     (its ``tool_use`` variant when tools are requested), else a named format
     guessed from the architecture."""
     if getattr(llama, "chat_handler", None) is not None:
@@ -479,6 +481,9 @@ def resolve_chat_handler(llama: Any, tools_requested: bool = False) -> ChatHandl
     eos = token_text(llama, llama.token_eos())
     if getattr(llama, "chat_format", None) is not None:
         return get_chat_completion_handler(llama.chat_format, metadata, eos)
+    guessed = guess_chat_format_from_gguf_metadata(metadata)  # as llama-cpp-python: a known template's named format
+    if guessed is not None:
+        return FormatHandler(get_format(guessed))
     for name in (["chat_template.tool_use"] if tools_requested else []) + ["chat_template.default"]:
         key = "tokenizer.chat_template" + ("" if name == "chat_template.default" else ".tool_use")
         if isinstance(metadata.get(key), str):

@@ -278,3 +278,43 @@ def stop_strings(stop: Optional[Union[str, List[str]]]) -> Tuple[str, ...]:
     if stop is None:
         return ()
     return (stop,) if isinstance(stop, str) else tuple(stop)
+
+
+# --- templates of well-known models, as their tokenizer_config.json has them --------------------------------------
+# guess_chat_format_from_gguf_metadata recognises a GGUF by these exact texts.
+CHATML_CHAT_TEMPLATE = ("{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] "
+                        "+ '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}"
+                        "{{ '<|im_start|>assistant\n' }}{% endif %}")
+CHATML_BOS_TOKEN = "<s>"
+CHATML_EOS_TOKEN = "<|im_end|>"
+
+_MISTRAL_HEAD = ("{{ bos_token }}{% for message in messages %}{% if (message['role'] == 'user') != "
+                 "(loop.index0 % 2 == 0) %}{{ raise_exception('Conversation roles must alternate "
+                 "user/assistant/user/assistant/...') }}{% endif %}{% if message['role'] == 'user' %}"
+                 "{{ '[INST] ' + message['content'] + ' [/INST]' }}{% elif message['role'] == 'assistant' %}")
+_MISTRAL_TAIL = "{% else %}{{ raise_exception('Only user and assistant roles are supported!') }}{% endif %}{% endfor %}"
+MISTRAL_INSTRUCT_CHAT_TEMPLATE = _MISTRAL_HEAD + "{{ message['content'] + eos_token + ' ' }}" + _MISTRAL_TAIL
+MISTRAL_INSTRUCT_BOS_TOKEN = "<s>"
+MISTRAL_INSTRUCT_EOS_TOKEN = "</s>"
+MIXTRAL_INSTRUCT_CHAT_TEMPLATE = _MISTRAL_HEAD + "{{ message['content'] + eos_token}}" + _MISTRAL_TAIL
+
+LLAMA3_INSTRUCT_CHAT_TEMPLATE = (
+    "{% set loop_messages = messages %}{% for message in loop_messages %}{% set content = '<|start_header_id|>' + "
+    "message['role'] + '<|end_header_id|>\n\n'+ message['content'] | trim + '<|eot_id|>' %}{% if loop.index0 == 0 %}"
+    "{% set content = bos_token + content %}{% endif %}{{ content }}{% endfor %}{% if add_generation_prompt %}"
+    "{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}")
+
+
+def guess_chat_format_from_gguf_metadata(metadata: Dict[str, str]) -> Optional[str]:
+    """The named format whose model's template the GGUF carries, recognised by
+    exact text (ChatML, Mistral/Mixtral Instruct, Llama 3 Instruct), else None."""
+    template = metadata.get("tokenizer.chat_template")
+    if template is None:
+        return None
+    if template == CHATML_CHAT_TEMPLATE:
+        return "chatml"
+    if template in (MISTRAL_INSTRUCT_CHAT_TEMPLATE, MIXTRAL_INSTRUCT_CHAT_TEMPLATE):
+        return "mistral-instruct"
+    if template == LLAMA3_INSTRUCT_CHAT_TEMPLATE:
+        return "llama-3"
+    return None
