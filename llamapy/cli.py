@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import Optional, Sequence
 
@@ -33,20 +34,33 @@ def _load(args: argparse.Namespace, **extra):
     return Llama(model_path=_model_path(args), **kw)
 
 
+def _read_prompt(arg: str) -> str:
+    """The prompt argument, or standard input for "-" (without the one
+    trailing newline that ``echo`` and editors add)."""
+    if arg != "-":
+        return arg
+    text = sys.stdin.read()
+    return text[:-2] if text.endswith("\r\n") else text[:-1] if text.endswith("\n") else text
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
+    prompt = _read_prompt(args.prompt)
     llm = _load(args, seed=args.seed if args.seed is not None else 0xFFFFFFFF)
-    stream = llm.create_completion(args.prompt, max_tokens=args.n_predict, temperature=args.temp,
-                                   top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
-                                   repeat_penalty=args.repeat_penalty, seed=args.seed, stream=True,
-                                   stop=args.stop or None)
-    out = sys.stdout
-    if args.echo:
-        out.write(args.prompt)
-    for chunk in stream:
-        out.write(chunk["choices"][0]["text"])
+    try:
+        stream = llm.create_completion(prompt, max_tokens=args.n_predict, temperature=args.temp,
+                                       top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
+                                       repeat_penalty=args.repeat_penalty, seed=args.seed, stream=True,
+                                       stop=args.stop or None)
+        out = sys.stdout
+        if args.echo:
+            out.write(prompt)
+        for chunk in stream:
+            out.write(chunk["choices"][0]["text"])
+            out.flush()
+        out.write("\n")
         out.flush()
-    out.write("\n")
-    llm.close()
+    finally:
+        llm.close()
     return 0
 
 
@@ -94,7 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("-b", "--batch-size", type=int, default=512)
 
     sp = sub.add_parser("run", help="complete a prompt, streaming the text")
-    sp.add_argument("prompt")
+    sp.add_argument("prompt", help='the prompt text, or "-" to read it from standard input')
     model_opts(sp)
     sp.add_argument("-n", "--n-predict", type=int, default=128, help="tokens to generate (<= 0: until the context is full)")
     sp.add_argument("--temp", type=float, default=0.8)
@@ -147,12 +161,29 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         parser.print_help()
         return 2
     try:
-        return int(args.func(args) or 0)
+        status = int(args.func(args) or 0)
+        sys.stdout.flush()  # a closed pipe is reported here, not by the interpreter at exit
+        return status
+    except BrokenPipeError:  # before OSError, which it is
+        return _reader_gone()
     except KeyboardInterrupt:
         return 130
     except (ValueError, OSError, NotImplementedError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
+
+
+def _reader_gone() -> int:
+    """The output's reader went away (``... | head``): stop quietly, as Unix
+    tools do. Standard output is pointed at /dev/null first, so that the
+    interpreter's last flush of the buffered text does not report it again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
+    return 128 + 13  # what a shell reports for a writer ended by SIGPIPE
 
 
 if __name__ == "__main__":

@@ -110,6 +110,8 @@ def run_inspect(path: str, out: Optional[TextIO] = None, show_tensors: bool = Tr
             if show_tensors:
                 print(file=out)
                 _print_tensors(f, out)
+    except BrokenPipeError:
+        raise  # the reader went away (| head): the CLI exits quietly
     except (GGUFError, OSError) as e:
         print(f"error: {e}", file=sys.stderr if out is sys.stdout else out)
         return 1
