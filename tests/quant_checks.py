@@ -19,6 +19,8 @@ import numpy as np
 from llamapy import _engine
 
 LEVELS = list(_engine.system_info()["cpu_isas"])  # "scalar", then what this CPU and build support
+# the level the "best" tables use: LEVELS[-1], or lower under LLAMAPY_ISA
+ACTIVE = _engine.system_info()["active_isa"]
 
 REF_TOL = 2e-6
 SIMD_TOL = 4e-6

@@ -152,14 +152,23 @@ LP_TARGET_AVX2 double exp_sum_avx2(float* x, int64_t n, float max) {
         acc = _mm256_add_pd(acc, _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
         acc = _mm256_add_pd(acc, _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
     }
+    if (i < n) {
+        // The tail goes through the same exp256 and the same lanes as a full
+        // vector (lanes past n as zeros): softmax over a batch's cells (some
+        // masked, -inf) then gives each visible cell the value and the sum it
+        // gets when decoding token by token over fewer cells. std::exp here
+        // made batches differ from single tokens by an ulp.
+        const __m256i live = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(n - i)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+        const __m256 d = _mm256_sub_ps(_mm256_maskload_ps(x + i, live), vm);
+        const __m256 keep = _mm256_and_ps(_mm256_castsi256_ps(live), _mm256_cmp_ps(d, _mm256_set1_ps(-87.3f), _CMP_GE_OQ));
+        const __m256 e = _mm256_and_ps(exp256(d), keep);
+        _mm256_maskstore_ps(x + i, live, e);
+        acc = _mm256_add_pd(acc, _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
+        acc = _mm256_add_pd(acc, _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
+    }
     alignas(32) double t[4];
     _mm256_store_pd(t, acc);
-    double s = (t[0] + t[1]) + (t[2] + t[3]);
-    for (; i < n; ++i) {
-        x[i] = std::exp(x[i] - max);
-        s += x[i];
-    }
-    return s;
+    return (t[0] + t[1]) + (t[2] + t[3]);
 }
 
 LP_TARGET_AVX2 void silu_mul_avx2(float* g, const float* u, int64_t n) {
