@@ -3,6 +3,7 @@ chat handlers and tool calls, behind ``Llama.create_chat_completion``.
 
 - ``template.py``   — the sandboxed Jinja renderer and its limits;
 - ``formats.py``    — the named formats (``chat_format=``) and format guessing;
+- ``named_formats.py`` — llama-cpp-python's named formats, rendered as it renders them;
 - ``tools.py``      — tool prompts, tool-call parsing, streaming around calls;
 - ``completion.py`` — handlers, handler selection, chat responses and chunks;
 - ``cli.py``        — ``python -m llamapy chat``.
