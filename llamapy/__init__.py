@@ -56,8 +56,17 @@ from .system import system_info
 # there (``from llama_cpp import ChatCompletionRequestUserMessage``).
 from .llama_types import *  # noqa: E402,F401,F403
 from .llama_cpp import *  # noqa: E402,F401,F403
-from . import (llama_cache, llama_chat_format, llama_cpp, llama_grammar, llama_speculative,  # noqa: E402,F401
-               llama_tokenizer, llama_types)
+from . import llama_cache, llama_cpp, llama_grammar, llama_speculative, llama_tokenizer, llama_types  # noqa
+
+
+def __getattr__(name: str):
+    # llamapy.llama_chat_format on first use: it loads Jinja (~0.1 s), which
+    # plain completion never needs.
+    if name == "llama_chat_format":
+        import importlib
+
+        return importlib.import_module(".llama_chat_format", __name__)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __version__ = "0.1.0"
 
