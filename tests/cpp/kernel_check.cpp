@@ -1,7 +1,8 @@
 // kernel_check.cpp — every compiled SIMD level's kernels against the scalar
 // references, for every type with a dot product: vec_dot, the mat-mat tiles
-// and panels where a level has them, the activation quantizers (from_float)
-// and the fast dequantizers (to_float). Runs wherever the engine builds:
+// and panels where a level has them, the activation quantizers (from_float),
+// the fast dequantizers (to_float), and the matrix driver (cpu/matmul.h, two
+// threads) that puts them together. Runs wherever the engine builds:
 // natively on x86 (AVX2, AVX-512 against scalar) and under qemu-aarch64
 // (neon, neon_dot; tools/neon_check.sh).
 //
@@ -15,7 +16,8 @@
 //   - NEON integer dot products: the reference's bits (exact int32 sums, the
 //     reference's float step);
 //   - every other SIMD dot product, tile and panel: within 4e-6·Σ|w·a| of the
-//     reference (tests/quant_checks.py's SIMD_TOL), float summation order only.
+//     reference (tests/quant_checks.py's SIMD_TOL), float summation order only;
+//   - the driver: as its kernels (NEON integer types: matmul_ref's bits).
 // One line per check; the last line is "N passed, M failed"; exit status 1
 // on any failure.
 #include <cmath>
@@ -27,6 +29,8 @@
 
 #include "common.h"
 #include "cpu/features.h"
+#include "cpu/matmul.h"
+#include "cpu/threadpool.h"
 #include "ggml_type.h"
 
 using namespace lp;
@@ -316,6 +320,50 @@ void check_quantizers(tally& t, const std::vector<isa>& levels) {
     }
 }
 
+// The driver at each level (mat-vec and mat-mat, 2 threads, a row count that
+// is no multiple of any tile) against matmul_ref on Gaussian weights.
+void check_matmul(tally& t, const std::vector<isa>& levels) {
+    thread_pool pool(2);
+    for (const type_case& tc : dot_types()) {
+        const type_traits& ref = traits(tc.type, isa::scalar);
+        const int64_t n = is_float_type(tc.type) ? 300 : (ref.block_size == 32 ? 256 : 512), rows = 37;
+        rng g(5000 + (uint64_t)tc.type);
+        const bytes w = weight_rows(tc, "quantized", rows, n, g);
+        const size_t ws = row_size(tc.type, n);
+        std::vector<std::vector<double>> wd;
+        for (int64_t r = 0; r < rows; ++r) wd.push_back(dequant(tc.type, w.data() + r * ws, n));
+        const weight_view wv{tc.type, rows, n, w.data(), ws};
+        for (int64_t n_tok : {1, 3, 9}) {
+            std::vector<float> x((size_t)(n_tok * n));
+            for (float& v : x) v = g.gauss();
+            // Σ|w·a| per output, with the activations as the reference quantizes them
+            const ggml_type at = ref.vec_dot_type;
+            const bytes aq = quantize_ref(at, x, n_tok, n);
+            std::vector<double> scale((size_t)(n_tok * rows));
+            for (int64_t tk = 0; tk < n_tok; ++tk) {
+                const std::vector<double> ad = dequant(at, aq.data() + tk * row_size(at, n), n);
+                for (int64_t r = 0; r < rows; ++r) {
+                    double s = 0;
+                    for (int64_t k = 0; k < n; ++k) s += std::fabs(wd[r][k] * ad[k]);
+                    scale[tk * rows + r] = s;
+                }
+            }
+            std::vector<float> want((size_t)(n_tok * rows)), got(want.size());
+            matmul_ref(wv, x.data(), n, n_tok, want.data(), rows);
+            for (isa level : levels) {
+                matmul_scratch scratch;
+                matmul(wv, x.data(), n, n_tok, got.data(), rows, pool, scratch, level);
+                const bool exact = exact_promise(tc.type, level);
+                worst wm;
+                for (size_t k = 0; k < got.size(); ++k) wm.add(got[k], want[k], scale[k], exact);
+                t.report(wm.mismatches == 0, std::string("matmul ") + ref.name + " " + isa_name(level) + " " +
+                                                 std::to_string(n_tok) + "x" + std::to_string(n) + " @ 37 rows",
+                         wm.text(exact));
+            }
+        }
+    }
+}
+
 }  // namespace
 
 int main() {
@@ -329,6 +377,7 @@ int main() {
     if (levels.empty()) std::printf("note: no SIMD level to check against the references\n");
     check_dots(t, levels);
     check_quantizers(t, levels);
+    check_matmul(t, levels);
     std::printf("%d passed, %d failed\n", t.passed, t.failed);
     return t.failed == 0 ? 0 : 1;
 }
