@@ -50,20 +50,13 @@ def _metadata_string(value: Union[bool, int, float, str]) -> str:
 
 
 def _metadata_strings(gguf: GGUFFile) -> Dict[str, str]:
-    """GGUF metadata as llama.cpp reports it: every scalar as a string (bools
-    as true/false, floats with six decimals); arrays are left out except
-    small ones, which are rendered as a list."""
+    """GGUF metadata as llama.cpp reports it (llama_model_meta_*): every
+    scalar as a string (bools as true/false, floats with six decimals);
+    arrays (token lists, tags) are left out, as llama.cpp leaves them out."""
     out: Dict[str, str] = {}
     for key, value in gguf.metadata.items():
         if isinstance(value, (bool, float, int, str)):
             out[key] = _metadata_string(value)
-        else:
-            try:
-                n = len(value)
-            except TypeError:
-                continue
-            if n <= 256:
-                out[key] = "[" + ", ".join(str(v) for v in value) + "]"
     return out
 
 
@@ -547,7 +540,7 @@ class Llama:
     def create_completion(self, prompt: Union[str, List[int]], suffix: Optional[str] = None,
                           max_tokens: Optional[int] = 16, temperature: float = 0.8, top_p: float = 0.95,
                           min_p: float = 0.05, typical_p: float = 1.0, logprobs: Optional[int] = None,
-                          echo: bool = False, stop: Optional[Union[str, List[str]]] = None,
+                          echo: bool = False, stop: Optional[Union[str, List[str]]] = [],
                           frequency_penalty: float = 0.0, presence_penalty: float = 0.0,
                           repeat_penalty: float = 1.0, top_k: int = 40, stream: bool = False,
                           seed: Optional[int] = None, tfs_z: float = 1.0, mirostat_mode: int = 0,
@@ -571,8 +564,7 @@ class Llama:
             return stream_completion(self, req)
         return run_completion(self, req)
 
-    def __call__(self, prompt: Union[str, List[int]], *args: Any, **kwargs: Any) -> Any:
-        return self.create_completion(prompt, *args, **kwargs)
+    __call__ = create_completion  # llm(prompt, ...): the same signature, as in llama-cpp-python
 
     # -------------------------------------------------------------- embeddings
     def create_embedding(self, input: Union[str, List[str]], model: Optional[str] = None) -> Dict[str, Any]:
@@ -693,6 +685,9 @@ class Llama:
         return longest_token_prefix(a, b)
 
     @classmethod
-    def from_pretrained(cls, repo_id: str, filename: Optional[str] = None, **kwargs: Any) -> "Llama":
+    def from_pretrained(cls, repo_id: str, filename: Optional[str], additional_files: Optional[List] = None,
+                        local_dir: Optional[Union[str, "os.PathLike[str]"]] = None,
+                        local_dir_use_symlinks: Union[bool, str] = "auto",
+                        cache_dir: Optional[Union[str, "os.PathLike[str]"]] = None, **kwargs: Any) -> "Llama":
         raise NotImplementedError("from_pretrained downloads from the Hugging Face Hub, which llamapy does not do; "
                                   "download the GGUF file yourself and pass model_path")

@@ -142,3 +142,21 @@ def test_stream_holds_an_unfinished_character_until_it_completes(llm):
     assert euro["choices"][0]["logprobs"]["tokens"] == ["", "", ""]
     offsets = [o for c in chunks if c["choices"][0]["logprobs"] for o in c["choices"][0]["logprobs"]["text_offset"]]
     assert offsets == [11, 13, 13, 13, 14]
+
+
+# Parameters llamapy adds at the end of a llama-cpp-python signature.
+_EXTRA_PARAMS = {"generate": ["logit_bias"]}
+
+
+@pytest.mark.parametrize("name", sorted(FIXTURE["signatures"]))
+def test_public_signatures_match_llama_cpp_python(name):
+    import inspect
+
+    from llamapy import Llama
+
+    params = inspect.signature(getattr(Llama, name)).parameters.values()
+    ours = [[p.name, p.kind.name, "<required>" if p.default is p.empty else repr(p.default)] for p in params]
+    want = FIXTURE["signatures"][name]
+    extra = _EXTRA_PARAMS.get(name, [])
+    assert [p[0] for p in ours[len(want):]] == extra
+    assert ours[: len(want)] == want

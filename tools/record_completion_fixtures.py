@@ -1,5 +1,6 @@
-"""Record how llama-cpp-python shapes completion text, logprobs and offsets,
-as JSON fixtures for tests/test_completion_parity.py.
+"""Record how llama-cpp-python shapes completion text, logprobs and offsets
+(and the signatures of Llama's public methods), as JSON fixtures for
+tests/test_completion_parity.py.
 
 Each case forces a scripted sequence of tokens (a logits processor that
 leaves one token possible per step), so the text does not depend on the
@@ -119,6 +120,25 @@ def summary(result: Any, stream: bool) -> Dict[str, Any]:
             "n_finish": sum(c["choices"][0]["finish_reason"] is not None for c in chunks)}
 
 
+# Public methods whose signatures (names, kinds, defaults) llamapy mirrors.
+SIGNATURES = ("__init__", "__call__", "create_completion", "create_chat_completion", "create_chat_completion_openai_v1",
+              "generate", "sample", "eval", "tokenize", "detokenize", "embed", "create_embedding", "save_state",
+              "load_state", "reset", "set_seed", "set_cache", "n_ctx", "n_vocab", "n_embd", "token_bos", "token_eos",
+              "token_nl", "pooling_type", "tokenizer", "logits_to_logprobs", "longest_token_prefix",
+              "from_pretrained", "close")
+
+
+def signatures(cls: Any) -> Dict[str, List[List[str]]]:
+    import inspect
+
+    out = {}
+    for name in SIGNATURES:
+        params = inspect.signature(getattr(cls, name)).parameters.values()
+        out[name] = [[p.name, p.kind.name, "<required>" if p.default is p.empty else repr(p.default)]
+                     for p in params]
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", help="GGUF (default: llamapy's default model, Gemma 3 270M)")
@@ -167,7 +187,7 @@ def main() -> int:
             records.append({"kind": "chat", "script": name, "stream": stream,
                             "expected": {"content": text, "finish_reason": finish}})
     data = {"llama_cpp_python": llama_cpp.__version__, "model": Path(model).name, "scripts": SCRIPTS,
-            "token_ids": scripts, "records": records}
+            "token_ids": scripts, "records": records, "signatures": signatures(llama_cpp.Llama)}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n")
     print(f"wrote {len(records)} records to {args.out}")
