@@ -13,6 +13,7 @@ import logging
 import random
 import time
 import uuid
+import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Tuple, Union
 
@@ -69,6 +70,10 @@ def _token_text(llama: "Llama", token: int) -> str:
     return llama.tokenizer_.token_to_piece(token, False).decode("utf-8", errors="ignore")
 
 
+def _token_text_special(llama: "Llama", token: int) -> str:
+    return llama.tokenizer_.token_to_piece(token, True).decode("utf-8", errors="ignore")
+
+
 def _logprob_record(llama: "Llama", logits: np.ndarray, token: int, n_top: int, token_str: str,
                     offset: int) -> Dict[str, Any]:
     chosen, top = _engine.logprobs(logits, int(token), int(n_top))
@@ -81,8 +86,14 @@ def _prompt_tokens(llama: "Llama", req: CompletionRequest) -> List[int]:
     prompt = req.prompt
     if isinstance(prompt, str):
         toks = llama.tokenize(prompt.encode("utf-8"), add_bos=True, special=True) if prompt else []
-        if not toks and llama.token_bos() >= 0:
-            toks = [llama.token_bos()]
+        bos = llama.token_bos()
+        if not toks and bos >= 0:
+            toks = [bos]
+        if bos >= 0 and toks[:2] == [bos, bos]:
+            # The prompt wrote the BOS text and the tokenizer added one: a
+            # Python warning, as llama-cpp-python gives (users may filter it).
+            warnings.warn(f'Detected duplicate leading "{_token_text_special(llama, bos)}" in prompt, this will '
+                          "likely reduce response quality, consider removing it...", RuntimeWarning, stacklevel=5)
         return toks
     if isinstance(prompt, (list, tuple, np.ndarray)):
         toks = [int(t) for t in prompt]

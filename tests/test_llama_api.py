@@ -387,3 +387,15 @@ def test_bad_sampling_and_message_arguments(llm):
         llm.create_chat_completion(messages="hi")
     with pytest.raises(ValueError, match="messages"):
         llm.create_chat_completion(messages=["hi"])
+
+
+def test_duplicate_bos_warns_as_llama_cpp_python(llm):
+    with pytest.warns(RuntimeWarning, match='duplicate leading "<bos>"') as rec:
+        out = llm("<bos>" + PROMPT, max_tokens=1, temperature=0.0)
+    assert rec[0].filename == __file__  # points at the caller
+    assert out["usage"]["prompt_tokens"] == len(llm.tokenize(PROMPT.encode())) + 1
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        llm(PROMPT, max_tokens=1, temperature=0.0)
