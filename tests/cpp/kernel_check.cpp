@@ -13,8 +13,8 @@
 //
 // The promises checked are those the kernels' files make:
 //   - quantizers and dequantizers: the reference's bytes (F16/BF16 NaN: a NaN);
-//   - NEON integer dot products: the reference's bits (exact int32 sums, the
-//     reference's float step);
+//   - NEON integer dot products and tiles: the reference's bits (exact int32
+//     sums, the reference's float step);
 //   - every other SIMD dot product, tile and panel: within 4e-6·Σ|w·a| of the
 //     reference (tests/quant_checks.py's SIMD_TOL), float summation order only;
 //   - the driver: as its kernels (NEON integer types: matmul_ref's bits).
@@ -238,10 +238,10 @@ void check_dots(tally& t, const std::vector<isa>& levels) {
                                 for (int cc = 0; cc < nc; ++cc)
                                     for (int r = 0; r < nr; ++r) {
                                         const int k = (1 + cc) * rows + 1 + r;
-                                        wt.add(out[cc * 4 + r], c.ref[k], c.scale[k], false);
+                                        wt.add(out[cc * 4 + r], c.ref[k], c.scale[k], exact);
                                     }
                             }
-                    t.report(wt.mismatches == 0, "gemm_tile " + what, wt.text(false));
+                    t.report(wt.mismatches == 0, "gemm_tile " + what, wt.text(exact));
                 }
                 if (tr.gemm_panel) {
                     worst wp;

@@ -1,7 +1,8 @@
 // iquants_neon.cpp — the aarch64 NEON kernels of IQ4_NL and IQ4_XS (formats,
 // references and registration: iquants.cpp): their dot products (the
-// reference's bits; iquants_neon.inc) at the neon level (smull/sadalp) and
-// the neon_dot level (SDOT). Their activation quantizers (Q8_0, Q8_K) are
+// reference's bits; iquants_neon.inc) with their 4×4 mat-mat tiles (the
+// same bits; neon_tile.inc) at the neon level (smull/sadalp) and the
+// neon_dot level (SDOT). Their activation quantizers (Q8_0, Q8_K) are
 // the legacy and k-quant families'. Compiles to nothing where the build has
 // no NEON.
 #include "neon_kernels.h"
@@ -43,8 +44,10 @@ void register_iquant_neon(type_traits* table, isa level) {
     type_traits& nl = table[(int)ggml_type::IQ4_NL];
     type_traits& xs = table[(int)ggml_type::IQ4_XS];
     const bool dp = level == isa::neon_dot;
-    nl.vec_dot = dp ? sdot::vec_dot_iq4_nl_q8_0_neon : plain::vec_dot_iq4_nl_q8_0_neon;
-    xs.vec_dot = dp ? sdot::vec_dot_iq4_xs_q8_k_neon : plain::vec_dot_iq4_xs_q8_k_neon;
+    nl.vec_dot = dp ? sdot::vec_dot_neon<sdot::iq4_nl_fmt> : plain::vec_dot_neon<plain::iq4_nl_fmt>;
+    nl.gemm_tile = dp ? sdot::gemm_tile_neon<sdot::iq4_nl_fmt> : plain::gemm_tile_neon<plain::iq4_nl_fmt>;
+    xs.vec_dot = dp ? sdot::vec_dot_neon<sdot::iq4_xs_fmt> : plain::vec_dot_neon<plain::iq4_xs_fmt>;
+    xs.gemm_tile = dp ? sdot::gemm_tile_neon<sdot::iq4_xs_fmt> : plain::gemm_tile_neon<plain::iq4_xs_fmt>;
     nl.vec_dot_isa = xs.vec_dot_isa = level;
 }
 

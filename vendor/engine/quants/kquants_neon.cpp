@@ -1,9 +1,9 @@
 // kquants_neon.cpp — the aarch64 NEON kernels of the k-quant family
 // (formats, references and registration: kquants.cpp): the Q8_K activation
 // quantizer (the reference's bytes) and the Q2_K..Q6_K dot products (the
-// reference's bits; kquants_neon.inc) at the neon level (smull/sadalp) and
-// the neon_dot level (SDOT). Compiles to nothing where the build has no NEON.
-// No mat-mat tiles or panels here: the matrix driver runs vec_dot.
+// reference's bits; kquants_neon.inc) with their 4×4 mat-mat tiles (the
+// same bits; neon_tile.inc), at the neon level (smull/sadalp) and the
+// neon_dot level (SDOT). Compiles to nothing where the build has no NEON.
 #include "neon_kernels.h"
 
 #if defined(LP_HAVE_NEON)
@@ -112,18 +112,20 @@ LP_NEON_FN static LP_INLINE int32x4_t dot16(int32x4_t acc, int8x16_t w, int8x16_
 
 void register_kquant_neon(type_traits* table, isa level) {
     if (!isa_is_arm(level)) return;
-    const bool dp = level == isa::neon_dot;
-    struct entry { ggml_type type; vec_dot_fn plain, sdot; };
-    const entry all[] = {
-        {ggml_type::Q2_K, plain::vec_dot_q2_k_q8_k_neon, sdot::vec_dot_q2_k_q8_k_neon},
-        {ggml_type::Q3_K, plain::vec_dot_q3_k_q8_k_neon, sdot::vec_dot_q3_k_q8_k_neon},
-        {ggml_type::Q4_K, plain::vec_dot_q4_k_q8_k_neon, sdot::vec_dot_q4_k_q8_k_neon},
-        {ggml_type::Q5_K, plain::vec_dot_q5_k_q8_k_neon, sdot::vec_dot_q5_k_q8_k_neon},
-        {ggml_type::Q6_K, plain::vec_dot_q6_k_q8_k_neon, sdot::vec_dot_q6_k_q8_k_neon},
-    };
-    for (const entry& e : all) {
+    struct entry { ggml_type type; vec_dot_fn dot; gemm_tile_fn tile; };
+#define LP_K_ENTRY(NS, T, F) {ggml_type::T, NS::vec_dot_neon<NS::F>, NS::gemm_tile_neon<NS::F>}
+#define LP_K_ENTRIES(NS) \
+    LP_K_ENTRY(NS, Q2_K, q2_k_fmt), LP_K_ENTRY(NS, Q3_K, q3_k_fmt), LP_K_ENTRY(NS, Q4_K, q4_k_fmt), \
+        LP_K_ENTRY(NS, Q5_K, q5_k_fmt), LP_K_ENTRY(NS, Q6_K, q6_k_fmt)
+    const entry plain_set[] = {LP_K_ENTRIES(plain)}, sdot_set[] = {LP_K_ENTRIES(sdot)};
+#undef LP_K_ENTRIES
+#undef LP_K_ENTRY
+    const entry* set = level == isa::neon_dot ? sdot_set : plain_set;
+    for (size_t k = 0; k < sizeof plain_set / sizeof *plain_set; ++k) {
+        const entry& e = set[k];
         type_traits& t = table[(int)e.type];
-        t.vec_dot = dp ? e.sdot : e.plain;
+        t.vec_dot = e.dot;
+        t.gemm_tile = e.tile;
         t.vec_dot_isa = level;
     }
     table[(int)ggml_type::Q8_K].from_float = quantize_q8_k_neon;

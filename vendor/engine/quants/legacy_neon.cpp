@@ -1,8 +1,9 @@
 // legacy_neon.cpp — the aarch64 NEON kernels of the legacy block formats
 // (formats, references and registration: legacy.cpp): the Q8_0 / Q8_1
 // activation quantizers (the reference's bytes) and the Q4_0, Q4_1, Q5_0,
-// Q5_1, Q8_0 dot products (the reference's bits; legacy_neon.inc), at the
-// neon level (smull/sadalp) and the neon_dot level (SDOT). Compiles to
+// Q5_1, Q8_0 dot products (the reference's bits; legacy_neon.inc) with their
+// 4×4 mat-mat tiles (the same bits; neon_tile.inc), at the neon level
+// (smull/sadalp) and the neon_dot level (SDOT). Compiles to
 // nothing where the build has no NEON (x86, or an aarch64 scalar build).
 #include "neon_kernels.h"
 
@@ -89,19 +90,20 @@ void register_legacy_neon(type_traits* table, isa level) {
     type_traits& q8_0 = table[(int)ggml_type::Q8_0];
     table[(int)ggml_type::Q8_1].from_float = quantize_row_q8_1_neon;
     q8_0.from_float = quantize_row_q8_0_neon;
+#define LP_LEGACY_SET(NS)                                                                       \
+    do {                                                                                         \
+        q4_0.vec_dot = NS::vec_dot_neon<NS::q4_0_fmt>, q4_0.gemm_tile = NS::gemm_tile_neon<NS::q4_0_fmt>; \
+        q4_1.vec_dot = NS::vec_dot_neon<NS::q4_1_fmt>, q4_1.gemm_tile = NS::gemm_tile_neon<NS::q4_1_fmt>; \
+        q5_0.vec_dot = NS::vec_dot_neon<NS::q5_0_fmt>, q5_0.gemm_tile = NS::gemm_tile_neon<NS::q5_0_fmt>; \
+        q5_1.vec_dot = NS::vec_dot_neon<NS::q5_1_fmt>, q5_1.gemm_tile = NS::gemm_tile_neon<NS::q5_1_fmt>; \
+        q8_0.vec_dot = NS::vec_dot_neon<NS::q8_0_fmt>, q8_0.gemm_tile = NS::gemm_tile_neon<NS::q8_0_fmt>; \
+    } while (0)
     if (level == isa::neon_dot) {
-        q4_0.vec_dot = sdot::vec_dot_q4_0_q8_0_neon;
-        q4_1.vec_dot = sdot::vec_dot_q4_1_q8_1_neon;
-        q5_0.vec_dot = sdot::vec_dot_q5_0_q8_0_neon;
-        q5_1.vec_dot = sdot::vec_dot_q5_1_q8_1_neon;
-        q8_0.vec_dot = sdot::vec_dot_q8_0_q8_0_neon;
+        LP_LEGACY_SET(sdot);
     } else {
-        q4_0.vec_dot = plain::vec_dot_q4_0_q8_0_neon;
-        q4_1.vec_dot = plain::vec_dot_q4_1_q8_1_neon;
-        q5_0.vec_dot = plain::vec_dot_q5_0_q8_0_neon;
-        q5_1.vec_dot = plain::vec_dot_q5_1_q8_1_neon;
-        q8_0.vec_dot = plain::vec_dot_q8_0_q8_0_neon;
+        LP_LEGACY_SET(plain);
     }
+#undef LP_LEGACY_SET
     for (type_traits* t : {&q4_0, &q4_1, &q5_0, &q5_1, &q8_0}) t->vec_dot_isa = level;
 }
 

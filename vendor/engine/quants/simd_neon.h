@@ -16,7 +16,9 @@
 // once inside namespace `plain` and once inside `sdot`), because the SDOT
 // variant must carry the dotprod target attribute on every function that
 // inlines vdotq_s32, and GCC gives a template no per-instantiation attribute.
-// The .inc files see `LP_NEON_FN` (the attribute, or nothing) and `dot16`.
+// The .inc files see `LP_NEON_FN` (the attribute, or nothing) and `dot16`;
+// each describes its formats as decode + step and includes neon_tile.inc,
+// the row and 4×4 tile drivers they share.
 #pragma once
 
 #include <cstdint>
