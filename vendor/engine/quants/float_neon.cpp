@@ -1,6 +1,6 @@
 // float_neon.cpp — the aarch64 NEON kernels of F32, F16 and BF16 (formats,
-// references and registration: float.cpp): the dot products and the F16 /
-// BF16 conversions. Float work has no dot-product instruction to gain from,
+// references and registration: float.cpp): the dot products, their 4×4
+// mat-mat tiles and the F16 / BF16 conversions. Float work has no dot-product instruction to gain from,
 // so the neon and neon_dot levels share these kernels. Compiles to nothing
 // where the build has no NEON.
 //
@@ -101,6 +101,49 @@ void vec_dot_float_neon(int64_t n, float* out, const void* w, const void* a) {
     *out = sum;
 }
 
+// Tiled products (gemm_tile_fn): NR weight rows × NC activation rows with one
+// 4-lane accumulator per pair, so each widened vector feeds NR or NC FMAs
+// instead of one. Per pair the order of the sums differs from vec_dot's (one
+// accumulator, not four): the same float budget against the reference.
+template <class L, int NR, int NC>
+void float_tile_neon(int64_t n, const uint8_t* w, size_t ws, const uint8_t* a, size_t as, float* out, size_t os) {
+    float32x4_t acc[NR][NC];
+    for (int r = 0; r < NR; ++r)
+        for (int c = 0; c < NC; ++c) acc[r][c] = vdupq_n_f32(0);
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        float32x4_t wv[NR];
+        for (int r = 0; r < NR; ++r) wv[r] = L::load4(w + r * ws, i);
+        for (int c = 0; c < NC; ++c) {
+            const float32x4_t av = L::load4(a + c * as, i);
+            for (int r = 0; r < NR; ++r) acc[r][c] = vfmaq_f32(acc[r][c], wv[r], av);
+        }
+    }
+    for (int c = 0; c < NC; ++c)
+        for (int r = 0; r < NR; ++r) {
+            float sum = vaddvq_f32(acc[r][c]);
+            for (int64_t k = i; k < n; ++k) sum += L::scalar(w + r * ws, k) * L::scalar(a + c * as, k);
+            out[(size_t)c * os + r] = sum;
+        }
+}
+
+template <class L>
+void gemm_tile_float_neon(int64_t n, const void* w, size_t ws, const void* a, size_t as, float* out, size_t os, int nr,
+                          int nc) {
+    const auto* wb = static_cast<const uint8_t*>(w);
+    const auto* ab = static_cast<const uint8_t*>(a);
+#define LP_FLOAT_TILE(R, C) \
+    case R * 8 + C: float_tile_neon<L, R, C>(n, wb, ws, ab, as, out, os); return;
+    switch (nr * 8 + nc) {
+        LP_FLOAT_TILE(4, 4) LP_FLOAT_TILE(4, 3) LP_FLOAT_TILE(4, 2) LP_FLOAT_TILE(4, 1)
+        LP_FLOAT_TILE(3, 4) LP_FLOAT_TILE(3, 3) LP_FLOAT_TILE(3, 2) LP_FLOAT_TILE(3, 1)
+        LP_FLOAT_TILE(2, 4) LP_FLOAT_TILE(2, 3) LP_FLOAT_TILE(2, 2) LP_FLOAT_TILE(2, 1)
+        LP_FLOAT_TILE(1, 4) LP_FLOAT_TILE(1, 3) LP_FLOAT_TILE(1, 2) LP_FLOAT_TILE(1, 1)
+        default: return;
+    }
+#undef LP_FLOAT_TILE
+}
+
 }  // namespace
 
 void register_float_neon(type_traits* table, isa level) {
@@ -111,6 +154,9 @@ void register_float_neon(type_traits* table, isa level) {
     f32.vec_dot = vec_dot_float_neon<f32_elems>;
     f16.vec_dot = vec_dot_float_neon<f16_elems>;
     bf16.vec_dot = vec_dot_float_neon<bf16_elems>;
+    f32.gemm_tile = gemm_tile_float_neon<f32_elems>;
+    f16.gemm_tile = gemm_tile_float_neon<f16_elems>;
+    bf16.gemm_tile = gemm_tile_float_neon<bf16_elems>;
     f16.to_float = f16_to_float_neon;
     f16.from_float = f16_from_float_neon;
     bf16.from_float = bf16_from_float_neon;
