@@ -174,6 +174,7 @@ struct worst {
 
 void check_dots(tally& t, const std::vector<isa>& levels) {
     const int64_t rows = 6;
+    constexpr int na = 5;  // activation rows: the tiles take up to 4, the panels more
     const char* w_kinds[] = {"quantized", "random", "ones"};
     const char* a_kinds[] = {"gaussian", "ones", "signs"};
     for (const type_case& tc : dot_types()) {
@@ -183,21 +184,19 @@ void check_dots(tally& t, const std::vector<isa>& levels) {
             rng g(1000 + (uint64_t)tc.type * 131 + (uint64_t)n);
             const size_t ws = row_size(tc.type, n), as = row_size(at, n);
             // All cases of this length, with the reference results and scales.
-            struct one { bytes w, a; std::vector<float> ref; std::vector<double> scale; int nw; };
+            struct one { bytes w, a; std::vector<float> ref; std::vector<double> scale; };
             std::vector<one> cases;
             for (const char* wk : w_kinds) {
                 if (is_float_type(tc.type) && std::string(wk) != "quantized") continue;
                 for (const char* ak : a_kinds) {
                     one c;
                     c.w = weight_rows(tc, wk, rows, n, g);
-                    const int na = 5;  // activation rows (the tiles take up to 4, panels more)
                     std::vector<float> af;
                     for (int r = 0; r < na; ++r) {
                         std::vector<float> a = activation_floats(ak, n, g);
                         af.insert(af.end(), a.begin(), a.end());
                     }
                     c.a = quantize_ref(at, af, na, n);
-                    c.nw = (int)rows;
                     for (int ca = 0; ca < na; ++ca)
                         for (int r = 0; r < rows; ++r) {
                             float v;
@@ -221,7 +220,7 @@ void check_dots(tally& t, const std::vector<isa>& levels) {
                 }
                 worst wv;
                 for (const one& c : cases)
-                    for (int ca = 0; ca < 5; ++ca)
+                    for (int ca = 0; ca < na; ++ca)
                         for (int r = 0; r < rows; ++r) {
                             float v;
                             tr.vec_dot(n, &v, c.w.data() + r * ws, c.a.data() + ca * as);
