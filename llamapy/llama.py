@@ -69,10 +69,14 @@ class Llama:
     """Load a GGUF model and generate text with it.
 
     The constructor takes llama-cpp-python's keyword arguments. Options that
-    only concern a GPU are accepted with a logged warning (there is no GPU
-    backend in this build); options for features llamapy does not have yet
-    (LoRA, YaRN, speculative decoding) raise ``NotImplementedError`` naming
-    the option; unknown keywords raise ``TypeError``.
+    only concern a GPU are accepted, and each one given a non-default value
+    is reported by name (there is no GPU backend in this build); options for
+    features llamapy does not have raise ``NotImplementedError`` naming the
+    option; unknown keywords raise ``TypeError``.
+
+    ``verbose=True`` (the default, as in llama-cpp-python) prints a load
+    report and each completion's timings to stderr; ``verbose=False`` prints
+    nothing, and notes go to the "llamapy" logger only (see _verbose.py).
     """
 
     def __init__(
