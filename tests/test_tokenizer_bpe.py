@@ -173,7 +173,8 @@ def assert_same(case: BPECase, strings: list, special: bool) -> int:
 def test_vocabulary_built(case):
     v = case.vocab
     assert v.n_vocab == case.enc.n_vocab and v.n_merges == len(case.merges) and v.pre_known
-    assert v.warnings == []
+    # llama.cpp makes a "</s>" token (Qwen 3 has a plain one) control, and says so
+    assert [w for w in v.warnings if "'</s>' was not control-type" not in w] == []
 
 
 def test_adversarial_strings_match_reference(case):
@@ -240,7 +241,8 @@ def test_round_trip_and_pieces(case):
     v = case.vocab
     for s in ADVERSARIAL + random_strings(77, 300):
         s = case.prepare(s)
-        assert v.detokenize(v.tokenize(s, False, False)) == s.encode()
+        # (pieces joined: Vocab.detokenize drops pieces over 32 bytes, as llama-cpp-python does)
+        assert b"".join(v.token_to_piece(i) for i in v.tokenize(s, False, False)) == s.encode()
     ids = v.tokenize("\u4e16\U0001F600", False, False)
     pieces = [v.token_to_piece(i) for i in ids]
     assert b"".join(pieces) == "\u4e16\U0001F600".encode()

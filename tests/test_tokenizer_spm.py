@@ -77,11 +77,12 @@ def test_metadata_and_special_ids(vocab):
     assert vocab.n_vocab == 262144 and vocab.model == "llama"
     assert (vocab.bos, vocab.eos, vocab.unk, vocab.pad) == (BOS, EOS, UNK, PAD)
     assert vocab.eot == END_OF_TURN  # found by its text, as llama.cpp does
-    assert vocab.eog_ids == [EOS, END_OF_TURN]
+    # "</s>" (212, user-defined) is an end of generation by its text, as llama.cpp has it
+    assert vocab.eog_ids == [EOS, END_OF_TURN, 212] and vocab.token_text(212) == b"</s>"
     assert vocab.is_eog(END_OF_TURN) and not vocab.is_eog(START_OF_TURN)
     assert vocab.add_bos and not vocab.add_eos and not vocab.add_space_prefix
     assert vocab.nl == BYTE_0x00 + 0x0A  # SPM: the <0x0A> byte token
-    assert vocab.warnings == []
+    assert vocab.warnings == ["control-looking token 212 '</s>' was not control-type; overriding"]
 
 
 def test_vocab_from_metadata_lists_equals_native(gemma_path):

@@ -4,6 +4,7 @@ the tokenizer test vocabularies of the llama-cpp-python sdist and on Gemma 3
 llama-cpp-python is installed (it is never a llamapy dependency):
 
     python tools/record_vocab_fixtures.py SDIST_ROOT tests/data/llama_cpp_vocab_specials.json
+    python tools/record_vocab_fixtures.py --pre SDIST_ROOT tests/data/llama_cpp_pretokenizers.json
 
 SDIST_ROOT is the unpacked llama_cpp_python-0.3.36 sdist (the tests'
 `llama_cpp_sdist` fixture): its vendor/llama.cpp/models/ggml-vocab-*.gguf
@@ -18,6 +19,13 @@ embedded in text, with spaces and newlines around, doubled and cut short.
 `Llama.detokenize(ids, special=...)` is recorded for the probed ids alone,
 after BOS, in pairs, for the longest tokens, and for every byte token.
 
+With --pre it records, for every tokenizer.ggml.pre value the vendored
+llama.cpp accepts (read from its src/llama-vocab.cpp) and for the BPE-based
+tokenizer models, the GPT-2 vocabulary (the Gemma 4 one for Gemma-4-style
+pre-tokenizers) loaded with that value as a metadata override: the
+tokenization of a text corpus (llama.cpp's own test inputs and more), the
+add_bos behaviour, and llama_detokenize of spaced punctuation.
+
 The JSON holds, per vocabulary: the file name (or "gemma-3-270m" for the
 default model), n_vocab, the recorded attributes and EOG flags of the probed
 ids, the full EOG list, and the cases. Compact: one list per case, detokenized
@@ -26,6 +34,7 @@ bytes in hex.
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 from pathlib import Path
@@ -136,7 +145,98 @@ def record(path: str, label: str) -> dict:
     }
 
 
+EXTRA_TEXTS = [
+    "Don'T WE'LL it's I'M you'RE they'Ve he'd", "ab1234 x12345678 9 99 999 9999 1,234,567.89", "a\r\nb\r\n\r\n  c",
+    "\t\ttabs\t and   spaces   ", "trailing space ", " leading", "   ", "\n\n\n", "e\u0301t\u00e9 na\u0308ive \u0915\u093f",
+    "\u0e01\u0e32\u0e23 \ud55c\uad6d\uc5b4 \u65e5\u672c\u8a9e\u306e\u30c6\u30ad\u30b9\u30c8 \u4e2d\u6587abc\u4e2d",
+    "CamelCaseWords HTTPServer iPhone", "x/y/z\n// comment /* c */", "<dna>acgtnACG</dna> and <dna>tt",
+    "\u00a0nbsp\u2003em\u3000ideo", "!!! ??? ... ,,, ;;; :-) (a) [b] {c}", "\U0001f600\U0001f44d\U0001f3fd emoji",
+]
+
+
+def corpus(sdist: Path) -> list:
+    texts = []
+    for inp in sorted((sdist / "vendor" / "llama.cpp" / "models").glob("ggml-vocab-*.gguf.inp")):
+        texts += inp.read_text(encoding="utf-8").split("\n__ggml_vocab_test__\n")
+    out, seen = [], set()
+    for t in texts + EXTRA_TEXTS:
+        if t and t not in seen:
+            seen.add(t)
+            out.append(t)
+    return out
+
+
+def llama_detokenize(llm: Llama, ids: list) -> str:
+    vocab = llama_cpp.llama_model_get_vocab(llm.model)
+    arr = (llama_cpp.llama_token * len(ids))(*ids)
+    buf = (llama_cpp.ctypes.c_char * 4096)()
+    n = llama_cpp.llama_detokenize(vocab, arr, len(ids), buf, len(buf), False, False)
+    return bytes(buf[:n]).hex()
+
+
+def in_child(fn, *args):
+    """fn(*args) in a forked process: its result, or None if it crashed
+    (GGML_NO_BACKTRACE: no debugger is attached to print one)."""
+    os.environ["GGML_NO_BACKTRACE"] = "1"
+    import multiprocessing as mp
+    ctx = mp.get_context("fork")
+    recv, send = ctx.Pipe(duplex=False)
+    p = ctx.Process(target=lambda: send.send(fn(*args)))
+    p.start()
+    result = None
+    while p.is_alive() or recv.poll():
+        if recv.poll(0.05):
+            result = recv.recv()
+            break
+    p.join()
+    return result if p.exitcode == 0 else None
+
+
+def load(path: str, overrides: dict) -> Llama:
+    return Llama(path, vocab_only=True, verbose=False, kv_overrides=overrides)
+
+
+def tokenize_one(path: str, overrides: dict, text: str):
+    return load(path, overrides).tokenize(text.encode("utf-8"), add_bos=False, special=False)
+
+
+def record_pre_case(path: str, overrides: dict, texts: list, spaced: str) -> dict:
+    llm = load(path, overrides)
+    toks = [llm.tokenize(t.encode("utf-8"), add_bos=False, special=False) for t in texts]
+    hello = llm.tokenize(b"Hello", add_bos=True, special=False)
+    sp = llm.tokenize(spaced.encode("utf-8"), add_bos=False, special=False)
+    return {"tokens": toks, "hello": hello, "detok": llama_detokenize(llm, sp)}
+
+
+def record_pre(sdist: Path) -> dict:
+    src = (sdist / "vendor" / "llama.cpp" / "src" / "llama-vocab.cpp").read_text(encoding="utf-8")
+    names = list(dict.fromkeys(re.findall(r'tokenizer_pre == "([^"]+)"', src)))
+    models = sdist / "vendor" / "llama.cpp" / "models"
+    texts = corpus(sdist)
+    spaced = " Hello , world ! it 's a ' b ' c 're d 'll ?"
+    cases = []
+    runs = [(name, {"tokenizer.ggml.pre": name}) for name in names]
+    runs += [(m, {"tokenizer.ggml.model": m}) for m in ("whitespace", "hybriddna")]
+    for label, overrides in runs:
+        base = "ggml-vocab-gemma-4.gguf" if label in ("gemma4", "granite-embed-multi-311m", "sarvam-moe") else "ggml-vocab-gpt-2.gguf"
+        path = str(models / base)
+        case = in_child(record_pre_case, path, overrides, texts, spaced)
+        if case is None:
+            # llama.cpp aborts on some texts here (a BPE word with a space or a
+            # newline hits an assertion in find_bpe_rank): those are null.
+            toks = [in_child(tokenize_one, path, overrides, t) for t in texts]
+            case = in_child(record_pre_case, path, overrides, [], spaced)
+            case["tokens"] = toks
+        cases.append(dict(name=label, overrides=overrides, vocab=base, **case))
+    return {"llama_cpp_python": llama_cpp.__version__, "names": names, "texts": texts, "cases": cases}
+
+
 def main() -> None:
+    if sys.argv[1] == "--pre":
+        sdist, out = Path(sys.argv[2]), Path(sys.argv[3])
+        out.write_text(json.dumps(record_pre(sdist), ensure_ascii=False, separators=(",", ":")) + "\n",
+                       encoding="utf-8")
+        return
     sdist, out = Path(sys.argv[1]), Path(sys.argv[2])
     models = sorted((sdist / "vendor" / "llama.cpp" / "models").glob("ggml-vocab-*.gguf"))
     data = [record(str(p), p.name) for p in models]

@@ -1,0 +1,90 @@
+"""Special tokens as llama.cpp treats them, on every tokenizer test vocabulary
+of the llama-cpp-python 0.3.36 sdist and on Gemma 3 270M.
+
+tests/data/llama_cpp_vocab_specials.json was recorded with
+tools/record_vocab_fixtures.py from llama-cpp-python 0.3.36: for a spread of
+each vocabulary's control, user-defined, unknown, unused, byte and undefined
+tokens, its special-looking normal tokens, its EOG tokens and a fixed list of
+special-looking strings (`</s>`, `<|im_end|>`, `<unused0>`, `[MASK]`, ...,
+present in the vocabulary or not), `Llama.tokenize` of each text alone, inside
+words, between spaces and newlines, doubled and cut short, with
+add_bos/special on and off; `Llama.detokenize` of those ids alone, after BOS,
+in pairs, of the longest tokens and the byte tokens, with special on and off;
+and llama.cpp's resulting token attributes and EOG list. Here llamapy's
+`Llama(path, vocab_only=True)` must give the same for every case.
+"""
+from __future__ import annotations
+
+import functools
+import json
+from pathlib import Path
+
+import pytest
+
+from llamapy import Llama
+
+DATA = Path(__file__).parent / "data"
+ATTR_CONTROL, ATTR_USER_DEFINED, ATTR_UNUSED = 8, 16, 2
+
+
+@functools.lru_cache(maxsize=None)
+def fixture() -> dict:
+    return json.loads((DATA / "llama_cpp_vocab_specials.json").read_text(encoding="utf-8"))
+
+
+# The T5 (unigram) vocabulary is recorded but not supported yet.
+UNSUPPORTED = {"ggml-vocab-nomic-bert-moe.gguf"}
+VOCABS = [v["vocab"] for v in fixture()["vocabs"] if v["vocab"] not in UNSUPPORTED]
+
+
+@functools.lru_cache(maxsize=None)
+def load(path: str) -> Llama:
+    return Llama(path, vocab_only=True, verbose=False)
+
+
+@pytest.fixture
+def case(request, llama_cpp_sdist, gemma_path):
+    vd = next(v for v in fixture()["vocabs"] if v["vocab"] == request.param)
+    path = gemma_path if vd["vocab"] == "gemma-3-270m" else str(llama_cpp_sdist / "vendor" / "llama.cpp" / "models" / vd["vocab"])
+    return vd, load(path)
+
+
+def test_fixture_covers_the_classes():
+    vocabs = fixture()["vocabs"]
+    assert len(vocabs) == 20 and fixture()["llama_cpp_python"] == "0.3.36"
+    attrs = [a for v in vocabs for _, a in v["attrs"]]
+    # control, user-defined, unused and control+user-defined ("</s>" made EOG) tokens are all probed
+    for bits in (ATTR_CONTROL, ATTR_USER_DEFINED, ATTR_CONTROL | ATTR_UNUSED, ATTR_CONTROL | ATTR_USER_DEFINED):
+        assert bits in attrs
+    assert sum(len(v["tokenize"]) for v in vocabs) > 10000
+
+
+@pytest.mark.parametrize("case", VOCABS, indirect=True)
+def test_token_attributes_and_eog(case):
+    vd, llm = case
+    vocab = llm.tokenizer_.native
+    assert llm.n_vocab() == vd["n_vocab"]
+    assert [[i, vocab.token_attr(i)] for i, _ in vd["attrs"]] == vd["attrs"]
+    assert llm.tokenizer_.eog_ids == vd["eog"]
+
+
+@pytest.mark.parametrize("case", VOCABS, indirect=True)
+def test_tokenize_special_and_not(case):
+    vd, llm = case
+    wrong = []
+    for text, *want in vd["tokenize"]:
+        got = [llm.tokenize(text.encode("utf-8"), add_bos=ab, special=sp) for ab in (False, True) for sp in (False, True)]
+        if got != want:
+            wrong.append((text, want, got))
+    assert not wrong, f"{len(wrong)}/{len(vd['tokenize'])} texts differ, first: {wrong[0]!r}"
+
+
+@pytest.mark.parametrize("case", VOCABS, indirect=True)
+def test_detokenize_special_and_not(case):
+    vd, llm = case
+    wrong = []
+    for ids, plain, special in vd["detokenize"]:
+        got = [llm.detokenize(ids, special=False).hex(), llm.detokenize(ids, special=True).hex()]
+        if got != [plain, special]:
+            wrong.append((ids, plain, special, got))
+    assert not wrong, f"{len(wrong)}/{len(vd['detokenize'])} id lists differ, first: {wrong[0]!r}"
