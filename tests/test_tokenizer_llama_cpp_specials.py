@@ -32,9 +32,7 @@ def fixture() -> dict:
     return json.loads((DATA / "llama_cpp_vocab_specials.json").read_text(encoding="utf-8"))
 
 
-# The T5 (unigram) vocabulary is recorded but not supported yet.
-UNSUPPORTED = {"ggml-vocab-nomic-bert-moe.gguf"}
-VOCABS = [v["vocab"] for v in fixture()["vocabs"] if v["vocab"] not in UNSUPPORTED]
+VOCABS = [v["vocab"] for v in fixture()["vocabs"]]
 
 
 @functools.lru_cache(maxsize=None)

@@ -13,7 +13,8 @@
   adds BOS, and cleans up spaces in llama_detokenize exactly as llama.cpp
   did: tests/data/llama_cpp_pretokenizers.json, recorded with
   tools/record_vocab_fixtures.py --pre from llama-cpp-python 0.3.36. The
-  BPE-based tokenizer models "whitespace" and "hybriddna" likewise.
+  BPE-based tokenizer models "whitespace" and "hybriddna", and the T5
+  unigram vocabulary (nomic-bert-moe) on the same corpus, likewise.
 """
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ DATA = Path(__file__).parent / "data"
 # The vocabularies with llama.cpp test cases, and those without.
 WITH_CASES = ["bert-bge", "command-r", "deepseek-coder", "deepseek-llm", "falcon", "gemma-4", "gpt-2", "llama-bpe",
               "llama-spm", "mpt", "phi-3", "qwen2", "qwen35", "refact", "starcoder"]
-WITHOUT_CASES = ["aquila", "baichuan", "gpt-neox"]
+WITHOUT_CASES = ["aquila", "baichuan", "gpt-neox", "nomic-bert-moe"]
 
 
 def models_dir(sdist) -> Path:
@@ -80,8 +81,7 @@ def test_vocab_only_loads_any_architecture(llama_cpp_sdist, name):
 def test_sdist_vocabulary_list_is_complete(llama_cpp_sdist):
     """Every vocabulary file of the sdist is covered by the tests above."""
     names = sorted(p.name[len("ggml-vocab-"):-len(".gguf")] for p in models_dir(llama_cpp_sdist).glob("ggml-vocab-*.gguf"))
-    # nomic-bert-moe is the one T5 (unigram) vocabulary: not supported yet.
-    assert sorted(WITH_CASES + WITHOUT_CASES + ["nomic-bert-moe"]) == names
+    assert sorted(WITH_CASES + WITHOUT_CASES) == names
 
 
 def llama_cpp_pre_names(sdist) -> list:
@@ -111,7 +111,7 @@ def pre_fixture() -> dict:
 def test_pre_fixture_covers_every_name(llama_cpp_sdist):
     fx = pre_fixture()
     assert fx["names"] == llama_cpp_pre_names(llama_cpp_sdist)
-    assert [c["name"] for c in fx["cases"]] == fx["names"] + ["whitespace", "hybriddna"]
+    assert [c["name"] for c in fx["cases"]] == fx["names"] + ["whitespace", "hybriddna", "t5"]
 
 
 @pytest.mark.parametrize("index", range(len(pre_fixture()["cases"])), ids=[c["name"] for c in pre_fixture()["cases"]])

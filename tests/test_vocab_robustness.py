@@ -12,20 +12,20 @@ from llamapy import _engine as E
 
 TOKEN_LISTS = [["a"], ["a", "b", "ab"], ["<unk>", "<s>", "</s>", "a"], ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "a", "##b"],
                ["<|endoftext|>", "<|im_end|>", "Ġ", "a"]]
-PRES = ["default", "gpt2", "llama-bpe", "qwen2", "deepseek-llm", "deepseek-coder", "falcon", "starcoder", "gpt-4o",
-        "tekken", "smollm", "", "no-such-pre"]
-TEXTS = ["", "a", "ab ab", "zz\n\n", "é 日本 🎉", "<|im_end|> [CLS] <s>", "   ", "1234567"]
+PRES = E.pre_tokenizer_names() + ["", "no-such-pre"]
+TEXTS = ["", "a", "ab ab", "zz\n\n", "é 日本 🎉", "<|im_end|> [CLS] <s>", "   ", "1234567", "<dna>acgt</dna>x<dna>a",
+         b"\xff\xfe bad utf-8 \xe2\x96"]
 
 
-@pytest.mark.parametrize("model", ["gpt2", "llama", "bert"])
+@pytest.mark.parametrize("model", ["gpt2", "llama", "bert", "gemma4", "t5", "whitespace", "hybriddna"])
 @pytest.mark.parametrize("pre", PRES)
 def test_tiny_vocabularies_do_not_crash(model, pre):
-    for toks in TOKEN_LISTS:
+    for toks in TOKEN_LISTS + [["<dna>", "</dna>", "<oov>", "AAAAAA\ue000", "a"]]:
         try:
-            v = E.Vocab(model=model, pre=pre, tokens=toks, merges=["a b"] if model == "gpt2" else None)
+            v = E.Vocab(model=model, pre=pre, tokens=toks, merges=["a b"] if model in ("gpt2", "gemma4") else None)
         except (ValueError, NotImplementedError):
             continue
-        for sid in (v.bos, v.eos, v.unk, v.sep, v.pad, v.mask, v.eot, v.eom):
+        for sid in (v.bos, v.eos, v.unk, v.sep, v.pad, v.mask, v.eot, v.eom, v.nl):
             assert sid == -1 or 0 <= sid < len(toks)
         for text in TEXTS:
             for add, special in ((True, True), (False, False)):
@@ -43,3 +43,78 @@ def test_out_of_range_default_ids_are_reported():
     v = E.Vocab(model="gpt2", pre="gpt2", tokens=["a", "b", "ab"], merges=["a b"])
     assert v.eos == -1 and v.bos == -1
     assert any("outside the vocabulary" in w for w in v.warnings)
+
+
+def write_t5_vocab(path, charsmap: bytes) -> str:
+    import gguf
+
+    wr = gguf.GGUFWriter(str(path), "t5")
+    toks = ["<pad>", "</s>", "<unk>", "\u2581a", "a", "\u2581", "b", "<mask>"]
+    wr.add_tokenizer_model("t5")
+    wr.add_token_list(toks)
+    wr.add_token_scores([0.0, 0.0, 0.0, -1.0, -2.0, -3.0, -4.0, 0.0])
+    wr.add_token_types([3, 3, 2, 1, 1, 1, 1, 4])
+    wr.add_add_space_prefix(True)
+    if charsmap is not None:
+        wr.add_precompiled_charsmap(charsmap)
+    wr.write_header_to_file()
+    wr.write_kv_data_to_file()
+    wr.close()
+    return str(path)
+
+
+def test_t5_unigram_tiny_vocabulary(tmp_path):
+    """(The ids are llama.cpp's for this file.)"""
+    v = E.Vocab.from_file(write_t5_vocab(tmp_path / "t5.gguf", None))
+    # " a" is one token (score -1 beats -3 + -2); unknown codepoints merge into one <unk>
+    assert v.tokenize("a", False, False) == [3]
+    assert v.tokenize("ab", True, False) == [3, 6, 1]  # EOS added, no BOS (the t5 defaults)
+    assert v.tokenize("a\u00e9\u00e9b", False, False) == [3, 2, 6]
+    # a user-defined token is cut out first; the text after it gets its own space prefix (as llama.cpp does)
+    assert v.tokenize("a<mask>b", False, False) == [3, 7, 5, 6]
+    assert v.detokenize([3, 6]) == b" ab"
+
+
+@pytest.mark.parametrize("charsmap", [b"\x01", b"\xff\xff\xff\x7f" + b"\0" * 8, b"\x08\0\0\0" + b"\0" * 4,
+                                      b"\x04\0\0\0\xff\xff\xff\xff" + b"ab", b"\x08\0\0\0" + bytes(range(8)) + b"xyz"])
+def test_malformed_charsmap_raises(tmp_path, charsmap):
+    """A charsmap too short, whose double array runs past its end, or whose
+    walk leaves the array or the replacement strings: a ValueError, never a
+    crash, at load or when tokenizing."""
+    path = write_t5_vocab(tmp_path / "bad.gguf", charsmap)
+    try:
+        v = E.Vocab.from_file(path)
+    except ValueError:
+        return
+    for text in ["a", "ab", "\u00e9", "\x00\x01 z", "<mask>"]:
+        try:
+            ids = v.tokenize(text, True, True)
+        except ValueError:
+            continue
+        assert all(0 <= i < 8 for i in ids)
+
+
+def test_corrupted_real_charsmap_never_crashes(tmp_path, llama_cpp_sdist):
+    import random
+
+    import gguf
+
+    r = gguf.GGUFReader(str(llama_cpp_sdist / "vendor" / "llama.cpp" / "models" / "ggml-vocab-nomic-bert-moe.gguf"))
+    field = r.fields["tokenizer.ggml.precompiled_charsmap"]
+    real = bytes(field.parts[field.data[0]]) if len(field.data) == 1 else bytes(int(field.parts[i][0]) for i in field.data)
+    assert len(real) > 1000
+    rng = random.Random(5)
+    for k in range(12):
+        bad = bytearray(real)
+        for _ in range(50):
+            bad[rng.randrange(4, len(bad))] = rng.randrange(256)
+        path = write_t5_vocab(tmp_path / f"c{k}.gguf", bytes(bad))
+        try:
+            v = E.Vocab.from_file(path)
+        except ValueError:
+            continue
+        for text in ["Hello World", "\uff21\uff22 \u00bd \u2460 ﬁ", "é\u0301 x"]:
+            try:
+                v.tokenize(text, False, False)
+            except ValueError:
+                pass

@@ -22,7 +22,8 @@ after BOS, in pairs, for the longest tokens, and for every byte token.
 With --pre it records, for every tokenizer.ggml.pre value the vendored
 llama.cpp accepts (read from its src/llama-vocab.cpp) and for the BPE-based
 tokenizer models, the GPT-2 vocabulary (the Gemma 4 one for Gemma-4-style
-pre-tokenizers) loaded with that value as a metadata override: the
+pre-tokenizers) loaded with that value as a metadata override (and the
+T5 unigram vocabulary as it is): the
 tokenization of a text corpus (llama.cpp's own test inputs and more), the
 add_bos behaviour, and llama_detokenize of spaced punctuation.
 
@@ -217,8 +218,11 @@ def record_pre(sdist: Path) -> dict:
     cases = []
     runs = [(name, {"tokenizer.ggml.pre": name}) for name in names]
     runs += [(m, {"tokenizer.ggml.model": m}) for m in ("whitespace", "hybriddna")]
+    runs.append(("t5", {}))  # the unigram model, on its own vocabulary
     for label, overrides in runs:
         base = "ggml-vocab-gemma-4.gguf" if label in ("gemma4", "granite-embed-multi-311m", "sarvam-moe") else "ggml-vocab-gpt-2.gguf"
+        if label == "t5":
+            base = "ggml-vocab-nomic-bert-moe.gguf"
         path = str(models / base)
         case = in_child(record_pre_case, path, overrides, texts, spaced)
         if case is None:

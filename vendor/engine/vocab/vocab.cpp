@@ -112,7 +112,11 @@ vocab::vocab(vocab_data d, const std::function<void(const std::string&)>& log) :
         add_bos_ = true; add_sep_ = true;
         wpm_lowercase_ = d.wpm_lowercase != 0;
         wpm_strip_accents_ = d.wpm_strip_accents >= 0 ? d.wpm_strip_accents != 0 : wpm_lowercase_;
-    } else if (in_list(d.model, {"t5", "rwkv", "plamo2", "test"})) {
+    } else if (d.model == "t5") {
+        kind_ = kind::ugm;
+        eos_ = 1; unk_ = 2; pad_ = 0;
+        add_bos_ = false; add_eos_ = true; add_space_prefix_ = false; clean_spaces_ = false;
+    } else if (in_list(d.model, {"rwkv", "plamo2", "test"})) {
         throw value_error("tokenizer model '" + d.model + "' is not supported yet");
     } else {
         throw value_error("unknown tokenizer model '" + d.model + "'");
@@ -121,6 +125,7 @@ vocab::vocab(vocab_data d, const std::function<void(const std::string&)>& log) :
     if (d.remove_extra_whitespaces >= 0) remove_extra_whitespaces_ = d.remove_extra_whitespaces != 0;
 
     load_tokens(d);
+    if (kind_ == kind::ugm) build_ugm(d);  // from the GGUF token types, as llama.cpp builds it
 
     if (kind_ == kind::bpe) {
         pre_tok_ = pre_tokenizer::for_name(pre_, &pre_known_);
@@ -172,6 +177,10 @@ vocab::vocab(vocab_data d, const std::function<void(const std::string&)>& log) :
     } else if (kind_ == kind::wpm) {
         linefeed_ = pad_;  // llama.cpp's choice (whitespace never becomes a token)
         for (const std::string& t : text_) wpm_max_len_ = std::max(wpm_max_len_, t.size());
+    } else if (kind_ == kind::ugm) {
+        std::vector<token_id> nl;
+        tokenize_ugm("\n", nl);
+        linefeed_ = nl.empty() ? pad_ : nl[0];
     } else {
         std::vector<token_id> nl;
         tokenize_bpe_model("\n", nl);
@@ -180,7 +189,7 @@ vocab::vocab(vocab_data d, const std::function<void(const std::string&)>& log) :
 
     load_specials(d, log);
     // A model type's default ids can lie past the end of a small vocabulary.
-    for (token_id* id : {&bos_, &eos_, &unk_, &sep_, &pad_, &mask_})
+    for (token_id* id : {&bos_, &eos_, &unk_, &sep_, &pad_, &mask_, &linefeed_})
         if (*id >= n_tokens()) *id = token_null;
     build_special_matcher();
     build_pieces();
@@ -422,7 +431,7 @@ std::string vocab::piece_for(token_id id) const {
         const std::string hex = t.size() >= 5 ? t.substr(3, 2) : std::string();
         return std::string(1, (char)std::strtol(hex.c_str(), nullptr, 16));
     };
-    if (kind_ == kind::spm) {
+    if (kind_ == kind::spm || kind_ == kind::ugm) {
         if (a & (token_attr_unknown | token_attr_control | token_attr_user_defined)) return t;
         if (a & token_attr_normal) return replace_all(t, k_space_marker, " ");
         if (a & token_attr_byte) return byte_piece();

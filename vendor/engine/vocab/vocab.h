@@ -18,7 +18,9 @@
 //              holds word-initial pieces with a U+2581 prefix and
 //              continuations bare, as llama.cpp's converter writes them;
 //   "none"  -> no tokenizer (tokenize() throws).
-// Other models ("t5", "rwkv", "plamo2") are rejected at construction.
+//   "t5"    -> unigram (vocab_ugm.cpp): SentencePiece's normalization by the
+//              precompiled charsmap, then the best-scoring segmentation;
+// Other models ("rwkv", "plamo2") are rejected at construction.
 //
 // Token attributes follow llama.cpp: the GGUF token types, then its load-time
 // rules (tokens found by text as EOT/EOM/FIM/EOG become control, control
@@ -69,6 +71,7 @@ struct vocab_data {
     std::vector<float> scores;          // tokenizer.ggml.scores (may be empty)
     std::vector<int32_t> token_types;   // tokenizer.ggml.token_type (may be empty)
     std::vector<std::string> merges;    // tokenizer.ggml.merges ("a b")
+    std::vector<uint8_t> charsmap;      // tokenizer.ggml.precompiled_charsmap (t5)
     token_id bos_id = -1, eos_id = -1, unk_id = -1, sep_id = -1, pad_id = -1, mask_id = -1;
     token_id eot_id = -1, eom_id = -1;
     token_id fim_pre_id = -1, fim_suf_id = -1, fim_mid_id = -1, fim_pad_id = -1, fim_rep_id = -1, fim_sep_id = -1;
@@ -86,7 +89,7 @@ class pre_tokenizer;
 
 class vocab {
 public:
-    enum class kind { none, spm, bpe, wpm };
+    enum class kind { none, spm, bpe, wpm, ugm };
 
     // Validates and indexes the data; throws lp::value_error on bad input
     // (unknown model, mismatched array lengths). `log` receives warnings
@@ -163,6 +166,9 @@ private:
     void tokenize_bpe_model(std::string_view text, std::vector<token_id>& out) const;  // per tokenizer model
     void strip_dna_markers();
     void tokenize_wpm(std::string_view text, std::vector<token_id>& out) const;
+    void build_ugm(const vocab_data& d);
+    void tokenize_ugm(std::string_view text, std::vector<token_id>& out) const;
+    void ugm_normalize(std::string_view in, std::string& out) const;
     token_id spm_byte_token(uint8_t b) const;
 
     kind kind_ = kind::none;

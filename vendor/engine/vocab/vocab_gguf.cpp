@@ -66,6 +66,12 @@ vocab_data vocab_data_from_gguf(const gguf_file& f) {
         d.merges = strings_of(f, array_of(f, "tokenizer.ggml.merges", gguf_type::STRING, required));
     }
 
+    if (const gguf_kv* kv = f.find_kv("tokenizer.ggml.precompiled_charsmap")) {
+        if (kv->type != gguf_type::ARRAY || (kv->array.elem_type != gguf_type::U8 && kv->array.elem_type != gguf_type::I8))
+            throw gguf_error("metadata key tokenizer.ggml.precompiled_charsmap should be an array of bytes");
+        d.charsmap = numbers_of<uint8_t>(f, &kv->array);
+    }
+
     d.bos_id = id_of(f, "tokenizer.ggml.bos_token_id", -1);
     d.eos_id = id_of(f, "tokenizer.ggml.eos_token_id", -1);
     d.eot_id = id_of(f, "tokenizer.ggml.eot_token_id", -1);

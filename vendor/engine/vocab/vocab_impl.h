@@ -2,6 +2,8 @@
 // pieces) and vocab_tokenize.cpp (tokenizing). Not part of the public API.
 #pragma once
 
+#include <algorithm>
+#include <climits>
 #include <cstdint>
 #include <deque>
 #include <string>
@@ -13,6 +15,18 @@
 #include "vocab/vocab.h"
 
 namespace lp {
+
+// A node of the unigram tokenizer's byte tries.
+struct ugm_node {
+    std::vector<std::pair<uint8_t, int32_t>> next;  // sorted by byte
+    token_id token = token_null;
+};
+
+inline int32_t ugm_child(const std::vector<ugm_node>& t, int32_t node, uint8_t c) {
+    const auto& next = t[node].next;
+    auto it = std::lower_bound(next.begin(), next.end(), std::make_pair(c, (int32_t)INT32_MIN));
+    return it != next.end() && it->first == c ? it->second : -1;
+}
 
 struct vocab::impl {
     // --- BPE merges -------------------------------------------------------
@@ -41,6 +55,14 @@ struct vocab::impl {
     };
     std::vector<trie_node> trie{trie_node{}};
     bool first_byte[256] = {};
+
+    // --- unigram (t5) -----------------------------------------------------
+    // Byte tries: every normal, user-defined and unused token (as the GGUF
+    // types say), and the user-defined ones alone; node 0 is the root.
+    std::vector<ugm_node> ugm_tokens{ugm_node{}}, ugm_user{ugm_node{}};
+    double ugm_unknown_score = 0.0;             // lowest normal score - 10
+    std::vector<uint32_t> xcda;                 // the charsmap's double array
+    std::string replacements;                   // and its NUL-terminated replacement strings
 };
 
 }  // namespace lp

@@ -112,6 +112,13 @@ std::vector<token_id> vocab::tokenize(std::string_view text, bool add_special, b
             prev_special = false;
         }
         if (add_special && add_eos_ && eos_ != token_null) out.push_back(eos_);
+    } else if (kind_ == kind::ugm) {
+        if (add_special && add_bos_ && bos_ != token_null) out.push_back(bos_);
+        for (const fragment& f : frags) {
+            if (f.token != token_null) out.push_back(f.token);
+            else tokenize_ugm(text.substr(f.offset, f.length), out);
+        }
+        if (add_special && add_eos_ && eos_ != token_null) out.push_back(eos_);
     } else if (kind_ == kind::wpm) {
         // As llama.cpp: [CLS] text [SEP] whatever the add_* flags say.
         if (add_special && bos_ != token_null) out.push_back(bos_);
