@@ -17,7 +17,7 @@ TEXTS = ["", "a", "ab ab", "zz\n\n", "é 日本 🎉", "<|im_end|> [CLS] <s>", "
          b"\xff\xfe bad utf-8 \xe2\x96"]
 
 
-@pytest.mark.parametrize("model", ["gpt2", "llama", "bert", "gemma4", "t5", "whitespace", "hybriddna"])
+@pytest.mark.parametrize("model", ["gpt2", "llama", "bert", "gemma4", "t5", "rwkv", "whitespace", "hybriddna"])
 @pytest.mark.parametrize("pre", PRES)
 def test_tiny_vocabularies_do_not_crash(model, pre):
     for toks in TOKEN_LISTS + [["<dna>", "</dna>", "<oov>", "AAAAAA\ue000", "a"]]:
@@ -118,3 +118,27 @@ def test_corrupted_real_charsmap_never_crashes(tmp_path, llama_cpp_sdist):
                 v.tokenize(text, False, False)
             except ValueError:
                 pass
+
+
+def write_rwkv_vocab(path) -> str:
+    import gguf
+
+    wr = gguf.GGUFWriter(str(path), "rwkv6")
+    # every byte as \xhh, then longer tokens in RWKV's escaped form
+    toks = [f"\\x{b:02x}" for b in range(256)] + ["ab", "abc", "\\n\\n", "hello", " world", "\\t\\\\", "\\xe6\\x97\\xa5"]
+    wr.add_tokenizer_model("rwkv")
+    wr.add_token_list(toks)
+    wr.add_token_types([1] * len(toks))
+    wr.write_header_to_file()
+    wr.write_kv_data_to_file()
+    wr.close()
+    return str(path)
+
+
+def test_rwkv_greedy_longest_match(tmp_path):
+    """(The ids are llama.cpp's for this file.)"""
+    v = E.Vocab.from_file(write_rwkv_vocab(tmp_path / "rwkv.gguf"))
+    assert v.tokenize("abcab hello world\n\n\t\\", True, True) == [257, 256, 32, 259, 260, 258, 261]
+    assert v.tokenize("\u65e5x", False, False) == [262, 120]
+    assert v.nl == 10 and (v.bos, v.eos, v.unk) == (-1, -1, -1)
+    assert v.detokenize([262, 261, 257]) == "\u65e5\t\\abc".encode()

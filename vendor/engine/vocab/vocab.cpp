@@ -116,7 +116,9 @@ vocab::vocab(vocab_data d, const std::function<void(const std::string&)>& log) :
         kind_ = kind::ugm;
         eos_ = 1; unk_ = 2; pad_ = 0;
         add_bos_ = false; add_eos_ = true; add_space_prefix_ = false; clean_spaces_ = false;
-    } else if (in_list(d.model, {"rwkv", "plamo2", "test"})) {
+    } else if (d.model == "rwkv") {
+        kind_ = kind::rwkv;  // no default special tokens, nothing added
+    } else if (in_list(d.model, {"plamo2", "test"})) {
         throw value_error("tokenizer model '" + d.model + "' is not supported yet");
     } else {
         throw value_error("unknown tokenizer model '" + d.model + "'");
@@ -126,6 +128,7 @@ vocab::vocab(vocab_data d, const std::function<void(const std::string&)>& log) :
 
     load_tokens(d);
     if (kind_ == kind::ugm) build_ugm(d);  // from the GGUF token types, as llama.cpp builds it
+    if (kind_ == kind::rwkv) build_rwkv();
 
     if (kind_ == kind::bpe) {
         pre_tok_ = pre_tokenizer::for_name(pre_, &pre_known_);
@@ -177,9 +180,10 @@ vocab::vocab(vocab_data d, const std::function<void(const std::string&)>& log) :
     } else if (kind_ == kind::wpm) {
         linefeed_ = pad_;  // llama.cpp's choice (whitespace never becomes a token)
         for (const std::string& t : text_) wpm_max_len_ = std::max(wpm_max_len_, t.size());
-    } else if (kind_ == kind::ugm) {
+    } else if (kind_ == kind::ugm || kind_ == kind::rwkv) {
         std::vector<token_id> nl;
-        tokenize_ugm("\n", nl);
+        if (kind_ == kind::ugm) tokenize_ugm("\n", nl);
+        else tokenize_rwkv("\n", nl);
         linefeed_ = nl.empty() ? pad_ : nl[0];
     } else {
         std::vector<token_id> nl;
@@ -443,6 +447,7 @@ std::string vocab::piece_for(token_id id) const {
         if (a & token_attr_byte) return byte_piece();
         return std::string();
     }
+    if (kind_ == kind::rwkv) return rwkv_unescape(t);
     if (kind_ == kind::wpm) {  // word-initial pieces carry U+2581: a space
         if (a & (token_attr_unknown | token_attr_control | token_attr_user_defined)) return t;
         if (a & token_attr_normal) return replace_all(t, k_space_marker, " ");

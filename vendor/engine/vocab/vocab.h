@@ -20,7 +20,8 @@
 //   "none"  -> no tokenizer (tokenize() throws).
 //   "t5"    -> unigram (vocab_ugm.cpp): SentencePiece's normalization by the
 //              precompiled charsmap, then the best-scoring segmentation;
-// Other models ("rwkv", "plamo2") are rejected at construction.
+//   "rwkv"  -> greedy longest match over the unescaped token texts;
+// Other models ("plamo2", "test") are rejected at construction.
 //
 // Token attributes follow llama.cpp: the GGUF token types, then its load-time
 // rules (tokens found by text as EOT/EOM/FIM/EOG become control, control
@@ -87,9 +88,11 @@ struct vocab_data {
 
 class pre_tokenizer;
 
+std::string rwkv_unescape(const std::string& escaped);  // RWKV token text -> its bytes
+
 class vocab {
 public:
-    enum class kind { none, spm, bpe, wpm, ugm };
+    enum class kind { none, spm, bpe, wpm, ugm, rwkv };
 
     // Validates and indexes the data; throws lp::value_error on bad input
     // (unknown model, mismatched array lengths). `log` receives warnings
@@ -169,6 +172,8 @@ private:
     void build_ugm(const vocab_data& d);
     void tokenize_ugm(std::string_view text, std::vector<token_id>& out) const;
     void ugm_normalize(std::string_view in, std::string& out) const;
+    void build_rwkv();
+    void tokenize_rwkv(std::string_view text, std::vector<token_id>& out) const;
     token_id spm_byte_token(uint8_t b) const;
 
     kind kind_ = kind::none;

@@ -1,4 +1,10 @@
-// vocab_ugm.cpp — the unigram ("t5") tokenizer, as llama.cpp runs it:
+// vocab_ugm.cpp — the trie-based tokenizers, as llama.cpp runs them.
+//
+// RWKV ("rwkv"): token texts are escaped (\t \n \r \xhh, "\\" before any
+// other byte); the text is cut greedily into the longest unescaped tokens,
+// a byte no token starts with becoming the unknown token.
+//
+// Unigram ("t5"):
 //  1. normalization: at each position the longest user-defined token prefix
 //     is kept as is; otherwise the longest prefix the precompiled charsmap
 //     (SentencePiece's XOR-compressed double array) maps is replaced; other
@@ -197,6 +203,66 @@ void vocab::tokenize_ugm(std::string_view text, std::vector<token_id>& out) cons
         pos = b.from;
     }
     std::reverse(out.begin() + (std::ptrdiff_t)first, out.end());
+}
+
+// RWKV token text -> bytes. Hex digits are read as llama.cpp reads them
+// (lowercase; other characters by their distance from '0').
+std::string rwkv_unescape(const std::string& escaped) {
+    std::string out;
+    out.reserve(escaped.size());
+    bool escaping = false;
+    int hex_left = 0;
+    uint8_t acc = 0;
+    for (char c : escaped) {
+        if (hex_left > 0) {
+            acc = (uint8_t)((acc << 4) + (c >= 'a' ? c - 'a' + 10 : c - '0'));
+            if (--hex_left == 0) {
+                out.push_back((char)acc);
+                acc = 0;
+            }
+        } else if (escaping) {
+            escaping = false;
+            if (c == 't') out.push_back('\t');
+            else if (c == 'n') out.push_back('\n');
+            else if (c == 'r') out.push_back('\r');
+            else if (c == 'x') hex_left = 2;
+            else out.push_back(c);
+        } else if (c == '\\') {
+            escaping = true;
+        } else {
+            out.push_back(c);
+        }
+    }
+    return out;
+}
+
+void vocab::build_rwkv() {
+    impl& m = *impl_;
+    for (token_id id = 0; id < n_tokens(); ++id) trie_insert(m.ugm_tokens, rwkv_unescape(text_[id]), id);
+}
+
+void vocab::tokenize_rwkv(std::string_view text, std::vector<token_id>& out) const {
+    const impl& m = *impl_;
+    size_t pos = 0;
+    while (pos < text.size()) {
+        int32_t node = ugm_child(m.ugm_tokens, 0, (uint8_t)text[pos]);
+        token_id best = token_null;
+        size_t best_end = pos + 1;
+        for (size_t k = pos + 1; node >= 0; ++k) {
+            if (m.ugm_tokens[node].token != token_null) {
+                best = m.ugm_tokens[node].token;
+                best_end = k;
+            }
+            if (k >= text.size()) break;
+            node = ugm_child(m.ugm_tokens, node, (uint8_t)text[k]);
+        }
+        // No token: the unknown one for this byte. (llama.cpp loops for ever
+        // where a byte starts only longer texts that do not match; here it
+        // is unknown too.)
+        if (best == token_null) best = unk_;
+        if (best != token_null) out.push_back(best);
+        pos = best_end;
+    }
 }
 
 }  // namespace lp
