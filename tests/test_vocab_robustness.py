@@ -1,9 +1,11 @@
 """Odd but well-formed vocabularies never crash the tokenizer: tiny token
 lists (where a tokenizer model's default special ids — gpt2: 11, bert:
-100..103 — lie outside the vocabulary), missing byte tokens, every known and
-an unknown pre-tokenizer. Building, tokenizing and detokenizing either work or
-raise a Python exception. (A 3-token gpt2 vocabulary once read past the token
-table through its default eos id.)"""
+100..103 — lie outside the vocabulary), missing byte tokens, every tokenizer
+model, every known and an unknown pre-tokenizer. Building, tokenizing and
+detokenizing either work or raise a Python exception. (A 3-token gpt2
+vocabulary once read past the token table through its default eos id.)
+Malformed or corrupted T5 charsmaps raise ValueError. Small T5, RWKV and
+PLaMo 2 vocabularies written here tokenize to the ids llama.cpp gives them."""
 from __future__ import annotations
 
 import pytest
@@ -17,7 +19,7 @@ TEXTS = ["", "a", "ab ab", "zz\n\n", "é 日本 🎉", "<|im_end|> [CLS] <s>", "
          b"\xff\xfe bad utf-8 \xe2\x96"]
 
 
-@pytest.mark.parametrize("model", ["gpt2", "llama", "bert", "gemma4", "t5", "rwkv", "whitespace", "hybriddna"])
+@pytest.mark.parametrize("model", ["gpt2", "llama", "bert", "gemma4", "t5", "rwkv", "plamo2", "whitespace", "hybriddna"])
 @pytest.mark.parametrize("pre", PRES)
 def test_tiny_vocabularies_do_not_crash(model, pre):
     for toks in TOKEN_LISTS + [["<dna>", "</dna>", "<oov>", "AAAAAA\ue000", "a"]]:
@@ -142,3 +144,30 @@ def test_rwkv_greedy_longest_match(tmp_path):
     assert v.tokenize("\u65e5x", False, False) == [262, 120]
     assert v.nl == 10 and (v.bos, v.eos, v.unk) == (-1, -1, -1)
     assert v.detokenize([262, 261, 257]) == "\u65e5\t\\abc".encode()
+
+
+def write_plamo2_vocab(path, scores=None) -> str:
+    import gguf
+
+    wr = gguf.GGUFWriter(str(path), "plamo2")
+    toks = ["<|plamo:unk|>", "<|plamo:bos|>", "<|plamo:eos|>", "<|plamo:pad|>"] + [f"<0x{b:02X}>" for b in range(256)]
+    toks += ["a", "b", "ab", "abc", "bc", " ", " a", "\u65e5\u672c", "\u65e5", "c"]
+    wr.add_tokenizer_model("plamo2")
+    wr.add_token_list(toks)
+    wr.add_token_scores(scores or [0.0] * 260 + [-1.0, -1.0, -1.5, -4.0, -1.2, -0.5, -1.7, -2.0, -1.0, -1.0])
+    wr.add_token_types([3, 3, 3, 3] + [6] * 256 + [1] * 10)
+    wr.write_header_to_file()
+    wr.write_kv_data_to_file()
+    wr.close()
+    return str(path)
+
+
+def test_plamo2_best_split(tmp_path):
+    """(The ids are llama.cpp's for this file.)"""
+    v = E.Vocab.from_file(write_plamo2_vocab(tmp_path / "plamo2.gguf"))
+    # the BOM dropped; "a"+"bc" beats "abc" (-2 < -4); z and é are unknown: their byte tokens
+    assert v.tokenize("\ufeffabc a\u65e5\u672cz\u00e9", True, True) == [260, 264, 265, 260, 267, 126, 199, 173]
+    assert v.tokenize("abcbcab  a b", False, False) == [260, 264, 264, 262, 265, 265, 260, 265, 261]
+    assert v.tokenize("x\u65e5\u65e5\u672cc", False, False) == [124, 268, 267, 269]
+    assert (v.bos, v.eos, v.unk, v.pad, v.nl) == (1, 2, 0, 3, 14)
+    assert v.detokenize([262, 266, 199, 173]) == "ab a\u00e9".encode()

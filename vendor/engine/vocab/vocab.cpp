@@ -118,7 +118,10 @@ vocab::vocab(vocab_data d, const std::function<void(const std::string&)>& log) :
         add_bos_ = false; add_eos_ = true; add_space_prefix_ = false; clean_spaces_ = false;
     } else if (d.model == "rwkv") {
         kind_ = kind::rwkv;  // no default special tokens, nothing added
-    } else if (in_list(d.model, {"plamo2", "test"})) {
+    } else if (d.model == "plamo2") {
+        kind_ = kind::plamo2;
+        bos_ = 1; eos_ = 2; unk_ = 0; pad_ = 3;
+    } else if (d.model == "test") {
         throw value_error("tokenizer model '" + d.model + "' is not supported yet");
     } else {
         throw value_error("unknown tokenizer model '" + d.model + "'");
@@ -129,6 +132,7 @@ vocab::vocab(vocab_data d, const std::function<void(const std::string&)>& log) :
     load_tokens(d);
     if (kind_ == kind::ugm) build_ugm(d);  // from the GGUF token types, as llama.cpp builds it
     if (kind_ == kind::rwkv) build_rwkv();
+    if (kind_ == kind::plamo2) build_plamo2();
 
     if (kind_ == kind::bpe) {
         pre_tok_ = pre_tokenizer::for_name(pre_, &pre_known_);
@@ -180,10 +184,11 @@ vocab::vocab(vocab_data d, const std::function<void(const std::string&)>& log) :
     } else if (kind_ == kind::wpm) {
         linefeed_ = pad_;  // llama.cpp's choice (whitespace never becomes a token)
         for (const std::string& t : text_) wpm_max_len_ = std::max(wpm_max_len_, t.size());
-    } else if (kind_ == kind::ugm || kind_ == kind::rwkv) {
+    } else if (kind_ == kind::ugm || kind_ == kind::rwkv || kind_ == kind::plamo2) {
         std::vector<token_id> nl;
         if (kind_ == kind::ugm) tokenize_ugm("\n", nl);
-        else tokenize_rwkv("\n", nl);
+        else if (kind_ == kind::rwkv) tokenize_rwkv("\n", nl);
+        else tokenize_plamo2("\n", nl);
         linefeed_ = nl.empty() ? pad_ : nl[0];
     } else {
         std::vector<token_id> nl;
@@ -448,6 +453,11 @@ std::string vocab::piece_for(token_id id) const {
         return std::string();
     }
     if (kind_ == kind::rwkv) return rwkv_unescape(t);
+    if (kind_ == kind::plamo2) {  // "<0xXX>" byte tokens are their byte; the rest their text
+        const bool hex = t.size() == 6 && t.compare(0, 3, "<0x") == 0 && t[5] == '>' &&
+                         std::isxdigit((unsigned char)t[3]) && std::isxdigit((unsigned char)t[4]);
+        return (a & token_attr_byte) && hex ? byte_piece() : t;
+    }
     if (kind_ == kind::wpm) {  // word-initial pieces carry U+2581: a space
         if (a & (token_attr_unknown | token_attr_control | token_attr_user_defined)) return t;
         if (a & token_attr_normal) return replace_all(t, k_space_marker, " ");

@@ -21,7 +21,8 @@
 //   "t5"    -> unigram (vocab_ugm.cpp): SentencePiece's normalization by the
 //              precompiled charsmap, then the best-scoring segmentation;
 //   "rwkv"  -> greedy longest match over the unescaped token texts;
-// Other models ("plamo2", "test") are rejected at construction.
+//   "plamo2"-> best-scoring split over the token texts, UTF-8 byte fallback;
+// The "test" model is rejected at construction.
 //
 // Token attributes follow llama.cpp: the GGUF token types, then its load-time
 // rules (tokens found by text as EOT/EOM/FIM/EOG become control, control
@@ -92,7 +93,7 @@ std::string rwkv_unescape(const std::string& escaped);  // RWKV token text -> it
 
 class vocab {
 public:
-    enum class kind { none, spm, bpe, wpm, ugm, rwkv };
+    enum class kind { none, spm, bpe, wpm, ugm, rwkv, plamo2 };
 
     // Validates and indexes the data; throws lp::value_error on bad input
     // (unknown model, mismatched array lengths). `log` receives warnings
@@ -174,6 +175,8 @@ private:
     void ugm_normalize(std::string_view in, std::string& out) const;
     void build_rwkv();
     void tokenize_rwkv(std::string_view text, std::vector<token_id>& out) const;
+    void build_plamo2();
+    void tokenize_plamo2(std::string_view text, std::vector<token_id>& out) const;
     token_id spm_byte_token(uint8_t b) const;
 
     kind kind_ = kind::none;

@@ -63,6 +63,7 @@ struct vocab::impl {
     double ugm_unknown_score = 0.0;             // lowest normal score - 10
     std::vector<uint32_t> xcda;                 // the charsmap's double array
     std::string replacements;                   // and its NUL-terminated replacement strings
+    std::vector<int32_t> plamo_score;           // (n_tokens) PLaMo 2: score * 1e4 rounded, or "invalid"
 };
 
 }  // namespace lp

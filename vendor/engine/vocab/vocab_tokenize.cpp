@@ -112,10 +112,11 @@ std::vector<token_id> vocab::tokenize(std::string_view text, bool add_special, b
             prev_special = false;
         }
         if (add_special && add_eos_ && eos_ != token_null) out.push_back(eos_);
-    } else if (kind_ == kind::rwkv) {  // nothing is ever added
+    } else if (kind_ == kind::rwkv || kind_ == kind::plamo2) {  // nothing is ever added
         for (const fragment& f : frags) {
             if (f.token != token_null) out.push_back(f.token);
-            else tokenize_rwkv(text.substr(f.offset, f.length), out);
+            else if (kind_ == kind::rwkv) tokenize_rwkv(text.substr(f.offset, f.length), out);
+            else tokenize_plamo2(text.substr(f.offset, f.length), out);
         }
     } else if (kind_ == kind::ugm) {
         if (add_special && add_bos_ && bos_ != token_null) out.push_back(bos_);

@@ -1,5 +1,9 @@
 // vocab_ugm.cpp — the trie-based tokenizers, as llama.cpp runs them.
 //
+// PLaMo 2 ("plamo2"): the best-scoring split (scores rounded to 1e-4, a
+// codepoint no token covers costs 1e7 and becomes its UTF-8 byte tokens),
+// the longest token winning ties, after a leading BOM is dropped.
+//
 // RWKV ("rwkv"): token texts are escaped (\t \n \r \xhh, "\\" before any
 // other byte); the text is cut greedily into the longest unescaped tokens,
 // a byte no token starts with becoming the unknown token.
@@ -15,7 +19,9 @@
 //     trie of the normal, user-defined and unused tokens; user-defined ones
 //     score 0, a codepoint no token covers costs the lowest score - 10 as
 //     the unknown token, and consecutive unknowns merge into one).
+#include <cctype>
 #include <cfloat>
+#include <cmath>
 #include <cstring>
 
 #include "common.h"
@@ -262,6 +268,82 @@ void vocab::tokenize_rwkv(std::string_view text, std::vector<token_id>& out) con
         if (best == token_null) best = unk_;
         if (best != token_null) out.push_back(best);
         pos = best_end;
+    }
+}
+
+constexpr int32_t k_plamo_invalid = -20000000, k_plamo_unknown = -10000000;
+
+void vocab::build_plamo2() {
+    impl& m = *impl_;
+    m.plamo_score.assign((size_t)n_tokens(), k_plamo_invalid);
+    byte_tokens_.assign(256, token_null);
+    for (token_id id = 0; id < n_tokens(); ++id) {
+        const std::string& t = text_[id];
+        if (attr_[id] & token_attr_byte) {  // the GGUF type: llama.cpp builds this before its load-time rules
+            if (t.size() == 6 && t.compare(0, 3, "<0x") == 0 && t[5] == '>' && std::isxdigit((unsigned char)t[3]) &&
+                std::isxdigit((unsigned char)t[4]))
+                byte_tokens_[std::stoi(t.substr(3, 2), nullptr, 16)] = id;
+            continue;
+        }
+        trie_insert(m.ugm_tokens, t, id);
+        const double sc = (double)score_[id] * 1e4;
+        if (std::isfinite(sc) && std::fabs(sc) < 1e9) m.plamo_score[id] = (int32_t)std::round(sc);
+    }
+    for (int b = 0; b < 256; ++b)  // (id 0 does not count: llama.cpp takes 0 for "unset")
+        if (byte_tokens_[b] == token_null || byte_tokens_[b] == 0)
+            throw value_error("plamo2 vocabulary: no byte token <0x" + std::to_string(b) + ">");
+}
+
+void vocab::tokenize_plamo2(std::string_view text, std::vector<token_id>& out) const {
+    const impl& m = *impl_;
+    std::vector<uint32_t> cpts = utf8_decode(text);
+    if (!cpts.empty() && cpts[0] == 0xFEFF) cpts.erase(cpts.begin());
+    const size_t n = cpts.size();
+    if (n == 0) return;
+    // The text re-encoded (bad bytes are U+FFFD now) and where each codepoint starts.
+    std::string u;
+    std::vector<int32_t> cpt_at;  // byte offset -> codepoint index, -1 inside a codepoint
+    std::vector<size_t> start(n + 1);
+    for (size_t k = 0; k < n; ++k) {
+        start[k] = u.size();
+        utf8_append(u, cpts[k]);
+    }
+    start[n] = u.size();
+    cpt_at.assign(u.size() + 1, -1);
+    for (size_t k = 0; k <= n; ++k) cpt_at[start[k]] = (int32_t)k;
+
+    std::vector<int64_t> cost(n + 1, (int64_t)1 << 60);
+    std::vector<std::pair<int32_t, token_id>> step(n + 1, {1, token_null});  // (codepoints, token) from each position
+    cost[n] = 0;
+    for (size_t i = n; i-- > 0;) {
+        // Tokens matching here, shortest first; "<=" lets the longest of equal costs win.
+        int32_t node = 0;
+        for (size_t b = start[i]; b < u.size(); ++b) {
+            node = ugm_child(m.ugm_tokens, node, (uint8_t)u[b]);
+            if (node < 0) break;
+            const token_id id = m.ugm_tokens[node].token;
+            if (id == token_null || cpt_at[b + 1] < 0 || m.plamo_score[id] <= k_plamo_invalid) continue;
+            const size_t j = (size_t)cpt_at[b + 1];
+            const int64_t c = cost[j] - m.plamo_score[id];
+            if (c <= cost[i]) {
+                cost[i] = c;
+                step[i] = {(int32_t)(j - i), id};
+            }
+        }
+        const int64_t c = cost[i + 1] - k_plamo_unknown;
+        if (c < cost[i]) {
+            cost[i] = c;
+            step[i] = {1, token_null};
+        }
+    }
+    for (size_t pos = 0; pos < n; pos += (size_t)step[pos].first) {
+        if (step[pos].second != token_null) {
+            out.push_back(step[pos].second);
+            continue;
+        }
+        std::string bytes;
+        utf8_append(bytes, cpts[pos]);
+        for (unsigned char c : bytes) out.push_back(byte_tokens_[c]);
     }
 }
 
