@@ -19,7 +19,8 @@ TEXTS = ["", "a", "ab ab", "zz\n\n", "é 日本 🎉", "<|im_end|> [CLS] <s>", "
          b"\xff\xfe bad utf-8 \xe2\x96"]
 
 
-@pytest.mark.parametrize("model", ["gpt2", "llama", "bert", "gemma4", "t5", "rwkv", "plamo2", "whitespace", "hybriddna"])
+@pytest.mark.parametrize("model", ["gpt2", "llama", "bert", "gemma4", "t5", "rwkv", "plamo2", "test", "whitespace",
+                                   "hybriddna"])
 @pytest.mark.parametrize("pre", PRES)
 def test_tiny_vocabularies_do_not_crash(model, pre):
     for toks in TOKEN_LISTS + [["<dna>", "</dna>", "<oov>", "AAAAAA\ue000", "a"]]:
@@ -171,3 +172,20 @@ def test_plamo2_best_split(tmp_path):
     assert v.tokenize("x\u65e5\u65e5\u672cc", False, False) == [124, 268, 267, 269]
     assert (v.bos, v.eos, v.unk, v.pad, v.nl) == (1, 2, 0, 3, 14)
     assert v.detokenize([262, 266, 199, 173]) == "ab a\u00e9".encode()
+
+
+def test_llama_cpp_test_tokenizer(tmp_path):
+    """llama.cpp's "test" tokenizer model: each 5 bytes hash to an id, pieces are hex ids
+    (the ids are llama.cpp's for this file)."""
+    import gguf
+
+    path = tmp_path / "test.gguf"
+    wr = gguf.GGUFWriter(str(path), "llama")
+    wr.add_tokenizer_model("test")
+    wr.add_token_list([f"t{i}" for i in range(1000)])
+    wr.write_header_to_file()
+    wr.write_kv_data_to_file()
+    wr.close()
+    v = E.Vocab.from_file(str(path))
+    assert v.tokenize("hello world, 12", True, True) == [322, 114, 225]
+    assert v.detokenize([255, 10]) == b"ffa" and v.nl == 10

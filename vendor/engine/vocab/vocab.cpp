@@ -122,7 +122,7 @@ vocab::vocab(vocab_data d, const std::function<void(const std::string&)>& log) :
         kind_ = kind::plamo2;
         bos_ = 1; eos_ = 2; unk_ = 0; pad_ = 3;
     } else if (d.model == "test") {
-        throw value_error("tokenizer model '" + d.model + "' is not supported yet");
+        kind_ = kind::test;  // no special tokens, nothing added
     } else {
         throw value_error("unknown tokenizer model '" + d.model + "'");
     }
@@ -184,6 +184,8 @@ vocab::vocab(vocab_data d, const std::function<void(const std::string&)>& log) :
     } else if (kind_ == kind::wpm) {
         linefeed_ = pad_;  // llama.cpp's choice (whitespace never becomes a token)
         for (const std::string& t : text_) wpm_max_len_ = std::max(wpm_max_len_, t.size());
+    } else if (kind_ == kind::test) {
+        linefeed_ = n_tokens() > 0 ? (token_id)('\n' % n_tokens()) : pad_;  // what "\n" tokenizes to
     } else if (kind_ == kind::ugm || kind_ == kind::rwkv || kind_ == kind::plamo2) {
         std::vector<token_id> nl;
         if (kind_ == kind::ugm) tokenize_ugm("\n", nl);
@@ -453,6 +455,11 @@ std::string vocab::piece_for(token_id id) const {
         return std::string();
     }
     if (kind_ == kind::rwkv) return rwkv_unescape(t);
+    if (kind_ == kind::test) {
+        char hex[16];
+        std::snprintf(hex, sizeof hex, "%x", (unsigned)id);
+        return hex;
+    }
     if (kind_ == kind::plamo2) {  // "<0xXX>" byte tokens are their byte; the rest their text
         const bool hex = t.size() == 6 && t.compare(0, 3, "<0x") == 0 && t[5] == '>' &&
                          std::isxdigit((unsigned char)t[3]) && std::isxdigit((unsigned char)t[4]);

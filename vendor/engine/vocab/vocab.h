@@ -22,7 +22,8 @@
 //              precompiled charsmap, then the best-scoring segmentation;
 //   "rwkv"  -> greedy longest match over the unescaped token texts;
 //   "plamo2"-> best-scoring split over the token texts, UTF-8 byte fallback;
-// The "test" model is rejected at construction.
+//   "test"  -> llama.cpp's test tokenizer: a hash of each 5 bytes, modulo
+//              the vocabulary size; pieces are the ids in hex.
 //
 // Token attributes follow llama.cpp: the GGUF token types, then its load-time
 // rules (tokens found by text as EOT/EOM/FIM/EOG become control, control
@@ -93,7 +94,7 @@ std::string rwkv_unescape(const std::string& escaped);  // RWKV token text -> it
 
 class vocab {
 public:
-    enum class kind { none, spm, bpe, wpm, ugm, rwkv, plamo2 };
+    enum class kind { none, spm, bpe, wpm, ugm, rwkv, plamo2, test };
 
     // Validates and indexes the data; throws lp::value_error on bad input
     // (unknown model, mismatched array lengths). `log` receives warnings
