@@ -10,7 +10,8 @@ present in the vocabulary or not), `Llama.tokenize` of each text alone, inside
 words, between spaces and newlines, doubled and cut short, with
 add_bos/special on and off; `Llama.detokenize` of those ids alone, after BOS,
 in pairs, of the longest tokens and the byte tokens, with special on and off;
-and llama.cpp's resulting token attributes and EOG list. Here llamapy's
+and llama.cpp's resulting token attributes, EOG list, special ids (BOS, EOS,
+EOT, SEP, newline, pad, FIM) and add_bos/eos/sep. Here llamapy's
 `Llama(path, vocab_only=True)` must give the same for every case.
 """
 from __future__ import annotations
@@ -64,6 +65,15 @@ def test_token_attributes_and_eog(case):
     assert llm.n_vocab() == vd["n_vocab"]
     assert [[i, vocab.token_attr(i)] for i, _ in vd["attrs"]] == vd["attrs"]
     assert llm.tokenizer_.eog_ids == vd["eog"]
+
+
+@pytest.mark.parametrize("case", VOCABS, indirect=True)
+def test_special_ids_and_flags(case):
+    vd, llm = case
+    vocab = llm.tokenizer_.native
+    assert {k: getattr(vocab, k) for k in vd["special_ids"]} == vd["special_ids"]
+    assert {k: bool(getattr(vocab, k)) for k in vd["flags"]} == vd["flags"]
+    assert (llm.token_bos(), llm.token_eos(), llm.token_nl()) == tuple(vd["special_ids"][k] for k in ("bos", "eos", "nl"))
 
 
 @pytest.mark.parametrize("case", VOCABS, indirect=True)

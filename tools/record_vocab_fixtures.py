@@ -28,7 +28,8 @@ tokenization of a text corpus (llama.cpp's own test inputs and more), the
 add_bos behaviour, and llama_detokenize of spaced punctuation.
 
 The JSON holds, per vocabulary: the file name (or "gemma-3-270m" for the
-default model), n_vocab, the recorded attributes and EOG flags of the probed
+default model), n_vocab, the special token ids (BOS, EOS, EOT, SEP, newline,
+pad, FIM) and add_bos/add_eos/add_sep, the recorded attributes and EOG flags of the probed
 ids, the full EOG list, and the cases. Compact: one list per case, detokenized
 bytes in hex.
 """
@@ -136,9 +137,15 @@ def record(path: str, label: str) -> dict:
     hello = llm.tokenize(b"Hello world", add_bos=True, special=False)
     seqs.append(hello + probe_ids[:10] + hello)
     detok = [[s, llm.detokenize(s, special=False).hex(), llm.detokenize(s, special=True).hex()] for s in seqs]
+    special_ids = {k: int(getattr(llama_cpp, f"llama_vocab_{k}")(vocab))
+                   for k in ("bos", "eos", "eot", "sep", "nl", "pad", "fim_pre", "fim_suf", "fim_mid", "fim_pad",
+                             "fim_rep", "fim_sep")}
+    flags = {k: bool(getattr(llama_cpp, f"llama_vocab_get_{k}")(vocab)) for k in ("add_bos", "add_eos", "add_sep")}
     return {
         "vocab": label,
         "n_vocab": n,
+        "special_ids": special_ids,
+        "flags": flags,
         "attrs": [[i, attrs[i]] for i in probe_ids],
         "eog": eog,
         "tokenize": tokenize,
