@@ -110,8 +110,11 @@ vocab::vocab(vocab_data d, const std::function<void(const std::string&)>& log) :
         kind_ = kind::wpm;
         bos_ = 101; unk_ = 100; sep_ = 102; pad_ = 0; mask_ = 103;
         add_bos_ = true; add_sep_ = true;
-        wpm_lowercase_ = d.wpm_lowercase != 0;
-        wpm_strip_accents_ = d.wpm_strip_accents >= 0 ? d.wpm_strip_accents != 0 : wpm_lowercase_;
+        // llamapy's keys, else llama.cpp's (tokenizer.ggml.normalizer.*); absent: lowercase
+        const int lower = d.wpm_lowercase >= 0 ? d.wpm_lowercase : d.normalizer_lowercase;
+        const int strip = d.wpm_strip_accents >= 0 ? d.wpm_strip_accents : d.normalizer_strip_accents;
+        wpm_lowercase_ = lower != 0;
+        wpm_strip_accents_ = strip >= 0 ? strip != 0 : wpm_lowercase_;
     } else if (d.model == "t5") {
         kind_ = kind::ugm;
         eos_ = 1; unk_ = 2; pad_ = 0;

@@ -83,7 +83,8 @@ struct vocab_data {
     int wpm_lowercase = -1;       // tokenizer.wordpiece.lowercase (llamapy's key; absent: true, as llama.cpp)
     int wpm_strip_accents = -1;   // tokenizer.wordpiece.strip_accents (absent: same as lowercase, as HF)
     int remove_extra_whitespaces = -1;              // tokenizer.ggml.remove_extra_whitespaces
-    int normalizer_lowercase = -1;                  // tokenizer.ggml.normalizer.lowercase ("whitespace" model)
+    int normalizer_lowercase = -1;                  // tokenizer.ggml.normalizer.lowercase (bert, "whitespace")
+    int normalizer_strip_accents = -1;              // tokenizer.ggml.normalizer.strip_accents (bert)
     std::string general_name;           // general.name (some models' token attributes depend on it)
     std::string general_arch;           // general.architecture
 };

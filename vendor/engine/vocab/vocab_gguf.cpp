@@ -98,6 +98,7 @@ vocab_data vocab_data_from_gguf(const gguf_file& f) {
     d.remove_extra_whitespaces = flag_of(f, "tokenizer.ggml.remove_extra_whitespaces");
     d.wpm_lowercase = flag_of(f, "tokenizer.wordpiece.lowercase");
     d.normalizer_lowercase = flag_of(f, "tokenizer.ggml.normalizer.lowercase");
+    d.normalizer_strip_accents = flag_of(f, "tokenizer.ggml.normalizer.strip_accents");
     d.wpm_strip_accents = flag_of(f, "tokenizer.wordpiece.strip_accents");
     return d;
 }
