@@ -189,3 +189,22 @@ def test_llama_cpp_test_tokenizer(tmp_path):
     v = E.Vocab.from_file(str(path))
     assert v.tokenize("hello world, 12", True, True) == [322, 114, 225]
     assert v.detokenize([255, 10]) == b"ffa" and v.nl == 10
+
+
+def test_integer_scores_and_longer_arrays(tmp_path):
+    """Scores stored as I32 are read (llama.cpp reads both), and score/type
+    arrays longer than the token list are cut to it (ids are llama.cpp's)."""
+    import gguf
+
+    path = tmp_path / "int_scores.gguf"
+    wr = gguf.GGUFWriter(str(path), "llama")
+    wr.add_tokenizer_model("llama")
+    wr.add_token_list(["<unk>", "<s>", "</s>", "\u2581a", "a", "b", "\u2581ab", "ab"])
+    wr.add_array("tokenizer.ggml.scores", [0, 0, 0, -1, -2, -3, -20, -1, 5, 5])  # ints; two extra
+    wr.add_token_types([2, 3, 3, 1, 1, 1, 1, 1, 1, 1])
+    wr.write_header_to_file()
+    wr.write_kv_data_to_file()
+    wr.close()
+    v = E.Vocab.from_file(str(path))
+    assert v.token_score(6) == -20.0
+    assert v.tokenize("ab", True, False) == [1, 6]  # "▁a" (-1, leftmost of the ties) then "▁ab"

@@ -231,9 +231,10 @@ vocab::vocab(vocab_data d, const std::function<void(const std::string&)>& log) :
 
 void vocab::load_tokens(const vocab_data& d) {
     const size_t n = d.tokens.size();
-    if (!d.scores.empty() && d.scores.size() != n)
+    // Fewer scores or types than tokens is an error; more are ignored (as llama.cpp does).
+    if (!d.scores.empty() && d.scores.size() < n)
         throw value_error("vocab: " + std::to_string(d.scores.size()) + " scores for " + std::to_string(n) + " tokens");
-    if (!d.token_types.empty() && d.token_types.size() != n)
+    if (!d.token_types.empty() && d.token_types.size() < n)
         throw value_error("vocab: " + std::to_string(d.token_types.size()) + " token types for " + std::to_string(n) + " tokens");
     if (n > (size_t)INT32_MAX) throw value_error("vocab: too many tokens");
     text_.resize(n);

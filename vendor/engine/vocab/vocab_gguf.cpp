@@ -58,7 +58,13 @@ vocab_data vocab_data_from_gguf(const gguf_file& f) {
     d.general_arch = f.get_string("general.architecture", "");
     const bool none = d.model == "none" || d.model == "no_vocab";
     d.tokens = strings_of(f, array_of(f, "tokenizer.ggml.tokens", gguf_type::STRING, !none));
-    d.scores = numbers_of<float>(f, array_of(f, "tokenizer.ggml.scores", gguf_type::F32, false));
+    // Scores may be stored as I32 too (llama.cpp reads both).
+    if (const gguf_kv* kv = f.find_kv("tokenizer.ggml.scores"); kv && kv->type == gguf_type::ARRAY &&
+                                                                kv->array.elem_type == gguf_type::I32) {
+        for (int32_t v : numbers_of<int32_t>(f, &kv->array)) d.scores.push_back((float)v);
+    } else {
+        d.scores = numbers_of<float>(f, array_of(f, "tokenizer.ggml.scores", gguf_type::F32, false));
+    }
     d.token_types = numbers_of<int32_t>(f, array_of(f, "tokenizer.ggml.token_type", gguf_type::I32, false));
     // BPE models need merges; Kimi K2's pre-tokenizer does without (as in llama.cpp).
     if (d.model == "gpt2" || d.model == "gemma4" || d.model == "whitespace" || d.model == "hybriddna") {
