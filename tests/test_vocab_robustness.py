@@ -208,3 +208,27 @@ def test_integer_scores_and_longer_arrays(tmp_path):
     v = E.Vocab.from_file(str(path))
     assert v.token_score(6) == -20.0
     assert v.tokenize("ab", True, False) == [1, 6]  # "▁a" (-1, leftmost of the ties) then "▁ab"
+
+
+def test_hybriddna_kmers(tmp_path):
+    """<dna> spans become 6-mer tokens (their U+E000 marker dropped from the
+    shown text), the rest byte-level BPE (ids are llama.cpp's for this file)."""
+    import gguf
+
+    path = tmp_path / "dna.gguf"
+    wr = gguf.GGUFWriter(str(path), "llama")
+    toks = ["a", "b", "c", "A", "C", "G", "T", "\u0120", "<dna>", "</dna>", "<oov>", "ACGTAC\ue000", "AAAAAA\ue000",
+            "CCCCCC", "ab", "CC", "CCC", "CCCCCC\ue000", "GTAAAA\ue000"]
+    wr.add_tokenizer_model("hybriddna")
+    wr.add_tokenizer_pre("gpt-2")
+    wr.add_token_list(toks)
+    wr.add_token_types([1] * 8 + [3, 3, 3] + [1] * 8)
+    wr.add_token_merges(["a b", "C C", "CC C", "CCC CCC"])
+    wr.write_header_to_file()
+    wr.write_kv_data_to_file()
+    wr.close()
+    v = E.Vocab.from_file(str(path))
+    assert v.tokenize("ab<dna>acgtacCCCCCCgt</dna>CCCCCCab", False, False) == [14, 8, 11, 17, 18, 9, 15, 15, 15, 14]
+    assert v.tokenize("<dna>acgtn", False, False) == [8, 10]  # "ACGTNA" (padded) is no k-mer: <oov>
+    assert v.tokenize("CCCCCC <dna>ccc", False, True) == [15, 15, 15, 7, 8, 10]
+    assert v.token_text(11) == b"ACGTAC" and v.text_to_token("ACGTAC\ue000") == 11
