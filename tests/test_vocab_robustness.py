@@ -230,5 +230,7 @@ def test_hybriddna_kmers(tmp_path):
     v = E.Vocab.from_file(str(path))
     assert v.tokenize("ab<dna>acgtacCCCCCCgt</dna>CCCCCCab", False, False) == [14, 8, 11, 17, 18, 9, 15, 15, 15, 14]
     assert v.tokenize("<dna>acgtn", False, False) == [8, 10]  # "ACGTNA" (padded) is no k-mer: <oov>
-    assert v.tokenize("CCCCCC <dna>ccc", False, True) == [15, 15, 15, 7, 8, 10]
+    assert v.tokenize("CCCCCC <dna>ccc", False, False) == [15, 15, 15, 7, 8, 10]
+    # parsed as a special token first, <dna> leaves plain text behind it
+    assert v.tokenize("CCCCCC <dna>ccc", False, True) == [15, 15, 15, 7, 8, 2, 2, 2]
     assert v.token_text(11) == b"ACGTAC" and v.text_to_token("ACGTAC\ue000") == 11
