@@ -21,6 +21,14 @@ from llamapy import _engine
 LEVELS = list(_engine.system_info()["cpu_isas"])  # "scalar", then what this CPU and build support
 # the level the "best" tables use: LEVELS[-1], or lower under LLAMAPY_ISA
 ACTIVE = _engine.system_info()["active_isa"]
+# the k-quants with register-blocked tiles at the AVX2 level (kquants_tiles_avx2.cpp)
+AVX2_TILED_K = {"Q4_K", "Q5_K", "Q6_K"}
+
+
+def has_k_tile(qtype: str) -> bool:
+    """Whether the active level gives this k-quant a gemm_tile."""
+    # (the NEON levels tile every k-quant: kquants_neon.cpp)
+    return ACTIVE in ("neon", "neon_dot", "avx512") or (ACTIVE == "avx2" and qtype in AVX2_TILED_K)
 
 REF_TOL = 2e-6
 SIMD_TOL = 4e-6

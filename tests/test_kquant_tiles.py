@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from llamapy import _engine
-from quant_checks import ACTIVE, LEVELS, random_blocks, same_bits
+from quant_checks import LEVELS, has_k_tile, random_blocks, same_bits
 
 K_TYPES = ["Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"]
 BLOCK_BYTES = {"Q2_K": 84, "Q3_K": 110, "Q4_K": 144, "Q5_K": 176, "Q6_K": 210}
@@ -64,7 +64,7 @@ def test_tiles_are_used_at_the_best_level(qtype):
     # the batched path really goes through the tiles (and they agree with the
     # reference within the budget the dot products have, test_kquants.py)
     info = _engine.type_info(qtype)
-    assert info["has_gemm_tile"] == (ACTIVE == "avx512")
+    assert info["has_gemm_tile"] == has_k_tile(qtype)
     rng = np.random.default_rng(7)
     n_rows, n_cols, n_tok = 16, 512, 8
     w = _engine.quantize(rng.standard_normal((n_rows, n_cols)).astype(np.float32), qtype)

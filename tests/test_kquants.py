@@ -319,7 +319,8 @@ def test_type_info_reports_the_kernels(qtype):
     info = _engine.type_info(qtype)
     assert info["vec_dot_type"] == "Q8_K" and info["can_dequantize"] and info["can_quantize"]
     assert info["kernel_isa"] == ACTIVE
-    assert info["has_gemm_tile"] == (ACTIVE == "avx512")
+    assert info["has_gemm_tile"] == (ACTIVE in ("neon", "neon_dot", "avx512")  # NEON: every k-quant (kquants_neon.cpp)
+                                     or (ACTIVE == "avx2" and qtype in ("Q4_K", "Q5_K", "Q6_K")))
 
 
 @pytest.mark.parametrize("qtype", K_TYPES)

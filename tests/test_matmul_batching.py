@@ -5,6 +5,10 @@ any size (mat-mat tiles) or on any number of threads, for every weight type
 and every kernel level."""
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -36,3 +40,41 @@ def test_rows_do_not_depend_on_the_batch(mats, t, level):
         parts = np.concatenate([E.matmul(w, t, 37, 512, x[i:i + n], 2, level) for i in range(0, 11, n)])
         np.testing.assert_array_equal(parts, full, err_msg=f"{t} {level} batches of {n}")
     np.testing.assert_array_equal(E.matmul(w, t, 37, 512, x, 1, level), full, err_msg=f"{t} {level} 1 thread")
+
+
+@pytest.mark.parametrize("level", LEVELS)
+@pytest.mark.parametrize("t", ["F32", "F16"])
+@pytest.mark.parametrize("n_cols", [8, 44, 300])
+def test_float_rows_of_any_length(t, level, n_cols):
+    # the float tiles finish a row with a zero-padded partial vector: still
+    # batch invariant, equal to vec_dot, and within float rounding of the
+    # double-precision reference
+    rng = np.random.default_rng(n_cols)
+    w = E.quantize(rng.standard_normal((9, n_cols)).astype(np.float32), t)
+    x = rng.standard_normal((7, n_cols)).astype(np.float32)
+    full = E.matmul(w, t, 9, n_cols, x, 2, level)
+    for i in range(7):
+        np.testing.assert_array_equal(E.matmul(w, t, 9, n_cols, x[i:i + 1], 1, level)[0], full[i])
+        np.testing.assert_array_equal(E.vec_dot_rows(w, t, n_cols, x[i], level), full[i])
+    ref = E.matmul(w, t, 9, n_cols, x, 1, "ref")
+    assert np.abs(full - ref).max() <= 1e-5 * np.abs(ref).max()
+
+
+def test_avx2_vnni_choice_keeps_the_bits(mats, tmp_path):
+    # The AVX2 tiles of Q4_0 / Q5_0 / Q8_0 use AVX-VNNI where the CPU has it
+    # (LLAMAPY_AVXVNNI=0: not). Their integer sums are exact either way, so
+    # the results must not change (on a CPU without it this compares plain
+    # with plain).
+    raw, x = mats
+    types = ["Q4_0", "Q5_0", "Q8_0"]
+    np.savez(tmp_path / "in.npz", x=x, **{t: raw[t] for t in types})
+    code = (
+        "import sys, numpy as np; from llamapy import _engine as E; d = np.load(sys.argv[1]);"
+        f"np.savez(sys.argv[2], **{{t: E.matmul(d[t], t, 37, 512, d['x'], 2, 'avx2') for t in {types!r}}})"
+    )
+    env = dict(os.environ, LLAMAPY_AVXVNNI="0")
+    subprocess.run([sys.executable, "-c", code, str(tmp_path / "in.npz"), str(tmp_path / "out.npz")], env=env,
+                   check=True)
+    plain = np.load(tmp_path / "out.npz")
+    for t in types:
+        np.testing.assert_array_equal(plain[t], E.matmul(raw[t], t, 37, 512, x, 2, "avx2"), err_msg=t)

@@ -32,6 +32,10 @@
 
 namespace lp {
 
+// float_tiles_avx2.cpp: at the AVX2 level, F32 / F16 tiles and the vec_dot
+// with their bits (replacing the AVX2 vec_dot below for those two types).
+void register_float_tiles_avx2(type_traits* table, isa level);
+
 namespace {
 
 // ---------------------------------------------------------------------------
@@ -232,50 +236,6 @@ LP_TARGET_AVX512 void bf16_from_float_avx512(const float* src, void* dst, int64_
     for (; i < n; ++i) h[i] = fp32_to_bf16(src[i]);
 }
 
-LP_TARGET_AVX512 void vec_dot_f32_f32_avx512(int64_t n, float* out, const void* w_row, const void* a_row) {
-    const auto* w = static_cast<const float*>(w_row);
-    const auto* a = static_cast<const float*>(a_row);
-    __m512 acc0 = _mm512_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
-    int64_t i = 0;
-    for (; i + 64 <= n; i += 64) {
-        acc0 = _mm512_fmadd_ps(_mm512_loadu_ps(w + i), _mm512_loadu_ps(a + i), acc0);
-        acc1 = _mm512_fmadd_ps(_mm512_loadu_ps(w + i + 16), _mm512_loadu_ps(a + i + 16), acc1);
-        acc2 = _mm512_fmadd_ps(_mm512_loadu_ps(w + i + 32), _mm512_loadu_ps(a + i + 32), acc2);
-        acc3 = _mm512_fmadd_ps(_mm512_loadu_ps(w + i + 48), _mm512_loadu_ps(a + i + 48), acc3);
-    }
-    for (; i + 16 <= n; i += 16) acc0 = _mm512_fmadd_ps(_mm512_loadu_ps(w + i), _mm512_loadu_ps(a + i), acc0);
-    if (i < n) {  // masked tail: lanes past n load as zero
-        const __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
-        acc1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, w + i), _mm512_maskz_loadu_ps(m, a + i), acc1);
-    }
-    *out = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc0, acc1), _mm512_add_ps(acc2, acc3)));
-}
-
-LP_TARGET_AVX512 LP_INLINE __m512 load_f16x16_avx512(const uint16_t* p) {
-    return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)p));
-}
-
-LP_TARGET_AVX512 void vec_dot_f16_f16_avx512(int64_t n, float* out, const void* w_row, const void* a_row) {
-    const auto* w = static_cast<const uint16_t*>(w_row);
-    const auto* a = static_cast<const uint16_t*>(a_row);
-    __m512 acc0 = _mm512_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
-    int64_t i = 0;
-    for (; i + 64 <= n; i += 64) {
-        acc0 = _mm512_fmadd_ps(load_f16x16_avx512(w + i), load_f16x16_avx512(a + i), acc0);
-        acc1 = _mm512_fmadd_ps(load_f16x16_avx512(w + i + 16), load_f16x16_avx512(a + i + 16), acc1);
-        acc2 = _mm512_fmadd_ps(load_f16x16_avx512(w + i + 32), load_f16x16_avx512(a + i + 32), acc2);
-        acc3 = _mm512_fmadd_ps(load_f16x16_avx512(w + i + 48), load_f16x16_avx512(a + i + 48), acc3);
-    }
-    for (; i + 16 <= n; i += 16) acc0 = _mm512_fmadd_ps(load_f16x16_avx512(w + i), load_f16x16_avx512(a + i), acc0);
-    if (i < n) {
-        const __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
-        const __m512 wv = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, w + i));
-        const __m512 av = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, a + i));
-        acc1 = _mm512_fmadd_ps(wv, av, acc1);
-    }
-    *out = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc0, acc1), _mm512_add_ps(acc2, acc3)));
-}
-
 // Widening by shift: vdpbf16ps (AVX512_BF16) is not part of our AVX-512
 // level, and the shift is exact anyway.
 LP_TARGET_AVX512 LP_INLINE __m512 widen_bf16x16_avx512(__m256i v) {
@@ -379,6 +339,13 @@ LP_TARGET_AVX512 void gemm_tile_float_avx512(int64_t n, const void* w, size_t ws
 #undef LP_FLOAT_TILE
 }
 
+// vec_dot is the 1 × 1 tile, so it gives the bits of mat-vec and mat-mat
+// (a separate 4-accumulator loop did not).
+template <class L>
+LP_TARGET_AVX512 void vec_dot_float_avx512(int64_t n, float* out, const void* w_row, const void* a_row) {
+    float_tile_avx512<L, 1, 1>(n, static_cast<const uint8_t*>(w_row), 0, static_cast<const uint8_t*>(a_row), 0, out, 0);
+}
+
 #endif  // LP_HAVE_AVX512
 
 }  // namespace
@@ -415,10 +382,10 @@ void register_float_types(type_traits* table, isa level) {
 #endif
 #if defined(LP_HAVE_AVX512)
     if (level == isa::avx512) {
-        f32.vec_dot = vec_dot_f32_f32_avx512;
+        f32.vec_dot = vec_dot_float_avx512<f32_lanes>;
         f16.to_float = f16_to_float_avx512;
         f16.from_float = f16_from_float_avx512;
-        f16.vec_dot = vec_dot_f16_f16_avx512;
+        f16.vec_dot = vec_dot_float_avx512<f16_lanes>;
         bf16.from_float = bf16_from_float_avx512;
         bf16.vec_dot = vec_dot_bf16_bf16_avx512;
         f32.gemm_tile = gemm_tile_float_avx512<f32_lanes>;
@@ -429,6 +396,7 @@ void register_float_types(type_traits* table, isa level) {
 #if defined(LP_HAVE_NEON)
     register_float_neon(table, level);
 #endif
+    register_float_tiles_avx2(table, level);  // the AVX2 vec_dot and tiles of F32 / F16
     (void)level;
 }
 

@@ -764,6 +764,7 @@ void register_kquant_types(type_traits* table, isa level) {
 #if defined(LP_HAVE_AVX512)
     if (use_avx512) q8.from_float = quantize_q8_k_avx512;
 #endif
+    register_kquant_tiles_avx2(table, level);
     register_kquant_panels_x86(table, level);
 #if defined(LP_HAVE_NEON)
     register_kquant_neon(table, level);

@@ -49,4 +49,8 @@ void quantize_q8_k_avx512(const float* x, void* dst, int64_t n);
 // their panel kernels (gemm_panel, and a vec_dot with the same bits).
 void register_kquant_panels_x86(type_traits* table, isa level);
 
+// kquants_tiles_avx2.cpp: at the AVX2 level, the Q4_K / Q5_K / Q6_K tiles
+// (gemm_tile, the same bits as their AVX2 vec_dot).
+void register_kquant_tiles_avx2(type_traits* table, isa level);
+
 }  // namespace lp

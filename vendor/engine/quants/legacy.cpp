@@ -325,6 +325,7 @@ void register_legacy_types(type_traits* table, isa level) {
 
     register_legacy_x86(table, level);
     register_legacy_panels_x86(table, level);
+    register_legacy_tiles_avx2(table, level);
 #if defined(LP_HAVE_NEON)
     register_legacy_neon(table, level);
 #endif

@@ -15,4 +15,11 @@ void register_legacy_x86(type_traits* table, isa level);
 // panel exists there but is not switched on: its mat-vec is slower).
 void register_legacy_panels_x86(type_traits* table, isa level);
 
+// For the AVX2 level, the register-blocked tiles of Q4_0, Q5_0 and Q8_0
+// (legacy_tiles_avx2.cpp; AVX-VNNI where the CPU has it) and the vec_dot
+// giving their bits.
+void register_legacy_tiles_avx2(type_traits* table, isa level);
+// Whether the AVX2 tiles use AVX-VNNI (the CPU has it, LLAMAPY_AVXVNNI not 0).
+bool avx2_use_vnni();
+
 }  // namespace lp

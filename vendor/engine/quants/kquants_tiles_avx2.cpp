@@ -1,0 +1,391 @@
+// kquants_tiles_avx2.cpp — register-blocked AVX2 tiles (gemm_tile_fn) for
+// Q4_K, Q5_K and Q6_K, the k-quants of Q4_K_M models. The AVX2 level used to
+// run mat-mat as one vec_dot (kquants_x86.cpp) per (row, column): every
+// product re-decoded the 12 packed scale bytes, re-unpacked the 4/5/6-bit
+// quants and re-built the per-group scale words. Here a row's super-block is
+// decoded once per chunk of 32 weights and used against up to 4 activation
+// rows; from 4 columns on (panels) each row is decoded once for all columns.
+//
+// Per (row, column) a tile runs the vec_dot's sequence: per super-block the
+// exact int32 lanes Σ_g scale_g·Σ q·a (maddubs, then madd with the scale
+// words) and Σ min·bsum, converted and fused-multiply-added into the two
+// 8-lane float accumulators with d·d_a and dmin·d_a, the two horizontal sums
+// subtracted at the end. So tile, vec_dot and mat-vec (the driver's 4 × 1
+// tiles) give the same bits: batches equal token-by-token decoding.
+//
+// No AVX-VNNI variant: vpdpbusd cannot take the int16 group scales that
+// madd applies for free, so it would need a multiply per group.
+#include <algorithm>
+#include <cstddef>
+#include <cstring>
+#include <type_traits>
+#include <vector>
+
+#include "../common.h"
+#include "blocks.h"
+#include "kquants_x86.h"
+
+#if defined(LP_X86)
+#include <immintrin.h>
+#endif
+
+#include "kquants_x86_common.h"
+#include "simd_x86.h"
+#include "tiles_avx2_common.h"
+
+namespace lp {
+
+#if defined(LP_HAVE_AVX2)
+
+namespace {
+
+using kq_x86::k4_scales_mins_avx2;
+
+// pshufb control broadcasting int16 word w (0-7) across a 128-bit lane.
+LP_TARGET_AVX2 LP_INLINE __m128i word_ctrl(int w) { return _mm_set1_epi16((short)(((2 * w + 1) << 8) | (2 * w))); }
+
+// Σ over 32 weights of q·a times the int16 scale words, as 8 int32 lanes.
+LP_TARGET_AVX2 LP_INLINE __m256i dot32(__m256i q, const int8_t* a, __m256i scales16) {
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(q, _mm256_loadu_si256((const __m256i*)a)), scales16);
+}
+
+// One row's super-block, decoded for the Q4_K / Q5_K chunks.
+struct k4_row {
+    __m256i sc16, m16, high;
+    float d, dmin;
+};
+
+template <bool Q5>
+LP_TARGET_AVX2 LP_INLINE k4_row k4_decode(const uint8_t* b) {
+    const __m128i dup = _mm_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15);
+    k4_row r;
+    const __m128i sm = k4_scales_mins_avx2(b + 4);
+    r.sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sm));
+    r.m16 = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(sm, dup));
+    r.high = Q5 ? _mm256_loadu_si256((const __m256i*)(b + offsetof(block_q5_K, qh))) : _mm256_setzero_si256();
+    uint16_t d, dmin;
+    std::memcpy(&d, b, 2);
+    std::memcpy(&dmin, b + 2, 2);
+    r.d = _cvtsh_ss(d);
+    r.dmin = _cvtsh_ss(dmin);
+    return r;
+}
+
+// Q4_K / Q5_K, NR rows × NC columns over all super-blocks.
+template <bool Q5, int NR, int NC>
+LP_TARGET_AVX2 void k4_tile(int64_t n, const uint8_t* w, size_t ws, const uint8_t* a, size_t as, float* out,
+                            size_t os) {
+    constexpr size_t bb = Q5 ? sizeof(block_q5_K) : sizeof(block_q4_K);
+    constexpr size_t qs_off = Q5 ? offsetof(block_q5_K, qs) : offsetof(block_q4_K, qs);
+    const __m256i m4 = _mm256_set1_epi8(0xF), bit4 = _mm256_set1_epi8(0x10);
+    // acc / accm per (row, column); 2·NR·NC of them do not fit the registers,
+    // they live in L1 between super-blocks (a load and a store each per
+    // 256 weights).
+    __m256 acc[NR][NC], accm[NR][NC];
+    for (int r = 0; r < NR; ++r)
+        for (int c = 0; c < NC; ++c) acc[r][c] = accm[r][c] = _mm256_setzero_ps();
+    const block_q8_K* y[NC];
+    for (int c = 0; c < NC; ++c) y[c] = reinterpret_cast<const block_q8_K*>(a + c * as);
+    [[maybe_unused]] const char* pf = tiles_avx2::prefetch_start(w, ws, NR);
+    for (int64_t i = 0; i < n / QK_K; ++i) {
+        if constexpr (NC == 1) tiles_avx2::prefetch_step(pf, NR * bb);  // mat-vec streams the weights
+        for (int r = 0; r < NR; ++r) {
+            const uint8_t* b = w + r * ws + i * bb;
+            k4_row k = k4_decode<Q5>(b);
+            __m256i sum[NC];
+            for (int c = 0; c < NC; ++c) sum[c] = _mm256_setzero_si256();
+            for (int ch = 0; ch < 4; ++ch) {
+                const __m256i bytes = _mm256_loadu_si256((const __m256i*)(b + qs_off + 32 * ch));
+                __m256i q0 = _mm256_and_si256(bytes, m4);
+                __m256i q1 = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), m4);
+                if constexpr (Q5) {  // fifth bit of weight 32j + l: bit j of qh[l]
+                    q0 = _mm256_or_si256(q0, _mm256_and_si256(_mm256_slli_epi16(k.high, 4), bit4));
+                    q1 = _mm256_or_si256(q1, _mm256_and_si256(_mm256_slli_epi16(k.high, 3), bit4));
+                    k.high = _mm256_srli_epi16(k.high, 2);
+                }
+                const __m128i c0 = word_ctrl(2 * ch), c1 = word_ctrl(2 * ch + 1);
+                const __m256i s0 = _mm256_shuffle_epi8(k.sc16, _mm256_set_m128i(c0, c0));
+                const __m256i s1 = _mm256_shuffle_epi8(k.sc16, _mm256_set_m128i(c1, c1));
+                for (int c = 0; c < NC; ++c) {
+                    sum[c] = _mm256_add_epi32(sum[c], dot32(q0, y[c][i].qs + 64 * ch, s0));
+                    sum[c] = _mm256_add_epi32(sum[c], dot32(q1, y[c][i].qs + 64 * ch + 32, s1));
+                }
+            }
+            for (int c = 0; c < NC; ++c) {
+                const block_q8_K& yc = y[c][i];
+                const __m256i ms = _mm256_madd_epi16(k.m16, _mm256_loadu_si256((const __m256i*)yc.bsums));
+                acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum[c]), _mm256_set1_ps(k.d * yc.d), acc[r][c]);
+                accm[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ms), _mm256_set1_ps(k.dmin * yc.d), accm[r][c]);
+            }
+        }
+    }
+    for (int c = 0; c < NC; ++c)
+        for (int r = 0; r < NR; ++r)
+            out[(size_t)c * os + r] = x86::hsum_f32x8(acc[r][c]) - x86::hsum_f32x8(accm[r][c]);
+}
+
+// Q6_K's scale words for chunk k (weights 32k..32k+31: groups 2k, 2k+1), as
+// group16_scales_avx2 in kquants_x86.cpp builds them.
+LP_TARGET_AVX2 LP_INLINE __m256i q6_scales(__m256i sc_lo, __m256i sc_hi, int k) {
+    const __m256i src = k < 4 ? sc_lo : sc_hi;
+    const int w = (2 * k) % 8;
+    return _mm256_shuffle_epi8(src, _mm256_set_m128i(word_ctrl(w + 1), word_ctrl(w)));
+}
+
+template <int NR, int NC>
+LP_TARGET_AVX2 void q6_tile(int64_t n, const uint8_t* w, size_t ws, const uint8_t* a, size_t as, float* out,
+                            size_t os) {
+    const __m256i m4 = _mm256_set1_epi8(0xF), m30 = _mm256_set1_epi8(0x30);
+    __m256 acc[NR][NC], accm[NR][NC];
+    for (int r = 0; r < NR; ++r)
+        for (int c = 0; c < NC; ++c) acc[r][c] = accm[r][c] = _mm256_setzero_ps();
+    const block_q8_K* y[NC];
+    for (int c = 0; c < NC; ++c) y[c] = reinterpret_cast<const block_q8_K*>(a + c * as);
+    [[maybe_unused]] const char* pf = tiles_avx2::prefetch_start(w, ws, NR);
+    for (int64_t i = 0; i < n / QK_K; ++i) {
+        if constexpr (NC == 1) tiles_avx2::prefetch_step(pf, NR * sizeof(block_q6_K));
+        for (int r = 0; r < NR; ++r) {
+            const block_q6_K& x = reinterpret_cast<const block_q6_K*>(w + r * ws)[i];
+            const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)x.scales));
+            const __m256i sc_lo = _mm256_permute2x128_si256(sc16, sc16, 0x00);
+            const __m256i sc_hi = _mm256_permute2x128_si256(sc16, sc16, 0x11);
+            __m256i sum[NC];
+            for (int c = 0; c < NC; ++c) sum[c] = _mm256_setzero_si256();
+            for (int h = 0; h < 2; ++h) {
+                const __m256i l0 = _mm256_loadu_si256((const __m256i*)(x.ql + 64 * h));
+                const __m256i l1 = _mm256_loadu_si256((const __m256i*)(x.ql + 64 * h + 32));
+                const __m256i hb = _mm256_loadu_si256((const __m256i*)(x.qh + 32 * h));
+                for (int j = 0; j < 4; ++j) {
+                    // quant + 32 in [0, 63] for weights h·128 + 32j + l
+                    __m256i q;
+                    switch (j) {
+                        case 0: q = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 4), m30)); break;
+                        case 1: q = _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 2), m30)); break;
+                        case 2: q = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), _mm256_and_si256(hb, m30)); break;
+                        default:
+                            q = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                                                _mm256_and_si256(_mm256_srli_epi16(hb, 2), m30));
+                    }
+                    const int k = 4 * h + j;
+                    const __m256i s = q6_scales(sc_lo, sc_hi, k);
+                    for (int c = 0; c < NC; ++c) sum[c] = _mm256_add_epi32(sum[c], dot32(q, y[c][i].qs + 32 * k, s));
+                }
+            }
+            const float d = _cvtsh_ss(x.d);
+            const __m256i m16 = _mm256_slli_epi16(sc16, 5);  // offset 32 → "min" 32·scale
+            for (int c = 0; c < NC; ++c) {
+                const block_q8_K& yc = y[c][i];
+                const __m256i ms = _mm256_madd_epi16(m16, _mm256_loadu_si256((const __m256i*)yc.bsums));
+                acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum[c]), _mm256_set1_ps(d * yc.d), acc[r][c]);
+                accm[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ms), _mm256_set1_ps(d * yc.d), accm[r][c]);
+            }
+        }
+    }
+    for (int c = 0; c < NC; ++c)
+        for (int r = 0; r < NR; ++r)
+            out[(size_t)c * os + r] = x86::hsum_f32x8(acc[r][c]) - x86::hsum_f32x8(accm[r][c]);
+}
+
+// The kinds of tile: K4<false> Q4_K, K4<true> Q5_K, Q6 Q6_K.
+template <bool Q5>
+struct k4_kind {
+    static constexpr vec_dot_fn dot = Q5 ? vec_dot_q5_k_q8_k_avx2 : vec_dot_q4_k_q8_k_avx2;
+    template <int NR, int NC>
+    LP_TARGET_AVX2 static void run(int64_t n, const uint8_t* w, size_t ws, const uint8_t* a, size_t as, float* out,
+                                   size_t os) {
+        k4_tile<Q5, NR, NC>(n, w, ws, a, as, out, os);
+    }
+};
+struct q6_kind {
+    static constexpr vec_dot_fn dot = vec_dot_q6_k_q8_k_avx2;
+    template <int NR, int NC>
+    LP_TARGET_AVX2 static void run(int64_t n, const uint8_t* w, size_t ws, const uint8_t* a, size_t as, float* out,
+                                   size_t os) {
+        q6_tile<NR, NC>(n, w, ws, a, as, out, os);
+    }
+};
+
+template <class K>
+LP_TARGET_AVX2 void gemm_tile(int64_t n, const void* w, size_t ws, const void* a, size_t as, float* out, size_t os,
+                              int nr, int nc) {
+    const auto* wb = static_cast<const uint8_t*>(w);
+    const auto* ab = static_cast<const uint8_t*>(a);
+    if (nc == 1) {
+        // Mat-vec: the vec_dot row by row (same bits as the tiles). Four
+        // rows side by side measured 15-25% slower per CPU-second here
+        // (1 thread, 96 MB of 1B-shaped weights): one row streams better.
+        for (int r = 0; r < nr; ++r) K::dot(n, out + r, wb + r * ws, ab);
+        return;
+    }
+#define LP_K_TILE(R, C) \
+    case R * 8 + C: K::template run<R, C>(n, wb, ws, ab, as, out, os); return;
+    switch (nr * 8 + nc) {
+        LP_K_TILE(4, 4) LP_K_TILE(4, 3) LP_K_TILE(4, 2) LP_K_TILE(4, 1)
+        LP_K_TILE(3, 4) LP_K_TILE(3, 3) LP_K_TILE(3, 2) LP_K_TILE(3, 1)
+        LP_K_TILE(2, 4) LP_K_TILE(2, 3) LP_K_TILE(2, 2) LP_K_TILE(2, 1)
+        LP_K_TILE(1, 4) LP_K_TILE(1, 3) LP_K_TILE(1, 2) LP_K_TILE(1, 1)
+        default: return;
+    }
+#undef LP_K_TILE
+}
+
+
+// Panels (gemm_panel_fn: up to 16 rows × 128 columns). From 4 columns on,
+// each row's super-blocks are decoded once into this form (per thread
+// buffer): the 8 operand vectors of 32 weights (quant + offset, unsigned),
+// their 8 scale-word vectors, the min words and the two float scales (Q6_K:
+// dmin = d, the mins being 32·scale). Every 4 × 4 tile then only multiplies.
+struct alignas(32) k_unpacked {
+    __m256i q[8], s[8], m16;
+    float d, dmin;
+};
+
+LP_TARGET_AVX2 LP_INLINE void unpack_k4(const uint8_t* b, bool q5, k_unpacked* u) {
+    const __m256i m4 = _mm256_set1_epi8(0xF), bit4 = _mm256_set1_epi8(0x10);
+    const size_t qs_off = q5 ? offsetof(block_q5_K, qs) : offsetof(block_q4_K, qs);
+    k4_row k = q5 ? k4_decode<true>(b) : k4_decode<false>(b);
+    for (int ch = 0; ch < 4; ++ch) {
+        const __m256i bytes = _mm256_loadu_si256((const __m256i*)(b + qs_off + 32 * ch));
+        __m256i q0 = _mm256_and_si256(bytes, m4);
+        __m256i q1 = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), m4);
+        if (q5) {
+            q0 = _mm256_or_si256(q0, _mm256_and_si256(_mm256_slli_epi16(k.high, 4), bit4));
+            q1 = _mm256_or_si256(q1, _mm256_and_si256(_mm256_slli_epi16(k.high, 3), bit4));
+            k.high = _mm256_srli_epi16(k.high, 2);
+        }
+        const __m128i c0 = word_ctrl(2 * ch), c1 = word_ctrl(2 * ch + 1);
+        _mm256_store_si256(&u->q[2 * ch], q0);
+        _mm256_store_si256(&u->q[2 * ch + 1], q1);
+        _mm256_store_si256(&u->s[2 * ch], _mm256_shuffle_epi8(k.sc16, _mm256_set_m128i(c0, c0)));
+        _mm256_store_si256(&u->s[2 * ch + 1], _mm256_shuffle_epi8(k.sc16, _mm256_set_m128i(c1, c1)));
+    }
+    _mm256_store_si256(&u->m16, k.m16);
+    u->d = k.d;
+    u->dmin = k.dmin;
+}
+
+LP_TARGET_AVX2 LP_INLINE void unpack_q6(const block_q6_K& x, k_unpacked* u) {
+    const __m256i m4 = _mm256_set1_epi8(0xF), m30 = _mm256_set1_epi8(0x30);
+    const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)x.scales));
+    const __m256i sc_lo = _mm256_permute2x128_si256(sc16, sc16, 0x00);
+    const __m256i sc_hi = _mm256_permute2x128_si256(sc16, sc16, 0x11);
+    for (int h = 0; h < 2; ++h) {
+        const __m256i l0 = _mm256_loadu_si256((const __m256i*)(x.ql + 64 * h));
+        const __m256i l1 = _mm256_loadu_si256((const __m256i*)(x.ql + 64 * h + 32));
+        const __m256i hb = _mm256_loadu_si256((const __m256i*)(x.qh + 32 * h));
+        const __m256i q[4] = {
+            _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 4), m30)),
+            _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 2), m30)),
+            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), _mm256_and_si256(hb, m30)),
+            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4), _mm256_and_si256(_mm256_srli_epi16(hb, 2), m30)),
+        };
+        for (int j = 0; j < 4; ++j) {
+            _mm256_store_si256(&u->q[4 * h + j], q[j]);
+            _mm256_store_si256(&u->s[4 * h + j], q6_scales(sc_lo, sc_hi, 4 * h + j));
+        }
+    }
+    _mm256_store_si256(&u->m16, _mm256_slli_epi16(sc16, 5));
+    u->d = u->dmin = _cvtsh_ss(x.d);
+}
+
+// NR unpacked rows (nsb super-blocks each, row r at u + r·nsb) × NC columns:
+// the same per-(row, column) sequence as k4_tile / q6_tile.
+template <int NR, int NC>
+LP_TARGET_AVX2 void unpacked_tile(int64_t nsb, const k_unpacked* u, const uint8_t* a, size_t as, float* out,
+                                  size_t os) {
+    __m256 acc[NR][NC], accm[NR][NC];
+    for (int r = 0; r < NR; ++r)
+        for (int c = 0; c < NC; ++c) acc[r][c] = accm[r][c] = _mm256_setzero_ps();
+    const block_q8_K* y[NC];
+    for (int c = 0; c < NC; ++c) y[c] = reinterpret_cast<const block_q8_K*>(a + c * as);
+    for (int64_t i = 0; i < nsb; ++i) {
+        for (int r = 0; r < NR; ++r) {
+            const k_unpacked& k = u[r * nsb + i];
+            __m256i sum[NC];
+            for (int c = 0; c < NC; ++c) sum[c] = _mm256_setzero_si256();
+            for (int g = 0; g < 8; ++g) {
+                const __m256i q = _mm256_load_si256(&k.q[g]), sc = _mm256_load_si256(&k.s[g]);
+                for (int c = 0; c < NC; ++c) sum[c] = _mm256_add_epi32(sum[c], dot32(q, y[c][i].qs + 32 * g, sc));
+            }
+            for (int c = 0; c < NC; ++c) {
+                const block_q8_K& yc = y[c][i];
+                const __m256i ms = _mm256_madd_epi16(k.m16, _mm256_loadu_si256((const __m256i*)yc.bsums));
+                acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum[c]), _mm256_set1_ps(k.d * yc.d), acc[r][c]);
+                accm[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ms), _mm256_set1_ps(k.dmin * yc.d), accm[r][c]);
+            }
+        }
+    }
+    for (int c = 0; c < NC; ++c)
+        for (int r = 0; r < NR; ++r)
+            out[(size_t)c * os + r] = x86::hsum_f32x8(acc[r][c]) - x86::hsum_f32x8(accm[r][c]);
+}
+
+template <int NR>
+LP_TARGET_AVX2 void unpacked_cols(int64_t nsb, const k_unpacked* u, const uint8_t* a, size_t as, float* out,
+                                  size_t os, int nc) {
+    int c = 0;
+    for (; c + 4 <= nc; c += 4) unpacked_tile<NR, 4>(nsb, u, a + c * as, as, out + c * os, os);
+    switch (nc - c) {
+        case 3: unpacked_tile<NR, 3>(nsb, u, a + c * as, as, out + c * os, os); break;
+        case 2: unpacked_tile<NR, 2>(nsb, u, a + c * as, as, out + c * os, os); break;
+        case 1: unpacked_tile<NR, 1>(nsb, u, a + c * as, as, out + c * os, os); break;
+        default: break;
+    }
+}
+
+// 0: Q4_K, 1: Q5_K, 2: Q6_K
+template <int T>
+LP_TARGET_AVX2 void gemm_panel(int64_t n, const void* w, size_t ws, int nr, const void* a, size_t as, int nc,
+                               float* out, size_t os) {
+    using K = std::conditional_t<T == 2, q6_kind, k4_kind<T == 1>>;
+    const auto* wb = static_cast<const uint8_t*>(w);
+    const auto* ab = static_cast<const uint8_t*>(a);
+    if (nc < 4) {  // mat-vec, small batches: decode as we go
+        for (int r = 0; r < nr; r += 4) gemm_tile<K>(n, wb + r * ws, ws, ab, as, out + r, os, std::min(4, nr - r), nc);
+        return;
+    }
+    const int64_t nsb = n / QK_K;
+    thread_local std::vector<k_unpacked> buf;
+    if (buf.size() < (size_t)nr * (size_t)nsb) buf.resize((size_t)nr * (size_t)nsb);
+    for (int r = 0; r < nr; ++r)
+        for (int64_t i = 0; i < nsb; ++i) {
+            k_unpacked* u = &buf[(size_t)r * nsb + i];
+            if constexpr (T == 2) unpack_q6(reinterpret_cast<const block_q6_K*>(wb + r * ws)[i], u);
+            else unpack_k4(wb + r * ws + i * (T == 1 ? sizeof(block_q5_K) : sizeof(block_q4_K)), T == 1, u);
+        }
+    // columns in groups of 8 (their activations stay in L1 across the row tiles)
+    for (int c0 = 0; c0 < nc; c0 += 8) {
+        const int ncc = std::min(8, nc - c0);
+        for (int r = 0; r < nr; r += 4) {
+            const k_unpacked* u = buf.data() + (size_t)r * nsb;
+            float* o = out + (size_t)c0 * os + r;
+            switch (std::min(4, nr - r)) {
+                case 4: unpacked_cols<4>(nsb, u, ab + c0 * as, as, o, os, ncc); break;
+                case 3: unpacked_cols<3>(nsb, u, ab + c0 * as, as, o, os, ncc); break;
+                case 2: unpacked_cols<2>(nsb, u, ab + c0 * as, as, o, os, ncc); break;
+                default: unpacked_cols<1>(nsb, u, ab + c0 * as, as, o, os, ncc); break;
+            }
+        }
+    }
+}
+
+}  // namespace
+
+void register_kquant_tiles_avx2(type_traits* table, isa level) {
+    if (level != isa::avx2) return;
+    // vec_dot stays kquants_x86.cpp's: the tiles run its sequence.
+    table[(int)ggml_type::Q4_K].gemm_tile = gemm_tile<k4_kind<false>>;
+    table[(int)ggml_type::Q5_K].gemm_tile = gemm_tile<k4_kind<true>>;
+    table[(int)ggml_type::Q6_K].gemm_tile = gemm_tile<q6_kind>;
+    table[(int)ggml_type::Q4_K].gemm_panel = gemm_panel<0>;
+    table[(int)ggml_type::Q5_K].gemm_panel = gemm_panel<1>;
+    table[(int)ggml_type::Q6_K].gemm_panel = gemm_panel<2>;
+}
+
+#else
+
+void register_kquant_tiles_avx2(type_traits*, isa) {}
+
+#endif  // LP_HAVE_AVX2
+
+}  // namespace lp

@@ -1,0 +1,36 @@
+// tiles_avx2_common.h — what the AVX2 register-blocked tiles share
+// (float_tiles_avx2.cpp, legacy_tiles_avx2.cpp, kquants_tiles_avx2.cpp): the
+// weight prefetch of mat-vec. Include after <immintrin.h>.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "../common.h"
+
+namespace lp {
+namespace tiles_avx2 {
+
+#if defined(LP_HAVE_AVX2)
+
+// Mat-vec runs a tile over 4 rows with one activation row. Four rows walked
+// side by side defeat the hardware prefetchers (they follow one sequential
+// stream, not four interleaved ones), so the tile prefetches the 4 rows'
+// bytes itself as one linear stream, a fixed distance past the tile: the
+// same idea as simd_x86.h's AVX-512 prefetch_start / prefetch_step.
+constexpr size_t kAhead = 8192;
+
+LP_TARGET_AVX2 LP_INLINE const char* prefetch_start(const uint8_t* w, size_t w_stride, int nr) {
+    return reinterpret_cast<const char*>(w) + (size_t)nr * w_stride + kAhead;
+}
+
+// Prefetches `bytes` bytes at p (rounded up to cache lines) and advances p.
+LP_TARGET_AVX2 LP_INLINE void prefetch_step(const char*& p, size_t bytes) {
+    for (size_t off = 0; off < bytes; off += 64) _mm_prefetch(p + off, _MM_HINT_T0);
+    p += bytes;
+}
+
+#endif  // LP_HAVE_AVX2
+
+}  // namespace tiles_avx2
+}  // namespace lp
