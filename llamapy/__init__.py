@@ -13,13 +13,21 @@ def _use_installed_copy_if_unbuilt() -> None:
     """Running ``python -m llamapy`` (or ``import llamapy``) from the root of
     a source checkout finds this unbuilt source package before the installed
     one. When the native module is missing here but an installed llamapy
-    exists elsewhere on sys.path, load the package's modules from there."""
+    exists elsewhere on sys.path, load the package's modules from there.
+    Only a module this interpreter can load counts (its EXTENSION_SUFFIXES):
+    an x86 developer build in the checkout does not hide an aarch64 install."""
+    from importlib.machinery import EXTENSION_SUFFIXES
+
+    def built(d: str) -> bool:
+        names = set(_os.listdir(d))
+        return any("_engine" + s in names for s in EXTENSION_SUFFIXES)
+
     here = _os.path.dirname(_os.path.abspath(__file__))
-    if any(n.startswith("_engine") for n in _os.listdir(here)):
+    if built(here):
         return
     for entry in _sys.path:
         cand = _os.path.join(_os.path.abspath(entry or "."), "llamapy")
-        if cand != here and _os.path.isdir(cand) and any(n.startswith("_engine") for n in _os.listdir(cand)):
+        if cand != here and _os.path.isdir(cand) and built(cand):
             __path__[:] = [cand]  # noqa: F821 - the package's own __path__
             return
 
