@@ -87,12 +87,40 @@ def test_tokenize_special_and_not(case):
     assert not wrong, f"{len(wrong)}/{len(vd['tokenize'])} texts differ, first: {wrong[0]!r}"
 
 
+def as_llama_cpp_python(llm: Llama, ids, special: bool) -> bytes:
+    """What llama-cpp-python 0.3.36's detokenize gives: its 32-byte piece
+    buffer loses every piece longer than that (a difference llamapy keeps on
+    purpose: it never loses text), then one leading space after BOS goes."""
+    vocab = llm.tokenizer_.native
+    out = b"".join(p for p in (vocab.token_to_piece(i, special) for i in ids) if len(p) <= 32)
+    return out[1:] if ids and ids[0] == llm.token_bos() and out[:1] == b" " else out
+
+
 @pytest.mark.parametrize("case", VOCABS, indirect=True)
 def test_detokenize_special_and_not(case):
     vd, llm = case
+    vocab = llm.tokenizer_.native
     wrong = []
     for ids, plain, special in vd["detokenize"]:
-        got = [llm.detokenize(ids, special=False).hex(), llm.detokenize(ids, special=True).hex()]
+        got = [as_llama_cpp_python(llm, ids, sp).hex() for sp in (False, True)]
         if got != [plain, special]:
             wrong.append((ids, plain, special, got))
+        for sp in (False, True):
+            pieces = [vocab.token_to_piece(i, sp) for i in ids]
+            whole = b"".join(pieces)
+            # llamapy keeps every piece, and drops only the space after BOS
+            want = whole[1:] if ids and ids[0] == llm.token_bos() and whole[:1] == b" " else whole
+            assert llm.detokenize(ids, special=sp) == want
     assert not wrong, f"{len(wrong)}/{len(vd['detokenize'])} id lists differ, first: {wrong[0]!r}"
+
+
+def test_pieces_longer_than_32_bytes_are_kept(gemma_path):
+    # Gemma 3 has 379 such tokens (whole Bengali and Hindi words among them);
+    # llama-cpp-python's 32-byte buffer would drop "পাকিস্তানের" from its text.
+    llm = load(gemma_path)
+    text = "পাকিস্তানের রাজধানী"
+    ids = llm.tokenize(text.encode("utf-8"), add_bos=False, special=False)
+    pieces = [llm.tokenizer_.native.token_to_piece(i, False) for i in ids]
+    assert any(len(p) > 32 for p in pieces)
+    assert llm.detokenize(ids).decode("utf-8").strip() == text
+    assert as_llama_cpp_python(llm, ids, False) != llm.detokenize(ids)

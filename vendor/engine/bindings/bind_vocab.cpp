@@ -180,21 +180,18 @@ void bind_vocab(py::module_& m) {
                  std::string out;
                  {
                      py::gil_scoped_release nogil;
-                     // llama-cpp-python reads each piece into a 32-byte buffer and keeps
-                     // nothing of a longer one (llama_token_to_piece reports its size as a
-                     // negative count, and buffer[:n] of that is empty).
-                     for (token_id id : ids) {
-                         const std::string& piece = self.v->token_to_piece(id, special);
-                         if (piece.size() <= 32) out += piece;
-                     }
+                     // Pieces are kept whole. llama-cpp-python reads each piece into a
+                     // 32-byte buffer and silently loses longer ones (long whitespace
+                     // runs in Gemma's vocabulary, for one); llamapy does not lose text.
+                     for (token_id id : ids) out += self.v->token_to_piece(id, special);
                      // llama-cpp-python drops a leading space after a leading BOS.
                      if (!ids.empty() && ids[0] == self.v->bos() && !out.empty() && out[0] == ' ') out.erase(0, 1);
                  }
                  return as_bytes(out);
              }, py::arg("ids"), py::arg("special") = false,
-             "Bytes of ids as llama-cpp-python's Llama.detokenize makes them: the pieces joined "
-             "(pieces over 32 bytes dropped, as its 32-byte buffer does), less one leading space "
-             "when the ids start with BOS.")
+             "Bytes of ids as llama-cpp-python's Llama.detokenize makes them: the pieces joined, "
+             "less one leading space when the ids start with BOS (pieces over 32 bytes, which its "
+             "32-byte buffer loses, are kept).")
         .def("llama_detokenize", [](const py_vocab& self, py::handle ids_in, bool remove_special,
                                     bool unparse_special) {
                  const std::vector<token_id> ids = id_list(ids_in);
