@@ -299,8 +299,13 @@ LP_TARGET_AVX2 void unpacked_tile(int64_t nsb, const k_unpacked* u, const uint8_
     const block_q8_K* y[NC];
     for (int c = 0; c < NC; ++c) y[c] = reinterpret_cast<const block_q8_K*>(a + c * as);
     for (int64_t i = 0; i < nsb; ++i) {
+        // d_a broadcast once per column; d·d_a as a vector product has the
+        // bits of the scalar product vec_dot broadcasts
+        __m256 da[NC];
+        for (int c = 0; c < NC; ++c) da[c] = _mm256_broadcast_ss(&y[c][i].d);
         for (int r = 0; r < NR; ++r) {
             const k_unpacked& k = u[r * nsb + i];
+            const __m256 d = _mm256_broadcast_ss(&k.d), dmin = _mm256_broadcast_ss(&k.dmin);
             __m256i sum[NC];
             for (int c = 0; c < NC; ++c) sum[c] = _mm256_setzero_si256();
             for (int g = 0; g < 8; ++g) {
@@ -310,8 +315,8 @@ LP_TARGET_AVX2 void unpacked_tile(int64_t nsb, const k_unpacked* u, const uint8_
             for (int c = 0; c < NC; ++c) {
                 const block_q8_K& yc = y[c][i];
                 const __m256i ms = _mm256_madd_epi16(k.m16, _mm256_loadu_si256((const __m256i*)yc.bsums));
-                acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum[c]), _mm256_set1_ps(k.d * yc.d), acc[r][c]);
-                accm[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ms), _mm256_set1_ps(k.dmin * yc.d), accm[r][c]);
+                acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum[c]), _mm256_mul_ps(d, da[c]), acc[r][c]);
+                accm[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ms), _mm256_mul_ps(dmin, da[c]), accm[r][c]);
             }
         }
     }

@@ -195,11 +195,11 @@ unpacked panel_buffer(int nr, int64_t nb) {
         for (int64_t ib = 0; ib < nb; ++ib) {                                                                  \
             if (pf) tiles_avx2::prefetch_step(pf, NR * sizeof(typename F::block));                             \
             __m256i av[NC], init[NC];                                                                          \
-            float da[NC];                                                                                      \
+            __m256 da[NC]; /* d_a broadcast once; dw·d_a as a vector product has the scalar product's bits */  \
             for (int c = 0; c < NC; ++c) {                                                                     \
                 const block_q8_0& y = reinterpret_cast<const block_q8_0*>(a + c * as)[ib];                     \
                 av[c] = _mm256_loadu_si256((const __m256i*)y.qs);                                              \
-                da[c] = half_to_float(y.d);                                                                    \
+                da[c] = _mm256_set1_ps(half_to_float(y.d));                                                    \
                 /* -offset·Σa per lane: exact, shared by the rows */                                           \
                 init[c] = F::offset ? _mm256_sub_epi32(_mm256_setzero_si256(),                                 \
                                                        DOT(_mm256_setzero_si256(), off, av[c]))                \
@@ -207,10 +207,10 @@ unpacked panel_buffer(int nr, int64_t nb) {
             }                                                                                                  \
             for (int r = 0; r < NR; ++r) {                                                                     \
                 const __m256i u = rows.u(r, ib), raw = rows.raw(r, ib);                                        \
-                const float dw = rows.d(r, ib);                                                                \
+                const __m256 dw = _mm256_set1_ps(rows.d(r, ib));                                               \
                 for (int c = 0; c < NC; ++c) {                                                                 \
                     const __m256i p = DOT(init[c], u, F::pair(av[c], raw));                                    \
-                    acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(dw * da[c]), acc[r][c]); \
+                    acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_mul_ps(dw, da[c]), acc[r][c]);   \
                 }                                                                                              \
             }                                                                                                  \
         }                                                                                                      \
