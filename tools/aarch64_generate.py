@@ -83,7 +83,7 @@ def compare(a_path: str, b_path: str) -> int:
         near_tie = ca["margins"][d] <= noise and cb["margins"][d] <= noise
         print(f"  {'near tie' if near_tie else 'DIFFERENT'} at token {d} (margins {other} {ca['margins'][d]:.3f}, "
               f"aarch64 {cb['margins'][d]:.3f}, noise {noise:.3f}): {ca['prompt']!r}\n"
-              f"    {other:9} {ca['ids']}\n    aarch64 {cb['ids']}")
+              f"    {other:9} {ca['ids']}\n    {'aarch64':9} {cb['ids']}")
         if not near_tie:
             status = 1
     print(f"  greedy: {identical}/{len(a['cases'])} continuations identical to {other}")

@@ -35,9 +35,15 @@ py=${PYTHON:-python3}
 say() { echo "aarch64_python_check: $*"; }
 
 TESTS=(${LP_A64_TESTS:-tests/test_system.py tests/test_quants_legacy.py tests/test_kquants.py tests/test_iquants.py
-       tests/test_quants_float.py tests/test_sampler.py tests/test_tokenizer_spm.py tests/test_models.py})
-# Timing assertions made for native speed, which emulation cannot meet.
-DESELECT=(--deselect tests/test_tokenizer_spm.py::test_vocab_from_metadata_lists_equals_native)
+       tests/test_quants_float.py tests/test_sampler.py tests/test_tokenizer_spm.py tests/test_models.py
+       tests/test_tokenizer_bpe.py tests/test_wordpiece.py tests/test_grammar.py tests/test_gguf_malformed.py})
+# Left out: a timing assertion made for native speed, which emulation cannot
+# meet, and two grammar tests that take 1.5 and 1 minute under qemu (a
+# pure-Python oracle over the 262k Gemma vocabulary; 100,000-deep nesting and
+# a 50,000-rule chain): both passed under qemu when this script was written.
+DESELECT=(--deselect tests/test_tokenizer_spm.py::test_vocab_from_metadata_lists_equals_native
+          --deselect tests/test_grammar.py::test_gemma_vocabulary_filter_matches_the_oracle
+          --deselect tests/test_grammar.py::test_deep_nesting_is_an_error_not_a_crash)
 GEN_PROMPTS=${LP_A64_GEN_PROMPTS:-3}
 GEN_TOKENS=${LP_A64_GEN_TOKENS:-8}
 
@@ -160,7 +166,7 @@ status=0
 
 # --- 1. import --------------------------------------------------------------
 say "import llamapy under qemu-aarch64"
-info=$("$a64py" -P -c "import llamapy, platform; i = llamapy.system_info(); print(platform.machine(), i['build'], i['compiled_isas'], i['active_isa'])")
+info=$("$a64py" -P -c "import llamapy, platform; i = llamapy.system_info(); print(platform.machine(), i['build'], i['compiled_isas'], i['active_isa'])") || info="(import failed)"
 echo "  $info"
 case "$info" in
   "aarch64 portable ['scalar', 'neon', 'neon_dot'] neon_dot") ;;
