@@ -47,7 +47,9 @@ def _env_with_package() -> dict:
     import os
     from pathlib import Path
 
-    return dict(os.environ, PYTHONPATH=str(Path(llamapy.__file__).resolve().parents[1]))
+    # abspath, not resolve(): a side build's package folder symlinks the
+    # checkout's sources, and resolving would load the checkout's module
+    return dict(os.environ, PYTHONPATH=str(Path(os.path.abspath(llamapy.__file__)).parents[1]))
 
 
 def _info_under(isa_value: str) -> subprocess.CompletedProcess:
