@@ -347,7 +347,9 @@ def record_intermediates(out_path: str, use_extra_bufts: bool = True) -> None:
         "model_sha256": fx["model_sha256"], "prompt": INTERMEDIATE_PROMPT, "prompt_ids": ids, "n_tokens": n,
         "layers": list(INTERMEDIATE_LAYERS),
         "layout": ("ne is ggml's shape, ne[0] the contiguous (innermost) axis: [n_embd, n_tokens] for hidden "
-                   "states, [head_dim, n_head, n_tokens] for Qcur/Kcur/Vcur, [n_kv, n_tokens, n_head] for kq. "
+                   "states, [head_dim, n_head, n_tokens] for the reshaped/normed/roped Qcur/Kcur/Vcur, "
+                   "[n_kv, n_tokens, n_head] for kq and kq_soft_max (n_kv: llama.cpp's cache view, padded to 256 "
+                   "cells; cells past the prompt hold nothing), [head_dim, n_tokens, n_head] for kqv. "
                    "A row is ne[0] consecutive values; row_l2 lists every row's L2 norm in memory order (the "
                    "numpy array of shape reversed(ne), reshaped to (-1, ne[0])). token_rows[t] holds the first "
                    f"{ROW_VALUES} values of (at most 8 of) the rows of token t, token t being index t of ggml axis "
