@@ -356,8 +356,9 @@ def record_intermediates(out_path: str, use_extra_bufts: bool = True) -> None:
                    "token_axis; values (small tensors only) is the whole tensor in that memory order. Values are "
                    "rounded to 6 significant digits; non-finite ones are null. Names are llama.cpp's graph names "
                    "'<name>-<layer>', in the order llama.cpp computed them; a name given to several tensors "
-                   "(Qcur-<l>, Kcur-<l>: first the projection, then, as key '<name>#1', the normed and roped "
-                   "tensor) appears once per tensor, key '<name>#<k>' for the k-th repeat. op/op_name: ggml's op."),
+                   "appears once per tensor, key '<name>#<k>' for the k-th repeat (Qcur-0: the projection, "
+                   "Qcur-0#1: its reshape to heads, Qcur-0#2: after q-norm and RoPE; Vcur-0#1 the reshaped V); "
+                   "op/op_name: the ggml op that computed it (norm-<l> is the RMS_NORM before its weight)."),
         "tensors": tensors,
         "logits_top20": [[int(i), _r(logits[i])] for i in top],
     }, open(out_path, "w"), separators=(",", ":"))
