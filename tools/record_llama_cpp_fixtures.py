@@ -278,7 +278,7 @@ def _wanted(name: str):
     layers, or a graph-level name."""
     import re
 
-    m = re.match(r"^(.+)-(\d+)$", name)  # views ('Kcur-0 (view)', '... (reshaped)') repeat their source
+    m = re.match(r"^(.+)-(\d+)( \(unnamed\))?$", name)  # views ('Kcur-0 (view)', '... (reshaped)') repeat their source
     if m:
         return (m.group(1), int(m.group(2))) if int(m.group(2)) in INTERMEDIATE_LAYERS else None
     if name.split(" ")[0] in ("inp_embd", "inp_scaled", "result_norm", "result_output"):
@@ -308,6 +308,11 @@ def record_intermediates(out_path: str, use_extra_bufts: bool = True) -> None:
     def callback(tp, ask, _user):
         t = GgmlTensor.from_address(tp)
         name = t.name.decode(errors="replace")
+        if t.src[1] and not _wanted(name):
+            # llama.cpp leaves the attention output projection (wo x kqv_out) unnamed: kept as attn_out-<l>.
+            src1 = GgmlTensor.from_address(t.src[1]).name.decode(errors="replace")
+            if src1.startswith("kqv_out-") and _op_name(t) == "MUL_MAT":
+                name = "attn_out-" + src1.split("-", 1)[1] + " (unnamed)"
         if _wanted(name) is None or t.type not in (0, 1):
             return bool(not ask)  # ask: not interested; after compute: go on
         if ask:
@@ -358,7 +363,8 @@ def record_intermediates(out_path: str, use_extra_bufts: bool = True) -> None:
                    "'<name>-<layer>', in the order llama.cpp computed them; a name given to several tensors "
                    "appears once per tensor, key '<name>#<k>' for the k-th repeat (Qcur-0: the projection, "
                    "Qcur-0#1: its reshape to heads, Qcur-0#2: after q-norm and RoPE; Vcur-0#1 the reshaped V); "
-                   "op/op_name: the ggml op that computed it (norm-<l> is the RMS_NORM before its weight)."),
+                   "op/op_name: the ggml op that computed it (norm-<l> is the RMS_NORM before its weight). "
+                   "'attn_out-<l> (unnamed)' is the node llama.cpp leaves unnamed: wo times kqv_out-<l>."),
         "tensors": tensors,
         "logits_top20": [[int(i), _r(logits[i])] for i in top],
     }, open(out_path, "w"), separators=(",", ":"))
