@@ -403,7 +403,7 @@ def record_flash(out_path: str) -> None:
     long_text = fx["perplexity"]["text"]
     runs = {}
     for fa in (False, True):
-        llm = Llama(path, n_ctx=1024, n_batch=512, n_ubatch=512, n_threads=2, logits_all=True, flash_attn=fa,
+        llm = Llama(path, n_ctx=512, n_batch=512, n_ubatch=512, n_threads=2, logits_all=True, flash_attn=fa,
                     verbose=False)
         short = llm.tokenize(FLASH_SHORT.encode(), add_bos=True, special=False)
         long_ids = llm.tokenize(long_text.encode(), add_bos=True, special=False)[:FLASH_LONG_TOKENS]
@@ -419,7 +419,7 @@ def record_flash(out_path: str) -> None:
     # Decode steps after the long prompt, teacher-forced along llama.cpp's
     # greedy path with flash attention off, one token per decode.
     for fa in (False, True):
-        llm = Llama(path, n_ctx=1024, n_batch=512, n_threads=2, logits_all=False, flash_attn=fa, verbose=False)
+        llm = Llama(path, n_ctx=512, n_batch=512, n_threads=2, logits_all=True, flash_attn=fa, verbose=False)
         llm.eval(runs[False]["long_ids"])
         steps, path_ids = [], runs.get("decode_ids")
         ids = []
@@ -447,7 +447,7 @@ def record_flash(out_path: str) -> None:
     worst = {"max_abs": max(c["on_vs_off"]["max_abs"] for c in cases),
              "top20_max_abs": max(c["on_vs_off"]["top20_max_abs"] for c in cases),
              "min_cosine": min(c["on_vs_off"]["cosine"] for c in cases)}
-    json.dump({"reference": f"llama-cpp-python {lc.__version__}, n_threads=2, n_batch=512, n_ctx=1024, F16 KV cache; "
+    json.dump({"reference": f"llama-cpp-python {lc.__version__}, n_threads=2, n_batch=512, n_ctx=512, F16 KV cache; "
                             "flash_attn False vs True (LLAMA_FLASH_ATTN_TYPE_DISABLED/ENABLED); built AVX2-only "
                             "(GGML_NATIVE=OFF, AVX/AVX2/FMA/F16C/BMI2, no AVX-512/AVX-VNNI)",
                "model_sha256": fx["model_sha256"], "short_prompt": FLASH_SHORT,
@@ -456,7 +456,7 @@ def record_flash(out_path: str) -> None:
                "long_ids": off["long_ids"], "decode_ids": runs["decode_ids"],
                "notes": "long@p: logits of row p of one 300-token batch (logits_all). decode<i>: one-token decodes "
                         "after the 300-token prompt, teacher-forced along the flash-off greedy path (decode_ids); "
-                        "decode0 is the prompt's last row from a logits_all=False context.",
+                        "decode0 is the prompt's last row (the same as long@299).",
                "cases": cases, "worst": worst}, open(out_path, "w"), indent=1)
     print("llama.cpp flash on vs off:", worst)
 
