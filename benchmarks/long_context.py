@@ -15,6 +15,10 @@ llamapy / llama.cpp. tg defaults to 32 tokens (not 128) to keep a 16384-deep
 run in minutes; the state restore before each run makes every run start
 after exactly the same depth tokens, so the short tg is not biased.
 
+Sliding-window layers (Gemma 3) keep a window-sized cache on both sides
+(swa_full=False, as llama-bench and llamapy default to; llama-cpp-python's
+Llama defaults to the full-size one: --swa-full 1 measures that).
+
 Restoring a saved state (rather than dropping the cells after the depth) is
 needed for Gemma 3: its sliding-window layers' cache has moved past what the
 depth's end sees once a pp512 has run after it. Both sides restore the same
@@ -101,7 +105,7 @@ class _State:
 
 
 def worker(impl: str, path: str, threads: int, n_prompt: int, n_gen: int, depths: list, flash: bool,
-           inner: int) -> dict:
+           inner: int, swa_full: bool = False) -> dict:
     if impl == "llamapy":
         from llamapy import Llama
     else:
@@ -111,7 +115,7 @@ def worker(impl: str, path: str, threads: int, n_prompt: int, n_gen: int, depths
     n_ctx = max(depths) + n_prompt + n_gen
     t0 = time.perf_counter()
     llm = Llama(model_path=path, n_ctx=n_ctx, n_batch=max(n_prompt, 1), n_ubatch=max(n_prompt, 1),
-                n_threads=threads, n_threads_batch=threads, flash_attn=flash, verbose=False)
+                n_threads=threads, n_threads_batch=threads, flash_attn=flash, swa_full=swa_full, verbose=False)
     load_s = time.perf_counter() - t0
     info = {}
     if impl == "llamapy":
@@ -130,7 +134,8 @@ def worker(impl: str, path: str, threads: int, n_prompt: int, n_gen: int, depths
     prompt = rng.integers(100, hi, size=n_prompt).tolist()
     gen = rng.integers(100, hi, size=n_gen).tolist()
     st = _State(impl, llm)
-    out = {"impl": impl, "flash_attn": flash, "load_s": load_s, "n_ctx": n_ctx, "info": info, "depths": {}}
+    out = {"impl": impl, "flash_attn": flash, "swa_full": swa_full, "load_s": load_s, "n_ctx": n_ctx, "info": info,
+           "depths": {}}
     llm.reset()
     filled = 0
     for d in sorted(depths):
@@ -190,6 +195,9 @@ def main() -> int:
     ap.add_argument("--inner", type=int, default=2, help="measured rounds per depth inside each process")
     ap.add_argument("-p", type=int, default=512)
     ap.add_argument("-n", type=int, default=32, help="tg tokens (default 32, to keep deep runs short)")
+    ap.add_argument("--swa-full", type=int, choices=(0, 1), default=0,
+                    help="full-size cache for sliding-window layers, both sides (default 0, as llama-bench and "
+                         "llamapy; llama-cpp-python's own default is 1)")
     ap.add_argument("--timeout", type=float, default=1800, help="seconds per worker process")
     ap.add_argument("--json", help="output path (default benchmarks/out/long_context-<time>.json)")
     ap.add_argument("--worker", nargs=3, metavar=("IMPL", "PATH", "FA"), help=argparse.SUPPRESS)
@@ -197,7 +205,8 @@ def main() -> int:
     depths = sorted({int(x) for x in args.depths.split(",")})
     if args.worker:
         impl, path, fa = args.worker
-        print(json.dumps(worker(impl, path, args.threads, args.p, args.n, depths, fa == "1", args.inner)))
+        print(json.dumps(worker(impl, path, args.threads, args.p, args.n, depths, fa == "1", args.inner,
+                                bool(args.swa_full))))
         return 0
 
     impls = list(args.impls)
@@ -211,7 +220,7 @@ def main() -> int:
     now = dt.datetime.now(dt.timezone.utc)
     env_note = {k: os.environ[k] for k in ("LLAMAPY_ISA", "LLAMAPY_AVXVNNI") if k in os.environ}
     print(f"{platform.node()} {platform.machine()}, {args.threads} threads, {now.isoformat(timespec='minutes')}, "
-          f"pp{args.p} / tg{args.n}, depths {depths}, env {env_note or '{}'}")
+          f"pp{args.p} / tg{args.n}, depths {depths}, swa_full={args.swa_full}, env {env_note or '{}'}")
     results = {}
     for name in args.models:
         path = model_path(name)
@@ -221,7 +230,7 @@ def main() -> int:
                 for impl in impls:  # alternate implementations
                     cmd = [sys.executable, os.path.abspath(__file__), "--worker", impl, path, f, "--threads",
                            str(args.threads), "--inner", str(args.inner), "-p", str(args.p), "-n", str(args.n),
-                           "--depths", ",".join(map(str, depths))]
+                           "--depths", ",".join(map(str, depths)), "--swa-full", str(args.swa_full)]
                     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
                     t = time.perf_counter()
                     try:
@@ -283,7 +292,8 @@ def main() -> int:
     os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
     with open(out, "w") as f:
         json.dump({"date": now.isoformat(), "host": platform.node(), "threads": args.threads, "n_prompt": args.p,
-                   "n_gen": args.n, "depths": depths, "reps": args.reps, "inner": args.inner, "env": env_note,
+                   "n_gen": args.n, "depths": depths, "swa_full": bool(args.swa_full), "reps": args.reps,
+                   "inner": args.inner, "env": env_note,
                    "results": results}, f, indent=1)
     print(f"\nwrote {out}")
     return 0
