@@ -347,8 +347,8 @@ def record_intermediates(out_path: str, use_extra_bufts: bool = True) -> None:
     tensors = [seen[k] for k in order]
     json.dump({
         "reference": f"llama-cpp-python {lc.__version__} (llama.cpp's CPU backend), n_threads=2, n_batch=512, "
-                     f"flash_attn off, use_extra_bufts={use_extra_bufts}, one batch of the whole prompt; built AVX2-only "
-                     "(GGML_NATIVE=OFF, AVX/AVX2/FMA/F16C/BMI2, no AVX-512/AVX-VNNI)",
+                     f"flash_attn off, use_extra_bufts={use_extra_bufts}, one batch of the whole prompt; "
+                     "built AVX2-only (GGML_NATIVE=OFF, AVX/AVX2/FMA/F16C/BMI2, no AVX-512/AVX-VNNI)",
         "model_sha256": fx["model_sha256"], "prompt": INTERMEDIATE_PROMPT, "prompt_ids": ids, "n_tokens": n,
         "layers": list(INTERMEDIATE_LAYERS),
         "layout": ("ne is ggml's shape, ne[0] the contiguous (innermost) axis: [n_embd, n_tokens] for hidden "
