@@ -2,8 +2,10 @@
 
 The resampler is checked against Pillow one axis at a time (llama.cpp runs the horizontal
 pass, then the vertical one; Pillow 13 may run them in the other order when both change),
-and against a literal scalar port of the C loops on tiny images.
+and against a literal scalar port of the C loops on tiny images. The last test compares
+whole preprocessor outputs with digests recorded from llama.cpp's own code.
 """
+import hashlib
 import math
 
 import numpy as np
@@ -260,3 +262,49 @@ def test_bad_inputs():
         resize_u8(rand_image(4, 4), (0, 2))
     with pytest.raises(NotImplementedError):
         preprocess_params(info("ldp"))
+
+
+# -- recorded llama.cpp outputs ----------------------------------------------------------------
+# sha256 (first 32 hex digits) of llama.cpp's float32 output, overview first, then tiles, each
+# channels-first: the vendored tools/mtmd/mtmd-image.cpp (llama-cpp-python 0.3.36 sdist) built
+# into a small harness that sets clip_hparams as clip.cpp's load_hparams does for the type, on
+# the deterministic _llama_cpp_pattern images, with mean/std below. Bit-exact, so well within 1e-6.
+REF_MEAN = tuple(float(np.float32(0.48145466) + np.float32(0.01) * np.float32(i)) for i in range(3))
+REF_STD = tuple(float(np.float32(0.26862954) + np.float32(0.02) * np.float32(i)) for i in range(3))
+REF_PINS = ((32, 64), (64, 32), (64, 64), (96, 32), (32, 96))
+LLAMA_CPP_REFERENCE = [  # (case, info kwargs, overrides, (width, height), n tiles, grid, digest)
+    ("llava15_tall", dict(ptype="mlp", image_size=48, patch_size=8), {}, (23, 71), 1, (0, 0),
+     "a5e8a14b21c3ff56afdb1d602257d512"),
+    ("llava15_wide", dict(ptype="mlp", image_size=48, patch_size=8), {}, (130, 9), 1, (0, 0),
+     "0577289ac0aea6806547deb5aa7a3925"),
+    ("llava16_wide", dict(ptype="mlp", image_size=32, patch_size=8, image_grid_pinpoints=REF_PINS), {}, (101, 40), 3,
+     (3, 1), "0c278cfac0099b3680b1e410358179ff"),
+    ("llava16_tiny", dict(ptype="mlp", image_size=32, patch_size=8, image_grid_pinpoints=REF_PINS), {}, (5, 3), 0,
+     (0, 0), "46d708b63b2142485d08e74066a0528a"),
+    ("gemma3_odd", dict(ptype="gemma3", image_size=64, patch_size=4, n_merge=4), {}, (77, 51), 1, (0, 0),
+     "3dbbe7b3e39e22d1146425ca8c6efa7a"),
+    ("qwen_tiny", dict(ptype="qwen2vl_merger", image_size=56, patch_size=14, n_merge=2), {}, (3, 2), 1, (0, 0),
+     "fa978eb5d12e97d265a75e99c078306d"),
+    ("qwen_huge", dict(ptype="qwen2.5vl_merger", image_size=56, patch_size=14, n_merge=2), {"image_max_tokens": 64},
+     (1203, 817), 1, (0, 0), "a7b540680c74b974c2e56628e436e42c"),
+    ("idefics3_wide", dict(ptype="idefics3", image_size=32, patch_size=8, n_merge=2, preproc_image_size=80), {},
+     (150, 61), 3, (3, 1), "a904e3fcee9aab5eb732b64542ebafa7"),
+    ("idefics3_generic", dict(ptype="idefics3", image_size=32, patch_size=8, n_merge=2), {}, (45, 70), 2, (1, 2),
+     "fc84296a15115f0db4efdb265c6504a2"),
+]
+
+
+def _llama_cpp_pattern(w, h):
+    y, x = np.mgrid[0:h, 0:w]
+    return np.stack([(x * 37 + y * 11) % 256, (x * 5 + y * 91) % 256, ((x ^ y) * 53) % 256], 2).astype(np.uint8)
+
+
+@pytest.mark.parametrize("case,kw,overrides,size,n_tiles,grid,digest", LLAMA_CPP_REFERENCE,
+                         ids=[c[0] for c in LLAMA_CPP_REFERENCE])
+def test_equals_llama_cpp_bit_for_bit(case, kw, overrides, size, n_tiles, grid, digest):
+    out = preprocess(_llama_cpp_pattern(*size), info(image_mean=REF_MEAN, image_std=REF_STD, **kw), **overrides)
+    assert len(out.tiles) == n_tiles and (out.grid == grid or n_tiles == 0)
+    h = hashlib.sha256()
+    for a in ([out.overview] if out.overview is not None else []) + out.tiles:
+        h.update(a.tobytes())
+    assert h.hexdigest()[:32] == digest

@@ -16,7 +16,14 @@ How decoding relates to llama.cpp. llama-cpp-python hands the raw file bytes to
 - 16-bit PNG channels become 8-bit by ``v >> 8`` (stb's ``stbi__convert_16_to_8``).
 - greyscale is replicated into R, G and B.
 - stb ignores EXIF. We apply the EXIF orientation by default (a phone photo then reaches the
-  model upright); ``apply_exif=False`` gives exactly the pixels llama.cpp decodes.
+  model upright); ``apply_exif=False`` keeps the stored orientation, as llama.cpp does.
+
+Checked against the vendored stb_image (llama-cpp-python 0.3.36): PNG RGBA / LA / palette
+with tRNS / 16-bit grey, GIF with a transparent index, BMP and greyscale JPEG decode to the
+same bytes. Colour JPEG does not: Pillow's libjpeg-turbo and stb differ in IDCT and chroma
+upsampling, by up to 2 levels on a few per cent of pixels, so bit-exact JPEG parity with
+llama.cpp needs an stb-compatible decoder (not here). WebP is a superset: stb cannot decode
+it, so llama.cpp rejects WebP files that we accept.
 
 Every bad image raises ``ValueError`` naming the problem: an empty or truncated file, bytes
 that are no image of a supported format, a 0-pixel side, a decompression bomb (the size is
