@@ -7,6 +7,7 @@ whole preprocessor outputs with digests recorded from llama.cpp's own code.
 """
 import hashlib
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -308,3 +309,45 @@ def test_equals_llama_cpp_bit_for_bit(case, kw, overrides, size, n_tiles, grid, 
     for a in ([out.overview] if out.overview is not None else []) + out.tiles:
         h.update(a.tobytes())
     assert h.hexdigest()[:32] == digest
+
+
+# -- converted VLM fixtures (tests/data/vlm): llama.cpp's decoded RGB and its encoder input ---------
+
+VLM = Path(__file__).parent / "data" / "vlm"
+VLM_TYPES = ["llava15", "llava16", "gemma3", "idefics3", "qwen2vl", "qwen25vl"]
+
+
+def _vlm_cases():
+    if not (VLM / "images").is_dir():
+        return []
+    return [(t, p.name) for t in VLM_TYPES if (VLM / t / "arrays.npz").is_file()
+            for p in sorted((VLM / "images").iterdir()) if p.suffix in (".png", ".jpg")]
+
+
+@pytest.mark.skipif(not _vlm_cases(), reason="no converted VLM fixtures in tests/data/vlm/")
+@pytest.mark.parametrize("vlm_type,image", _vlm_cases())
+def test_equals_llama_cpp_on_vlm_fixtures(vlm_type, image):
+    from llamapy.multimodal.image_input import load_image
+    from llamapy.multimodal.mmproj import read_mmproj
+    arrays = np.load(VLM / vlm_type / "arrays.npz")
+    key = f"{image}.mmproj_f16"
+    if key + ".decoded_rgb" not in arrays:
+        pytest.skip(f"llama.cpp recorded no decode of {image}")
+    decoded = arrays[key + ".decoded_rgb"]
+    ours_rgb = np.asarray(load_image(VLM / "images" / image, apply_exif=False))
+    if image.endswith(".png"):
+        np.testing.assert_array_equal(ours_rgb, decoded)  # stb_image and we agree on PNG, RGBA and grey too
+    else:  # colour JPEG: libjpeg-turbo vs stb_image IDCT/upsampling
+        assert ours_rgb.shape == decoded.shape
+        assert np.abs(ours_rgb.astype(int) - decoded.astype(int)).max() <= 3
+    refs, k = [], 0
+    while f"{key}.chunk{k}.pixels0" in arrays:
+        j = 0
+        while f"{key}.chunk{k}.pixels{j}" in arrays:
+            refs.append(arrays[f"{key}.chunk{k}.pixels{j}"][0])
+            j += 1
+        k += 1
+    out = preprocess(decoded, read_mmproj(VLM / vlm_type / f"{vlm_type}-mmproj-f16.gguf")).in_chunk_order()
+    assert [a.shape for a in out] == [r.shape for r in refs]
+    for ours, ref in zip(out, refs):
+        np.testing.assert_allclose(ours, ref, rtol=0, atol=1e-6)

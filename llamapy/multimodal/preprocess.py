@@ -299,6 +299,11 @@ class Preprocessed:
     original_size: Tuple[int, int] = (0, 0)   # (width, height)
     extra: dict = field(default_factory=dict)
 
+    def in_chunk_order(self) -> List[np.ndarray]:
+        """Tiles, then the overview: the order mtmd's tokenizer emits image chunks for these
+        projector types (``ov_img_first`` is false for all of them)."""
+        return self.tiles + ([self.overview] if self.overview is not None else [])
+
 
 def _crop_grid(img: np.ndarray, tile: int) -> Tuple[List[np.ndarray], Tuple[int, int]]:
     """Row-major crops of at most tile x tile (``img_tool::crop`` over the llava-uhd slice list)."""
