@@ -234,19 +234,30 @@ def test_check_compatible_names_both_widths(tmp_path):
 
 
 _VLM_DIR = Path(__file__).parent / "data" / "vlm"
-_VLM_FILES = sorted(_VLM_DIR.glob("**/*.gguf")) if _VLM_DIR.is_dir() else []
+_VLM_EXPECT = {  # fixture type -> (projector type, n_merge, ffn_op, extra checks)
+    "llava15": ("mlp", 1, "gelu_quick", {"image_grid_pinpoints": ()}),
+    "llava16": ("mlp", 1, "gelu_quick", {"mm_patch_merge_type": "spatial_unpad",
+                                         "image_grid_pinpoints": ((28, 56), (56, 28), (56, 56), (28, 84), (84, 28))}),
+    "gemma3": ("gemma3", 2, "gelu", {}),
+    "idefics3": ("idefics3", 2, "gelu", {"preproc_image_size": 128}),
+    "qwen2vl": ("qwen2vl_merger", 2, "gelu_quick", {}),
+    "qwen25vl": ("qwen2.5vl_merger", 2, "silu", {"n_wa_pattern": 2}),
+}
+_VLM_FILES = sorted(_VLM_DIR.glob("*/*-mmproj-*.gguf")) if _VLM_DIR.is_dir() else []
 
 
 @pytest.mark.skipif(not _VLM_FILES, reason="no converted VLM fixtures in tests/data/vlm/")
 @pytest.mark.parametrize("path", _VLM_FILES, ids=lambda p: p.name)
 def test_converted_vlm_fixtures(path):
     from llamapy.gguf_file import GGUFFile
-    with GGUFFile(path) as f:
-        if f.architecture != "clip":
-            pytest.skip("a language model, not a projector")
-        try:
-            info = read_mmproj(f)
-        except NotImplementedError as e:
-            pytest.skip(str(e))
-    assert info.projector_type in SUPPORTED_PROJECTOR_TYPES
-    assert info.n_mmproj_embd > 0 and info.n_embd > 0
+    info = read_mmproj(path)
+    ptype, n_merge, ffn_op, extra = _VLM_EXPECT[path.parent.name]
+    assert (info.projector_type, info.n_merge, info.ffn_op) == (ptype, n_merge, ffn_op)
+    for key, value in extra.items():
+        assert getattr(info, key) == value, key
+    text = next(path.parent.glob("*-text-*.gguf"))
+    with GGUFFile(text) as f:
+        n_embd = f.metadata[f"{f.architecture}.embedding_length"]
+    check_compatible(info, n_embd)
+    with pytest.raises(ValueError, match=f"width {info.n_mmproj_embd}.*n_embd is {n_embd + 1}"):
+        check_compatible(info, n_embd + 1)
