@@ -76,6 +76,7 @@ def test_data_uri():
     wrapped = "data:image/png;base64," + "\n".join(base64.encodebytes(PNG).decode().split())
     _assert_pattern(load_image(wrapped))
     _assert_pattern(load_image("data:;base64," + base64.b64encode(PNG).decode()))
+    _assert_pattern(load_image("DATA:image/png;BASE64," + base64.b64encode(PNG).decode()))
 
 
 def test_pil_image_any_mode():
@@ -260,6 +261,15 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                 self.wfile.write(PNG[i:i + 8])
                 self.wfile.flush()
                 time.sleep(0.05)
+        elif self.path == "/short.png":  # declares more than it sends, then hangs up
+            self.close_connection = True
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(PNG) + 1000))
+            self.end_headers()
+            self.wfile.write(PNG[:20])
+        elif self.path == "/garbage":  # not HTTP at all
+            self.close_connection = True
+            self.wfile.write(b"\x00\x01 not a status line\r\n\r\n")
         elif self.path == "/huge-declared.png":
             self._send(PNG + b"\0" * 5000)
         elif self.path == "/huge-streamed.png":
@@ -300,6 +310,13 @@ def test_http_oversized_body(server):
         load_image(server + "/huge-declared.png", max_bytes=len(PNG) + 100)
     with pytest.raises(ValueError, match="limit"):
         load_image(server + "/huge-streamed.png", max_bytes=100_000)
+
+
+def test_http_short_body_and_bad_status(server):
+    with pytest.raises(ValueError, match="/short.png (ended after|.*IncompleteRead)"):
+        load_image(server + "/short.png", timeout=5)
+    with pytest.raises(ValueError, match="/garbage"):
+        load_image(server + "/garbage", timeout=5)
 
 
 def test_http_404(server):

@@ -37,6 +37,7 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+import http.client
 import io
 import os
 import time
@@ -165,6 +166,8 @@ def _fetch_url(url: str, timeout: float, max_bytes: int) -> bytes:
                 if time.monotonic() > deadline:
                     raise ValueError(f"fetching image {url} took longer than {timeout} s")
                 chunks.append(chunk)
+            if length is not None and length.isdigit() and total < int(length):
+                raise ValueError(f"image at {url} ended after {total} of its {int(length)} bytes")
             return b"".join(chunks)
     except urllib.error.HTTPError as e:
         raise ValueError(f"cannot fetch image {url}: HTTP {e.code} {e.reason}") from None
@@ -172,8 +175,8 @@ def _fetch_url(url: str, timeout: float, max_bytes: int) -> bytes:
         raise ValueError(f"cannot fetch image {url}: {e.reason}") from None
     except TimeoutError:
         raise ValueError(f"fetching image {url} timed out after {timeout} s") from None
-    except OSError as e:  # connection reset, bad status line, ...
-        raise ValueError(f"cannot fetch image {url}: {e}") from None
+    except (OSError, http.client.HTTPException) as e:  # connection reset, short body, bad status line
+        raise ValueError(f"cannot fetch image {url}: {type(e).__name__}: {e}") from None
 
 
 def read_image_bytes(src: Union[str, "os.PathLike[str]", bytes, bytearray, memoryview], *,
@@ -188,7 +191,7 @@ def read_image_bytes(src: Union[str, "os.PathLike[str]", bytes, bytearray, memor
         return _read_path(os.fspath(src), max_bytes)
     if not isinstance(src, str):
         raise ValueError(f"unsupported image source type {type(src).__name__}")
-    if src.startswith("data:"):
+    if src[:5].lower() == "data:":
         return _decode_data_uri(src, max_bytes)
     scheme = urllib.parse.urlparse(src).scheme.lower() if "://" in src else ""
     if scheme in ("http", "https"):
