@@ -347,3 +347,26 @@ def test_image_hash_keys_pixels_not_encoding():
         image_hash(PIXELS.astype(np.float32))
     with pytest.raises(ValueError):
         image_hash("not an image")
+
+
+def test_corrupted_files_raise_only_value_error():
+    """Seeded byte flips, truncations and insertions in every format: decoded, or ValueError."""
+    rng = np.random.default_rng(0)
+    sources = [_encode(Image.fromarray(_pattern(50, 40)), fmt, **kw) for fmt, kw in
+               [("PNG", {}), ("JPEG", {}), ("JPEG", {"progressive": True}), ("GIF", {}),
+                ("WEBP", {}), ("BMP", {})]]
+    for i in range(600):
+        data = bytearray(sources[i % len(sources)])
+        if i % 3 == 0:
+            for _ in range(int(rng.integers(1, 8))):
+                data[int(rng.integers(0, len(data)))] = int(rng.integers(0, 256))
+        elif i % 3 == 1:
+            data = data[:int(rng.integers(0, len(data)))]
+        else:
+            at = int(rng.integers(0, len(data)))
+            data[at:at] = rng.integers(0, 256, int(rng.integers(1, 50)), dtype=np.uint8).tobytes()
+        try:
+            im = load_image(bytes(data))
+        except ValueError:
+            continue
+        assert im.mode == "RGB" and im.width > 0 and im.height > 0
