@@ -223,7 +223,9 @@ def build_gemma3(out: pathlib.Path, spm_model: pathlib.Path) -> dict:
                        boi_token_index=token_id(spm_model, "<start_of_image>"),
                        eoi_token_index=token_id(spm_model, "<end_of_image>"))
     model = Gemma3ForConditionalGeneration(cfg).eval()
-    _scale_weights(model)
+    # 0.05, not 0.2: with Gemma's sqrt(n_embd) embedding scale, 0.2 makes every caption the
+    # same repeated token whatever the image; 0.05 keeps the greedy replies image-dependent
+    _scale_weights(model, std=0.05)
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out)
     # transformers 5 saves the SigLIP tower as `vision_tower.<...>`; the converter knows the
