@@ -10,3 +10,12 @@
 Not here yet: the vision encoders (C++) and the chat handlers that use them; nothing in
 ``llamapy.llama_chat_format`` refers to this package until they exist.
 """
+from .image_input import decode_image, image_hash, image_url_from_part, load_image, read_image_bytes
+from .mmproj import SUPPORTED_PROJECTOR_TYPES, MmprojInfo, check_compatible, read_mmproj
+from .preprocess import Preprocessed, PreprocessParams, preprocess, preprocess_params, preprocess_u8
+
+__all__ = [
+    "SUPPORTED_PROJECTOR_TYPES", "MmprojInfo", "PreprocessParams", "Preprocessed", "check_compatible",
+    "decode_image", "image_hash", "image_url_from_part", "load_image", "preprocess", "preprocess_params",
+    "preprocess_u8", "read_image_bytes", "read_mmproj",
+]
