@@ -32,8 +32,9 @@ vendored llama.cpp, including its float32 / int arithmetic, so the pixels are th
   in float32, laid out channels first.
 
 Checked bit for bit (float32 output) against the vendored mtmd-image.cpp built into a small
-harness, over a few hundred random sizes per type (tests keep digests of nine of them). The
-one deliberate difference is noted under idefics3. Input is the RGB image ``load_image``
+harness, on about 400 (image size, projector setting) cases (tests keep digests of nine),
+and against llama.cpp's recorded encoder input for the converted models in tests/data/vlm.
+The one deliberate difference is noted under idefics3. Input is the RGB image ``load_image``
 returns; any difference in JPEG decoding (see image_input.py) carries through.
 
 Not here: the token layout around tiles (mtmd's slice templates) and the encoders.
