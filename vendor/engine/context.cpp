@@ -18,15 +18,17 @@ namespace {
 constexpr uint32_t kStateMagic = 0x5453504c;  // "LPST"
 constexpr uint32_t kStateVersion = 2;
 
-// flash_attn="auto" on the CPU backend: the flash path reads every cache
-// type, so it is always possible; it is chosen because it is at least as fast
-// as the explicit path at every depth measured (benchmarks/attention_kernels.py)
-// and its work memory does not grow with n_ctx, as llama.cpp's CPU backend
-// turns flash attention on whenever it is supported.
+// flash_attn="auto" on the CPU backend. Decoders: flash, as llama.cpp's CPU
+// backend turns it on whenever it is supported (here: every cache type). It
+// was faster than the explicit path at every depth measured, most at long
+// contexts (benchmarks/attention_kernels.py), and its work memory does not
+// grow with n_ctx. Encoders: explicit. Their batches pack many sequences, and
+// the explicit path gives a sequence the same bits whatever it is packed
+// with (flash tiles follow cell indices, so packing moves its rounding);
+// their sequences are short, where the paths' speeds are close.
 bool auto_flash_attn(const hparams& hp, const context_params& p) {
-    (void)hp;
     (void)p;
-    return true;
+    return !hp.v.encoder;
 }
 
 context_params resolve(const model& m, context_params p) {
