@@ -88,11 +88,13 @@ flash_kernels make_table(isa level) {
 // 0, 1, ..., kFlashTile-1: the cell list of a tile dequantized into a buffer.
 struct iota_table {
     int32_t v[kFlashTile];
-    iota_table() {
-        for (int i = 0; i < kFlashTile; ++i) v[i] = i;
-    }
 };
-const iota_table kIota;
+constexpr iota_table make_iota() {
+    iota_table t{};
+    for (int i = 0; i < kFlashTile; ++i) t.v[i] = i;
+    return t;
+}
+constexpr iota_table kIota = make_iota();
 
 // ---------------------------------------------------------------------------
 // The driver.
@@ -224,16 +226,22 @@ void tile(const plan& P, const block_range& br, int hk, int32_t j0, int32_t c0, 
         for (int g = 0; g < P.n_gqa; ++g) {
             const int qi = r * P.n_gqa + g;
             float* c = sc + (size_t)qi * T;
-            float* slot = s.s.data() + (size_t)qi * T;
             if (a.softcap > 0.0f) softcap_row(c, n, a.softcap);
             scale_row(c, n, a.scale);
-            std::fill(slot, slot + T, kNegInf);
+            // A row that sees the whole tile: the compacted scores are the slots.
+            const bool whole = words[r] == ~0ull;
+            float* slot = whole ? c : s.s.data() + (size_t)qi * T;
             float mt = kNegInf;
-            for (int i = 0; i < n; ++i) {
-                const int j = cells[i] - j0;
-                if ((words[r] >> j) & 1u) {
-                    slot[j] = c[i];
-                    mt = std::max(mt, c[i]);
+            if (whole) {
+                for (int i = 0; i < T; ++i) mt = std::max(mt, c[i]);
+            } else {
+                std::fill(slot, slot + T, kNegInf);
+                for (int i = 0; i < n; ++i) {
+                    const int j = cells[i] - j0;
+                    if ((words[r] >> j) & 1u) {
+                        slot[j] = c[i];
+                        mt = std::max(mt, c[i]);
+                    }
                 }
             }
             if (mt == kNegInf) {  // nothing visible to this row here (or every score -inf)
@@ -250,7 +258,8 @@ void tile(const plan& P, const block_range& br, int hk, int32_t j0, int32_t c0, 
                 part.l[qi] = part.l[qi] + sum;
             }
             part.m[qi] = mn;
-            for (int i = 0; i < n; ++i) c[i] = slot[cells[i] - j0];
+            if (!whole)
+                for (int i = 0; i < n; ++i) c[i] = slot[cells[i] - j0];
         }
 
     // acc += weights · values

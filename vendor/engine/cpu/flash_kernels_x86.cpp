@@ -191,36 +191,95 @@ template <flash_elem E> LP_TARGET_AVX512 LP_INLINE __m512 load16(const uint8_t* 
     }
 }
 
-template <flash_elem E, int NQ>
-LP_TARGET_AVX512 LP_INLINE void dots_group_avx512(const uint8_t* row, const float* q, int d, float* s, int s_stride) {
-    __m512 a0[NQ], a1[NQ];
-    for (int j = 0; j < NQ; ++j) a0[j] = a1[j] = _mm512_setzero_ps();
-    int e = 0;
-    for (; e + 32 <= d; e += 32) {
-        const __m512 k0 = load16<E>(row, e, 0xffff), k1 = load16<E>(row, e + 16, 0xffff);
-        for (int j = 0; j < NQ; ++j) {
-            a0[j] = _mm512_fmadd_ps(_mm512_loadu_ps(q + (size_t)j * d + e), k0, a0[j]);
-            a1[j] = _mm512_fmadd_ps(_mm512_loadu_ps(q + (size_t)j * d + e + 16), k1, a1[j]);
-        }
-    }
-    for (; e < d; e += 16) {  // at most two masked steps
-        const __mmask16 m = d - e >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (d - e)) - 1);
-        const __m512 k0 = load16<E>(row, e, m);
-        for (int j = 0; j < NQ; ++j) a0[j] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, q + (size_t)j * d + e), k0, a0[j]);
-    }
-    for (int j = 0; j < NQ; ++j) s[(size_t)j * s_stride] = _mm512_reduce_add_ps(_mm512_add_ps(a0[j], a1[j]));
+// The lanes of a summed with _mm512_reduce_add_ps's pairing, spelled out so
+// that every compiler adds them the same way as reduce16_avx512.
+LP_TARGET_AVX512 LP_INLINE float reduce1_avx512(__m512 a) {
+    const __m256 t = _mm256_add_ps(_mm512_castps512_ps256(a), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1)));
+    const __m128 u = _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
+    const __m128 v = _mm_add_ps(u, _mm_movehl_ps(u, u));
+    return _mm_cvtss_f32(_mm_add_ss(v, _mm_movehdup_ps(v)));
 }
+
+// One dot product per (query, key) pair: a single 16-lane FMA chain over d
+// (the last step masked), then the lanes summed by the tree of
+// _mm512_reduce_add_ps (lane j with j+8, then j+4, j+2, j+1). The 4×4 block
+// below and the single pair compute each pair exactly this way, so a score
+// does not depend on which block it falls in.
+template <flash_elem E>
+LP_TARGET_AVX512 LP_INLINE float dot_pair_avx512(const uint8_t* row, const float* q, int d) {
+    __m512 acc = _mm512_setzero_ps();
+    for (int e = 0; e < d; e += 16) {
+        const __mmask16 m = d - e >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (d - e)) - 1);
+        acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, q + e), load16<E>(row, e, m), acc);
+    }
+    return reduce1_avx512(acc);
+}
+
+// Sums of the lanes of 16 accumulators, result lane i = sum of a[i], with the
+// pairing of _mm512_reduce_add_ps in every lane (addition commutes, so only
+// the pairing matters).
+LP_TARGET_AVX512 LP_INLINE __m512 reduce16_avx512(const __m512 a[16]) {
+    // lanes j + j+8: b[k] = [a[2k] folded | a[2k+1] folded] (8 lanes each)
+    __m512 b[8];
+    for (int k = 0; k < 8; ++k) {
+        const __m512 lo = _mm512_shuffle_f32x4(a[2 * k], a[2 * k + 1], 0x44);  // a.lo256 | a'.lo256
+        const __m512 hi = _mm512_shuffle_f32x4(a[2 * k], a[2 * k + 1], 0xee);  // a.hi256 | a'.hi256
+        b[k] = _mm512_add_ps(lo, hi);
+    }
+    // lanes j + j+4: c[k] 128-bit lanes = [b[2k].0, b[2k+1].0, b[2k].1, b[2k+1].1] folded
+    __m512 c[4];
+    for (int k = 0; k < 4; ++k) {
+        const __m512 lo = _mm512_shuffle_f32x4(b[2 * k], b[2 * k + 1], 0x88);  // 128-bit lanes 0,2 of each
+        const __m512 hi = _mm512_shuffle_f32x4(b[2 * k], b[2 * k + 1], 0xdd);  // lanes 1,3 of each
+        c[k] = _mm512_add_ps(lo, hi);
+    }
+    // lanes j + j+2, then j + j+1, within each 128-bit lane
+    __m512 e2[2];
+    for (int k = 0; k < 2; ++k) {
+        const __m512d x = _mm512_castps_pd(c[2 * k]), y = _mm512_castps_pd(c[2 * k + 1]);
+        e2[k] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(x, y)), _mm512_castpd_ps(_mm512_unpackhi_pd(x, y)));
+    }
+    return _mm512_add_ps(_mm512_shuffle_ps(e2[0], e2[1], 0x88), _mm512_shuffle_ps(e2[0], e2[1], 0xdd));
+}
+
+// Where reduce16_avx512 puts the sum of a[i]: after the first two steps
+// a[4m + L] sits in 128-bit lane L of the m-th vector, and the last two
+// steps put vector m's lane L at 4L + m.
+constexpr int reduce16_lane(int i) { return 4 * (i % 4) + i / 4; }
 
 template <flash_elem E>
 LP_TARGET_AVX512 void dots_avx512(const uint8_t* k, size_t k_row_bytes, const int32_t* cells, int n, const float* q,
                                   int nq, int d, float* s, int s_stride) {
-    for (int i = 0; i < n; ++i) {
-        const uint8_t* row = k + (size_t)cells[i] * k_row_bytes;
+    int i = 0;
+    for (; i + 4 <= n; i += 4) {
+        const uint8_t* rows[4];
+        for (int c = 0; c < 4; ++c) rows[c] = k + (size_t)cells[i + c] * k_row_bytes;
         int qi = 0;
-        for (; qi + 4 <= nq; qi += 4)
-            dots_group_avx512<E, 4>(row, q + (size_t)qi * d, d, s + (size_t)qi * s_stride + i, s_stride);
+        for (; qi + 4 <= nq; qi += 4) {
+            // a[4 * query + cell]: 16 chains in flight, 8 loads per 16 FMAs
+            __m512 a[16];
+            for (int t = 0; t < 16; ++t) a[t] = _mm512_setzero_ps();
+            const float* q0 = q + (size_t)qi * d;
+            for (int e = 0; e < d; e += 16) {
+                const __mmask16 m = d - e >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (d - e)) - 1);
+                __m512 kv[4];
+                for (int c = 0; c < 4; ++c) kv[c] = load16<E>(rows[c], e, m);
+                for (int j = 0; j < 4; ++j) {
+                    const __m512 qv = _mm512_maskz_loadu_ps(m, q0 + (size_t)j * d + e);
+                    for (int c = 0; c < 4; ++c) a[4 * j + c] = _mm512_fmadd_ps(qv, kv[c], a[4 * j + c]);
+                }
+            }
+            alignas(64) float sums[16];
+            _mm512_store_ps(sums, reduce16_avx512(a));
+            for (int j = 0; j < 4; ++j)
+                for (int c = 0; c < 4; ++c) s[(size_t)(qi + j) * s_stride + i + c] = sums[reduce16_lane(4 * j + c)];
+        }
         for (; qi < nq; ++qi)
-            dots_group_avx512<E, 1>(row, q + (size_t)qi * d, d, s + (size_t)qi * s_stride + i, s_stride);
+            for (int c = 0; c < 4; ++c) s[(size_t)qi * s_stride + i + c] = dot_pair_avx512<E>(rows[c], q + (size_t)qi * d, d);
+    }
+    for (; i < n; ++i) {
+        const uint8_t* row = k + (size_t)cells[i] * k_row_bytes;
+        for (int qi = 0; qi < nq; ++qi) s[(size_t)qi * s_stride + i] = dot_pair_avx512<E>(row, q + (size_t)qi * d, d);
     }
 }
 
