@@ -51,10 +51,14 @@ using flash_pv_fn = void (*)(const uint8_t* v, size_t v_row_bytes, const int32_t
 // returns their sum, always added in the same order.
 using flash_exp_sum_fn = float (*)(float* x, float m);
 
+// max of x[i], i < kFlashTile (-inf when all are).
+using flash_max_fn = float (*)(const float* x);
+
 struct flash_kernels {
     flash_dots_fn dots[3] = {};  // by flash_elem
     flash_pv_fn pv[3] = {};
     flash_exp_sum_fn exp_sum = nullptr;
+    flash_max_fn max_tile = nullptr;
 };
 
 // The table for an ISA level (capped to what the CPU and the build support):

@@ -7,6 +7,7 @@
 // one template whose per-query work does not depend on the group size.
 #include "flash_attention.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "../common.h"
@@ -175,6 +176,14 @@ LP_TARGET_AVX2 float exp_sum_avx2(float* x, float m) {
     const __m256 s = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])),
                                    _mm256_add_ps(_mm256_add_ps(acc[4], acc[5]), _mm256_add_ps(acc[6], acc[7])));
     return hsum8(s);
+}
+
+LP_TARGET_AVX2 float max_tile_avx2(const float* x) {
+    __m256 m = _mm256_loadu_ps(x);
+    for (int k = 1; k < kFlashTile / 8; ++k) m = _mm256_max_ps(m, _mm256_loadu_ps(x + 8 * k));
+    __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    return _mm_cvtss_f32(_mm_max_ss(h, _mm_movehdup_ps(h)));
 }
 
 #endif  // LP_HAVE_AVX2
@@ -357,6 +366,12 @@ LP_TARGET_AVX512 float exp_sum_avx512(float* x, float m) {
     return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(e[0], e[1]), _mm512_add_ps(e[2], e[3])));
 }
 
+LP_TARGET_AVX512 float max_tile_avx512(const float* x) {
+    const __m512 m = _mm512_max_ps(_mm512_max_ps(_mm512_loadu_ps(x), _mm512_loadu_ps(x + 16)),
+                                   _mm512_max_ps(_mm512_loadu_ps(x + 32), _mm512_loadu_ps(x + 48)));
+    return _mm512_reduce_max_ps(m);
+}
+
 #endif  // LP_HAVE_AVX512
 
 }  // namespace
@@ -373,6 +388,7 @@ void flash_kernels_x86(flash_kernels& k, isa level) {
         k.pv[1] = pv_avx2<flash_elem::f16>;
         k.pv[2] = pv_avx2<flash_elem::bf16>;
         k.exp_sum = exp_sum_avx2;
+        k.max_tile = max_tile_avx2;
     }
 #endif
 #if defined(LP_HAVE_AVX512)
@@ -384,6 +400,7 @@ void flash_kernels_x86(flash_kernels& k, isa level) {
         k.pv[1] = pv_avx512<flash_elem::f16>;
         k.pv[2] = pv_avx512<flash_elem::bf16>;
         k.exp_sum = exp_sum_avx512;
+        k.max_tile = max_tile_avx512;
     }
 #endif
 }
