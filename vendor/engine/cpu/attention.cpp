@@ -464,6 +464,7 @@ void attention_scratch::reserve(attention_path p, int n_threads, int64_t n_cells
         flash.clear();
         slots.clear();
         split_ml.clear();
+        split_tasks.clear();
         n_slots = 0;
         reserve(n_threads, n_cells, n_gqa, head_dim_k, head_dim_v);
         return;
@@ -490,6 +491,8 @@ void attention_scratch::reserve(attention_path p, int n_threads, int64_t n_cells
     n_slots = 8 * (int64_t)n_threads;
     slots.resize((size_t)n_slots * part);
     split_ml.resize((size_t)n_threads * nq * 2);
+    split_tasks.clear();
+    split_tasks.reserve((size_t)n_slots);
 }
 
 size_t attention_scratch::bytes() const {

@@ -15,6 +15,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "../ggml_type.h"
@@ -80,19 +81,21 @@ struct attention_scratch {
     std::vector<per_thread> threads;
     // The flash path's (flash_attention.h); none of it depends on n_cells.
     struct flash_thread {
-        std::vector<float> q;        // (kFlashRows * n_gqa, head_dim_k) queries as the kernels use them (floats,
+        std::vector<float> q;        // (flash_block_rows(n_gqa) * n_gqa, head_dim_k) queries as the kernels use them (floats,
                                      // or the key type's activation blocks, which never take more bytes)
-        std::vector<float> s;        // (kFlashRows * n_gqa, kFlashTile) scores, then weights, of one tile
-        std::vector<float> sc;       // (kFlashRows * n_gqa, kFlashTile) the same for the tile's used cells only
-        std::vector<float> part;     // (kFlashRows * n_gqa, head_dim_v + 2) one chunk's partial: acc | max | sum
-        std::vector<float> total;    // (kFlashRows * n_gqa, head_dim_v + 2) the running total of a block
+        std::vector<float> s;        // (flash_block_rows(n_gqa) * n_gqa, kFlashTile) scores, then weights, of one tile
+        std::vector<float> sc;       // (flash_block_rows(n_gqa) * n_gqa, kFlashTile) the same for the tile's used cells only
+        std::vector<float> part;     // (flash_block_rows(n_gqa) * n_gqa, head_dim_v + 2) one chunk's partial: acc | max | sum
+        std::vector<float> total;    // (flash_block_rows(n_gqa) * n_gqa, head_dim_v + 2) the running total of a block
         std::vector<float> vbuf;     // (kFlashTile, head_dim_v) a quantized tile's values in F32
     };
     std::vector<flash_thread> flash;
-    // Split-K (few rows, many cells): partials of the chunks of one round,
-    // (n_slots, kFlashRows * n_gqa, head_dim_v + 2), and the running max / sum
-    // of each split block (n_threads, kFlashRows * n_gqa, 2).
+    // Split-K (few rows, many cells): partials of the chunks of one round
+    // (n_slots, flash_block_rows(n_gqa) * n_gqa, head_dim_v + 2), the running
+    // max / sum of each split block (n_threads, flash_block_rows(n_gqa) * n_gqa, 2)
+    // and the round's tasks (n_slots: block × key head, chunk start).
     std::vector<float> slots, split_ml;
+    std::vector<std::pair<int64_t, int32_t>> split_tasks;
     int64_t n_slots = 0;
 
     attention_path path = attention_path::explicit_softmax;  // what reserve() sized this for

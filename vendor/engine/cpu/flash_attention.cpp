@@ -362,12 +362,8 @@ void run_split(const plan& P, thread_pool& pool, attention_scratch& sc) {
     const int64_t n_pairs = P.n_blocks * a.n_head_kv;
     const int64_t ps = P.dv;
     const int64_t slot_floats = (int64_t)P.nq_max * (ps + 2);
-    struct task {
-        int64_t pair;
-        int32_t c;  // aligned chunk start
-    };
-    std::vector<task> tasks;  // small: a few hundred entries at most per round
-    tasks.reserve((size_t)sc.n_slots);
+    using task = std::pair<int64_t, int32_t>;  // (block × key head, aligned chunk start)
+    std::vector<task>& tasks = sc.split_tasks;  // reserved for n_slots: no allocation here
     // Totals: acc in the output rows (zeroed), max / sum in split_ml.
     for (int64_t pair = 0; pair < n_pairs; ++pair) {
         const block_range br = block_of(P, pair / a.n_head_kv);
@@ -416,20 +412,20 @@ void run_split(const plan& P, thread_pool& pool, attention_scratch& sc) {
         pool.parallel_for((int64_t)tasks.size(), [p = &j](int64_t i, int thread) {
             const plan& P = p->P;
             const task& t = p->tasks[(size_t)i];
-            const block_range br = block_of(P, t.pair / P.a.n_head_kv);
-            const int hk = (int)(t.pair % P.a.n_head_kv);
+            const block_range br = block_of(P, t.first / P.a.n_head_kv);
+            const int hk = (int)(t.first % P.a.n_head_kv);
             attention_scratch::flash_thread& s = p->sc.flash[(size_t)thread];
             float* slot = p->sc.slots.data() + (size_t)i * p->slot_floats;
             const partial part{slot, P.dv, slot + (size_t)P.nq_max * P.dv, slot + (size_t)P.nq_max * (P.dv + 1)};
             load_queries(P, br, hk, s.q.data());
-            chunk(P, br, hk, std::max(t.c, br.lo), std::min(t.c + kFlashChunk, br.hi), s.q.data(), s, part);
+            chunk(P, br, hk, std::max(t.second, br.lo), std::min(t.second + kFlashChunk, br.hi), s.q.data(), s, part);
         });
         for (size_t i = 0; i < tasks.size(); ++i) {
-            const block_range br = block_of(P, tasks[i].pair / a.n_head_kv);
-            const int hk = (int)(tasks[i].pair % a.n_head_kv);
+            const block_range br = block_of(P, tasks[i].first / a.n_head_kv);
+            const int hk = (int)(tasks[i].first % a.n_head_kv);
             float* slot = sc.slots.data() + i * (size_t)slot_floats;
             const partial part{slot, P.dv, slot + (size_t)P.nq_max * P.dv, slot + (size_t)P.nq_max * (P.dv + 1)};
-            float* ml = sc.split_ml.data() + (size_t)tasks[i].pair * 2 * P.nq_max;
+            float* ml = sc.split_ml.data() + (size_t)tasks[i].first * 2 * P.nq_max;
             for (int qi = 0; qi < br.nb * P.n_gqa; ++qi) {
                 // The total of query qi: its output row, its max and sum.
                 float* row = out_row(P, br, hk, qi);

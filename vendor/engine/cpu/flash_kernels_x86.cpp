@@ -60,41 +60,73 @@ LP_TARGET_AVX2 LP_INLINE float hsum8(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 
-// NQ queries against one key row: two accumulators per query (even / odd
-// steps of 8) keep two FMA chains in flight; the tail past a multiple of 8
-// is added after the horizontal sum.
-template <flash_elem E, int NQ>
-LP_TARGET_AVX2 LP_INLINE void dots_group_avx2(const uint8_t* row, const float* q, int d, float* s, int s_stride) {
-    __m256 a0[NQ], a1[NQ];
-    for (int j = 0; j < NQ; ++j) a0[j] = a1[j] = _mm256_setzero_ps();
-    int e = 0;
-    for (; e + 16 <= d; e += 16) {
-        const __m256 k0 = load8<E>(row, e), k1 = load8<E>(row, e + 8);
-        for (int j = 0; j < NQ; ++j) {
-            a0[j] = _mm256_fmadd_ps(_mm256_loadu_ps(q + (size_t)j * d + e), k0, a0[j]);
-            a1[j] = _mm256_fmadd_ps(_mm256_loadu_ps(q + (size_t)j * d + e + 8), k1, a1[j]);
-        }
-    }
-    if (e + 8 <= d) {
-        const __m256 k0 = load8<E>(row, e);
-        for (int j = 0; j < NQ; ++j) a0[j] = _mm256_fmadd_ps(_mm256_loadu_ps(q + (size_t)j * d + e), k0, a0[j]);
-        e += 8;
-    }
-    for (int j = 0; j < NQ; ++j) {
-        float sum = hsum8(_mm256_add_ps(a0[j], a1[j]));
-        for (int t = e; t < d; ++t) sum += q[(size_t)j * d + t] * elem<E>(row, t);
-        s[(size_t)j * s_stride] = sum;
-    }
+// One dot product per (query, key) pair: a single 8-lane FMA chain over the
+// whole multiples of 8, the lanes summed by hsum8's pairing (j with j+4, j+2,
+// j+1), then the tail added one element at a time. The 4×2 block below and
+// the single pair compute each pair exactly this way.
+template <flash_elem E>
+LP_TARGET_AVX2 LP_INLINE float dot_tail_avx2(const uint8_t* row, const float* q, int d8, int d, float sum) {
+    for (int t = d8; t < d; ++t) sum += q[t] * elem<E>(row, t);
+    return sum;
 }
+
+template <flash_elem E>
+LP_TARGET_AVX2 LP_INLINE float dot_pair_avx2(const uint8_t* row, const float* q, int d) {
+    const int d8 = d & ~7;
+    __m256 acc = _mm256_setzero_ps();
+    for (int e = 0; e < d8; e += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + e), load8<E>(row, e), acc);
+    return dot_tail_avx2<E>(row, q, d8, d, hsum8(acc));
+}
+
+// Lane sums of 8 accumulators with hsum8's pairing in every lane; the sum of
+// a[i] (i = 4m + 2h + L) lands in lane 4L + 2m + h.
+LP_TARGET_AVX2 LP_INLINE __m256 reduce8_avx2(const __m256 a[8]) {
+    __m256 b[4];
+    for (int k = 0; k < 4; ++k)  // j + j+4: 128-bit lane 0 <- a[2k], lane 1 <- a[2k+1]
+        b[k] = _mm256_add_ps(_mm256_permute2f128_ps(a[2 * k], a[2 * k + 1], 0x20),
+                             _mm256_permute2f128_ps(a[2 * k], a[2 * k + 1], 0x31));
+    __m256 c[2];
+    for (int k = 0; k < 2; ++k) {  // j + j+2
+        const __m256d x = _mm256_castps_pd(b[2 * k]), y = _mm256_castps_pd(b[2 * k + 1]);
+        c[k] = _mm256_add_ps(_mm256_castpd_ps(_mm256_unpacklo_pd(x, y)), _mm256_castpd_ps(_mm256_unpackhi_pd(x, y)));
+    }
+    return _mm256_add_ps(_mm256_shuffle_ps(c[0], c[1], 0x88), _mm256_shuffle_ps(c[0], c[1], 0xdd));  // j + j+1
+}
+constexpr int reduce8_lane(int i) { return 4 * (i % 2) + 2 * (i / 4) + (i / 2) % 2; }
 
 template <flash_elem E>
 LP_TARGET_AVX2 void dots_avx2(const uint8_t* k, size_t k_row_bytes, const int32_t* cells, int n, const float* q, int nq,
                               int d, float* s, int s_stride) {
-    for (int i = 0; i < n; ++i) {
-        const uint8_t* row = k + (size_t)cells[i] * k_row_bytes;
+    const int d8 = d & ~7;
+    int i = 0;
+    for (; i + 2 <= n; i += 2) {
+        const uint8_t* rows[2] = {k + (size_t)cells[i] * k_row_bytes, k + (size_t)cells[i + 1] * k_row_bytes};
         int qi = 0;
-        for (; qi + 4 <= nq; qi += 4) dots_group_avx2<E, 4>(row, q + (size_t)qi * d, d, s + (size_t)qi * s_stride + i, s_stride);
-        for (; qi < nq; ++qi) dots_group_avx2<E, 1>(row, q + (size_t)qi * d, d, s + (size_t)qi * s_stride + i, s_stride);
+        for (; qi + 4 <= nq; qi += 4) {
+            __m256 a[8];  // a[2 * query + cell]
+            for (int t = 0; t < 8; ++t) a[t] = _mm256_setzero_ps();
+            const float* q0 = q + (size_t)qi * d;
+            for (int e = 0; e < d8; e += 8) {
+                const __m256 k0 = load8<E>(rows[0], e), k1 = load8<E>(rows[1], e);
+                for (int j = 0; j < 4; ++j) {
+                    const __m256 qv = _mm256_loadu_ps(q0 + (size_t)j * d + e);
+                    a[2 * j] = _mm256_fmadd_ps(qv, k0, a[2 * j]);
+                    a[2 * j + 1] = _mm256_fmadd_ps(qv, k1, a[2 * j + 1]);
+                }
+            }
+            alignas(32) float sums[8];
+            _mm256_store_ps(sums, reduce8_avx2(a));
+            for (int j = 0; j < 4; ++j)
+                for (int c = 0; c < 2; ++c)
+                    s[(size_t)(qi + j) * s_stride + i + c] =
+                        dot_tail_avx2<E>(rows[c], q0 + (size_t)j * d, d8, d, sums[reduce8_lane(2 * j + c)]);
+        }
+        for (; qi < nq; ++qi)
+            for (int c = 0; c < 2; ++c) s[(size_t)qi * s_stride + i + c] = dot_pair_avx2<E>(rows[c], q + (size_t)qi * d, d);
+    }
+    for (; i < n; ++i) {
+        const uint8_t* row = k + (size_t)cells[i] * k_row_bytes;
+        for (int qi = 0; qi < nq; ++qi) s[(size_t)qi * s_stride + i] = dot_pair_avx2<E>(row, q + (size_t)qi * d, d);
     }
 }
 
