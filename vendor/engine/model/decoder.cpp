@@ -13,7 +13,8 @@
 
 namespace lp {
 
-run_state::run_state(const hparams& hp, int64_t n_ub, int64_t n_cells, int n_threads) : n_ubatch(n_ub) {
+run_state::run_state(const hparams& hp, int64_t n_ub, int64_t n_cells, int n_threads, attention_path path)
+    : n_ubatch(n_ub) {
     const int64_t E = hp.n_embd;
     mask_words = (n_cells + 63) / 64;
     x.resize((size_t)(n_ub * E));
@@ -32,7 +33,7 @@ run_state::run_state(const hparams& hp, int64_t n_ub, int64_t n_cells, int n_thr
     // Quantized activations: at most 4 bytes per element of the widest input.
     const int64_t widest = std::max({E, hp.n_ff, hp.n_head * hp.head_dim_v});
     mm.act.reserve((size_t)(n_ub * widest * 4 + 1024));
-    attn.reserve(n_threads, n_cells, (int)(hp.n_head / hp.n_head_kv), (int)hp.head_dim_k, (int)hp.head_dim_v);
+    attn.reserve(path, n_threads, n_cells, (int)(hp.n_head / hp.n_head_kv), (int)hp.head_dim_k, (int)hp.head_dim_v);
 }
 
 namespace {
@@ -193,6 +194,7 @@ void decoder_forward(const model& m, const rope_params rope[2], kv_cache& kv_mai
         aa.hi = rs.mask_hi[r].data();
         aa.scale = V.scale_q ? 1.0f : hp.attn_scale;
         aa.softcap = hp.attn_softcap;
+        aa.path = rs.attn.path;
         attention(aa, pool, rs.attn);
         if (kv.rot_v()) for_rows(pool, n, [&](int64_t t) { hadamard_blocks(att + t * n_att, n_att, kv.rot_v()); });
 

@@ -34,7 +34,8 @@ struct ubatch {
 
 // All activation memory of a context, allocated once for n_ubatch rows.
 struct run_state {
-    run_state(const hparams& hp, int64_t n_ubatch, int64_t n_cells, int n_threads);
+    run_state(const hparams& hp, int64_t n_ubatch, int64_t n_cells, int n_threads,
+              attention_path path = attention_path::explicit_softmax);
 
     int64_t n_ubatch;
     int64_t mask_words;            // 64-bit words per mask row: ceil(n_cells / 64)

@@ -112,6 +112,7 @@ void encoder_forward(const model& m, const rope_params& rope, run_state& rs, con
     aa.lo = rs.mask_lo[0].data();
     aa.hi = rs.mask_hi[0].data();
     aa.scale = hp.attn_scale;
+    aa.path = rs.attn.path;
 
     for (int il = 0; il < (int)hp.n_layer; ++il) {
         const layer_weights& L = W.layers[(size_t)il];
