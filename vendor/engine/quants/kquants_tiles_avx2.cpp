@@ -13,10 +13,11 @@
 // subtracted at the end. So tile, vec_dot and mat-vec (the driver's 4 × 1
 // tiles) give the same bits: batches equal token-by-token decoding.
 //
-// AVX-VNNI (where the CPU has it; LLAMAPY_AVXVNNI=0 turns it off): the
-// panels' madd-with-the-scale-words and the add into the lane sums are one
-// vpdpwssd, the same int32 lanes (exact integer sums). vpdpbusd cannot take
-// the int16 group scales, so maddubs stays.
+// No AVX-VNNI variant: vpdpbusd cannot take the int16 group scales that
+// madd applies for free, so it would need a multiply per group; a vpdpwssd
+// variant (madd with the scale words and the add fused, the same lanes)
+// measured no faster than the plain panel (159-160 GFLOP/s, Zen 5, 1 thread)
+// once the panel's chains stopped spilling, so it was dropped.
 #include <algorithm>
 #include <cstddef>
 #include <cstring>
@@ -26,7 +27,6 @@
 #include "../common.h"
 #include "blocks.h"
 #include "kquants_x86.h"
-#include "legacy_x86.h"
 
 #if defined(LP_X86)
 #include <immintrin.h>
@@ -291,80 +291,64 @@ LP_TARGET_AVX2 LP_INLINE void unpack_q6(const block_q6_K& x, k_unpacked* u) {
     u->d = u->dmin = _cvtsh_ss(x.d);
 }
 
-// Σ over 32 weights of q·a times the int16 scale words, added to the 8 int32
-// lanes of sum: plain AVX2, and with AVX-VNNI (the same lanes).
-LP_TARGET_AVX2 LP_INLINE __m256i kdot_plain(__m256i sum, __m256i q, const int8_t* a, __m256i sc) {
-    return _mm256_add_epi32(sum, dot32(q, a, sc));
-}
-LP_TARGET_AVXVNNI LP_INLINE __m256i kdot_vnni(__m256i sum, __m256i q, const int8_t* a, __m256i sc) {
-    return _mm256_dpwssd_avx_epi32(sum, _mm256_maddubs_epi16(q, _mm256_loadu_si256((const __m256i*)a)), sc);
-}
-
 // NR unpacked rows (nsb super-blocks each, row r at u + r·nsb) × NC columns:
-// the same per-(row, column) sequence as k4_tile / q6_tile. Written once for
-// both targets (the VNNI one can only inline its own kind of step).
-#define LP_K_UNPACKED_TILE(TARGET, SUFFIX, KDOT)                                                                   \
-    template <int NR, int NC>                                                                                    \
-    TARGET void unpacked_tile_##SUFFIX(int64_t nsb, const k_unpacked* u, const uint8_t* a, size_t as, float* out, \
-                                       size_t os) {                                                              \
-        __m256 acc[NR][NC], accm[NR][NC];                                                                        \
-        for (int r = 0; r < NR; ++r)                                                                             \
-            for (int c = 0; c < NC; ++c) acc[r][c] = accm[r][c] = _mm256_setzero_ps();                           \
-        const block_q8_K* y[NC];                                                                                 \
-        for (int c = 0; c < NC; ++c) y[c] = reinterpret_cast<const block_q8_K*>(a + c * as);                    \
-        for (int64_t i = 0; i < nsb; ++i) {                                                                      \
-            /* d_a broadcast once per column; d·d_a as a vector product has the                               \
-               bits of the scalar product vec_dot broadcasts */                                                  \
-            __m256 da[NC];                                                                                       \
-            for (int c = 0; c < NC; ++c) da[c] = _mm256_broadcast_ss(&y[c][i].d);                               \
-            for (int r = 0; r < NR; ++r) {                                                                       \
-                const k_unpacked& k = u[r * nsb + i];                                                            \
-                const __m256 d = _mm256_broadcast_ss(&k.d), dmin = _mm256_broadcast_ss(&k.dmin);                \
-                __m256i sum[NC];                                                                                 \
-                for (int c = 0; c < NC; ++c) sum[c] = _mm256_setzero_si256();                                    \
-                for (int g = 0; g < 8; ++g) {                                                                    \
-                    const __m256i q = _mm256_load_si256(&k.q[g]), sc = _mm256_load_si256(&k.s[g]);              \
-                    for (int c = 0; c < NC; ++c) sum[c] = KDOT(sum[c], q, y[c][i].qs + 32 * g, sc);             \
-                }                                                                                                \
-                for (int c = 0; c < NC; ++c) {                                                                   \
-                    const block_q8_K& yc = y[c][i];                                                              \
-                    const __m256i ms = _mm256_madd_epi16(k.m16, _mm256_loadu_si256((const __m256i*)yc.bsums));  \
-                    acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum[c]), _mm256_mul_ps(d, da[c]), acc[r][c]); \
-                    accm[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ms), _mm256_mul_ps(dmin, da[c]), accm[r][c]); \
-                }                                                                                                \
-            }                                                                                                    \
-        }                                                                                                        \
-        for (int c = 0; c < NC; ++c)                                                                             \
-            for (int r = 0; r < NR; ++r)                                                                         \
-                out[(size_t)c * os + r] = x86::hsum_f32x8(acc[r][c]) - x86::hsum_f32x8(accm[r][c]);             \
-    }
-
-LP_K_UNPACKED_TILE(LP_TARGET_AVX2, avx2, kdot_plain)
-LP_K_UNPACKED_TILE(LP_TARGET_AVXVNNI, avxvnni, kdot_vnni)
-#undef LP_K_UNPACKED_TILE
-
-template <bool VNNI, int NR, int NC>
+// the same per-(row, column) sequence as k4_tile / q6_tile.
+template <int NR, int NC>
 LP_TARGET_AVX2 void unpacked_tile(int64_t nsb, const k_unpacked* u, const uint8_t* a, size_t as, float* out,
                                   size_t os) {
-    if constexpr (VNNI) unpacked_tile_avxvnni<NR, NC>(nsb, u, a, as, out, os);
-    else unpacked_tile_avx2<NR, NC>(nsb, u, a, as, out, os);
+    __m256 acc[NR][NC], accm[NR][NC];
+    for (int r = 0; r < NR; ++r)
+        for (int c = 0; c < NC; ++c) acc[r][c] = accm[r][c] = _mm256_setzero_ps();
+    const block_q8_K* y[NC];
+    for (int c = 0; c < NC; ++c) y[c] = reinterpret_cast<const block_q8_K*>(a + c * as);
+    for (int64_t i = 0; i < nsb; ++i) {
+        // d_a broadcast once per column; d·d_a as a vector product has the
+        // bits of the scalar product vec_dot broadcasts
+        __m256 da[NC];
+        for (int c = 0; c < NC; ++c) da[c] = _mm256_broadcast_ss(&y[c][i].d);
+        for (int r = 0; r < NR; ++r) {
+            const k_unpacked& k = u[r * nsb + i];
+            const __m256 d = _mm256_broadcast_ss(&k.d), dmin = _mm256_broadcast_ss(&k.dmin);
+            __m256i sum[NC];
+            for (int c = 0; c < NC; ++c) sum[c] = _mm256_setzero_si256();
+            for (int g = 0; g < 8; ++g) {
+                const __m256i q = _mm256_load_si256(&k.q[g]), sc = _mm256_load_si256(&k.s[g]);
+                for (int c = 0; c < NC; ++c) {
+                    sum[c] = _mm256_add_epi32(sum[c], dot32(q, y[c][i].qs + 32 * g, sc));
+                    // Keep each chain in order: GCC otherwise computes all 32
+                    // products of the 4 columns first and spills them to the
+                    // stack (measured: 121 -> 159 GFLOP/s with this).
+                    __asm__("" : "+x"(sum[c]));
+                }
+            }
+            for (int c = 0; c < NC; ++c) {
+                const block_q8_K& yc = y[c][i];
+                const __m256i ms = _mm256_madd_epi16(k.m16, _mm256_loadu_si256((const __m256i*)yc.bsums));
+                acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum[c]), _mm256_mul_ps(d, da[c]), acc[r][c]);
+                accm[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ms), _mm256_mul_ps(dmin, da[c]), accm[r][c]);
+            }
+        }
+    }
+    for (int c = 0; c < NC; ++c)
+        for (int r = 0; r < NR; ++r)
+            out[(size_t)c * os + r] = x86::hsum_f32x8(acc[r][c]) - x86::hsum_f32x8(accm[r][c]);
 }
 
-template <bool VNNI, int NR>
+template <int NR>
 LP_TARGET_AVX2 void unpacked_cols(int64_t nsb, const k_unpacked* u, const uint8_t* a, size_t as, float* out,
                                   size_t os, int nc) {
     int c = 0;
-    for (; c + 4 <= nc; c += 4) unpacked_tile<VNNI, NR, 4>(nsb, u, a + c * as, as, out + c * os, os);
+    for (; c + 4 <= nc; c += 4) unpacked_tile<NR, 4>(nsb, u, a + c * as, as, out + c * os, os);
     switch (nc - c) {
-        case 3: unpacked_tile<VNNI, NR, 3>(nsb, u, a + c * as, as, out + c * os, os); break;
-        case 2: unpacked_tile<VNNI, NR, 2>(nsb, u, a + c * as, as, out + c * os, os); break;
-        case 1: unpacked_tile<VNNI, NR, 1>(nsb, u, a + c * as, as, out + c * os, os); break;
+        case 3: unpacked_tile<NR, 3>(nsb, u, a + c * as, as, out + c * os, os); break;
+        case 2: unpacked_tile<NR, 2>(nsb, u, a + c * as, as, out + c * os, os); break;
+        case 1: unpacked_tile<NR, 1>(nsb, u, a + c * as, as, out + c * os, os); break;
         default: break;
     }
 }
 
 // 0: Q4_K, 1: Q5_K, 2: Q6_K
-template <int T, bool VNNI>
+template <int T>
 LP_TARGET_AVX2 void gemm_panel(int64_t n, const void* w, size_t ws, int nr, const void* a, size_t as, int nc,
                                float* out, size_t os) {
     using K = std::conditional_t<T == 2, q6_kind, k4_kind<T == 1>>;
@@ -390,10 +374,10 @@ LP_TARGET_AVX2 void gemm_panel(int64_t n, const void* w, size_t ws, int nr, cons
             const k_unpacked* u = buf.data() + (size_t)r * nsb;
             float* o = out + (size_t)c0 * os + r;
             switch (std::min(4, nr - r)) {
-                case 4: unpacked_cols<VNNI, 4>(nsb, u, ab + c0 * as, as, o, os, ncc); break;
-                case 3: unpacked_cols<VNNI, 3>(nsb, u, ab + c0 * as, as, o, os, ncc); break;
-                case 2: unpacked_cols<VNNI, 2>(nsb, u, ab + c0 * as, as, o, os, ncc); break;
-                default: unpacked_cols<VNNI, 1>(nsb, u, ab + c0 * as, as, o, os, ncc); break;
+                case 4: unpacked_cols<4>(nsb, u, ab + c0 * as, as, o, os, ncc); break;
+                case 3: unpacked_cols<3>(nsb, u, ab + c0 * as, as, o, os, ncc); break;
+                case 2: unpacked_cols<2>(nsb, u, ab + c0 * as, as, o, os, ncc); break;
+                default: unpacked_cols<1>(nsb, u, ab + c0 * as, as, o, os, ncc); break;
             }
         }
     }
@@ -407,10 +391,9 @@ void register_kquant_tiles_avx2(type_traits* table, isa level) {
     table[(int)ggml_type::Q4_K].gemm_tile = gemm_tile<k4_kind<false>>;
     table[(int)ggml_type::Q5_K].gemm_tile = gemm_tile<k4_kind<true>>;
     table[(int)ggml_type::Q6_K].gemm_tile = gemm_tile<q6_kind>;
-    const bool vnni = avx2_use_vnni();
-    table[(int)ggml_type::Q4_K].gemm_panel = vnni ? gemm_panel<0, true> : gemm_panel<0, false>;
-    table[(int)ggml_type::Q5_K].gemm_panel = vnni ? gemm_panel<1, true> : gemm_panel<1, false>;
-    table[(int)ggml_type::Q6_K].gemm_panel = vnni ? gemm_panel<2, true> : gemm_panel<2, false>;
+    table[(int)ggml_type::Q4_K].gemm_panel = gemm_panel<0>;
+    table[(int)ggml_type::Q5_K].gemm_panel = gemm_panel<1>;
+    table[(int)ggml_type::Q6_K].gemm_panel = gemm_panel<2>;
 }
 
 #else

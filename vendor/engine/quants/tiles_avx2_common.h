@@ -1,7 +1,6 @@
 // tiles_avx2_common.h — what the AVX2 register-blocked tiles share
 // (float_tiles_avx2.cpp, legacy_tiles_avx2.cpp, kquants_tiles_avx2.cpp): the
-// weight prefetch of mat-vec and the AVX-VNNI target. Include after
-// <immintrin.h>.
+// weight prefetch of mat-vec. Include after <immintrin.h>.
 #pragma once
 
 #include <cstddef>
@@ -13,10 +12,6 @@ namespace lp {
 namespace tiles_avx2 {
 
 #if defined(LP_HAVE_AVX2)
-
-// AVX2 plus AVX-VNNI (vpdpbusd / vpdpwssd on ymm), for the variants picked
-// at run time where the CPU has it (legacy_x86.h: avx2_use_vnni).
-#define LP_TARGET_AVXVNNI __attribute__((target("avx2,fma,f16c,bmi2,popcnt,avxvnni")))
 
 // Mat-vec runs a tile over 4 rows with one activation row. Four rows walked
 // side by side defeat the hardware prefetchers (they follow one sequential
