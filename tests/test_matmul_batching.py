@@ -44,16 +44,19 @@ def test_rows_do_not_depend_on_the_batch(mats, t, level):
 
 @pytest.mark.parametrize("level", LEVELS)
 @pytest.mark.parametrize("t", ["F32", "F16"])
-@pytest.mark.parametrize("n_cols", [8, 44, 300])
+@pytest.mark.parametrize("n_cols", [8, 44, 300, 1024, 1100, 1543])
 def test_float_rows_of_any_length(t, level, n_cols):
     # the float tiles finish a row with a zero-padded partial vector: still
     # batch invariant, equal to vec_dot, and within float rounding of the
-    # double-precision reference
+    # double-precision reference. Past 512 elements the AVX2 panels run in K
+    # blocks (partial sums kept between blocks); 8 activation rows = two
+    # 3-column tiles and a 2-column one, 7 rows end in a 1-column one.
     rng = np.random.default_rng(n_cols)
     w = E.quantize(rng.standard_normal((9, n_cols)).astype(np.float32), t)
-    x = rng.standard_normal((7, n_cols)).astype(np.float32)
+    x = rng.standard_normal((8, n_cols)).astype(np.float32)
     full = E.matmul(w, t, 9, n_cols, x, 2, level)
-    for i in range(7):
+    np.testing.assert_array_equal(E.matmul(w, t, 9, n_cols, x[:7], 1, level), full[:7])
+    for i in range(8):
         np.testing.assert_array_equal(E.matmul(w, t, 9, n_cols, x[i:i + 1], 1, level)[0], full[i])
         np.testing.assert_array_equal(E.vec_dot_rows(w, t, n_cols, x[i], level), full[i])
     ref = E.matmul(w, t, 9, n_cols, x, 1, "ref")

@@ -199,6 +199,59 @@ LP_TARGET_AVX2 void gelu_mul_avx2(float* g, const float* u, int64_t n) {
     if (i < n) gelu_mul_scalar(g + i, u ? u + i : nullptr, n - i);
 }
 
+// Elementwise row kernels: the same float operations as the scalar loops
+// (mul, then add, never fused: the build has -ffp-contract=off), so the same
+// bits; the portable build compiles the plain loops for SSE2 only.
+LP_TARGET_AVX2 void add_avx2(float* y, const float* x, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_add_ps(_mm256_loadu_ps(y + i), _mm256_loadu_ps(x + i)));
+    for (; i < n; ++i) y[i] += x[i];
+}
+
+LP_TARGET_AVX2 void scale_avx2(float* x, int64_t n, float s) {
+    const __m256 vs = _mm256_set1_ps(s);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), vs));
+    for (; i < n; ++i) x[i] *= s;
+}
+
+// y = ((x - mean) · scale) · w + b, each step rounded as layer_norm_row's
+// scalar passes round it (w, b optional).
+LP_TARGET_AVX2 void norm_affine_avx2(const float* x, float mean, float scale, const float* w, const float* b,
+                                     float* y, int64_t n) {
+    const __m256 vm = _mm256_set1_ps(mean), vs = _mm256_set1_ps(scale);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 v = _mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(x + i), vm), vs);
+        if (w) v = _mm256_mul_ps(v, _mm256_loadu_ps(w + i));
+        if (b) v = _mm256_add_ps(v, _mm256_loadu_ps(b + i));
+        _mm256_storeu_ps(y + i, v);
+    }
+    for (; i < n; ++i) {
+        float v = (x[i] - mean) * scale;
+        if (w) v *= w[i];
+        if (b) v += b[i];
+        y[i] = v;
+    }
+}
+
+// The largest element; NaNs aside (softmax of a NaN row is NaN either way)
+// the same value as the scalar std::max scan.
+LP_TARGET_AVX2 float max_avx2(const float* x, int64_t n) {
+    float m = -INFINITY;
+    int64_t i = 0;
+    if (n >= 8) {
+        __m256 v = _mm256_loadu_ps(x);
+        for (i = 8; i + 8 <= n; i += 8) v = _mm256_max_ps(v, _mm256_loadu_ps(x + i));
+        __m128 h = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+        h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+        h = _mm_max_ss(h, _mm_movehdup_ps(h));
+        m = _mm_cvtss_f32(h);
+    }
+    for (; i < n; ++i) m = std::max(m, x[i]);
+    return m;
+}
+
 #endif  // LP_HAVE_AVX2
 
 // ---------------------------------------------------------------------------
@@ -318,6 +371,9 @@ double exp_sum(float* x, int64_t n, float max) {
 }
 
 float max_of(const float* x, int64_t n) {
+#if defined(LP_HAVE_AVX2)
+    if (isa_at_least(level(), isa::avx2)) return max_avx2(x, n);
+#endif
     float m = -INFINITY;
     for (int64_t i = 0; i < n; ++i) m = std::max(m, x[i]);
     return m;
@@ -343,6 +399,15 @@ void layer_norm_row(const float* x, const float* w, const float* b, float* y, in
     double sum = 0;
     for (int64_t i = 0; i < n; ++i) sum += x[i];
     const float mean = (float)(sum / (double)n);
+#if defined(LP_HAVE_AVX2)
+    if (isa_at_least(level(), isa::avx2)) {
+        // y = x - mean (· 1, exact), then y = ((y - 0) · scale) · w + b (- 0 exact)
+        norm_affine_avx2(x, mean, 1.0f, nullptr, nullptr, y, n);
+        const float scale = 1.0f / std::sqrt((float)(sum_sq(y, n) / (double)n) + eps);
+        norm_affine_avx2(y, 0.0f, scale, w, b, y, n);
+        return;
+    }
+#endif
     for (int64_t i = 0; i < n; ++i) y[i] = x[i] - mean;
     const float var = (float)(sum_sq(y, n) / (double)n);
     const float scale = 1.0f / std::sqrt(var + eps);
@@ -377,10 +442,16 @@ void softcap_row(float* x, int64_t n, float cap) {
 }
 
 void add_row(float* y, const float* x, int64_t n) {
+#if defined(LP_HAVE_AVX2)
+    if (isa_at_least(level(), isa::avx2)) return add_avx2(y, x, n);
+#endif
     for (int64_t i = 0; i < n; ++i) y[i] += x[i];
 }
 
 void scale_row(float* x, int64_t n, float s) {
+#if defined(LP_HAVE_AVX2)
+    if (isa_at_least(level(), isa::avx2)) return scale_avx2(x, n, s);
+#endif
     for (int64_t i = 0; i < n; ++i) x[i] *= s;
 }
 

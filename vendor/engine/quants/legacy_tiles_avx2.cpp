@@ -129,6 +129,7 @@ LP_TARGET_AVXVNNI LP_INLINE __m256i dot_vnni(__m256i init, __m256i u, __m256i s)
 // Both hand the tile the same operand bytes and scales.
 template <class F>
 struct direct_rows {
+    static constexpr bool has_d4 = false;
     const uint8_t* w;
     size_t ws;
     LP_TARGET_AVX2 LP_INLINE const typename F::block& at(int r, int64_t ib) const {
@@ -139,19 +140,22 @@ struct direct_rows {
     LP_TARGET_AVX2 LP_INLINE float d(int r, int64_t ib) const { return half_to_float(at(r, ib).d); }
 };
 // Unpacked panel rows: per block 32 bytes of the unsigned operand (for Q8_0
-// without VNNI the raw signed quants, the operand being their |w|) and d.
+// without VNNI the raw signed quants, the operand being their |w|) and d,
+// the d of a block's 16 panel rows side by side (dw[block][row]) so a 4-row
+// tile loads its 4 scales as one vector.
 struct alignas(32) bytes32 {
     uint8_t b[32];
 };
 struct unpacked {
     bytes32* q;   // [row][block]
-    float* dw;    // [row][block]
+    float* dw;    // [block][kPanelRows]
     int64_t nb;
 };
 template <class F>
 struct panel_rows {
+    static constexpr bool has_d4 = true;
     const bytes32* q;
-    const float* dw;
+    const float* dw;  // row 0's column of unpacked::dw
     int64_t nb;
     LP_TARGET_AVX2 LP_INLINE __m256i load(int r, int64_t ib) const {
         return _mm256_load_si256(reinterpret_cast<const __m256i*>(q[r * nb + ib].b));
@@ -161,7 +165,11 @@ struct panel_rows {
         else return load(r, ib);
     }
     LP_TARGET_AVX2 LP_INLINE __m256i raw(int r, int64_t ib) const { return load(r, ib); }
-    LP_TARGET_AVX2 LP_INLINE float d(int r, int64_t ib) const { return dw[r * nb + ib]; }
+    LP_TARGET_AVX2 LP_INLINE float d(int r, int64_t ib) const { return dw[ib * kPanelRows + r]; }
+    // rows 0-3's d of block ib, in both halves
+    LP_TARGET_AVX2 LP_INLINE __m256 d4(int64_t ib) const {
+        return _mm256_broadcast_ps(reinterpret_cast<const __m128*>(dw + ib * kPanelRows));
+    }
 };
 
 // The operand bytes a panel stores for one block.
@@ -176,7 +184,8 @@ unpacked panel_buffer(int nr, int64_t nb) {
     thread_local std::vector<bytes32> q;
     thread_local std::vector<float> d;
     const size_t need = (size_t)nr * (size_t)nb;
-    if (q.size() < need) { q.resize(need); d.resize(need); }
+    if (q.size() < need) q.resize(need);
+    if (d.size() < (size_t)kPanelRows * (size_t)nb) d.resize((size_t)kPanelRows * (size_t)nb);
     return unpacked{q.data(), d.data(), nb};
 }
 
@@ -205,12 +214,27 @@ unpacked panel_buffer(int nr, int64_t nb) {
                                                        DOT(_mm256_setzero_si256(), off, av[c]))                \
                                     : _mm256_setzero_si256();                                                  \
             }                                                                                                  \
-            for (int r = 0; r < NR; ++r) {                                                                     \
-                const __m256i u = rows.u(r, ib), raw = rows.raw(r, ib);                                        \
-                const __m256 dw = _mm256_set1_ps(rows.d(r, ib));                                               \
-                for (int c = 0; c < NC; ++c) {                                                                 \
-                    const __m256i p = DOT(init[c], u, F::pair(av[c], raw));                                    \
-                    acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_mul_ps(dw, da[c]), acc[r][c]);   \
+            if constexpr (Rows::has_d4 && NR == 4 && NC == 2) {                                                \
+                /* the 8 products dw·d_a in one multiply (lane by lane the bits of the */                      \
+                /* broadcast products below), each read back as a broadcast load */                            \
+                alignas(32) float pr[8];                                                                       \
+                _mm256_store_ps(pr, _mm256_mul_ps(rows.d4(ib), _mm256_blend_ps(da[0], da[1], 0xF0)));          \
+                for (int r = 0; r < NR; ++r) {                                                                 \
+                    const __m256i u = rows.u(r, ib), raw = rows.raw(r, ib);                                    \
+                    for (int c = 0; c < NC; ++c) {                                                             \
+                        const __m256i p = DOT(init[c], u, F::pair(av[c], raw));                                \
+                        acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_broadcast_ss(pr + 4 * c + r), \
+                                                    acc[r][c]);                                                \
+                    }                                                                                          \
+                }                                                                                              \
+            } else {                                                                                           \
+                for (int r = 0; r < NR; ++r) {                                                                 \
+                    const __m256i u = rows.u(r, ib), raw = rows.raw(r, ib);                                    \
+                    const __m256 dw = _mm256_set1_ps(rows.d(r, ib));                                           \
+                    for (int c = 0; c < NC; ++c) {                                                             \
+                        const __m256i p = DOT(init[c], u, F::pair(av[c], raw));                                \
+                        acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_mul_ps(dw, da[c]), acc[r][c]); \
+                    }                                                                                          \
                 }                                                                                              \
             }                                                                                                  \
         }                                                                                                      \
@@ -263,14 +287,14 @@ unpacked panel_buffer(int nr, int64_t nb) {
             const auto* x = reinterpret_cast<const typename F::block*>(wb + r * ws);                           \
             for (int64_t ib = 0; ib < nb; ++ib) {                                                              \
                 _mm256_store_si256(reinterpret_cast<__m256i*>(buf.q[r * nb + ib].b), panel_bytes<F>(x[ib]));                                                    \
-                buf.dw[r * nb + ib] = half_to_float(x[ib].d);                                                  \
+                buf.dw[ib * kPanelRows + r] = half_to_float(x[ib].d);                                          \
             }                                                                                                  \
         }                                                                                                      \
         /* columns in groups of 8: their activations stay in L1 across the row tiles */                        \
         for (int c0 = 0; c0 < nc; c0 += 8) {                                                                   \
             const int ncc = std::min(8, nc - c0);                                                              \
             for (int r = 0; r < nr; r += 4) {                                                                  \
-                const panel_rows<F> rows{buf.q + r * nb, buf.dw + r * nb, nb};                                 \
+                const panel_rows<F> rows{buf.q + r * nb, buf.dw + r, nb};                                      \
                 rows_##SUFFIX<F>(n, rows, std::min(4, nr - r), ab + c0 * as, as, out + c0 * os + r, os, ncc,   \
                                  nullptr);                                                                     \
             }                                                                                                  \
