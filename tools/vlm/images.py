@@ -7,18 +7,19 @@ WebP, RGBA with transparency, greyscale). What it is not: natural photos.
 from __future__ import annotations
 
 import pathlib
+import zlib
 
 import numpy as np
 from PIL import Image
 
 
-def _rgb(rng: np.random.Generator, w: int, h: int) -> np.ndarray:
+def _rgb(rng: np.random.Generator, w: int, h: int, noise: float = 12.0) -> np.ndarray:
     """(h, w, 3) uint8: a colour gradient, a bright rectangle and mild noise."""
     y, x = np.mgrid[0:h, 0:w]
     img = np.stack([x * 255 / max(w - 1, 1), y * 255 / max(h - 1, 1),
                     (x + y) * 127 / max(w + h - 2, 1)], axis=-1)
     img[h // 4: h // 2 + 1, w // 3: 2 * w // 3 + 1] = (250, 40, 90)
-    img += rng.normal(0, 12, img.shape)
+    img += rng.normal(0, noise, img.shape) if noise else 0.0
     return np.clip(img, 0, 255).astype(np.uint8)
 
 
@@ -30,15 +31,16 @@ IMAGES = {
     "rgba_48x40.png": (48, 40, "RGBA", "PNG"),
     "grey_50x64.png": (50, 64, "L", "PNG"),
     "square_64x64.webp": (64, 64, "RGB", "WEBP"),
+    "huge_1536x1152.jpg": (1536, 1152, "RGB", "JPEG"),  # no noise, so the file stays small
 }
 
 
 def write_images(out_dir: pathlib.Path, seed: int = 2024) -> list[pathlib.Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = []
-    for i, (name, (w, h, mode, fmt)) in enumerate(sorted(IMAGES.items())):
-        rng = np.random.default_rng(seed + i)
-        rgb = _rgb(rng, w, h)
+    for name, (w, h, mode, fmt) in sorted(IMAGES.items()):
+        rng = np.random.default_rng(seed + zlib.crc32(name.encode()))  # stable per name
+        rgb = _rgb(rng, w, h, noise=0.0 if name.startswith("huge") else 12.0)
         if mode == "RGBA":
             alpha = np.full((h, w), 255, np.uint8)
             alpha[:, : w // 2] = 0                          # left half fully transparent

@@ -99,6 +99,17 @@ def summarize(a: np.ndarray, n_all: int = 4096, n_subset: int = 256) -> dict:
     return out
 
 
+MAX_NPZ_VALUES = 65536  # larger arrays (Qwen's smart resize of the huge image) keep
+                        # only their summary, so the fixtures stay a few MB
+
+
+def _keep(arrays: dict, key: str, a: np.ndarray) -> bool:
+    if a.size > MAX_NPZ_VALUES:
+        return False
+    arrays[key] = a
+    return True
+
+
 def _greedy_recorder(steps: list):
     def proc(_input_ids, logits):
         top = np.argsort(logits)[::-1][:2]
@@ -158,7 +169,7 @@ def record_chunks(mtmd, llama_cpp_mod, llm, mmproj: str, image: pathlib.Path,
                                 shape=(mtmd.mtmd_bitmap_get_n_bytes(bitmap),)).copy()
     out.update(bitmap_nx=nx, bitmap_ny=ny,
                bitmap_rgb_sha256=hashlib.sha256(rgb.tobytes()).hexdigest())
-    arrays[f"{key}.decoded_rgb"] = rgb.reshape(ny, nx, -1)
+    out["bitmap_rgb_in_npz"] = _keep(arrays, f"{key}.decoded_rgb", rgb.reshape(ny, nx, -1))
     text = (mtmd.mtmd_default_marker().decode() + PROMPT).encode()
     inp = mtmd.mtmd_input_text()
     inp.text, inp.text_len, inp.add_special, inp.parse_special = text, len(text), True, True
@@ -187,11 +198,11 @@ def record_chunks(mtmd, llama_cpp_mod, llm, mmproj: str, image: pathlib.Path,
             emb = np.ctypeslib.as_array(mtmd.mtmd_get_output_embd(ctx),
                                         shape=(n_tok * n_embd,)).copy().reshape(n_tok, n_embd)
             entry["embd"] = summarize(emb)
-            arrays[f"{key}.chunk{n_img}.embd"] = emb
+            entry["embd"]["in_npz"] = _keep(arrays, f"{key}.chunk{n_img}.embd", emb)
             entry["preproc"] = []
             for j, a in enumerate(capture.arrays):
                 entry["preproc"].append(summarize(a, n_all=0))
-                arrays[f"{key}.chunk{n_img}.pixels{j}"] = a
+                entry["preproc"][-1]["in_npz"] = _keep(arrays, f"{key}.chunk{n_img}.pixels{j}", a)
             n_img += 1
         out["chunks"].append(entry)
     mtmd.mtmd_input_chunks_free(chunks)
