@@ -124,7 +124,8 @@ context::context(std::shared_ptr<const model> m, const context_params& params)
           model_->hp().n_embd_v(), p_.type_k, p_.type_v, main_cache_layers(model_->hp(), p_)),  // encoders keep no cache
       pool_(new thread_pool(p_.n_threads)),
       pool_batch_(p_.n_threads_batch != p_.n_threads ? new thread_pool(p_.n_threads_batch) : nullptr),
-      rs_(model_->hp(), p_.n_ubatch, p_.n_ctx, std::max(p_.n_threads, p_.n_threads_batch)) {
+      rs_(model_->hp(), p_.n_ubatch, p_.n_ctx, device::host()),
+      backend_(model_->hp(), p_.n_ubatch, p_.n_ctx, std::max(p_.n_threads, p_.n_threads_batch)) {
     const hparams& hp = model_->hp();
     rope_[0] = scaled_rope(hp.rope, p_);
     if (const int64_t wc = window_cells(hp, p_)) {
@@ -266,23 +267,26 @@ void context::decode(const batch_view& b) {
                 mc.build_mask(ub.n_tok, ub.pos, first_seq_.data() + u0, r == 0 ? 0 : hp.n_swa, rs_.mask[r].data(),
                               rs_.mask_words, rs_.mask_lo[r].data(), rs_.mask_hi[r].data());
             }
-            thread_pool& pool = (ub.n_tok > 1 && pool_batch_) ? *pool_batch_ : *pool_;
+            backend_.use_pool((ub.n_tok > 1 && pool_batch_) ? *pool_batch_ : *pool_);
+            pass ps(backend_, rs_, &tensor_cb_, ub.n_tok);
             if (pooled) {
                 // Every row's state into hidden_, pooled, then the rows asked for are kept.
                 for (int64_t i = 0; i < ub.n_tok; ++i) out_rows_[(size_t)i] = (int32_t)i;
                 ub.n_out = ub.n_tok;
-                decoder_forward(*model_, rope_, kv_, kv_swa_.get(), rs_, ub, pool, nullptr, hidden_.data());
+                decoder_forward(*model_, rope_, kv_, kv_swa_.get(), rs_, ub, ps, nullptr, hidden_.data());
                 pool_rows(b, u0, ub.n_tok, hidden_.data());
                 const int64_t first_kept = out_done;
                 keep_rows(b, u0, ub.n_tok, hidden_.data(), out_done);
-                if (out_done > first_kept)
-                    decoder_logits(*model_, embd_->data() + first_kept * hp.n_embd, out_done - first_kept, pool, rs_,
+                if (out_done > first_kept) {
+                    pass head(backend_, rs_, &tensor_cb_, out_done - first_kept);
+                    decoder_logits(*model_, embd_->data() + first_kept * hp.n_embd, head,
                                    logits_->data() + first_kept * hp.n_vocab);
+                }
                 continue;
             }
             float* lg = logits_->data() + out_done * hp.n_vocab;
             float* em = p_.embeddings ? embd_->data() + out_done * hp.n_embd : nullptr;
-            decoder_forward(*model_, rope_, kv_, kv_swa_.get(), rs_, ub, pool, lg, em);
+            decoder_forward(*model_, rope_, kv_, kv_swa_.get(), rs_, ub, ps, lg, em);
             out_done += ub.n_out;
         }
     } catch (...) {
@@ -515,8 +519,19 @@ void context::set_adapters(const std::vector<std::pair<std::shared_ptr<const lor
     }
     loras_.set(*model_, adapters);
     rs_.loras = loras_.empty() ? nullptr : &loras_;
-    rs_.lora_ax.assign((size_t)(rs_.n_ubatch * loras_.max_rank()), 0.0f);
-    rs_.lora_bax.assign((size_t)(rs_.n_ubatch * loras_.max_out()), 0.0f);
+    rs_.lora_ax = float_buffer(backend_.dev(), (size_t)(rs_.n_ubatch * loras_.max_rank()));
+    rs_.lora_bax = float_buffer(backend_.dev(), (size_t)(rs_.n_ubatch * loras_.max_out()));
+}
+
+void context::set_tensor_callback(tensor_callback cb) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    tensor_cb_ = std::move(cb);
+}
+
+placement_plan context::placement() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const uint64_t act = rs_.bytes() + backend_.scratch_bytes() + sizeof(float) * hidden_.size();
+    return plan_cpu(*model_, kv_, kv_swa_.get(), act);
 }
 
 }  // namespace lp

@@ -21,11 +21,13 @@
 #include <mutex>
 #include <vector>
 
+#include "backend/cpu_backend.h"
 #include "cpu/threadpool.h"
 #include "kv_cache.h"
 #include "lora.h"
 #include "model/decoder.h"
 #include "model/model.h"
+#include "placement.h"
 
 namespace lp {
 
@@ -123,6 +125,16 @@ public:
     void set_adapters(const std::vector<std::pair<std::shared_ptr<const lora_adapter>, float>>& adapters);
     bool has_adapters() const { return !loras_.empty(); }
 
+    // Debug hook: from the next decode on, cb receives the named
+    // intermediates of every forward pass (blocks.h: llama.cpp's graph names,
+    // rows x cols floats, valid during the call only); an empty function
+    // removes it. Costs nothing while unset.
+    void set_tensor_callback(tensor_callback cb);
+
+    // Which device holds each layer's weights and KV cache, and the bytes
+    // per device (placement.h).
+    placement_plan placement() const;
+
     // The KV cache and the last outputs as bytes, and back.
     std::vector<uint8_t> state_get() const;
     void state_set(const uint8_t* data, size_t size);
@@ -148,6 +160,8 @@ private:
     std::unique_ptr<thread_pool> pool_;        // n_threads
     std::unique_ptr<thread_pool> pool_batch_;  // n_threads_batch (null: same as pool_)
     run_state rs_;
+    cpu_backend backend_;              // runs every layer (placement: all on the host)
+    tensor_callback tensor_cb_;        // debug hook, empty when unset
     lora_set loras_;
     rope_params rope_[2];                      // global / sliding-window layers
     mutable std::mutex mutex_;
