@@ -523,9 +523,10 @@ void context::set_adapters(const std::vector<std::pair<std::shared_ptr<const lor
     rs_.lora_bax = float_buffer(backend_.dev(), (size_t)(rs_.n_ubatch * loras_.max_out()));
 }
 
-void context::set_tensor_callback(tensor_callback cb) {
+tensor_callback context::set_tensor_callback(tensor_callback cb) {
     std::lock_guard<std::mutex> lock(mutex_);
-    tensor_cb_ = std::move(cb);
+    std::swap(tensor_cb_, cb);
+    return cb;
 }
 
 placement_plan context::placement() const {

@@ -128,8 +128,8 @@ public:
     // Debug hook: from the next decode on, cb receives the named
     // intermediates of every forward pass (blocks.h: llama.cpp's graph names,
     // rows x cols floats, valid during the call only); an empty function
-    // removes it. Costs nothing while unset.
-    void set_tensor_callback(tensor_callback cb);
+    // removes it. Costs nothing while unset. Returns the previous one.
+    tensor_callback set_tensor_callback(tensor_callback cb);
 
     // Which device holds each layer's weights and KV cache, and the bytes
     // per device (placement.h).
