@@ -17,6 +17,10 @@
 //
 // Operands are "rows": row t of an operand starts at p + t * stride floats;
 // stride 0 means one row shared by every t (a bias, a norm weight).
+// Weights are the model's weight_views (the mapped file). The CPU reads them
+// in place; a backend on another device keeps its own copies of the layers
+// the placement plan (placement.h) gives it, keyed by the weight_view, as
+// lora_set keys adapters by the matrix they modify.
 // Not here: the kernels (cpu/, quants/), what runs the ops in which order
 // (model/blocks.h), which device holds which layer (placement.h).
 #pragma once
@@ -39,6 +43,7 @@ struct row_op {
         rms_norm,    // y = x / rms(x) * w, over each of `groups` groups of n elements (w may be null); y may be x
         layer_norm,  // y = (x - mean) / sd * w + b over n elements (w, b may be null)
         add,         // y += x                          (n elements)
+        mul,         // y *= x
         scale,       // y *= f
         softcap,     // y = tanh(y / f) * f
         gelu_mul,    // y = gelu(y) * x                 (x null: no gate)

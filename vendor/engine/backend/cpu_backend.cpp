@@ -28,6 +28,9 @@ LP_INLINE void apply(const row_op& o, int64_t t) {
             break;
         case row_op::kind::layer_norm: layer_norm_row(x, o.w, o.b, y, o.n, o.f); break;
         case row_op::kind::add: add_row(y, x, o.n); break;
+        case row_op::kind::mul:
+            for (int64_t i = 0; i < o.n; ++i) y[i] *= x[i];
+            break;
         case row_op::kind::scale: scale_row(y, o.n, o.f); break;
         case row_op::kind::softcap: softcap_row(y, o.n, o.f); break;
         case row_op::kind::gelu_mul: gelu_mul_row(y, x, o.n); break;
@@ -52,6 +55,8 @@ cpu_backend::cpu_backend(const hparams& hp, int64_t n_ub, int64_t n_cells, int n
     mm_.act.reserve((size_t)(n_ub * widest * 4 + 1024));
     attn_.reserve(n_threads, n_cells, (int)(hp.n_head / hp.n_head_kv), (int)hp.head_dim_k, (int)hp.head_dim_v);
 }
+
+cpu_backend::cpu_backend(thread_pool& pool) : pool_(&pool) {}
 
 template <class F> void cpu_backend::for_rows(int64_t n, const F& fn) {
     if (n == 1 || pool_->n_threads() == 1) {

@@ -17,6 +17,9 @@ public:
     // Work memory for a context on model hp: n_ubatch rows, n_cells KV cells,
     // up to n_threads threads.
     cpu_backend(const hparams& hp, int64_t n_ubatch, int64_t n_cells, int n_threads);
+    // Without reserved work memory (it grows on use; attention needs the
+    // sized constructor): for running single ops (the op tests).
+    explicit cpu_backend(thread_pool& pool);
 
     // The pool the next ops run on (the context picks one per micro-batch).
     void use_pool(thread_pool& pool) { pool_ = &pool; }

@@ -89,6 +89,13 @@ void pass::add(rows y, rows x, int64_t n) {
     queue(o);
 }
 
+void pass::mul(rows y, rows x, int64_t n) {
+    row_op o = op(row_op::kind::mul, y, n);
+    o.x = x.p;
+    o.x_stride = x.s;
+    queue(o);
+}
+
 void pass::add_bias(rows y, const std::vector<float>& b) {
     if (!b.empty()) add(y, rows{const_cast<float*>(b.data()), 0}, (int64_t)b.size());
 }
@@ -150,8 +157,8 @@ void pass::matmul(const weight_view& w, rows x, rows y) {
     flush();
     lora_work lw;
     if (rs_.loras && (lw.terms = rs_.loras->find(&w))) {
-        lw.ax = const_cast<float*>(rs_.lora_ax.f32());
-        lw.bax = const_cast<float*>(rs_.lora_bax.f32());
+        lw.ax = rs_.lora_ax.f32();
+        lw.bax = rs_.lora_bax.f32();
     }
     be_.matmul(w, x.p, x.s, y.p, y.s, n_, lw);
 }

@@ -85,7 +85,7 @@ struct rows {
 // callback it costs one null check; with one it first runs what is queued.
 class pass {
 public:
-    pass(backend& be, const run_state& rs, const tensor_callback* cb, int64_t n_rows)
+    pass(backend& be, run_state& rs, const tensor_callback* cb, int64_t n_rows)
         : be_(be), rs_(rs), cb_(cb && *cb ? cb : nullptr), n_(n_rows) {}
 
     int64_t n() const { return n_; }
@@ -96,6 +96,7 @@ public:
     void norm(norm_kind k, rows y, rows x, const std::vector<float>& w, const std::vector<float>& b, int64_t n, float eps);
     void head_norm(rows y, int64_t n_head, int64_t head_dim, const std::vector<float>& w, float eps);  // RMS per head
     void add(rows y, rows x, int64_t n);
+    void mul(rows y, rows x, int64_t n);
     void add_bias(rows y, const std::vector<float>& b);  // nothing when b is empty
     void scale(rows y, int64_t n, float f);
     void softcap(rows y, int64_t n, float cap);
@@ -127,7 +128,7 @@ private:
     void emit(const char* name, int il, rows r, int64_t n_cols);
 
     backend& be_;
-    const run_state& rs_;
+    run_state& rs_;  // LoRA work rows
     const tensor_callback* cb_;
     int64_t n_;
     row_op ops_[kMaxOps];
