@@ -74,7 +74,32 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     from .bench import run_bench
 
     return run_bench(_model_path(args), n_prompt=args.n_prompt, n_gen=args.n_gen, threads=args.threads,
-                     repetitions=args.repetitions, batch_size=args.batch_size, as_json=args.json)
+                     repetitions=args.repetitions, batch_size=args.batch_size, as_json=args.json,
+                     depth=args.depth, flash_attn=args.flash_attn, ubatch_size=args.ubatch_size,
+                     n_ctx=args.ctx_size, verbose=args.verbose)
+
+
+def _list_arg(name: str, minimum: int = 0):
+    """An argparse type for llama-bench's comma lists and ranges of integers."""
+    def parse(text: str):
+        from .bench import parse_int_list
+
+        try:
+            return parse_int_list(text, name, minimum)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+
+    parse.__name__ = name  # argparse names the type in its messages
+    return parse
+
+
+def _flash_arg(text: str):
+    from .bench import parse_flash_list
+
+    try:
+        return parse_flash_list(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def _cmd_convert(args: argparse.Namespace) -> int:
@@ -134,13 +159,29 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--seed", type=int, default=None)
     sp.set_defaults(func=_cmd_chat)
 
-    sp = sub.add_parser("bench", help="prompt processing (pp) and generation (tg) speed, like llama-bench")
-    model_opts(sp)
-    sp.add_argument("-p", "--n-prompt", type=int, default=512)
-    sp.add_argument("-n", "--n-gen", type=int, default=128)
+    sp = sub.add_parser("bench", help="prompt processing (pp) and generation (tg) speed, like llama-bench",
+                        description="Prompt processing (pp) and generation (tg) speed, like llama-bench. "
+                                    "-p, -n, -d, -t and -fa take comma lists (and ranges such as 0-16384+4096); "
+                                    "every combination is measured.")
+    sp.add_argument("-m", "--model", help="GGUF file (default: Gemma 3 270M from the demo extra)")
+    sp.add_argument("-p", "--n-prompt", type=_list_arg("n-prompt"), default=[512], metavar="N[,N...]",
+                    help="prompt tokens of the pp tests (default 512; 0: no pp test)")
+    sp.add_argument("-n", "--n-gen", type=_list_arg("n-gen"), default=[128], metavar="N[,N...]",
+                    help="generated tokens of the tg tests (default 128; 0: no tg test)")
+    sp.add_argument("-d", "--depth", type=_list_arg("depth"), default=[0], metavar="N[,N...]",
+                    help="tokens already in the cache before each test (default 0)")
+    sp.add_argument("-fa", "--flash-attn", type=_flash_arg, default=[False], metavar="0|1|auto[,...]",
+                    help="flash attention setting(s), passed as Llama(flash_attn=False/True/'auto') (default 0)")
+    sp.add_argument("-t", "--threads", type=_list_arg("threads"), default=[0], metavar="N[,N...]",
+                    help="threads (default 0: physical cores)")
+    sp.add_argument("-c", "--ctx-size", type=int, default=0,
+                    help="context size (default 0: depth + the largest -p + the largest -n, per test)")
+    sp.add_argument("-b", "--batch-size", type=int, default=512, help="n_batch (default 512)")
+    sp.add_argument("-ub", "--ubatch-size", type=int, default=None, help="n_ubatch (default: the batch size)")
     sp.add_argument("-r", "--repetitions", type=int, default=3)
+    sp.add_argument("-v", "--verbose", action="store_true", help="report progress on standard error")
     sp.add_argument("--json", action="store_true", help="print the results as JSON")
-    sp.set_defaults(func=_cmd_bench, threads=0)
+    sp.set_defaults(func=_cmd_bench)
 
     sp = sub.add_parser("convert", help="convert a Hugging Face model folder (BERT family) to GGUF")
     sp.add_argument("hf_dir", help="folder with config.json, model.safetensors / pytorch_model.bin, tokenizer files")

@@ -75,7 +75,11 @@ def pip_fetch(spec: str, filename: str, *, sdist: bool = False):
     if path.exists():
         return path
     cache.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d", str(cache), spec]
+    # LLAMAPY_TEST_PIP_PYTHON: an interpreter with pip, where the one running
+    # the tests has none (the aarch64 Python under qemu); what it downloads
+    # here is platform-independent (pure-Python wheels, sdists).
+    python = os.environ.get("LLAMAPY_TEST_PIP_PYTHON") or sys.executable
+    cmd = [python, "-m", "pip", "download", "-q", "--no-deps", "-d", str(cache), spec]
     # --no-build-isolation: pip reads an sdist's metadata with the build
     # backend already installed (scikit-build-core) instead of building cmake.
     cmd[4:4] = ["--no-binary", ":all:", "--no-build-isolation"] if sdist else ["--only-binary", ":all:"]

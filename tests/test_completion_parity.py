@@ -10,6 +10,7 @@ prompt (or from 0 with ``echo``), finish reasons and usage.
 """
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 
@@ -19,6 +20,19 @@ import pytest
 pytestmark = pytest.mark.model
 
 FIXTURE = json.loads((Path(__file__).parent / "data" / "completion_parity.json").read_text())
+
+
+def _recorder():
+    """tools/record_completion_fixtures.py, whose summary() made the fixture:
+    the test summarizes llamapy's results with the same function."""
+    path = Path(__file__).resolve().parents[1] / "tools" / "record_completion_fixtures.py"
+    spec = importlib.util.spec_from_file_location("record_completion_fixtures", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+summarize = _recorder().summary
 
 # llama-cpp-python treats any byte >= 0xC0 (0xFF too) as the lead of a
 # multi-byte character and skips its stop check for the next tokens, so with
@@ -47,29 +61,6 @@ def forcing(llm, script):
         return out
 
     return LogitsProcessorList([force])
-
-
-def summarize(result, stream):
-    if not stream:
-        choice = result["choices"][0]
-        lp = choice["logprobs"]
-        return {"text": choice["text"], "finish_reason": choice["finish_reason"], "usage": result["usage"],
-                "object": result["object"], "id_prefix": result["id"][:5],
-                "logprobs": None if lp is None else {
-                    "tokens": lp["tokens"], "text_offset": lp["text_offset"],
-                    "null_logprobs": [i for i, v in enumerate(lp["token_logprobs"]) if v is None],
-                    "chosen_in_top": [t in (top or {t: 0}) for t, top in zip(lp["tokens"], lp["top_logprobs"])]}}
-    chunks = list(result)
-    tokens, offsets = [], []
-    for c in chunks:
-        lp = c["choices"][0]["logprobs"]
-        if lp:
-            tokens += lp["tokens"]
-            offsets += lp["text_offset"]
-    return {"text": "".join(c["choices"][0]["text"] for c in chunks),
-            "finish_reason": chunks[-1]["choices"][0]["finish_reason"], "object": chunks[0]["object"],
-            "logprobs_tokens": tokens, "text_offset": offsets,
-            "n_finish": sum(c["choices"][0]["finish_reason"] is not None for c in chunks)}
 
 
 def test_fixture_scripts_tokenize_the_same(llm):

