@@ -2,9 +2,13 @@
 tiny model of every architecture, the named intermediates of a forward pass
 (llama.cpp's graph names), their shapes, their values against the numpy
 reference (tests/model_ref.py traces the same names), and that setting the
-hook changes no output."""
+hook changes no output; and Gemma 3 270M's intermediates against llama.cpp's
+own, recorded through its eval callback (tests/data/gemma3_270m_intermediates.json)."""
 
 from __future__ import annotations
+
+import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -163,3 +167,72 @@ def test_llama_tensor_dump(tiny):
     llm.eval([4])
     assert t["inp_embd"].shape == (3, cfg.n_embd)
     llm.close()
+
+
+# ---------------------------------------------------------------------------
+# Gemma 3 270M against llama.cpp's own intermediates
+# ---------------------------------------------------------------------------
+
+FIXTURE = Path(__file__).parent / "data" / "gemma3_270m_intermediates.json"
+
+# Our name -> the fixture's key: where llama.cpp names several tensors alike,
+# the last one (Qcur after q-norm and RoPE: "#2"); it leaves wo · kqv_out
+# unnamed (the recorder calls it "attn_out-<l> (unnamed)").
+def fixture_key(name: str, tensors: dict) -> str | None:
+    for k in (name + "#2", name, name + " (unnamed)"):
+        if k in tensors:
+            return k
+    return None
+
+
+# (layer, largest difference relative to the tensor's largest value, of row L2 norms)
+# The weights are Q4_K / Q6_K with 8-bit activations, recorded by an AVX2
+# build: rounding noise grows along the layers (llama.cpp moves its own
+# logits by up to ~0.6 between batch and stepwise evaluation).
+LAYER_TOL = {0: (1e-2, 1e-2), 5: (8e-2, 3e-2), -1: (8e-2, 3e-2)}
+
+
+@pytest.mark.model
+def test_gemma3_270m_matches_llama_cpp_intermediates(gemma_path):
+    fx = json.loads(FIXTURE.read_text())
+    assert fx["model_sha256"] == "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
+    tensors = {t["key"]: t for t in fx["tensors"]}
+    ids = fx["prompt_ids"]
+    n = len(ids)
+    ctx = E.Context(E.Model(gemma_path), n_ctx=512, n_batch=512, n_threads=2, n_threads_batch=2)
+    with TensorDump(ctx) as dump:
+        ctx.decode(tokens=ids, pos=list(range(n)), seq_ids=[0] * n, logits=[0] * (n - 1) + [1])
+    compared = []
+    for name in dump.names():
+        key = fixture_key(name, tensors)
+        if key is None:
+            continue
+        t = tensors[key]
+        il = int(name.rsplit("-", 1)[1]) if "-" in name else -1
+        if il not in LAYER_TOL:
+            continue
+        tol_v, tol_l2 = LAYER_TOL[il]
+        got = dump[name].astype(np.float64)
+        rows = got.reshape(-1, t["ne"][0])  # ggml's rows: ne[0] consecutive values, token-major
+        ref_l2 = np.array(t["row_l2"])
+        assert rows.shape[0] == len(ref_l2), name
+        scale = np.abs(rows).max()
+        assert np.abs(np.linalg.norm(rows, axis=1) - ref_l2).max() <= tol_l2 * ref_l2.max(), name
+        per_token = rows.shape[0] // got.shape[0]
+        for tok, ref_rows in (t.get("token_rows") or {}).items():
+            ref_rows = np.array(ref_rows, dtype=np.float64)
+            mine = rows[int(tok) * per_token:][: len(ref_rows), : ref_rows.shape[1]]
+            assert np.abs(mine - ref_rows).max() <= tol_v * scale, (name, tok)
+        if t.get("values"):
+            ref_v = np.array(t["values"], dtype=np.float64)
+            assert np.abs(got.reshape(-1) - ref_v).max() <= tol_v * np.abs(ref_v).max(), name
+        compared.append(name)
+    layer0 = ["attn_norm", "Qcur_normed", "Kcur_normed", "Qcur", "Kcur", "Vcur", "kqv_out", "attn_out",
+              "attn_post_norm", "sa_out", "ffn_norm", "ffn_out", "ffn_post_norm", "l_out"]
+    assert {f"{s}-0" for s in layer0} <= set(compared)
+    assert {"inp_scaled", "result_norm", "result_output", "l_out-5"} <= set(compared)
+    # The logits of llama.cpp's top 20 within its own batch-vs-step noise.
+    logits = np.array(ctx.get_logits(0))
+    for tok, value in fx["logits_top20"]:
+        assert abs(logits[tok] - value) < 0.6, tok
+    assert int(np.argmax(logits)) in [tok for tok, _ in fx["logits_top20"][:2]]
