@@ -236,3 +236,23 @@ def test_gemma3_270m_matches_llama_cpp_intermediates(gemma_path):
     for tok, value in fx["logits_top20"]:
         assert abs(logits[tok] - value) < 0.6, tok
     assert int(np.argmax(logits)) in [tok for tok, _ in fx["logits_top20"][:2]]
+
+
+def test_callback_cannot_reenter_its_context(tiny):
+    path, _, _, _ = tiny("llama")
+    ctx = new_ctx(path)
+
+    def reenter(name, a):
+        if name == "attn_norm-0":
+            ctx.kv_seq_rm(0)
+
+    ctx.set_tensor_callback(reenter)
+    with pytest.raises(ValueError, match="middle of a decode"):
+        decode(ctx, PROMPT)
+    ctx.set_tensor_callback(lambda name, a: ctx.set_tensor_callback(None))
+    with pytest.raises(ValueError, match="middle of a decode"):
+        decode(ctx, PROMPT)
+    ctx.set_tensor_callback(None)
+    assert ctx.kv_n_used == 0
+    decode(ctx, PROMPT)  # usable afterwards
+    assert ctx.kv_n_used == len(PROMPT)

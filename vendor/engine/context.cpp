@@ -219,8 +219,25 @@ void context::validate(const batch_view& b) const {
     }
 }
 
+namespace {
+// The context this thread is decoding with (its tensor callback may run).
+thread_local const context* tl_decoding = nullptr;
+
+struct decoding_scope {
+    explicit decoding_scope(const context* c) { tl_decoding = c; }
+    ~decoding_scope() { tl_decoding = nullptr; }
+};
+}  // namespace
+
+std::unique_lock<std::mutex> context::guard() const {
+    if (tl_decoding == this)
+        throw value_error("the context is in the middle of a decode: its tensor callback cannot use it");
+    return std::unique_lock<std::mutex>(mutex_);
+}
+
 void context::decode(const batch_view& b) {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::unique_lock<std::mutex> lock = guard();
+    decoding_scope busy(this);
     const hparams& hp = model_->hp();
     validate(b);
     if (hp.v.encoder) {
@@ -324,7 +341,7 @@ const float* context::embeddings(int64_t i) const {
 }
 
 void context::kv_seq_rm(int seq, int32_t p0, int32_t p1) {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::unique_lock<std::mutex> lock = guard();
     if (seq >= 0) check_seq(seq, "sequence id");
     kv_.seq_rm(seq, p0, p1);
     if (kv_swa_) {
@@ -336,7 +353,7 @@ void context::kv_seq_rm(int seq, int32_t p0, int32_t p1) {
 }
 
 void context::kv_seq_cp(int src, int dst, int32_t p0, int32_t p1) {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::unique_lock<std::mutex> lock = guard();
     check_seq(src, "source sequence id");
     check_seq(dst, "destination sequence id");
     kv_.seq_cp(src, dst, p0, p1);
@@ -347,7 +364,7 @@ void context::kv_seq_cp(int src, int dst, int32_t p0, int32_t p1) {
 }
 
 void context::kv_seq_keep(int seq) {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::unique_lock<std::mutex> lock = guard();
     check_seq(seq, "sequence id");
     kv_.seq_keep(seq);
     if (kv_swa_) {
@@ -358,26 +375,26 @@ void context::kv_seq_keep(int seq) {
 }
 
 int32_t context::kv_seq_pos_max(int seq) const {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::unique_lock<std::mutex> lock = guard();
     check_seq(seq, "sequence id");
     return kv_.seq_pos_max(seq);
 }
 
 int32_t context::kv_seq_pos_min(int seq) const {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::unique_lock<std::mutex> lock = guard();
     check_seq(seq, "sequence id");
     return kv_.seq_pos_min(seq);
 }
 
 void context::kv_clear() {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::unique_lock<std::mutex> lock = guard();
     kv_.clear();
     if (kv_swa_) kv_swa_->clear();
     std::fill(swa_dropped_.begin(), swa_dropped_.end(), -1);
 }
 
 bool context::kv_swa_resumable(int seq, int32_t pos) const {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::unique_lock<std::mutex> lock = guard();
     check_seq(seq, "sequence id");
     // A row at pos sees positions > pos - n_swa: none of them may be dropped.
     const int32_t d = kv_swa_ ? swa_dropped_[(size_t)seq] : -1;
@@ -421,7 +438,7 @@ void context::place_in_window_cache(const batch_view& b) {
 // sequence, then n_out, the logits (n_out, n_vocab), a flag and the
 // embeddings (n_out, n_embd).
 std::vector<uint8_t> context::state_get() const {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::unique_lock<std::mutex> lock = guard();
     const hparams& hp = model_->hp();
     std::vector<uint8_t> out;
     put<uint32_t>(out, kStateMagic);
@@ -450,7 +467,7 @@ std::vector<uint8_t> context::state_get() const {
 }
 
 void context::state_set(const uint8_t* data, size_t size) {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::unique_lock<std::mutex> lock = guard();
     const hparams& hp = model_->hp();
     auto need = [&](size_t at, size_t k) {
         if (k > size || at > size - k) throw value_error("context state is truncated");
@@ -508,6 +525,7 @@ void context::state_set(const uint8_t* data, size_t size) {
 }
 
 void context::set_adapters(const std::vector<std::pair<std::shared_ptr<const lora_adapter>, float>>& adapters) {
+    std::unique_lock<std::mutex> lock = guard();
     std::unordered_set<std::string> names;
     for (const auto& m : model_->matrices()) names.insert(m.first);
     for (const auto& [ad, scale] : adapters) {
@@ -524,13 +542,13 @@ void context::set_adapters(const std::vector<std::pair<std::shared_ptr<const lor
 }
 
 tensor_callback context::set_tensor_callback(tensor_callback cb) {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::unique_lock<std::mutex> lock = guard();
     std::swap(tensor_cb_, cb);
     return cb;
 }
 
 placement_plan context::placement() const {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::unique_lock<std::mutex> lock = guard();
     const uint64_t act = rs_.bytes() + backend_.scratch_bytes() + sizeof(float) * hidden_.size();
     return plan_cpu(*model_, kv_, kv_swa_.get(), act);
 }

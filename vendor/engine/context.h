@@ -128,7 +128,10 @@ public:
     // Debug hook: from the next decode on, cb receives the named
     // intermediates of every forward pass (blocks.h: llama.cpp's graph names,
     // rows x cols floats, valid during the call only); an empty function
-    // removes it. Costs nothing while unset. Returns the previous one.
+    // removes it. Costs nothing while unset. Returns the previous one. The
+    // callback must not use this context (value_error); a callback that
+    // needs a lock other threads hold while they wait for it (Python's GIL)
+    // deadlocks, so use a context with a callback from one thread.
     tensor_callback set_tensor_callback(tensor_callback cb);
 
     // Which device holds each layer's weights and KV cache, and the bytes
@@ -140,6 +143,9 @@ public:
     void state_set(const uint8_t* data, size_t size);
 
 private:
+    // Locks the context; value_error when called from inside this context's
+    // own decode (its tensor callback), which would otherwise deadlock.
+    std::unique_lock<std::mutex> guard() const;
     void check_seq(int seq, const char* what) const;
     void validate(const batch_view& b) const;
     void ensure_output_capacity(int64_t n_out);
