@@ -199,7 +199,8 @@ def test_gemma3_270m_matches_llama_cpp_intermediates(gemma_path):
     tensors = {t["key"]: t for t in fx["tensors"]}
     ids = fx["prompt_ids"]
     n = len(ids)
-    ctx = E.Context(E.Model(gemma_path), n_ctx=512, n_batch=512, n_threads=2, n_threads_batch=2)
+    ctx = E.Context(E.Model(gemma_path), n_ctx=512, n_batch=512, n_threads=2, n_threads_batch=2,
+                    flash_attn=False)  # as recorded
     with TensorDump(ctx) as dump:
         ctx.decode(tokens=ids, pos=list(range(n)), seq_ids=[0] * n, logits=[0] * (n - 1) + [1])
     compared = []
