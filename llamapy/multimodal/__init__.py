@@ -1,0 +1,21 @@
+"""Multimodal building blocks: image input, projector (mmproj) metadata, preprocessing.
+
+- ``image_input.py`` — any accepted image source -> a decoded RGB ``PIL.Image``, and the
+  content hash that keys the image-embedding cache;
+- ``mmproj.py``      — a projector GGUF (``general.architecture = "clip"``) -> a validated
+  ``MmprojInfo``;
+- ``preprocess.py``  — an RGB image -> the float32 CHW tiles a projector type's vision
+  encoder takes, as llama.cpp's mtmd preprocessors make them.
+
+Not here yet: the vision encoders (C++) and the chat handlers that use them; nothing in
+``llamapy.llama_chat_format`` refers to this package until they exist.
+"""
+from .image_input import decode_image, image_hash, image_url_from_part, load_image, read_image_bytes
+from .mmproj import SUPPORTED_PROJECTOR_TYPES, MmprojInfo, check_compatible, read_mmproj
+from .preprocess import Preprocessed, PreprocessParams, preprocess, preprocess_params, preprocess_u8
+
+__all__ = [
+    "SUPPORTED_PROJECTOR_TYPES", "MmprojInfo", "PreprocessParams", "Preprocessed", "check_compatible",
+    "decode_image", "image_hash", "image_url_from_part", "load_image", "preprocess", "preprocess_params",
+    "preprocess_u8", "read_image_bytes", "read_mmproj",
+]
