@@ -19,7 +19,6 @@ logger = logging.getLogger("llamapy")
 
 DEFAULT_SEED = 0xFFFFFFFF  # llama.cpp's LLAMA_DEFAULT_SEED: "pick a random seed"
 
-# KV cache element types we implement (ggml type ids).
 # KV cache element types by ggml type id (llama_cpp.GGML_TYPE_*). Unlike
 # llama.cpp, quantized values do not require flash_attn=True.
 KV_TYPES = {0: "F32", 1: "F16", 30: "BF16", 8: "Q8_0", 2: "Q4_0", 3: "Q4_1", 6: "Q5_0", 7: "Q5_1", 20: "IQ4_NL"}
@@ -49,7 +48,7 @@ class ContextParams:
     rope_freq_scale: float = 0.0  # 0: from the model
     logits_all: bool = False
     embedding: bool = False
-    flash_attn: bool = False
+    flash_attn: int = -1      # -1 auto, 0 off, 1 on (llama_cpp.LLAMA_FLASH_ATTN_TYPE_*)
     type_k: int = 1
     type_v: int = 1
     last_n_tokens_size: int = 64
@@ -115,6 +114,28 @@ def kv_type(name: str, value: Any) -> int:
         raise ValueError(f"{name}={int(value)} is not a supported KV cache type; supported: "
                          + ", ".join(f"{k} ({v.lower()})" for k, v in KV_TYPES.items()))
     return int(value)
+
+
+def flash_attn_mode(value: Any) -> int:
+    """flash_attn as given to Llama(): True / False (llama-cpp-python's bool),
+    "auto" or None, or a llama_cpp.LLAMA_FLASH_ATTN_TYPE_* value (-1 auto,
+    0 disabled, 1 enabled). Returns -1, 0 or 1."""
+    if value is None:
+        return -1
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, str):
+        if value.strip().lower() == "auto":
+            return -1
+    elif not isinstance(value, float):
+        try:
+            i = operator.index(value)  # ints, IntEnums, numpy integers
+        except TypeError:
+            i = None
+        if i in (-1, 0, 1):
+            return int(i)
+    raise ValueError(f"flash_attn must be True, False or 'auto' (or LLAMA_FLASH_ATTN_TYPE_AUTO/DISABLED/ENABLED: "
+                     f"-1/0/1), got {value!r}")
 
 
 def parse_params(model_path: str, kw: Dict[str, Any], verbose: bool = False) -> tuple[ModelParams, ContextParams]:
@@ -195,7 +216,7 @@ def parse_params(model_path: str, kw: Dict[str, Any], verbose: bool = False) -> 
     if swa_full is not None and not isinstance(swa_full, bool):
         raise TypeError(f"swa_full must be a bool or None, got {type(swa_full).__name__}")
     kw.pop("no_perf", None)
-    flash_attn = bool(kw.pop("flash_attn", False))
+    flash_attn = flash_attn_mode(kw.pop("flash_attn", "auto"))
     last_n_tokens_size = _require_int("last_n_tokens_size", kw.pop("last_n_tokens_size", 64), 0)
 
     lora_path = kw.pop("lora_path", None)

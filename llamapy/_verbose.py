@@ -148,7 +148,7 @@ def load_report(llama: Any) -> str:
             f"n_ctx       = {llama.n_ctx()}",
             f"n_batch     = {llama.n_batch}",
             f"n_ubatch    = {llama.n_ubatch}",
-            f"flash_attn  = {int(cp.flash_attn)}",
+            f"flash_attn  = {({-1: 'auto', 0: 'off', 1: 'on'}[cp.flash_attn])} -> {llama._ctx.attention_path}",
             f"type_k      = {KV_TYPES[cp.type_k].lower()}, type_v = {KV_TYPES[cp.type_v].lower()}",
             f"n_threads   = {llama.n_threads} (batch {llama.n_threads_batch})",
         ]

@@ -114,7 +114,7 @@ class Llama:
         logits_all: bool = False,
         embedding: bool = False,
         offload_kqv: bool = True,
-        flash_attn: bool = False,
+        flash_attn: Union[bool, str] = "auto",
         op_offload: Optional[bool] = None,
         swa_full: Optional[bool] = None,
         no_perf: bool = False,
@@ -234,6 +234,12 @@ class Llama:
     def _check_open(self) -> None:
         if self._closed:
             raise ValueError("this Llama has been closed")
+
+    @property
+    def flash_attn_active(self) -> bool:
+        """Whether the context runs the flash attention path (what
+        ``flash_attn`` resolved to; "auto" decides per backend and model)."""
+        return self._ctx is not None and bool(self._ctx.flash_attn)
 
     def _require_ctx(self) -> Any:
         self._check_open()

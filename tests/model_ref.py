@@ -380,14 +380,17 @@ def rotation_blocks(kv_type: str | None, head_dim: int) -> tuple[int, int]:
 
 def forward(spec: ArchSpec, cfg: Config, w: dict[str, np.ndarray], tokens, wtype: str = "F32",
             kv_f16: bool = True, pos0: int = 0, rope_scaling: dict | None = None, kv_type: str | None = None,
-            rotate_kv: bool = True, trace: dict | None = None):
+            rotate_kv: bool = True, flash: bool = False, trace: dict | None = None):
     """Logits (n, n_vocab) and final hidden states (n, n_embd) of one sequence
     of tokens at positions pos0, pos0+1, ... rope_scaling: the RoPE scaling of
     the global layers (see rope()). kv_type: a quantized cache type ("Q8_0",
     "Q4_0", ...): keys and values go through it, queries through Q8_0 (the
     activation format of its dot product), attention weights stay exact; with
     rotate_kv, queries, keys and values are Hadamard-rotated first where
-    llama.cpp does (rotation_blocks) and the outputs rotated back.
+    llama.cpp does (rotation_blocks) and the outputs rotated back. flash: the
+    attention weights stay exact against an F16 cache too (the flash path),
+    instead of being rounded to F16 (the explicit path, llama.cpp without
+    flash attention).
     trace: a dict that receives the named intermediates under the engine's
     (llama.cpp's) graph names, as (n, cols) arrays ("attn_norm-0", "Qcur-0",
     ..., "result_output")."""
@@ -458,7 +461,7 @@ def forward(spec: ArchSpec, cfg: Config, w: dict[str, np.ndarray], tokens, wtype
                     s = np.tanh(s / spec.attn_softcap) * spec.attn_softcap
                 s = s * kq_scale
                 e = np.exp(s - s.max())
-                pr = e / e.sum() if kv_type else kvr(e / e.sum())
+                pr = e / e.sum() if (kv_type or flash) else kvr(e / e.sum())
                 out[t, hh, :] = pr @ v[vis, g, :]
         if rot_v:
             out = rotate_blocks(out, rot_v)

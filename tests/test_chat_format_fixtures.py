@@ -13,6 +13,7 @@ its full render must hold every message's text.
 from __future__ import annotations
 
 import copy
+import datetime
 import json
 from pathlib import Path
 from typing import Any, Dict, List
@@ -96,8 +97,25 @@ def _jinja_formatter(case: Dict[str, Any]) -> Any:
     return lcf.hf_tokenizer_config_to_chat_formatter(config, **case["init"])
 
 
+@pytest.fixture
+def recording_day(monkeypatch):
+    """The clock of the chat templates (strftime_now) set to the day the
+    fixtures were recorded: Llama 3.x templates print today's date."""
+    import llamapy.chat.template as T
+
+    day = datetime.date.fromisoformat(DATA["recorded_on"])
+
+    class _Clock(datetime.datetime):
+        @classmethod
+        def now(cls, tz=None):
+            return cls(day.year, day.month, day.day, 12, 0, 0, tzinfo=tz)
+
+    monkeypatch.setattr(T, "datetime", _Clock)
+    return day
+
+
 @pytest.mark.parametrize("template", sorted(DATA["templates"]))
-def test_jinja_formatters_match_llama_cpp_python(template):
+def test_jinja_formatters_match_llama_cpp_python(template, recording_day):
     cases = [c for c in DATA["jinja"] if c["template"] == template]
     assert cases
     for case in cases:

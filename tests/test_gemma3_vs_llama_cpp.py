@@ -36,7 +36,9 @@ def ref():
 def llm(gemma_path):
     from llamapy import Llama
 
-    m = Llama(gemma_path, n_ctx=512, n_threads=2, logits_all=True, verbose=False)
+    # The reference was recorded with llama.cpp's flash attention off: the
+    # explicit path is its counterpart (flash vs explicit: test_flash_attn.py).
+    m = Llama(gemma_path, n_ctx=512, n_threads=2, logits_all=True, verbose=False, flash_attn=False)
     yield m
     m.close()
 

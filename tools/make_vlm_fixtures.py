@@ -101,6 +101,7 @@ def record(kind: str, out: pathlib.Path, files: dict, imgs: list[pathlib.Path]) 
               "n_ctx": rec.N_CTX, "n_threads": rec.N_THREADS, "images": {}}
     arrays: dict = {}
     llm = Llama(model_path=text, n_ctx=rec.N_CTX, n_threads=rec.N_THREADS, verbose=False)
+    prompt_text = rec.render_prompt(llm.metadata["tokenizer.chat_template"])
     for img in imgs:
         entry: dict = {}
         for variant in [k for k in ("mmproj_f16", "mmproj_q8_0") if k in files]:
@@ -116,6 +117,12 @@ def record(kind: str, out: pathlib.Path, files: dict, imgs: list[pathlib.Path]) 
             entry["caption_mmproj_f16"] = rec.record_caption(Llama, handler, text, img)
         except Exception as e:
             entry["caption_mmproj_f16"] = {"error": repr(e)}
+            traceback.print_exc()
+        try:
+            entry["caption_mtmd_helper_mmproj_f16"] = rec.record_caption_mtmd(
+                mtmd_cpp, llama_cpp, text, str(out / files["mmproj_f16"]), img, prompt_text)
+        except Exception as e:
+            entry["caption_mtmd_helper_mmproj_f16"] = {"error": repr(e)}
             traceback.print_exc()
         result["images"][img.name] = entry
         print(f"  {kind} {img.name}: done", flush=True)

@@ -23,6 +23,7 @@ reduced conversation.
 from __future__ import annotations
 
 import argparse
+import datetime
 import copy
 import json
 import sys
@@ -206,7 +207,10 @@ def record(sdist: Path) -> Dict[str, Any]:
                 jinja.append({"template": tname, "kind": kind, "conversation": conv_name, "init": init,
                               "call": call, "bos_token": bos, "eos_token": eos,
                               **_render(formatter, messages, **call)})
-    return {"llama_cpp_python": llama_cpp.__version__, "conversations": CONVERSATIONS, "templates": templates,
+    # Templates that print strftime_now(...) render the recording day: the
+    # tests render with the clock set to it.
+    return {"llama_cpp_python": llama_cpp.__version__, "recorded_on": datetime.date.today().isoformat(),
+            "conversations": CONVERSATIONS, "templates": templates,
             "tools": TOOLS, "named": named, "jinja": jinja}
 
 

@@ -22,6 +22,9 @@ SPECIAL_TOKENS = [
     "<|im_start|>", "<|im_end|>", "<start_of_turn>", "<end_of_turn>",
 ] + [f"<row_{r}_col_{c}>" for r in range(1, 7) for c in range(1, 7)]
 
+# The text models' vocab: the SentencePiece pieces plus EXTRA_TOKENS at the end (added through
+# tokenizer_config.json; "\n\n" is looked up by mtmd for idefics3's global image).
+EXTRA_TOKENS = ["\n\n"]
 N_VOCAB = 400  # SentencePiece pieces: <unk> <s> </s>, SPECIAL_TOKENS, 256 byte pieces, BPE merges
 
 CORPUS = (
@@ -93,6 +96,20 @@ def _write_common(out: pathlib.Path, spm_model: pathlib.Path, template: str,
     shutil.copy(spm_model, out / "tokenizer.model")
     cfg = {"chat_template": template, "bos_token": "<s>", "eos_token": "</s>",
            "unk_token": "<unk>", "add_bos_token": True, "add_eos_token": False}
+    # Mark the special pieces as special tokens: without this the converter types them
+    # NORMAL, llama.cpp's tokenizer then splits "<global-img>" into characters and
+    # mtmd's lookups of the image tokens fail.
+    import sentencepiece as spm
+
+    sp = spm.SentencePieceProcessor(model_file=str(spm_model))
+    cfg["added_tokens_decoder"] = {
+        str(sp.piece_to_id(t)): {"content": t, "special": True, "lstrip": False,
+                                 "rstrip": False, "normalized": False, "single_word": False}
+        for t in ["<unk>", "<s>", "</s>"] + SPECIAL_TOKENS}
+    for i, t in enumerate(EXTRA_TOKENS):
+        cfg["added_tokens_decoder"][str(sp.vocab_size() + i)] = {
+            "content": t, "special": False, "lstrip": False, "rstrip": False,
+            "normalized": False, "single_word": False}
     cfg.update(extra_tok or {})
     (out / "tokenizer_config.json").write_text(json.dumps(cfg, indent=1))
     (out / "preprocessor_config.json").write_text(json.dumps(preproc, indent=1))
@@ -125,7 +142,8 @@ def _scale_weights(model: torch.nn.Module, std: float = 0.2) -> None:
 
 
 def _text_kwargs(**over) -> dict:
-    kw = dict(vocab_size=N_VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+    kw = dict(vocab_size=N_VOCAB + len(EXTRA_TOKENS), hidden_size=64, intermediate_size=128,
+              num_hidden_layers=2,
               num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048,
               rms_norm_eps=1e-6, tie_word_embeddings=False, bos_token_id=1,
               eos_token_id=2, pad_token_id=0)

@@ -198,3 +198,69 @@ def record_chunks(mtmd, llama_cpp_mod, llm, mmproj: str, image: pathlib.Path,
     mtmd.mtmd_bitmap_free(bitmap)
     mtmd.mtmd_free(ctx)
     return out
+
+
+def render_prompt(template: str) -> str:
+    """The GGUF chat template rendered for one user turn (image part, then PROMPT), the
+    image part as mtmd's default marker, bos_token empty (mtmd_tokenize adds BOS)."""
+    import jinja2.sandbox
+
+    env = jinja2.sandbox.ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+    msgs = [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}},
+                                         {"type": "text", "text": PROMPT}]}]
+    return env.from_string(template).render(messages=msgs, add_generation_prompt=True,
+                                            bos_token="", eos_token="")
+
+
+def record_caption_mtmd(mtmd, llama_cpp_mod, text_gguf: str, mmproj: str,
+                        image: pathlib.Path, prompt_text: str) -> dict:
+    """Greedy caption through libmtmd's own evaluation path (mtmd_helper_eval_chunks, as
+    mtmd-cli does), then one token at a time at explicit positions; argmax of the logits."""
+    from llama_cpp import Llama
+
+    llm = Llama(model_path=text_gguf, n_ctx=N_CTX, n_threads=N_THREADS, seed=0, verbose=False)
+    params = mtmd.mtmd_context_params_default()
+    params.use_gpu, params.print_timings, params.n_threads = False, False, N_THREADS
+    ctx = mtmd.mtmd_init_from_file(mmproj.encode(), llm.model, params)
+    data = image.read_bytes()
+    bitmap = mtmd.mtmd_helper_bitmap_init_from_buf(
+        ctx, (ctypes.c_uint8 * len(data)).from_buffer(bytearray(data)), len(data), False)
+    assert bitmap, "bitmap"
+    text = prompt_text.encode()
+    inp = mtmd.mtmd_input_text()
+    inp.text, inp.text_len, inp.add_special, inp.parse_special = text, len(text), True, True
+    chunks = mtmd.mtmd_input_chunks_init()
+    rc = mtmd.mtmd_tokenize(ctx, chunks, ctypes.byref(inp), (mtmd.mtmd_bitmap_p_ctypes * 1)(bitmap), 1)
+    assert rc == 0, f"mtmd_tokenize rc={rc}"
+    lctx = llm._ctx.ctx
+    n_past = llama_cpp_mod.llama_pos(0)
+    rc = mtmd.mtmd_helper_eval_chunks(ctx, lctx, chunks, 0, 0, llm.n_batch, True,
+                                      ctypes.byref(n_past))
+    assert rc == 0, f"mtmd_helper_eval_chunks rc={rc}"
+    vocab = llama_cpp_mod.llama_model_get_vocab(llm.model)
+    n_vocab = llama_cpp_mod.llama_vocab_n_tokens(vocab)
+    batch = llama_cpp_mod.llama_batch_init(1, 0, 1)
+    pos, ids, steps = n_past.value, [], []
+    for _ in range(N_CAPTION):
+        logits = np.ctypeslib.as_array(llama_cpp_mod.llama_get_logits_ith(lctx, -1),
+                                       shape=(n_vocab,))
+        top = np.argsort(logits)[::-1][:2]
+        tok = int(top[0])
+        steps.append({"token": tok, "top2_ids": [int(i) for i in top],
+                      "top2_logits": [float(logits[i]) for i in top]})
+        ids.append(tok)
+        if llama_cpp_mod.llama_vocab_is_eog(vocab, tok):
+            break
+        batch.n_tokens = 1
+        batch.token[0], batch.pos[0], batch.n_seq_id[0] = tok, pos, 1
+        batch.seq_id[0][0], batch.logits[0] = 0, True
+        assert llama_cpp_mod.llama_decode(lctx, batch) == 0, "llama_decode"
+        pos += 1
+    llama_cpp_mod.llama_batch_free(batch)
+    mtmd.mtmd_input_chunks_free(chunks)
+    mtmd.mtmd_bitmap_free(bitmap)
+    mtmd.mtmd_free(ctx)
+    text_out = llm.detokenize(ids).decode("utf-8", errors="replace")
+    llm.close()
+    return {"prompt_text": prompt_text, "n_past_after_prompt": n_past.value,
+            "token_ids": ids, "text": text_out, "steps": steps}

@@ -18,6 +18,19 @@ namespace {
 constexpr uint32_t kStateMagic = 0x5453504c;  // "LPST"
 constexpr uint32_t kStateVersion = 2;
 
+// flash_attn="auto" on the CPU backend. Decoders: flash, as llama.cpp's CPU
+// backend turns it on whenever it is supported (here: every cache type). It
+// was faster than the explicit path at every depth measured, most at long
+// contexts (benchmarks/attention_kernels.py), and its work memory does not
+// grow with n_ctx. Encoders: explicit. Their batches pack many sequences, and
+// the explicit path gives a sequence the same bits whatever it is packed
+// with (flash tiles follow cell indices, so packing moves its rounding);
+// their sequences are short, where the paths' speeds are close.
+bool auto_flash_attn(const hparams& hp, const context_params& p) {
+    (void)p;
+    return !hp.v.encoder;
+}
+
 context_params resolve(const model& m, context_params p) {
     if (m.vocab_only()) throw value_error("the model was loaded with vocab_only=True; it cannot be evaluated");
     const hparams& hp = m.hp();
@@ -51,6 +64,9 @@ context_params resolve(const model& m, context_params p) {
     if (p.pooling < -1 || p.pooling > 4) throw value_error("pooling_type must be in [-1, 4], got " + std::to_string(p.pooling));
     if (p.pooling == -1) p.pooling = hp.pooling < 0 ? 0 : hp.pooling;
     if (p.pooling == 4) throw not_implemented_error("pooling_type 4 (rank: reranker classification heads) is not supported");
+    if (p.flash_attn < -1 || p.flash_attn > 1)
+        throw value_error("flash_attn must be -1 (auto), 0 (off) or 1 (on), got " + std::to_string(p.flash_attn));
+    if (p.flash_attn == -1) p.flash_attn = auto_flash_attn(hp, p) ? 1 : 0;
     return p;
 }
 
@@ -125,7 +141,7 @@ context::context(std::shared_ptr<const model> m, const context_params& params)
       pool_(new thread_pool(p_.n_threads)),
       pool_batch_(p_.n_threads_batch != p_.n_threads ? new thread_pool(p_.n_threads_batch) : nullptr),
       rs_(model_->hp(), p_.n_ubatch, p_.n_ctx, device::host()),
-      backend_(model_->hp(), p_.n_ubatch, p_.n_ctx, std::max(p_.n_threads, p_.n_threads_batch)) {
+      backend_(model_->hp(), p_.n_ubatch, p_.n_ctx, std::max(p_.n_threads, p_.n_threads_batch), attention_path()) {
     const hparams& hp = model_->hp();
     rope_[0] = scaled_rope(hp.rope, p_);
     if (const int64_t wc = window_cells(hp, p_)) {

@@ -40,7 +40,10 @@ struct context_params {
     int n_threads_batch = 0;      // threads for larger batches (0: physical cores)
     ggml_type type_k = ggml_type::F16;
     ggml_type type_v = ggml_type::F16;
-    bool flash_attn = false;      // accepted for compatibility: one exact attention path serves both
+    // Attention path (cpu/attention.h): 1 flash (fused, tiled; work memory
+    // independent of n_ctx), 0 the explicit softmax path, -1 auto (resolved
+    // when the context is created; see context::attention_path()).
+    int flash_attn = -1;
     bool embeddings = false;      // keep final hidden states of output rows
     int pooling = -1;             // with embeddings: llama.cpp's pooling type (0 none, 1 mean, 2 cls,
                                   // 3 last); -1: the model's (none when it declares none)
@@ -84,6 +87,12 @@ public:
     // RoPE as resolved for the global (0) and sliding-window (1) layers.
     const rope_params& rope(int which) const { return rope_[which ? 1 : 0]; }
     const context_params& params() const { return p_; }
+    // The attention path this context runs (flash_attn resolved).
+    lp::attention_path attention_path() const {
+        return p_.flash_attn == 1 ? lp::attention_path::flash : lp::attention_path::explicit_softmax;
+    }
+    // Attention work memory held (it grows with n_ctx on the explicit path only).
+    size_t attention_scratch_bytes() const { return backend_.attention_scratch_bytes(); }
     int64_t n_ctx() const { return p_.n_ctx; }
 
     // Evaluates a batch (see the rules above). Thread-safe; one at a time.

@@ -49,11 +49,11 @@ LP_INLINE void apply(const row_op& o, int64_t t) {
 
 }  // namespace
 
-cpu_backend::cpu_backend(const hparams& hp, int64_t n_ub, int64_t n_cells, int n_threads) {
+cpu_backend::cpu_backend(const hparams& hp, int64_t n_ub, int64_t n_cells, int n_threads, attention_path path) {
     // Quantized activations: at most 4 bytes per element of the widest input.
     const int64_t widest = std::max({hp.n_embd, hp.n_ff, hp.n_head * hp.head_dim_v});
     mm_.act.reserve((size_t)(n_ub * widest * 4 + 1024));
-    attn_.reserve(n_threads, n_cells, (int)(hp.n_head / hp.n_head_kv), (int)hp.head_dim_k, (int)hp.head_dim_v);
+    attn_.reserve(path, n_threads, n_cells, (int)(hp.n_head / hp.n_head_kv), (int)hp.head_dim_k, (int)hp.head_dim_v);
 }
 
 cpu_backend::cpu_backend(thread_pool& pool) : pool_(&pool) {}
@@ -99,7 +99,11 @@ void cpu_backend::rope_table(const rope_params& p, const int32_t* pos, float* ou
     for_rows(n, [&](int64_t t) { rope_cos_sin(p, pos[t], out + t * p.n_rot); });
 }
 
-void cpu_backend::attention(const attention_args& a) { lp::attention(a, *pool_, attn_); }
+void cpu_backend::attention(const attention_args& a) {
+    attention_args b = a;
+    b.path = attn_.path;  // the path the scratch was reserved for (the context's flash_attn)
+    lp::attention(b, *pool_, attn_);
+}
 
 void cpu_backend::run_rows(const row_op* ops, int n_ops, int64_t n) {
     for_rows(n, [&](int64_t t) {
@@ -107,12 +111,6 @@ void cpu_backend::run_rows(const row_op* ops, int n_ops, int64_t n) {
     });
 }
 
-size_t cpu_backend::scratch_bytes() const {
-    size_t b = mm_.act.capacity();
-    for (const attention_scratch::per_thread& t : attn_.threads)
-        b += sizeof(int32_t) * t.idx.capacity() +
-             sizeof(float) * (t.scores.capacity() + t.qh.capacity() + t.row.capacity() + t.acc.capacity());
-    return b;
-}
+size_t cpu_backend::scratch_bytes() const { return mm_.act.capacity() + attn_.bytes(); }
 
 }  // namespace lp

@@ -15,8 +15,9 @@ namespace lp {
 class cpu_backend final : public backend {
 public:
     // Work memory for a context on model hp: n_ubatch rows, n_cells KV cells,
-    // up to n_threads threads.
-    cpu_backend(const hparams& hp, int64_t n_ubatch, int64_t n_cells, int n_threads);
+    // up to n_threads threads, attention on path `path` (every attention()
+    // call runs that path).
+    cpu_backend(const hparams& hp, int64_t n_ubatch, int64_t n_cells, int n_threads, attention_path path);
     // Without reserved work memory (it grows on use; attention needs the
     // sized constructor): for running single ops (the op tests).
     explicit cpu_backend(thread_pool& pool);
@@ -34,6 +35,7 @@ public:
     void attention(const attention_args& a) override;
     void run_rows(const row_op* ops, int n_ops, int64_t n) override;
     size_t scratch_bytes() const override;
+    size_t attention_scratch_bytes() const { return attn_.bytes(); }
 
 private:
     // fn(t) for t in [0, n): inline for one row or one thread, else on the pool.

@@ -87,6 +87,23 @@ ggml_type cache_type(const py::object& t) {
     return (ggml_type)v;
 }
 
+// flash_attn as llama-cpp-python users pass it: a bool, "auto", or one of
+// llama_cpp's LLAMA_FLASH_ATTN_TYPE_* values (-1 auto, 0 disabled, 1 enabled).
+int flash_attn_mode(const py::object& v) {
+    if (v.is_none()) return -1;
+    if (py::isinstance<py::bool_>(v)) return v.cast<bool>() ? 1 : 0;
+    if (py::isinstance<py::str>(v)) {
+        std::string s = v.cast<std::string>();
+        for (char& c : s) c = (char)std::tolower((unsigned char)c);
+        if (s == "auto") return -1;
+    } else if (py::isinstance<py::int_>(v)) {
+        const long long i = v.cast<long long>();
+        if (i >= -1 && i <= 1) return (int)i;
+    }
+    throw value_error("flash_attn must be True, False or 'auto' (or LLAMA_FLASH_ATTN_TYPE_* -1/0/1), got " +
+                      std::string(py::repr(v)));
+}
+
 // A float32 view of `rows` rows of `cols` floats, keeping the storage alive.
 py::array float_view(const std::shared_ptr<std::vector<float>>& store, const float* p, int64_t rows, int64_t cols,
                      bool two_d) {
@@ -296,7 +313,7 @@ void bind_model(py::module_& m) {
     py::class_<context>(m, "Context", "KV cache, decode(batch) and outputs on a model.")
         .def(py::init([](std::shared_ptr<model> mdl, int64_t n_ctx, int64_t n_batch, int64_t n_ubatch, int n_seq_max,
                          int n_threads, int n_threads_batch, const py::object& type_k, const py::object& type_v,
-                         bool flash_attn, bool embeddings, float rope_freq_base, float rope_freq_scale,
+                         const py::object& flash_attn, bool embeddings, float rope_freq_base, float rope_freq_scale,
                          int pooling_type, int rope_scaling_type, float yarn_ext_factor, float yarn_attn_factor,
                          float yarn_beta_fast, float yarn_beta_slow, int yarn_orig_ctx, bool kv_rotation,
                          bool swa_full) {
@@ -310,7 +327,7 @@ void bind_model(py::module_& m) {
                  p.n_threads_batch = n_threads_batch;
                  p.type_k = cache_type(type_k);
                  p.type_v = cache_type(type_v);
-                 p.flash_attn = flash_attn;
+                 p.flash_attn = flash_attn_mode(flash_attn);
                  p.embeddings = embeddings;
                  p.rope_freq_base = rope_freq_base;
                  p.rope_freq_scale = rope_freq_scale;
@@ -328,7 +345,7 @@ void bind_model(py::module_& m) {
              }),
              py::arg("model"), py::arg("n_ctx") = 512, py::arg("n_batch") = 512, py::arg("n_ubatch") = 512,
              py::arg("n_seq_max") = 1, py::arg("n_threads") = 0, py::arg("n_threads_batch") = 0,
-             py::arg("type_k") = py::str("f16"), py::arg("type_v") = py::str("f16"), py::arg("flash_attn") = false,
+             py::arg("type_k") = py::str("f16"), py::arg("type_v") = py::str("f16"), py::arg("flash_attn") = py::str("auto"),
              py::arg("embeddings") = false, py::arg("rope_freq_base") = 0.0f, py::arg("rope_freq_scale") = 0.0f,
              py::arg("pooling_type") = -1, py::arg("rope_scaling_type") = -1, py::arg("yarn_ext_factor") = -1.0f,
              py::arg("yarn_attn_factor") = 0.0f, py::arg("yarn_beta_fast") = 0.0f, py::arg("yarn_beta_slow") = 0.0f,
@@ -336,6 +353,12 @@ void bind_model(py::module_& m) {
         .def_property_readonly("kv_swa_cells", &context::kv_swa_cells,
                                "cells of the sliding-window layers' own cache (0: they share the main cache)")
         .def_property_readonly("kv_bytes", &context::kv_bytes, "bytes of keys and values held")
+        .def_property_readonly("attention_path", [](const context& c) { return attention_path_name(c.attention_path()); },
+                               "the attention path flash_attn resolved to: 'flash' or 'explicit'")
+        .def_property_readonly("flash_attn", [](const context& c) { return c.attention_path() == attention_path::flash; },
+                               "whether the flash attention path is active")
+        .def_property_readonly("attention_scratch_bytes", &context::attention_scratch_bytes,
+                               "attention work memory held (grows with n_ctx on the explicit path only)")
         .def("kv_swa_resumable", &context::kv_swa_resumable, py::arg("seq"), py::arg("pos"),
              "whether the sequence can continue at pos (the window cache still holds what that position sees)")
         .def_property_readonly("kv_rotation", [](const context& c) {

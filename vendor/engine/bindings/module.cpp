@@ -24,6 +24,7 @@ void bind_grammar(py::module_& m);
 void bind_vocab(py::module_& m);
 void bind_model(py::module_& m);
 void bind_backend(py::module_& m);
+void bind_ops(py::module_& m);
 
 namespace {
 
@@ -89,4 +90,5 @@ PYBIND11_MODULE(_engine, m) {
     bind_vocab(m);
     bind_model(m);
     bind_backend(m);
+    bind_ops(m);
 }

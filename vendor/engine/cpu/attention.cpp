@@ -13,6 +13,7 @@
 
 #include "../common.h"
 #include "features.h"
+#include "flash_attention.h"
 #include "ops.h"
 
 #if defined(LP_X86)
@@ -440,6 +441,11 @@ void attend_block_split(const attention_args& a, int t0, int nb, int hk, attenti
 
 void attention_scratch::reserve(int n_threads, int64_t n_cells, int n_gqa, int head_dim_k, int head_dim_v) {
     const size_t nq = (size_t)kAttentionBlock * (size_t)n_gqa;
+    path = attention_path::explicit_softmax;
+    this->n_gqa = n_gqa;
+    this->head_dim_k = head_dim_k;
+    this->head_dim_v = head_dim_v;
+    this->n_cells = n_cells;
     threads.resize((size_t)n_threads);
     for (per_thread& t : threads) {
         t.idx.resize((size_t)n_cells);
@@ -450,7 +456,63 @@ void attention_scratch::reserve(int n_threads, int64_t n_cells, int n_gqa, int h
     }
 }
 
+void attention_scratch::reserve(attention_path p, int n_threads, int64_t n_cells, int n_gqa, int head_dim_k,
+                                int head_dim_v) {
+    if (n_threads < 1 || n_gqa < 1 || head_dim_k < 1 || head_dim_v < 1)
+        throw value_error("attention scratch: threads, n_gqa and head sizes must be >= 1");
+    if (p == attention_path::explicit_softmax) {
+        flash.clear();
+        slots.clear();
+        split_ml.clear();
+        split_tasks.clear();
+        n_slots = 0;
+        reserve(n_threads, n_cells, n_gqa, head_dim_k, head_dim_v);
+        return;
+    }
+    threads.clear();
+    path = p;
+    this->n_gqa = n_gqa;
+    this->head_dim_k = head_dim_k;
+    this->head_dim_v = head_dim_v;
+    this->n_cells = 0;
+    const size_t nq = (size_t)flash_block_rows(n_gqa) * (size_t)n_gqa;
+    const size_t part = nq * ((size_t)head_dim_v + 2);
+    flash.resize((size_t)n_threads);
+    for (flash_thread& t : flash) {
+        t.q.resize(nq * (size_t)head_dim_k);
+        t.s.resize(nq * kFlashTile);
+        t.sc.resize(nq * kFlashTile);
+        t.part.resize(part);
+        t.total.resize(part);
+        t.vbuf.resize((size_t)kFlashTile * (size_t)head_dim_v);
+    }
+    // Split-K rounds: enough slots that a round keeps every thread busy for a
+    // few chunks.
+    n_slots = 8 * (int64_t)n_threads;
+    slots.resize((size_t)n_slots * part);
+    split_ml.resize((size_t)n_threads * nq * 2);
+    split_tasks.clear();
+    split_tasks.reserve((size_t)n_slots);
+}
+
+size_t attention_scratch::bytes() const {
+    size_t n = 0;
+    for (const per_thread& t : threads)
+        n += t.idx.capacity() * sizeof(int32_t) +
+             (t.scores.capacity() + t.qh.capacity() + t.row.capacity() + t.acc.capacity()) * sizeof(float);
+    for (const flash_thread& t : flash)
+        n += (t.q.capacity() + t.s.capacity() + t.sc.capacity() + t.part.capacity() + t.total.capacity() +
+              t.vbuf.capacity()) * sizeof(float);
+    return n + (slots.capacity() + split_ml.capacity()) * sizeof(float);
+}
+
+const char* attention_path_name(attention_path p) { return p == attention_path::flash ? "flash" : "explicit"; }
+
 void attention(const attention_args& a, thread_pool& pool, attention_scratch& scratch) {
+    if (a.path == attention_path::flash) {
+        flash_attention(a, pool, scratch);
+        return;
+    }
     if (a.n_tok <= 0) return;
     static const kernels kf = pick_kernels();
     // One pointer captured, so the task fits std::function's inline storage

@@ -2,20 +2,29 @@
 // a KV cache, with grouped-query heads, per-row visibility masks (causal,
 // sequences, sliding window) and optional soft-capping of the scores.
 //
-// Numerics follow llama.cpp's CPU path without flash attention: against an
-// F16 (BF16) cache the queries are rounded to F16 (BF16) for q·k, and the
-// softmax weights are rounded likewise before they multiply the values.
+// Two paths compute it (attention_args::path):
+//   explicit_softmax — per block of rows, a row of scores over every visible
+//     cell (taken in position order), softmax, then the weighted values.
+//     Numerics follow llama.cpp's CPU path without flash attention: against
+//     an F16 (BF16) cache the queries are rounded to F16 (BF16) for q·k, and
+//     the softmax weights are rounded likewise before they multiply values.
+//   flash — fused and tiled, online softmax, work memory independent of the
+//     number of cells (cpu/flash_attention.h).
 // Not here: which cells a row sees (kv_cache.h builds the masks).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "../ggml_type.h"
 #include "threadpool.h"
 
 namespace lp {
+
+enum class attention_path : int { explicit_softmax = 0, flash = 1 };
+const char* attention_path_name(attention_path p);  // "explicit" / "flash"
 
 struct attention_args {
     int n_tok = 0;               // query rows
@@ -26,7 +35,8 @@ struct attention_args {
     float* out = nullptr;        // (n_tok, n_head, head_dim_v), row stride out_stride floats
     int64_t out_stride = 0;
     // The cache of one layer: cell j's keys are row j of k (n_head_kv heads of
-    // head_dim_k elements of type_k), likewise values. F32, F16 or BF16.
+    // head_dim_k elements of type_k), likewise values. Any kv_cache_type_ok
+    // type (float or block-quantized).
     ggml_type type_k = ggml_type::F16, type_v = ggml_type::F16;
     const uint8_t* k = nullptr;
     size_t k_row_bytes = 0;
@@ -38,18 +48,28 @@ struct attention_args {
     int64_t mask_words = 0;
     const int32_t* lo = nullptr;  // (n_tok)
     const int32_t* hi = nullptr;  // (n_tok)
-    // Position of each cell: visible cells are taken in position order, so
-    // results do not depend on which cells a cache happened to use.
+    // Position of each cell: the explicit path takes visible cells in
+    // position order, so its results do not depend on which cells a cache
+    // happened to use. The flash path takes them in cell order (tiles aligned
+    // to cell indices); there the cells' order changes results in rounding only.
     const int32_t* cell_pos = nullptr;
     float scale = 1.0f;          // applied to q·k after soft-capping
     float softcap = 0.0f;        // 0: none; else s = tanh(s / softcap) * softcap
+    attention_path path = attention_path::explicit_softmax;
 };
 
 // Rows are processed in blocks of up to this many (they share each key and
 // value row they read).
 constexpr int kAttentionBlock = 4;
 
-// Per-thread work memory, sized once for a context.
+// The flash path's geometry (flash_attention.h): query rows per block are
+// chosen so a block holds about kFlashQueries queries (rows × heads sharing a
+// key head); cells go in tiles of kFlashTile (one mask word) and chunks of
+// kFlashChunk, both aligned to cell indices.
+constexpr int kFlashQueries = 16, kFlashTile = 64, kFlashChunk = 256;
+constexpr int flash_block_rows(int n_gqa) { return n_gqa >= kFlashQueries ? 1 : kFlashQueries / n_gqa; }
+
+// Per-thread work memory, sized once for a context and for one path.
 struct attention_scratch {
     struct per_thread {
         std::vector<int32_t> idx;   // (n_cells) cells the current block sees
@@ -59,12 +79,41 @@ struct attention_scratch {
         std::vector<float> acc;     // (kAttentionBlock * n_gqa, head_dim_v) output accumulators
     };
     std::vector<per_thread> threads;
+    // The flash path's (flash_attention.h); none of it depends on n_cells.
+    struct flash_thread {
+        std::vector<float> q;        // (flash_block_rows(n_gqa) * n_gqa, head_dim_k) queries as the kernels use them (floats,
+                                     // or the key type's activation blocks, which never take more bytes)
+        std::vector<float> s;        // (flash_block_rows(n_gqa) * n_gqa, kFlashTile) scores, then weights, of one tile
+        std::vector<float> sc;       // (flash_block_rows(n_gqa) * n_gqa, kFlashTile) the same for the tile's used cells only
+        std::vector<float> part;     // (flash_block_rows(n_gqa) * n_gqa, head_dim_v + 2) one chunk's partial: acc | max | sum
+        std::vector<float> total;    // (flash_block_rows(n_gqa) * n_gqa, head_dim_v + 2) the running total of a block
+        std::vector<float> vbuf;     // (kFlashTile, head_dim_v) a quantized tile's values in F32
+    };
+    std::vector<flash_thread> flash;
+    // Split-K (few rows, many cells): partials of the chunks of one round
+    // (n_slots, flash_block_rows(n_gqa) * n_gqa, head_dim_v + 2), the running
+    // max / sum of each split block (n_threads, flash_block_rows(n_gqa) * n_gqa, 2)
+    // and the round's tasks (n_slots: block × key head, chunk start).
+    std::vector<float> slots, split_ml;
+    std::vector<std::pair<int64_t, int32_t>> split_tasks;
+    int64_t n_slots = 0;
+
+    attention_path path = attention_path::explicit_softmax;  // what reserve() sized this for
+    int n_gqa = 0, head_dim_k = 0, head_dim_v = 0;           // likewise
+    int64_t n_cells = 0;                                     // (explicit path)
+
+    // The explicit path's memory (n_cells enters it).
     void reserve(int n_threads, int64_t n_cells, int n_gqa, int head_dim_k, int head_dim_v);
+    // Memory for path p: for flash n_cells is ignored.
+    void reserve(attention_path p, int n_threads, int64_t n_cells, int n_gqa, int head_dim_k, int head_dim_v);
+    size_t bytes() const;  // work memory held
 };
 
 // out[t, h] = softmax_j(scale * cap(q[t, h] · k[j, h / n_gqa])) · v[j, h / n_gqa]
 // over the cells j row t sees. A row that sees no cell gets zeros. Results do
-// not depend on how rows are grouped into blocks or spread over threads.
+// not depend on how rows are grouped into blocks or spread over threads, on
+// either path. The scratch must have been reserved for a.path and for these
+// head sizes (value_error otherwise).
 void attention(const attention_args& a, thread_pool& pool, attention_scratch& scratch);
 
 }  // namespace lp

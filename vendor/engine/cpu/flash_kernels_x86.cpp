@@ -1,0 +1,440 @@
+// flash_kernels_x86.cpp — the AVX2 and AVX-512 kernels of the flash path
+// (flash_attention.h: q·k over a tile, weights · values, exp and sum of a
+// tile). Keys and values are converted from F32 / F16 / BF16 as they are
+// loaded, never copied. Each kernel is written so that a query's (or an
+// output element's) result comes from the same operations whatever the
+// number of queries or cells in the call: queries are processed in groups by
+// one template whose per-query work does not depend on the group size.
+#include "flash_attention.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "../common.h"
+
+#if defined(LP_X86)
+// GCC 12 reports the self-initialised placeholder inside its own AVX-512
+// intrinsics (_mm512_undefined_*) as uninitialised at -O3 (GCC bug 105593).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+#pragma GCC diagnostic pop
+#endif
+
+namespace lp {
+
+namespace {
+
+constexpr float kLog2e = 1.44269504088896341f;
+// ln 2 in two parts: the high one has few bits, so n·hi is exact.
+constexpr float kLn2Hi = 0.693359375f, kLn2Lo = -2.12194440e-4f;
+// 1/k! for the Taylor polynomial of e^r, |r| <= ln2/2.
+constexpr float kC2 = 0.5f, kC3 = 1.0f / 6, kC4 = 1.0f / 24, kC5 = 1.0f / 120, kC6 = 1.0f / 720;
+
+#if defined(LP_HAVE_AVX2)
+
+template <flash_elem E> LP_TARGET_AVX2 LP_INLINE __m256 load8(const uint8_t* row, int e) {
+    if constexpr (E == flash_elem::f32) {
+        return _mm256_loadu_ps(reinterpret_cast<const float*>(row) + e);
+    } else {
+        const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(reinterpret_cast<const uint16_t*>(row) + e));
+        if constexpr (E == flash_elem::f16) return _mm256_cvtph_ps(h);
+        else return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+    }
+}
+
+template <flash_elem E> float elem(const uint8_t* row, int e) {
+    if constexpr (E == flash_elem::f32) {
+        return reinterpret_cast<const float*>(row)[e];
+    } else {
+        const uint16_t h = reinterpret_cast<const uint16_t*>(row)[e];
+        return E == flash_elem::f16 ? fp16_to_fp32(h) : bf16_to_fp32(h);
+    }
+}
+
+LP_TARGET_AVX2 LP_INLINE float hsum8(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+// One dot product per (query, key) pair: a single 8-lane FMA chain over the
+// whole multiples of 8, the lanes summed by hsum8's pairing (j with j+4, j+2,
+// j+1), then the tail added one element at a time. The 4×2 block below and
+// the single pair compute each pair exactly this way.
+template <flash_elem E>
+LP_TARGET_AVX2 LP_INLINE float dot_tail_avx2(const uint8_t* row, const float* q, int d8, int d, float sum) {
+    for (int t = d8; t < d; ++t) sum += q[t] * elem<E>(row, t);
+    return sum;
+}
+
+template <flash_elem E>
+LP_TARGET_AVX2 LP_INLINE float dot_pair_avx2(const uint8_t* row, const float* q, int d) {
+    const int d8 = d & ~7;
+    __m256 acc = _mm256_setzero_ps();
+    for (int e = 0; e < d8; e += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + e), load8<E>(row, e), acc);
+    return dot_tail_avx2<E>(row, q, d8, d, hsum8(acc));
+}
+
+// Lane sums of 8 accumulators with hsum8's pairing in every lane; the sum of
+// a[i] (i = 4m + 2h + L) lands in lane 4L + 2m + h.
+LP_TARGET_AVX2 LP_INLINE __m256 reduce8_avx2(const __m256 a[8]) {
+    __m256 b[4];
+    for (int k = 0; k < 4; ++k)  // j + j+4: 128-bit lane 0 <- a[2k], lane 1 <- a[2k+1]
+        b[k] = _mm256_add_ps(_mm256_permute2f128_ps(a[2 * k], a[2 * k + 1], 0x20),
+                             _mm256_permute2f128_ps(a[2 * k], a[2 * k + 1], 0x31));
+    __m256 c[2];
+    for (int k = 0; k < 2; ++k) {  // j + j+2
+        const __m256d x = _mm256_castps_pd(b[2 * k]), y = _mm256_castps_pd(b[2 * k + 1]);
+        c[k] = _mm256_add_ps(_mm256_castpd_ps(_mm256_unpacklo_pd(x, y)), _mm256_castpd_ps(_mm256_unpackhi_pd(x, y)));
+    }
+    return _mm256_add_ps(_mm256_shuffle_ps(c[0], c[1], 0x88), _mm256_shuffle_ps(c[0], c[1], 0xdd));  // j + j+1
+}
+constexpr int reduce8_lane(int i) { return 4 * (i % 2) + 2 * (i / 4) + (i / 2) % 2; }
+
+template <flash_elem E>
+LP_TARGET_AVX2 void dots_avx2(const uint8_t* k, size_t k_row_bytes, const int32_t* cells, int n, const float* q, int nq,
+                              int d, float* s, int s_stride) {
+    const int d8 = d & ~7;
+    int i = 0;
+    for (; i + 2 <= n; i += 2) {
+        const uint8_t* rows[2] = {k + (size_t)cells[i] * k_row_bytes, k + (size_t)cells[i + 1] * k_row_bytes};
+        int qi = 0;
+        for (; qi + 4 <= nq; qi += 4) {
+            __m256 a[8];  // a[2 * query + cell]
+            for (int t = 0; t < 8; ++t) a[t] = _mm256_setzero_ps();
+            const float* q0 = q + (size_t)qi * d;
+            for (int e = 0; e < d8; e += 8) {
+                const __m256 k0 = load8<E>(rows[0], e), k1 = load8<E>(rows[1], e);
+                for (int j = 0; j < 4; ++j) {
+                    const __m256 qv = _mm256_loadu_ps(q0 + (size_t)j * d + e);
+                    a[2 * j] = _mm256_fmadd_ps(qv, k0, a[2 * j]);
+                    a[2 * j + 1] = _mm256_fmadd_ps(qv, k1, a[2 * j + 1]);
+                }
+            }
+            alignas(32) float sums[8];
+            _mm256_store_ps(sums, reduce8_avx2(a));
+            for (int j = 0; j < 4; ++j)
+                for (int c = 0; c < 2; ++c)
+                    s[(size_t)(qi + j) * s_stride + i + c] =
+                        dot_tail_avx2<E>(rows[c], q0 + (size_t)j * d, d8, d, sums[reduce8_lane(2 * j + c)]);
+        }
+        for (; qi < nq; ++qi)
+            for (int c = 0; c < 2; ++c) s[(size_t)qi * s_stride + i + c] = dot_pair_avx2<E>(rows[c], q + (size_t)qi * d, d);
+    }
+    for (; i < n; ++i) {
+        const uint8_t* row = k + (size_t)cells[i] * k_row_bytes;
+        for (int qi = 0; qi < nq; ++qi) s[(size_t)qi * s_stride + i] = dot_pair_avx2<E>(row, q + (size_t)qi * d, d);
+    }
+}
+
+// NQ queries × 16 output dims [e, e + 16) over n cells.
+template <flash_elem E, int NQ>
+LP_TARGET_AVX2 LP_INLINE void pv_group_avx2(const uint8_t* v, size_t v_row_bytes, const int32_t* cells, int n,
+                                            const float* p, int p_stride, int e, float* acc, int acc_stride) {
+    __m256 a0[NQ], a1[NQ];
+    for (int j = 0; j < NQ; ++j) {
+        a0[j] = _mm256_loadu_ps(acc + (size_t)j * acc_stride + e);
+        a1[j] = _mm256_loadu_ps(acc + (size_t)j * acc_stride + e + 8);
+    }
+    for (int i = 0; i < n; ++i) {
+        const uint8_t* row = v + (size_t)cells[i] * v_row_bytes;
+        const __m256 v0 = load8<E>(row, e), v1 = load8<E>(row, e + 8);
+        for (int j = 0; j < NQ; ++j) {
+            const __m256 w = _mm256_set1_ps(p[(size_t)j * p_stride + i]);
+            a0[j] = _mm256_fmadd_ps(w, v0, a0[j]);
+            a1[j] = _mm256_fmadd_ps(w, v1, a1[j]);
+        }
+    }
+    for (int j = 0; j < NQ; ++j) {
+        _mm256_storeu_ps(acc + (size_t)j * acc_stride + e, a0[j]);
+        _mm256_storeu_ps(acc + (size_t)j * acc_stride + e + 8, a1[j]);
+    }
+}
+
+template <flash_elem E>
+LP_TARGET_AVX2 void pv_avx2(const uint8_t* v, size_t v_row_bytes, const int32_t* cells, int n, const float* p,
+                            int p_stride, int nq, int d, float* acc, int acc_stride) {
+    int e = 0;
+    for (; e + 16 <= d; e += 16) {
+        int qi = 0;
+        for (; qi + 4 <= nq; qi += 4)
+            pv_group_avx2<E, 4>(v, v_row_bytes, cells, n, p + (size_t)qi * p_stride, p_stride, e,
+                                acc + (size_t)qi * acc_stride, acc_stride);
+        for (; qi < nq; ++qi)
+            pv_group_avx2<E, 1>(v, v_row_bytes, cells, n, p + (size_t)qi * p_stride, p_stride, e,
+                                acc + (size_t)qi * acc_stride, acc_stride);
+    }
+    // Dims past a multiple of 16: one element at a time, the same FMA chain
+    // over the cells for every query.
+    for (; e < d; ++e)
+        for (int qi = 0; qi < nq; ++qi) {
+            float a = acc[(size_t)qi * acc_stride + e];
+            for (int i = 0; i < n; ++i)
+                a = std::fma(p[(size_t)qi * p_stride + i], elem<E>(v + (size_t)cells[i] * v_row_bytes, e), a);
+            acc[(size_t)qi * acc_stride + e] = a;
+        }
+}
+
+// e^x for x <= 0 (x - max of a tile), exactly 0 below -87 (and for -inf):
+// 2^n built in the exponent bits, which holds for n >= -126.
+LP_TARGET_AVX2 LP_INLINE __m256 exp_nonpos_avx2(__m256 x) {
+    const __m256 keep = _mm256_cmp_ps(x, _mm256_set1_ps(-87.0f), _CMP_GE_OQ);
+    x = _mm256_max_ps(x, _mm256_set1_ps(-87.0f));
+    const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(kLog2e)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(kLn2Hi), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(kLn2Lo), r);
+    __m256 y = _mm256_set1_ps(kC6);
+    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(kC5));
+    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(kC4));
+    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(kC3));
+    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(kC2));
+    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.0f));
+    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.0f));
+    const __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_and_ps(_mm256_mul_ps(y, _mm256_castsi256_ps(bits)), keep);
+}
+
+LP_TARGET_AVX2 float exp_sum_avx2(float* x, float m) {
+    const __m256 vm = _mm256_set1_ps(m);
+    __m256 acc[8];
+    for (int k = 0; k < kFlashTile / 8; ++k) {
+        acc[k] = exp_nonpos_avx2(_mm256_sub_ps(_mm256_loadu_ps(x + 8 * k), vm));
+        _mm256_storeu_ps(x + 8 * k, acc[k]);
+    }
+    static_assert(kFlashTile == 64, "the sum tree below covers 8 vectors");
+    const __m256 s = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])),
+                                   _mm256_add_ps(_mm256_add_ps(acc[4], acc[5]), _mm256_add_ps(acc[6], acc[7])));
+    return hsum8(s);
+}
+
+LP_TARGET_AVX2 float max_tile_avx2(const float* x) {
+    __m256 m = _mm256_loadu_ps(x);
+    for (int k = 1; k < kFlashTile / 8; ++k) m = _mm256_max_ps(m, _mm256_loadu_ps(x + 8 * k));
+    __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    return _mm_cvtss_f32(_mm_max_ss(h, _mm_movehdup_ps(h)));
+}
+
+#endif  // LP_HAVE_AVX2
+
+#if defined(LP_HAVE_AVX512)
+
+template <flash_elem E> LP_TARGET_AVX512 LP_INLINE __m512 load16(const uint8_t* row, int e, __mmask16 m) {
+    if constexpr (E == flash_elem::f32) {
+        return _mm512_maskz_loadu_ps(m, reinterpret_cast<const float*>(row) + e);
+    } else {
+        const __m256i h = _mm256_maskz_loadu_epi16(m, reinterpret_cast<const uint16_t*>(row) + e);
+        if constexpr (E == flash_elem::f16) return _mm512_cvtph_ps(h);
+        else return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    }
+}
+
+// The lanes of a summed with _mm512_reduce_add_ps's pairing, spelled out so
+// that every compiler adds them the same way as reduce16_avx512.
+LP_TARGET_AVX512 LP_INLINE float reduce1_avx512(__m512 a) {
+    const __m256 t = _mm256_add_ps(_mm512_castps512_ps256(a), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1)));
+    const __m128 u = _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
+    const __m128 v = _mm_add_ps(u, _mm_movehl_ps(u, u));
+    return _mm_cvtss_f32(_mm_add_ss(v, _mm_movehdup_ps(v)));
+}
+
+// One dot product per (query, key) pair: a single 16-lane FMA chain over d
+// (the last step masked), then the lanes summed by the tree of
+// _mm512_reduce_add_ps (lane j with j+8, then j+4, j+2, j+1). The 4×4 block
+// below and the single pair compute each pair exactly this way, so a score
+// does not depend on which block it falls in.
+template <flash_elem E>
+LP_TARGET_AVX512 LP_INLINE float dot_pair_avx512(const uint8_t* row, const float* q, int d) {
+    __m512 acc = _mm512_setzero_ps();
+    for (int e = 0; e < d; e += 16) {
+        const __mmask16 m = d - e >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (d - e)) - 1);
+        acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, q + e), load16<E>(row, e, m), acc);
+    }
+    return reduce1_avx512(acc);
+}
+
+// Sums of the lanes of 16 accumulators, result lane i = sum of a[i], with the
+// pairing of _mm512_reduce_add_ps in every lane (addition commutes, so only
+// the pairing matters).
+LP_TARGET_AVX512 LP_INLINE __m512 reduce16_avx512(const __m512 a[16]) {
+    // lanes j + j+8: b[k] = [a[2k] folded | a[2k+1] folded] (8 lanes each)
+    __m512 b[8];
+    for (int k = 0; k < 8; ++k) {
+        const __m512 lo = _mm512_shuffle_f32x4(a[2 * k], a[2 * k + 1], 0x44);  // a.lo256 | a'.lo256
+        const __m512 hi = _mm512_shuffle_f32x4(a[2 * k], a[2 * k + 1], 0xee);  // a.hi256 | a'.hi256
+        b[k] = _mm512_add_ps(lo, hi);
+    }
+    // lanes j + j+4: c[k] 128-bit lanes = [b[2k].0, b[2k+1].0, b[2k].1, b[2k+1].1] folded
+    __m512 c[4];
+    for (int k = 0; k < 4; ++k) {
+        const __m512 lo = _mm512_shuffle_f32x4(b[2 * k], b[2 * k + 1], 0x88);  // 128-bit lanes 0,2 of each
+        const __m512 hi = _mm512_shuffle_f32x4(b[2 * k], b[2 * k + 1], 0xdd);  // lanes 1,3 of each
+        c[k] = _mm512_add_ps(lo, hi);
+    }
+    // lanes j + j+2, then j + j+1, within each 128-bit lane
+    __m512 e2[2];
+    for (int k = 0; k < 2; ++k) {
+        const __m512d x = _mm512_castps_pd(c[2 * k]), y = _mm512_castps_pd(c[2 * k + 1]);
+        e2[k] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(x, y)), _mm512_castpd_ps(_mm512_unpackhi_pd(x, y)));
+    }
+    return _mm512_add_ps(_mm512_shuffle_ps(e2[0], e2[1], 0x88), _mm512_shuffle_ps(e2[0], e2[1], 0xdd));
+}
+
+// Where reduce16_avx512 puts the sum of a[i]: after the first two steps
+// a[4m + L] sits in 128-bit lane L of the m-th vector, and the last two
+// steps put vector m's lane L at 4L + m.
+constexpr int reduce16_lane(int i) { return 4 * (i % 4) + i / 4; }
+
+template <flash_elem E>
+LP_TARGET_AVX512 void dots_avx512(const uint8_t* k, size_t k_row_bytes, const int32_t* cells, int n, const float* q,
+                                  int nq, int d, float* s, int s_stride) {
+    int i = 0;
+    for (; i + 4 <= n; i += 4) {
+        const uint8_t* rows[4];
+        for (int c = 0; c < 4; ++c) rows[c] = k + (size_t)cells[i + c] * k_row_bytes;
+        int qi = 0;
+        for (; qi + 4 <= nq; qi += 4) {
+            // a[4 * query + cell]: 16 chains in flight, 8 loads per 16 FMAs
+            __m512 a[16];
+            for (int t = 0; t < 16; ++t) a[t] = _mm512_setzero_ps();
+            const float* q0 = q + (size_t)qi * d;
+            for (int e = 0; e < d; e += 16) {
+                const __mmask16 m = d - e >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (d - e)) - 1);
+                __m512 kv[4];
+                for (int c = 0; c < 4; ++c) kv[c] = load16<E>(rows[c], e, m);
+                for (int j = 0; j < 4; ++j) {
+                    const __m512 qv = _mm512_maskz_loadu_ps(m, q0 + (size_t)j * d + e);
+                    for (int c = 0; c < 4; ++c) a[4 * j + c] = _mm512_fmadd_ps(qv, kv[c], a[4 * j + c]);
+                }
+            }
+            alignas(64) float sums[16];
+            _mm512_store_ps(sums, reduce16_avx512(a));
+            for (int j = 0; j < 4; ++j)
+                for (int c = 0; c < 4; ++c) s[(size_t)(qi + j) * s_stride + i + c] = sums[reduce16_lane(4 * j + c)];
+        }
+        for (; qi < nq; ++qi)
+            for (int c = 0; c < 4; ++c) s[(size_t)qi * s_stride + i + c] = dot_pair_avx512<E>(rows[c], q + (size_t)qi * d, d);
+    }
+    for (; i < n; ++i) {
+        const uint8_t* row = k + (size_t)cells[i] * k_row_bytes;
+        for (int qi = 0; qi < nq; ++qi) s[(size_t)qi * s_stride + i] = dot_pair_avx512<E>(row, q + (size_t)qi * d, d);
+    }
+}
+
+// NQ queries × up to 64 output dims [e, e + nv·16) (the last vector masked)
+// over n cells: 4·NQ accumulators stay in registers across the cells.
+template <flash_elem E, int NQ>
+LP_TARGET_AVX512 LP_INLINE void pv_group_avx512(const uint8_t* v, size_t v_row_bytes, const int32_t* cells, int n,
+                                                const float* p, int p_stride, int e, int nv, __mmask16 last, float* acc,
+                                                int acc_stride) {
+    __m512 a[NQ][4];
+    for (int j = 0; j < NQ; ++j)
+        for (int k = 0; k < 4; ++k)
+            a[j][k] = k < nv ? _mm512_maskz_loadu_ps(k == nv - 1 ? last : (__mmask16)0xffff,
+                                                     acc + (size_t)j * acc_stride + e + 16 * k)
+                             : _mm512_setzero_ps();
+    for (int i = 0; i < n; ++i) {
+        const uint8_t* row = v + (size_t)cells[i] * v_row_bytes;
+        __m512 vv[4];
+        for (int k = 0; k < 4; ++k)
+            vv[k] = k < nv ? load16<E>(row, e + 16 * k, k == nv - 1 ? last : (__mmask16)0xffff) : _mm512_setzero_ps();
+        for (int j = 0; j < NQ; ++j) {
+            const __m512 w = _mm512_set1_ps(p[(size_t)j * p_stride + i]);
+            for (int k = 0; k < 4; ++k)
+                if (k < nv) a[j][k] = _mm512_fmadd_ps(w, vv[k], a[j][k]);
+        }
+    }
+    for (int j = 0; j < NQ; ++j)
+        for (int k = 0; k < nv; ++k)
+            _mm512_mask_storeu_ps(acc + (size_t)j * acc_stride + e + 16 * k, k == nv - 1 ? last : (__mmask16)0xffff,
+                                  a[j][k]);
+}
+
+template <flash_elem E>
+LP_TARGET_AVX512 void pv_avx512(const uint8_t* v, size_t v_row_bytes, const int32_t* cells, int n, const float* p,
+                                int p_stride, int nq, int d, float* acc, int acc_stride) {
+    for (int e = 0; e < d; e += 64) {
+        const int nd = std::min(64, d - e);
+        const int nv = (nd + 15) / 16;
+        const __mmask16 last = nd % 16 ? (__mmask16)((1u << (nd % 16)) - 1) : (__mmask16)0xffff;
+        int qi = 0;
+        for (; qi + 4 <= nq; qi += 4)
+            pv_group_avx512<E, 4>(v, v_row_bytes, cells, n, p + (size_t)qi * p_stride, p_stride, e, nv, last,
+                                  acc + (size_t)qi * acc_stride, acc_stride);
+        for (; qi < nq; ++qi)
+            pv_group_avx512<E, 1>(v, v_row_bytes, cells, n, p + (size_t)qi * p_stride, p_stride, e, nv, last,
+                                  acc + (size_t)qi * acc_stride, acc_stride);
+    }
+}
+
+// e^x for x <= 0, exactly 0 below -103 (and for -inf); vscalefps does 2^n.
+LP_TARGET_AVX512 LP_INLINE __m512 exp_nonpos_avx512(__m512 x) {
+    const __mmask16 keep = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-103.0f), _CMP_GE_OQ);
+    x = _mm512_max_ps(x, _mm512_set1_ps(-103.0f));
+    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(kLog2e)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(kLn2Hi), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(kLn2Lo), r);
+    __m512 y = _mm512_set1_ps(kC6);
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(kC5));
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(kC4));
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(kC3));
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(kC2));
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.0f));
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.0f));
+    return _mm512_maskz_mov_ps(keep, _mm512_scalef_ps(y, n));
+}
+
+LP_TARGET_AVX512 float exp_sum_avx512(float* x, float m) {
+    static_assert(kFlashTile == 64, "four vectors per tile");
+    const __m512 vm = _mm512_set1_ps(m);
+    __m512 e[4];
+    for (int k = 0; k < 4; ++k) {
+        e[k] = exp_nonpos_avx512(_mm512_sub_ps(_mm512_loadu_ps(x + 16 * k), vm));
+        _mm512_storeu_ps(x + 16 * k, e[k]);
+    }
+    return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(e[0], e[1]), _mm512_add_ps(e[2], e[3])));
+}
+
+LP_TARGET_AVX512 float max_tile_avx512(const float* x) {
+    const __m512 m = _mm512_max_ps(_mm512_max_ps(_mm512_loadu_ps(x), _mm512_loadu_ps(x + 16)),
+                                   _mm512_max_ps(_mm512_loadu_ps(x + 32), _mm512_loadu_ps(x + 48)));
+    return _mm512_reduce_max_ps(m);
+}
+
+#endif  // LP_HAVE_AVX512
+
+}  // namespace
+
+void flash_kernels_x86(flash_kernels& k, isa level) {
+    (void)k;
+    (void)level;
+#if defined(LP_HAVE_AVX2)
+    if (isa_at_least(level, isa::avx2) && !isa_is_arm(level)) {
+        k.dots[0] = dots_avx2<flash_elem::f32>;
+        k.dots[1] = dots_avx2<flash_elem::f16>;
+        k.dots[2] = dots_avx2<flash_elem::bf16>;
+        k.pv[0] = pv_avx2<flash_elem::f32>;
+        k.pv[1] = pv_avx2<flash_elem::f16>;
+        k.pv[2] = pv_avx2<flash_elem::bf16>;
+        k.exp_sum = exp_sum_avx2;
+        k.max_tile = max_tile_avx2;
+    }
+#endif
+#if defined(LP_HAVE_AVX512)
+    if (level == isa::avx512) {
+        k.dots[0] = dots_avx512<flash_elem::f32>;
+        k.dots[1] = dots_avx512<flash_elem::f16>;
+        k.dots[2] = dots_avx512<flash_elem::bf16>;
+        k.pv[0] = pv_avx512<flash_elem::f32>;
+        k.pv[1] = pv_avx512<flash_elem::f16>;
+        k.pv[2] = pv_avx512<flash_elem::bf16>;
+        k.exp_sum = exp_sum_avx512;
+        k.max_tile = max_tile_avx512;
+    }
+#endif
+}
+
+}  // namespace lp
