@@ -100,6 +100,20 @@ def _short(value: Any, limit: int = 72) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+def placement_lines(ctx: Any, format_bytes: Any) -> List[str]:
+    """Where the layers run and what each device holds (Context.placement)."""
+    by_device: Dict[str, int] = {}
+    for part in ctx.placement():
+        if part["layer"] >= 0:
+            by_device[part["device"]] = by_device.get(part["device"], 0) + 1
+    lines = ["layers      = " + ", ".join(f"{n} on {d}" for d, n in by_device.items())]
+    for d in ctx.device_memory():
+        lines.append(f"{d['device']} buffers = {format_bytes(d['total_bytes'])} (weights "
+                     f"{format_bytes(d['weight_bytes'])}, KV {format_bytes(d['kv_bytes'])}, "
+                     f"activations {format_bytes(d['activation_bytes'])})")
+    return lines
+
+
 def load_report(llama: Any) -> str:
     """The load summary ``Llama(verbose=True)`` prints."""
     from .inspect_cmd import format_bytes, format_count, quantization_mix
@@ -138,6 +152,7 @@ def load_report(llama: Any) -> str:
             f"type_k      = {KV_TYPES[cp.type_k].lower()}, type_v = {KV_TYPES[cp.type_v].lower()}",
             f"n_threads   = {llama.n_threads} (batch {llama.n_threads_batch})",
         ]
+        lines += placement_lines(llama._ctx, format_bytes)
         if llama.n_ctx() < int(model.n_ctx_train):
             lines.append(f"n_ctx ({llama.n_ctx()}) < n_ctx_train ({model.n_ctx_train}): "
                          "the full capacity of the model will not be used")

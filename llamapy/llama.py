@@ -77,6 +77,10 @@ class Llama:
     ``verbose=True`` (the default, as in llama-cpp-python) prints a load
     report and each completion's timings to stderr; ``verbose=False`` prints
     nothing, and notes go to the "llamapy" logger only (see _verbose.py).
+
+    Debugging: ``with llm.tensor_dump() as dump: llm.eval(tokens)`` records
+    the named intermediate tensors of the forward passes (llama.cpp's graph
+    names, e.g. ``dump["attn_norm-0"]``); see llamapy/debug.py.
     """
 
     def __init__(
@@ -650,6 +654,15 @@ class Llama:
             # Logits are not part of the engine state: the next generate()
             # re-evaluates the last token (prefix reuse keeps the rest).
             self._last_logits_row = -1
+
+    # --------------------------------------------------------------- debugging
+    def tensor_dump(self, names=None):
+        """A context manager that records the named intermediates of the
+        evaluations inside it (``llamapy.debug.TensorDump``); names: None
+        (all), a collection of names, or a predicate."""
+        from .debug import TensorDump
+
+        return TensorDump(self, names)
 
     # --------------------------------------------------------------- lifecycle
     def close(self) -> None:

@@ -380,7 +380,7 @@ def rotation_blocks(kv_type: str | None, head_dim: int) -> tuple[int, int]:
 
 def forward(spec: ArchSpec, cfg: Config, w: dict[str, np.ndarray], tokens, wtype: str = "F32",
             kv_f16: bool = True, pos0: int = 0, rope_scaling: dict | None = None, kv_type: str | None = None,
-            rotate_kv: bool = True, flash: bool = False):
+            rotate_kv: bool = True, flash: bool = False, trace: dict | None = None):
     """Logits (n, n_vocab) and final hidden states (n, n_embd) of one sequence
     of tokens at positions pos0, pos0+1, ... rope_scaling: the RoPE scaling of
     the global layers (see rope()). kv_type: a quantized cache type ("Q8_0",
@@ -390,15 +390,24 @@ def forward(spec: ArchSpec, cfg: Config, w: dict[str, np.ndarray], tokens, wtype
     llama.cpp does (rotation_blocks) and the outputs rotated back. flash: the
     attention weights stay exact against an F16 cache too (the flash path),
     instead of being rounded to F16 (the explicit path, llama.cpp without
-    flash attention)."""
+    flash attention).
+    trace: a dict that receives the named intermediates under the engine's
+    (llama.cpp's) graph names, as (n, cols) arrays ("attn_norm-0", "Qcur-0",
+    ..., "result_output")."""
+    def tap(name, il, val):
+        if trace is not None:
+            trace[name if il < 0 else f"{name}-{il}"] = np.asarray(val, dtype=np.float64).reshape(n, -1).copy()
+
     E, H, KV, D, F = cfg.n_embd, cfg.n_head, cfg.n_head_kv, cfg.head_dim, cfg.n_ff
     n = len(tokens)
     pos = np.arange(pos0, pos0 + n)
     kvr = f16 if kv_f16 else (lambda a: np.asarray(a, dtype=np.float64))
     emb = np.asarray(w["token_embd.weight"], dtype=np.float64)
     x = emb[np.asarray(tokens)]
+    tap("inp_embd", -1, x)
     if spec.embd_scale:
         x = x * np.float32(math.sqrt(E))
+        tap("inp_scaled", -1, x)
     ff = w.get("rope_freqs.weight")
     attn_scale = 1.0 / math.sqrt(D)
     for il in range(cfg.n_layer):
@@ -406,6 +415,7 @@ def forward(spec: ArchSpec, cfg: Config, w: dict[str, np.ndarray], tokens, wtype
         swa = is_swa(spec, cfg, il)
         base = spec.swa_rope_base if (swa and spec.swa_rope_base) else cfg.rope_base
         h = rms_norm(x, w[p + "attn_norm.weight"], cfg.eps)
+        tap("attn_norm", il, h)
         if spec.qkv_fused:
             qkv = matmul(h, w[p + "attn_qkv.weight"], dot_input(wtype, p + "attn_qkv.weight"))
             q, k, v = qkv[:, :H * D], qkv[:, H * D:H * D + KV * D], qkv[:, H * D + KV * D:]
@@ -419,11 +429,16 @@ def forward(spec: ArchSpec, cfg: Config, w: dict[str, np.ndarray], tokens, wtype
         if spec.qk_norm:
             q = rms_norm(q, w[p + "attn_q_norm.weight"], cfg.eps)
             k = rms_norm(k, w[p + "attn_k_norm.weight"], cfg.eps)
+            tap("Qcur_normed", il, q)
+            tap("Kcur_normed", il, k)
         # Window layers keep their own unscaled frequencies, but llama.cpp
         # applies the context's YaRN values (attention factor) to every layer.
         sc = dict(rope_scaling, freq_scale=1.0) if (swa and rope_scaling) else rope_scaling
         q = rope(q, pos, base, D, spec.rope_neox, ff, sc)
         k = rope(k, pos, base, D, spec.rope_neox, ff, sc)
+        tap("Qcur", il, q)
+        tap("Kcur", il, k)
+        tap("Vcur", il, v)
         if spec.scale_q:
             q = q * attn_scale
         kq_scale = 1.0 if spec.scale_q else attn_scale
@@ -450,11 +465,16 @@ def forward(spec: ArchSpec, cfg: Config, w: dict[str, np.ndarray], tokens, wtype
                 out[t, hh, :] = pr @ v[vis, g, :]
         if rot_v:
             out = rotate_blocks(out, rot_v)
+        tap("kqv_out", il, out)
         o = matmul(out.reshape(n, H * D), w[p + "attn_output.weight"], dot_input(wtype, p + "attn_output.weight"))
+        tap("attn_out", il, o)
         if spec.post_norms:
             o = rms_norm(o, w[p + "post_attention_norm.weight"], cfg.eps)
+            tap("attn_post_norm", il, o)
         x = x + o
+        tap("sa_out" if spec.post_norms else "ffn_inp", il, x)
         h = rms_norm(x, w[p + "ffn_norm.weight"], cfg.eps)
+        tap("ffn_norm", il, h)
         if spec.gate_up_fused:
             gu = matmul(h, w[p + "ffn_up.weight"], dot_input(wtype, p + "ffn_up.weight"))
             gate, up = gu[:, :F], gu[:, F:]
@@ -463,12 +483,17 @@ def forward(spec: ArchSpec, cfg: Config, w: dict[str, np.ndarray], tokens, wtype
             up = matmul(h, w[p + "ffn_up.weight"], dot_input(wtype, p + "ffn_up.weight"))
         a = (gelu_f16(gate) if spec.act == "gelu" else silu(gate)) * up
         o = matmul(a, w[p + "ffn_down.weight"], dot_input(wtype, p + "ffn_down.weight"))
+        tap("ffn_out", il, o)
         if spec.post_norms:
             o = rms_norm(o, w[p + "post_ffw_norm.weight"], cfg.eps)
+            tap("ffn_post_norm", il, o)
         x = x + o
+        tap("l_out", il, x)
     hfin = rms_norm(x, w["output_norm.weight"], cfg.eps)
+    tap("result_norm", -1, hfin)
     out_w = w.get("output.weight", w["token_embd.weight"])
     logits = matmul(hfin, out_w, dot_input(wtype, "output.weight" if "output.weight" in w else "token_embd.weight"))
     if spec.final_softcap:
         logits = np.tanh(logits / spec.final_softcap) * spec.final_softcap
+    tap("result_output", -1, logits)
     return logits, hfin

@@ -140,7 +140,8 @@ context::context(std::shared_ptr<const model> m, const context_params& params)
           model_->hp().n_embd_v(), p_.type_k, p_.type_v, main_cache_layers(model_->hp(), p_)),  // encoders keep no cache
       pool_(new thread_pool(p_.n_threads)),
       pool_batch_(p_.n_threads_batch != p_.n_threads ? new thread_pool(p_.n_threads_batch) : nullptr),
-      rs_(model_->hp(), p_.n_ubatch, p_.n_ctx, std::max(p_.n_threads, p_.n_threads_batch), attention_path()) {
+      rs_(model_->hp(), p_.n_ubatch, p_.n_ctx, device::host()),
+      backend_(model_->hp(), p_.n_ubatch, p_.n_ctx, std::max(p_.n_threads, p_.n_threads_batch), attention_path()) {
     const hparams& hp = model_->hp();
     rope_[0] = scaled_rope(hp.rope, p_);
     if (const int64_t wc = window_cells(hp, p_)) {
@@ -234,8 +235,25 @@ void context::validate(const batch_view& b) const {
     }
 }
 
+namespace {
+// The context this thread is decoding with (its tensor callback may run).
+thread_local const context* tl_decoding = nullptr;
+
+struct decoding_scope {
+    explicit decoding_scope(const context* c) { tl_decoding = c; }
+    ~decoding_scope() { tl_decoding = nullptr; }
+};
+}  // namespace
+
+std::unique_lock<std::mutex> context::guard() const {
+    if (tl_decoding == this)
+        throw value_error("the context is in the middle of a decode: its tensor callback cannot use it");
+    return std::unique_lock<std::mutex>(mutex_);
+}
+
 void context::decode(const batch_view& b) {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::unique_lock<std::mutex> lock = guard();
+    decoding_scope busy(this);
     const hparams& hp = model_->hp();
     validate(b);
     if (hp.v.encoder) {
@@ -282,23 +300,26 @@ void context::decode(const batch_view& b) {
                 mc.build_mask(ub.n_tok, ub.pos, first_seq_.data() + u0, r == 0 ? 0 : hp.n_swa, rs_.mask[r].data(),
                               rs_.mask_words, rs_.mask_lo[r].data(), rs_.mask_hi[r].data());
             }
-            thread_pool& pool = (ub.n_tok > 1 && pool_batch_) ? *pool_batch_ : *pool_;
+            backend_.use_pool((ub.n_tok > 1 && pool_batch_) ? *pool_batch_ : *pool_);
+            pass ps(backend_, rs_, &tensor_cb_, ub.n_tok);
             if (pooled) {
                 // Every row's state into hidden_, pooled, then the rows asked for are kept.
                 for (int64_t i = 0; i < ub.n_tok; ++i) out_rows_[(size_t)i] = (int32_t)i;
                 ub.n_out = ub.n_tok;
-                decoder_forward(*model_, rope_, kv_, kv_swa_.get(), rs_, ub, pool, nullptr, hidden_.data());
+                decoder_forward(*model_, rope_, kv_, kv_swa_.get(), rs_, ub, ps, nullptr, hidden_.data());
                 pool_rows(b, u0, ub.n_tok, hidden_.data());
                 const int64_t first_kept = out_done;
                 keep_rows(b, u0, ub.n_tok, hidden_.data(), out_done);
-                if (out_done > first_kept)
-                    decoder_logits(*model_, embd_->data() + first_kept * hp.n_embd, out_done - first_kept, pool, rs_,
+                if (out_done > first_kept) {
+                    pass head(backend_, rs_, &tensor_cb_, out_done - first_kept);
+                    decoder_logits(*model_, embd_->data() + first_kept * hp.n_embd, head,
                                    logits_->data() + first_kept * hp.n_vocab);
+                }
                 continue;
             }
             float* lg = logits_->data() + out_done * hp.n_vocab;
             float* em = p_.embeddings ? embd_->data() + out_done * hp.n_embd : nullptr;
-            decoder_forward(*model_, rope_, kv_, kv_swa_.get(), rs_, ub, pool, lg, em);
+            decoder_forward(*model_, rope_, kv_, kv_swa_.get(), rs_, ub, ps, lg, em);
             out_done += ub.n_out;
         }
     } catch (...) {
@@ -336,7 +357,7 @@ const float* context::embeddings(int64_t i) const {
 }
 
 void context::kv_seq_rm(int seq, int32_t p0, int32_t p1) {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::unique_lock<std::mutex> lock = guard();
     if (seq >= 0) check_seq(seq, "sequence id");
     kv_.seq_rm(seq, p0, p1);
     if (kv_swa_) {
@@ -348,7 +369,7 @@ void context::kv_seq_rm(int seq, int32_t p0, int32_t p1) {
 }
 
 void context::kv_seq_cp(int src, int dst, int32_t p0, int32_t p1) {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::unique_lock<std::mutex> lock = guard();
     check_seq(src, "source sequence id");
     check_seq(dst, "destination sequence id");
     kv_.seq_cp(src, dst, p0, p1);
@@ -359,7 +380,7 @@ void context::kv_seq_cp(int src, int dst, int32_t p0, int32_t p1) {
 }
 
 void context::kv_seq_keep(int seq) {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::unique_lock<std::mutex> lock = guard();
     check_seq(seq, "sequence id");
     kv_.seq_keep(seq);
     if (kv_swa_) {
@@ -370,26 +391,26 @@ void context::kv_seq_keep(int seq) {
 }
 
 int32_t context::kv_seq_pos_max(int seq) const {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::unique_lock<std::mutex> lock = guard();
     check_seq(seq, "sequence id");
     return kv_.seq_pos_max(seq);
 }
 
 int32_t context::kv_seq_pos_min(int seq) const {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::unique_lock<std::mutex> lock = guard();
     check_seq(seq, "sequence id");
     return kv_.seq_pos_min(seq);
 }
 
 void context::kv_clear() {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::unique_lock<std::mutex> lock = guard();
     kv_.clear();
     if (kv_swa_) kv_swa_->clear();
     std::fill(swa_dropped_.begin(), swa_dropped_.end(), -1);
 }
 
 bool context::kv_swa_resumable(int seq, int32_t pos) const {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::unique_lock<std::mutex> lock = guard();
     check_seq(seq, "sequence id");
     // A row at pos sees positions > pos - n_swa: none of them may be dropped.
     const int32_t d = kv_swa_ ? swa_dropped_[(size_t)seq] : -1;
@@ -433,7 +454,7 @@ void context::place_in_window_cache(const batch_view& b) {
 // sequence, then n_out, the logits (n_out, n_vocab), a flag and the
 // embeddings (n_out, n_embd).
 std::vector<uint8_t> context::state_get() const {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::unique_lock<std::mutex> lock = guard();
     const hparams& hp = model_->hp();
     std::vector<uint8_t> out;
     put<uint32_t>(out, kStateMagic);
@@ -462,7 +483,7 @@ std::vector<uint8_t> context::state_get() const {
 }
 
 void context::state_set(const uint8_t* data, size_t size) {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::unique_lock<std::mutex> lock = guard();
     const hparams& hp = model_->hp();
     auto need = [&](size_t at, size_t k) {
         if (k > size || at > size - k) throw value_error("context state is truncated");
@@ -520,6 +541,7 @@ void context::state_set(const uint8_t* data, size_t size) {
 }
 
 void context::set_adapters(const std::vector<std::pair<std::shared_ptr<const lora_adapter>, float>>& adapters) {
+    std::unique_lock<std::mutex> lock = guard();
     std::unordered_set<std::string> names;
     for (const auto& m : model_->matrices()) names.insert(m.first);
     for (const auto& [ad, scale] : adapters) {
@@ -531,8 +553,20 @@ void context::set_adapters(const std::vector<std::pair<std::shared_ptr<const lor
     }
     loras_.set(*model_, adapters);
     rs_.loras = loras_.empty() ? nullptr : &loras_;
-    rs_.lora_ax.assign((size_t)(rs_.n_ubatch * loras_.max_rank()), 0.0f);
-    rs_.lora_bax.assign((size_t)(rs_.n_ubatch * loras_.max_out()), 0.0f);
+    rs_.lora_ax = float_buffer(backend_.dev(), (size_t)(rs_.n_ubatch * loras_.max_rank()));
+    rs_.lora_bax = float_buffer(backend_.dev(), (size_t)(rs_.n_ubatch * loras_.max_out()));
+}
+
+tensor_callback context::set_tensor_callback(tensor_callback cb) {
+    std::unique_lock<std::mutex> lock = guard();
+    std::swap(tensor_cb_, cb);
+    return cb;
+}
+
+placement_plan context::placement() const {
+    std::unique_lock<std::mutex> lock = guard();
+    const uint64_t act = rs_.bytes() + backend_.scratch_bytes() + sizeof(float) * hidden_.size();
+    return plan_cpu(*model_, kv_, kv_swa_.get(), act);
 }
 
 }  // namespace lp

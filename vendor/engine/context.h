@@ -21,11 +21,13 @@
 #include <mutex>
 #include <vector>
 
+#include "backend/cpu_backend.h"
 #include "cpu/threadpool.h"
 #include "kv_cache.h"
 #include "lora.h"
 #include "model/decoder.h"
 #include "model/model.h"
+#include "placement.h"
 
 namespace lp {
 
@@ -90,7 +92,7 @@ public:
         return p_.flash_attn == 1 ? lp::attention_path::flash : lp::attention_path::explicit_softmax;
     }
     // Attention work memory held (it grows with n_ctx on the explicit path only).
-    size_t attention_scratch_bytes() const { return rs_.attn.bytes(); }
+    size_t attention_scratch_bytes() const { return backend_.attention_scratch_bytes(); }
     int64_t n_ctx() const { return p_.n_ctx; }
 
     // Evaluates a batch (see the rules above). Thread-safe; one at a time.
@@ -132,11 +134,27 @@ public:
     void set_adapters(const std::vector<std::pair<std::shared_ptr<const lora_adapter>, float>>& adapters);
     bool has_adapters() const { return !loras_.empty(); }
 
+    // Debug hook: from the next decode on, cb receives the named
+    // intermediates of every forward pass (blocks.h: llama.cpp's graph names,
+    // rows x cols floats, valid during the call only); an empty function
+    // removes it. Costs nothing while unset. Returns the previous one. The
+    // callback must not use this context (value_error); a callback that
+    // needs a lock other threads hold while they wait for it (Python's GIL)
+    // deadlocks, so use a context with a callback from one thread.
+    tensor_callback set_tensor_callback(tensor_callback cb);
+
+    // Which device holds each layer's weights and KV cache, and the bytes
+    // per device (placement.h).
+    placement_plan placement() const;
+
     // The KV cache and the last outputs as bytes, and back.
     std::vector<uint8_t> state_get() const;
     void state_set(const uint8_t* data, size_t size);
 
 private:
+    // Locks the context; value_error when called from inside this context's
+    // own decode (its tensor callback), which would otherwise deadlock.
+    std::unique_lock<std::mutex> guard() const;
     void check_seq(int seq, const char* what) const;
     void validate(const batch_view& b) const;
     void ensure_output_capacity(int64_t n_out);
@@ -157,6 +175,8 @@ private:
     std::unique_ptr<thread_pool> pool_;        // n_threads
     std::unique_ptr<thread_pool> pool_batch_;  // n_threads_batch (null: same as pool_)
     run_state rs_;
+    cpu_backend backend_;              // runs every layer (placement: all on the host)
+    tensor_callback tensor_cb_;        // debug hook, empty when unset
     lora_set loras_;
     rope_params rope_[2];                      // global / sliding-window layers
     mutable std::mutex mutex_;

@@ -36,11 +36,12 @@ void context::decode_encoder(const batch_view& b) {
     ub.n_tok = b.n;
     ub.tokens = b.tokens;
     ub.pos = b.pos;
-    thread_pool& pool = (b.n > 1 && pool_batch_) ? *pool_batch_ : *pool_;
+    backend_.use_pool((b.n > 1 && pool_batch_) ? *pool_batch_ : *pool_);
+    pass ps(backend_, rs_, &tensor_cb_, b.n);
     n_out_ = 0;
     if (pooling_ != 0) pool_begin();
     try {
-        encoder_forward(*model_, rope_[0], rs_, ub, first_seq_.data(), pool, hidden_.data());
+        encoder_forward(*model_, rope_[0], rs_, ub, first_seq_.data(), ps, hidden_.data());
     } catch (...) {
         if (pooling_ != 0) pool_begin();
         throw;

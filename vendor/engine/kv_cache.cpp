@@ -48,7 +48,7 @@ struct reader {
 }  // namespace
 
 kv_cache::kv_cache(int n_layer, int64_t n_cells, int64_t n_embd_k, int64_t n_embd_v, ggml_type type_k,
-                   ggml_type type_v, const std::vector<uint8_t>& layers)
+                   ggml_type type_v, const std::vector<uint8_t>& layers, device where)
     : n_layer_(n_layer), n_cells_(n_cells), n_embd_k_(n_embd_k), n_embd_v_(n_embd_v), type_k_(type_k),
       type_v_(type_v) {
     if (!layers.empty() && (int)layers.size() != n_layer) throw value_error("KV cache: layer flags do not match n_layer");
@@ -64,7 +64,7 @@ kv_cache::kv_cache(int n_layer, int64_t n_cells, int64_t n_embd_k, int64_t n_emb
     v_row_ = row_size(type_v, n_embd_v);
     layer_bytes_ = (size_t)n_cells * (k_row_ + v_row_);
     // Not zeroed: a cell's rows are always written before any token can see it.
-    data_.reset(new uint8_t[(size_t)n_held_ * layer_bytes_]);
+    data_ = device_buffer(where, (size_t)n_held_ * layer_bytes_);
     pos_.assign((size_t)n_cells, -1);
     seqs_.assign((size_t)n_cells, {});
 }

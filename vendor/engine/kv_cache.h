@@ -18,6 +18,7 @@
 #include <memory>
 #include <vector>
 
+#include "backend/buffer.h"
 #include "ggml_type.h"
 
 namespace lp {
@@ -45,9 +46,9 @@ public:
     // (n_head_kv * head_dim). type_k / type_v: kv_cache_type_ok types.
     // layers: which of the n_layer layers this cache holds (1 = held; empty:
     // all); a model with sliding-window layers may keep those in a second,
-    // smaller cache.
+    // smaller cache. where: the device holding the keys and values.
     kv_cache(int n_layer, int64_t n_cells, int64_t n_embd_k, int64_t n_embd_v, ggml_type type_k, ggml_type type_v,
-             const std::vector<uint8_t>& layers = {});
+             const std::vector<uint8_t>& layers = {}, device where = device::host());
 
     int n_layer() const { return n_layer_; }
     int64_t n_cells() const { return n_cells_; }
@@ -66,11 +67,13 @@ public:
     size_t v_row_bytes() const { return v_row_; }
     // Keys / values of layer il (a held one): (n_cells, n_embd_k) / (n_cells, n_embd_v).
     bool holds(int il) const { return slot_[(size_t)il] >= 0; }
-    uint8_t* k(int il) { return data_.get() + (size_t)slot_[(size_t)il] * layer_bytes_; }
+    uint8_t* k(int il) { return data_.u8() + (size_t)slot_[(size_t)il] * layer_bytes_; }
     uint8_t* v(int il) { return k(il) + (size_t)n_cells_ * k_row_; }
-    const uint8_t* k(int il) const { return data_.get() + (size_t)slot_[(size_t)il] * layer_bytes_; }
+    const uint8_t* k(int il) const { return data_.u8() + (size_t)slot_[(size_t)il] * layer_bytes_; }
     const uint8_t* v(int il) const { return k(il) + (size_t)n_cells_ * k_row_; }
     size_t bytes() const { return (size_t)n_held_ * layer_bytes_; }
+    size_t layer_bytes() const { return layer_bytes_; }  // keys and values of one held layer
+    device where() const { return data_.where(); }
 
     int32_t pos(int64_t cell) const { return pos_[(size_t)cell]; }
     const int32_t* positions() const { return pos_.data(); }  // (n_cells), -1 for free cells
@@ -125,7 +128,7 @@ private:
     ggml_type type_k_, type_v_;
     size_t k_row_, v_row_;         // bytes of one cell's keys / values in one layer
     size_t layer_bytes_;           // n_cells * (k_row + v_row)
-    std::unique_ptr<uint8_t[]> data_;  // (n_layer, [keys (n_cells, k_row) | values (n_cells, v_row)])
+    device_buffer data_;           // (n_held, [keys (n_cells, k_row) | values (n_cells, v_row)])
     std::vector<int32_t> pos_;     // (n_cells) position of each cell, -1 when free
     std::vector<std::bitset<kMaxSequences>> seqs_;  // (n_cells) sequences of each cell
     int64_t n_used_ = 0;

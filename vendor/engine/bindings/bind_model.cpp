@@ -175,6 +175,65 @@ void decode(context& c, const py::object& tokens, const py::object& embd, const 
     c.decode(b);
 }
 
+// The tensor-dump hook for Python: fn(name, array) with a (rows, cols)
+// float32 copy of the intermediate (the engine's buffer is reused).
+struct py_tensor_callback {
+    py::function fn;
+    void operator()(const tensor_dump& t) const {
+        py::gil_scoped_acquire gil;
+        py::array_t<float> a({(py::ssize_t)t.n_rows, (py::ssize_t)t.n_cols});
+        float* out = a.mutable_data();
+        for (int64_t r = 0; r < t.n_rows; ++r)
+            std::memcpy(out + r * t.n_cols, t.data + r * t.stride, sizeof(float) * (size_t)t.n_cols);
+        fn(py::str(t.name), a);
+    }
+};
+
+void set_tensor_callback(context& c, const py::object& fn) {
+    tensor_callback cb;
+    if (!fn.is_none()) {
+        if (!PyCallable_Check(fn.ptr())) throw py::type_error("set_tensor_callback: fn must be callable or None");
+        cb = py_tensor_callback{py::reinterpret_borrow<py::function>(fn)};
+    }
+    tensor_callback old;
+    {
+        // A decode in another thread holds the context and may be waiting
+        // for the GIL inside the old callback.
+        py::gil_scoped_release nogil;
+        old = c.set_tensor_callback(std::move(cb));
+    }
+    // old (and the Python function it holds) is released here, with the GIL.
+}
+
+py::list placement_parts(const placement_plan& plan) {
+    py::list out;
+    for (const placement_plan::part& p : plan.parts) {
+        py::dict d;
+        d["name"] = p.name;
+        d["layer"] = p.layer;
+        d["device"] = p.weights.name();
+        d["kv_device"] = p.layer >= 0 ? py::object(py::str(p.kv.name())) : py::object(py::none());
+        d["weight_bytes"] = p.weight_bytes;
+        d["kv_bytes"] = p.kv_bytes;
+        out.append(d);
+    }
+    return out;
+}
+
+py::list device_memory(const placement_plan& plan) {
+    py::list out;
+    for (const placement_plan::device_total& t : plan.totals()) {
+        py::dict d;
+        d["device"] = t.dev.name();
+        d["weight_bytes"] = t.weight_bytes;
+        d["kv_bytes"] = t.kv_bytes;
+        d["activation_bytes"] = t.activation_bytes;
+        d["total_bytes"] = t.total();
+        out.append(d);
+    }
+    return out;
+}
+
 }  // namespace
 
 void bind_model(py::module_& m) {
@@ -309,6 +368,15 @@ void bind_model(py::module_& m) {
                  std::vector<std::pair<std::shared_ptr<const lora_adapter>, float>> v(ads.begin(), ads.end());
                  c.set_adapters(v);
              }, py::arg("adapters"), "[(LoraAdapter, scale), ...]: adapters applied from the next decode on")
+        .def("set_tensor_callback", &set_tensor_callback, py::arg("fn"),
+             "debug hook: fn(name, array) receives every named intermediate of each forward pass from the next "
+             "decode on (llama.cpp's graph names: 'attn_norm-0', 'Qcur-0', ..., 'result_output'; a float32 "
+             "(rows, cols) copy); None removes it")
+        .def("placement", [](const context& c) { return placement_parts(c.placement()); },
+             "which device holds each part: [{'name': 'input' | 'blk.<il>' | 'output', 'layer', 'device', "
+             "'kv_device', 'weight_bytes', 'kv_bytes'}, ...]")
+        .def("device_memory", [](const context& c) { return device_memory(c.placement()); },
+             "bytes per device: [{'device', 'weight_bytes', 'kv_bytes', 'activation_bytes', 'total_bytes'}, ...]")
         .def_property_readonly("n_ctx", &context::n_ctx)
         .def_property_readonly("rope", [](const context& c) {
                 const rope_params& r = c.rope(0);

@@ -14,12 +14,12 @@
 #include "cpu/features.h"
 #include "cpu/matmul.h"
 #include "ggml_type.h"
+#include "py_common.h"
 
 namespace py = pybind11;
 using namespace lp;
 
-namespace {
-
+// Shared with the other bindings (py_common.h).
 ggml_type parse_type(const py::object& t) {
     if (py::isinstance<py::str>(t)) {
         std::string s = t.cast<std::string>();
@@ -33,6 +33,8 @@ ggml_type parse_type(const py::object& t) {
     if (!type_is_valid(v)) throw value_error("unknown ggml type id " + std::to_string(v));
     return (ggml_type)v;
 }
+
+namespace {
 
 isa parse_isa(const std::string& s) {
     if (s == "scalar") return isa::scalar;
@@ -137,8 +139,10 @@ py::array_t<float> vec_dot_rows(py::array w, py::object type, int64_t n_cols,
     return out;
 }
 
+}  // namespace
+
 // One pool per thread count, created on first use and kept (pools are cheap
-// while idle: workers sleep after a short spin).
+// while idle: workers sleep after a short spin). Shared (py_common.h).
 thread_pool& pool_for(int n_threads) {
     static std::mutex m;
     static std::vector<std::unique_ptr<thread_pool>> pools(257);
@@ -148,6 +152,8 @@ thread_pool& pool_for(int n_threads) {
     if (!pools[n_threads]) pools[n_threads] = std::make_unique<thread_pool>(n_threads);
     return *pools[n_threads];
 }
+
+namespace {
 
 // y = x · wᵀ for a quantized weight matrix (n_rows, n_cols), x (n_tok, n_cols).
 py::array_t<float> py_matmul(py::array w, py::object type, int64_t n_rows, int64_t n_cols,

@@ -23,6 +23,7 @@ void bind_sampling(py::module_& m);
 void bind_grammar(py::module_& m);
 void bind_vocab(py::module_& m);
 void bind_model(py::module_& m);
+void bind_backend(py::module_& m);
 void bind_ops(py::module_& m);
 
 namespace {
@@ -88,5 +89,6 @@ PYBIND11_MODULE(_engine, m) {
     bind_grammar(m);
     bind_vocab(m);
     bind_model(m);
+    bind_backend(m);
     bind_ops(m);
 }

@@ -1,0 +1,127 @@
+"""The cross-backend op test: every op of the backend seam
+(vendor/engine/backend/backend.h) on every compiled backend, against numpy
+and against the CPU backend, the reference. Only the CPU backend exists in
+this build; a GPU backend joins through _engine.backends(). Attention and the
+KV store are held to their references by the model tests (test_models.py,
+test_kv_cache_types.py)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import model_ref as R
+from llamapy import _engine as E
+
+BACKENDS = E.backends()
+rng = np.random.default_rng(7)
+N, COLS = 5, 128
+Y = rng.standard_normal((N, COLS)).astype(np.float32)
+X = rng.standard_normal((N, COLS)).astype(np.float32)
+W = (1 + 0.3 * rng.standard_normal(COLS)).astype(np.float32)
+B = rng.standard_normal(COLS).astype(np.float32)
+
+
+def rms(y, w=None, eps=1e-6):
+    y = y.astype(np.float64)
+    out = y / np.sqrt((y * y).mean(-1, keepdims=True) + eps)
+    return out * w if w is not None else out
+
+
+def ln(y, w, b, eps=1e-5):
+    y = y.astype(np.float64)
+    mu = y.mean(-1, keepdims=True)
+    out = (y - mu) / np.sqrt(((y - mu) ** 2).mean(-1, keepdims=True) + eps)
+    return out * (1 if w is None else w) + (0 if b is None else b)
+
+
+def rope_tables(pos, n_rot, base=10000.0):
+    half = n_rot // 2
+    ang = np.asarray(pos, dtype=np.float64)[:, None] * base ** (-2.0 * np.arange(half) / n_rot)[None, :]
+    return np.stack([np.cos(ang), np.sin(ang)], axis=-1).reshape(len(pos), n_rot).astype(np.float32)
+
+
+# (name, kwargs of backend_row_op, numpy reference, tolerance)
+CASES = [
+    ("rms_norm", dict(kind="rms_norm", x=X, w=W, f=1e-6), rms(X, W), 1e-5),
+    ("rms_norm in place, no weight", dict(kind="rms_norm", f=1e-6), rms(Y), 1e-5),
+    ("rms_norm per head", dict(kind="rms_norm", w=W[:32], f=1e-6, groups=4),
+     rms(Y.reshape(N, 4, 32), W[:32]).reshape(N, COLS), 1e-5),
+    ("layer_norm", dict(kind="layer_norm", x=X, w=W, b=B, f=1e-5), ln(X, W, B), 1e-5),
+    ("layer_norm no bias", dict(kind="layer_norm", x=X, w=W, f=1e-5), ln(X, W, None), 1e-5),
+    ("add", dict(kind="add", x=X), Y + X, 1e-6),
+    ("add bias", dict(kind="add", x=B), Y + B, 1e-6),
+    ("mul", dict(kind="mul", x=W), Y * W, 1e-6),
+    ("scale", dict(kind="scale", f=0.125), Y * 0.125, 1e-6),
+    ("softcap", dict(kind="softcap", f=1.5), np.tanh(Y / 1.5) * 1.5, 1e-6),
+    ("silu_mul", dict(kind="silu_mul", x=X), R.silu(Y.astype(np.float64)) * X, 1e-5),
+    ("silu no gate", dict(kind="silu_mul"), R.silu(Y.astype(np.float64)), 1e-5),
+    ("gelu_mul", dict(kind="gelu_mul", x=X), R.gelu_f16(Y) * X, 1e-5),
+    ("hadamard", dict(kind="hadamard", a=64), R.rotate_blocks(Y.astype(np.float64), 64), 1e-5),
+    ("copy", dict(kind="copy", x=X), X, 0),
+]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("name,kw,ref,tol", CASES, ids=[c[0] for c in CASES])
+def test_row_op(backend, name, kw, ref, tol):
+    got = E.backend_row_op(backend, y=Y, **kw)
+    assert got.shape == Y.shape and got.dtype == np.float32
+    err = np.abs(got - ref).max() / max(np.abs(ref).max(), 1e-30)
+    assert err <= tol, f"{name}: {err:.2e}"
+    if backend != "cpu":
+        np.testing.assert_allclose(got, E.backend_row_op("cpu", y=Y, **kw), rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("neox", [False, True])
+@pytest.mark.parametrize("n_rot", [32, 16])
+def test_rope(backend, neox, n_rot):
+    pos = [0, 3, 7, 100, 2048]
+    heads, hd = 4, 32
+    got = E.backend_row_op(backend, "rope", Y, x=rope_tables(pos, n_rot), groups=heads, a=n_rot, neox=neox)
+    ref = R.rope(Y.reshape(N, heads, hd).astype(np.float64), pos, 10000.0, n_rot, neox).reshape(N, COLS)
+    assert np.abs(got - ref).max() < 1e-5
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("wtype", ["F32", "F16", "Q8_0"])
+@pytest.mark.parametrize("n", [1, 7])
+def test_matmul(backend, wtype, n):
+    w = (rng.standard_normal((48, COLS)) / math.sqrt(COLS)).astype(np.float32)
+    raw = E.quantize(w, wtype)
+    x = rng.standard_normal((n, COLS)).astype(np.float32)
+    got = E.backend_matmul(backend, raw, wtype, 48, COLS, x)
+    ref = R.matmul(x, R.as_stored(w, wtype), wtype)
+    assert got.shape == (n, 48)
+    assert np.abs(got - ref).max() / np.abs(ref).max() < 1e-5
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_get_rows(backend):
+    table = rng.standard_normal((10, COLS)).astype(np.float32)
+    ids = [3, 0, 9, 3]
+    for wtype in ("F32", "F16", "Q8_0"):
+        got = E.backend_get_rows(backend, E.quantize(table, wtype), wtype, 10, COLS, ids)
+        np.testing.assert_array_equal(got, R.as_stored(table, wtype)[ids].astype(np.float32))
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="not compiled in"):
+        E.backend_row_op("vulkan", "scale", Y, f=2.0)
+    with pytest.raises(ValueError, match="unknown row op"):
+        E.backend_row_op("cpu", "frobnicate", Y)
+    with pytest.raises(ValueError):
+        E.backend_row_op("cpu", "add", Y)  # no x
+    with pytest.raises(ValueError):
+        E.backend_row_op("cpu", "add", Y, x=X[:, :5])
+    with pytest.raises(ValueError):
+        E.backend_row_op("cpu", "hadamard", Y, a=48)
+    with pytest.raises(ValueError):
+        E.backend_row_op("cpu", "rope", Y, x=rope_tables([0] * N, 30), groups=4, a=30 + 1)
+    with pytest.raises(ValueError):
+        E.backend_get_rows("cpu", E.quantize(Y, "F32"), "F32", N, COLS, [N])
+    with pytest.raises(ValueError):
+        E.backend_matmul("cpu", E.quantize(Y, "F32"), "F32", N + 1, COLS, X)

@@ -1,0 +1,108 @@
+// backend.h — the seam between the forward pass and the hardware: the small
+// set of operations a transformer needs, over activation rows held in
+// device_buffers (buffer.h) and weights as weight_views. model/blocks.cpp
+// writes every architecture's forward pass against this interface; the CPU
+// backend (cpu_backend.h) implements it with the kernels of cpu/ and quants/,
+// and a GPU backend implements the same ops on its own device.
+//
+// Two kinds of operations:
+//   - whole-batch ops (matmul, get_rows, gather_rows, rope_table, attention):
+//     each is one call over n rows;
+//   - row ops (row_op: norms, add / scale / softcap, activation gating, RoPE,
+//     Hadamard rotation, copy, KV store): each works on row t of its operands
+//     only, so a sequence of them may be run row by row. run_rows hands a
+//     backend such a sequence; the CPU runs all of them on one row before the
+//     next (one pass over the rows, one thread-pool round trip, inline for a
+//     single row), a GPU backend may launch one kernel per op.
+//
+// Operands are "rows": row t of an operand starts at p + t * stride floats;
+// stride 0 means one row shared by every t (a bias, a norm weight).
+// Weights are the model's weight_views (the mapped file). The CPU reads them
+// in place; a backend on another device keeps its own copies of the layers
+// the placement plan (placement.h) gives it, keyed by the weight_view, as
+// lora_set keys adapters by the matrix they modify.
+// Not here: the kernels (cpu/, quants/), what runs the ops in which order
+// (model/blocks.h), which device holds which layer (placement.h).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "../cpu/attention.h"
+#include "../cpu/matmul.h"
+#include "../cpu/ops.h"
+#include "../lora.h"
+#include "buffer.h"
+
+namespace lp {
+
+// One operation applied to every row t of a batch (see the file comment).
+// y is the output, also the in-place operand; x an input row.
+struct row_op {
+    enum class kind : uint8_t {
+        rms_norm,    // y = x / rms(x) * w, over each of `groups` groups of n elements (w may be null); y may be x
+        layer_norm,  // y = (x - mean) / sd * w + b over n elements (w, b may be null)
+        add,         // y += x                          (n elements)
+        mul,         // y *= x
+        scale,       // y *= f
+        softcap,     // y = tanh(y / f) * f
+        gelu_mul,    // y = gelu(y) * x                 (x null: no gate)
+        silu_mul,    // y = silu(y) * x                 (x null: no gate)
+        rope,        // rotate the first a dims of each of `groups` heads (n apart) of y; x: the row's cos/sin table
+        hadamard,    // y = y · H in blocks of a (a power of two dividing n)
+        copy,        // y = x
+        kv_store,    // row x (n elements) stored as `type` into row cells[t] of the cache `dst`
+    };
+    kind k = kind::copy;
+    float* y = nullptr;
+    int64_t y_stride = 0;
+    const float* x = nullptr;
+    int64_t x_stride = 0;
+    const float* w = nullptr;  // norm weight
+    const float* b = nullptr;  // norm bias
+    int64_t n = 0;             // elements (per group for rms_norm, per head for rope)
+    int64_t groups = 1;
+    float f = 0.0f;            // eps, scale factor or cap
+    int a = 0;                 // rope: rotated dims; hadamard: block size
+    rope_style style = rope_style::normal;
+    // kv_store
+    uint8_t* dst = nullptr;    // (n_cells, dst_row_bytes) one layer's keys or values
+    size_t dst_row_bytes = 0;
+    ggml_type type = ggml_type::F32;
+    const int32_t* cells = nullptr;  // (n) cache cell of each row
+};
+
+// The LoRA terms of one matmul and work rows for them: A x (n, max rank) and
+// B (A x) (n, widest adapted output).
+struct lora_work {
+    const std::vector<lora_set::term>* terms = nullptr;  // null: no adapter on this matrix
+    float* ax = nullptr;
+    float* bax = nullptr;
+};
+
+class backend {
+public:
+    virtual ~backend() = default;
+    virtual device dev() const = 0;
+    virtual const char* name() const = 0;
+
+    // y (n, w.n_rows) = x (n, w.n_cols) · wᵀ, plus scale · B (A x) for each
+    // LoRA term. Row strides xs, ys floats.
+    virtual void matmul(const weight_view& w, const float* x, int64_t xs, float* y, int64_t ys, int64_t n,
+                        const lora_work& lora) = 0;
+    // Embedding lookup: y row t = row ids[t] of table (any readable type) as floats.
+    virtual void get_rows(const weight_view& table, const int32_t* ids, float* y, int64_t ys, int64_t n) = 0;
+    // In place: row i of data becomes row idx[i] (idx ascending, idx[i] >= i), i < n.
+    virtual void gather_rows(float* data, int64_t stride, int64_t n_cols, const int32_t* idx, int64_t n) = 0;
+    // RoPE tables: out row t (n_rot floats) = the cos/sin pairs of position pos[t].
+    virtual void rope_table(const rope_params& p, const int32_t* pos, float* out, int64_t n) = 0;
+    // Attention of a.n_tok query rows over a layer's cached keys and values.
+    virtual void attention(const attention_args& a) = 0;
+    // ops[0..n_ops) over rows [0, n) (see the file comment).
+    virtual void run_rows(const row_op* ops, int n_ops, int64_t n) = 0;
+    // Bytes of work memory the backend holds for a context (quantized
+    // activations, attention scratch).
+    virtual size_t scratch_bytes() const = 0;
+};
+
+}  // namespace lp

@@ -1,0 +1,116 @@
+// cpu_backend.cpp — see cpu_backend.h.
+#include "cpu_backend.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "../common.h"
+#include "../cpu/features.h"
+
+namespace lp {
+
+namespace {
+
+// The fast conversion of a cache type where it has one (F16, BF16, Q8_0),
+// else the reference quantizer (Q4_0, Q5_0, IQ4_NL, ...: one row per token).
+from_float_fn quantizer(ggml_type t) {
+    const type_traits& tt = traits(t);
+    return tt.from_float ? tt.from_float : tt.from_float_ref;
+}
+
+// One row op on row t.
+LP_INLINE void apply(const row_op& o, int64_t t) {
+    float* y = o.y + t * o.y_stride;
+    const float* x = o.x ? o.x + t * o.x_stride : nullptr;
+    switch (o.k) {
+        case row_op::kind::rms_norm:
+            for (int64_t g = 0; g < o.groups; ++g) rms_norm_row(x + g * o.n, o.w, y + g * o.n, o.n, o.f);
+            break;
+        case row_op::kind::layer_norm: layer_norm_row(x, o.w, o.b, y, o.n, o.f); break;
+        case row_op::kind::add: add_row(y, x, o.n); break;
+        case row_op::kind::mul:
+            for (int64_t i = 0; i < o.n; ++i) y[i] *= x[i];
+            break;
+        case row_op::kind::scale: scale_row(y, o.n, o.f); break;
+        case row_op::kind::softcap: softcap_row(y, o.n, o.f); break;
+        case row_op::kind::gelu_mul: gelu_mul_row(y, x, o.n); break;
+        case row_op::kind::silu_mul: silu_mul_row(y, x, o.n); break;
+        case row_op::kind::rope: rope_apply(y, (int)o.groups, (int)o.n, o.a, o.style, x); break;
+        case row_op::kind::hadamard: hadamard_blocks(y, o.n, o.a); break;
+        case row_op::kind::copy: std::memcpy(y, x, sizeof(float) * (size_t)o.n); break;
+        case row_op::kind::kv_store: {
+            uint8_t* d = o.dst + (size_t)o.cells[t] * o.dst_row_bytes;
+            if (o.type == ggml_type::F32) std::memcpy(d, x, sizeof(float) * (size_t)o.n);
+            else quantizer(o.type)(x, d, o.n);
+            break;
+        }
+    }
+}
+
+}  // namespace
+
+cpu_backend::cpu_backend(const hparams& hp, int64_t n_ub, int64_t n_cells, int n_threads, attention_path path) {
+    // Quantized activations: at most 4 bytes per element of the widest input.
+    const int64_t widest = std::max({hp.n_embd, hp.n_ff, hp.n_head * hp.head_dim_v});
+    mm_.act.reserve((size_t)(n_ub * widest * 4 + 1024));
+    attn_.reserve(path, n_threads, n_cells, (int)(hp.n_head / hp.n_head_kv), (int)hp.head_dim_k, (int)hp.head_dim_v);
+}
+
+cpu_backend::cpu_backend(thread_pool& pool) : pool_(&pool) {}
+
+template <class F> void cpu_backend::for_rows(int64_t n, const F& fn) {
+    if (n == 1 || pool_->n_threads() == 1) {
+        for (int64_t t = 0; t < n; ++t) fn(t);
+        return;
+    }
+    pool_->parallel_for(n, [&](int64_t t, int) { fn(t); });
+}
+
+void cpu_backend::matmul(const weight_view& w, const float* x, int64_t xs, float* y, int64_t ys, int64_t n,
+                         const lora_work& lora) {
+    lp::matmul(w, x, xs, n, y, ys, *pool_, mm_, best_isa());
+    if (!lora.terms) return;
+    for (const lora_set::term& t : *lora.terms) {
+        const int64_t rank = t.a.n_rows, n_out = t.b.n_rows;
+        lp::matmul(t.a, x, xs, n, lora.ax, rank, *pool_, mm_, best_isa());
+        lp::matmul(t.b, lora.ax, rank, n, lora.bax, n_out, *pool_, mm_, best_isa());
+        for_rows(n, [&](int64_t r) {
+            float* yr = y + r * ys;
+            const float* br = lora.bax + r * n_out;
+            for (int64_t i = 0; i < n_out; ++i) yr[i] += t.scale * br[i];
+        });
+    }
+}
+
+void cpu_backend::get_rows(const weight_view& table, const int32_t* ids, float* y, int64_t ys, int64_t n) {
+    const to_float_fn to_float = traits(table.type).to_float;
+    const uint8_t* base = static_cast<const uint8_t*>(table.data);
+    for_rows(n, [&](int64_t t) { to_float(base + (size_t)ids[t] * table.row_stride, y + t * ys, table.n_cols); });
+}
+
+void cpu_backend::gather_rows(float* data, int64_t stride, int64_t n_cols, const int32_t* idx, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) {
+        if (idx[i] == i) continue;
+        std::memcpy(data + i * stride, data + idx[i] * stride, sizeof(float) * (size_t)n_cols);
+    }
+}
+
+void cpu_backend::rope_table(const rope_params& p, const int32_t* pos, float* out, int64_t n) {
+    for_rows(n, [&](int64_t t) { rope_cos_sin(p, pos[t], out + t * p.n_rot); });
+}
+
+void cpu_backend::attention(const attention_args& a) {
+    attention_args b = a;
+    b.path = attn_.path;  // the path the scratch was reserved for (the context's flash_attn)
+    lp::attention(b, *pool_, attn_);
+}
+
+void cpu_backend::run_rows(const row_op* ops, int n_ops, int64_t n) {
+    for_rows(n, [&](int64_t t) {
+        for (int i = 0; i < n_ops; ++i) apply(ops[i], t);
+    });
+}
+
+size_t cpu_backend::scratch_bytes() const { return mm_.act.capacity() + attn_.bytes(); }
+
+}  // namespace lp

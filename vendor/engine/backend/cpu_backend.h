@@ -1,0 +1,49 @@
+// cpu_backend.h — the reference backend: the ops of backend.h on the host,
+// with the kernels of cpu/ (matmul, attention, row ops) and quants/ (the
+// best ISA level this CPU has), spread over a thread pool. Row programs run
+// fused: every op of run_rows on row t before row t+1, one pool round trip
+// per call, and a single row (token generation) inline on the calling thread.
+// Not here: the kernels themselves, the order of the ops (model/blocks.h).
+#pragma once
+
+#include "../cpu/threadpool.h"
+#include "../model/model.h"
+#include "backend.h"
+
+namespace lp {
+
+class cpu_backend final : public backend {
+public:
+    // Work memory for a context on model hp: n_ubatch rows, n_cells KV cells,
+    // up to n_threads threads, attention on path `path` (every attention()
+    // call runs that path).
+    cpu_backend(const hparams& hp, int64_t n_ubatch, int64_t n_cells, int n_threads, attention_path path);
+    // Without reserved work memory (it grows on use; attention needs the
+    // sized constructor): for running single ops (the op tests).
+    explicit cpu_backend(thread_pool& pool);
+
+    // The pool the next ops run on (the context picks one per micro-batch).
+    void use_pool(thread_pool& pool) { pool_ = &pool; }
+
+    device dev() const override { return device::host(); }
+    const char* name() const override { return "cpu"; }
+    void matmul(const weight_view& w, const float* x, int64_t xs, float* y, int64_t ys, int64_t n,
+                const lora_work& lora) override;
+    void get_rows(const weight_view& table, const int32_t* ids, float* y, int64_t ys, int64_t n) override;
+    void gather_rows(float* data, int64_t stride, int64_t n_cols, const int32_t* idx, int64_t n) override;
+    void rope_table(const rope_params& p, const int32_t* pos, float* out, int64_t n) override;
+    void attention(const attention_args& a) override;
+    void run_rows(const row_op* ops, int n_ops, int64_t n) override;
+    size_t scratch_bytes() const override;
+    size_t attention_scratch_bytes() const { return attn_.bytes(); }
+
+private:
+    // fn(t) for t in [0, n): inline for one row or one thread, else on the pool.
+    template <class F> void for_rows(int64_t n, const F& fn);
+
+    thread_pool* pool_ = nullptr;
+    matmul_scratch mm_;
+    attention_scratch attn_;
+};
+
+}  // namespace lp

@@ -1,0 +1,155 @@
+// bind_backend.cpp — single backend ops from Python, for the cross-backend
+// op test (tests/test_backend_ops.py): every op of every compiled backend
+// against numpy and against the CPU backend, the reference.
+//   _engine.backends()                      names of the compiled backends
+//   _engine.backend_row_op(backend, kind, y, x=None, ...) -> y after the op
+//   _engine.backend_matmul(backend, raw, type, n_rows, n_cols, x) -> x · wᵀ
+//   _engine.backend_get_rows(backend, raw, type, n_rows, n_cols, ids) -> rows
+// Not here: the forward pass (bind_model.cpp).
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/cpu_backend.h"
+#include "common.h"
+#include "py_common.h"
+
+namespace py = pybind11;
+using namespace lp;
+
+namespace {
+
+using farray = py::array_t<float, py::array::c_style | py::array::forcecast>;
+
+std::unique_ptr<backend> make_backend(const std::string& name, int n_threads) {
+    if (name == "cpu") return std::make_unique<cpu_backend>(pool_for(n_threads));
+    throw value_error("backend '" + name + "' is not compiled in (backends: cpu)");
+}
+
+row_op::kind parse_kind(const std::string& k) {
+    static const std::pair<const char*, row_op::kind> kinds[] = {
+        {"rms_norm", row_op::kind::rms_norm}, {"layer_norm", row_op::kind::layer_norm},
+        {"add", row_op::kind::add},           {"mul", row_op::kind::mul},
+        {"scale", row_op::kind::scale},       {"softcap", row_op::kind::softcap},
+        {"gelu_mul", row_op::kind::gelu_mul}, {"silu_mul", row_op::kind::silu_mul},
+        {"rope", row_op::kind::rope},         {"hadamard", row_op::kind::hadamard},
+        {"copy", row_op::kind::copy},
+    };
+    for (const auto& [name, kind] : kinds)
+        if (k == name) return kind;
+    throw value_error("unknown row op '" + k + "'");
+}
+
+// A weight matrix over a Python buffer of raw rows.
+weight_view raw_matrix(const py::array& raw, const py::object& type, int64_t n_rows, int64_t n_cols) {
+    const ggml_type t = parse_type(type);
+    const size_t rs = row_size(t, n_cols);
+    if (n_rows <= 0 || n_cols <= 0 || rs == 0) throw value_error("bad matrix shape for its type");
+    if (!(raw.flags() & py::array::c_style) || (size_t)raw.nbytes() != rs * (size_t)n_rows)
+        throw value_error("raw data must be C-contiguous with n_rows rows of the type's row size");
+    return weight_view{t, n_rows, n_cols, raw.data(), rs};
+}
+
+// y (n, cols) after one row op. x: None, (n, k) rows or (k,) shared by every
+// row; per kind: norms work on `groups` groups of cols / groups; rope on
+// `groups` heads of cols / groups with x the (n, a) cos/sin tables.
+farray row_op_py(const std::string& be_name, const std::string& kind, farray y_in, const py::object& x_in,
+                 const py::object& w_in, const py::object& b_in, float f, int64_t groups, int a, bool neox,
+                 int n_threads) {
+    if (y_in.ndim() != 2) throw value_error("y must be 2-D (rows, cols)");
+    const int64_t n = y_in.shape(0), cols = y_in.shape(1);
+    if (groups < 1 || cols % groups != 0) throw value_error("groups must divide the columns");
+    farray y({(py::ssize_t)n, (py::ssize_t)cols});
+    std::memcpy(y.mutable_data(), y_in.data(), sizeof(float) * (size_t)(n * cols));
+    row_op o;
+    o.k = parse_kind(kind);
+    o.y = y.mutable_data();
+    o.y_stride = cols;
+    const bool grouped = o.k == row_op::kind::rms_norm || o.k == row_op::kind::rope;
+    o.n = grouped ? cols / groups : cols;
+    o.groups = grouped ? groups : 1;
+    o.f = f;
+    o.a = a;
+    o.style = neox ? rope_style::neox : rope_style::normal;
+    if (o.k == row_op::kind::rope && (a < 0 || a % 2 || a > o.n)) throw value_error("rope: bad number of rotated dims");
+    if (o.k == row_op::kind::hadamard && (a <= 0 || (a & (a - 1)) || cols % a))
+        throw value_error("hadamard: the block must be a power of two dividing the columns");
+    farray x, w, b;
+    const int64_t x_need = o.k == row_op::kind::rope ? a : o.n * o.groups;
+    if (!x_in.is_none()) {
+        x = farray::ensure(x_in);
+        if (!x) throw py::type_error("x must be a float array");
+        const bool shared = x.ndim() == 1;
+        if (!(shared || (x.ndim() == 2 && x.shape(0) == n)) || x.shape(x.ndim() - 1) != x_need)
+            throw value_error("x must have shape (rows, " + std::to_string(x_need) + ") or (" +
+                              std::to_string(x_need) + ",)");
+        o.x = x.data();
+        o.x_stride = shared ? 0 : x_need;
+    } else if (o.k != row_op::kind::scale && o.k != row_op::kind::softcap && o.k != row_op::kind::hadamard &&
+               o.k != row_op::kind::gelu_mul && o.k != row_op::kind::silu_mul) {
+        if (!(o.k == row_op::kind::rms_norm || o.k == row_op::kind::layer_norm))
+            throw value_error("row op '" + kind + "' needs x");
+        o.x = o.y;  // norms in place
+        o.x_stride = cols;
+    }
+    auto vec = [&](const py::object& in, farray& keep, int64_t len, const char* what) -> const float* {
+        if (in.is_none()) return nullptr;
+        keep = farray::ensure(in);
+        if (!keep || keep.ndim() != 1 || keep.shape(0) != len)
+            throw value_error(std::string(what) + " must have " + std::to_string(len) + " values");
+        return keep.data();
+    };
+    o.w = vec(w_in, w, o.n, "w");
+    o.b = vec(b_in, b, o.n, "b");
+    std::unique_ptr<backend> be = make_backend(be_name, n_threads);
+    py::gil_scoped_release nogil;
+    be->run_rows(&o, 1, n);
+    return y;
+}
+
+farray matmul_py(const std::string& be_name, py::array raw, const py::object& type, int64_t n_rows, int64_t n_cols,
+                 farray x, int n_threads) {
+    const weight_view w = raw_matrix(raw, type, n_rows, n_cols);
+    if (x.ndim() != 2 || x.shape(1) != n_cols) throw value_error("x must have shape (n, n_cols)");
+    const int64_t n = x.shape(0);
+    farray y({(py::ssize_t)n, (py::ssize_t)n_rows});
+    std::unique_ptr<backend> be = make_backend(be_name, n_threads);
+    float* yp = y.mutable_data();
+    py::gil_scoped_release nogil;
+    be->matmul(w, x.data(), n_cols, yp, n_rows, n, lora_work{});
+    return y;
+}
+
+farray get_rows_py(const std::string& be_name, py::array raw, const py::object& type, int64_t n_rows, int64_t n_cols,
+                   const std::vector<int32_t>& ids, int n_threads) {
+    const weight_view w = raw_matrix(raw, type, n_rows, n_cols);
+    for (int32_t id : ids)
+        if (id < 0 || id >= n_rows) throw value_error("row id " + std::to_string(id) + " is out of range");
+    if (!traits(w.type).to_float) throw value_error("this type cannot be read as floats");
+    farray y({(py::ssize_t)ids.size(), (py::ssize_t)n_cols});
+    std::unique_ptr<backend> be = make_backend(be_name, n_threads);
+    float* yp = y.mutable_data();
+    py::gil_scoped_release nogil;
+    be->get_rows(w, ids.data(), yp, n_cols, (int64_t)ids.size());
+    return y;
+}
+
+}  // namespace
+
+void bind_backend(py::module_& m) {
+    m.def("backends", []() { return std::vector<std::string>{"cpu"}; }, "names of the compiled backends");
+    m.def("backend_row_op", &row_op_py, py::arg("backend"), py::arg("kind"), py::arg("y"), py::arg("x") = py::none(),
+          py::arg("w") = py::none(), py::arg("b") = py::none(), py::arg("f") = 0.0f, py::arg("groups") = 1,
+          py::arg("a") = 0, py::arg("neox") = false, py::arg("n_threads") = 1,
+          "y (rows, cols) after one row op of the backend (backend.h: rms_norm, layer_norm, add, mul, scale, "
+          "softcap, gelu_mul, silu_mul, rope, hadamard, copy)");
+    m.def("backend_matmul", &matmul_py, py::arg("backend"), py::arg("raw"), py::arg("type"), py::arg("n_rows"),
+          py::arg("n_cols"), py::arg("x"), py::arg("n_threads") = 1, "x · wᵀ on the backend");
+    m.def("backend_get_rows", &get_rows_py, py::arg("backend"), py::arg("raw"), py::arg("type"), py::arg("n_rows"),
+          py::arg("n_cols"), py::arg("ids"), py::arg("n_threads") = 1, "rows ids of a table, as floats");
+}

@@ -1,0 +1,343 @@
+// blocks.cpp — see blocks.h.
+#include "blocks.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "../common.h"
+
+namespace lp {
+
+run_state::run_state(const hparams& hp, int64_t n_ub, int64_t n_cells, device where) : n_ubatch(n_ub) {
+    const int64_t E = hp.n_embd;
+    mask_words = (n_cells + 63) / 64;
+    x = float_buffer(where, (size_t)(n_ub * E));
+    xb = float_buffer(where, (size_t)(n_ub * E));
+    xb2 = float_buffer(where, (size_t)(n_ub * E));
+    qkv = float_buffer(where, (size_t)(n_ub * (hp.n_q() + hp.n_embd_k() + hp.n_embd_v())));
+    att = float_buffer(where, (size_t)(n_ub * hp.n_head * hp.head_dim_v));
+    ffn = float_buffer(where, (size_t)(n_ub * 2 * hp.n_ff));
+    const bool any_swa = std::find(hp.swa_layers.begin(), hp.swa_layers.end(), 1) != hp.swa_layers.end();
+    for (int r = 0; r < (any_swa ? 2 : 1); ++r) {
+        rope_cs[r].resize((size_t)(n_ub * std::max(hp.rope.n_rot, 2)));
+        mask[r].resize((size_t)(n_ub * mask_words));
+        mask_lo[r].resize((size_t)n_ub);
+        mask_hi[r].resize((size_t)n_ub);
+    }
+}
+
+size_t run_state::bytes() const {
+    size_t b = x.bytes() + xb.bytes() + xb2.bytes() + qkv.bytes() + att.bytes() + ffn.bytes() + lora_ax.bytes() +
+               lora_bax.bytes();
+    for (int r = 0; r < 2; ++r)
+        b += sizeof(float) * rope_cs[r].size() + sizeof(uint64_t) * mask[r].size() +
+             sizeof(int32_t) * (mask_lo[r].size() + mask_hi[r].size());
+    return b;
+}
+
+// ---------------------------------------------------------------------------
+// pass
+// ---------------------------------------------------------------------------
+
+namespace {
+
+const float* opt(const std::vector<float>& v) { return v.empty() ? nullptr : v.data(); }
+
+row_op op(row_op::kind k, rows y, int64_t n) {
+    row_op o;
+    o.k = k;
+    o.y = y.p;
+    o.y_stride = y.s;
+    o.n = n;
+    return o;
+}
+
+}  // namespace
+
+void pass::flush() {
+    if (n_ops_ == 0) return;
+    const int k = n_ops_;
+    n_ops_ = 0;  // the queue is empty even when the backend throws
+    if (n_ > 0) be_.run_rows(ops_, k, n_);
+}
+
+void pass::norm(norm_kind k, rows y, rows x, const std::vector<float>& w, const std::vector<float>& b, int64_t n,
+                float eps) {
+    row_op o = op(k == norm_kind::rms ? row_op::kind::rms_norm : row_op::kind::layer_norm, y, n);
+    o.x = x.p;
+    o.x_stride = x.s;
+    o.w = opt(w);
+    o.b = k == norm_kind::layer ? opt(b) : nullptr;
+    o.f = eps;
+    queue(o);
+}
+
+void pass::head_norm(rows y, int64_t n_head, int64_t head_dim, const std::vector<float>& w, float eps) {
+    row_op o = op(row_op::kind::rms_norm, y, head_dim);
+    o.x = y.p;
+    o.x_stride = y.s;
+    o.w = opt(w);
+    o.groups = n_head;
+    o.f = eps;
+    queue(o);
+}
+
+void pass::add(rows y, rows x, int64_t n) {
+    row_op o = op(row_op::kind::add, y, n);
+    o.x = x.p;
+    o.x_stride = x.s;
+    queue(o);
+}
+
+void pass::mul(rows y, rows x, int64_t n) {
+    row_op o = op(row_op::kind::mul, y, n);
+    o.x = x.p;
+    o.x_stride = x.s;
+    queue(o);
+}
+
+void pass::add_bias(rows y, const std::vector<float>& b) {
+    if (!b.empty()) add(y, rows{const_cast<float*>(b.data()), 0}, (int64_t)b.size());
+}
+
+void pass::scale(rows y, int64_t n, float f) {
+    row_op o = op(row_op::kind::scale, y, n);
+    o.f = f;
+    queue(o);
+}
+
+void pass::softcap(rows y, int64_t n, float cap) {
+    row_op o = op(row_op::kind::softcap, y, n);
+    o.f = cap;
+    queue(o);
+}
+
+void pass::act_mul(ffn_act act, rows g, const float* up, int64_t up_stride, int64_t n) {
+    row_op o = op(act == ffn_act::gelu ? row_op::kind::gelu_mul : row_op::kind::silu_mul, g, n);
+    o.x = up;
+    o.x_stride = up_stride;
+    queue(o);
+}
+
+void pass::rope(rows y, int64_t n_head, int64_t head_dim, const rope_params& rp, const float* cos_sin) {
+    row_op o = op(row_op::kind::rope, y, head_dim);
+    o.groups = n_head;
+    o.a = rp.n_rot;
+    o.style = rp.style;
+    o.x = cos_sin;
+    o.x_stride = rp.n_rot;
+    queue(o);
+}
+
+void pass::hadamard(rows y, int64_t n, int block) {
+    row_op o = op(row_op::kind::hadamard, y, n);
+    o.a = block;
+    queue(o);
+}
+
+void pass::copy(rows y, rows x, int64_t n) {
+    row_op o = op(row_op::kind::copy, y, n);
+    o.x = x.p;
+    o.x_stride = x.s;
+    queue(o);
+}
+
+void pass::kv_store(uint8_t* cache, size_t row_bytes, ggml_type type, rows x, int64_t n, const int32_t* cells) {
+    row_op o = op(row_op::kind::kv_store, rows{nullptr, 0}, n);
+    o.x = x.p;
+    o.x_stride = x.s;
+    o.dst = cache;
+    o.dst_row_bytes = row_bytes;
+    o.type = type;
+    o.cells = cells;
+    queue(o);
+}
+
+void pass::matmul(const weight_view& w, rows x, rows y) {
+    flush();
+    lora_work lw;
+    if (rs_.loras && (lw.terms = rs_.loras->find(&w))) {
+        lw.ax = rs_.lora_ax.f32();
+        lw.bax = rs_.lora_bax.f32();
+    }
+    be_.matmul(w, x.p, x.s, y.p, y.s, n_, lw);
+}
+
+void pass::get_rows(const weight_view& table, const int32_t* ids, rows y) {
+    flush();
+    be_.get_rows(table, ids, y.p, y.s, n_);
+}
+
+void pass::gather_rows(rows data, int64_t n_cols, const int32_t* idx, int64_t n_keep) {
+    flush();
+    be_.gather_rows(data.p, data.s, n_cols, idx, n_keep);
+}
+
+void pass::rope_table(const rope_params& rp, const int32_t* pos, float* out) {
+    flush();
+    be_.rope_table(rp, pos, out, n_);
+}
+
+void pass::attention(const attention_args& a) {
+    flush();
+    be_.attention(a);
+}
+
+void pass::emit(const char* name, int il, rows r, int64_t n_cols) {
+    flush();
+    char full[96];
+    if (il >= 0) std::snprintf(full, sizeof full, "%s-%d", name, il);
+    else std::snprintf(full, sizeof full, "%s", name);
+    (*cb_)(tensor_dump{full, n_, n_cols, r.p, r.s});
+}
+
+// ---------------------------------------------------------------------------
+// blocks
+// ---------------------------------------------------------------------------
+
+void decoder_input(pass& p, const model& m, const ubatch& ub, rows x) {
+    const hparams& hp = m.hp();
+    if (ub.embd) {
+        p.copy(x, rows{const_cast<float*>(ub.embd), hp.n_embd}, hp.n_embd);
+        p.tap("inp_embd", -1, x, hp.n_embd);
+        return;  // given embeddings are not scaled (images enter this way)
+    }
+    p.get_rows(m.weights().token_embd, ub.tokens, x);
+    p.tap("inp_embd", -1, x, hp.n_embd);
+    if (hp.v.embd_scale != 1.0f) {
+        p.scale(x, hp.n_embd, hp.v.embd_scale);
+        p.tap("inp_scaled", -1, x, hp.n_embd);
+    }
+}
+
+void encoder_input(pass& p, const model& m, const ubatch& ub, rows x, rows tmp) {
+    const hparams& hp = m.hp();
+    const model_weights& W = m.weights();
+    const int64_t E = hp.n_embd;
+    p.get_rows(W.token_embd, ub.tokens, x);
+    p.add_bias(x, W.token_type0);
+    if (W.position_embd.data) {
+        p.get_rows(W.position_embd, ub.pos, tmp);
+        p.add(x, tmp, E);
+    }
+    p.tap("inp_embd", -1, x, E);
+    p.norm(norm_kind::layer, x, x, W.token_embd_norm, W.token_embd_norm_b, E, hp.norm_eps);
+    p.tap("inp_norm", 0, x, E);  // llama.cpp names it for layer 0
+}
+
+void qkv_block(pass& p, const hparams& hp, const layer_weights& L, int il, rows in, rows qkv, const float* cos_sin) {
+    const int64_t nq = hp.n_q(), nk = hp.n_embd_k(), nv = hp.n_embd_v();
+    const rows q = qkv, k = qkv.at(nq), v = qkv.at(nq + nk);
+    if (hp.v.qkv_fused) {
+        p.matmul(L.wqkv, in, qkv);  // q | k | v
+    } else {
+        p.matmul(L.wq, in, q);
+        p.matmul(L.wk, in, k);
+        p.matmul(L.wv, in, v);
+    }
+    p.add_bias(qkv, L.bqkv);
+    p.add_bias(q, L.bq);
+    p.add_bias(k, L.bk);
+    p.add_bias(v, L.bv);
+    if (hp.v.qk_norm) {
+        p.head_norm(q, hp.n_head, hp.head_dim_k, L.q_norm, hp.norm_eps);
+        p.head_norm(k, hp.n_head_kv, hp.head_dim_k, L.k_norm, hp.norm_eps);
+        p.tap("Qcur_normed", il, q, nq);
+        p.tap("Kcur_normed", il, k, nk);
+    }
+    if (cos_sin && hp.rope.n_rot > 0) {
+        p.rope(q, hp.n_head, hp.head_dim_k, hp.rope, cos_sin);
+        p.rope(k, hp.n_head_kv, hp.head_dim_k, hp.rope, cos_sin);
+    }
+    p.tap("Qcur", il, q, nq);
+    p.tap("Kcur", il, k, nk);
+    p.tap("Vcur", il, v, nv);
+    if (hp.v.scale_q) p.scale(q, nq, hp.attn_scale);
+}
+
+attention_args attention_setup(const hparams& hp, const run_state& rs, int mask, rows qkv, rows out, int64_t n,
+                               const kv_source& kv) {
+    attention_args a;
+    a.n_tok = (int)n;
+    a.n_head = (int)hp.n_head;
+    a.n_head_kv = (int)hp.n_head_kv;
+    a.head_dim_k = (int)hp.head_dim_k;
+    a.head_dim_v = (int)hp.head_dim_v;
+    a.q = qkv.p;
+    a.q_stride = qkv.s;
+    a.out = out.p;
+    a.out_stride = out.s;
+    a.type_k = kv.type_k;
+    a.type_v = kv.type_v;
+    a.k = kv.k;
+    a.k_row_bytes = kv.k_row_bytes;
+    a.v = kv.v;
+    a.v_row_bytes = kv.v_row_bytes;
+    a.cell_pos = kv.cell_pos;
+    a.mask = rs.mask[mask].data();
+    a.mask_words = rs.mask_words;
+    a.lo = rs.mask_lo[mask].data();
+    a.hi = rs.mask_hi[mask].data();
+    a.scale = hp.v.scale_q ? 1.0f : hp.attn_scale;
+    a.softcap = hp.attn_softcap;
+    return a;
+}
+
+void cached_attention(pass& p, const hparams& hp, kv_cache& kv, int il, const int32_t* cells, const run_state& rs,
+                      int mask, rows qkv, rows out) {
+    const int64_t nq = hp.n_q(), nk = hp.n_embd_k(), nv = hp.n_embd_v(), n_att = hp.n_head * hp.head_dim_v;
+    const rows q = qkv, k = qkv.at(nq), v = qkv.at(nq + nk);
+    if (kv.rot_k()) {
+        p.hadamard(q, nq, kv.rot_k());
+        p.hadamard(k, nk, kv.rot_k());
+    }
+    if (kv.rot_v()) p.hadamard(v, nv, kv.rot_v());
+    p.kv_store(kv.k(il), kv.k_row_bytes(), kv.type_k(), k, nk, cells);
+    p.kv_store(kv.v(il), kv.v_row_bytes(), kv.type_v(), v, nv, cells);
+    kv_source src;
+    src.type_k = kv.type_k();
+    src.type_v = kv.type_v();
+    src.k = kv.k(il);
+    src.k_row_bytes = kv.k_row_bytes();
+    src.v = kv.v(il);
+    src.v_row_bytes = kv.v_row_bytes();
+    src.cell_pos = kv.positions();
+    p.attention(attention_setup(hp, rs, mask, qkv, out, p.n(), src));
+    if (kv.rot_v()) p.hadamard(out, n_att, kv.rot_v());
+    p.tap("kqv_out", il, out, n_att);
+}
+
+void attn_output(pass& p, const hparams& hp, const layer_weights& L, int il, rows att, rows out) {
+    p.matmul(L.wo, att, out);
+    p.add_bias(out, L.bo);
+    p.tap("attn_out", il, out, hp.n_embd);
+}
+
+void ffn_block(pass& p, const hparams& hp, const layer_weights& L, int il, rows in, rows ffn, rows out) {
+    const int64_t n_ff = hp.n_ff;
+    const rows g = ffn, u = ffn.at(n_ff);
+    const bool gated = hp.v.gate_up_fused || L.ffn_gate.data;
+    if (hp.v.gate_up_fused) {
+        p.matmul(L.ffn_up, in, ffn);  // gate | up
+    } else if (gated) {
+        p.matmul(L.ffn_gate, in, g);
+        p.matmul(L.ffn_up, in, u);
+    } else {
+        p.matmul(L.ffn_up, in, g);  // no gate: the activation acts on up itself
+    }
+    p.add_bias(gated ? u : g, L.ffn_up_b);
+    p.act_mul(hp.v.act, g, gated ? u.p : nullptr, u.s, n_ff);
+    p.matmul(L.ffn_down, g, out);
+    p.add_bias(out, L.ffn_down_b);
+    p.tap("ffn_out", il, out, hp.n_embd);
+}
+
+void output_head(pass& p, const model& m, rows h, float* logits) {
+    const hparams& hp = m.hp();
+    const rows y{logits, hp.n_vocab};
+    p.matmul(m.weights().output, h, y);
+    if (hp.final_softcap > 0.0f) p.softcap(y, hp.n_vocab, hp.final_softcap);
+    p.tap("result_output", -1, y, hp.n_vocab);
+}
+
+}  // namespace lp

@@ -1,0 +1,176 @@
+// blocks.h — the building blocks every forward pass is made of, written once
+// against the backend seam (backend/backend.h): the activation memory of a
+// context (run_state), one pass's op stream (pass: queues row ops so the
+// backend can fuse them, names intermediates for the tensor-dump hook), and
+// the blocks: input embeddings, q/k/v projections, attention over a KV cache
+// or over the batch itself, the output projection, the FFN and the output
+// head. decoder.cpp and encoder.cpp arrange them; the block_variant of the
+// model (model.h) picks among their variants.
+//
+// Intermediates carry llama.cpp's graph names ("attn_norm-3", "Qcur-3",
+// "kqv_out-3", "l_out-3", "result_output", ...) so dumps can be diffed
+// against llama.cpp's eval callback.
+// Not here: choosing micro-batches and cache cells (context.cpp), kernels.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "../backend/backend.h"
+#include "../kv_cache.h"
+#include "../lora.h"
+#include "model.h"
+
+namespace lp {
+
+// One micro-batch, ready to run: every row has its cache cell, and the masks
+// of run_state are built for it.
+struct ubatch {
+    int64_t n_tok = 0;
+    const int32_t* tokens = nullptr;  // (n_tok) token ids, or null when embd is given
+    const float* embd = nullptr;      // (n_tok, n_embd) input embeddings, or null
+    const int32_t* pos = nullptr;     // (n_tok)
+    const int32_t* cells = nullptr;   // (n_tok) KV cache cell of each row
+    const int32_t* cells_swa = nullptr;  // (n_tok) cell in the window cache, when there is one
+    const int32_t* out_rows = nullptr;  // (n_out) ascending rows whose logits / embeddings are wanted
+    int64_t n_out = 0;
+};
+
+// All activation memory of a context, allocated once for n_ubatch rows on
+// the device that computes (the masks and RoPE tables are host inputs).
+struct run_state {
+    run_state(const hparams& hp, int64_t n_ubatch, int64_t n_cells, device where);
+
+    int64_t n_ubatch;
+    int64_t mask_words;            // 64-bit words per mask row: ceil(n_cells / 64)
+    device_buffer x;               // (n_ubatch, n_embd) residual stream
+    device_buffer xb;              // (n_ubatch, n_embd) normalised input of a sub-block
+    device_buffer xb2;             // (n_ubatch, n_embd) output of a sub-block
+    device_buffer qkv;             // (n_ubatch, n_q + n_k + n_v) queries | keys | values
+    device_buffer att;             // (n_ubatch, n_head * head_dim_v) attention output
+    device_buffer ffn;             // (n_ubatch, 2 * n_ff) gate | up
+    std::vector<float> rope_cs[2];      // (n_ubatch, n_rot) cos/sin pairs: [0] global layers, [1] sliding-window layers
+    std::vector<uint64_t> mask[2];      // (n_ubatch, mask_words) visible cells: [0] global, [1] sliding window
+    std::vector<int32_t> mask_lo[2];    // (n_ubatch) first visible cell
+    std::vector<int32_t> mask_hi[2];    // (n_ubatch) one past the last visible cell
+    // Active LoRA adapters (null: none) and their work rows: A x (n_ubatch,
+    // max rank) and B (A x) (n_ubatch, widest adapted output).
+    const lora_set* loras = nullptr;
+    device_buffer lora_ax, lora_bax;
+
+    size_t bytes() const;  // all of the above
+};
+
+// A named intermediate as the tensor-dump hook receives it: n_rows rows of
+// n_cols floats in host memory, row r at data + r * stride.
+struct tensor_dump {
+    const char* name;  // "attn_norm-3", "result_output"
+    int64_t n_rows, n_cols;
+    const float* data;
+    int64_t stride;
+};
+using tensor_callback = std::function<void(const tensor_dump&)>;
+
+// Rows of an activation: row t at p + t * s floats.
+struct rows {
+    float* p;
+    int64_t s;
+    rows at(int64_t col) const { return {p + col, s}; }
+};
+
+// One forward pass's op stream on a backend, over n rows. Row ops are queued
+// and handed to the backend together at the next whole-batch op (or flush),
+// so consecutive row ops run fused. tap() names an intermediate: with no
+// callback it costs one null check; with one it first runs what is queued.
+class pass {
+public:
+    pass(backend& be, run_state& rs, const tensor_callback* cb, int64_t n_rows)
+        : be_(be), rs_(rs), cb_(cb && *cb ? cb : nullptr), n_(n_rows) {}
+
+    int64_t n() const { return n_; }
+    void set_n(int64_t n) { flush(); n_ = n; }
+    void flush();
+
+    // Row ops (n: elements per row).
+    void norm(norm_kind k, rows y, rows x, const std::vector<float>& w, const std::vector<float>& b, int64_t n, float eps);
+    void head_norm(rows y, int64_t n_head, int64_t head_dim, const std::vector<float>& w, float eps);  // RMS per head
+    void add(rows y, rows x, int64_t n);
+    void mul(rows y, rows x, int64_t n);
+    void add_bias(rows y, const std::vector<float>& b);  // nothing when b is empty
+    void scale(rows y, int64_t n, float f);
+    void softcap(rows y, int64_t n, float cap);
+    void act_mul(ffn_act act, rows g, const float* up, int64_t up_stride, int64_t n);  // up null: no gate
+    void rope(rows y, int64_t n_head, int64_t head_dim, const rope_params& rp, const float* cos_sin);
+    void hadamard(rows y, int64_t n, int block);
+    void copy(rows y, rows x, int64_t n);
+    void kv_store(uint8_t* cache, size_t row_bytes, ggml_type type, rows x, int64_t n, const int32_t* cells);
+
+    // Whole-batch ops.
+    void matmul(const weight_view& w, rows x, rows y);  // with the LoRA terms of w, if any
+    void get_rows(const weight_view& table, const int32_t* ids, rows y);
+    void gather_rows(rows data, int64_t n_cols, const int32_t* idx, int64_t n_keep);
+    void rope_table(const rope_params& rp, const int32_t* pos, float* out);
+    void attention(const attention_args& a);
+
+    // Hands rows (n, n_cols) of an intermediate to the tensor callback as
+    // "<name>-<il>" (il < 0: "<name>").
+    void tap(const char* name, int il, rows r, int64_t n_cols) {
+        if (cb_) emit(name, il, r, n_cols);
+    }
+
+private:
+    static constexpr int kMaxOps = 24;
+    void queue(const row_op& op) {
+        if (n_ops_ == kMaxOps) flush();
+        ops_[n_ops_++] = op;
+    }
+    void emit(const char* name, int il, rows r, int64_t n_cols);
+
+    backend& be_;
+    run_state& rs_;  // LoRA work rows
+    const tensor_callback* cb_;
+    int64_t n_;
+    row_op ops_[kMaxOps];
+    int n_ops_ = 0;
+};
+
+// Keys and values the attention reads: a layer of a KV cache, or (encoders)
+// the batch's own F32 keys and values.
+struct kv_source {
+    ggml_type type_k = ggml_type::F32, type_v = ggml_type::F32;
+    const uint8_t* k = nullptr;
+    size_t k_row_bytes = 0;
+    const uint8_t* v = nullptr;
+    size_t v_row_bytes = 0;
+    const int32_t* cell_pos = nullptr;  // (n_cells) or null: cells in index order
+};
+
+// ---- blocks ----
+
+// x = the rows' token embeddings (times embd_scale) or the given embeddings.  [inp_embd, inp_scaled]
+void decoder_input(pass& p, const model& m, const ubatch& ub, rows x);
+// x = token + token-type + position embeddings, layer-normed (bert); tmp: (n, n_embd) work rows.  [inp_embd, inp_norm-0]
+void encoder_input(pass& p, const model& m, const ubatch& ub, rows x, rows tmp);
+// qkv = q | k | v of the rows `in`: projections, biases, per-head q/k norms,
+// RoPE (cos_sin: the rows' tables, null: none), q scaled when the model
+// scales it before attention.  [Qcur, Kcur, Vcur]
+void qkv_block(pass& p, const hparams& hp, const layer_weights& L, int il, rows in, rows qkv, const float* cos_sin);
+// The attention arguments of n query rows of qkv against kv, with the
+// masks of run_state slot `mask` (0 global, 1 sliding window).
+attention_args attention_setup(const hparams& hp, const run_state& rs, int mask, rows qkv, rows out, int64_t n,
+                               const kv_source& kv);
+// Stores the batch's keys and values in layer il of kv (rotated first when
+// the cache rotates) and attends over the cache: out = attention output,
+// rotated back.  [kqv_out]
+void cached_attention(pass& p, const hparams& hp, kv_cache& kv, int il, const int32_t* cells, const run_state& rs,
+                      int mask, rows qkv, rows out);
+// out = wo · att + bo.  [attn_out]
+void attn_output(pass& p, const hparams& hp, const layer_weights& L, int il, rows att, rows out);
+// out = down(act(gate) * up) (+ biases), or down(act(up)) without a gate;
+// ffn: (n, 2 n_ff) work rows.  [ffn_out]
+void ffn_block(pass& p, const hparams& hp, const layer_weights& L, int il, rows in, rows ffn, rows out);
+// logits (n, n_vocab) of final normalised states h, soft-capped where the model asks.  [result_output]
+void output_head(pass& p, const model& m, rows h, float* logits);
+
+}  // namespace lp
