@@ -29,8 +29,9 @@ llama_state_set_data, without llama-cpp-python's copy of its logits buffer).
     python benchmarks/long_context.py --models gemma --depths 0,4096 --fa 0,1
     LLAMAPY_ISA=avx2 LLAMAPY_AVXVNNI=0 python benchmarks/long_context.py   # llamapy at the AVX2 level
 
-Peak attention scratch: llamapy does not expose it (yet); the peak RSS of
-each process and llamapy's KV bytes are reported instead.
+Attention scratch: llamapy's Context.attention_scratch_bytes where the
+engine has it (else "not exposed"), with the peak RSS of each process and
+llamapy's KV bytes.
 
 llama-cpp-python is never a dependency of llamapy: without it the llama.cpp
 side is skipped with a message. Writes benchmarks/out/long_context-<time>.json
@@ -175,6 +176,8 @@ def worker(impl: str, path: str, threads: int, n_prompt: int, n_gen: int, depths
         if impl == "llamapy":
             rec["kv_bytes"] = int(llm._ctx.kv_bytes)
             rec["kv_cells_used"] = int(llm._ctx.kv_n_used)
+            # The attention scratch the context reserved (engines that report it).
+            rec["attention_scratch_bytes"] = getattr(llm._ctx, "attention_scratch_bytes", None)
         out["depths"][str(d)] = rec
     out["rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return out
@@ -257,6 +260,7 @@ def main() -> int:
                          "rss_mb": _med([r["rss_mb"] for r in rs])}
                 if impl == "llamapy":
                     entry["kv_bytes"] = rs[0]["depths"][d].get("kv_bytes")
+                    entry["attention_scratch_bytes"] = rs[0]["depths"][d].get("attention_scratch_bytes")
                 table.setdefault(d, {})[f"{impl}/fa{f}"] = entry
         results[name] = {"path": os.path.basename(path), "table": table,
                          "info": {impl: next((r["info"] for (i, _), rs in runs.items() if i == impl for r in rs), {})
@@ -286,8 +290,11 @@ def main() -> int:
         print("\npeak RSS MB per process (n_ctx sized for the deepest test): "
               + ", ".join(f"{c} {v:.0f}" for c, v in rss.items()))
         kv = {d: table[d].get(f"llamapy/fa{flashes[0]}", {}).get("kv_bytes") for d in map(str, depths)}
+        scratch = {f"fa{f} d{d}": table[d].get(f"llamapy/fa{f}", {}).get("attention_scratch_bytes")
+                   for f in flashes for d in map(str, depths)}
         print("llamapy KV bytes at each depth: " + ", ".join(f"d{d} {v / 2**20:.1f} MiB" for d, v in kv.items() if v)
-              + "; attention scratch: not exposed by llamapy, not reported")
+              + "; attention scratch: " + (", ".join(f"{k} {v / 2**20:.2f} MiB" for k, v in scratch.items() if v)
+                                           or "not exposed by this llamapy build"))
     out = args.json or os.path.join(OUT, f"long_context-{now.strftime('%Y%m%dT%H%M')}.json")
     os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
     with open(out, "w") as f:
