@@ -130,7 +130,8 @@ def test_depth_is_in_the_cache_for_every_timed_run(tiny, monkeypatch, arch):
     assert all(c[0] == depth for c in pp)
     if arch == "llama":
         assert all(c[2] == depth + n_prompt for c in pp)
-    with Llama(model_path=path, n_ctx=depth + n_prompt, n_batch=8, n_threads=1, verbose=False) as ref:
+    with Llama(model_path=path, n_ctx=depth + n_prompt, n_batch=8, n_threads=1, flash_attn=False,
+               verbose=False) as ref:
         ref.eval(fill[1])
         ref.eval(pp[0][1])
         want = np.array(ref.scores[ref.n_tokens - 1])
