@@ -18,6 +18,17 @@ def needs(module: str, reason: str = ""):
     return pytest.importorskip(module, reason=reason or None)
 
 
+def engine_context(path, **kw):
+    """An engine context on the GGUF at path: 64 cells and 2 threads unless
+    kw says otherwise (the tiny models' tests)."""
+    from llamapy import _engine as E
+
+    kw.setdefault("n_ctx", 64)
+    kw.setdefault("n_threads", 2)
+    kw.setdefault("n_threads_batch", 2)
+    return E.Context(E.Model(str(path)), **kw)
+
+
 @pytest.fixture(scope="session")
 def gemma_path() -> str:
     """Path of the Gemma 3 270M test model (the `test` extra installs it),

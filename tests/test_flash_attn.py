@@ -13,16 +13,13 @@ import pytest
 import encoder_ref as ER
 import model_ref as R
 from llamapy import Llama
+from conftest import engine_context
 from llamapy import _engine as E
 
 PROMPT = [1, 5, 17, 42, 9, 88, 3, 61, 7, 23, 11, 64]
 
 
-def ctx_for(path, **kw):
-    kw.setdefault("n_ctx", 64)
-    kw.setdefault("n_threads", 2)
-    kw.setdefault("n_threads_batch", 2)
-    return E.Context(E.Model(str(path)), **kw)
+ctx_for = engine_context
 
 
 def logits_of(ctx, toks, pos0=0):

@@ -11,17 +11,14 @@ import numpy as np
 import pytest
 
 import model_ref as R
+from conftest import engine_context
 from llamapy import _engine as E
 
 ARCHS = list(R.SPECS)
 PROMPT = [1, 5, 17, 42, 9, 88, 3, 61, 7, 23, 11, 64]
 
 
-def new_ctx(path, **kw):
-    kw.setdefault("n_ctx", 64)
-    kw.setdefault("n_threads", 2)
-    kw.setdefault("n_threads_batch", 2)
-    return E.Context(E.Model(str(path)), **kw)
+new_ctx = engine_context
 
 
 def decode_all(ctx, toks, pos0=0, seq=0):

@@ -151,17 +151,24 @@ def _text_kwargs(**over) -> dict:
     return kw
 
 
+def _tiny_clip_config():
+    """The CLIP ViT both LLaVA fixtures use: 28 px images, 2x2 patches of 14 px
+    (4 image tokens), 3 layers, quick-GELU."""
+    from transformers import CLIPVisionConfig
+
+    return CLIPVisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=3,
+                            num_attention_heads=4, image_size=28, patch_size=14,
+                            projection_dim=32, hidden_act="quick_gelu", layer_norm_eps=1e-5)
+
+
 def build_llava15(out: pathlib.Path, spm_model: pathlib.Path) -> dict:
     """LLaVA 1.5: CLIP ViT (quick-GELU, class token, feature from layer -2) + 2-layer MLP.
     Writes: out/ (full HF Llava checkpoint, for the text GGUF), out/vision/ (CLIPVisionModel
     for the legacy image-encoder converter) and out/llava.projector (projector tensors)."""
-    from transformers import (CLIPVisionConfig, LlamaConfig, LlavaConfig,
-                              LlavaForConditionalGeneration)
+    from transformers import LlamaConfig, LlavaConfig, LlavaForConditionalGeneration
 
     _seeded(11)
-    vcfg = CLIPVisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=3,
-                            num_attention_heads=4, image_size=28, patch_size=14,
-                            projection_dim=32, hidden_act="quick_gelu", layer_norm_eps=1e-5)
+    vcfg = _tiny_clip_config()
     tcfg = LlamaConfig(**_text_kwargs())
     cfg = LlavaConfig(vision_config=vcfg, text_config=tcfg,
                       image_token_index=token_id(spm_model, "<image>"),
@@ -187,14 +194,12 @@ def build_llava16(out: pathlib.Path, spm_model: pathlib.Path) -> dict:
     LlamaForCausalLM: convert_hf_to_gguf has no text class for LlavaNext), out/vision/
     (CLIPVisionModel whose config.json also carries the anyres keys the legacy converter
     copies into the GGUF) and out/llava.projector (projector + image_newline)."""
-    from transformers import (CLIPVisionConfig, LlamaConfig, LlamaForCausalLM,
+    from transformers import (LlamaConfig, LlamaForCausalLM,
                               LlavaNextConfig, LlavaNextForConditionalGeneration)
 
     _seeded(16)
     pinpoints = [[28, 56], [56, 28], [56, 56], [28, 84], [84, 28]]
-    vcfg = CLIPVisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=3,
-                            num_attention_heads=4, image_size=28, patch_size=14,
-                            projection_dim=32, hidden_act="quick_gelu", layer_norm_eps=1e-5)
+    vcfg = _tiny_clip_config()
     tcfg = LlamaConfig(**_text_kwargs())
     cfg = LlavaNextConfig(vision_config=vcfg, text_config=tcfg,
                           image_token_index=token_id(spm_model, "<image>"),
