@@ -114,9 +114,20 @@ def test_only_requested_rows_get_logits(tiny, arch):
     np.testing.assert_allclose(np.array(ctx.get_logits(-1)), full[-1], rtol=0, atol=2e-5 * np.abs(full).max())
 
 
+# The explicit path takes visible cells in position order, so a sequence's
+# results do not depend on where its cells lie in the cache: 2e-5 of the
+# largest logit. The flash path walks cells in cache order and depends on the
+# layout in rounding; on the tiny Gemma 3 with an F16 cache that reaches
+# ~4e-4 at the AVX2 level (5e-6 at AVX-512, 7e-7 with an F32 cache): it is
+# held to 1e-3 until that is understood.
+@pytest.mark.parametrize("flash,rel", [(False, 2e-5), (True, 1e-3)], ids=["explicit", "flash"])
 @pytest.mark.parametrize("arch", ARCHS)
-def test_two_sequences_in_one_batch(tiny, arch):
+def test_two_sequences_in_one_batch(tiny, arch, flash, rel):
     path, *_ = tiny(arch)
+
+    def new_ctx(path, **kw):
+        return engine_context(path, flash_attn=flash, **kw)
+
     a, b = PROMPT[:9], [2, 4, 6, 8, 10, 12, 14]
     ref_a = decode_all(new_ctx(path), a)
     ref_b = decode_all(new_ctx(path), b)
@@ -129,7 +140,7 @@ def test_two_sequences_in_one_batch(tiny, arch):
     got = np.array(ctx.get_logits_all())
     got_a = got[[k for k, r in enumerate(rows) if r[2] == 0]]
     got_b = got[[k for k, r in enumerate(rows) if r[2] == 1]]
-    tol = 2e-5 * np.abs(ref_a).max()
+    tol = rel * np.abs(ref_a).max()
     np.testing.assert_allclose(got_a, ref_a, rtol=0, atol=tol)
     np.testing.assert_allclose(got_b, ref_b, rtol=0, atol=tol)
     # Then one more token for each, in one batch.
