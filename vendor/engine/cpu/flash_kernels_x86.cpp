@@ -11,6 +11,7 @@
 #include <cmath>
 
 #include "../common.h"
+#include "simd_math_x86.h"
 
 #if defined(LP_X86)
 // GCC 12 reports the self-initialised placeholder inside its own AVX-512
@@ -26,11 +27,6 @@ namespace lp {
 
 namespace {
 
-constexpr float kLog2e = 1.44269504088896341f;
-// ln 2 in two parts: the high one has few bits, so n·hi is exact.
-constexpr float kLn2Hi = 0.693359375f, kLn2Lo = -2.12194440e-4f;
-// 1/k! for the Taylor polynomial of e^r, |r| <= ln2/2.
-constexpr float kC2 = 0.5f, kC3 = 1.0f / 6, kC4 = 1.0f / 24, kC5 = 1.0f / 120, kC6 = 1.0f / 720;
 
 #if defined(LP_HAVE_AVX2)
 
@@ -53,15 +49,9 @@ template <flash_elem E> float elem(const uint8_t* row, int e) {
     }
 }
 
-LP_TARGET_AVX2 LP_INLINE float hsum8(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
 
 // One dot product per (query, key) pair: a single 8-lane FMA chain over the
-// whole multiples of 8, the lanes summed by hsum8's pairing (j with j+4, j+2,
+// whole multiples of 8, the lanes summed by hsum256's pairing (j with j+4, j+2,
 // j+1), then the tail added one element at a time. The 4×2 block below and
 // the single pair compute each pair exactly this way.
 template <flash_elem E>
@@ -75,10 +65,10 @@ LP_TARGET_AVX2 LP_INLINE float dot_pair_avx2(const uint8_t* row, const float* q,
     const int d8 = d & ~7;
     __m256 acc = _mm256_setzero_ps();
     for (int e = 0; e < d8; e += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + e), load8<E>(row, e), acc);
-    return dot_tail_avx2<E>(row, q, d8, d, hsum8(acc));
+    return dot_tail_avx2<E>(row, q, d8, d, hsum256(acc));
 }
 
-// Lane sums of 8 accumulators with hsum8's pairing in every lane; the sum of
+// Lane sums of 8 accumulators with hsum256's pairing in every lane; the sum of
 // a[i] (i = 4m + 2h + L) lands in lane 4L + 2m + h.
 LP_TARGET_AVX2 LP_INLINE __m256 reduce8_avx2(const __m256 a[8]) {
     __m256 b[4];
@@ -178,23 +168,10 @@ LP_TARGET_AVX2 void pv_avx2(const uint8_t* v, size_t v_row_bytes, const int32_t*
         }
 }
 
-// e^x for x <= 0 (x - max of a tile), exactly 0 below -87 (and for -inf):
-// 2^n built in the exponent bits, which holds for n >= -126.
+
+// e^x of x - max (<= 0), exactly 0 below -87.3 and for -inf.
 LP_TARGET_AVX2 LP_INLINE __m256 exp_nonpos_avx2(__m256 x) {
-    const __m256 keep = _mm256_cmp_ps(x, _mm256_set1_ps(-87.0f), _CMP_GE_OQ);
-    x = _mm256_max_ps(x, _mm256_set1_ps(-87.0f));
-    const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(kLog2e)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(kLn2Hi), x);
-    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(kLn2Lo), r);
-    __m256 y = _mm256_set1_ps(kC6);
-    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(kC5));
-    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(kC4));
-    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(kC3));
-    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(kC2));
-    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.0f));
-    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.0f));
-    const __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-    return _mm256_and_ps(_mm256_mul_ps(y, _mm256_castsi256_ps(bits)), keep);
+    return _mm256_and_ps(exp256(x), _mm256_cmp_ps(x, _mm256_set1_ps(-87.3f), _CMP_GE_OQ));
 }
 
 LP_TARGET_AVX2 float exp_sum_avx2(float* x, float m) {
@@ -207,7 +184,7 @@ LP_TARGET_AVX2 float exp_sum_avx2(float* x, float m) {
     static_assert(kFlashTile == 64, "the sum tree below covers 8 vectors");
     const __m256 s = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])),
                                    _mm256_add_ps(_mm256_add_ps(acc[4], acc[5]), _mm256_add_ps(acc[6], acc[7])));
-    return hsum8(s);
+    return hsum256(s);
 }
 
 LP_TARGET_AVX2 float max_tile_avx2(const float* x) {
@@ -370,29 +347,13 @@ LP_TARGET_AVX512 void pv_avx512(const uint8_t* v, size_t v_row_bytes, const int3
     }
 }
 
-// e^x for x <= 0, exactly 0 below -103 (and for -inf); vscalefps does 2^n.
-LP_TARGET_AVX512 LP_INLINE __m512 exp_nonpos_avx512(__m512 x) {
-    const __mmask16 keep = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-103.0f), _CMP_GE_OQ);
-    x = _mm512_max_ps(x, _mm512_set1_ps(-103.0f));
-    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(kLog2e)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(kLn2Hi), x);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(kLn2Lo), r);
-    __m512 y = _mm512_set1_ps(kC6);
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(kC5));
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(kC4));
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(kC3));
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(kC2));
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.0f));
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.0f));
-    return _mm512_maskz_mov_ps(keep, _mm512_scalef_ps(y, n));
-}
 
 LP_TARGET_AVX512 float exp_sum_avx512(float* x, float m) {
     static_assert(kFlashTile == 64, "four vectors per tile");
     const __m512 vm = _mm512_set1_ps(m);
     __m512 e[4];
     for (int k = 0; k < 4; ++k) {
-        e[k] = exp_nonpos_avx512(_mm512_sub_ps(_mm512_loadu_ps(x + 16 * k), vm));
+        e[k] = exp512_or_zero(_mm512_sub_ps(_mm512_loadu_ps(x + 16 * k), vm));
         _mm512_storeu_ps(x + 16 * k, e[k]);
     }
     return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(e[0], e[1]), _mm512_add_ps(e[2], e[3])));
