@@ -114,15 +114,19 @@ def test_only_requested_rows_get_logits(tiny, arch):
     np.testing.assert_allclose(np.array(ctx.get_logits(-1)), full[-1], rtol=0, atol=2e-5 * np.abs(full).max())
 
 
-# The explicit path takes visible cells in position order, so a sequence's
-# results do not depend on where its cells lie in the cache: 2e-5 of the
-# largest logit. The flash path walks cells in cache order and depends on the
-# layout in rounding; on the tiny Gemma 3 with an F16 cache that reaches
-# ~4e-4 at the AVX2 level (5e-6 at AVX-512, 7e-7 with an F32 cache): it is
-# held to 1e-3 until that is understood.
-@pytest.mark.parametrize("flash,rel", [(False, 2e-5), (True, 1e-3)], ids=["explicit", "flash"])
+# A sequence's results do not depend on where its cells lie in the cache, nor
+# on the other sequences' cells beside them: the explicit path takes visible
+# cells in position order; the flash path adds each 64-cell tile's
+# exponentials in double (they sit in different slots for each layout), so
+# here, where all cells share one tile, both agree with the sequence alone to
+# rounding. (A float sum tree there moved the tiny Gemma 3 with an F16 cache by
+# ~4e-4 at the AVX2 level: a last-bit change of one layer's output rounds to a
+# different F16 key in the next.) Across tiles the flash path depends on how
+# the tiles split a sequence's cells, in rounding only.
+@pytest.mark.parametrize("flash", [False, True], ids=["explicit", "flash"])
 @pytest.mark.parametrize("arch", ARCHS)
-def test_two_sequences_in_one_batch(tiny, arch, flash, rel):
+def test_two_sequences_in_one_batch(tiny, arch, flash):
+    rel = 2e-5
     path, *_ = tiny(arch)
 
     def new_ctx(path, **kw):

@@ -69,13 +69,16 @@ float max_tile_scalar(const float* x) {
     return m;
 }
 
+// In double, rounded once, as the SIMD kernels (a left-to-right sum would
+// also not depend on zeros between a row's values; double keeps the levels
+// closer).
 float exp_sum_scalar(float* x, float m) {
-    float sum = 0;
+    double sum = 0;
     for (int i = 0; i < kFlashTile; ++i) {
         x[i] = x[i] == kNegInf ? 0.0f : std::exp(x[i] - m);
         sum += x[i];
     }
-    return sum;
+    return (float)sum;
 }
 
 flash_kernels make_table(isa level) {

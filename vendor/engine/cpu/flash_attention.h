@@ -48,7 +48,8 @@ using flash_dots_fn = void (*)(const uint8_t* k, size_t k_row_bytes, const int32
 using flash_pv_fn = void (*)(const uint8_t* v, size_t v_row_bytes, const int32_t* cells, int n, const float* p,
                              int p_stride, int nq, int d, float* acc, int acc_stride);
 // x[i] = exp(x[i] - m) for i < kFlashTile (exactly 0 where x[i] is -inf);
-// returns their sum, always added in the same order.
+// returns their sum, added in double and rounded once, so it does not depend
+// on which slots hold the nonzero values (the other rows' cells in a tile).
 using flash_exp_sum_fn = float (*)(float* x, float m);
 
 // max of x[i], i < kFlashTile (-inf when all are).

@@ -181,10 +181,22 @@ LP_TARGET_AVX2 float exp_sum_avx2(float* x, float m) {
         acc[k] = exp_nonpos_avx2(_mm256_sub_ps(_mm256_loadu_ps(x + 8 * k), vm));
         _mm256_storeu_ps(x + 8 * k, acc[k]);
     }
+    // The sum in double: which slots hold a row's values depends on the other
+    // rows' cells in the tile (zeros elsewhere), and a float tree would round
+    // differently for each such layout; summed in double and rounded once,
+    // the float result is the same for every layout but at double-rounding
+    // ties. (An F16 cache turns a last-bit difference here into a different
+    // stored key in the next layer, so it showed as ~1e-4 in the logits.)
     static_assert(kFlashTile == 64, "the sum tree below covers 8 vectors");
-    const __m256 s = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])),
-                                   _mm256_add_ps(_mm256_add_ps(acc[4], acc[5]), _mm256_add_ps(acc[6], acc[7])));
-    return hsum256(s);
+    __m256d d[8];
+    for (int k = 0; k < 4; ++k)
+        d[k] = _mm256_add_pd(_mm256_add_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(acc[2 * k])),
+                                           _mm256_cvtps_pd(_mm256_extractf128_ps(acc[2 * k], 1))),
+                             _mm256_add_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(acc[2 * k + 1])),
+                                           _mm256_cvtps_pd(_mm256_extractf128_ps(acc[2 * k + 1], 1))));
+    const __m256d t = _mm256_add_pd(_mm256_add_pd(d[0], d[1]), _mm256_add_pd(d[2], d[3]));
+    const __m128d h = _mm_add_pd(_mm256_castpd256_pd128(t), _mm256_extractf128_pd(t, 1));
+    return (float)_mm_cvtsd_f64(_mm_add_sd(h, _mm_unpackhi_pd(h, h)));
 }
 
 LP_TARGET_AVX2 float max_tile_avx2(const float* x) {
@@ -356,7 +368,12 @@ LP_TARGET_AVX512 float exp_sum_avx512(float* x, float m) {
         e[k] = exp512_or_zero(_mm512_sub_ps(_mm512_loadu_ps(x + 16 * k), vm));
         _mm512_storeu_ps(x + 16 * k, e[k]);
     }
-    return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(e[0], e[1]), _mm512_add_ps(e[2], e[3])));
+    // In double, rounded once: see exp_sum_avx2.
+    __m512d d[4];
+    for (int k = 0; k < 4; ++k)
+        d[k] = _mm512_add_pd(_mm512_cvtps_pd(_mm512_castps512_ps256(e[k])),
+                             _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(e[k]), 1))));
+    return (float)_mm512_reduce_add_pd(_mm512_add_pd(_mm512_add_pd(d[0], d[1]), _mm512_add_pd(d[2], d[3])));
 }
 
 LP_TARGET_AVX512 float max_tile_avx512(const float* x) {
