@@ -64,6 +64,24 @@ class ContextParams:
     swa_full: bool = False
 
 
+def engine_params(mp: ModelParams, cp: ContextParams) -> tuple[Any, Any]:
+    """The engine's option structs (``_engine.ModelParams``, ``_engine.ContextParams``)
+    for a Llama's parameters. Defaults that depend on the model (n_ctx 0, the
+    batch caps, pooling, flash_attn "auto") are resolved by the engine alone:
+    ``ContextParams.resolved(model)``."""
+    from . import _engine
+
+    model = _engine.ModelParams(vocab_only=mp.vocab_only, use_mmap=mp.use_mmap, kv_overrides=mp.kv_overrides)
+    ctx = _engine.ContextParams(
+        n_ctx=cp.n_ctx, n_batch=cp.n_batch, n_ubatch=cp.n_ubatch, n_threads=cp.n_threads,
+        n_threads_batch=cp.n_threads_batch, type_k=cp.type_k, type_v=cp.type_v, flash_attn=cp.flash_attn,
+        embeddings=cp.embedding, rope_freq_base=cp.rope_freq_base, rope_freq_scale=cp.rope_freq_scale,
+        pooling_type=cp.pooling_type, rope_scaling_type=cp.rope_scaling_type, yarn_ext_factor=cp.yarn_ext_factor,
+        yarn_attn_factor=cp.yarn_attn_factor, yarn_beta_fast=cp.yarn_beta_fast, yarn_beta_slow=cp.yarn_beta_slow,
+        yarn_orig_ctx=cp.yarn_orig_ctx, swa_full=cp.swa_full)
+    return model, ctx
+
+
 def _require_int(name: str, value: Any, minimum: Optional[int] = None) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{name} must be an int, got {type(value).__name__}")

@@ -27,7 +27,7 @@ from . import _engine
 from ._embedding import embedding_context_options
 from ._scores import LazyRows
 from ._verbose import PerfCounters, emit, load_report
-from ._params import DEFAULT_SEED, KV_TYPES, ContextParams, ModelParams, parse_params
+from ._params import DEFAULT_SEED, ContextParams, ModelParams, engine_params, parse_params
 from ._tokenizer import LlamaTokenizer
 from .gguf_file import GGUFFile
 from .llama_cache import (
@@ -159,8 +159,8 @@ class Llama:
 
         self._gguf = GGUFFile(self.model_path)
         overrides = mp.kv_overrides or None
-        self._model = _engine.Model(self.model_path, vocab_only=mp.vocab_only, use_mmap=mp.use_mmap,
-                                    kv_overrides=overrides)
+        engine_model_params, engine_ctx_params = engine_params(mp, cp)
+        self._model = _engine.Model(self.model_path, engine_model_params)
         self.tokenizer_ = (tokenizer if tokenizer is not None
                            else LlamaTokenizer(_engine.Vocab.from_file(self.model_path, kv_overrides=overrides)))
         if overrides:
@@ -189,25 +189,20 @@ class Llama:
             # Effective values, so that e.g. an overridden tokenizer.chat_template is the one used.
             self.metadata[key] = _metadata_string(value)
 
-        n_ctx_train = int(self._model.n_ctx_train)
-        self._n_ctx = cp.n_ctx if cp.n_ctx > 0 else n_ctx_train
-        self.n_batch = min(self._n_ctx, cp.n_batch)
-        self.n_ubatch = min(self.n_batch, cp.n_ubatch)
-        self.n_threads = cp.n_threads
-        self.n_threads_batch = cp.n_threads_batch
+        # The engine resolves what the options leave to the model (n_ctx 0, batch caps).
+        resolved = engine_ctx_params.resolved(self._model)
+        n_seq_max, pooling = embedding_context_options(resolved.n_batch, cp.embedding, cp.pooling_type)
+        engine_ctx_params.n_seq_max = n_seq_max
+        engine_ctx_params.pooling_type = pooling
         self._ctx = None
         if not mp.vocab_only:
-            n_seq_max, pooling = embedding_context_options(self.n_batch, cp.embedding, cp.pooling_type)
-            self._ctx = _engine.Context(
-                self._model, n_ctx=self._n_ctx, n_batch=self.n_batch, n_ubatch=self.n_ubatch, n_seq_max=n_seq_max,
-                n_threads=cp.n_threads, n_threads_batch=cp.n_threads_batch, type_k=KV_TYPES[cp.type_k].lower(),
-                type_v=KV_TYPES[cp.type_v].lower(),
-                flash_attn=cp.flash_attn, embeddings=cp.embedding, rope_freq_base=cp.rope_freq_base,
-                rope_freq_scale=cp.rope_freq_scale, pooling_type=pooling, rope_scaling_type=cp.rope_scaling_type,
-                yarn_ext_factor=cp.yarn_ext_factor, yarn_attn_factor=cp.yarn_attn_factor,
-                yarn_beta_fast=cp.yarn_beta_fast, yarn_beta_slow=cp.yarn_beta_slow, yarn_orig_ctx=cp.yarn_orig_ctx,
-                swa_full=cp.swa_full,
-            )
+            self._ctx = _engine.Context(self._model, engine_ctx_params)
+            resolved = self._ctx.params
+        self._n_ctx = int(resolved.n_ctx)
+        self.n_batch = int(resolved.n_batch)
+        self.n_ubatch = int(resolved.n_ubatch)
+        self.n_threads = cp.n_threads
+        self.n_threads_batch = cp.n_threads_batch
         self.lora_path, self.lora_scale = mp.lora_path, mp.lora_scale
         self.lora_base = options.get("lora_base")
         self._lora = None

@@ -31,8 +31,9 @@ bool auto_flash_attn(const hparams& hp, const context_params& p) {
     return !hp.v.encoder;
 }
 
-context_params resolve(const model& m, context_params p) {
-    if (m.vocab_only()) throw value_error("the model was loaded with vocab_only=True; it cannot be evaluated");
+}  // namespace
+
+context_params resolve_params(const model& m, context_params p) {
     const hparams& hp = m.hp();
     if (p.n_ctx < 0 || p.n_batch < 0 || p.n_ubatch < 0) throw value_error("n_ctx, n_batch and n_ubatch must be >= 0");
     if (p.n_ctx == 0) p.n_ctx = hp.n_ctx_train;
@@ -68,6 +69,14 @@ context_params resolve(const model& m, context_params p) {
         throw value_error("flash_attn must be -1 (auto), 0 (off) or 1 (on), got " + std::to_string(p.flash_attn));
     if (p.flash_attn == -1) p.flash_attn = auto_flash_attn(hp, p) ? 1 : 0;
     return p;
+}
+
+namespace {
+
+// A vocab_only model has no weights to evaluate (its options still resolve).
+context_params for_context(const model& m, const context_params& p) {
+    if (m.vocab_only()) throw value_error("the model was loaded with vocab_only=True; it cannot be evaluated");
+    return resolve_params(m, p);
 }
 
 // The model's RoPE with the context's overrides, resolved as llama.cpp
@@ -135,7 +144,7 @@ template <class T> void put(std::vector<uint8_t>& out, T v) {
 
 context::context(std::shared_ptr<const model> m, const context_params& params)
     : model_(std::move(m)),
-      p_(resolve(*model_, params)),
+      p_(for_context(*model_, params)),
       kv_((int)model_->hp().n_layer, model_->hp().v.encoder ? 1 : p_.n_ctx, model_->hp().n_embd_k(),
           model_->hp().n_embd_v(), p_.type_k, p_.type_v, main_cache_layers(model_->hp(), p_)),  // encoders keep no cache
       pool_(new thread_pool(p_.n_threads)),

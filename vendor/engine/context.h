@@ -66,6 +66,12 @@ struct context_params {
     bool kv_rotation = true;
 };
 
+// p with every default filled in for model m (n_ctx 0 -> the training
+// context, n_batch/n_ubatch capped, threads, pooling, flash_attn "auto"),
+// checked: value_error names the first option that cannot work. The
+// context runs on exactly these values (context::params()).
+context_params resolve_params(const model& m, context_params p);
+
 // A batch as the caller hands it (views; nothing is copied).
 struct batch_view {
     int64_t n = 0;

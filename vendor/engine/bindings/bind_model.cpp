@@ -24,21 +24,21 @@
 #include "lora.h"
 #include "model/model.h"
 #include "overrides.h"
+#include "params.h"
 
 namespace py = pybind11;
 using namespace lp;
 
 namespace {
 
-std::shared_ptr<model> load_model(const std::string& path, bool vocab_only, bool use_mmap,
-                                  const py::object& kv_overrides) {
-    std::vector<gguf_override> ov = overrides_from_python(kv_overrides);
+std::shared_ptr<model> load_model(const std::string& path, const py::object& params, const py::kwargs& kw) {
+    const model_params p = model_params_from(params, kw);
     std::shared_ptr<model> m;
     int err = 0;
     {
         py::gil_scoped_release nogil;
         try {
-            m = model::load(path, vocab_only, use_mmap, std::move(ov));
+            m = model::load(path, p);
         } catch (const gguf_os_error& e) {
             err = e.err ? e.err : EIO;
         }
@@ -70,38 +70,6 @@ std::vector<int32_t> int_vector(const py::handle& obj, const char* what) {
         out[i] = (int32_t)p[i];
     }
     return out;
-}
-
-ggml_type cache_type(const py::object& t) {
-    if (py::isinstance<py::str>(t)) {
-        std::string s = t.cast<std::string>();
-        for (char& c : s) c = (char)std::toupper((unsigned char)c);
-        for (int v = 0; v < (int)ggml_type::COUNT; ++v)
-            if (type_is_valid(v) && kv_cache_type_ok((ggml_type)v) && s == type_name((ggml_type)v)) return (ggml_type)v;
-        throw value_error("KV cache type '" + t.cast<std::string>() + "' is not supported (" + kKvCacheTypeNames + ")");
-    }
-    const int v = t.cast<int>();
-    if (!type_is_valid(v) || !kv_cache_type_ok((ggml_type)v))
-        throw value_error("KV cache type " + std::to_string(v) + " is not supported (" + kKvCacheTypeNames +
-                          ": ggml type ids 0, 1, 30, 8, 2, 3, 6, 7, 20)");
-    return (ggml_type)v;
-}
-
-// flash_attn as llama-cpp-python users pass it: a bool, "auto", or one of
-// llama_cpp's LLAMA_FLASH_ATTN_TYPE_* values (-1 auto, 0 disabled, 1 enabled).
-int flash_attn_mode(const py::object& v) {
-    if (v.is_none()) return -1;
-    if (py::isinstance<py::bool_>(v)) return v.cast<bool>() ? 1 : 0;
-    if (py::isinstance<py::str>(v)) {
-        std::string s = v.cast<std::string>();
-        for (char& c : s) c = (char)std::tolower((unsigned char)c);
-        if (s == "auto") return -1;
-    } else if (py::isinstance<py::int_>(v)) {
-        const long long i = v.cast<long long>();
-        if (i >= -1 && i <= 1) return (int)i;
-    }
-    throw value_error("flash_attn must be True, False or 'auto' (or LLAMA_FLASH_ATTN_TYPE_* -1/0/1), got " +
-                      std::string(py::repr(v)));
 }
 
 // A float32 view of `rows` rows of `cols` floats, keeping the storage alive.
@@ -246,8 +214,9 @@ void bind_model(py::module_& m) {
     });
 
     py::class_<model, std::shared_ptr<model>>(m, "Model", "A GGUF model loaded for inference.")
-        .def(py::init(&load_model), py::arg("path"), py::arg("vocab_only") = false, py::arg("use_mmap") = true,
-             py::arg("kv_overrides") = py::none())
+        .def(py::init(&load_model), py::arg("path"), py::arg("params") = py::none(),
+             "Model(path, params=None, **options): params a ModelParams; options set its fields by name "
+             "(vocab_only, use_mmap, kv_overrides)")
         .def_property_readonly("unread_overrides", [](const model& x) { return x.file().unread_overrides(); },
                                "kv_overrides keys the loader never read (they had no effect)")
         .def_property_readonly("path", [](const model& x) { return x.file().path(); })
@@ -311,45 +280,17 @@ void bind_model(py::module_& m) {
             }, "base matrices the adapter changes");
 
     py::class_<context>(m, "Context", "KV cache, decode(batch) and outputs on a model.")
-        .def(py::init([](std::shared_ptr<model> mdl, int64_t n_ctx, int64_t n_batch, int64_t n_ubatch, int n_seq_max,
-                         int n_threads, int n_threads_batch, const py::object& type_k, const py::object& type_v,
-                         const py::object& flash_attn, bool embeddings, float rope_freq_base, float rope_freq_scale,
-                         int pooling_type, int rope_scaling_type, float yarn_ext_factor, float yarn_attn_factor,
-                         float yarn_beta_fast, float yarn_beta_slow, int yarn_orig_ctx, bool kv_rotation,
-                         bool swa_full) {
+        .def(py::init([](std::shared_ptr<model> mdl, const py::object& params, const py::kwargs& kw) {
                  if (!mdl) throw value_error("Context needs a Model");
-                 context_params p;
-                 p.n_ctx = n_ctx;
-                 p.n_batch = n_batch;
-                 p.n_ubatch = n_ubatch;
-                 p.n_seq_max = n_seq_max;
-                 p.n_threads = n_threads;
-                 p.n_threads_batch = n_threads_batch;
-                 p.type_k = cache_type(type_k);
-                 p.type_v = cache_type(type_v);
-                 p.flash_attn = flash_attn_mode(flash_attn);
-                 p.embeddings = embeddings;
-                 p.rope_freq_base = rope_freq_base;
-                 p.rope_freq_scale = rope_freq_scale;
-                 p.pooling = pooling_type;
-                 p.rope_scaling_type = rope_scaling_type;
-                 p.yarn_ext_factor = yarn_ext_factor;
-                 p.yarn_attn_factor = yarn_attn_factor;
-                 p.yarn_beta_fast = yarn_beta_fast;
-                 p.yarn_beta_slow = yarn_beta_slow;
-                 p.yarn_orig_ctx = yarn_orig_ctx;
-                 p.kv_rotation = kv_rotation;
-                 p.swa_full = swa_full;
+                 const context_params p = context_params_from(params, kw);
                  py::gil_scoped_release nogil;
                  return new context(mdl, p);
              }),
-             py::arg("model"), py::arg("n_ctx") = 512, py::arg("n_batch") = 512, py::arg("n_ubatch") = 512,
-             py::arg("n_seq_max") = 1, py::arg("n_threads") = 0, py::arg("n_threads_batch") = 0,
-             py::arg("type_k") = py::str("f16"), py::arg("type_v") = py::str("f16"), py::arg("flash_attn") = py::str("auto"),
-             py::arg("embeddings") = false, py::arg("rope_freq_base") = 0.0f, py::arg("rope_freq_scale") = 0.0f,
-             py::arg("pooling_type") = -1, py::arg("rope_scaling_type") = -1, py::arg("yarn_ext_factor") = -1.0f,
-             py::arg("yarn_attn_factor") = 0.0f, py::arg("yarn_beta_fast") = 0.0f, py::arg("yarn_beta_slow") = 0.0f,
-             py::arg("yarn_orig_ctx") = 0, py::arg("kv_rotation") = true, py::arg("swa_full") = false)
+             py::arg("model"), py::arg("params") = py::none(),
+             "Context(model, params=None, **options): params a ContextParams; options set its fields by name "
+             "(n_ctx, n_batch, type_k, flash_attn, ...)")
+        .def_property_readonly("params", [](const context& c) { return c.params(); },
+                               "the ContextParams this context runs on, every default resolved")
         .def_property_readonly("kv_swa_cells", &context::kv_swa_cells,
                                "cells of the sliding-window layers' own cache (0: they share the main cache)")
         .def_property_readonly("kv_bytes", &context::kv_bytes, "bytes of keys and values held")

@@ -22,6 +22,7 @@ void bind_quants(py::module_& m);
 void bind_sampling(py::module_& m);
 void bind_grammar(py::module_& m);
 void bind_vocab(py::module_& m);
+void bind_params(py::module_& m);
 void bind_model(py::module_& m);
 void bind_backend(py::module_& m);
 void bind_ops(py::module_& m);
@@ -88,6 +89,7 @@ PYBIND11_MODULE(_engine, m) {
     bind_sampling(m);
     bind_grammar(m);
     bind_vocab(m);
+    bind_params(m);
     bind_model(m);
     bind_backend(m);
     bind_ops(m);

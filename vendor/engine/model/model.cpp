@@ -378,11 +378,11 @@ void set_swa_pattern(const gguf_file& f, hparams& hp, int period) {
         hp.swa_layers[(size_t)il] = period == 0 || (il % period) < (period - 1);
 }
 
-std::shared_ptr<model> model::load(const std::string& path, bool vocab_only, bool use_mmap,
-                                   std::vector<gguf_override> overrides) {
+std::shared_ptr<model> model::load(const std::string& path, const model_params& p) {
+    const bool vocab_only = p.vocab_only, use_mmap = p.use_mmap;
     std::shared_ptr<model> m(new model());
     std::shared_ptr<gguf_file> file = gguf_file::open(path);
-    if (!overrides.empty()) file->set_overrides(std::move(overrides));
+    if (!p.kv_overrides.empty()) file->set_overrides(p.kv_overrides);
     m->file_ = file;
     const gguf_file& f = *m->file_;
     m->vocab_only_ = vocab_only;
@@ -396,6 +396,8 @@ std::shared_ptr<model> model::load(const std::string& path, bool vocab_only, boo
     if (vocab_only) {
         if (const gguf_kv* kv = f.find_kv("tokenizer.ggml.tokens"); kv && kv->type == gguf_type::ARRAY)
             hp.n_vocab = (int64_t)kv->array.count;
+        // Read leniently (any architecture): what n_ctx 0 resolves to.
+        hp.n_ctx_train = std::max<int64_t>(0, f.get_int(hp.arch + ".context_length", 0));
         return m;
     }
     if (hp.arch.empty()) throw gguf_error("model file lacks general.architecture");

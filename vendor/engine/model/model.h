@@ -128,14 +128,17 @@ struct arch_def {
 const std::vector<const arch_def*>& supported_archs();
 const arch_def* find_arch(const std::string& name);
 
+// The options of model::load (the binding's _engine.ModelParams).
+struct model_params {
+    bool vocab_only = false;  // read metadata only (for the tokenizer), no weights; any architecture is accepted
+    bool use_mmap = true;     // false: read every weight page into memory up front
+    std::vector<gguf_override> kv_overrides;  // metadata values that replace the file's (gguf.h)
+};
+
 class model {
 public:
-    // Opens and validates a model. vocab_only: read metadata only (for the
-    // tokenizer), no weights; any architecture is then accepted.
-    // use_mmap=false reads every weight page into memory up front.
-    // overrides: metadata values that replace the file's (gguf.h).
-    static std::shared_ptr<model> load(const std::string& path, bool vocab_only = false, bool use_mmap = true,
-                                       std::vector<gguf_override> overrides = {});
+    // Opens and validates a model (see model_params).
+    static std::shared_ptr<model> load(const std::string& path, const model_params& p = {});
 
     const hparams& hp() const { return hp_; }
     const model_weights& weights() const { return w_; }
