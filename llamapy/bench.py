@@ -80,8 +80,11 @@ def _as_list(value: Any) -> List[Any]:
     return [value]
 
 
-def _fa_label(fa: FlashAttn) -> str:
-    return "auto" if fa == "auto" else str(int(bool(fa)))
+def _fa_label(fa: FlashAttn, active: Optional[bool] = None) -> str:
+    """0 / 1, or "auto" with what it resolved to when known: "auto (1)"."""
+    if fa != "auto":
+        return str(int(bool(fa)))
+    return "auto" if active is None else f"auto ({int(active)})"
 
 
 def _test_name(kind: str, n: int, depth: int) -> str:
@@ -90,7 +93,7 @@ def _test_name(kind: str, n: int, depth: int) -> str:
 
 def bench_records(model_path: str, n_prompt: Union[int, Sequence[int]] = 512,
                   n_gen: Union[int, Sequence[int]] = 128, depth: Union[int, Sequence[int]] = 0,
-                  flash_attn: Union[FlashAttn, Sequence[FlashAttn]] = False,
+                  flash_attn: Union[FlashAttn, Sequence[FlashAttn]] = "auto",
                   threads: Union[int, Sequence[int]] = 0, repetitions: int = 3, batch_size: int = 512,
                   ubatch_size: Optional[int] = None, n_ctx: int = 0, progress=None) -> Dict[str, Any]:
     """Runs every test and returns {"model", "arch", "size_mib", "results": [...]}.
@@ -210,7 +213,7 @@ def _record(kind: str, p: int, n: int, d: int, fa: FlashAttn, llm, n_ctx: int, n
             filled: Dict[str, Any]) -> Dict[str, Any]:
     rates = [n_tok / t for t in times]
     return {"test": _test_name(kind, n_tok, d), "n_prompt": p, "n_gen": n, "n_depth": d, "flash_attn": fa,
-            "n_threads": llm.n_threads, "n_ctx": n_ctx, "tokens_per_s": statistics.mean(rates),
+            "flash_attn_active": bool(llm.flash_attn_active), "n_threads": llm.n_threads, "n_ctx": n_ctx, "tokens_per_s": statistics.mean(rates),
             "stdev": statistics.pstdev(rates), "samples_ts": rates, **filled}
 
 
@@ -222,14 +225,14 @@ def format_table(meta: Dict[str, Any]) -> str:
     lines = ["| model | size | threads | fa | test | t/s |", "| --- | ---: | ---: | ---: | ---: | ---: |"]
     for r in meta["results"]:
         lines.append(f"| {meta['model']} ({meta.get('arch', '?')}) | {meta['size_mib']:.1f} MiB | {r['n_threads']} | "
-                     f"{_fa_label(r['flash_attn'])} | {r['test']} | {r['tokens_per_s']:.2f} ± {r['stdev']:.2f} |")
+                     f"{_fa_label(r['flash_attn'], r.get('flash_attn_active'))} | {r['test']} | {r['tokens_per_s']:.2f} ± {r['stdev']:.2f} |")
     return "\n".join(lines)
 
 
 def run_bench(model_path: str, n_prompt: Union[int, Iterable[int]] = 512, n_gen: Union[int, Iterable[int]] = 128,
               threads: Union[int, Iterable[int]] = 0, repetitions: int = 3, batch_size: int = 512,
               as_json: bool = False, depth: Union[int, Iterable[int]] = 0,
-              flash_attn: Union[FlashAttn, Iterable[FlashAttn]] = False, ubatch_size: Optional[int] = None,
+              flash_attn: Union[FlashAttn, Iterable[FlashAttn]] = "auto", ubatch_size: Optional[int] = None,
               n_ctx: int = 0, verbose: bool = False) -> int:
     import sys
 

@@ -170,8 +170,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="generated tokens of the tg tests (default 128; 0: no tg test)")
     sp.add_argument("-d", "--depth", type=_list_arg("depth"), default=[0], metavar="N[,N...]",
                     help="tokens already in the cache before each test (default 0)")
-    sp.add_argument("-fa", "--flash-attn", type=_flash_arg, default=[False], metavar="0|1|auto[,...]",
-                    help="flash attention setting(s), passed as Llama(flash_attn=False/True/'auto') (default 0)")
+    sp.add_argument("-fa", "--flash-attn", type=_flash_arg, default=["auto"], metavar="0|1|auto[,...]",
+                    help="flash attention setting(s), passed as Llama(flash_attn=False/True/'auto'); default auto, "
+                         "as Llama's and llama-bench's (the table shows what auto resolved to)")
     sp.add_argument("-t", "--threads", type=_list_arg("threads"), default=[0], metavar="N[,N...]",
                     help="threads (default 0: physical cores)")
     sp.add_argument("-c", "--ctx-size", type=int, default=0,

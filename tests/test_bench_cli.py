@@ -46,7 +46,8 @@ def test_parser_takes_llama_bench_lists():
     a = build_parser().parse_args(["bench", "--flash-attn", "auto", "--depth", "0-8192+4096"])
     assert a.flash_attn == ["auto"] and a.depth == [0, 4096, 8192]
     a = build_parser().parse_args(["bench"])
-    assert (a.n_prompt, a.n_gen, a.depth, a.flash_attn, a.ctx_size) == ([512], [128], [0], [False], 0)
+    # -fa defaults to auto, as Llama(flash_attn=...) and llama-bench do
+    assert (a.n_prompt, a.n_gen, a.depth, a.flash_attn, a.ctx_size) == ([512], [128], [0], ["auto"], 0)
 
 
 @pytest.mark.parametrize("argv, words", [
@@ -88,7 +89,7 @@ def test_table_output(tiny, capsys):
     path = str(tiny("llama")[0])
     assert main(["bench", "-m", path, "-p", "8", "-n", "0", "-d", "16", "-fa", "auto", "-r", "1", "-t", "1"]) == 0
     out = capsys.readouterr().out
-    assert "| fa |" in out and "| auto | pp8 @ d16 |" in out and "tg" not in out
+    assert "| fa |" in out and "| auto (1) | pp8 @ d16 |" in out and "tg" not in out
 
 
 @pytest.mark.parametrize("arch", ["llama", "gemma3"])
@@ -118,7 +119,8 @@ def test_depth_is_in_the_cache_for_every_timed_run(tiny, monkeypatch, arch):
     monkeypatch.setattr(Llama, "eval", spy)
     monkeypatch.setattr(Llama, "load_state", load_spy)
     # n_batch 8: gemma3's window cache (n_swa 5) then holds 13 cells, fewer than depth + prompt.
-    res = bench_records(path, n_prompt=n_prompt, n_gen=3, depth=depth, threads=1, repetitions=3, batch_size=8)
+    res = bench_records(path, n_prompt=n_prompt, n_gen=3, depth=depth, threads=1, repetitions=3, batch_size=8,
+                        flash_attn=False)
     monkeypatch.undo()
     assert all(n == depth for n in restores)
     assert bool(restores) == (arch == "gemma3")
@@ -157,3 +159,15 @@ def test_flash_attn_values_reach_llama(tiny, monkeypatch):
     bench.bench_records(str(tiny("llama")[0]), n_prompt=4, n_gen=0, flash_attn=[False, True, "auto"], threads=1,
                         repetitions=1)
     assert seen == [False, True, "auto"]
+
+
+def test_auto_reports_what_it_resolved_to(tiny):
+    from llamapy import bench
+
+    meta = bench.bench_records(str(tiny("llama")[0]), n_prompt=4, n_gen=0, threads=1, repetitions=1)
+    (r,) = meta["results"]
+    assert r["flash_attn"] == "auto" and r["flash_attn_active"] is True  # decoders: flash under auto
+    assert "| auto (1) |" in bench.format_table(meta)
+    meta = bench.bench_records(str(tiny("llama")[0]), n_prompt=4, n_gen=0, threads=1, repetitions=1,
+                               flash_attn=False)
+    assert meta["results"][0]["flash_attn_active"] is False and "| 0 |" in bench.format_table(meta)
