@@ -259,7 +259,6 @@ void round_weights(const kernels& kf, ggml_type t, float* x, int64_t n) {
     else if (t == ggml_type::F16 || t == ggml_type::BF16) round_through_scalar(t, x, n);
 }
 
-bool visible(const uint64_t* bits, int32_t j) { return (bits[j >> 6] >> (j & 63)) & 1u; }
 
 // The steps of one task: rows [t0, t0 + nb) against key/value head hk. The
 // queries of the block are its rows × the n_gqa heads sharing head hk, in
@@ -280,18 +279,11 @@ block make_block(const attention_args& a, int t0, int nb, int hk) {
 // positions tie, across sequences), into idx
 void gather_cells(block& b, int32_t* idx) {
     const attention_args& a = b.a;
-    int32_t lo = 0, hi = 0;
-    for (int r = 0; r < b.nb; ++r) {
-        const int32_t l = a.lo[b.t0 + r], h = a.hi[b.t0 + r];
-        if (h <= l) continue;
-        if (hi <= lo) lo = l, hi = h;
-        lo = std::min(lo, l);
-        hi = std::max(hi, h);
-    }
+    const cell_span span = rows_span(a, b.t0, b.nb);
     b.m = 0;
-    for (int32_t j = lo; j < hi; ++j) {
+    for (int32_t j = span.lo; j < span.hi; ++j) {
         bool any = false;
-        for (int r = 0; r < b.nb && !any; ++r) any = visible(a.mask + (int64_t)(b.t0 + r) * a.mask_words, j);
+        for (int r = 0; r < b.nb && !any; ++r) any = cell_visible(a.mask + (int64_t)(b.t0 + r) * a.mask_words, j);
         if (any) idx[b.m++] = j;
     }
     if (const int32_t* pos = a.cell_pos) {
@@ -347,7 +339,7 @@ void weights(const block& b, const kernels& kf, const int32_t* idx, float* score
             if (a.softcap > 0.0f) softcap_row(sc, b.m, a.softcap);
             scale_row(sc, b.m, a.scale);
             for (int64_t i = 0; i < b.m; ++i)
-                if (!visible(bits, idx[i])) sc[i] = -INFINITY;
+                if (!cell_visible(bits, idx[i])) sc[i] = -INFINITY;
             softmax_row(sc, b.m);
             round_weights(kf, a.type_v, sc, b.m);
         }
@@ -507,6 +499,18 @@ size_t attention_scratch::bytes() const {
 }
 
 const char* attention_path_name(attention_path p) { return p == attention_path::flash ? "flash" : "explicit"; }
+
+cell_span rows_span(const attention_args& a, int t0, int nb) {
+    cell_span s;
+    for (int r = 0; r < nb; ++r) {
+        const int32_t l = a.lo[t0 + r], h = a.hi[t0 + r];
+        if (h <= l) continue;
+        if (s.hi <= s.lo) s.lo = l, s.hi = h;
+        s.lo = std::min(s.lo, l);
+        s.hi = std::max(s.hi, h);
+    }
+    return s;
+}
 
 void attention(const attention_args& a, thread_pool& pool, attention_scratch& scratch) {
     if (a.path == attention_path::flash) {

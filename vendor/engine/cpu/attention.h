@@ -58,6 +58,14 @@ struct attention_args {
     attention_path path = attention_path::explicit_softmax;
 };
 
+// The cells [lo, hi) that any of rows [t0, t0 + nb) sees, from the rows'
+// mask_lo / mask_hi (lo == hi when none sees any): both paths walk this span.
+struct cell_span {
+    int32_t lo = 0, hi = 0;
+};
+cell_span rows_span(const attention_args& a, int t0, int nb);
+inline bool cell_visible(const uint64_t* row_bits, int32_t j) { return (row_bits[j >> 6] >> (j & 63)) & 1u; }
+
 // Rows are processed in blocks of up to this many (they share each key and
 // value row they read).
 constexpr int kAttentionBlock = 4;

@@ -151,13 +151,9 @@ struct block_range {
 block_range block_of(const plan& P, int64_t b) {
     block_range r{(int)(b * P.rows), 0, 0, 0};
     r.nb = std::min(P.rows, P.a.n_tok - r.t0);
-    for (int i = 0; i < r.nb; ++i) {
-        const int32_t l = P.a.lo[r.t0 + i], h = P.a.hi[r.t0 + i];
-        if (h <= l) continue;
-        if (r.hi <= r.lo) r.lo = l, r.hi = h;
-        r.lo = std::min(r.lo, l);
-        r.hi = std::max(r.hi, h);
-    }
+    const cell_span span = rows_span(P.a, r.t0, r.nb);
+    r.lo = span.lo;
+    r.hi = span.hi;
     return r;
 }
 
