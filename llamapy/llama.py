@@ -30,6 +30,7 @@ from ._verbose import PerfCounters, emit, load_report
 from ._params import DEFAULT_SEED, KV_TYPES, ContextParams, ModelParams, parse_params
 from ._tokenizer import LlamaTokenizer
 from .gguf_file import GGUFFile
+from .multimodal.chunks import ChunkedPrompt, ImageChunk
 from .llama_cache import (
     BaseLlamaCache,
     LlamaState,
@@ -131,6 +132,7 @@ class Llama:
         type_v: Optional[int] = None,
         spm_infill: bool = False,
         verbose: bool = True,
+        mmproj: Optional[str] = None,
         **kwargs: Any,
     ) -> None:
         t_start = time.perf_counter()
@@ -217,6 +219,7 @@ class Llama:
             self._lora = _engine.LoraAdapter(self._model, mp.lora_path)
             self._ctx.set_adapters([(self._lora, mp.lora_scale)])
         self.n_tokens = 0
+        self._pos_shifts: List[Any] = []  # (row, cumulative shift) after each M-RoPE image chunk
         self.input_ids: npt.NDArray[np.intc] = np.zeros(self._n_ctx, dtype=np.intc)
         self._scores_all: Optional[npt.NDArray[np.single]] = None  # (n_ctx, n_vocab), logits_all only
         self._scores_lazy: Optional[LazyRows] = None  # ``scores`` without logits_all
@@ -224,6 +227,19 @@ class Llama:
         self._eval_serial = 0  # counts decodes: a row written before one may be stale
         self._last_logits_row = -1  # output row of the context holding the last token's logits
         self._closed = False
+        self.mmproj = mmproj
+        if mmproj is not None:
+            # Beyond llama-cpp-python: the projector picks its chat handler (llamapy.multimodal.handlers).
+            if not mmproj or not os.path.exists(mmproj):
+                raise ValueError(f"mmproj path does not exist: {mmproj}")
+            if chat_handler is None:
+                from .multimodal.handlers import handler_for_mmproj
+
+                self.chat_handler = handler_for_mmproj(self, mmproj, chat_format)
+            else:
+                from .multimodal.mmproj import check_compatible, read_mmproj
+
+                check_compatible(read_mmproj(mmproj), self.n_embd())
         # Load time: from the constructor's start to a usable context (llama.cpp
         # stops its clock at the first decode; ours does not wait for one).
         self._perf = PerfCounters(t_load_ms=(time.perf_counter() - t_start) * 1e3)
@@ -363,6 +379,21 @@ class Llama:
         """Forget the evaluated tokens (the KV cache is cleared lazily)."""
         self.n_tokens = 0
         self._last_logits_row = -1
+        self._pos_shifts = []
+
+    def _truncate(self, n: int) -> None:
+        """Keep the first ``n`` evaluated rows (the KV cache past them is cleared lazily)."""
+        self.n_tokens = n
+        self._pos_shifts = [(row, shift) for row, shift in getattr(self, "_pos_shifts", []) if row <= n]
+
+    def _pos_of_row(self, row: int) -> int:
+        """The position of KV row ``row``: the row itself, less what M-RoPE image chunks
+        before it saved (an image of n tokens takes fewer than n positions there)."""
+        shift = 0
+        for end, s in getattr(self, "_pos_shifts", []):
+            if end <= row:
+                shift = s
+        return row - shift
 
     # -------------------------------------------------------------- evaluation
     def eval(self, tokens: Sequence[int]) -> None:
@@ -385,7 +416,8 @@ class Llama:
             bad = int(toks[(toks < 0) | (toks >= self._n_vocab)][0])
             raise ValueError(f"token id {bad} is outside the vocabulary (0..{self._n_vocab - 1})")
         with self._lock:
-            ctx.kv_seq_rm(0, self.n_tokens, -1)
+            ctx.kv_seq_rm(0, self._pos_of_row(self.n_tokens), -1)
+            shift = self.n_tokens - self._pos_of_row(self.n_tokens)
             for start in range(0, len(toks), self.n_batch):
                 chunk = toks[start:start + self.n_batch]
                 n_past = self.n_tokens
@@ -395,7 +427,7 @@ class Llama:
                     want[:] = True
                 else:
                     want[-1] = True
-                pos = np.arange(n_past, n_past + n, dtype=np.int32)
+                pos = np.arange(n_past - shift, n_past - shift + n, dtype=np.int32)
                 t0 = time.perf_counter()
                 ctx.decode(tokens=chunk, embd=None, pos=pos, seq_ids=np.zeros(n, dtype=np.int32), logits=want)
                 self._perf.add_decode(n, time.perf_counter() - t0)
@@ -410,6 +442,66 @@ class Llama:
                     on_chunk(n_past, chunk, ctx)
                 self.n_tokens += n
                 self._last_logits_row = n - 1 if all_logits else 0
+
+    def _eval_chunked(self, prompt: ChunkedPrompt, offset: int) -> None:
+        """Evaluate ``prompt`` from id ``offset`` on (a chunk boundary or inside text) after
+        the rows already evaluated: text runs as tokens, image chunks as embeddings."""
+        pieces = prompt.pieces_from(offset)
+        total = self.n_tokens + sum(c.n_tokens for _, c in pieces)
+        if total > self._n_ctx:
+            raise ValueError(f"Prompt exceeds n_ctx: {total} > {self._n_ctx}")
+        for _, chunk in pieces:
+            if isinstance(chunk, ImageChunk):
+                self._eval_image(chunk)
+            else:
+                self._eval(chunk.tokens, all_logits=self._logits_all)
+
+    def _eval_image(self, chunk: ImageChunk) -> None:
+        """Decode one image chunk's embeddings at the next rows (placeholder ids in input_ids).
+
+        Non-causal chunks (Gemma 3) are decoded in one batch with ``causal=False``; M-RoPE
+        chunks (qwen2vl) get (4, n) positions and advance the position by ``n_pos`` only."""
+        ctx = self._require_ctx()
+        n = chunk.n_tokens
+        if self.n_tokens + n > self._n_ctx:
+            raise ValueError(f"Prompt exceeds n_ctx: {self.n_tokens + n} > {self._n_ctx}")
+        extra: Dict[str, Any] = {}
+        if chunk.non_causal:
+            if not getattr(self._model, "supports_non_causal_decode", False):
+                raise NotImplementedError("this image chunk needs non-causal attention (decode(causal=False), as "
+                                          "llama.cpp decodes Gemma 3 images), which this engine build does not have")
+            if n > self.n_ubatch:
+                raise ValueError(f"a non-causal image chunk of {n} tokens must fit one batch (n_ubatch={self.n_ubatch})")
+            extra["causal"] = False
+        if chunk.mrope and getattr(self._model, "n_pos_per_embd", 1) != 4:
+            raise NotImplementedError("this image chunk needs M-RoPE positions (a qwen2vl-architecture model with "
+                                      "n_pos_per_embd 4), which this model/engine does not provide")
+        embd = chunk.embd()
+        if embd.shape[1] != self.n_embd():
+            raise ValueError(f"image embeddings are {embd.shape[1]} wide, but the language model's n_embd is "
+                             f"{self.n_embd()}")
+        ids = np.asarray(chunk.placeholders(), dtype=np.intc)
+        row0 = self.n_tokens
+        p0 = self._pos_of_row(row0)
+        pos = chunk.positions(p0)
+        ctx.kv_seq_rm(0, p0, -1)
+        step = n if chunk.non_causal else self.n_batch
+        for start in range(0, n, step):
+            end = min(n, start + step)
+            m = end - start
+            want = np.zeros(m, dtype=bool)
+            want[-1] = True  # one row of logits: the prompt may end with an image
+            t0 = time.perf_counter()
+            ctx.decode(tokens=None, embd=embd[start:end], pos=np.ascontiguousarray(pos[..., start:end]),
+                       seq_ids=np.zeros(m, dtype=np.int32), logits=want, **extra)
+            self._perf.add_decode(m, time.perf_counter() - t0)
+            self.input_ids[self.n_tokens:self.n_tokens + m] = ids[start:end]
+            self._eval_serial += 1
+            self.n_tokens += m
+            self._last_logits_row = 0
+        if chunk.n_pos != n:
+            shift = (row0 - p0) + (n - chunk.n_pos)
+            self._pos_shifts = [e for e in getattr(self, "_pos_shifts", []) if e[0] <= row0] + [(self.n_tokens, shift)]
 
     # ---------------------------------------------------------------- sampling
     def _make_sampler(self, top_k: int = 40, top_p: float = 0.95, min_p: float = 0.05, typical_p: float = 1.0,
@@ -494,20 +586,29 @@ class Llama:
         sampler = self._make_sampler(top_k, top_p, min_p, typical_p, temp, repeat_penalty, frequency_penalty,
                                      presence_penalty, tfs_z, mirostat_mode, mirostat_eta, mirostat_tau,
                                      logit_bias, grammar)
+        chunked = tokens if isinstance(tokens, ChunkedPrompt) else None
         tokens = list(tokens)
+        offset = 0
         if reset:
             prefix = longest_token_prefix(self._input_ids.tolist(), tokens) if self.n_tokens > 0 else 0
             if prefix == len(tokens) and prefix > 0:
                 prefix -= 1  # re-evaluate the last token to get its logits
+            if chunked is not None:
+                prefix = chunked.chunk_start_at_or_before(prefix)  # an image is reused whole or not at all
             if prefix > 0 and not self._ctx.kv_swa_resumable(0, prefix):
                 # The sliding-window layers' cache has moved past what the
                 # reused prefix's end needs (swa_full=False): evaluate it all.
                 prefix = 0
-            self.n_tokens = prefix
+            self._truncate(prefix)
             tokens = tokens[prefix:]
+            offset = prefix
             if prefix > 0:
                 emit(self.verbose, logging.DEBUG, "Llama.generate: %d prefix-match hit, remaining %d prompt tokens "
                      "to eval", prefix, len(tokens))
+        if chunked is not None:
+            with self._lock:
+                self._eval_chunked(chunked, offset)
+            tokens = []
         while True:
             with self._lock:
                 drafts = self._draft(tokens)
@@ -648,6 +749,7 @@ class Llama:
             ctx.state_set(state.llama_state)
             self.input_ids[: state.n_tokens] = state.input_ids[: state.n_tokens]
             self.n_tokens = state.n_tokens
+            self._pos_shifts = []
             self._seed = state.seed
             if self._scores_all is not None and len(state.scores) == state.n_tokens:
                 self._scores_all[: state.n_tokens] = state.scores
