@@ -61,6 +61,12 @@ def _metadata_strings(gguf: GGUFFile) -> Dict[str, str]:
     return out
 
 
+def engine_decodes_non_causal() -> bool:
+    """Whether the engine's Context.decode takes ``causal=`` (non-causal image chunks, Gemma 3)."""
+    doc = getattr(_engine.Context.decode, "__doc__", "") or ""
+    return "causal" in doc.split("\n", 1)[0]
+
+
 def _read_by_python(key: str) -> bool:
     """Metadata keys the Python layer reads itself (the engine never does)."""
     return key == "tokenizer.chat_template" or key.startswith("tokenizer.chat_template.")
@@ -467,7 +473,7 @@ class Llama:
             raise ValueError(f"Prompt exceeds n_ctx: {self.n_tokens + n} > {self._n_ctx}")
         extra: Dict[str, Any] = {}
         if chunk.non_causal:
-            if not getattr(self._model, "supports_non_causal_decode", False):
+            if not engine_decodes_non_causal():
                 raise NotImplementedError("this image chunk needs non-causal attention (decode(causal=False), as "
                                           "llama.cpp decodes Gemma 3 images), which this engine build does not have")
             if n > self.n_ubatch:
