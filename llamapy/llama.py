@@ -138,9 +138,11 @@ class Llama:
         type_v: Optional[int] = None,
         spm_infill: bool = False,
         verbose: bool = True,
-        mmproj: Optional[str] = None,
         **kwargs: Any,
     ) -> None:
+        # Beyond llama-cpp-python (kept out of the signature, which matches its own):
+        # ``mmproj=PATH``, a projector GGUF; the chat handler is picked from it.
+        mmproj: Optional[str] = kwargs.pop("mmproj", None)
         t_start = time.perf_counter()
         self.verbose = verbose
         self._closed = True  # until everything is built
@@ -797,9 +799,12 @@ class Llama:
             pass
 
     def __getstate__(self) -> Dict[str, Any]:
-        return dict(model_path=self.model_path, chat_format=self.chat_format, chat_handler=self.chat_handler,
-                    spm_infill=self.spm_infill, verbose=self.verbose,
-                    **{k: v for k, v in self._init_options.items() if k != "seed"}, seed=self._seed)
+        state = dict(model_path=self.model_path, chat_format=self.chat_format, chat_handler=self.chat_handler,
+                     spm_infill=self.spm_infill, verbose=self.verbose,
+                     **{k: v for k, v in self._init_options.items() if k != "seed"}, seed=self._seed)
+        if getattr(self, "mmproj", None) is not None:
+            state.update(mmproj=self.mmproj, chat_handler=None)  # the copy picks its handler again
+        return state
 
     def __setstate__(self, state: Dict[str, Any]) -> None:
         self.__init__(**state)  # type: ignore[misc]
