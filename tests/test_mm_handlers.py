@@ -89,11 +89,14 @@ def _encoder(kind, vtype, check_pixels=True):
     return None  # the handler's default: the real VisionEncoder
 
 
-def make(vtype, cls_name="Llava15ChatHandler", kind="recorded", n_ctx=1024, check_pixels=True, **hkw):
+def make(vtype, cls_name="Llava15ChatHandler", kind="recorded", n_ctx=1024, check_pixels=True, vocab_only=False,
+         **hkw):
+    """(llm, handler, encoder, decode counter); ``vocab_only`` for tests that only lay prompts
+    out (the engine cannot load the qwen2vl architecture yet)."""
     text, proj = model_paths(vtype)
     enc = _encoder(kind, vtype, check_pixels)
     handler = getattr(lcf, cls_name)(clip_model_path=proj, verbose=False, encoder=enc, **hkw)
-    llm = Llama(text, n_ctx=n_ctx, n_threads=2, verbose=False, chat_handler=handler)
+    llm = Llama(text, n_ctx=n_ctx, n_threads=2, verbose=False, chat_handler=handler, vocab_only=vocab_only)
     counter = CountingCtx(llm._ctx)
     llm._ctx = counter
     return llm, handler, enc, counter
@@ -149,14 +152,15 @@ def test_caption_matches_llama_cpp(vtype, cls_name, kind, image):
         assert out["choices"][0]["message"]["content"] == rec["text"]
 
 
-@pytest.mark.parametrize("vtype,cls_name", _CASES)
-def test_image_layout_is_mtmd_tokenize(vtype, cls_name):
+@pytest.mark.parametrize("vtype", ["llava15", "llava16", "idefics3", "gemma3", "qwen2vl", "qwen25vl"])
+def test_image_layout_is_mtmd_tokenize(vtype):
+    cls_name = "MTMDChatHandler"
     """The bare "<__media__>Describe this image." prompt lays out exactly as mtmd_tokenize did."""
     for image, entry in record(vtype)["images"].items():
         ref = entry["mmproj_f16"].get("chunks")
         if ref is None or image not in _PIXEL_EXACT + ("wide_120x33.jpg", "huge_1536x1152.jpg"):
             continue
-        llm, handler, _, _ = make(vtype, cls_name)
+        llm, handler, _, _ = make(vtype, cls_name, vocab_only=True, n_ctx=4096)
         prompt = handler.build_prompt(llm, H.MEDIA_MARKER + "Describe this image.", [os.path.join(IMAGES, image)])
         got = [("text", c.tokens) if isinstance(c, TextChunk) else ("image", c.n_tokens, c.n_pos, c.grid)
                for c in prompt.chunks]
@@ -337,6 +341,20 @@ def test_placeholders_are_negative_and_per_image():
 
 
 # ------------------------------------------------------------------ n_ctx
+def test_qwen_huge_image_overflows_as_llama_cpp_reports():
+    """llama.cpp's handler: ValueError('Prompt exceeds n_ctx: 2262 > 1024') (recorded), counted up to
+    the image chunk that overflows (7 text tokens before it + 2255 image tokens); llamapy checks
+    the whole prompt before any work and names its text and image parts."""
+    rec = record("qwen2vl")["images"]["huge_1536x1152.jpg"]["caption_mmproj_f16"]
+    assert "2262 > 1024" in rec["error"]
+    llm, handler, enc, counter = make("qwen2vl", "MTMDChatHandler", vocab_only=True)
+    text = handler.render(llm, H.ChatRequest(messages=[user(os.path.join(IMAGES, "huge_1536x1152.jpg"),
+                                                            "Describe this image.")]), None)
+    with pytest.raises(ValueError, match=r"2284 > 1024 \(29 text tokens \+ 2255 image tokens\)"):
+        handler.build_prompt(llm, text, [os.path.join(IMAGES, "huge_1536x1152.jpg")])
+    assert enc.calls == [] and counter.embd_rows == 0
+
+
 def test_context_overflow_raises_before_any_work():
     llm, handler, enc, counter = make("llava15", n_ctx=100)
     with pytest.raises(ValueError, match=r"139 > 100.*135 text tokens \+ 4 image tokens"):
@@ -533,3 +551,30 @@ def test_chat_cli_image_command(monkeypatch):
     text = stdout.getvalue()
     assert "image attached" in text and "no such image file" in text
     assert enc.calls == ["tall_37x91.png"]
+
+
+def test_mrope_positions_are_mtmds():
+    """(4, n) section-major: t = n_past, h = n_past + y, w = n_past + x, then zeros."""
+    c = ImageChunk(6, 3, (2, 3), "k", lambda: np.zeros((6, 8)), mrope=True)
+    pos = c.positions(10)
+    assert pos.shape == (4, 6)
+    assert pos[0].tolist() == [10] * 6
+    assert pos[1].tolist() == [10, 10, 11, 11, 12, 12]
+    assert pos[2].tolist() == [10, 11, 10, 11, 10, 11]
+    assert pos[3].tolist() == [0] * 6
+    assert ImageChunk(4, 4, (4, 1), "k", lambda: None).positions(5).tolist() == [5, 6, 7, 8]
+
+
+def test_ram_cache_with_image_prompts():
+    from llamapy.llama_cache import LlamaRAMCache
+
+    llm, handler, enc, counter = make("llava15")
+    llm.set_cache(LlamaRAMCache())
+    msgs = [user(TALL, "Describe this image.")]
+    a, _ = greedy(llm, msgs, max_tokens=4)
+    greedy(llm, [user(GREY, "Describe this image.")], max_tokens=4)
+    counter.embd_rows = 0
+    b, _ = greedy(llm, msgs, max_tokens=4)  # the state cache brings the first image's KV back
+    assert a["choices"][0]["message"]["content"] == b["choices"][0]["message"]["content"]
+    assert counter.embd_rows == 0
+    assert enc.calls == ["tall_37x91.png", "grey_50x64.png"]
