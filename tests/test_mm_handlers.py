@@ -229,6 +229,15 @@ def test_handler_names_and_chat_formats():
         llm.create_chat_completion([{"role": "user", "content": "hi"}])
 
 
+def test_llama_cpp_python_helpers():
+    _, proj = model_paths("llava15")
+    handler = lcf.Llava15ChatHandler(proj, verbose=False, encoder=RecordedEncoder("llava15"))
+    assert handler.get_image_urls([user(TALL, "x"), {"role": "assistant", "content": "y"}]) == [TALL]
+    assert handler.load_image(TALL) == open(TALL, "rb").read()
+    with pytest.raises(NotImplementedError, match="Hugging Face"):
+        lcf.Llava15ChatHandler.from_pretrained("repo", "*mmproj*")
+
+
 def test_missing_projector_and_encoder():
     with pytest.raises(ValueError, match="does not exist"):
         lcf.Llava15ChatHandler(clip_model_path="/nonexistent/mmproj.gguf")

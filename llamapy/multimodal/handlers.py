@@ -36,7 +36,7 @@ from ..chat.completion import ChatRequest, FormatHandler, Prompt, stop_list
 from ..chat.template import ChatTemplate, raise_exception, strftime_now
 from .chunks import ChunkedPrompt, ImageChunk, TextChunk
 from .embed_cache import DEFAULT_CACHE_BYTES, EmbeddingCache, projector_identity
-from .image_input import image_hash, load_image
+from .image_input import image_hash, load_image, read_image_bytes
 from .mmproj import SUPPORTED_PROJECTOR_TYPES, MmprojInfo, check_compatible, read_mmproj
 from .preprocess import Preprocessed, preprocess, preprocess_params
 
@@ -499,6 +499,21 @@ class MTMDChatHandler(FormatHandler):
             print(text, file=sys.stderr)
         sources = image_sources(req.messages, self.IMAGE_ROLES)
         return Prompt(self.build_prompt(llama, text, sources), stop_list(req.stop, ()))
+
+    # -- llama-cpp-python's helpers ------------------------------------------
+    @staticmethod
+    def get_image_urls(messages: Sequence[Mapping[str, Any]]) -> List[Any]:
+        """The images of the user messages, in order (llama-cpp-python's helper)."""
+        return image_sources(messages, ("user",))
+
+    def load_image(self, image_url: Any) -> bytes:
+        """An image's encoded bytes (path, file:// or http(s) URL, data URI, bytes)."""
+        return read_image_bytes(image_url)
+
+    @classmethod
+    def from_pretrained(cls, repo_id: str, filename: Optional[str], *args: Any, **kwargs: Any) -> "MTMDChatHandler":
+        raise NotImplementedError("from_pretrained downloads from the Hugging Face Hub, which llamapy does not do; "
+                                  "download the mmproj GGUF yourself and pass clip_model_path")
 
     def caption(self, llama: Any, image: Any, prompt: str = "Describe this image.", **kwargs: Any) -> Any:
         """One user turn with ``image`` then ``prompt``: create_chat_completion's result."""
