@@ -479,7 +479,8 @@ class Llama:
                 raise NotImplementedError("this image chunk needs non-causal attention (decode(causal=False), as "
                                           "llama.cpp decodes Gemma 3 images), which this engine build does not have")
             if n > self.n_ubatch:
-                raise ValueError(f"a non-causal image chunk of {n} tokens must fit one batch (n_ubatch={self.n_ubatch})")
+                raise ValueError(f"a non-causal image chunk of {n} tokens must fit one batch "
+                                 f"(n_ubatch={self.n_ubatch})")
             extra["causal"] = False
         if chunk.mrope and getattr(self._model, "n_pos_per_embd", 1) != 4:
             raise NotImplementedError("this image chunk needs M-RoPE positions (a qwen2vl-architecture model with "

@@ -67,5 +67,6 @@ class RecordedEncoder:
             out.append(np.array(self.arrays[f"{key}.embd"], dtype=np.float32))
         return out
 
-    def factory(self, clip_model_path: str, n_threads: Optional[int] = None, verbose: bool = False) -> "RecordedEncoder":
+    def factory(self, clip_model_path: str, n_threads: Optional[int] = None,
+                verbose: bool = False) -> "RecordedEncoder":
         return self

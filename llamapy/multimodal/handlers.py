@@ -272,7 +272,7 @@ class _Vocab:
 
     def __init__(self, llama: Any) -> None:
         self.llama = llama
-        self._pieces: Optional[Dict[str, int]] = None
+        self._found: Dict[str, int] = {}
 
     def text(self, s: str) -> List[int]:
         if not s:
@@ -280,18 +280,43 @@ class _Vocab:
         return list(self.llama.tokenize(s.encode("utf-8"), add_bos=False, special=True))
 
     def lookup(self, piece: str) -> int:
-        """The token whose text is exactly ``piece`` (mtmd's lookup_token)."""
-        if self._pieces is None:
-            tok = self.llama.tokenizer_
-            pieces: Dict[str, int] = {}
-            for i in range(self.llama.n_vocab()):
-                text = tok.token_to_piece(i, True).decode("utf-8", errors="replace")
-                pieces.setdefault(text, i)
-            self._pieces = pieces
-        if piece not in self._pieces:
-            raise ValueError(f"the model's vocabulary has no token {piece!r}, which this projector's image "
-                             "layout needs")
-        return self._pieces[piece]
+        """The token whose text is exactly ``piece`` (mtmd's lookup_token: the first id whose
+        piece, specials included, equals it), by native lookups of the forms a vocabulary
+        stores it in: as is, as a byte token ``<0xNN>`` (SentencePiece byte fallback), or in
+        GPT-2's byte-to-unicode spelling (BPE vocabularies)."""
+        if piece not in self._found:
+            vocab = self.llama.tokenizer_.native
+            raw = piece.encode("utf-8")
+            forms = [raw, _gpt2_spelling(raw).encode("utf-8")]
+            if len(raw) == 1:
+                forms.append(b"<0x%02X>" % raw[0])
+            ids = [i for i in (int(vocab.text_to_token(f)) for f in forms)
+                   if i >= 0 and self.llama.tokenizer_.token_to_piece(i, True) == raw]
+            if not ids:
+                raise ValueError(f"the model's vocabulary has no token {piece!r}, which this projector's image "
+                                 "layout needs")
+            self._found[piece] = min(ids)
+        return self._found[piece]
+
+
+def _gpt2_bytes_to_unicode() -> Dict[int, str]:
+    """GPT-2's reversible byte -> printable character map (how BPE vocabularies spell bytes)."""
+    keep = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+    out, extra = {}, 0
+    for b in range(256):
+        if b in keep:
+            out[b] = chr(b)
+        else:
+            out[b] = chr(256 + extra)
+            extra += 1
+    return out
+
+
+_GPT2_BYTES = _gpt2_bytes_to_unicode()
+
+
+def _gpt2_spelling(data: bytes) -> str:
+    return "".join(_GPT2_BYTES[b] for b in data)
 
 
 def _add_bos(llama: Any) -> bool:
