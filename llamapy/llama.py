@@ -30,7 +30,7 @@ from ._verbose import PerfCounters, emit, load_report
 from ._params import DEFAULT_SEED, KV_TYPES, ContextParams, ModelParams, parse_params
 from ._tokenizer import LlamaTokenizer
 from .gguf_file import GGUFFile
-from .multimodal.chunks import ChunkedPrompt, ImageChunk
+from .multimodal.chunks import ChunkedPrompt
 from .llama_cache import (
     BaseLlamaCache,
     LlamaState,
@@ -59,12 +59,6 @@ def _metadata_strings(gguf: GGUFFile) -> Dict[str, str]:
         if isinstance(value, (bool, float, int, str)):
             out[key] = _metadata_string(value)
     return out
-
-
-def engine_decodes_non_causal() -> bool:
-    """Whether the engine's Context.decode takes ``causal=`` (non-causal image chunks, Gemma 3)."""
-    doc = getattr(_engine.Context.decode, "__doc__", "") or ""
-    return "causal" in doc.split("\n", 1)[0]
 
 
 def _read_by_python(key: str) -> bool:
@@ -452,65 +446,10 @@ class Llama:
                 self._last_logits_row = n - 1 if all_logits else 0
 
     def _eval_chunked(self, prompt: ChunkedPrompt, offset: int) -> None:
-        """Evaluate ``prompt`` from id ``offset`` on (a chunk boundary or inside text) after
-        the rows already evaluated: text runs as tokens, image chunks as embeddings."""
-        pieces = prompt.pieces_from(offset)
-        total = self.n_tokens + sum(c.n_tokens for _, c in pieces)
-        if total > self._n_ctx:
-            raise ValueError(f"Prompt exceeds n_ctx: {total} > {self._n_ctx}")
-        for _, chunk in pieces:
-            if isinstance(chunk, ImageChunk):
-                self._eval_image(chunk)
-            else:
-                self._eval(chunk.tokens, all_logits=self._logits_all)
+        """Evaluate a text + image prompt from id ``offset`` on (llamapy/multimodal/evaluate.py)."""
+        from .multimodal.evaluate import eval_chunked
 
-    def _eval_image(self, chunk: ImageChunk) -> None:
-        """Decode one image chunk's embeddings at the next rows (placeholder ids in input_ids).
-
-        Non-causal chunks (Gemma 3) are decoded in one batch with ``causal=False``; M-RoPE
-        chunks (qwen2vl) get (4, n) positions and advance the position by ``n_pos`` only."""
-        ctx = self._require_ctx()
-        n = chunk.n_tokens
-        if self.n_tokens + n > self._n_ctx:
-            raise ValueError(f"Prompt exceeds n_ctx: {self.n_tokens + n} > {self._n_ctx}")
-        extra: Dict[str, Any] = {}
-        if chunk.non_causal:
-            if not engine_decodes_non_causal():
-                raise NotImplementedError("this image chunk needs non-causal attention (decode(causal=False), as "
-                                          "llama.cpp decodes Gemma 3 images), which this engine build does not have")
-            if n > self.n_ubatch:
-                raise ValueError(f"a non-causal image chunk of {n} tokens must fit one batch "
-                                 f"(n_ubatch={self.n_ubatch})")
-            extra["causal"] = False
-        if chunk.mrope and getattr(self._model, "n_pos_per_embd", 1) != 4:
-            raise NotImplementedError("this image chunk needs M-RoPE positions (a qwen2vl-architecture model with "
-                                      "n_pos_per_embd 4), which this model/engine does not provide")
-        embd = chunk.embd()
-        if embd.shape[1] != self.n_embd():
-            raise ValueError(f"image embeddings are {embd.shape[1]} wide, but the language model's n_embd is "
-                             f"{self.n_embd()}")
-        ids = np.asarray(chunk.placeholders(), dtype=np.intc)
-        row0 = self.n_tokens
-        p0 = self._pos_of_row(row0)
-        pos = chunk.positions(p0)
-        ctx.kv_seq_rm(0, p0, -1)
-        step = n if chunk.non_causal else self.n_batch
-        for start in range(0, n, step):
-            end = min(n, start + step)
-            m = end - start
-            want = np.zeros(m, dtype=bool)
-            want[-1] = True  # one row of logits: the prompt may end with an image
-            t0 = time.perf_counter()
-            ctx.decode(tokens=None, embd=embd[start:end], pos=np.ascontiguousarray(pos[..., start:end]),
-                       seq_ids=np.zeros(m, dtype=np.int32), logits=want, **extra)
-            self._perf.add_decode(m, time.perf_counter() - t0)
-            self.input_ids[self.n_tokens:self.n_tokens + m] = ids[start:end]
-            self._eval_serial += 1
-            self.n_tokens += m
-            self._last_logits_row = 0
-        if chunk.n_pos != n:
-            shift = (row0 - p0) + (n - chunk.n_pos)
-            self._pos_shifts = [e for e in getattr(self, "_pos_shifts", []) if e[0] <= row0] + [(self.n_tokens, shift)]
+        eval_chunked(self, prompt, offset)
 
     # ---------------------------------------------------------------- sampling
     def _make_sampler(self, top_k: int = 40, top_p: float = 0.95, min_p: float = 0.05, typical_p: float = 1.0,

@@ -27,7 +27,7 @@ from vlm_recorded_encoder import IMAGES, RecordedEncoder, model_paths, record  #
 
 from llamapy import Llama, _engine  # noqa: E402
 from llamapy import llama_chat_format as lcf  # noqa: E402
-from llamapy.llama import engine_decodes_non_causal  # noqa: E402
+from llamapy.multimodal.evaluate import engine_decodes_non_causal  # noqa: E402
 from llamapy.llama_cache import LogitsProcessorList  # noqa: E402
 from llamapy.multimodal import handlers as H  # noqa: E402
 from llamapy.multimodal.chunks import ChunkedPrompt, ImageChunk, TextChunk, placeholder_ids  # noqa: E402

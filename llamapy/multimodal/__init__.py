@@ -8,6 +8,7 @@
   encoder takes, as llama.cpp's mtmd preprocessors make them.
 
 - ``chunks.py``      — prompts of text and image chunks (placeholder ids, chunk-unit prefixes);
+- ``evaluate.py``    — a chunked prompt into a Llama's context (image chunks as embeddings);
 - ``embed_cache.py`` — the projector-output LRU cache;
 - ``handlers.py``    — the multimodal chat handlers (re-exported by ``llamapy.llama_chat_format``).
 
