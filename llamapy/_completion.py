@@ -23,6 +23,7 @@ from . import _engine
 from ._text import StopMatcher, Utf8Stream, drop_invalid
 from ._verbose import emit, print_timings
 from .llama_cache import LogitsProcessorList, StoppingCriteriaList, longest_token_prefix
+from .multimodal.chunks import ChunkedPrompt
 
 if TYPE_CHECKING:
     from .llama import Llama
@@ -84,6 +85,12 @@ def _logprob_record(llama: "Llama", logits: np.ndarray, token: int, n_top: int, 
 
 def _prompt_tokens(llama: "Llama", req: CompletionRequest) -> List[int]:
     prompt = req.prompt
+    if isinstance(prompt, ChunkedPrompt):
+        # Text and image chunks (multimodal handlers): image rows are negative placeholder ids.
+        for t in prompt.text_tokens():
+            if t < 0 or t >= llama.n_vocab():
+                raise ValueError(f"prompt token id {t} is outside the vocabulary (0..{llama.n_vocab() - 1})")
+        return prompt
     if isinstance(prompt, str):
         toks = llama.tokenize(prompt.encode("utf-8"), add_bos=True, special=True) if prompt else []
         bos = llama.token_bos()
@@ -262,6 +269,13 @@ def _validated_prompt(llama: "Llama", req: CompletionRequest) -> List[int]:
     llama._require_ctx()
     _check_request(req)
     prompt_tokens = _prompt_tokens(llama, req)
+    if isinstance(prompt_tokens, ChunkedPrompt):
+        if req.echo and req.logprobs is not None:
+            raise ValueError("echo with logprobs is not supported for prompts with images")
+        n_img = prompt_tokens.n_image_tokens
+        if len(prompt_tokens) >= llama.n_ctx():
+            raise ValueError(f"Prompt exceeds n_ctx: {len(prompt_tokens)} > {llama.n_ctx()} "
+                             f"({len(prompt_tokens) - n_img} text tokens + {n_img} image tokens, no room to generate)")
     if len(prompt_tokens) >= llama.n_ctx():
         raise ValueError(f"Requested tokens ({len(prompt_tokens)}) exceed context window of {llama.n_ctx()}")
     return prompt_tokens
@@ -270,6 +284,9 @@ def _validated_prompt(llama: "Llama", req: CompletionRequest) -> List[int]:
 def _prompt_text(llama: "Llama", req: CompletionRequest, prompt_tokens: List[int]) -> str:
     if isinstance(req.prompt, str):
         return req.prompt
+    if isinstance(prompt_tokens, ChunkedPrompt):
+        return "".join(llama.detokenize(c.tokens).decode("utf-8", errors="ignore")
+                       for c in prompt_tokens.chunks if not hasattr(c, "load"))
     return llama.detokenize(prompt_tokens).decode("utf-8", errors="ignore")
 
 

@@ -70,6 +70,12 @@ def _cmd_chat(args: argparse.Namespace) -> int:
     return run_chat(args)
 
 
+def _cmd_caption(args: argparse.Namespace) -> int:
+    from .caption import run_caption
+
+    return run_caption(args)
+
+
 def _cmd_bench(args: argparse.Namespace) -> int:
     from .bench import run_bench
 
@@ -157,7 +163,22 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--min-p", type=float, default=0.05)
     sp.add_argument("--repeat-penalty", type=float, default=1.0)
     sp.add_argument("--seed", type=int, default=None)
+    sp.add_argument("--mmproj", help="projector GGUF of a vision-language model: enables /image PATH")
     sp.set_defaults(func=_cmd_chat)
+
+    sp = sub.add_parser("caption", help="caption images with a vision-language model (resumable job)")
+    sp.add_argument("images", nargs="+", help="image files or folders")
+    sp.add_argument("-m", "--model", required=True, help="the language model's GGUF")
+    sp.add_argument("--mmproj", required=True, help="the projector GGUF (mmproj)")
+    sp.add_argument("-p", "--prompt", default="Describe this image.")
+    sp.add_argument("--jsonl", help="write results here, one JSON object per line; resumed if it exists")
+    sp.add_argument("-n", "--n-predict", type=int, default=128, help="most tokens per caption")
+    sp.add_argument("-t", "--threads", type=int, default=0, help="threads (default: physical cores)")
+    sp.add_argument("-c", "--ctx-size", type=int, default=4096, help="context size")
+    sp.add_argument("--temp", type=float, default=0.0, help="temperature (default 0: greedy)")
+    sp.add_argument("--seed", type=int, default=0)
+    sp.add_argument("--chat-format", help="multimodal chat format (llava-1-5, llava-1-6, mtmd, ...)")
+    sp.set_defaults(func=_cmd_caption)
 
     sp = sub.add_parser("bench", help="prompt processing (pp) and generation (tg) speed, like llama-bench",
                         description="Prompt processing (pp) and generation (tg) speed, like llama-bench. "

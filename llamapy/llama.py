@@ -30,6 +30,7 @@ from ._verbose import PerfCounters, emit, load_report
 from ._params import DEFAULT_SEED, ContextParams, ModelParams, engine_params, parse_params
 from ._tokenizer import LlamaTokenizer
 from .gguf_file import GGUFFile
+from .multimodal.chunks import ChunkedPrompt
 from .llama_cache import (
     BaseLlamaCache,
     LlamaState,
@@ -133,6 +134,9 @@ class Llama:
         verbose: bool = True,
         **kwargs: Any,
     ) -> None:
+        # Beyond llama-cpp-python (kept out of the signature, which matches its own):
+        # ``mmproj=PATH``, a projector GGUF; the chat handler is picked from it.
+        mmproj: Optional[str] = kwargs.pop("mmproj", None)
         t_start = time.perf_counter()
         self.verbose = verbose
         self._closed = True  # until everything is built
@@ -212,6 +216,7 @@ class Llama:
             self._lora = _engine.LoraAdapter(self._model, mp.lora_path)
             self._ctx.set_adapters([(self._lora, mp.lora_scale)])
         self.n_tokens = 0
+        self._pos_shifts: List[Any] = []  # (row, cumulative shift) after each M-RoPE image chunk
         self.input_ids: npt.NDArray[np.intc] = np.zeros(self._n_ctx, dtype=np.intc)
         self._scores_all: Optional[npt.NDArray[np.single]] = None  # (n_ctx, n_vocab), logits_all only
         self._scores_lazy: Optional[LazyRows] = None  # ``scores`` without logits_all
@@ -219,6 +224,19 @@ class Llama:
         self._eval_serial = 0  # counts decodes: a row written before one may be stale
         self._last_logits_row = -1  # output row of the context holding the last token's logits
         self._closed = False
+        self.mmproj = mmproj
+        if mmproj is not None:
+            # Beyond llama-cpp-python: the projector picks its chat handler (llamapy.multimodal.handlers).
+            if not mmproj or not os.path.exists(mmproj):
+                raise ValueError(f"mmproj path does not exist: {mmproj}")
+            if chat_handler is None:
+                from .multimodal.handlers import handler_for_mmproj
+
+                self.chat_handler = handler_for_mmproj(self, mmproj, chat_format)
+            else:
+                from .multimodal.mmproj import check_compatible, read_mmproj
+
+                check_compatible(read_mmproj(mmproj), self.n_embd())
         # Load time: from the constructor's start to a usable context (llama.cpp
         # stops its clock at the first decode; ours does not wait for one).
         self._perf = PerfCounters(t_load_ms=(time.perf_counter() - t_start) * 1e3)
@@ -358,6 +376,21 @@ class Llama:
         """Forget the evaluated tokens (the KV cache is cleared lazily)."""
         self.n_tokens = 0
         self._last_logits_row = -1
+        self._pos_shifts = []
+
+    def _truncate(self, n: int) -> None:
+        """Keep the first ``n`` evaluated rows (the KV cache past them is cleared lazily)."""
+        self.n_tokens = n
+        self._pos_shifts = [(row, shift) for row, shift in getattr(self, "_pos_shifts", []) if row <= n]
+
+    def _pos_of_row(self, row: int) -> int:
+        """The position of KV row ``row``: the row itself, less what M-RoPE image chunks
+        before it saved (an image of n tokens takes fewer than n positions there)."""
+        shift = 0
+        for end, s in getattr(self, "_pos_shifts", []):
+            if end <= row:
+                shift = s
+        return row - shift
 
     # -------------------------------------------------------------- evaluation
     def eval(self, tokens: Sequence[int]) -> None:
@@ -380,7 +413,8 @@ class Llama:
             bad = int(toks[(toks < 0) | (toks >= self._n_vocab)][0])
             raise ValueError(f"token id {bad} is outside the vocabulary (0..{self._n_vocab - 1})")
         with self._lock:
-            ctx.kv_seq_rm(0, self.n_tokens, -1)
+            ctx.kv_seq_rm(0, self._pos_of_row(self.n_tokens), -1)
+            shift = self.n_tokens - self._pos_of_row(self.n_tokens)
             for start in range(0, len(toks), self.n_batch):
                 chunk = toks[start:start + self.n_batch]
                 n_past = self.n_tokens
@@ -390,7 +424,7 @@ class Llama:
                     want[:] = True
                 else:
                     want[-1] = True
-                pos = np.arange(n_past, n_past + n, dtype=np.int32)
+                pos = np.arange(n_past - shift, n_past - shift + n, dtype=np.int32)
                 t0 = time.perf_counter()
                 ctx.decode(tokens=chunk, embd=None, pos=pos, seq_ids=np.zeros(n, dtype=np.int32), logits=want)
                 self._perf.add_decode(n, time.perf_counter() - t0)
@@ -405,6 +439,12 @@ class Llama:
                     on_chunk(n_past, chunk, ctx)
                 self.n_tokens += n
                 self._last_logits_row = n - 1 if all_logits else 0
+
+    def _eval_chunked(self, prompt: ChunkedPrompt, offset: int) -> None:
+        """Evaluate a text + image prompt from id ``offset`` on (llamapy/multimodal/evaluate.py)."""
+        from .multimodal.evaluate import eval_chunked
+
+        eval_chunked(self, prompt, offset)
 
     # ---------------------------------------------------------------- sampling
     def _make_sampler(self, top_k: int = 40, top_p: float = 0.95, min_p: float = 0.05, typical_p: float = 1.0,
@@ -489,20 +529,29 @@ class Llama:
         sampler = self._make_sampler(top_k, top_p, min_p, typical_p, temp, repeat_penalty, frequency_penalty,
                                      presence_penalty, tfs_z, mirostat_mode, mirostat_eta, mirostat_tau,
                                      logit_bias, grammar)
+        chunked = tokens if isinstance(tokens, ChunkedPrompt) else None
         tokens = list(tokens)
+        offset = 0
         if reset:
             prefix = longest_token_prefix(self._input_ids.tolist(), tokens) if self.n_tokens > 0 else 0
             if prefix == len(tokens) and prefix > 0:
                 prefix -= 1  # re-evaluate the last token to get its logits
+            if chunked is not None:
+                prefix = chunked.chunk_start_at_or_before(prefix)  # an image is reused whole or not at all
             if prefix > 0 and not self._ctx.kv_swa_resumable(0, prefix):
                 # The sliding-window layers' cache has moved past what the
                 # reused prefix's end needs (swa_full=False): evaluate it all.
                 prefix = 0
-            self.n_tokens = prefix
+            self._truncate(prefix)
             tokens = tokens[prefix:]
+            offset = prefix
             if prefix > 0:
                 emit(self.verbose, logging.DEBUG, "Llama.generate: %d prefix-match hit, remaining %d prompt tokens "
                      "to eval", prefix, len(tokens))
+        if chunked is not None:
+            with self._lock:
+                self._eval_chunked(chunked, offset)
+            tokens = []
         while True:
             with self._lock:
                 drafts = self._draft(tokens)
@@ -643,6 +692,7 @@ class Llama:
             ctx.state_set(state.llama_state)
             self.input_ids[: state.n_tokens] = state.input_ids[: state.n_tokens]
             self.n_tokens = state.n_tokens
+            self._pos_shifts = []
             self._seed = state.seed
             if self._scores_all is not None and len(state.scores) == state.n_tokens:
                 self._scores_all[: state.n_tokens] = state.scores
@@ -684,9 +734,12 @@ class Llama:
             pass
 
     def __getstate__(self) -> Dict[str, Any]:
-        return dict(model_path=self.model_path, chat_format=self.chat_format, chat_handler=self.chat_handler,
-                    spm_infill=self.spm_infill, verbose=self.verbose,
-                    **{k: v for k, v in self._init_options.items() if k != "seed"}, seed=self._seed)
+        state = dict(model_path=self.model_path, chat_format=self.chat_format, chat_handler=self.chat_handler,
+                     spm_infill=self.spm_infill, verbose=self.verbose,
+                     **{k: v for k, v in self._init_options.items() if k != "seed"}, seed=self._seed)
+        if getattr(self, "mmproj", None) is not None:
+            state.update(mmproj=self.mmproj, chat_handler=None)  # the copy picks its handler again
+        return state
 
     def __setstate__(self, state: Dict[str, Any]) -> None:
         self.__init__(**state)  # type: ignore[misc]

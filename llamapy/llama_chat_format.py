@@ -9,10 +9,12 @@ llama-cpp-python passes them, in llamapy's bounded sandbox (template.py).
 The handler registry, ``chat_formatter_to_chat_completion_handler``,
 ``guess_chat_format_from_gguf_metadata`` and the template constants are here too.
 
-Not here: the multimodal handlers (``Llava15ChatHandler``, ``MTMDChatHandler``
-and their subclasses; being built separately) and the functionary handlers
-(they need functionary's Hugging Face tokenizer). llamapy's own chat code is
-``llamapy.chat``.
+The multimodal handlers (``Llava15ChatHandler``, ``MTMDChatHandler`` and their
+subclasses, plus llamapy's ``Gemma3ChatHandler`` and ``SmolVLMChatHandler``) are
+``llamapy.multimodal.handlers``'s, re-exported here.
+
+Not here: the functionary handlers (they need functionary's Hugging Face
+tokenizer). llamapy's own chat code is ``llamapy.chat``.
 """
 from __future__ import annotations
 
@@ -28,6 +30,11 @@ from .chat.named_formats import (CHATML_BOS_TOKEN, CHATML_CHAT_TEMPLATE, CHATML_
                                   MIXTRAL_INSTRUCT_CHAT_TEMPLATE, NAMED_FORMATS,
                                   guess_chat_format_from_gguf_metadata)
 from .chat.template import ChatTemplate
+from .multimodal.handlers import (Gemma3ChatHandler, Gemma4ChatHandler, Llama3VisionAlpha,  # noqa: F401
+                                  Llama3VisionAlphaChatHandler, Llava15ChatHandler, Llava16ChatHandler,
+                                  MiniCPMv26ChatHandler, MoondreamChatHandler, MTMDChatHandler,
+                                  NanoLlavaChatHandler, ObsidianChatHandler, Qwen25VLChatHandler,
+                                  SmolVLMChatHandler)
 
 __all__ = [
     "CHATML_BOS_TOKEN", "CHATML_CHAT_TEMPLATE", "CHATML_EOS_TOKEN", "LLAMA3_INSTRUCT_CHAT_TEMPLATE",
@@ -43,6 +50,9 @@ __all__ = [
     "format_oasst_llama", "format_open_orca", "format_openbuddy", "format_openchat", "format_phi3", "format_phind",
     "format_pygmalion", "format_qwen", "format_redpajama_incite", "format_saiga", "format_snoozy", "format_vicuna",
     "format_zephyr",
+    "Gemma3ChatHandler", "Gemma4ChatHandler", "Llama3VisionAlpha", "Llama3VisionAlphaChatHandler",
+    "Llava15ChatHandler", "Llava16ChatHandler", "MTMDChatHandler", "MiniCPMv26ChatHandler", "MoondreamChatHandler",
+    "NanoLlavaChatHandler", "ObsidianChatHandler", "Qwen25VLChatHandler", "SmolVLMChatHandler",
 ]
 
 # --- protocols and responses ------------------------------------------------------------------------------------

@@ -20,10 +20,6 @@ MODULES = ["llama_types", "llama_chat_format", "llama_grammar", "llama_cache", "
 # Deliberately absent, by module.
 ABSENT = {
     "llama_chat_format": {
-        # Multimodal handlers: being built separately (they need llamapy's image path).
-        "Llava15ChatHandler", "Llava16ChatHandler", "MTMDChatHandler", "Gemma4ChatHandler", "ObsidianChatHandler",
-        "MoondreamChatHandler", "NanoLlavaChatHandler", "Llama3VisionAlpha", "Llama3VisionAlphaChatHandler",
-        "MiniCPMv26ChatHandler", "Qwen25VLChatHandler",
         # Functionary's handlers need functionary's own Hugging Face tokenizer and prompt code.
         "functionary_chat_handler", "functionary_v1_v2_chat_handler",
     },

@@ -10,17 +10,22 @@ Not here: the command's options (``llamapy/cli.py``) and chat itself (``completi
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Any, Dict, List, Optional, TextIO
 
 HELP = "Type a message. /reset starts over, /exit quits; Ctrl-C stops an answer."
+IMAGE_HELP = "/image PATH attaches an image to your next message."
 
 
-def chat_loop(llm: Any, stdin: TextIO, stdout: TextIO, system: Optional[str] = None, **sampling: Any) -> int:
-    """Read user lines from ``stdin`` until ``/exit`` or end of input; stream answers to ``stdout``."""
+def chat_loop(llm: Any, stdin: TextIO, stdout: TextIO, system: Optional[str] = None, images: bool = False,
+              **sampling: Any) -> int:
+    """Read user lines from ``stdin`` until ``/exit`` or end of input; stream answers to ``stdout``.
+    With ``images`` (a multimodal model), ``/image PATH`` attaches an image to the next message."""
     base: List[Dict[str, Any]] = [{"role": "system", "content": system}] if system else []
     history = list(base)
-    stdout.write(HELP + "\n")
+    pending: List[str] = []
+    stdout.write(HELP + (" " + IMAGE_HELP if images else "") + "\n")
     while True:
         stdout.write("> ")
         stdout.flush()
@@ -35,9 +40,24 @@ def chat_loop(llm: Any, stdin: TextIO, stdout: TextIO, system: Optional[str] = N
             history = list(base)
             stdout.write("(conversation cleared)\n")
             continue
+        if text.strip().startswith("/image"):
+            path = text.strip()[len("/image"):].strip()
+            if not images:
+                stdout.write("error: /image needs a vision model (chat --mmproj PROJ)\n")
+            elif not path or not os.path.isfile(path):
+                stdout.write(f"error: no such image file: {path!r}\n")
+            else:
+                pending.append(path)
+                stdout.write(f"(image attached: {path})\n")
+            continue
         if not text.strip():
             continue
-        history.append({"role": "user", "content": text})
+        if pending:
+            parts: List[Dict[str, Any]] = [{"type": "image_url", "image_url": {"url": p}} for p in pending]
+            history.append({"role": "user", "content": parts + [{"type": "text", "text": text}]})
+            pending = []
+        else:
+            history.append({"role": "user", "content": text})
         answer = _answer(llm, history, base, stdout, sampling)
         if answer is None:
             history.pop()
@@ -53,7 +73,8 @@ def _answer(llm: Any, history: List[Dict[str, Any]], base: List[Dict[str, Any]],
             stream = llm.create_chat_completion(list(history), stream=True, **sampling)
             break
         except ValueError as e:
-            if "context window" not in str(e) or len(history) <= len(base) + 1:
+            too_long = "context window" in str(e) or "exceeds n_ctx" in str(e)
+            if not too_long or len(history) <= len(base) + 1:
                 stdout.write(f"error: {e}\n")
                 return None
             del history[len(base): len(base) + 2]  # forget the oldest exchange
@@ -84,9 +105,10 @@ def run_chat(args: argparse.Namespace) -> int:
         model_path = default_model_path()
     seed = args.seed if args.seed is not None else 0xFFFFFFFF
     llm = Llama(model_path=model_path, n_ctx=args.ctx_size, n_threads=args.threads or None, n_batch=args.batch_size,
-                chat_format=args.chat_format, seed=seed, verbose=False)
+                chat_format=args.chat_format, seed=seed, verbose=False, mmproj=getattr(args, "mmproj", None))
     try:
-        return chat_loop(llm, sys.stdin, sys.stdout, system=args.system, max_tokens=args.n_predict,
+        return chat_loop(llm, sys.stdin, sys.stdout, system=args.system, images=llm.mmproj is not None,
+                         max_tokens=args.n_predict,
                          temperature=args.temp, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
                          repeat_penalty=args.repeat_penalty)
     finally:

@@ -466,6 +466,12 @@ def get_chat_completion_handler(name: str, metadata: Optional[Dict[str, Any]] = 
             return FormatHandler(format_from_template(metadata[key], name, eos_token))
     if name in FORMATS:
         return FormatHandler(FORMATS[name])
+    from ..multimodal.handlers import MULTIMODAL_CHAT_FORMATS
+
+    if name in MULTIMODAL_CHAT_FORMATS:
+        raise ValueError(f"chat format {name!r} is multimodal: it needs a projector file; load the model with "
+                         f"Llama(..., chat_format={name!r}, mmproj=PATH) or pass "
+                         f"chat_handler={MULTIMODAL_CHAT_FORMATS[name].__name__}(clip_model_path=PATH)")
     known = sorted(set(FORMATS) | set(_user_handlers) | set(template_names(metadata)))
     raise ValueError(f"unknown chat format {name!r}; known formats: {', '.join(known)}")
 

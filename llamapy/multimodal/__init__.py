@@ -7,8 +7,13 @@
 - ``preprocess.py``  — an RGB image -> the float32 CHW tiles a projector type's vision
   encoder takes, as llama.cpp's mtmd preprocessors make them.
 
-Not here yet: the vision encoders (C++) and the chat handlers that use them; nothing in
-``llamapy.llama_chat_format`` refers to this package until they exist.
+- ``chunks.py``      — prompts of text and image chunks (placeholder ids, chunk-unit prefixes);
+- ``evaluate.py``    — a chunked prompt into a Llama's context (image chunks as embeddings);
+- ``embed_cache.py`` — the projector-output LRU cache;
+- ``handlers.py``    — the multimodal chat handlers (re-exported by ``llamapy.llama_chat_format``).
+
+Not here yet: the vision encoders (C++, ``encoder.py``); the handlers raise
+NotImplementedError("vision encoder not built") until it exists, unless given ``encoder=``.
 """
 from .image_input import decode_image, image_hash, image_url_from_part, load_image, read_image_bytes
 from .mmproj import SUPPORTED_PROJECTOR_TYPES, MmprojInfo, check_compatible, read_mmproj
