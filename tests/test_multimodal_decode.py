@@ -21,7 +21,7 @@ TYPES = ["llava15", "llava16", "gemma3", "idefics3", "qwen2vl", "qwen25vl"]
 MARKER = "<__media__>"
 # |ours - llama.cpp| of the first step's top-2 logits. The engine and
 # llama.cpp's CPU backend round differently (F16 weights, other summation
-# orders); on these tiny models the gap seen is about 2e-3.
+# orders); on these tiny models the gaps seen are 3e-4 to 5e-3.
 LOGIT_TOL = 1e-2
 
 
@@ -79,8 +79,10 @@ def _image_pos(model, chunk, n_past):
     return np.stack([np.full(n, n_past), n_past + i // nx, n_past + i % nx, np.zeros(n, np.int64)])
 
 
-def _eval_prompt(ctx, model, vocab, kind, img, entry, arrays):
-    """Evaluates the helper path's prompt; returns the position after it."""
+def _eval_prompt(ctx, model, vocab, img, entry, arrays, causal=None, flat=False):
+    """Evaluates the helper path's prompt; returns the position after it.
+    causal / flat: deliberately wrong settings (the image chunks' causal flag;
+    M-RoPE models' images at flat positions), to show the tests notice them."""
     n_past, k_img = 0, 0
     for c in _helper_chunks(vocab, entry):
         if c["type"] == "text":
@@ -91,14 +93,18 @@ def _eval_prompt(ctx, model, vocab, kind, img, entry, arrays):
             embd = arrays[f"{img}.mmproj_f16.chunk{k_img}.embd"]
             k_img += 1
             assert embd.shape == (c["n_tokens"], model.n_embd)
-            ctx.decode(embd=embd, pos=_image_pos(model, c, n_past), seq_ids=[0] * len(embd),
-                       causal=not model.mm_non_causal)
-            n_past += c["n_pos"]
+            pos = np.arange(n_past, n_past + len(embd)) if flat else _image_pos(model, c, n_past)
+            ctx.decode(embd=embd, pos=pos, seq_ids=[0] * len(embd),
+                       causal=(not model.mm_non_causal) if causal is None else causal)
+            n_past += len(embd) if flat else c["n_pos"]
     return n_past
 
 
-@pytest.mark.parametrize("kind,img", CASES, ids=[f"{k}-{i}" for k, i in CASES])
-def test_mtmd_helper_caption_matches_llama_cpp(kind, img):
+def _caption(kind, img, causal=None, flat=False):
+    """Greedy caption after the helper prompt, compared step by step with the
+    record. Returns (agrees, steps agreed, n_past after the prompt, first
+    step's top-2 logits error); agrees also when a divergence follows a step
+    whose recorded top-2 gap is below NEAR_TIE."""
     rec = _record(kind)
     entry = rec["images"][img]
     ref = entry["caption_mtmd_helper_mmproj_f16"]
@@ -106,28 +112,45 @@ def test_mtmd_helper_caption_matches_llama_cpp(kind, img):
     model = E.Model(str(_text_model(kind)))
     vocab = E.Vocab.from_file(str(_text_model(kind)))
     ctx = E.Context(model, n_ctx=rec["n_ctx"], n_threads=2, n_threads_batch=2)
-    n_past = _eval_prompt(ctx, model, vocab, kind, img, entry, arrays)
-    assert n_past == ref["n_past_after_prompt"]
-
-    ours = []
+    n_past = n_prompt = _eval_prompt(ctx, model, vocab, img, entry, arrays, causal, flat)
+    err0 = None
     for step, rs in enumerate(ref["steps"]):
         logits = np.asarray(ctx.get_logits(-1))
         tok = int(np.argmax(logits))
         if step == 0:
-            top2 = logits[rs["top2_ids"]]
-            np.testing.assert_allclose(top2, rs["top2_logits"], atol=LOGIT_TOL, rtol=0)
+            err0 = float(np.max(np.abs(logits[rs["top2_ids"]] - rs["top2_logits"])))
         if tok != rs["token"]:
-            # allowed only after a step where llama.cpp's own top-2 were within rounding noise
             gaps = [s["top2_logits"][0] - s["top2_logits"][1] for s in ref["steps"][:step + 1]]
-            assert min(gaps) < NEAR_TIE, f"step {step}: {tok} != {rs['token']} (ours so far {ours})"
-            return
-        ours.append(tok)
+            return min(gaps) < NEAR_TIE, step, n_prompt, err0
         if vocab.is_eog(tok):
             break
         ctx.decode(tokens=[tok], pos=[n_past], seq_ids=[0])
         n_past += 1
-    assert ours == ref["token_ids"][:len(ours)]
-    assert len(ours) == len(ref["token_ids"])
+    return len(ref["steps"]) == len(ref["token_ids"]), len(ref["steps"]), n_prompt, err0
+
+
+@pytest.mark.parametrize("kind,img", CASES, ids=[f"{k}-{i}" for k, i in CASES])
+def test_mtmd_helper_caption_matches_llama_cpp(kind, img):
+    ref = _record(kind)["images"][img]["caption_mtmd_helper_mmproj_f16"]
+    agrees, n_steps, n_prompt, err0 = _caption(kind, img)
+    assert n_prompt == ref["n_past_after_prompt"]
+    assert agrees, f"diverged at step {n_steps} without a near tie before it"
+    assert err0 <= LOGIT_TOL
+
+
+def test_gemma3_images_need_non_causal_attention():
+    """With the causal mask on, some Gemma 3 captions leave llama.cpp's (not
+    all: 4 image rows in a tiny random model move the logits only a little)."""
+    results = [_caption("gemma3", img, causal=True) for k, img in CASES if k == "gemma3"]
+    assert any(not agrees for agrees, *_ in results)
+
+
+@pytest.mark.parametrize("kind", ["qwen2vl", "qwen25vl"])
+def test_qwen_images_need_mrope_grid_positions(kind):
+    for k, img in CASES:
+        if k == kind:
+            agrees, n_steps, _, _ = _caption(kind, img, flat=True)
+            assert not agrees and n_steps == 0
 
 
 def test_every_type_has_helper_cases():
@@ -348,3 +371,25 @@ def test_mrope_state_round_trip_keeps_grid_positions():
     ctx2.state_set(state)
     ctx2.decode(embd=x[2:], pos=pos[:, 2:], seq_ids=[0, 0])
     assert np.array_equal(np.array(ctx2.get_logits(-1)), want)
+
+
+def test_llama_loads_qwen2vl_text_model_and_generates():
+    """Llama(...) runs the qwen2vl text half from tokens: text positions only,
+    so its greedy tokens are the engine's with (n,) positions."""
+    import itertools
+
+    from llamapy import Llama
+
+    path = str(_text_model("qwen2vl"))
+    llm = Llama(path, n_ctx=128, n_threads=2, n_threads_batch=2, verbose=False)
+    assert llm.model.arch == "qwen2vl" and llm.model.n_pos_per_embd == 4
+    prompt = [1, 20, 30, 40, 50]
+    got = list(itertools.islice(llm.generate(prompt, temp=0.0, repeat_penalty=1.0), 8))
+    m, ctx = _qwen_ctx()
+    ctx.decode(tokens=prompt, pos=list(range(5)), seq_ids=[0] * 5)
+    want, n = [], 5
+    for _ in range(8):
+        want.append(int(np.argmax(ctx.get_logits(-1))))
+        ctx.decode(tokens=[want[-1]], pos=[n], seq_ids=[0])
+        n += 1
+    assert got == want
