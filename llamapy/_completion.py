@@ -258,6 +258,12 @@ def _prompt_logprob_records(llama: "Llama", prompt_tokens: List[int], n_top: int
     return records, utf8.n_chars
 
 
+def _usage_prompt_tokens(prompt_tokens: List[int]) -> int:
+    """usage["prompt_tokens"]: the tokens, or for a multimodal prompt the
+    positions it spans (what llama-cpp-python reports; they differ for M-RoPE)."""
+    return int(getattr(prompt_tokens, "n_pos", len(prompt_tokens)))
+
+
 def _header(llama: "Llama", req: CompletionRequest) -> Dict[str, Any]:
     return {"id": f"cmpl-{uuid.uuid4()}", "object": "text_completion", "created": int(time.time()),
             "model": req.model if req.model is not None else llama.model_path}
@@ -321,7 +327,7 @@ def run_completion(llama: "Llama", req: CompletionRequest) -> Dict[str, Any]:
         if req.suffix is not None:
             text += req.suffix
         return {**head, "choices": [{"text": text, "index": 0, "logprobs": recs, "finish_reason": finish}],
-                "usage": {"prompt_tokens": len(prompt_tokens), "completion_tokens": n_completion,
+                "usage": {"prompt_tokens": _usage_prompt_tokens(prompt_tokens), "completion_tokens": n_completion,
                           "total_tokens": len(prompt_tokens) + n_completion}}
 
 
@@ -353,7 +359,7 @@ def stream_completion(llama: "Llama", req: CompletionRequest) -> Iterator[Dict[s
                 yield {**head, "choices": [{"text": req.suffix, "index": 0, "logprobs": None,
                                             "finish_reason": None}]}
             yield {**head, "choices": [{"text": "", "index": 0, "logprobs": None, "finish_reason": finish}],
-                   "usage": {"prompt_tokens": len(prompt_tokens), "completion_tokens": n_completion,
+                   "usage": {"prompt_tokens": _usage_prompt_tokens(prompt_tokens), "completion_tokens": n_completion,
                              "total_tokens": len(prompt_tokens) + n_completion}}
 
     return chunks()

@@ -51,6 +51,7 @@ class ArchSpec:
     final_softcap: float = 0.0
     rope_freqs: bool = False     # a llama3-style rope_freqs.weight tensor
     tied_output: bool = False    # no output.weight
+    rope_sections: tuple | None = None  # M-RoPE rope.dimension_sections (qwen2vl); text positions make it NeoX RoPE
 
 
 @dataclasses.dataclass
@@ -83,6 +84,9 @@ SPECS = {
         Config(n_layer=3, n_swa=4),
     ),
     "qwen2": (ArchSpec("qwen2", rope_neox=True, qkv_bias=True), Config()),
+    # Qwen2-VL's text half: the Qwen 2 block with M-RoPE; a text row has all four
+    # position components equal, which rotates exactly as NeoX RoPE.
+    "qwen2vl": (ArchSpec("qwen2vl", rope_neox=True, qkv_bias=True, rope_sections=(2, 3, 3, 0)), Config()),
     "qwen3": (ArchSpec("qwen3", rope_neox=True, qk_norm=True), Config(head_dim=32, eps=1e-6)),
     "phi3": (ArchSpec("phi3", rope_neox=True, qkv_fused=True, gate_up_fused=True, scale_q=True), Config()),
 }
@@ -178,6 +182,8 @@ def write_gguf(path: Path, spec: ArchSpec, cfg: Config, weights: dict[str, np.nd
     wr.add_uint32(f"{a}.rope.dimension_count", cfg.head_dim)
     if cfg.n_swa:
         wr.add_uint32(f"{a}.attention.sliding_window", cfg.n_swa)
+    if spec.rope_sections:
+        wr.add_array(f"{a}.rope.dimension_sections", list(spec.rope_sections))
     if cfg.rope_scaling:
         sc = cfg.rope_scaling
         wr.add_string(f"{a}.rope.scaling.type", sc["type"])

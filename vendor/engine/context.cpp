@@ -213,6 +213,15 @@ void context::validate(const batch_view& b) const {
     if ((b.tokens == nullptr) == (b.embd == nullptr))
         throw value_error("decode: give either tokens or embeddings");
     if (!b.pos || !b.seq_ids) throw value_error("decode: positions and sequence ids are required");
+    if (!b.causal && b.n > p_.n_ubatch)
+        throw value_error("decode: a non-causal batch (causal=False) must fit one micro-batch: " + std::to_string(b.n) +
+                          " rows, n_ubatch " + std::to_string(p_.n_ubatch));
+    const bool mrope = hp.n_pos_per_embd() == 4;
+    if (mrope)
+        for (int64_t i = b.n; i < 4 * b.n; ++i)
+            if (b.pos[i] < 0)
+                throw value_error("decode: M-RoPE position component " + std::to_string(i / b.n) + " of row " +
+                                  std::to_string(i % b.n) + " is negative (" + std::to_string(b.pos[i]) + ")");
     for (int64_t i = 0; i < b.n; ++i) {
         if (b.tokens && (b.tokens[i] < 0 || b.tokens[i] >= hp.n_vocab))
             throw value_error("decode: token id " + std::to_string(b.tokens[i]) + " at row " + std::to_string(i) +
@@ -234,11 +243,18 @@ void context::validate(const batch_view& b) const {
         for (int32_t k = s0; k < s1; ++k) {
             const int s = b.seq_ids[k];
             int32_t& l = last[(size_t)s];
-            if (l == -2) l = kv_.seq_pos_max(s);
-            if (b.pos[i] <= l)
+            bool first = false;
+            if (l == -2) l = kv_.seq_pos_max(s), first = true;
+            // M-RoPE (see context.h): equal temporal positions within the
+            // batch, and an embedding batch starting at the cache's last one.
+            const bool equal_ok = mrope && (!first || (b.embd && l >= 0));
+            if (b.pos[i] < l || (b.pos[i] == l && !equal_ok))
                 throw value_error("decode: row " + std::to_string(i) + " puts position " + std::to_string(b.pos[i]) +
                                   " in sequence " + std::to_string(s) + ", which already reaches position " +
-                                  std::to_string(l) + " (positions must increase; kv_seq_rm to redo)");
+                                  std::to_string(l) +
+                                  (mrope ? " (M-RoPE: temporal positions must not decrease, and token rows must start "
+                                           "after the cached ones; kv_seq_rm to redo)"
+                                         : " (positions must increase; kv_seq_rm to redo)"));
             l = b.pos[i];
         }
     }
@@ -291,13 +307,18 @@ void context::decode(const batch_view& b) {
             ub.tokens = b.tokens ? b.tokens + u0 : nullptr;
             ub.embd = b.embd ? b.embd + u0 * hp.n_embd : nullptr;
             ub.pos = b.pos + u0;
+            const bool mrope = hp.n_pos_per_embd() == 4;
+            ub.pos_stride = mrope ? b.n : 0;
+            const int32_t* pos_y = mrope ? b.pos + b.n + u0 : nullptr;  // height component of the ubatch's rows
+            const int32_t* pos_x = mrope ? b.pos + 2 * b.n + u0 : nullptr;  // width
             ub.cells = cells_.data() + u0;
             ub.cells_swa = kv_swa_ ? cells_swa_.data() + u0 : nullptr;
             for (int64_t i = u0; i < u1; ++i) {
                 const int32_t s0 = b.seq_begin ? b.seq_begin[i] : (int32_t)i;
                 const int32_t s1 = b.seq_begin ? b.seq_begin[i + 1] : (int32_t)i + 1;
-                kv_.occupy(cells_[(size_t)i], b.pos[i], b.seq_ids + s0, s1 - s0);
-                if (kv_swa_) kv_swa_->occupy(cells_swa_[(size_t)i], b.pos[i], b.seq_ids + s0, s1 - s0);
+                const int32_t ey = mrope ? b.pos[b.n + i] : 0, ex = mrope ? b.pos[2 * b.n + i] : 0;
+                kv_.occupy(cells_[(size_t)i], b.pos[i], b.seq_ids + s0, s1 - s0, ey, ex);
+                if (kv_swa_) kv_swa_->occupy(cells_swa_[(size_t)i], b.pos[i], b.seq_ids + s0, s1 - s0, ey, ex);
                 const bool w = b.want ? b.want[i] != 0 : (all || i == b.n - 1);
                 if (w) out_rows_[(size_t)ub.n_out++] = (int32_t)(i - u0);
             }
@@ -307,7 +328,7 @@ void context::decode(const batch_view& b) {
                 if (rs_.mask[r].empty()) continue;
                 const kv_cache& mc = (r == 1 && kv_swa_) ? *kv_swa_ : kv_;
                 mc.build_mask(ub.n_tok, ub.pos, first_seq_.data() + u0, r == 0 ? 0 : hp.n_swa, rs_.mask[r].data(),
-                              rs_.mask_words, rs_.mask_lo[r].data(), rs_.mask_hi[r].data());
+                              rs_.mask_words, rs_.mask_lo[r].data(), rs_.mask_hi[r].data(), b.causal, pos_y, pos_x);
             }
             backend_.use_pool((ub.n_tok > 1 && pool_batch_) ? *pool_batch_ : *pool_);
             pass ps(backend_, rs_, &tensor_cb_, ub.n_tok);

@@ -10,8 +10,22 @@
 //   - every row belongs to at least one sequence, ids in [0, n_seq_max);
 //   - within a sequence, positions increase along the batch and start after
 //     the last position the cache holds for it (kv_seq_rm first to redo);
-//   - the cache has a free cell for every row.
+//   - the cache has a free cell for every row;
+//   - causal=false: the batch fits one micro-batch (n <= n_ubatch), as
+//     llama.cpp requires, so that every row sees all the others.
 // A row in several sequences attends to the cells of its first sequence.
+//
+// M-RoPE models (model hparams n_pos_per_embd() == 4, Qwen2-VL): a row has
+// four positions, section-major: pos[i] temporal, pos[n + i] height,
+// pos[2n + i] width, pos[3n + i] extra (text rows: all four equal; the
+// tokens of an image share one temporal position). The cache keeps the
+// temporal one (kv_seq_pos_max and the rules above read it) plus (height,
+// width), which order the cells of one temporal position under the causal
+// mask. The position rule is llama.cpp's for M-RoPE (llama_batch_allocr):
+// within a sequence temporal positions never decrease along the batch
+// (equal ones allowed); token rows start after the cache's last position,
+// embedding rows at it or after (an image split over several decodes
+// continues at its shared position).
 //
 // Not here: the forward pass (model/decoder.h), sampling, tokenization.
 #pragma once
@@ -77,11 +91,16 @@ struct batch_view {
     int64_t n = 0;
     const int32_t* tokens = nullptr;      // (n) token ids, or null when embd is given
     const float* embd = nullptr;          // (n, n_embd) input embeddings, or null
-    const int32_t* pos = nullptr;         // (n)
+    const int32_t* pos = nullptr;         // (n), or (4, n) section-major for M-RoPE models (above)
     const int32_t* seq_ids = nullptr;     // row i's sequences: seq_ids[seq_begin[i] .. seq_begin[i+1])
     const int32_t* seq_begin = nullptr;   // (n + 1); null: one sequence per row, seq_ids[i]
     const uint8_t* want = nullptr;        // (n) rows whose outputs are kept; null: the last row
                                           // (every row when the context keeps embeddings)
+    // false: llama_set_causal_attn(false) for this batch — each row also sees
+    // the rows (and cached cells) of its sequence at later positions; the
+    // sliding window still hides what is older than the window. mtmd does
+    // this for Gemma 3's image chunks (model hparams mm_non_causal).
+    bool causal = true;
 };
 
 class context {

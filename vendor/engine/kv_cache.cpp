@@ -14,7 +14,7 @@ namespace lp {
 namespace {
 
 constexpr uint32_t kStateMagic = 0x564b504c;  // "LPKV"
-constexpr uint32_t kStateVersion = 2;
+constexpr uint32_t kStateVersion = 3;  // 3: each cell's M-RoPE (y, x) follows its position
 
 bool in_range(int32_t p, int32_t p0, int32_t p1) {
     if (p0 < 0) p0 = 0;
@@ -66,6 +66,8 @@ kv_cache::kv_cache(int n_layer, int64_t n_cells, int64_t n_embd_k, int64_t n_emb
     // Not zeroed: a cell's rows are always written before any token can see it.
     data_ = device_buffer(where, (size_t)n_held_ * layer_bytes_);
     pos_.assign((size_t)n_cells, -1);
+    ext_y_.assign((size_t)n_cells, 0);
+    ext_x_.assign((size_t)n_cells, 0);
     seqs_.assign((size_t)n_cells, {});
 }
 
@@ -85,10 +87,12 @@ void kv_cache::find_free(int64_t n, int32_t* cells_out) const {
         if (seqs_[(size_t)j].none()) cells_out[k++] = (int32_t)j;
 }
 
-void kv_cache::occupy(int32_t cell, int32_t pos, const int32_t* seqs, int n_seqs) {
+void kv_cache::occupy(int32_t cell, int32_t pos, const int32_t* seqs, int n_seqs, int32_t y, int32_t x) {
     auto& s = seqs_[(size_t)cell];
     if (s.none()) ++n_used_;
     pos_[(size_t)cell] = pos;
+    ext_y_[(size_t)cell] = y;
+    ext_x_[(size_t)cell] = x;
     for (int i = 0; i < n_seqs; ++i) s.set((size_t)seqs[i]);
 }
 
@@ -178,7 +182,8 @@ void kv_cache::clear() {
 }
 
 void kv_cache::build_mask(int64_t n_tok, const int32_t* pos, const int32_t* seq, int32_t n_swa, uint64_t* mask,
-                          int64_t words_per_row, int32_t* lo, int32_t* hi) const {
+                          int64_t words_per_row, int32_t* lo, int32_t* hi, bool causal, const int32_t* pos_y,
+                          const int32_t* pos_x) const {
     const int64_t end = used_end();
     for (int64_t t = 0; t < n_tok; ++t) {
         uint64_t* row = mask + t * words_per_row;
@@ -188,7 +193,14 @@ void kv_cache::build_mask(int64_t n_tok, const int32_t* pos, const int32_t* seq,
         int32_t first = -1, last = -1;
         for (int64_t j = 0; j < end; ++j) {
             const int32_t pj = pos_[(size_t)j];
-            if (pj > p || !seqs_[(size_t)j].test(s)) continue;
+            if (!seqs_[(size_t)j].test(s)) continue;
+            if (causal) {
+                if (pj > p) continue;
+                if (pos_y && pj == p) {
+                    const int32_t y = ext_y_[(size_t)j], x = ext_x_[(size_t)j];
+                    if (y > pos_y[t] || (y == pos_y[t] && x > pos_x[t])) continue;
+                }
+            }
             if (n_swa > 0 && p - pj >= n_swa) continue;
             row[j >> 6] |= (uint64_t)1 << (j & 63);
             if (first < 0) first = (int32_t)j;
@@ -214,6 +226,8 @@ void kv_cache::write_state(std::vector<uint8_t>& out) const {
     put<uint64_t>(out, (uint64_t)used.size());
     for (int64_t j : used) {
         put<int32_t>(out, pos_[(size_t)j]);
+        put<int32_t>(out, ext_y_[(size_t)j]);
+        put<int32_t>(out, ext_x_[(size_t)j]);
         const auto& s = seqs_[(size_t)j];
         put<uint32_t>(out, (uint32_t)s.count());
         for (size_t q = 0; q < s.size(); ++q)
@@ -252,10 +266,12 @@ size_t kv_cache::read_state(const uint8_t* data, size_t size, bool apply) {
     if (n > (uint64_t)n_cells_)
         throw value_error("KV cache state holds " + std::to_string(n) + " cells, this context has only " +
                           std::to_string(n_cells_));
-    std::vector<int32_t> pos((size_t)n);
+    std::vector<int32_t> pos((size_t)n), ey((size_t)n), ex((size_t)n);
     std::vector<std::bitset<kMaxSequences>> seqs((size_t)n);
     for (uint64_t i = 0; i < n; ++i) {
         pos[i] = r.get<int32_t>();
+        ey[i] = r.get<int32_t>();
+        ex[i] = r.get<int32_t>();
         const uint32_t ns = r.get<uint32_t>();
         if (pos[i] < 0 || ns == 0 || ns > (uint32_t)kMaxSequences)
             throw value_error("KV cache state has a malformed cell " + std::to_string(i));
@@ -271,6 +287,8 @@ size_t kv_cache::read_state(const uint8_t* data, size_t size, bool apply) {
     clear();
     for (uint64_t i = 0; i < n; ++i) {
         pos_[i] = pos[i];
+        ext_y_[i] = ey[i];
+        ext_x_[i] = ex[i];
         seqs_[i] = seqs[i];
     }
     n_used_ = (int64_t)n;

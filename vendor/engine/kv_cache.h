@@ -85,8 +85,10 @@ public:
     // Writes the indices of n free cells, lowest first, to cells_out without
     // changing anything. Throws value_error when fewer than n are free.
     void find_free(int64_t n, int32_t* cells_out) const;
-    // Puts a token in a free cell.
-    void occupy(int32_t cell, int32_t pos, const int32_t* seqs, int n_seqs);
+    // Puts a token in a free cell. y, x: its M-RoPE height and width
+    // positions (llama.cpp's cell "ext"), which order cells that share a
+    // temporal position under the causal mask; 0 for other models.
+    void occupy(int32_t cell, int32_t pos, const int32_t* seqs, int n_seqs, int32_t y = 0, int32_t x = 0);
     // Frees a cell (undo of occupy).
     void release(int32_t cell);
 
@@ -107,8 +109,15 @@ public:
     // sequence seq[t], bit j of mask row t (words_per_row 64-bit words) is set
     // when cell j holds seq[t] at a position <= pos[t] and, if n_swa > 0, at a
     // position > pos[t] - n_swa. lo[t] / hi[t] bound the set bits.
+    // M-RoPE (pos_y, pos_x: the queries' height and width positions, else
+    // null): a cell at the query's own temporal position is hidden when its
+    // (y, x) comes after the query's in raster order, as llama.cpp masks
+    // the tokens of one image. causal=false (llama_set_causal_attn(false)):
+    // every cell of the sequence is seen whatever its position; the window
+    // (which only ever hides older cells) still applies.
     void build_mask(int64_t n_tok, const int32_t* pos, const int32_t* seq, int32_t n_swa, uint64_t* mask,
-                    int64_t words_per_row, int32_t* lo, int32_t* hi) const;
+                    int64_t words_per_row, int32_t* lo, int32_t* hi, bool causal = true,
+                    const int32_t* pos_y = nullptr, const int32_t* pos_x = nullptr) const;
 
     // Serialised cells in use (positions, sequences, keys and values of every
     // layer); read_state validates everything before changing the cache.
@@ -130,6 +139,7 @@ private:
     size_t layer_bytes_;           // n_cells * (k_row + v_row)
     device_buffer data_;           // (n_held, [keys (n_cells, k_row) | values (n_cells, v_row)])
     std::vector<int32_t> pos_;     // (n_cells) position of each cell, -1 when free
+    std::vector<int32_t> ext_y_, ext_x_;  // (n_cells) M-RoPE height / width position (0 otherwise)
     std::vector<std::bitset<kMaxSequences>> seqs_;  // (n_cells) sequences of each cell
     int64_t n_used_ = 0;
 };

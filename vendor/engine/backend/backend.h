@@ -94,8 +94,10 @@ public:
     virtual void get_rows(const weight_view& table, const int32_t* ids, float* y, int64_t ys, int64_t n) = 0;
     // In place: row i of data becomes row idx[i] (idx ascending, idx[i] >= i), i < n.
     virtual void gather_rows(float* data, int64_t stride, int64_t n_cols, const int32_t* idx, int64_t n) = 0;
-    // RoPE tables: out row t (n_rot floats) = the cos/sin pairs of position pos[t].
-    virtual void rope_table(const rope_params& p, const int32_t* pos, float* out, int64_t n) = 0;
+    // RoPE tables: out row t (n_rot floats) = the cos/sin pairs of position
+    // pos[t]; for M-RoPE (p.mrope()) of the positions pos[t + k * pos_stride],
+    // k = 0..3 (section-major, as llama_batch holds them).
+    virtual void rope_table(const rope_params& p, const int32_t* pos, int64_t pos_stride, float* out, int64_t n) = 0;
     // Attention of a.n_tok query rows over a layer's cached keys and values.
     virtual void attention(const attention_args& a) = 0;
     // ops[0..n_ops) over rows [0, n) (see the file comment).

@@ -31,7 +31,7 @@ public:
                 const lora_work& lora) override;
     void get_rows(const weight_view& table, const int32_t* ids, float* y, int64_t ys, int64_t n) override;
     void gather_rows(float* data, int64_t stride, int64_t n_cols, const int32_t* idx, int64_t n) override;
-    void rope_table(const rope_params& p, const int32_t* pos, float* out, int64_t n) override;
+    void rope_table(const rope_params& p, const int32_t* pos, int64_t pos_stride, float* out, int64_t n) override;
     void attention(const attention_args& a) override;
     void run_rows(const row_op* ops, int n_ops, int64_t n) override;
     size_t scratch_bytes() const override;

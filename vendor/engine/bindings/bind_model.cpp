@@ -83,7 +83,7 @@ py::array float_view(const std::shared_ptr<std::vector<float>>& store, const flo
 }
 
 void decode(context& c, const py::object& tokens, const py::object& embd, const py::object& pos,
-            const py::object& seq_ids, const py::object& logits) {
+            const py::object& seq_ids, const py::object& logits, bool causal) {
     const hparams& hp = c.mdl().hp();
     batch_view b;
     std::vector<int32_t> tok;
@@ -103,10 +103,35 @@ void decode(context& c, const py::object& tokens, const py::object& embd, const 
     } else {
         throw value_error("decode: give tokens or embd");
     }
-    std::vector<int32_t> ps = int_vector(pos, "pos");
-    if ((int64_t)ps.size() != b.n)
-        throw value_error("decode: pos has " + std::to_string(ps.size()) + " entries for " + std::to_string(b.n) + " rows");
+    // Positions: (n,) one per row; M-RoPE models also take (4, n), the
+    // components section-major (context.h), and expand (n,) as llama.cpp
+    // expands a token batch's positions: all four components equal.
+    const int npe = hp.n_pos_per_embd();
+    py::array pa = py::module_::import("numpy").attr("asarray")(pos);
+    std::vector<int32_t> ps;
+    if (pa.ndim() == 2) {
+        if (npe != 4)
+            throw value_error("decode: pos of shape (k, n) is only for M-RoPE models (n_pos_per_embd 4); this " +
+                              hp.arch + " model takes one position per row, shape (n,)");
+        if (pa.shape(0) != 4 || pa.shape(1) != b.n)
+            throw value_error("decode: M-RoPE pos must have shape (n,) or (4, " + std::to_string(b.n) + "), got (" +
+                              std::to_string(pa.shape(0)) + ", " + std::to_string(pa.shape(1)) + ")");
+        ps = int_vector(py::module_::import("numpy").attr("ravel")(pa), "pos");
+    } else if (pa.ndim() == 1) {
+        ps = int_vector(pa, "pos");
+        if ((int64_t)ps.size() != b.n)
+            throw value_error("decode: pos has " + std::to_string(ps.size()) + " entries for " + std::to_string(b.n) +
+                              " rows");
+        if (npe == 4) {
+            ps.resize((size_t)(4 * b.n));
+            for (int k = 1; k < 4; ++k) std::copy(ps.begin(), ps.begin() + b.n, ps.begin() + k * b.n);
+        }
+    } else {
+        throw value_error(std::string("decode: pos must have shape (n,)") + (npe == 4 ? " or (4, n)" : "") + ", got " +
+                          std::to_string(pa.ndim()) + " dimensions");
+    }
     b.pos = ps.data();
+    b.causal = causal;
 
     // Sequence ids: one int per row, or one list of ints per row.
     std::vector<int32_t> ids, begin;
@@ -236,6 +261,15 @@ void bind_model(py::module_& m) {
                                "pooling_type from the file (llama.cpp numbering), -1 when absent")
         .def_property_readonly("is_encoder", [](const model& x) { return x.hp().v.encoder; })
         .def_property_readonly("causal", [](const model& x) { return x.hp().causal; })
+        .def_property_readonly("n_pos_per_embd", [](const model& x) { return x.hp().n_pos_per_embd(); },
+                               "Positions per row: 4 for M-RoPE (qwen2vl: decode takes pos of shape (4, n)), else 1.")
+        .def_property_readonly("rope_sections", [](const model& x) {
+                                   const int* s = x.hp().rope.sections;
+                                   return py::make_tuple(s[0], s[1], s[2], s[3]);
+                               }, "M-RoPE dims per position component (temporal, height, width, extra); zeros otherwise.")
+        .def_property_readonly("mm_non_causal", [](const model& x) { return x.hp().mm_non_causal; },
+                               "Whether image embeddings are decoded with causal=False (llama.cpp's\n"
+                               "mtmd_decode_use_non_causal for this text model's projector: Gemma 3).")
         .def_property_readonly("n_pos_embd", [](const model& x) { return x.hp().n_pos_embd; },
                                "rows of learned position embeddings (0: none, positions are unbounded)")
         .def_property_readonly("size_bytes", &model::size_bytes)
@@ -343,9 +377,12 @@ void bind_model(py::module_& m) {
         .def_property_readonly("n_outputs", &context::n_outputs)
         .def_property_readonly("kv_n_used", &context::kv_n_used)
         .def("decode", &decode, py::arg("tokens") = py::none(), py::arg("embd") = py::none(), py::arg("pos"),
-             py::arg("seq_ids"), py::arg("logits") = py::none(),
-             "Evaluate a batch: tokens (n ints) or embd (n, n_embd float32), pos (n), seq_ids (n ints or n lists),\n"
-             "logits (n flags: rows whose outputs to keep; default the last row).")
+             py::arg("seq_ids"), py::arg("logits") = py::none(), py::arg("causal") = true,
+             "Evaluate a batch: tokens (n ints) or embd (n, n_embd float32), pos (n) or, for M-RoPE models\n"
+             "(Model.n_pos_per_embd == 4), (4, n) temporal/height/width/extra positions ((n,) means all four\n"
+             "equal), seq_ids (n ints or n lists), logits (n flags: rows whose outputs to keep; default the last\n"
+             "row). causal=False: rows also attend to later positions of their sequence (llama_set_causal_attn;\n"
+             "mtmd's image chunks where Model.mm_non_causal); the batch must fit n_ubatch.")
         .def("get_logits", [](const context& c, int64_t i) {
                  const float* p = c.logits(i);
                  return float_view(c.logits_storage(), p, 1, c.mdl().hp().n_vocab, false);

@@ -2,6 +2,7 @@
 // (tests/test_attention_ops.py, run against a numpy reference on every
 // backend) and the kernel benchmarks:
 //   _engine.ops.attention(q, k, v, ...)   attention of query rows over a cache
+//   _engine.ops.rope_table(pos, ...)      RoPE cos/sin tables (plain or M-RoPE)
 // Not here: models and contexts (bind_model.cpp), matmul (bind_quants.cpp).
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
@@ -17,6 +18,7 @@
 
 #include "common.h"
 #include "cpu/attention.h"
+#include "cpu/ops.h"
 #include "cpu/threadpool.h"
 #include "ggml_type.h"
 #include "kv_cache.h"
@@ -140,6 +142,40 @@ py::array_t<float> attention_op(f32_array q, u8_array k, u8_array v, const std::
     return out;
 }
 
+// The cos/sin table of each row: pos (n,) plain, or (4, n) with M-RoPE sections.
+py::array_t<float> rope_table_op(const py::array_t<int32_t, py::array::c_style | py::array::forcecast>& pos, int n_rot,
+                                 float freq_base, const std::vector<int>& sections) {
+    if (n_rot <= 0 || n_rot % 2 != 0 || n_rot > 1024) throw value_error("rope_table: n_rot must be even, in [2, 1024]");
+    if (!(freq_base > 0)) throw value_error("rope_table: freq_base must be > 0");
+    rope_params p;
+    p.n_rot = n_rot;
+    p.freq_base = freq_base;
+    if (!sections.empty()) {
+        if (sections.size() != 4) throw value_error("rope_table: sections must have 4 entries");
+        for (int i = 0; i < 4; ++i) {
+            if (sections[(size_t)i] < 0) throw value_error("rope_table: sections must be >= 0");
+            p.sections[i] = sections[(size_t)i];
+        }
+    }
+    const bool mrope = p.mrope();
+    if (mrope ? (pos.ndim() != 2 || pos.shape(0) != 4) : pos.ndim() != 1)
+        throw value_error(mrope ? "rope_table: M-RoPE positions must have shape (4, n)"
+                                : "rope_table: positions must have shape (n,)");
+    const int64_t n = mrope ? pos.shape(1) : pos.shape(0);
+    py::array_t<float> out({(py::ssize_t)n, (py::ssize_t)(n_rot / 2), (py::ssize_t)2});
+    const int32_t* ps = pos.data();
+    float* o = out.mutable_data();
+    for (int64_t t = 0; t < n; ++t) {
+        if (mrope) {
+            const int32_t p4[4] = {ps[t], ps[n + t], ps[2 * n + t], ps[3 * n + t]};
+            rope_cos_sin_mrope(p, p4, o + t * n_rot);
+        } else {
+            rope_cos_sin(p, ps[t], o + t * n_rot);
+        }
+    }
+    return out;
+}
+
 }  // namespace
 
 void bind_ops(py::module_& m) {
@@ -159,4 +195,8 @@ void bind_ops(py::module_& m) {
         return s.bytes();
     }, py::arg("path"), py::arg("n_threads"), py::arg("n_cells"), py::arg("n_gqa"), py::arg("head_dim_k"),
        py::arg("head_dim_v"), "Work memory the attention path reserves for these sizes.");
+    ops.def("rope_table", &rope_table_op, py::arg("pos"), py::arg("n_rot"), py::arg("freq_base") = 10000.0f,
+            py::arg("sections") = std::vector<int>{},
+            "RoPE angles' cos/sin (n, n_rot/2, 2) of positions pos (n,), or with M-RoPE sections (4 ints) of\n"
+            "pos (4, n): temporal, height, width, extra per row.");
 }

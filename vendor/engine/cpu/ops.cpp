@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <stdexcept>
 #include <vector>
 
 #include "../common.h"
@@ -433,7 +434,13 @@ void softmax_row(float* x, int64_t n) {
 // RoPE
 // ---------------------------------------------------------------------------
 
-void rope_cos_sin(const rope_params& p, int32_t pos, float* cs) {
+namespace {
+
+// The table for one row whose pair i turns by position pos4[comp[i]]. Each
+// component keeps its own running angle (position times base^(-2i/n_rot),
+// multiplied up pair by pair as ggml does), so equal components give equal
+// bits whichever one a pair reads.
+void rope_cos_sin_impl(const rope_params& p, const int32_t pos4[4], const uint8_t* comp, float* cs) {
     const int n_rot = p.n_rot;
     const float theta_scale = std::pow(p.freq_base, -2.0f / (float)n_rot);
     // YaRN: the dims between corr_lo and corr_hi blend interpolated and
@@ -449,10 +456,10 @@ void rope_cos_sin(const rope_params& p, int32_t pos, float* cs) {
         corr_hi = std::min((float)(n_rot - 1), std::ceil(corr_dim(p.beta_slow)));
         mscale *= 1.0f + 0.1f * std::log(1.0f / p.freq_scale);
     }
-    float theta_base = (float)pos;
+    float theta_base[4] = {(float)pos4[0], (float)pos4[1], (float)pos4[2], (float)pos4[3]};
     for (int i = 0; i < n_rot / 2; ++i) {
         const float ff = p.freq_factors ? p.freq_factors[i] : 1.0f;
-        const float theta_extrap = theta_base / ff;
+        const float theta_extrap = theta_base[comp ? comp[i] : 0] / ff;
         float theta = p.freq_scale * theta_extrap;
         if (p.ext_factor != 0.0f) {
             const float y = ((float)i - corr_lo) / std::max(0.001f, corr_hi - corr_lo);
@@ -461,8 +468,31 @@ void rope_cos_sin(const rope_params& p, int32_t pos, float* cs) {
         }
         cs[2 * i] = std::cos(theta) * mscale;
         cs[2 * i + 1] = std::sin(theta) * mscale;
-        theta_base *= theta_scale;
+        for (float& t : theta_base) t *= theta_scale;
     }
+}
+
+}  // namespace
+
+void rope_cos_sin(const rope_params& p, int32_t pos, float* cs) {
+    const int32_t pos4[4] = {pos, pos, pos, pos};
+    rope_cos_sin_impl(p, pos4, nullptr, cs);
+}
+
+void rope_cos_sin_mrope(const rope_params& p, const int32_t pos4[4], float* cs) {
+    // Component of each pair: sector i % sum(sections), sections in order
+    // temporal, height, width, then everything past them extra.
+    uint8_t comp[512];
+    const int n_pair = p.n_rot / 2;
+    if (n_pair > 512) throw std::invalid_argument("rope_cos_sin_mrope: n_rot above 1024");
+    const int s0 = p.sections[0], s1 = s0 + p.sections[1], s2 = s1 + p.sections[2];
+    const int total = s2 + p.sections[3];
+    if (total <= 0) throw std::invalid_argument("rope_cos_sin_mrope: no M-RoPE sections");
+    for (int i = 0; i < n_pair; ++i) {
+        const int sector = i % total;
+        comp[i] = sector < s0 ? 0 : sector < s1 ? 1 : sector < s2 ? 2 : 3;
+    }
+    rope_cos_sin_impl(p, pos4, comp, cs);
 }
 
 void rope_apply(float* x, int n_head, int head_dim, int n_rot, rope_style style, const float* cs) {

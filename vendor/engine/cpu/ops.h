@@ -60,10 +60,23 @@ struct rope_params {
     float attn_factor = 1.0f;           // multiplies cos and sin
     float beta_fast = 32.0f, beta_slow = 1.0f;
     int n_ctx_orig = 0;
+    // M-RoPE (Qwen2-VL, llama.cpp's rope type "mrope"): a row has 4 positions
+    // (temporal, height, width, extra) and pair i of the rotated dims turns
+    // by the position of the component its sector i % sum(sections) falls
+    // in: the first sections[0] sectors temporal, the next sections[1]
+    // height, then sections[2] width, the rest extra. All zero: plain RoPE,
+    // one position per row. The angle schedule (base^(-2i/n_rot), YaRN,
+    // freq_factors) is the plain one; only the position differs per pair.
+    int sections[4] = {0, 0, 0, 0};
+    bool mrope() const { return sections[0] + sections[1] + sections[2] + sections[3] > 0; }
 };
 
 // cos_sin: (n_rot/2, 2) — the cosine and sine of each pair's angle at `pos`.
 void rope_cos_sin(const rope_params& p, int32_t pos, float* cos_sin);
+// The same for an M-RoPE row (p.mrope()): pos4 = its temporal, height,
+// width and extra positions. With all four equal it gives rope_cos_sin's
+// table bit for bit.
+void rope_cos_sin_mrope(const rope_params& p, const int32_t pos4[4], float* cos_sin);
 // Rotates the first n_rot dims of each of n_head heads (head_dim apart) of one
 // token's row x in place, with the table from rope_cos_sin.
 void rope_apply(float* x, int n_head, int head_dim, int n_rot, rope_style style, const float* cos_sin);

@@ -173,9 +173,9 @@ void pass::gather_rows(rows data, int64_t n_cols, const int32_t* idx, int64_t n_
     be_.gather_rows(data.p, data.s, n_cols, idx, n_keep);
 }
 
-void pass::rope_table(const rope_params& rp, const int32_t* pos, float* out) {
+void pass::rope_table(const rope_params& rp, const int32_t* pos, int64_t pos_stride, float* out) {
     flush();
-    be_.rope_table(rp, pos, out, n_);
+    be_.rope_table(rp, pos, pos_stride, out, n_);
 }
 
 void pass::attention(const attention_args& a) {

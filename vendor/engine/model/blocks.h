@@ -30,7 +30,10 @@ struct ubatch {
     int64_t n_tok = 0;
     const int32_t* tokens = nullptr;  // (n_tok) token ids, or null when embd is given
     const float* embd = nullptr;      // (n_tok, n_embd) input embeddings, or null
-    const int32_t* pos = nullptr;     // (n_tok)
+    const int32_t* pos = nullptr;     // (n_tok) positions (M-RoPE: the temporal ones)
+    // M-RoPE models: component k of row t is pos[t + k * pos_stride] (k = 0..3:
+    // temporal, height, width, extra); 0 for other models.
+    int64_t pos_stride = 0;
     const int32_t* cells = nullptr;   // (n_tok) KV cache cell of each row
     const int32_t* cells_swa = nullptr;  // (n_tok) cell in the window cache, when there is one
     const int32_t* out_rows = nullptr;  // (n_out) ascending rows whose logits / embeddings are wanted
@@ -110,7 +113,8 @@ public:
     void matmul(const weight_view& w, rows x, rows y);  // with the LoRA terms of w, if any
     void get_rows(const weight_view& table, const int32_t* ids, rows y);
     void gather_rows(rows data, int64_t n_cols, const int32_t* idx, int64_t n_keep);
-    void rope_table(const rope_params& rp, const int32_t* pos, float* out);
+    // pos_stride: distance between a row's M-RoPE components (backend.h), 0 otherwise.
+    void rope_table(const rope_params& rp, const int32_t* pos, int64_t pos_stride, float* out);
     void attention(const attention_args& a);
 
     // Hands rows (n, n_cols) of an intermediate to the tensor callback as

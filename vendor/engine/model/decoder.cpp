@@ -23,7 +23,7 @@ void decoder_forward(const model& m, const rope_params rope[2], kv_cache& kv_mai
 
     // RoPE angles of this batch's positions, for global and sliding-window layers.
     for (int r = 0; r < 2; ++r)
-        if (!rs.rope_cs[r].empty()) p.rope_table(rope[r], ub.pos, rs.rope_cs[r].data());
+        if (!rs.rope_cs[r].empty()) p.rope_table(rope[r], ub.pos, ub.pos_stride, rs.rope_cs[r].data());
     decoder_input(p, m, ub, x);
 
     for (int il = 0; il < (int)hp.n_layer; ++il) {

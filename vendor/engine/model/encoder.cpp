@@ -53,7 +53,7 @@ void encoder_forward(const model& m, const rope_params& rope, run_state& rs, con
 
     const float* cos_sin = nullptr;
     if (hp.rope.n_rot > 0) {
-        p.rope_table(rope, ub.pos, rs.rope_cs[0].data());
+        p.rope_table(rope, ub.pos, 0, rs.rope_cs[0].data());
         cos_sin = rs.rope_cs[0].data();
     }
     encoder_input(p, m, ub, x, xb2);

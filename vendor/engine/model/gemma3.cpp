@@ -23,6 +23,7 @@ void setup(const gguf_file& f, hparams& hp) {
     hp.v.scale_q = true;
     hp.v.embd_scale = std::sqrt((float)hp.n_embd);
     set_swa_pattern(f, hp, 6);
+    hp.mm_non_causal = true;  // mtmd: PROJECTOR_TYPE_GEMMA3 decodes images non-causally
     hp.rope_freq_base_swa = (float)arch_float(f, hp, "rope.freq_base_swa", 10000.0);
     hp.rope_freq_scale_swa = 1.0f;
     // Gemma 3 27B (62 layers) scales queries by 1/sqrt(n_embd / n_head)

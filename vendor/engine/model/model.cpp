@@ -16,6 +16,7 @@ extern const arch_def arch_llama;
 extern const arch_def arch_gemma3;
 extern const arch_def arch_gemma2;
 extern const arch_def arch_qwen2;
+extern const arch_def arch_qwen2vl;
 extern const arch_def arch_qwen3;
 extern const arch_def arch_phi3;
 extern const arch_def arch_bert;
@@ -23,7 +24,7 @@ extern const arch_def arch_nomic_bert;
 
 const std::vector<const arch_def*>& supported_archs() {
     static const std::vector<const arch_def*> archs = {
-        &arch_llama, &arch_gemma3, &arch_gemma2, &arch_qwen2, &arch_qwen3, &arch_phi3,
+        &arch_llama, &arch_gemma3, &arch_gemma2, &arch_qwen2, &arch_qwen2vl, &arch_qwen3, &arch_phi3,
         &arch_bert, &arch_nomic_bert,
     };
     return archs;

@@ -75,7 +75,16 @@ struct hparams {
     bool causal = true;          // attention.causal (encoders: false, every token sees its whole sequence)
     int32_t pooling = -1;        // pooling_type as llama.cpp numbers it (-1: not in the file)
     int64_t n_pos_embd = 0;      // rows of learned absolute position embeddings (bert), 0: none
+    // Image embeddings are decoded with causal attention off (the rows of one
+    // image attend to each other both ways): llama.cpp's
+    // mtmd_decode_use_non_causal, by the projector that goes with this text
+    // model (Gemma 3's; of its list only Gemma 3 has a text side here).
+    bool mm_non_causal = false;
     block_variant v;
+
+    // Positions per row: 4 for M-RoPE (rope.sections set; llama.cpp's
+    // n_pos_per_embd), else 1.
+    int n_pos_per_embd() const { return rope.mrope() ? 4 : 1; }
 
     int64_t n_embd_k() const { return n_head_kv * head_dim_k; }  // keys of one token in one layer
     int64_t n_embd_v() const { return n_head_kv * head_dim_v; }
