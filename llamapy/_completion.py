@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Tuple, Un
 import numpy as np
 
 from . import _engine
+from ._sampling import SamplingParams
 from ._text import StopMatcher, Utf8Stream, drop_invalid
 from ._verbose import emit, print_timings
 from .llama_cache import LogitsProcessorList, StoppingCriteriaList, longest_token_prefix
@@ -55,6 +56,10 @@ class CompletionRequest:
     logits_processor: Optional[LogitsProcessorList] = None
     grammar: Optional[Any] = None
     logit_bias: Optional[Dict[int, float]] = None
+
+    def __post_init__(self) -> None:
+        # The sampling options, checked once, before any work.
+        self.sampling = SamplingParams.of(self)
 
 
 @dataclass
@@ -167,13 +172,7 @@ def _completion_events(llama: "Llama", req: CompletionRequest, prompt_tokens: Li
     is_eog = llama.tokenizer_.is_eog
 
     if max_tokens > 0:
-        gen = llama.generate(prompt_tokens, top_k=req.top_k, top_p=req.top_p, min_p=req.min_p,
-                             typical_p=req.typical_p, temp=req.temperature, tfs_z=req.tfs_z,
-                             mirostat_mode=req.mirostat_mode, mirostat_tau=req.mirostat_tau,
-                             mirostat_eta=req.mirostat_eta, frequency_penalty=req.frequency_penalty,
-                             presence_penalty=req.presence_penalty, repeat_penalty=req.repeat_penalty,
-                             logits_processor=req.logits_processor, logit_bias=req.logit_bias,
-                             grammar=req.grammar)
+        gen = llama.generate(prompt_tokens, sampling=req.sampling, logits_processor=req.logits_processor)
         try:
             for token in gen:
                 if is_eog(token):

@@ -27,6 +27,7 @@ from . import _engine
 from ._embedding import embedding_context_options
 from ._scores import LazyRows
 from ._verbose import PerfCounters, emit, load_report
+from ._sampling import SamplingParams
 from ._params import DEFAULT_SEED, ContextParams, ModelParams, engine_params, parse_params
 from ._tokenizer import LlamaTokenizer
 from .gguf_file import GGUFFile
@@ -447,31 +448,22 @@ class Llama:
         eval_chunked(self, prompt, offset)
 
     # ---------------------------------------------------------------- sampling
-    def _make_sampler(self, top_k: int = 40, top_p: float = 0.95, min_p: float = 0.05, typical_p: float = 1.0,
-                      temp: float = 0.80, repeat_penalty: float = 1.0, frequency_penalty: float = 0.0,
-                      presence_penalty: float = 0.0, tfs_z: float = 1.0, mirostat_mode: int = 0,
-                      mirostat_eta: float = 0.1, mirostat_tau: float = 5.0,
-                      logit_bias: Optional[Dict[int, float]] = None, grammar: Optional[Any] = None) -> Any:
-        for name, value in (("temperature", temp), ("top_p", top_p), ("min_p", min_p), ("typical_p", typical_p),
-                            ("repeat_penalty", repeat_penalty), ("frequency_penalty", frequency_penalty),
-                            ("presence_penalty", presence_penalty), ("mirostat_tau", mirostat_tau),
-                            ("mirostat_eta", mirostat_eta)):
-            if not isinstance(value, (int, float)) or not math.isfinite(value):
-                raise ValueError(f"{name} must be a finite number, got {value!r}")
-        if tfs_z != 1.0:
+    def _make_sampler(self, p: SamplingParams) -> Any:
+        """The native sampler chain for one request's options (seeded from this Llama's seed)."""
+        if p.tfs_z != 1.0:
             emit(self.verbose, logging.WARNING,
-                 "tfs_z=%s: tail-free sampling was removed from llama.cpp and has no effect", tfs_z)
+                 "tfs_z=%s: tail-free sampling was removed from llama.cpp and has no effect", p.tfs_z)
         s = _engine.Sampler(
-            self._n_vocab, temperature=float(temp), top_k=int(top_k), top_p=float(top_p), min_p=float(min_p),
-            typical_p=float(typical_p), repeat_penalty=float(repeat_penalty),
-            frequency_penalty=float(frequency_penalty), presence_penalty=float(presence_penalty),
-            penalty_last_n=int(self.last_n_tokens_size), mirostat=int(mirostat_mode),
-            mirostat_tau=float(mirostat_tau), mirostat_eta=float(mirostat_eta), seed=int(self._seed) & (2**64 - 1),
+            self._n_vocab, temperature=p.temperature, top_k=p.top_k, top_p=p.top_p, min_p=p.min_p,
+            typical_p=p.typical_p, repeat_penalty=p.repeat_penalty, frequency_penalty=p.frequency_penalty,
+            presence_penalty=p.presence_penalty, penalty_last_n=int(self.last_n_tokens_size),
+            mirostat=p.mirostat_mode, mirostat_tau=p.mirostat_tau, mirostat_eta=p.mirostat_eta,
+            seed=int(self._seed) & (2**64 - 1),
         )
-        if logit_bias:
-            s.set_logit_bias([(int(k), float(v)) for k, v in logit_bias.items()])
-        if grammar is not None:
-            native = getattr(grammar, "native", grammar)
+        if p.logit_bias:
+            s.set_logit_bias(list(p.logit_bias.items()))
+        if p.grammar is not None:
+            native = getattr(p.grammar, "native", p.grammar)
             s.set_grammar(native, self._grammar_vocab())
         return s
 
@@ -504,9 +496,11 @@ class Llama:
         if idx is not None and idx != self.n_tokens - 1:
             if self._scores_all is None:
                 raise ValueError("idx other than the last token needs logits_all=True")
-        sampler = self._make_sampler(top_k, top_p, min_p, typical_p, temp, repeat_penalty, frequency_penalty,
-                                     presence_penalty, tfs_z, mirostat_mode, mirostat_eta, mirostat_tau,
-                                     grammar=grammar)
+        sampler = self._make_sampler(SamplingParams(
+            temperature=temp, top_k=top_k, top_p=top_p, min_p=min_p, typical_p=typical_p,
+            repeat_penalty=repeat_penalty, frequency_penalty=frequency_penalty, presence_penalty=presence_penalty,
+            tfs_z=tfs_z, mirostat_mode=mirostat_mode, mirostat_tau=mirostat_tau, mirostat_eta=mirostat_eta,
+            grammar=grammar))
         if idx is not None and self._scores_all is not None:
             logits = self._scores_all[idx]
             if logits_processor is not None:
@@ -520,15 +514,21 @@ class Llama:
                  mirostat_mode: int = 0, mirostat_tau: float = 5.0, mirostat_eta: float = 0.1,
                  penalize_nl: bool = True, logits_processor: Optional[LogitsProcessorList] = None,
                  stopping_criteria: Optional[StoppingCriteriaList] = None, grammar: Optional[Any] = None,
-                 logit_bias: Optional[Dict[int, float]] = None) -> Generator[int, Optional[Sequence[int]], None]:
+                 logit_bias: Optional[Dict[int, float]] = None, *,
+                 sampling: Optional[SamplingParams] = None) -> Generator[int, Optional[Sequence[int]], None]:
         """Evaluate ``tokens`` and yield sampled tokens forever (the caller
         stops). If the evaluated tokens share a prefix with ``tokens``, only
         the rest is evaluated. Sending a list of tokens into the generator
-        appends them after the sampled one."""
+        appends them after the sampled one. ``sampling`` (a SamplingParams),
+        when given, replaces the separate sampling keywords."""
         self._require_ctx()
-        sampler = self._make_sampler(top_k, top_p, min_p, typical_p, temp, repeat_penalty, frequency_penalty,
-                                     presence_penalty, tfs_z, mirostat_mode, mirostat_eta, mirostat_tau,
-                                     logit_bias, grammar)
+        if sampling is None:
+            sampling = SamplingParams(
+                temperature=temp, top_k=top_k, top_p=top_p, min_p=min_p, typical_p=typical_p,
+                repeat_penalty=repeat_penalty, frequency_penalty=frequency_penalty,
+                presence_penalty=presence_penalty, tfs_z=tfs_z, mirostat_mode=mirostat_mode,
+                mirostat_tau=mirostat_tau, mirostat_eta=mirostat_eta, logit_bias=logit_bias, grammar=grammar)
+        sampler = self._make_sampler(sampling)
         chunked = tokens if isinstance(tokens, ChunkedPrompt) else None
         tokens = list(tokens)
         offset = 0
