@@ -113,7 +113,10 @@ void pass::softcap(rows y, int64_t n, float cap) {
 }
 
 void pass::act_mul(ffn_act act, rows g, const float* up, int64_t up_stride, int64_t n) {
-    row_op o = op(act == ffn_act::gelu ? row_op::kind::gelu_mul : row_op::kind::silu_mul, g, n);
+    const row_op::kind k = act == ffn_act::gelu         ? row_op::kind::gelu_mul
+                           : act == ffn_act::gelu_quick ? row_op::kind::gelu_quick_mul
+                                                        : row_op::kind::silu_mul;
+    row_op o = op(k, g, n);
     o.x = up;
     o.x_stride = up_stride;
     queue(o);

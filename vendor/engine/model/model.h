@@ -32,7 +32,7 @@ struct not_implemented_error : std::logic_error {
 };
 
 enum class norm_kind { rms, layer };
-enum class ffn_act { silu, gelu };
+enum class ffn_act { silu, gelu, gelu_quick };  // gelu_quick: CLIP vision towers
 
 // How an architecture's decoder block differs from the pre-norm transformer
 // (norm -> attention -> residual, norm -> gated FFN -> residual).
