@@ -5,17 +5,21 @@
 - ``mmproj.py``      — a projector GGUF (``general.architecture = "clip"``) -> a validated
   ``MmprojInfo``;
 - ``preprocess.py``  — an RGB image -> the float32 CHW tiles a projector type's vision
-  encoder takes, as llama.cpp's mtmd preprocessors make them.
+  encoder takes, as llama.cpp's mtmd preprocessors make them;
+- ``encoder.py``     — ``VisionEncoder``: those tiles -> the language model's image
+  embeddings, through the native vision encoders (vendor/engine/vision/; projector types
+  ``mlp``, ``gemma3``, ``idefics3``; the Qwen2-VL mergers raise NotImplementedError).
 
-Not here yet: the vision encoders (C++) and the chat handlers that use them; nothing in
+Not here yet: the chat handlers that place image embeddings in a prompt; nothing in
 ``llamapy.llama_chat_format`` refers to this package until they exist.
 """
 from .image_input import decode_image, image_hash, image_url_from_part, load_image, read_image_bytes
 from .mmproj import SUPPORTED_PROJECTOR_TYPES, MmprojInfo, check_compatible, read_mmproj
+from .encoder import ENCODER_PROJECTOR_TYPES, VisionEncoder
 from .preprocess import Preprocessed, PreprocessParams, preprocess, preprocess_params, preprocess_u8
 
 __all__ = [
-    "SUPPORTED_PROJECTOR_TYPES", "MmprojInfo", "PreprocessParams", "Preprocessed", "check_compatible",
+    "ENCODER_PROJECTOR_TYPES", "SUPPORTED_PROJECTOR_TYPES", "VisionEncoder", "MmprojInfo", "PreprocessParams", "Preprocessed", "check_compatible",
     "decode_image", "image_hash", "image_url_from_part", "load_image", "preprocess", "preprocess_params",
     "preprocess_u8", "read_image_bytes", "read_mmproj",
 ]
