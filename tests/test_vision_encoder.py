@@ -172,6 +172,9 @@ def test_broken_files_raise_value_error(tmp_path):
 def test_bad_n_threads():
     with pytest.raises(ValueError, match="n_threads"):
         VisionEncoder(VLM / "gemma3" / "gemma3-mmproj-f16.gguf", n_threads=0)
+    from llamapy import _engine
+    with pytest.raises(ValueError, match="n_threads"):
+        _engine.VisionModel(str(VLM / "gemma3" / "gemma3-mmproj-f16.gguf"), 100000)
 
 
 @pytest.mark.parametrize("vlm_type", ["qwen2vl", "qwen25vl"])

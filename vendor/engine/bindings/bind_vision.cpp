@@ -23,6 +23,7 @@ using farray = py::array_t<float, py::array::c_style>;
 
 std::unique_ptr<vision_model> open_vision(const std::string& path, int n_threads) {
     if (n_threads < 1) n_threads = default_n_threads();
+    if (n_threads > 1024) throw value_error("n_threads " + std::to_string(n_threads) + " is more than 1024");
     py::gil_scoped_release nogil;
     return std::make_unique<vision_model>(path, n_threads);
 }

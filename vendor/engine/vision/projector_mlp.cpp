@@ -5,8 +5,9 @@
 // patch. LLaVA 1.6's anyres tiles are separate image chunks in mtmd, each
 // encoded like a 1.5 image; model.image_newline is not used by that path.
 //
-// The rows kept are llama.cpp's: rows 1..n_patches of the tower (its graph
-// appends the class token after the patches and then skips row 0).
+// The rows kept are llama.cpp's: with a class token, rows 1..n_patches of
+// the tower (its graph appends the class token after the patches and then
+// skips row 0, so the class token's row is projected and patch 0's is not).
 #include "../common.h"
 #include "../model/blocks.h"
 #include "clip_model.h"
@@ -29,7 +30,6 @@ void load_mlp(clip_model& m) {
     w.mm0_b = m.floats("mm.0.bias", n_mid);
     w.mm2 = m.matrix("mm.2.weight", n_mid, hp.n_out);
     w.mm2_b = m.floats("mm.2.bias", hp.n_out);
-    if (w.class_embd.empty()) throw value_error("mmproj: tensor v.class_embd is missing (needed by projector mlp)");
     hp.n_layer_run = hp.n_layer - 1;
 }
 
@@ -40,7 +40,9 @@ int64_t work_width_mlp(const clip_model& m) { return m.weights().mm0.n_rows; }
 void project_mlp(pass& p, const clip_model& m, rows feats, projector_work& wk, float* out) {
     const clip_weights& w = m.weights();
     const int64_t n_mid = w.mm0.n_rows;
-    const rows sel{feats.p + feats.s, feats.s};  // rows 1..n_patches
+    // rows 1..n_patches with a class token (llama.cpp skips row 0), else all
+    const int64_t first = w.class_embd.empty() ? 0 : 1;
+    const rows sel{feats.p + first * feats.s, feats.s};
     const rows h{wk.a.data(), n_mid};
     const rows y{out, m.hp().n_out};
     p.set_n(n_tokens_mlp(m));
