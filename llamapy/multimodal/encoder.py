@@ -8,8 +8,10 @@ array ``preprocess`` makes, or llama.cpp's (1, 3, H, W) batch layout — and ret
 ``mtmd_get_output_embd`` do. ``encode_image(pre)`` encodes every chunk of a
 ``Preprocessed`` image in mtmd's chunk order (tiles, then the overview).
 
-Projector types with an encoder here: ``ENCODER_PROJECTOR_TYPES``. Other types that
-``read_mmproj`` accepts (the Qwen2-VL mergers) raise ``NotImplementedError`` at construction.
+Projector types with an encoder here: ``ENCODER_PROJECTOR_TYPES``. The fixed-size types take
+image_size x image_size chunks; ``qwen2vl_merger`` any size in multiples of two patches
+(n_tokens = patches / 4). ``qwen2.5vl_merger`` (window attention), which ``read_mmproj``
+accepts, raises ``NotImplementedError`` at construction.
 Not here: preprocessing (``preprocess.py``), placing embeddings in a prompt (chat handlers).
 """
 from __future__ import annotations
@@ -27,7 +29,7 @@ if TYPE_CHECKING:
 __all__ = ["ENCODER_PROJECTOR_TYPES", "VisionEncoder"]
 
 # Projector types whose vision encoder the engine runs (vendor/engine/vision/projector_<type>.cpp).
-ENCODER_PROJECTOR_TYPES = ("mlp", "gemma3", "idefics3")
+ENCODER_PROJECTOR_TYPES = ("mlp", "gemma3", "idefics3", "qwen2vl_merger")
 
 
 class VisionEncoder:
@@ -49,7 +51,8 @@ class VisionEncoder:
         from .._engine import VisionModel
         self._model = VisionModel(path, n_threads or 0)
         self.n_embd: int = int(self._model.n_embd)
-        self.n_tokens: int = int(self._model.n_tokens)   # embeddings per image chunk
+        self.n_tokens: int = int(self._model.n_tokens)   # embeddings per image chunk; 0: size-dependent
+        self.dynamic_size: bool = bool(self._model.dynamic_size)
         self.n_threads: int = int(self._model.n_threads)
         if verbose:
             import sys
@@ -64,13 +67,19 @@ class VisionEncoder:
             raise ValueError(f"pixels must be a numpy float32 array, got {type(pixels).__name__}")
         if pixels.dtype != np.float32:
             raise ValueError(f"pixels must be float32, got {pixels.dtype}")
-        size = self.info.image_size
-        want = f"(3, {size}, {size}) or (1, 3, {size}, {size})"
+        size, step = self.info.image_size, 2 * self.info.patch_size
+        want = (f"(3, H, W) or (1, 3, H, W) with H and W multiples of {step}" if self.dynamic_size
+                else f"(3, {size}, {size}) or (1, 3, {size}, {size})")
         if pixels.ndim == 4:
             if pixels.shape[0] != 1:
                 raise ValueError(f"pixels: {pixels.shape[0]} images in one chunk; expected {want}")
             pixels = pixels[0]
-        if pixels.shape != (3, size, size):
+        if self.dynamic_size:
+            ok = (pixels.ndim == 3 and pixels.shape[0] == 3 and pixels.shape[1] > 0 and pixels.shape[2] > 0
+                  and pixels.shape[1] % step == 0 and pixels.shape[2] % step == 0)
+        else:
+            ok = pixels.shape == (3, size, size)
+        if not ok:
             raise ValueError(f"pixels have shape {pixels.shape}, but projector {self.projector_type!r} takes {want}")
         return self._model.encode(np.ascontiguousarray(pixels))
 

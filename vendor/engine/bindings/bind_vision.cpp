@@ -2,6 +2,8 @@
 // encoder. encode(pixels) takes one image chunk's preprocessed pixels,
 // (3, H, W) or (1, 3, H, W) float32, and returns the projector output
 // (n_tokens, n_embd_out) float32; the GIL is released while it runs.
+// Fixed-size types take image_size x image_size; qwen2vl_merger any size in
+// multiples of two patches.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -43,7 +45,8 @@ farray encode(vision_model& vm, const py::array& pixels) {
     const float* data = px.data();
     for (int64_t i = 0; i < 3 * h * w; ++i)
         if (!std::isfinite(data[i])) throw value_error("pixels hold a NaN or infinite value at flat index " + std::to_string(i));
-    farray out({(py::ssize_t)vm.n_tokens(), (py::ssize_t)vm.n_out()});
+    const patch_grid g = vm.grid_for(h, w);
+    farray out({(py::ssize_t)vm.n_tokens(g), (py::ssize_t)vm.n_out()});
     float* o = out.mutable_data();
     {
         py::gil_scoped_release nogil;
@@ -63,8 +66,9 @@ void bind_vision(py::module_& m) {
         .def_property_readonly("n_embd", [](const vision_model& v) { return v.n_out(); },
                                "output width (the language model's n_embd)")
         .def_property_readonly("n_embd_vision", [](const vision_model& v) { return v.model().hp().n_embd; })
-        .def_property_readonly("n_tokens", [](const vision_model& v) { return v.n_tokens(); },
-                               "embeddings per image chunk")
+        .def_property_readonly("n_tokens", [](const vision_model& v) { return v.n_tokens_fixed(); },
+                               "embeddings per image chunk (0: depends on the image size)")
+        .def_property_readonly("dynamic_size", [](const vision_model& v) { return v.model().hp().dynamic_size; })
         .def_property_readonly("image_size", [](const vision_model& v) { return v.model().hp().image_size; })
         .def_property_readonly("patch_size", [](const vision_model& v) { return v.model().hp().patch_size; })
         .def_property_readonly("n_layer", [](const vision_model& v) { return v.model().hp().n_layer; })

@@ -14,9 +14,11 @@ namespace lp {
 extern const projector_def projector_mlp;
 extern const projector_def projector_gemma3;
 extern const projector_def projector_idefics3;
+extern const projector_def projector_qwen2vl;
 
 const std::vector<const projector_def*>& supported_projectors() {
-    static const std::vector<const projector_def*> table = {&projector_mlp, &projector_gemma3, &projector_idefics3};
+    static const std::vector<const projector_def*> table = {&projector_mlp, &projector_gemma3, &projector_idefics3,
+                                                             &projector_qwen2vl};
     return table;
 }
 
@@ -195,7 +197,8 @@ std::shared_ptr<clip_model> clip_model::load(const std::string& path) {
     w.pre_ln_b = m->floats_opt("v.pre_ln.bias", E);
     w.post_ln = m->floats_opt("v.post_ln.weight", E);
     w.post_ln_b = m->floats_opt("v.post_ln.bias", E);
-    w.pos_embd = m->floats("v.position_embd.weight", m->n_pos() * E);
+    if (m->has("v.position_embd.weight"))  // fixed-size towers; their projector_def requires it
+        w.pos_embd = m->floats("v.position_embd.weight", m->n_pos(patch_grid{hp.n_side(), hp.n_side()}) * E);
 
     w.layers.resize((size_t)hp.n_layer);
     for (int64_t il = 0; il < hp.n_layer; ++il) {

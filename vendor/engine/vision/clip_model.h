@@ -42,17 +42,23 @@ struct clip_hparams {
     int64_t n_merge = 1;         // gemma3: pooling kernel; idefics3: pixel-shuffle factor
     float eps = 1e-6f;           // layer-norm epsilon
     int64_t n_out = 0;           // projector output width (the language model's n_embd)
+    // Qwen2-VL towers: any image size (multiples of 2 patches), patches in
+    // 2 x 2 merge order, 2-D rotary positions instead of learned ones.
+    bool dynamic_size = false;
+    bool merge_order = false;
+    bool rope_2d = false;
     hparams blocks;
 
-    int64_t n_side() const { return image_size / patch_size; }  // patches per side
+    int64_t n_side() const { return image_size / patch_size; }  // patches per side (fixed-size types)
     int64_t n_patches() const { return n_side() * n_side(); }
 };
 
 struct clip_weights {
     weight_view patch_embd;          // (n_embd, 3 * patch * patch): conv kernel rows in (channel, y, x) order
+    weight_view patch_embd1;         // Qwen2-VL: the second temporal kernel (a still image is both frames), or absent
     std::vector<float> patch_bias;   // (n_embd) or empty
     std::vector<float> class_embd;   // (n_embd) or empty (SigLIP has none)
-    std::vector<float> pos_embd;     // (n_pos, n_embd) learned positions, as floats
+    std::vector<float> pos_embd;     // (n_pos, n_embd) learned positions, as floats; empty with rope_2d
     std::vector<float> pre_ln, pre_ln_b;    // (n_embd) or empty
     std::vector<float> post_ln, post_ln_b;  // (n_embd) or empty
     std::vector<layer_weights> layers;      // (n_layer)
@@ -62,6 +68,12 @@ struct clip_weights {
     std::vector<float> soft_emb_norm;       // gemma3: (n_embd)
     weight_view input_proj;                 // gemma3: (n_out, n_embd), transposed from the file at load
     weight_view fc;                         // idefics3: (n_out, n_embd * n_merge²)
+};
+
+// The patch grid of one image: nx x ny patches.
+struct patch_grid {
+    int64_t nx = 0, ny = 0;
+    int64_t n() const { return nx * ny; }
 };
 
 // Work rows a projector may use, sized at load for one image.
@@ -75,15 +87,15 @@ struct projector_def {
     // n_layer_run and other hparams from the file.
     void (*load)(clip_model& m);
     // Output tokens of one image.
-    int64_t (*n_tokens)(const clip_model& m);
+    int64_t (*n_tokens)(const clip_model& m, patch_grid g);
     // Widest intermediate row the projector needs (floats), for projector_work.
     int64_t (*work_width)(const clip_model& m);
     // out (n_tokens, n_out) from the ViT's output rows feats (n_pos, n_embd).
-    void (*project)(pass& p, const clip_model& m, rows feats, projector_work& w, float* out);
+    void (*project)(pass& p, const clip_model& m, patch_grid g, rows feats, projector_work& w, float* out);
 };
 
 const std::vector<const projector_def*>& supported_projectors();
-std::string supported_projector_names();  // "mlp, gemma3, idefics3"
+std::string supported_projector_names();  // "mlp, gemma3, idefics3, qwen2vl_merger"
 
 class clip_model {
 public:
@@ -96,7 +108,7 @@ public:
     const clip_weights& weights() const { return w_; }
     const projector_def& projector() const { return *proj_; }
     const gguf_file& file() const { return *file_; }
-    int64_t n_pos() const { return hp_.n_patches() + (w_.class_embd.empty() ? 0 : 1); }  // ViT rows
+    int64_t n_pos(patch_grid g) const { return g.n() + (w_.class_embd.empty() ? 0 : 1); }  // ViT rows
 
     // ---- for projector files: typed tensor access, errors name the tensor ----
     bool has(const std::string& name) const { return file_->find_tensor(name) != nullptr; }

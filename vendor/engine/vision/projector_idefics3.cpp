@@ -15,6 +15,7 @@ namespace {
 void load_idefics3(clip_model& m) {
     clip_hparams& hp = m.hp_mut();
     clip_weights& w = m.weights_mut();
+    if (w.pos_embd.empty()) throw value_error("mmproj: tensor v.position_embd.weight is missing (needed by projector " + hp.projector + ")");
     hp.n_merge = m.file().get_int("clip.vision.projector.scale_factor", 1);
     if (hp.n_merge < 1 || hp.n_side() % hp.n_merge)
         throw value_error("mmproj: clip.vision.projector.scale_factor " + std::to_string(hp.n_merge) +
@@ -24,14 +25,14 @@ void load_idefics3(clip_model& m) {
     w.fc = m.matrix("mm.model.fc.weight", n_in, hp.n_out);
 }
 
-int64_t n_tokens_idefics3(const clip_model& m) {
+int64_t n_tokens_idefics3(const clip_model& m, patch_grid) {
     const int64_t s = m.hp().n_side() / m.hp().n_merge;
     return s * s;
 }
 
 int64_t work_width_idefics3(const clip_model& m) { return m.hp().n_embd * m.hp().n_merge * m.hp().n_merge; }
 
-void project_idefics3(pass& p, const clip_model& m, rows feats, projector_work& wk, float* out) {
+void project_idefics3(pass& p, const clip_model& m, patch_grid, rows feats, projector_work& wk, float* out) {
     const clip_hparams& hp = m.hp();
     const int64_t E = hp.n_embd, k = hp.n_merge, side = hp.n_side(), s = side / k, n_in = E * k * k;
     float* shuffled = wk.a.data();  // (s * s, E k²)

@@ -19,6 +19,7 @@ namespace {
 void load_mlp(clip_model& m) {
     clip_hparams& hp = m.hp_mut();
     clip_weights& w = m.weights_mut();
+    if (w.pos_embd.empty()) throw value_error("mmproj: tensor v.position_embd.weight is missing (needed by projector " + hp.projector + ")");
     if (m.has("mm.3.weight"))
         throw not_implemented_error("mmproj: Yi-style LLaVA projector (mlp_norm: mm.3.weight) has no encoder in this build");
     if (m.file().has_key("clip.vision.feature_layer"))
@@ -33,11 +34,11 @@ void load_mlp(clip_model& m) {
     hp.n_layer_run = hp.n_layer - 1;
 }
 
-int64_t n_tokens_mlp(const clip_model& m) { return m.hp().n_patches(); }
+int64_t n_tokens_mlp(const clip_model& m, patch_grid) { return m.hp().n_patches(); }
 
 int64_t work_width_mlp(const clip_model& m) { return m.weights().mm0.n_rows; }
 
-void project_mlp(pass& p, const clip_model& m, rows feats, projector_work& wk, float* out) {
+void project_mlp(pass& p, const clip_model& m, patch_grid g, rows feats, projector_work& wk, float* out) {
     const clip_weights& w = m.weights();
     const int64_t n_mid = w.mm0.n_rows;
     // rows 1..n_patches with a class token (llama.cpp skips row 0), else all
@@ -45,7 +46,7 @@ void project_mlp(pass& p, const clip_model& m, rows feats, projector_work& wk, f
     const rows sel{feats.p + first * feats.s, feats.s};
     const rows h{wk.a.data(), n_mid};
     const rows y{out, m.hp().n_out};
-    p.set_n(n_tokens_mlp(m));
+    p.set_n(n_tokens_mlp(m, g));
     p.matmul(w.mm0, sel, h);
     p.add_bias(h, w.mm0_b);
     p.act_mul(ffn_act::gelu, h, nullptr, 0, n_mid);

@@ -5,28 +5,53 @@
 
 namespace lp {
 
-vision_model::vision_model(const std::string& path, int n_threads)
-    : m_(clip_model::load(path)),
-      pool_(n_threads),
-      be_(m_->hp().blocks, m_->n_pos(), m_->n_pos(), n_threads, attention_path::explicit_softmax),
-      rs_(m_->hp().blocks, m_->n_pos(), m_->n_pos(), device::host()),
-      st_(*m_, rs_) {
-    be_.use_pool(pool_);
-    const int64_t width = m_->projector().work_width(*m_);
-    work_.a.resize((size_t)(m_->n_pos() * width));
-    work_.b.resize((size_t)(m_->n_pos() * width));
+vision_model::state::state(const clip_model& m, patch_grid g, thread_pool& pool)
+    : grid(g),
+      be(m.hp().blocks, m.n_pos(g), m.n_pos(g), pool.n_threads(), attention_path::explicit_softmax),
+      rs(m.hp().blocks, m.n_pos(g), m.n_pos(g), device::host()),
+      st(m, g, rs) {
+    be.use_pool(pool);
+    const int64_t width = m.projector().work_width(m);
+    work.a.resize((size_t)(m.n_pos(g) * width));
+    work.b.resize((size_t)(m.n_pos(g) * width));
 }
 
+vision_model::vision_model(const std::string& path, int n_threads) : m_(clip_model::load(path)), pool_(n_threads) {
+    if (!m_->hp().dynamic_size) s_ = std::make_unique<state>(*m_, grid_for(m_->hp().image_size, m_->hp().image_size), pool_);
+}
+
+patch_grid vision_model::grid_for(int64_t h, int64_t w) const {
+    const clip_hparams& hp = m_->hp();
+    const std::string size = std::to_string(h) + " x " + std::to_string(w);
+    if (!hp.dynamic_size) {
+        if (h != hp.image_size || w != hp.image_size)
+            throw value_error("vision encoder: pixels of " + size + ", but projector " + hp.projector + " takes " +
+                              std::to_string(hp.image_size) + " x " + std::to_string(hp.image_size) +
+                              " (preprocess the image first)");
+        return patch_grid{hp.n_side(), hp.n_side()};
+    }
+    const int64_t step = 2 * hp.patch_size;  // whole 2 x 2 merge blocks
+    if (h <= 0 || w <= 0 || h % step || w % step)
+        throw value_error("vision encoder: pixels of " + size + "; projector " + hp.projector +
+                          " takes heights and widths that are multiples of " + std::to_string(step) +
+                          " (preprocess the image first)");
+    if ((h / hp.patch_size) * (w / hp.patch_size) > (int64_t)1 << 20)
+        throw value_error("vision encoder: an image of " + size + " pixels has too many patches");
+    return patch_grid{w / hp.patch_size, h / hp.patch_size};
+}
+
+int64_t vision_model::n_tokens_fixed() const { return s_ && !m_->hp().dynamic_size ? n_tokens(s_->grid) : 0; }
+
 void vision_model::encode(const float* pixels, int64_t h, int64_t w, float* out) {
-    const int64_t side = m_->hp().image_size;
-    if (h != side || w != side)
-        throw value_error("vision encoder: pixels of " + std::to_string(h) + " x " + std::to_string(w) +
-                          ", but projector " + m_->hp().projector + " takes " + std::to_string(side) + " x " +
-                          std::to_string(side) + " (preprocess the image first)");
+    const patch_grid g = grid_for(h, w);
     std::lock_guard<std::mutex> lock(mu_);
-    pass p(be_, rs_, nullptr, m_->n_pos());
-    vit_forward(p, *m_, st_, pixels);
-    m_->projector().project(p, *m_, rows{rs_.x.f32(), m_->hp().n_embd}, work_, out);
+    if (!s_ || s_->grid.nx != g.nx || s_->grid.ny != g.ny) {
+        s_.reset();
+        s_ = std::make_unique<state>(*m_, g, pool_);
+    }
+    pass p(s_->be, s_->rs, nullptr, m_->n_pos(g));
+    vit_forward(p, *m_, s_->st, pixels);
+    m_->projector().project(p, *m_, g, rows{s_->rs.x.f32(), m_->hp().n_embd}, s_->work, out);
 }
 
 }  // namespace lp
