@@ -6,8 +6,7 @@ clip fed its graph and the projector output (tests/data/vlm/README.md). Here:
 - preprocess(image) -> encode_image equals them end to end (PNG decoded by us; JPEG from
   llama.cpp's decoded bitmap, since libjpeg-turbo and stb_image differ by a few levels;
   WebP has no reference);
-- bad pixels and broken projector files raise ValueError, unsupported types (qwen2.5vl_merger)
-  NotImplementedError;
+- bad pixels and broken projector files raise ValueError, unsupported types NotImplementedError;
 - results do not depend on the thread count.
 
 Tolerances are relative to the largest |value| of the reference chunk. llama.cpp's vision
@@ -22,11 +21,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from llamapy.multimodal import ENCODER_PROJECTOR_TYPES, VisionEncoder, preprocess, read_mmproj
+from llamapy.multimodal import (ENCODER_PROJECTOR_TYPES, SUPPORTED_PROJECTOR_TYPES, VisionEncoder, preprocess,
+                                read_mmproj)
 
 VLM = Path(__file__).parent / "data" / "vlm"
 TYPES = {"llava15": ("f16",), "llava16": ("f16",), "gemma3": ("f16", "q8_0"), "idefics3": ("f16", "q8_0"),
-         "qwen2vl": ("f16", "q8_0")}
+         "qwen2vl": ("f16", "q8_0"), "qwen25vl": ("f16", "q8_0")}
 TOL = {"f16": 2.5e-3, "q8_0": 3e-2}
 CASES = [(t, v) for t, vs in TYPES.items() for v in vs if (VLM / t / f"{t}-mmproj-{v}.gguf").is_file()]
 
@@ -115,7 +115,7 @@ def test_properties():
     assert enc.projector_type == "gemma3" and enc.info.projector_type == "gemma3"
     assert (enc.n_embd, enc.n_tokens) == (64, 4) and enc.info.n_mmproj_embd == 64
     assert encoder("llava15", "f16").n_tokens == 4
-    assert set(ENCODER_PROJECTOR_TYPES) == {"mlp", "gemma3", "idefics3", "qwen2vl_merger"}
+    assert set(ENCODER_PROJECTOR_TYPES) == set(SUPPORTED_PROJECTOR_TYPES)
     qwen = encoder("qwen2vl", "f16")
     assert qwen.dynamic_size and qwen.n_tokens == 0 and qwen.n_embd == 64
     assert qwen.encode(np.zeros((3, 56, 84), np.float32)).shape == (6, 64)
@@ -190,11 +190,30 @@ def test_bad_n_threads():
         _engine.VisionModel(str(VLM / "gemma3" / "gemma3-mmproj-f16.gguf"), 100000)
 
 
-@pytest.mark.parametrize("variant", ["f16", "q8_0"])
-def test_qwen25_merger_not_implemented(variant):
+def test_unsupported_projector_types(tmp_path):
+    pytest.importorskip("gguf")
     from llamapy import _engine
-    path = VLM / "qwen25vl" / f"qwen25vl-mmproj-{variant}.gguf"
-    with pytest.raises(NotImplementedError, match="mlp, gemma3, idefics3, qwen2vl_merger"):
-        VisionEncoder(path)
-    with pytest.raises(NotImplementedError, match="merger"):
-        _engine.VisionModel(str(path), 1)
+    from test_mmproj_metadata import write_mmproj
+    for ptype in ("pixtral", "mlp_norm", "ldp"):
+        path = write_mmproj(tmp_path / f"{ptype}.gguf", ptype)
+        with pytest.raises(NotImplementedError, match=ptype):
+            VisionEncoder(path)
+        with pytest.raises(NotImplementedError,
+                           match="mlp, gemma3, idefics3, qwen2vl_merger, qwen2.5vl_merger|mlp_norm"):
+            _engine.VisionModel(str(path), 1)
+
+
+def test_qwen25_image_over_two_windows():
+    """The wide image's 6 x 2 merged blocks fall into two 112 px windows (4 and 2 block
+    columns): its recording is matched only with the windows and their token order right."""
+    enc = encoder("qwen25vl", "f16")
+    arrays = np.load(VLM / "qwen25vl" / "arrays.npz")
+    pixels, ref = recorded_chunks(arrays, "wide_120x33.jpg", "f16")[0]
+    assert pixels.shape[2:] == (56, 168)
+    got = enc.encode(pixels)
+    assert rel_err(got, ref) <= TOL["f16"]
+    # changing only the right window moves the rows of both (block 1 attends over everything)
+    right = pixels.copy()
+    right[..., 112:] = 0.0
+    moved = np.abs(enc.encode(right) - got).max(axis=1)
+    assert (moved > 0).all()

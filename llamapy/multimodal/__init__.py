@@ -8,8 +8,7 @@
   encoder takes, as llama.cpp's mtmd preprocessors make them;
 - ``encoder.py``     — ``VisionEncoder``: those tiles -> the language model's image
   embeddings, through the native vision encoders (vendor/engine/vision/; projector types
-  ``mlp``, ``gemma3``, ``idefics3``, ``qwen2vl_merger``; ``qwen2.5vl_merger`` raises
-  NotImplementedError).
+  ``mlp``, ``gemma3``, ``idefics3``, ``qwen2vl_merger``, ``qwen2.5vl_merger``).
 
 Not here yet: the chat handlers that place image embeddings in a prompt; nothing in
 ``llamapy.llama_chat_format`` refers to this package until they exist.

@@ -8,10 +8,11 @@ array ``preprocess`` makes, or llama.cpp's (1, 3, H, W) batch layout — and ret
 ``mtmd_get_output_embd`` do. ``encode_image(pre)`` encodes every chunk of a
 ``Preprocessed`` image in mtmd's chunk order (tiles, then the overview).
 
-Projector types with an encoder here: ``ENCODER_PROJECTOR_TYPES``. The fixed-size types take
-image_size x image_size chunks; ``qwen2vl_merger`` any size in multiples of two patches
-(n_tokens = patches / 4). ``qwen2.5vl_merger`` (window attention), which ``read_mmproj``
-accepts, raises ``NotImplementedError`` at construction.
+Projector types with an encoder here: ``ENCODER_PROJECTOR_TYPES`` (every type ``read_mmproj``
+accepts; other types raise ``NotImplementedError`` there or, if one is added to
+``SUPPORTED_PROJECTOR_TYPES`` without an encoder, here at construction). The fixed-size
+types take image_size x image_size chunks; the Qwen2-VL / 2.5-VL mergers any size in
+multiples of two patches (n_tokens = patches / 4).
 Not here: preprocessing (``preprocess.py``), placing embeddings in a prompt (chat handlers).
 """
 from __future__ import annotations
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
 __all__ = ["ENCODER_PROJECTOR_TYPES", "VisionEncoder"]
 
 # Projector types whose vision encoder the engine runs (vendor/engine/vision/projector_<type>.cpp).
-ENCODER_PROJECTOR_TYPES = ("mlp", "gemma3", "idefics3", "qwen2vl_merger")
+ENCODER_PROJECTOR_TYPES = ("mlp", "gemma3", "idefics3", "qwen2vl_merger", "qwen2.5vl_merger")
 
 
 class VisionEncoder:

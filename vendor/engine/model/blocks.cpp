@@ -324,6 +324,7 @@ void ffn_block(pass& p, const hparams& hp, const layer_weights& L, int il, rows 
         p.matmul(L.ffn_up, in, ffn);  // gate | up
     } else if (gated) {
         p.matmul(L.ffn_gate, in, g);
+        p.add_bias(g, L.ffn_gate_b);
         p.matmul(L.ffn_up, in, u);
     } else {
         p.matmul(L.ffn_up, in, g);  // no gate: the activation acts on up itself

@@ -101,6 +101,7 @@ struct layer_weights {
     std::vector<float> attn_out_norm, attn_out_norm_b;    // (n_embd)
     std::vector<float> layer_out_norm, layer_out_norm_b;  // (n_embd)
     std::vector<float> ffn_up_b, ffn_down_b;              // (n_ff), (n_embd) or empty
+    std::vector<float> ffn_gate_b;                        // (n_ff) or empty (Qwen2.5-VL's vision FFN)
 };
 
 struct model_weights {

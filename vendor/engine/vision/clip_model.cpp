@@ -15,10 +15,11 @@ extern const projector_def projector_mlp;
 extern const projector_def projector_gemma3;
 extern const projector_def projector_idefics3;
 extern const projector_def projector_qwen2vl;
+extern const projector_def projector_qwen25vl;
 
 const std::vector<const projector_def*>& supported_projectors() {
     static const std::vector<const projector_def*> table = {&projector_mlp, &projector_gemma3, &projector_idefics3,
-                                                             &projector_qwen2vl};
+                                                             &projector_qwen2vl, &projector_qwen25vl};
     return table;
 }
 
@@ -127,6 +128,7 @@ std::shared_ptr<clip_model> clip_model::load(const std::string& path) {
 
     clip_hparams& hp = m->hp_;
     hp.projector = f.get_string("clip.projector_type", f.get_string("clip.vision.projector_type", "mlp"));
+    if (hp.projector == "qwen2.5o") hp.projector = "qwen2.5vl_merger";  // omni files: the vision half
     for (const projector_def* d : supported_projectors())
         if (hp.projector == d->name) m->proj_ = d;
     if (!m->proj_)
@@ -205,7 +207,7 @@ std::shared_ptr<clip_model> clip_model::load(const std::string& path) {
         layer_weights& L = w.layers[(size_t)il];
         const std::string p = "v.blk." + std::to_string(il) + ".";
         L.attn_norm = m->floats(p + "ln1.weight", E);
-        L.attn_norm_b = m->floats_opt(p + "ln1.bias", E);
+        L.attn_norm_b = m->floats_opt(p + "ln1.bias", E);  // (RMS-norm towers have none)
         L.ffn_norm = m->floats(p + "ln2.weight", E);
         L.ffn_norm_b = m->floats_opt(p + "ln2.bias", E);
         L.wq = m->matrix(p + "attn_q.weight", E, E);
@@ -216,8 +218,10 @@ std::shared_ptr<clip_model> clip_model::load(const std::string& path) {
         L.bk = m->floats_opt(p + "attn_k.bias", E);
         L.bv = m->floats_opt(p + "attn_v.bias", E);
         L.bo = m->floats_opt(p + "attn_out.bias", E);
-        if (m->has(p + "ffn_gate.weight"))
-            throw not_implemented_error("mmproj: gated FFN (" + p + "ffn_gate.weight) in a " + hp.projector + " tower");
+        if (m->has(p + "ffn_gate.weight")) {  // gated FFN: act(gate x + b) * (up x + b)
+            L.ffn_gate = m->matrix(p + "ffn_gate.weight", E, hp.n_ff);
+            L.ffn_gate_b = m->floats_opt(p + "ffn_gate.bias", hp.n_ff);
+        }
         // Old converters named fc1 / fc2 the other way round; llama.cpp
         // swaps them back when "down" takes n_embd inputs.
         std::string up = "ffn_up", down = "ffn_down";

@@ -47,7 +47,14 @@ struct clip_hparams {
     bool dynamic_size = false;
     bool merge_order = false;
     bool rope_2d = false;
+    // Qwen2.5-VL window attention: every n_wa_pattern-th block attends over
+    // the whole image, the others within windows of window_px pixels
+    // (0: no windows).
+    int64_t n_wa_pattern = 0;
+    int64_t window_px = 0;
     hparams blocks;
+
+    bool full_attention(int il) const { return n_wa_pattern <= 0 || (il + 1) % n_wa_pattern == 0; }
 
     int64_t n_side() const { return image_size / patch_size; }  // patches per side (fixed-size types)
     int64_t n_patches() const { return n_side() * n_side(); }
