@@ -217,3 +217,22 @@ def test_qwen25_image_over_two_windows():
     right[..., 112:] = 0.0
     moved = np.abs(enc.encode(right) - got).max(axis=1)
     assert (moved > 0).all()
+
+
+def test_qwen25_huge_image_against_recorded_summary():
+    """1536 x 1152 -> 1540 x 1148 (110 x 82 patches, 2255 tokens, 14 x 11 windows). llama.cpp
+    kept only a strided subset of this output; the JPEG is decoded by Pillow here (stb_image
+    differs by a few levels), so the tolerance is wider than for the recorded pixels."""
+    import json
+    from llamapy.multimodal.image_input import load_image
+    rec = json.loads((VLM / "qwen25vl" / "record.json").read_text())
+    chunk = [c for c in rec["images"]["huge_1536x1152.jpg"]["mmproj_f16"]["chunks"] if c["type"] == "image"][0]
+    summary = chunk["embd"]
+    enc = encoder("qwen25vl", "f16")
+    rgb = np.asarray(load_image(VLM / "images" / "huge_1536x1152.jpg", apply_exif=False))
+    (got,) = enc.encode_image(preprocess(rgb, enc.info))
+    assert list(got.shape) == summary["shape"] == [2255, 64]
+    subset = np.asarray(summary["subset"], np.float32)
+    ours = got.ravel()[::summary["subset_stride"]][:len(subset)]
+    assert rel_err(ours, subset) <= 1.5e-2
+    assert abs(float(got.mean()) - summary["mean"]) <= 1e-3 * summary["std"] * 10
