@@ -148,7 +148,7 @@ def test_bad_pixels_raise_value_error():
         enc._model.encode(np.zeros((3, 28, 28), np.float64))
     assert enc.encode(good).shape == (4, 64)  # still fine afterwards
     qwen = encoder("qwen2vl", "f16")
-    for shape in [(3, 28, 42), (3, 0, 28), (3, 14, 28), (1, 28, 28)]:
+    for shape in [(3, 28, 42), (3, 0, 28), (3, 14, 28), (1, 28, 28), (3, 2576, 2576)]:  # the last: 33856 patches
         with pytest.raises(ValueError):
             qwen.encode(np.zeros(shape, np.float32))
         with pytest.raises(ValueError):

@@ -43,9 +43,9 @@ farray encode(vision_model& vm, const py::array& pixels) {
     if (c != 3) throw value_error("pixels must have 3 channels (RGB) first, got shape with " + std::to_string(c));
     farray px = farray::ensure(pixels);  // C-contiguous copy when needed
     const float* data = px.data();
+    const patch_grid g = vm.grid_for(h, w);  // the size first: no pass over pixels it refuses
     for (int64_t i = 0; i < 3 * h * w; ++i)
         if (!std::isfinite(data[i])) throw value_error("pixels hold a NaN or infinite value at flat index " + std::to_string(i));
-    const patch_grid g = vm.grid_for(h, w);
     farray out({(py::ssize_t)vm.n_tokens(g), (py::ssize_t)vm.n_out()});
     float* o = out.mutable_data();
     {

@@ -35,8 +35,12 @@ patch_grid vision_model::grid_for(int64_t h, int64_t w) const {
         throw value_error("vision encoder: pixels of " + size + "; projector " + hp.projector +
                           " takes heights and widths that are multiples of " + std::to_string(step) +
                           " (preprocess the image first)");
-    if ((h / hp.patch_size) * (w / hp.patch_size) > (int64_t)1 << 20)
-        throw value_error("vision encoder: an image of " + size + " pixels has too many patches");
+    // Attention masks take n_patches² bits: 32768 patches (8192 image tokens, twice
+    // llama.cpp's default Qwen budget) is 128 MB of mask.
+    const int64_t n_patches = (h / hp.patch_size) * (w / hp.patch_size);
+    if (n_patches > 32768)
+        throw value_error("vision encoder: an image of " + size + " pixels has " + std::to_string(n_patches) +
+                          " patches, more than 32768 (resize it smaller)");
     return patch_grid{w / hp.patch_size, h / hp.patch_size};
 }
 
