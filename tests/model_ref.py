@@ -292,6 +292,12 @@ def rms_norm(x, w, eps):
     return y * w if w is not None else y
 
 
+def gelu_quick_f16(x):
+    """Quick GELU x * sigmoid(1.702 x) on the F16-rounded input, rounded to F16 (llama.cpp's table)."""
+    h = f16(np.asarray(x, dtype=np.float64))
+    return f16(h / (1.0 + np.exp(-1.702 * h)))
+
+
 def gelu_f16(x):
     """GELU (tanh form) on the F16-rounded input, rounded to F16; exact outside (-10, 10)."""
     x = np.asarray(x, dtype=np.float64)

@@ -59,6 +59,8 @@ CASES = [
     ("silu_mul", dict(kind="silu_mul", x=X), R.silu(Y.astype(np.float64)) * X, 1e-5),
     ("silu no gate", dict(kind="silu_mul"), R.silu(Y.astype(np.float64)), 1e-5),
     ("gelu_mul", dict(kind="gelu_mul", x=X), R.gelu_f16(Y) * X, 1e-5),
+    ("gelu_quick_mul", dict(kind="gelu_quick_mul", x=X), R.gelu_quick_f16(Y) * X, 1e-5),
+    ("gelu_quick no gate", dict(kind="gelu_quick_mul"), R.gelu_quick_f16(Y), 1e-5),
     ("hadamard", dict(kind="hadamard", a=64), R.rotate_blocks(Y.astype(np.float64), 64), 1e-5),
     ("copy", dict(kind="copy", x=X), X, 0),
 ]

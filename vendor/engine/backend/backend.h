@@ -48,6 +48,7 @@ struct row_op {
         softcap,     // y = tanh(y / f) * f
         gelu_mul,    // y = gelu(y) * x                 (x null: no gate)
         silu_mul,    // y = silu(y) * x                 (x null: no gate)
+        gelu_quick_mul,  // y = quick_gelu(y) * x       (x null: no gate; CLIP)
         rope,        // rotate the first a dims of each of `groups` heads (n apart) of y; x: the row's cos/sin table
         hadamard,    // y = y · H in blocks of a (a power of two dividing n)
         copy,        // y = x

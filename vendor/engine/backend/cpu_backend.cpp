@@ -35,6 +35,7 @@ LP_INLINE void apply(const row_op& o, int64_t t) {
         case row_op::kind::softcap: softcap_row(y, o.n, o.f); break;
         case row_op::kind::gelu_mul: gelu_mul_row(y, x, o.n); break;
         case row_op::kind::silu_mul: silu_mul_row(y, x, o.n); break;
+        case row_op::kind::gelu_quick_mul: gelu_quick_mul_row(y, x, o.n); break;
         case row_op::kind::rope: rope_apply(y, (int)o.groups, (int)o.n, o.a, o.style, x); break;
         case row_op::kind::hadamard: hadamard_blocks(y, o.n, o.a); break;
         case row_op::kind::copy: std::memcpy(y, x, sizeof(float) * (size_t)o.n); break;

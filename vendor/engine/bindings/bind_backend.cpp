@@ -38,7 +38,7 @@ row_op::kind parse_kind(const std::string& k) {
         {"scale", row_op::kind::scale},       {"softcap", row_op::kind::softcap},
         {"gelu_mul", row_op::kind::gelu_mul}, {"silu_mul", row_op::kind::silu_mul},
         {"rope", row_op::kind::rope},         {"hadamard", row_op::kind::hadamard},
-        {"copy", row_op::kind::copy},
+        {"copy", row_op::kind::copy},         {"gelu_quick_mul", row_op::kind::gelu_quick_mul},
     };
     for (const auto& [name, kind] : kinds)
         if (k == name) return kind;
@@ -91,7 +91,8 @@ farray row_op_py(const std::string& be_name, const std::string& kind, farray y_i
         o.x = x.data();
         o.x_stride = shared ? 0 : x_need;
     } else if (o.k != row_op::kind::scale && o.k != row_op::kind::softcap && o.k != row_op::kind::hadamard &&
-               o.k != row_op::kind::gelu_mul && o.k != row_op::kind::silu_mul) {
+               o.k != row_op::kind::gelu_mul && o.k != row_op::kind::silu_mul &&
+               o.k != row_op::kind::gelu_quick_mul) {
         if (!(o.k == row_op::kind::rms_norm || o.k == row_op::kind::layer_norm))
             throw value_error("row op '" + kind + "' needs x");
         o.x = o.y;  // norms in place
@@ -147,7 +148,7 @@ void bind_backend(py::module_& m) {
           py::arg("w") = py::none(), py::arg("b") = py::none(), py::arg("f") = 0.0f, py::arg("groups") = 1,
           py::arg("a") = 0, py::arg("neox") = false, py::arg("n_threads") = 1,
           "y (rows, cols) after one row op of the backend (backend.h: rms_norm, layer_norm, add, mul, scale, "
-          "softcap, gelu_mul, silu_mul, rope, hadamard, copy)");
+          "softcap, gelu_mul, silu_mul, gelu_quick_mul, rope, hadamard, copy)");
     m.def("backend_matmul", &matmul_py, py::arg("backend"), py::arg("raw"), py::arg("type"), py::arg("n_rows"),
           py::arg("n_cols"), py::arg("x"), py::arg("n_threads") = 1, "x · wᵀ on the backend");
     m.def("backend_get_rows", &get_rows_py, py::arg("backend"), py::arg("raw"), py::arg("type"), py::arg("n_rows"),

@@ -52,6 +52,20 @@ const float* gelu_table() {
     return table.data();
 }
 
+// The same for quick GELU, x / (1 + exp(-1.702 x)) (llama.cpp's
+// ggml_gelu_quick table: every F16 input, the result rounded to F16).
+const float* gelu_quick_table() {
+    static const std::vector<float> table = [] {
+        std::vector<float> t(1 << 16);
+        for (uint32_t h = 0; h < (1u << 16); ++h) {
+            const float x = fp16_to_fp32((uint16_t)h);
+            t[h] = fp16_to_fp32(fp32_to_fp16(x * (1.0f / (1.0f + std::exp(-1.702f * x)))));
+        }
+        return t;
+    }();
+    return table.data();
+}
+
 // ---------------------------------------------------------------------------
 // Scalar kernels
 // ---------------------------------------------------------------------------
@@ -366,6 +380,15 @@ void layer_norm_row(const float* x, const float* w, const float* b, float* y, in
     for (int64_t i = 0; i < n; ++i) y[i] *= scale;
     if (w) for (int64_t i = 0; i < n; ++i) y[i] *= w[i];
     if (b) for (int64_t i = 0; i < n; ++i) y[i] += b[i];
+}
+
+void gelu_quick_mul_row(float* g, const float* u, int64_t n) {
+    // A table lookup per element: no SIMD form (llama.cpp's is scalar too).
+    const float* table = gelu_quick_table();
+    for (int64_t i = 0; i < n; ++i) {
+        const float y = table[fp32_to_fp16(g[i])];
+        g[i] = u ? y * u[i] : y;
+    }
 }
 
 void gelu_mul_row(float* g, const float* u, int64_t n) {

@@ -24,6 +24,10 @@ void layer_norm_row(const float* x, const float* w, const float* b, float* y, in
 // g = gelu(g) * u, GELU in its tanh form evaluated as llama.cpp does (input
 // and result rounded to F16; |x| >= 10 taken exactly). u may be null (no gate).
 void gelu_mul_row(float* g, const float* u, int64_t n);
+// g = quick_gelu(g) * u with quick_gelu(x) = x * sigmoid(1.702 x) (CLIP's
+// activation), through an F16 table as llama.cpp evaluates it (input and
+// result rounded to F16). u may be null (no gate).
+void gelu_quick_mul_row(float* g, const float* u, int64_t n);
 // g = silu(g) * u = g / (1 + exp(-g)) * u. u may be null.
 void silu_mul_row(float* g, const float* u, int64_t n);
 // x = tanh(x / cap) * cap

@@ -113,7 +113,10 @@ void pass::softcap(rows y, int64_t n, float cap) {
 }
 
 void pass::act_mul(ffn_act act, rows g, const float* up, int64_t up_stride, int64_t n) {
-    row_op o = op(act == ffn_act::gelu ? row_op::kind::gelu_mul : row_op::kind::silu_mul, g, n);
+    const row_op::kind k = act == ffn_act::gelu         ? row_op::kind::gelu_mul
+                           : act == ffn_act::gelu_quick ? row_op::kind::gelu_quick_mul
+                                                        : row_op::kind::silu_mul;
+    row_op o = op(k, g, n);
     o.x = up;
     o.x_stride = up_stride;
     queue(o);
@@ -321,6 +324,7 @@ void ffn_block(pass& p, const hparams& hp, const layer_weights& L, int il, rows 
         p.matmul(L.ffn_up, in, ffn);  // gate | up
     } else if (gated) {
         p.matmul(L.ffn_gate, in, g);
+        p.add_bias(g, L.ffn_gate_b);
         p.matmul(L.ffn_up, in, u);
     } else {
         p.matmul(L.ffn_up, in, g);  // no gate: the activation acts on up itself

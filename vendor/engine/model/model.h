@@ -32,7 +32,7 @@ struct not_implemented_error : std::logic_error {
 };
 
 enum class norm_kind { rms, layer };
-enum class ffn_act { silu, gelu };
+enum class ffn_act { silu, gelu, gelu_quick };  // gelu_quick: CLIP vision towers
 
 // How an architecture's decoder block differs from the pre-norm transformer
 // (norm -> attention -> residual, norm -> gated FFN -> residual).
@@ -110,6 +110,7 @@ struct layer_weights {
     std::vector<float> attn_out_norm, attn_out_norm_b;    // (n_embd)
     std::vector<float> layer_out_norm, layer_out_norm_b;  // (n_embd)
     std::vector<float> ffn_up_b, ffn_down_b;              // (n_ff), (n_embd) or empty
+    std::vector<float> ffn_gate_b;                        // (n_ff) or empty (Qwen2.5-VL's vision FFN)
 };
 
 struct model_weights {

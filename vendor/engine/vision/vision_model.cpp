@@ -1,0 +1,61 @@
+// vision_model.cpp — see vision_model.h.
+#include "vision_model.h"
+
+#include "../common.h"
+
+namespace lp {
+
+vision_model::state::state(const clip_model& m, patch_grid g, thread_pool& pool)
+    : grid(g),
+      be(m.hp().blocks, m.n_pos(g), m.n_pos(g), pool.n_threads(), attention_path::explicit_softmax),
+      rs(m.hp().blocks, m.n_pos(g), m.n_pos(g), device::host()),
+      st(m, g, rs) {
+    be.use_pool(pool);
+    const int64_t width = m.projector().work_width(m);
+    work.a.resize((size_t)(m.n_pos(g) * width));
+    work.b.resize((size_t)(m.n_pos(g) * width));
+}
+
+vision_model::vision_model(const std::string& path, int n_threads) : m_(clip_model::load(path)), pool_(n_threads) {
+    if (!m_->hp().dynamic_size) s_ = std::make_unique<state>(*m_, grid_for(m_->hp().image_size, m_->hp().image_size), pool_);
+}
+
+patch_grid vision_model::grid_for(int64_t h, int64_t w) const {
+    const clip_hparams& hp = m_->hp();
+    const std::string size = std::to_string(h) + " x " + std::to_string(w);
+    if (!hp.dynamic_size) {
+        if (h != hp.image_size || w != hp.image_size)
+            throw value_error("vision encoder: pixels of " + size + ", but projector " + hp.projector + " takes " +
+                              std::to_string(hp.image_size) + " x " + std::to_string(hp.image_size) +
+                              " (preprocess the image first)");
+        return patch_grid{hp.n_side(), hp.n_side()};
+    }
+    const int64_t step = 2 * hp.patch_size;  // whole 2 x 2 merge blocks
+    if (h <= 0 || w <= 0 || h % step || w % step)
+        throw value_error("vision encoder: pixels of " + size + "; projector " + hp.projector +
+                          " takes heights and widths that are multiples of " + std::to_string(step) +
+                          " (preprocess the image first)");
+    // Attention masks take n_patches² bits: 32768 patches (8192 image tokens, twice
+    // llama.cpp's default Qwen budget) is 128 MB of mask.
+    const int64_t n_patches = (h / hp.patch_size) * (w / hp.patch_size);
+    if (n_patches > 32768)
+        throw value_error("vision encoder: an image of " + size + " pixels has " + std::to_string(n_patches) +
+                          " patches, more than 32768 (resize it smaller)");
+    return patch_grid{w / hp.patch_size, h / hp.patch_size};
+}
+
+int64_t vision_model::n_tokens_fixed() const { return s_ && !m_->hp().dynamic_size ? n_tokens(s_->grid) : 0; }
+
+void vision_model::encode(const float* pixels, int64_t h, int64_t w, float* out) {
+    const patch_grid g = grid_for(h, w);
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!s_ || s_->grid.nx != g.nx || s_->grid.ny != g.ny) {
+        s_.reset();
+        s_ = std::make_unique<state>(*m_, g, pool_);
+    }
+    pass p(s_->be, s_->rs, nullptr, m_->n_pos(g));
+    vit_forward(p, *m_, s_->st, pixels);
+    m_->projector().project(p, *m_, g, rows{s_->rs.x.f32(), m_->hp().n_embd}, s_->work, out);
+}
+
+}  // namespace lp

@@ -1,0 +1,54 @@
+// vision_model.h — a loaded vision encoder ready to run: the clip_model, its
+// thread pool, and a CPU backend with all work memory for one image, kept
+// for the last patch grid (fixed-size types: always the same one). encode()
+// takes one image chunk's pixels and writes the projector's output
+// embeddings. Calls are serialised (one image at a time per model).
+// Not here: loading (clip_model.h), the tower (vit.h), the projectors.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "../backend/cpu_backend.h"
+#include "../cpu/threadpool.h"
+#include "../model/blocks.h"
+#include "clip_model.h"
+#include "vit.h"
+
+namespace lp {
+
+class vision_model {
+public:
+    vision_model(const std::string& path, int n_threads);
+
+    const clip_model& model() const { return *m_; }
+    // The patch grid of an h x w pixel image; value_error when the projector
+    // cannot take that size.
+    patch_grid grid_for(int64_t h, int64_t w) const;
+    int64_t n_tokens(patch_grid g) const { return m_->projector().n_tokens(*m_, g); }
+    int64_t n_tokens_fixed() const;  // fixed-size types: tokens per chunk; 0 for dynamic ones
+    int64_t n_out() const { return m_->hp().n_out; }
+    int n_threads() const { return pool_.n_threads(); }
+
+    // pixels (3, h, w) float32, normalised, h x w a size grid_for accepts.
+    // out: (n_tokens(grid_for(h, w)), n_out()) floats.
+    void encode(const float* pixels, int64_t h, int64_t w, float* out);
+
+private:
+    struct state {
+        state(const clip_model& m, patch_grid g, thread_pool& pool);
+        patch_grid grid;
+        cpu_backend be;
+        run_state rs;
+        vit_state st;
+        projector_work work;
+    };
+    std::shared_ptr<clip_model> m_;
+    thread_pool pool_;
+    std::unique_ptr<state> s_;
+    std::mutex mu_;
+};
+
+}  // namespace lp
