@@ -134,5 +134,4 @@ def render_chat(llama: Any, messages: List[Dict[str, Any]], tools: Any, template
                                   f"handler is {type(handler).__name__}")
     req = ChatRequest(messages=list(messages), tools=tools, template_kwargs=dict(template_kwargs))
     mode, _ = req.tool_mode()
-    tokens = handler.prompt(llama, req, req.tools if mode != "none" else None).tokens
-    return llama.detokenize(tokens, special=True).decode("utf-8", errors="replace")
+    return handler.render_text(llama, req, req.tools if mode != "none" else None)
