@@ -28,6 +28,8 @@ def llama_kwargs(s: Settings) -> Dict[str, Any]:
                               n_threads=s.threads, n_gpu_layers=s.n_gpu_layers, flash_attn=_FLASH[s.flash_attn],
                               type_k=s.cache_type_k, type_v=s.cache_type_v, embedding=bool(s.embedding),
                               verbose=False)
+    if s.pooling is not None:
+        kw["pooling_type"] = ["none", "mean", "cls", "last", "rank"].index(s.pooling)
     if s.seed is not None:
         kw["seed"] = s.seed
     if s.mmproj:

@@ -52,6 +52,8 @@ OPTIONS: List[Opt] = [
         "allowed CORS origins, comma-separated (default: http(s)://localhost and 127.0.0.1 on any port)"),
     Opt(("--embedding", "--embeddings"), "embedding", "LLAMA_ARG_EMBEDDINGS", "bool", False,
         "serve /v1/embeddings"),
+    Opt(("--pooling",), "pooling", "LLAMA_ARG_POOLING", str, None, "embedding pooling (default: the model's)",
+        ("none", "mean", "cls", "last", "rank")),
     Opt(("-mm", "--mmproj"), "mmproj", "LLAMA_ARG_MMPROJ", help="multimodal projector GGUF"),
     Opt(("--chat-template",), "chat_template", "LLAMA_ARG_CHAT_TEMPLATE",
         help="a chat format name (e.g. chatml) or a Jinja template string"),

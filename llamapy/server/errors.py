@@ -2,11 +2,14 @@
 every failure, including the ASGI stack's own (404, 405, validation)."""
 from __future__ import annotations
 
+import logging
 from typing import Any, Dict, Optional
 
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse
+
+logger = logging.getLogger("llamapy.server")
 
 _TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
           404: "not_found_error", 405: "invalid_request_error", 413: "invalid_request_error",
@@ -68,6 +71,11 @@ def install(app: Any) -> None:
     @app.exception_handler(ValueError)
     async def _value(request: Request, exc: ValueError) -> JSONResponse:
         return error_response(400, str(exc), "invalid_request_error")
+
+    @app.exception_handler(Exception)
+    async def _other(request: Request, exc: Exception) -> JSONResponse:
+        logger.exception("internal error on %s", request.url.path, exc_info=exc)
+        return error_response(500, f"internal error: {type(exc).__name__}: {exc}", "internal_error")
 
     @app.exception_handler(NotImplementedError)
     async def _not_impl(request: Request, exc: NotImplementedError) -> JSONResponse:

@@ -84,6 +84,9 @@ class TemplateBody(_Body):
     chat_template_kwargs: Optional[Dict[str, Any]] = None
 
 
+_RESERVED_TEMPLATE_VARS = {"messages", "add_generation_prompt", "tools", "bos_token", "eos_token"}
+
+
 def _state(request: Request) -> Any:
     return request.app.state.server
 
@@ -150,6 +153,9 @@ async def chat_completions(body: ChatBody, request: Request) -> Any:
     if body.response_format is not None and body.response_format.get("type") not in ("text", "json_object",
                                                                                       "json_schema"):
         raise bad_request("response_format.type must be 'text', 'json_object' or 'json_schema'")
+    reserved = sorted(set(body.chat_template_kwargs or {}) & _RESERVED_TEMPLATE_VARS)
+    if reserved:
+        raise bad_request(f"chat_template_kwargs.{reserved[0]}: the server sets this template variable itself")
     params = dict(messages=body.messages, tools=body.tools, tool_choice=body.tool_choice,
                   response_format=body.response_format, max_tokens=max_tokens, logprobs=body.logprobs,
                   top_logprobs=body.top_logprobs, model=state.model_name, **sampling_params(body))
@@ -190,11 +196,22 @@ async def embeddings(body: EmbeddingBody, request: Request) -> Any:
     state = _state(request)
     if not state.settings.embedding:
         raise APIError(501, "this server does not serve embeddings: start it with --embedding", "not_supported")
-    if body.encoding_format not in (None, "float"):
-        raise bad_request("encoding_format: only 'float' is supported")
+    if body.encoding_format not in (None, "float", "base64"):
+        raise bad_request("encoding_format must be 'float' or 'base64'")
     if isinstance(body.input, list) and not body.input:
         raise bad_request("input: the list is empty")
-    return await state.run_job(work.embedding_work(body.input, state.model_name))
+    r = await state.run_job(work.embedding_work(body.input, state.model_name))
+    if r["data"] and r["data"][0]["embedding"] and isinstance(r["data"][0]["embedding"][0], list):
+        raise bad_request("this model's pooling type is 'none' (one vector per token), which the OpenAI "
+                          "embeddings API cannot carry; start the server with --pooling mean (or cls, last)")
+    if body.encoding_format == "base64":
+        import base64
+
+        import numpy as np
+
+        for d in r["data"]:
+            d["embedding"] = base64.b64encode(np.asarray(d["embedding"], dtype="<f4").tobytes()).decode("ascii")
+    return r
 
 
 def model_card(state: Any) -> Dict[str, Any]:
