@@ -39,6 +39,10 @@ class LiveServer:
             time.sleep(0.02)
         if ready:
             while httpx.get(self.url + "/health").status_code != 200:
+                runner = self.app.state.server.runner
+                if runner.state == "failed":
+                    self.stop()
+                    raise RuntimeError(f"the model failed to load: {runner.error}")
                 if time.monotonic() - t0 > 60:
                     raise RuntimeError("model did not load")
                 time.sleep(0.05)
