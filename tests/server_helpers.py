@@ -49,5 +49,7 @@ class LiveServer:
         return self
 
     def stop(self) -> None:
-        self.server.should_exit = True
+        import signal
+
+        self.server.handle_exit(signal.SIGTERM, None)  # what SIGTERM does (sse-starlette watches it too)
         self.thread.join(15)

@@ -236,8 +236,12 @@ def test_queue_full_and_disconnect_frees_the_slot(tiny_path, long_req):
             # The stream is closed: its generation stops and the waiting request runs at once.
             t.join(10)
             assert result["status"] == 200 and time.monotonic() - t_close < 3
+        deadline = time.monotonic() + 5
+        while s.app.state.server.runner.stats()["busy"] and time.monotonic() < deadline:
+            time.sleep(0.01)  # the worker counts a job just after its last item went out
         stats = s.app.state.server.runner.stats()
         assert stats["requests_cancelled"] == 1 and stats["queue_rejected_total"] == 1
+        assert stats["tokens_predicted_total"] == 2
     finally:
         s.stop()
 
@@ -379,3 +383,25 @@ def test_python_m_llamapy_serve_and_sigterm(tiny_path, tmp_path):
     finally:
         if p.poll() is None:
             p.kill()
+
+
+def test_serve_exits_when_the_model_cannot_load(tmp_path):
+    import subprocess
+    import sys
+
+    from server_helpers import free_port
+
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(b"GGUF" + b"\0" * 60)
+    p = subprocess.run([sys.executable, "-m", "llamapy", "serve", "-m", str(bad), "--port", str(free_port())],
+                       capture_output=True, text=True, timeout=60,
+                       env={**__import__("os").environ,
+                            "PYTHONPATH": str(__import__("pathlib").Path(__file__).parent.parent)})
+    assert p.returncode == 1 and "failed to load" in p.stderr
+    assert main_no_jinja() == 2
+
+
+def main_no_jinja():
+    from llamapy.server.cli import main
+
+    return main(["-m", "x.gguf", "--no-jinja"])

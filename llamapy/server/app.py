@@ -102,11 +102,26 @@ class ServerState:
 
     async def run_job(self, work: Callable[[Any, Job], Any]) -> Any:
         job, _ = await self.start_job(work)
+        return await self.result(job)
+
+    async def result(self, job: Job, request: Any = None) -> Any:
+        """The job's one result item. A client that disconnects meanwhile
+        cancels the job (polled: Starlette does not cancel a handler)."""
+        import asyncio
+
+        nxt = asyncio.ensure_future(job.next())
         try:
-            return await job.next()
+            while True:
+                done, _ = await asyncio.wait({nxt}, timeout=0.25)
+                if done:
+                    return nxt.result()
+                if request is not None and await request.is_disconnected():
+                    job.cancel("client disconnected")
         except Cancelled as e:
             raise self.cancel_error(job, e) from None
         finally:
+            if not nxt.done():
+                nxt.cancel()
             job.cancel("client gone")  # a no-op once the job is done
 
     @staticmethod

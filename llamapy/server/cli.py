@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import threading
 from typing import Optional, Sequence
 
 _MISSING = ("the server needs its extra: pip install 'llamapy-engine[server]' "
@@ -37,6 +38,19 @@ def main(argv: Optional[Sequence[str]] = None, prog: str = "python -m llamapy.se
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    uvicorn.run(app, host=settings.host, port=settings.port, log_level="info", access_log=False,
-                timeout_graceful_shutdown=10)
+    server = uvicorn.Server(uvicorn.Config(app, host=settings.host, port=settings.port, log_level="info",
+                                           access_log=False, timeout_graceful_shutdown=10))
+    runner = app.state.server.runner
+
+    def exit_if_load_fails() -> None:
+        # As llama-server: a model that cannot load ends the server (with the reason logged).
+        runner.loaded.wait()
+        if runner.state == "failed":
+            server.should_exit = True
+
+    threading.Thread(target=exit_if_load_fails, daemon=True).start()
+    server.run()
+    if runner.state == "failed" or (runner.state == "stopped" and runner.error):
+        print(f"error: the model failed to load: {runner.error}", file=sys.stderr)
+        return 1
     return 0

@@ -220,6 +220,9 @@ def check(values: Dict[str, Any]) -> None:
                               "start one server per model with -m MODEL")
     if not values.get("model"):
         raise ConfigError("no model: pass -m MODEL (router mode without -m is not built yet)")
+    if values.get("jinja") is False:
+        raise ConfigError("--no-jinja is not supported: llamapy renders the GGUF's Jinja template in a sandbox; "
+                          "pick a named format instead with --chat-template NAME (e.g. chatml)")
     if values["parallel"] is not None and values["parallel"] != 1:
         raise ConfigError(f"-np/--parallel {values['parallel']}: only one slot is built yet; continuous batching "
                           "of parallel slots is not, and requests are not silently serialised. Use -np 1")

@@ -233,12 +233,7 @@ async def api_chat(body: ChatBody, request: Request) -> Any:
     job, _ = await state.start_job(work.chat_work(params, {}))
     name = body.model or state.model_name
     if not body.stream:
-        try:
-            r = await job.next()
-        except Cancelled as e:
-            raise state.cancel_error(job, e) from None
-        finally:
-            job.cancel("client gone")
+        r = await state.result(job, request)
         msg = r["choices"][0]["message"]
         out_msg: Dict[str, Any] = {"role": "assistant", "content": msg.get("content") or ""}
         calls = _tool_calls(msg)
@@ -319,12 +314,7 @@ async def api_generate(body: GenerateBody, request: Request) -> Any:
         text_of = (lambda c: (c["choices"][0].get("delta") or {}).get("content") or "") if body.stream else \
             (lambda c: c["choices"][0]["message"].get("content") or "")
     if not body.stream:
-        try:
-            r = await job.next()
-        except Cancelled as e:
-            raise state.cancel_error(job, e) from None
-        finally:
-            job.cancel("client gone")
+        r = await state.result(job, request)
         return {"model": name, "created_at": _now(), "response": text_of(r), "done": True,
                 "done_reason": r["choices"][0]["finish_reason"], **_durations(t0, job, r.get("usage"))}
 

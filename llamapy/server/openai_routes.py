@@ -162,12 +162,7 @@ async def chat_completions(body: ChatBody, request: Request) -> Any:
     job, _ = await state.start_job(work.chat_work(params, body.chat_template_kwargs or {}))
     if body.stream:
         return _sse(state, job, _include_usage(body))
-    try:
-        return await job.next()
-    except Cancelled as e:
-        raise state.cancel_error(job, e) from None
-    finally:
-        job.cancel("client gone")
+    return await state.result(job, request)
 
 
 @router.post("/v1/completions")
@@ -182,12 +177,7 @@ async def completions(body: CompletionBody, request: Request) -> Any:
     job, _ = await state.start_job(work.completion_work(params))
     if body.stream:
         return _sse(state, job, _include_usage(body))
-    try:
-        return await job.next()
-    except Cancelled as e:
-        raise state.cancel_error(job, e) from None
-    finally:
-        job.cancel("client gone")
+    return await state.result(job, request)
 
 
 @router.post("/v1/embeddings")
@@ -292,6 +282,8 @@ async def metrics(request: Request) -> Any:
             ("requests_cancelled", "counter", "requests cancelled (disconnect, timeout, shutdown)"),
             ("requests_failed", "counter", "requests that failed"),
             ("queue_rejected_total", "counter", "requests refused with 503 because the queue was full"),
+            ("prompt_tokens_total", "counter", "prompt tokens of finished requests"),
+            ("tokens_predicted_total", "counter", "generated tokens of finished requests"),
             ("waiting", "gauge", "requests waiting for the slot"),
             ("busy", "gauge", "1 while the slot runs a request")):
         lines += [f"# HELP llamapy:{key} {helptext}", f"# TYPE llamapy:{key} {kind}",

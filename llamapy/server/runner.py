@@ -45,6 +45,7 @@ class Job:
         self.reason = ""
         self.t_submit = time.monotonic()
         self.t_start: Optional[float] = None
+        self.usage: Optional[Dict[str, Any]] = None  # set by the work function; counted by /metrics
 
     # ---- worker side
     def check(self) -> None:
@@ -105,6 +106,7 @@ class Runner:
         self.counters: Dict[str, float] = {"requests_total": 0, "requests_cancelled": 0, "requests_failed": 0,
                                            "tokens_predicted_total": 0, "prompt_tokens_total": 0,
                                            "queue_rejected_total": 0}
+        self.loaded = threading.Event()  # set once the load has succeeded or failed
         self._thread = threading.Thread(target=self._run, name="llamapy-runner", daemon=True)
 
     def start(self) -> None:
@@ -161,6 +163,7 @@ class Runner:
         except Exception as e:  # reported by /health and every request
             self.state, self.error = "failed", f"{type(e).__name__}: {e}"
             logger.error("model failed to load: %s", self.error)
+        self.loaded.set()
         while True:
             job = self._queue.get()
             if job is None:
@@ -203,5 +206,8 @@ class Runner:
             self.count("requests_failed")
             job.put(e)
         finally:
+            if job.usage:
+                self.count("prompt_tokens_total", job.usage.get("prompt_tokens", 0))
+                self.count("tokens_predicted_total", job.usage.get("completion_tokens", 0))
             self.current = None
             job.put(_END)

@@ -71,13 +71,13 @@ def chat_work(params: Dict[str, Any], template_kwargs: Dict[str, Any]) -> Callab
         yield meta
         result = handler(llama=llama, **params, logits_processor=cancel_hook(job), **template_kwargs)
         if not params.get("stream"):
-            result["usage"] = _add_cached(result.get("usage"), meta)
+            result["usage"] = job.usage = _add_cached(result.get("usage"), meta)
             yield result
             return
         for chunk in result:
             if "usage" in chunk:
                 chunk = dict(chunk)
-                chunk["usage"] = _add_cached(chunk["usage"], meta)
+                chunk["usage"] = job.usage = _add_cached(chunk["usage"], meta)
             yield chunk
     return work
 
@@ -91,13 +91,13 @@ def completion_work(params: Dict[str, Any]) -> Callable[[Any, Job], Iterator[Any
         yield meta
         result = llama.create_completion(**params, logits_processor=cancel_hook(job))
         if not params.get("stream"):
-            result["usage"] = _add_cached(result.get("usage"), meta)
+            result["usage"] = job.usage = _add_cached(result.get("usage"), meta)
             yield result
             return
         for chunk in result:
             if "usage" in chunk:
                 chunk = dict(chunk)
-                chunk["usage"] = _add_cached(chunk["usage"], meta)
+                chunk["usage"] = job.usage = _add_cached(chunk["usage"], meta)
             yield chunk
     return work
 
