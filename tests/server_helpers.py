@@ -53,3 +53,6 @@ class LiveServer:
 
         self.server.handle_exit(signal.SIGTERM, None)  # what SIGTERM does (sse-starlette watches it too)
         self.thread.join(15)
+        from sse_starlette.sse import AppStatus
+
+        AppStatus.should_exit = False  # sse-starlette's process-wide flag: a later server in this process starts afresh

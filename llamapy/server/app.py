@@ -128,6 +128,8 @@ class ServerState:
     def cancel_error(job: Job, e: Exception) -> errors.APIError:
         if job.reason == "timeout":
             return errors.APIError(504, "the request took longer than --timeout", "timeout")
+        if job.reason == "shutdown":
+            return errors.APIError(503, "the server is shutting down", "shutting_down")
         return errors.APIError(503, f"the request was cancelled ({e})", "cancelled")
 
     async def stream(self, job: Job) -> AsyncIterator[Any]:

@@ -2,9 +2,11 @@
 /tokenize, /detokenize, /apply-template, /metrics)."""
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any, Dict, List, Optional, Union
 
+import anyio
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field
 from sse_starlette.sse import EventSourceResponse
@@ -118,8 +120,19 @@ def _include_usage(body: Sampling) -> bool:
 
 
 def _sse(state: Any, job: Any, include_usage: bool) -> EventSourceResponse:
+    # On SIGTERM sse-starlette sets this event and gives the stream a grace
+    # period: the job is cancelled, and the client gets an error event and
+    # [DONE] instead of a cut connection.
+    shutdown = anyio.Event()
+
     async def events() -> Any:
         usage = None
+
+        async def watch() -> None:
+            await shutdown.wait()
+            job.cancel("shutdown")
+
+        watcher = asyncio.ensure_future(watch())
         try:
             async for chunk in state.stream(job):
                 if "usage" in chunk:
@@ -137,9 +150,11 @@ def _sse(state: Any, job: Any, include_usage: bool) -> EventSourceResponse:
             err = state.cancel_error(job, e) if isinstance(e, Cancelled) else e
             status = err.status if isinstance(err, APIError) else 400 if isinstance(err, ValueError) else 500
             yield json.dumps(error_body(status, getattr(err, "message", str(err))))
+        finally:
+            watcher.cancel()
         yield "[DONE]"
 
-    return EventSourceResponse(events(), sep="\n")
+    return EventSourceResponse(events(), sep="\n", shutdown_event=shutdown, shutdown_grace_period=3.0)
 
 
 @router.post("/v1/chat/completions")
