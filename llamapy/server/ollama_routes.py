@@ -359,7 +359,8 @@ def _details(state: Any) -> Dict[str, Any]:
     md = llm.metadata if llm is not None else {}
     arch = md.get("general.architecture", "")
     return {"parent_model": "", "format": "gguf", "family": arch, "families": [arch] if arch else None,
-            "parameter_size": md.get("general.size_label", ""), "quantization_level": str(md.get("general.file_type", ""))}
+            "parameter_size": md.get("general.size_label", ""),
+            "quantization_level": str(md.get("general.file_type", ""))}
 
 
 def _entry(state: Any) -> Dict[str, Any]:
