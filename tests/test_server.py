@@ -402,3 +402,20 @@ def main_no_jinja():
     from llamapy.server.cli import main
 
     return main(["-m", "x.gguf", "--no-jinja"])
+
+
+def test_shutdown_ends_an_open_ollama_stream(tiny):
+    # Ollama's options cannot ban EOS; the tiny gemma3's greedy text never reaches it.
+    s = LiveServer(["-m", str(tiny("gemma3")[0]), *LONG_CTX, "-t", "1"]).start()
+    body = {"model": "m", "prompt": "a", "raw": True, "stream": True,
+            "options": {"num_predict": 30000, "temperature": 0}}
+    with httpx.Client(base_url=s.url, timeout=30) as c:
+        with c.stream("POST", "/api/generate", json=body) as st:
+            lines = st.iter_lines()
+            assert json.loads(next(lines))["done"] is False
+            stopper = threading.Thread(target=s.stop)
+            t0 = time.monotonic()
+            stopper.start()
+            rest = [json.loads(ln) for ln in lines if ln]
+        assert "shutting down" in rest[-1]["error"] and time.monotonic() - t0 < 5
+        stopper.join(20)

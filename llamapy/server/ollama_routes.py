@@ -3,6 +3,7 @@ NDJSON streaming (the default, as in Ollama), ``options``, ``format``
 ("json" or a JSON schema) and ``keep_alive``."""
 from __future__ import annotations
 
+import asyncio
 import base64
 import datetime as _dt
 import json
@@ -187,11 +188,27 @@ def _durations(t0: float, job: Any, usage: Optional[Dict[str, Any]]) -> Dict[str
             "eval_count": usage.get("completion_tokens", 0), "eval_duration": int((now - start) * 1e9)}
 
 
-def _ndjson(gen: Any) -> StreamingResponse:
+def _ndjson(gen: Any, job: Any) -> StreamingResponse:
     async def lines() -> Any:
-        async for obj in gen:
-            yield json.dumps(obj) + "\n"
+        watcher = asyncio.ensure_future(_cancel_on_shutdown(job))
+        try:
+            async for obj in gen:
+                yield json.dumps(obj) + "\n"
+        finally:
+            watcher.cancel()
     return StreamingResponse(lines(), media_type="application/x-ndjson")
+
+
+async def _cancel_on_shutdown(job: Any) -> None:
+    """Cancel the job when uvicorn is told to exit (SIGTERM), so that an open
+    NDJSON stream ends with an error line instead of being cut after the
+    graceful-shutdown timeout. sse-starlette's flag is the one place that
+    learns of the signal (it wraps uvicorn's handler)."""
+    from sse_starlette.sse import AppStatus
+
+    while not AppStatus.should_exit:
+        await asyncio.sleep(0.25)
+    job.cancel("shutdown")
 
 
 def _tool_calls(message: Dict[str, Any]) -> Optional[List[Dict[str, Any]]]:
@@ -264,7 +281,8 @@ async def api_chat(body: ChatBody, request: Request) -> Any:
                     yield {"model": name, "created_at": _now(),
                            "message": {"role": "assistant", "content": delta["content"]}, "done": False}
         except (Cancelled, APIError, ValueError) as e:
-            yield {"error": getattr(e, "message", str(e))}
+            err = state.cancel_error(job, e) if isinstance(e, Cancelled) else e
+            yield {"error": getattr(err, "message", str(err))}
             return
         last: Dict[str, Any] = {"role": "assistant", "content": ""}
         if calls:
@@ -272,7 +290,7 @@ async def api_chat(body: ChatBody, request: Request) -> Any:
         yield {"model": name, "created_at": _now(), "message": last, "done": True, "done_reason": finish,
                **_durations(t0, job, usage)}
 
-    return _ndjson(gen())
+    return _ndjson(gen(), job)
 
 
 @router.post("/api/generate")
@@ -332,12 +350,13 @@ async def api_generate(body: GenerateBody, request: Request) -> Any:
                 if text:
                     yield {"model": name, "created_at": _now(), "response": text, "done": False}
         except (Cancelled, APIError, ValueError) as e:
-            yield {"error": getattr(e, "message", str(e))}
+            err = state.cancel_error(job, e) if isinstance(e, Cancelled) else e
+            yield {"error": getattr(err, "message", str(err))}
             return
         yield {"model": name, "created_at": _now(), "response": "", "done": True, "done_reason": finish,
                **_durations(t0, job, usage)}
 
-    return _ndjson(gen())
+    return _ndjson(gen(), job)
 
 
 @router.post("/api/embed")
