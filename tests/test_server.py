@@ -110,6 +110,23 @@ def test_api_keys_and_public_health(server):
     assert r.status_code == 200 and r.json()["data"][0]["meta"]["n_ctx"] == 256
 
 
+def test_key_file_and_cors_list(tiny_path, tmp_path):
+    keys = tmp_path / "keys"
+    keys.write_text("# one key a line\nsk-a\n\nsk-b\n")
+    s = LiveServer(["-m", tiny_path, "-c", "64", "--api-key-file", str(keys),
+                    "--cors-origins", "https://app.example"]).start()
+    try:
+        assert httpx.get(s.url + "/v1/models", headers={"Authorization": "Bearer sk-b"}).status_code == 200
+        assert httpx.get(s.url + "/v1/models", headers={"Authorization": "Bearer sk-c"}).status_code == 401
+        pre = {"Access-Control-Request-Method": "POST"}
+        r = httpx.options(s.url + "/v1/completions", headers={"Origin": "https://app.example", **pre})
+        assert r.status_code == 200 and r.headers["access-control-allow-origin"] == "https://app.example"
+        r = httpx.options(s.url + "/v1/completions", headers={"Origin": "http://localhost:3000", **pre})
+        assert r.status_code == 400
+    finally:
+        s.stop()
+
+
 def test_cors_preflight(server):
     pre = {"Access-Control-Request-Method": "POST", "Access-Control-Request-Headers": "authorization"}
     r = httpx.options(server.url + "/v1/chat/completions", headers={"Origin": "https://evil.example", **pre})
@@ -251,6 +268,9 @@ def test_timeout_and_no_metrics(tiny_path, long_req):
     try:
         r = httpx.post(s.url + "/v1/completions", json=long_req, timeout=30)
         assert r.status_code == 504 and r.json()["error"]["code"] == "timeout"
+        r = httpx.post(s.url + "/v1/completions", json={**long_req, "stream": True}, timeout=30)
+        data = sse_events(r.text)
+        assert data[-1] == "[DONE]" and json.loads(data[-2])["error"]["code"] == "timeout"
         r = httpx.get(s.url + "/metrics")
         assert r.status_code == 501 and "--metrics" in r.json()["error"]["message"]
         r = httpx.post(s.url + "/v1/embeddings", json={"input": "a"})

@@ -149,7 +149,7 @@ def _sse(state: Any, job: Any, include_usage: bool) -> EventSourceResponse:
         except (Cancelled, APIError, ValueError, RuntimeError) as e:  # mid-stream: an error event, then the end
             err = state.cancel_error(job, e) if isinstance(e, Cancelled) else e
             status = err.status if isinstance(err, APIError) else 400 if isinstance(err, ValueError) else 500
-            yield json.dumps(error_body(status, getattr(err, "message", str(err))))
+            yield json.dumps(error_body(status, getattr(err, "message", str(err)), getattr(err, "code", None)))
         finally:
             watcher.cancel()
         yield "[DONE]"
