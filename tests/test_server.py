@@ -439,3 +439,24 @@ def test_shutdown_ends_an_open_ollama_stream(tiny):
             rest = [json.loads(ln) for ln in lines if ln]
         assert "shutting down" in rest[-1]["error"] and time.monotonic() - t0 < 5
         stopper.join(20)
+
+
+def test_engine_flags_and_chat_template(tiny):
+    from llamapy.server.app import llama_kwargs
+
+    # qwen3's tiny model has 32-wide heads, as a Q8_0 cache needs.
+    s = LiveServer(["-m", str(tiny("qwen3")[0]), "-c", "128", "-ctk", "q8_0", "-ctv", "q8_0", "-fa", "on", "-b", "64",
+                    "-ub", "32", "-t", "1", "--chat-template", "chatml", "--alias", "tiny"]).start()
+    try:
+        c = httpx.Client(base_url=s.url, timeout=30)
+        prompt = c.post("/apply-template", json={"messages": [{"role": "user", "content": "x"}]}).json()["prompt"]
+        assert "<|im_start|>user" in prompt
+        r = c.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "x"}], "max_tokens": 3})
+        assert r.status_code == 200 and r.json()["model"] == "tiny"
+        llm = s.app.state.server.llama
+        assert llm.n_batch == 64 and llm.n_ubatch == 32 and llm.flash_attn_active
+    finally:
+        s.stop()
+    jinja = "{% for m in messages %}[{{ m.content }}]{% endfor %}"
+    kw = llama_kwargs(parse_settings(["-m", "x", "--chat-template", jinja], environ={}))
+    assert kw["kv_overrides"] == {"tokenizer.chat_template": jinja} and "chat_format" not in kw
