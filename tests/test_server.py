@@ -234,6 +234,8 @@ def test_queue_full_and_disconnect_frees_the_slot(tiny_path, long_req):
             with a.stream("POST", "/v1/completions", json={**long_req, "stream": True}) as stream:
                 lines = stream.iter_lines()  # kept: a dropped iterator closes the response
                 next(lines)  # it runs
+                t_health = time.monotonic()  # the event loop answers while the worker generates
+                assert httpx.get(s.url + "/health").status_code == 200 and time.monotonic() - t_health < 1
                 result = {}
 
                 def waiting():
@@ -460,3 +462,27 @@ def test_engine_flags_and_chat_template(tiny):
     jinja = "{% for m in messages %}[{{ m.content }}]{% endfor %}"
     kw = llama_kwargs(parse_settings(["-m", "x", "--chat-template", jinja], environ={}))
     assert kw["kv_overrides"] == {"tokenizer.chat_template": jinja} and "chat_format" not in kw
+
+
+# ------------------------------------------------------------------ Ollama translation
+def test_ollama_tool_messages_translate():
+    from llamapy.server.ollama_routes import _messages, _tool_calls
+
+    msgs = _messages([{"role": "assistant", "content": "",
+                       "tool_calls": [{"function": {"name": "f", "arguments": {"x": 1}}}]},
+                      {"role": "tool", "content": "42"}], has_projector=False)
+    call = msgs[0]["tool_calls"][0]
+    assert call["type"] == "function" and json.loads(call["function"]["arguments"]) == {"x": 1}
+    back = _tool_calls({"tool_calls": [{"function": {"name": "f", "arguments": '{"x": 1}'}}]})
+    assert back == [{"function": {"name": "f", "arguments": {"x": 1}}}]
+
+
+def test_keep_alive_parsing():
+    from llamapy.server.errors import APIError
+    from llamapy.server.ollama_routes import parse_keep_alive
+
+    assert parse_keep_alive("5m") == 300 and parse_keep_alive("1h30m") == 5400 and parse_keep_alive(10) == 10
+    assert parse_keep_alive(0) == 0 and parse_keep_alive("-1") is None and parse_keep_alive(-1) is None
+    assert parse_keep_alive(None) == 300
+    with pytest.raises(APIError, match="duration"):
+        parse_keep_alive("soon")

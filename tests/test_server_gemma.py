@@ -120,14 +120,3 @@ def test_ollama_client(server, llm):
     assert c.show("gemma").details.family == "gemma3"
     with pytest.raises(ollama.ResponseError, match="num_ctx"):
         c.chat(model="gemma", messages=MSGS, options={"num_ctx": 99999})
-
-
-def test_keep_alive_parsing():
-    from llamapy.server.errors import APIError
-    from llamapy.server.ollama_routes import parse_keep_alive
-
-    assert parse_keep_alive("5m") == 300 and parse_keep_alive("1h30m") == 5400 and parse_keep_alive(10) == 10
-    assert parse_keep_alive(0) == 0 and parse_keep_alive("-1") is None and parse_keep_alive(-1) is None
-    assert parse_keep_alive(None) == 300
-    with pytest.raises(APIError, match="duration"):
-        parse_keep_alive("soon")
