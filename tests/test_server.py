@@ -143,6 +143,10 @@ def test_body_limit_and_bad_json(server):
     assert r.status_code == 400 and "JSON" in r.json()["error"]["message"]
     r = c.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "a"}], "max_tokens": "9"})
     assert r.status_code == 400 and "max_tokens" in r.json()["error"]["message"]
+    r = c.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": 5}]})
+    assert r.status_code == 400 and "content" in r.json()["error"]["message"]
+    r = c.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "a"}], "stop": [1]})
+    assert r.status_code == 400 and "stop" in r.json()["error"]["message"]
     r = c.post("/v1/chat/completions", json={"messages": []})
     assert r.status_code == 400 and "messages" in r.json()["error"]["message"]
     r = c.get("/nope")

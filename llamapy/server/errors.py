@@ -77,6 +77,11 @@ def install(app: Any) -> None:
         logger.exception("internal error on %s", request.url.path, exc_info=exc)
         return error_response(500, f"internal error: {type(exc).__name__}: {exc}", "internal_error")
 
+    @app.exception_handler(TypeError)
+    async def _type(request: Request, exc: TypeError) -> JSONResponse:
+        # llamapy raises TypeError for a value of the wrong type inside a request (a message's content ...)
+        return error_response(400, str(exc), "invalid_request_error")
+
     @app.exception_handler(NotImplementedError)
     async def _not_impl(request: Request, exc: NotImplementedError) -> JSONResponse:
         return error_response(501, str(exc), "not_supported")
