@@ -120,3 +120,13 @@ def test_ollama_client(server, llm):
     assert c.show("gemma").details.family == "gemma3"
     with pytest.raises(ollama.ResponseError, match="num_ctx"):
         c.chat(model="gemma", messages=MSGS, options={"num_ctx": 99999})
+
+
+def test_langchain_chat_openai(server, llm):
+    # Optional: langchain-openai is heavy, so it is not in the test extra.
+    lc = pytest.importorskip("langchain_openai")
+    chat = lc.ChatOpenAI(base_url=server.url + "/v1", api_key="sk-test", model="gemma", temperature=0,
+                         max_tokens=12, max_retries=0)
+    ref = llm.create_chat_completion(MSGS, max_tokens=12, temperature=0)["choices"][0]["message"]["content"]
+    assert chat.invoke("Name the largest planet.").content == ref
+    assert "".join(c.content for c in chat.stream("Name the largest planet.")) == ref
