@@ -270,7 +270,7 @@ def test_queue_full_and_disconnect_frees_the_slot(tiny_path, long_req):
 
 
 def test_timeout_and_no_metrics(tiny_path, long_req):
-    s = LiveServer(["-m", tiny_path, *LONG_CTX, "-t", "1", "--timeout", "0.3"]).start()
+    s = LiveServer(["-m", tiny_path, *LONG_CTX, "-t", "1", "--timeout", "0.3", "--queue-max", "0"]).start()
     try:
         r = httpx.post(s.url + "/v1/completions", json=long_req, timeout=30)
         assert r.status_code == 504 and r.json()["error"]["code"] == "timeout"

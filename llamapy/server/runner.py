@@ -94,7 +94,7 @@ class Runner:
 
     def __init__(self, load: Callable[[], Any], queue_max: int = 16, timeout: Optional[float] = None) -> None:
         self._load = load
-        self._queue: "queue.Queue[Optional[Job]]" = queue.Queue(maxsize=max(1, queue_max) + 1)
+        self._queue: "queue.Queue[Optional[Job]]" = queue.Queue()  # admission is bounded by _waiting
         self.queue_max = queue_max
         self.timeout = timeout
         self.llama: Any = None
@@ -127,7 +127,8 @@ class Runner:
         deadline = None if self.timeout is None else time.monotonic() + self.timeout
         job = Job(work, loop, deadline)
         with self._lock:
-            if self._waiting >= self.queue_max:
+            # An idle slot takes a request even with --queue-max 0.
+            if self._waiting >= self.queue_max and (self.current is not None or self._waiting > 0):
                 self.counters["queue_rejected_total"] += 1
                 raise QueueFull(f"{self._waiting} requests are waiting (--queue-max {self.queue_max})")
             self._waiting += 1
