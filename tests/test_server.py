@@ -172,6 +172,8 @@ def test_image_parts_refused_without_projector(server):
                                         {"type": "image_url", "image_url": {"url": "file:///etc/passwd"}}]}]
     r = client(server).post("/v1/chat/completions", json={"messages": msg})
     assert r.status_code == 400 and "--mmproj" in r.json()["error"]["message"]
+    r = client(server).post("/api/chat", json={"model": "m", "messages": msg, "stream": False})
+    assert r.status_code == 400 and "--mmproj" in r.json()["error"]["message"]
 
 
 def test_media_path_rules(tmp_path):
@@ -181,7 +183,8 @@ def test_media_path_rules(tmp_path):
     with pytest.raises(APIError, match="--media-path"):
         check_image_url("file:///etc/passwd", None)
     (tmp_path / "a.png").write_bytes(b"x")
-    check_image_url(f"file://{tmp_path}/a.png", str(tmp_path))
+    assert check_image_url(f"file://{tmp_path}/a.png", str(tmp_path)) == str((tmp_path / "a.png").resolve())
+    assert check_image_url("a.png", str(tmp_path)) == str((tmp_path / "a.png").resolve())  # relative to it
     with pytest.raises(APIError, match="outside"):
         check_image_url(f"file://{tmp_path}/../x.png", str(tmp_path))
     with pytest.raises(APIError, match="remote"):

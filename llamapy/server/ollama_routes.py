@@ -18,6 +18,7 @@ from starlette.responses import StreamingResponse
 from . import work
 from .errors import APIError, bad_request
 from .runner import Cancelled
+from .security import check_messages_media
 
 router = APIRouter()
 
@@ -149,7 +150,8 @@ def _format(fmt: Any) -> Optional[Dict[str, Any]]:
     raise bad_request("format must be 'json' or a JSON schema object")
 
 
-def _messages(messages: List[Dict[str, Any]], has_projector: bool) -> List[Dict[str, Any]]:
+def _messages(messages: List[Dict[str, Any]], has_projector: bool,
+              media_path: Optional[str] = None) -> List[Dict[str, Any]]:
     """Ollama messages (``images``: base64 strings) -> OpenAI-shaped ones."""
     out = []
     for i, m in enumerate(messages):
@@ -176,7 +178,8 @@ def _messages(messages: List[Dict[str, Any]], has_projector: bool) -> List[Dict[
                                                "arguments": json.dumps(c["function"].get("arguments", {}))}}
                                  for j, c in enumerate(msg["tool_calls"])]
         out.append(msg)
-    return out
+    # Content given as OpenAI parts gets the same image-source rules as /v1.
+    return check_messages_media(out, media_path, has_projector)
 
 
 def _durations(t0: float, job: Any, usage: Optional[Dict[str, Any]]) -> Dict[str, Any]:
@@ -243,7 +246,8 @@ async def api_chat(body: ChatBody, request: Request) -> Any:
         return {"model": body.model or state.model_name, "created_at": _now(),
                 "message": {"role": "assistant", "content": ""}, "done": True, "done_reason": "load"}
     opts = _options(state, body.options)
-    params = dict(messages=_messages(body.messages, bool(state.settings.mmproj)), tools=body.tools,
+    msgs = _messages(body.messages, bool(state.settings.mmproj), state.settings.media_path)
+    params = dict(messages=msgs, tools=body.tools,
                   response_format=_format(body.format), model=state.model_name, stream=body.stream,
                   **{"temperature": 0.8, **opts})
     t0 = time.monotonic()
@@ -326,7 +330,8 @@ async def api_generate(body: GenerateBody, request: Request) -> Any:
         if body.system:
             msgs.append({"role": "system", "content": body.system})
         msgs.append({"role": "user", "content": body.prompt, "images": body.images})
-        params = dict(messages=_messages(msgs, bool(state.settings.mmproj)), response_format=fmt,
+        msgs = _messages(msgs, bool(state.settings.mmproj), state.settings.media_path)
+        params = dict(messages=msgs, response_format=fmt,
                       model=state.model_name, stream=body.stream, **{"temperature": 0.8, **opts})
         job, _ = await state.start_job(work.chat_work(params, {}))
         text_of = (lambda c: (c["choices"][0].get("delta") or {}).get("content") or "") if body.stream else \

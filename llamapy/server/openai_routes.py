@@ -164,14 +164,14 @@ async def chat_completions(body: ChatBody, request: Request) -> Any:
     state.require_ready()
     max_tokens = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
     state.check_limits(max_tokens, body.top_logprobs if body.logprobs else None)
-    check_messages_media(body.messages, state.settings.media_path, bool(state.settings.mmproj))
+    messages = check_messages_media(body.messages, state.settings.media_path, bool(state.settings.mmproj))
     if body.response_format is not None and body.response_format.get("type") not in ("text", "json_object",
                                                                                       "json_schema"):
         raise bad_request("response_format.type must be 'text', 'json_object' or 'json_schema'")
     reserved = sorted(set(body.chat_template_kwargs or {}) & _RESERVED_TEMPLATE_VARS)
     if reserved:
         raise bad_request(f"chat_template_kwargs.{reserved[0]}: the server sets this template variable itself")
-    params = dict(messages=body.messages, tools=body.tools, tool_choice=body.tool_choice,
+    params = dict(messages=messages, tools=body.tools, tool_choice=body.tool_choice,
                   response_format=body.response_format, max_tokens=max_tokens, logprobs=body.logprobs,
                   top_logprobs=body.top_logprobs, model=state.model_name, **sampling_params(body))
     job, _ = await state.start_job(work.chat_work(params, body.chat_template_kwargs or {}))

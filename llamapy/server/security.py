@@ -113,13 +113,15 @@ class _TooLarge(Exception):
     pass
 
 
-def check_image_url(url: Any, media_path: Optional[str]) -> None:
-    """Raise 400 for an image source the server must not read: a remote URL
-    (no server-side fetches), or a file outside --media-path."""
+def check_image_url(url: Any, media_path: Optional[str]) -> str:
+    """The image source to hand the library: a data: URI as it is, a file as
+    its resolved path under --media-path (a relative path is relative to it).
+    Raises 400/403 for a source the server must not read: a remote URL (no
+    server-side fetches), or a file outside --media-path."""
     if not isinstance(url, str):
         raise APIError(400, "an image_url's url must be a string", "invalid_image_url")
     if url.startswith("data:"):
-        return
+        return url
     parsed = urlparse(url)
     if parsed.scheme in ("http", "https"):
         raise APIError(400, "the server does not fetch remote image URLs; send the image as a data: URI",
@@ -134,17 +136,27 @@ def check_image_url(url: Any, media_path: Optional[str]) -> None:
     real = os.path.realpath(os.path.join(root, path) if not os.path.isabs(path) else path)
     if os.path.commonpath([root, real]) != root:
         raise APIError(403, f"image path {path!r} is outside --media-path", "media_path_forbidden")
+    return real
 
 
-def check_messages_media(messages: Any, media_path: Optional[str], has_projector: bool) -> None:
+def check_messages_media(messages: Any, media_path: Optional[str], has_projector: bool) -> Any:
+    """``messages`` with every image source checked, and files given as
+    their resolved paths (so the library reads exactly the file checked)."""
+    out = []
     for i, m in enumerate(messages or []):
         content = m.get("content") if isinstance(m, dict) else None
         if not isinstance(content, list):
+            out.append(m)
             continue
+        parts = []
         for part in content:
             if isinstance(part, dict) and part.get("type") == "image_url":
                 if not has_projector:
                     raise APIError(400, f"messages[{i}] has an image, but the server has no projector "
                                         "(start it with --mmproj FILE)", "images_not_supported")
                 inner = part.get("image_url")
-                check_image_url(inner.get("url") if isinstance(inner, dict) else inner, media_path)
+                url = check_image_url(inner.get("url") if isinstance(inner, dict) else inner, media_path)
+                part = {**part, "image_url": {**(inner if isinstance(inner, dict) else {}), "url": url}}
+            parts.append(part)
+        out.append({**m, "content": parts})
+    return out
