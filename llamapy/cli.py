@@ -214,10 +214,18 @@ def build_parser() -> argparse.ArgumentParser:
 
     sp = sub.add_parser("info", help="print the build and CPU information (system_info) as JSON")
     sp.set_defaults(func=_cmd_info)
+    # "serve" has its own parser (llama-server's flags): main() hands it the rest of the line.
+    sub.add_parser("serve", help="OpenAI- and Ollama-compatible HTTP server (pip install '.[server]'); "
+                                 "see: llamapy serve --help", add_help=False)
     return p
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["serve"]:
+        from .server.cli import main as serve_main
+
+        return serve_main(argv[1:], prog="llamapy serve")
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):

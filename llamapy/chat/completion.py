@@ -428,17 +428,22 @@ class FormatHandler:
                              "logprobs": chat_logprobs(choice["logprobs"], n_top), "finish_reason": finish}],
                 "usage": result["usage"]}
 
-    def prompt(self, llama: Any, req: ChatRequest, tools: Optional[List[Dict[str, Any]]]) -> "Prompt":
-        """The prompt's tokens and the stop strings (the request's, the format's, EOS)."""
+    def render_text(self, llama: Any, req: ChatRequest, tools: Optional[List[Dict[str, Any]]]) -> str:
+        """The prompt text the format renders (the server's /apply-template)."""
         fmt = self.format
         tools_as_text = not fmt.native_tools and (bool(tools) or any(_has_tool_parts(m) for m in req.messages))
         msgs = normalize_messages(req.messages, tools_as_text)
         if tools_as_text and tools:
             msgs = _with_tools_prompt(msgs, tools)
         bos_text, eos_text = token_text(llama, llama.token_bos()), token_text(llama, llama.token_eos())
-        text = fmt.render(msgs, add_generation_prompt=True, tools=tools if fmt.native_tools else None,
+        return fmt.render(msgs, add_generation_prompt=True, tools=tools if fmt.native_tools else None,
                           bos_token=bos_text, eos_token=eos_text, **req.template_kwargs)
-        return Prompt(tokenize_prompt(llama, text, bos_text), stop_list(req.stop, fmt.stop + (eos_text,)))
+
+    def prompt(self, llama: Any, req: ChatRequest, tools: Optional[List[Dict[str, Any]]]) -> "Prompt":
+        """The prompt's tokens and the stop strings (the request's, the format's, EOS)."""
+        text = self.render_text(llama, req, tools)
+        bos_text, eos_text = token_text(llama, llama.token_bos()), token_text(llama, llama.token_eos())
+        return Prompt(tokenize_prompt(llama, text, bos_text), stop_list(req.stop, self.format.stop + (eos_text,)))
 
 
 # ------------------------------------------------------------------ selection

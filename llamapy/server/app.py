@@ -1,0 +1,204 @@
+"""The app factory: settings -> a FastAPI app with its runner, middleware
+(CORS, body limit, API keys, access log) and the OpenAI and Ollama routes."""
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import time
+from typing import Any, AsyncIterator, Callable, Dict, Optional
+
+from fastapi import FastAPI
+from starlette.middleware.cors import CORSMiddleware
+
+from . import errors, security
+from .config import Settings
+from .runner import Cancelled, Job, QueueFull, Runner
+from .work import Meta
+
+logger = logging.getLogger("llamapy.server")
+access_log = logging.getLogger("llamapy.server.access")
+
+_FLASH = {"on": True, "off": False, "auto": "auto"}
+
+
+def llama_kwargs(s: Settings) -> Dict[str, Any]:
+    """Llama(...) keywords for the settings."""
+    kw: Dict[str, Any] = dict(n_ctx=s.ctx_size, n_batch=s.batch_size, n_ubatch=min(s.ubatch_size, s.batch_size),
+                              n_threads=s.threads, n_gpu_layers=s.n_gpu_layers, flash_attn=_FLASH[s.flash_attn],
+                              type_k=s.cache_type_k, type_v=s.cache_type_v, embedding=bool(s.embedding),
+                              verbose=False)
+    if s.pooling is not None:
+        kw["pooling_type"] = ["none", "mean", "cls", "last", "rank"].index(s.pooling)
+    if s.seed is not None:
+        kw["seed"] = s.seed
+    if s.mmproj:
+        kw["mmproj"] = s.mmproj
+    if s.chat_template:
+        from ..chat.formats import FORMATS
+
+        if s.chat_template in FORMATS:
+            kw["chat_format"] = s.chat_template
+        else:  # a Jinja template string, as llama-server's --chat-template takes
+            kw["kv_overrides"] = {"tokenizer.chat_template": s.chat_template}
+    return kw
+
+
+class ServerState:
+    """What the routes share: the settings, the runner, the model's name."""
+
+    def __init__(self, settings: Settings, load: Optional[Callable[[], Any]] = None) -> None:
+        self.settings = settings
+        self.model_path = settings.model
+        self.model_name = settings.alias or os.path.basename(settings.model)
+        self.t_start = time.time()
+        if load is None:
+            def load() -> Any:
+                from ..llama import Llama
+
+                return Llama(model_path=settings.model, **llama_kwargs(settings))
+        self.runner = Runner(load, queue_max=settings.queue_max, timeout=settings.timeout)
+
+    @property
+    def llama(self) -> Any:
+        return self.runner.llama
+
+    def require_ready(self) -> None:
+        state = self.runner.state
+        if state == "loading":
+            raise errors.APIError(503, "the model is loading", "loading_model", {"Retry-After": "1"})
+        if state != "ready":
+            raise errors.APIError(503, f"the model is not available: {self.runner.error or state}",
+                                  "model_unavailable")
+
+    def max_tokens_limit(self) -> int:
+        n_ctx = self.llama.n_ctx()
+        lim = self.settings.max_tokens_limit
+        return n_ctx if lim is None else min(lim, n_ctx)
+
+    def check_limits(self, max_tokens: Optional[int], n_probs: Optional[int], what: str = "max_tokens") -> None:
+        if max_tokens is not None and max_tokens > self.max_tokens_limit():
+            raise errors.bad_request(f"{what} is {max_tokens}; this server allows at most {self.max_tokens_limit()}")
+        if n_probs is not None and (n_probs < 0 or n_probs > self.settings.n_probs_max):
+            raise errors.bad_request(f"top_logprobs/logprobs is {n_probs}; this server allows 0 to "
+                                     f"{self.settings.n_probs_max} (--n-probs-max)")
+
+    async def start_job(self, work: Callable[[Any, Job], Any]) -> "tuple[Job, Meta]":
+        """Queue ``work`` and wait for its Meta: errors raised before any
+        generation (prompt too long, bad template) come out here."""
+        self.require_ready()
+        try:
+            job = self.runner.submit(work)
+        except QueueFull as e:
+            raise errors.APIError(503, f"the server is busy: {e}", "server_busy", {"Retry-After": "2"}) from None
+        try:
+            meta = await job.next()
+        except Cancelled as e:
+            raise self.cancel_error(job, e) from None
+        except BaseException:
+            job.cancel("client gone")
+            raise
+        return job, meta
+
+    async def run_job(self, work: Callable[[Any, Job], Any]) -> Any:
+        job, _ = await self.start_job(work)
+        return await self.result(job)
+
+    async def result(self, job: Job, request: Any = None) -> Any:
+        """The job's one result item. A client that disconnects meanwhile
+        cancels the job (polled: Starlette does not cancel a handler)."""
+        import asyncio
+
+        nxt = asyncio.ensure_future(job.next())
+        try:
+            while True:
+                done, _ = await asyncio.wait({nxt}, timeout=0.25)
+                if done:
+                    return nxt.result()
+                if request is not None and await request.is_disconnected():
+                    job.cancel("client disconnected")
+        except Cancelled as e:
+            raise self.cancel_error(job, e) from None
+        finally:
+            if not nxt.done():
+                nxt.cancel()
+            job.cancel("client gone")  # a no-op once the job is done
+
+    @staticmethod
+    def cancel_error(job: Job, e: Exception) -> errors.APIError:
+        if job.reason == "timeout":
+            return errors.APIError(504, "the request took longer than --timeout", "timeout")
+        if job.reason == "shutdown":
+            return errors.APIError(503, "the server is shutting down", "shutting_down")
+        return errors.APIError(503, f"the request was cancelled ({e})", "cancelled")
+
+    async def stream(self, job: Job) -> AsyncIterator[Any]:
+        """The job's items; cancels the job when the consumer goes away."""
+        try:
+            while True:
+                try:
+                    yield await job.next()
+                except StopAsyncIteration:
+                    return
+        finally:
+            job.cancel("client disconnected")
+
+
+class AccessLog:
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        t0 = time.perf_counter()
+        status = [0]
+
+        async def send_status(msg: Any) -> None:
+            if msg["type"] == "http.response.start":
+                status[0] = msg["status"]
+            await send(msg)
+
+        try:
+            await self.app(scope, receive, send_status)
+        finally:
+            client = scope.get("client") or ("-", 0)
+            access_log.info("%s %s %s %d %.1fms", client[0], scope["method"], scope["path"], status[0],
+                            (time.perf_counter() - t0) * 1e3)
+
+
+def create_app(settings: Settings, load: Optional[Callable[[], Any]] = None) -> FastAPI:
+    """The ASGI app. The model loads on the runner's thread when the app
+    starts (``/health`` says 503 until it is ready)."""
+    from . import ollama_routes, openai_routes
+
+    keys = security.load_keys(settings.api_key, settings.api_key_file)
+    state = ServerState(settings, load)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        state.runner.start()
+        logger.info("llamapy server: model %s; one slot; a request may have up to n_ctx=%s tokens "
+                    "(prompt + generated)", settings.model, settings.ctx_size)
+        yield
+        # uvicorn's graceful shutdown (SIGTERM) gets here once open streams end or
+        # are cancelled: the runner cancels what still runs and closes the model.
+        state.runner.stop()
+
+    app = FastAPI(title="llamapy server", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+    app.state.server = state
+    errors.install(app)
+    app.include_router(openai_routes.router)
+    app.include_router(ollama_routes.router)
+    # Middleware: the last added is the outermost. CORS answers preflights
+    # before the key check; the body limit applies before any route reads.
+    app.add_middleware(security.AuthMiddleware, keys=keys)
+    app.add_middleware(security.BodyLimitMiddleware, limit=settings.max_body)
+    origins = settings.cors_origins
+    if origins:
+        app.add_middleware(CORSMiddleware, allow_origins=origins, allow_methods=["*"], allow_headers=["*"])
+    else:
+        app.add_middleware(CORSMiddleware, allow_origin_regex=security.DEFAULT_CORS_REGEX, allow_methods=["*"],
+                           allow_headers=["*"])
+    app.add_middleware(AccessLog)
+    return app

@@ -1,0 +1,137 @@
+"""The functions the runner's worker thread runs for each kind of request.
+
+They call llamapy's own API (create_chat_completion's handlers,
+create_completion, create_embedding, tokenize); the server has no
+generation loop of its own. Each job's first item is a ``Meta`` (prompt
+token count, cached tokens) produced before any generation, so that a
+request that cannot fit is refused with 400 before work and before a
+stream's headers go out.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, Iterator, List, Optional
+
+from .errors import APIError
+from .runner import Job
+
+
+@dataclass
+class Meta:
+    n_prompt: Optional[int]
+    cached: Optional[int]
+
+
+def check_fit(n_prompt: int, max_tokens: Optional[int], n_ctx: int) -> None:
+    """400 unless the prompt (and max_tokens, when asked for) fits the context."""
+    if n_prompt >= n_ctx:
+        raise APIError(400, f"the prompt has {n_prompt} tokens; this server's context holds {n_ctx} "
+                            f"(at most {n_ctx - 1} prompt tokens, leaving one to generate)", "context_length_exceeded")
+    if max_tokens is not None and max_tokens > 0 and n_prompt + max_tokens > n_ctx:
+        raise APIError(400, f"the prompt has {n_prompt} tokens and max_tokens is {max_tokens}: {n_prompt + max_tokens} "
+                            f"tokens, over this server's context of {n_ctx}", "context_length_exceeded")
+
+
+def _cached(llama: Any, tokens: List[int]) -> int:
+    """Prompt tokens the KV cache already holds (Llama.generate re-evaluates
+    at least the last one)."""
+    if not tokens:
+        return 0
+    n = llama.longest_token_prefix(list(llama.eval_tokens), tokens)
+    return max(0, min(n, len(tokens) - 1))
+
+
+def cancel_hook(job: Job) -> Callable[[Any, Any], Any]:
+    def hook(input_ids: Any, scores: Any) -> Any:
+        job.check()  # raises Cancelled: the generation loop stops at this token
+        return scores
+    return hook
+
+
+def _add_cached(usage: Optional[Dict[str, Any]], meta: Meta) -> Optional[Dict[str, Any]]:
+    if usage is not None and meta.cached is not None:
+        usage = {**usage, "prompt_tokens_details": {"cached_tokens": meta.cached}}
+    return usage
+
+
+def chat_work(params: Dict[str, Any], template_kwargs: Dict[str, Any]) -> Callable[[Any, Job], Iterator[Any]]:
+    def work(llama: Any, job: Job) -> Iterator[Any]:
+        from ..chat.completion import ChatRequest, FormatHandler, resolve_chat_handler
+        from ..multimodal.handlers import MTMDChatHandler
+
+        handler = resolve_chat_handler(llama, tools_requested=bool(params.get("tools")))
+        meta = Meta(None, None)
+        if isinstance(handler, FormatHandler) and not isinstance(handler, MTMDChatHandler):
+            req = ChatRequest(messages=list(params["messages"]), tools=params.get("tools"),
+                              tool_choice=params.get("tool_choice"), template_kwargs=dict(template_kwargs))
+            mode, _ = req.tool_mode()
+            tokens = handler.prompt(llama, req, req.tools if mode != "none" else None).tokens
+            check_fit(len(tokens), params.get("max_tokens"), llama.n_ctx())
+            meta = Meta(len(tokens), _cached(llama, tokens))
+        yield meta
+        result = handler(llama=llama, **params, logits_processor=cancel_hook(job), **template_kwargs)
+        if not params.get("stream"):
+            result["usage"] = job.usage = _add_cached(result.get("usage"), meta)
+            yield result
+            return
+        for chunk in result:
+            if "usage" in chunk:
+                chunk = dict(chunk)
+                chunk["usage"] = job.usage = _add_cached(chunk["usage"], meta)
+            yield chunk
+    return work
+
+
+def completion_work(params: Dict[str, Any]) -> Callable[[Any, Job], Iterator[Any]]:
+    def work(llama: Any, job: Job) -> Iterator[Any]:
+        prompt = params["prompt"]
+        tokens = llama.tokenize(prompt.encode("utf-8")) if isinstance(prompt, str) else list(prompt)
+        check_fit(len(tokens), params.get("max_tokens"), llama.n_ctx())
+        meta = Meta(len(tokens), _cached(llama, tokens))
+        yield meta
+        result = llama.create_completion(**params, logits_processor=cancel_hook(job))
+        if not params.get("stream"):
+            result["usage"] = job.usage = _add_cached(result.get("usage"), meta)
+            yield result
+            return
+        for chunk in result:
+            if "usage" in chunk:
+                chunk = dict(chunk)
+                chunk["usage"] = job.usage = _add_cached(chunk["usage"], meta)
+            yield chunk
+    return work
+
+
+def embedding_work(inputs: Any, model: str) -> Callable[[Any, Job], Iterator[Any]]:
+    def work(llama: Any, job: Job) -> Iterator[Any]:
+        items = [inputs] if isinstance(inputs, str) else list(inputs)
+        limit = llama.n_batch
+        for i, text in enumerate(items):
+            n = len(llama.tokenize(text.encode("utf-8")))
+            if n > limit:
+                raise APIError(400, f"input[{i}] has {n} tokens; an embedding input may have at most {limit} "
+                                    "(the batch size, -b)", "context_length_exceeded")
+        yield Meta(None, None)
+        yield llama.create_embedding(inputs, model=model)
+    return work
+
+
+def call_work(fn: Callable[[Any], Any]) -> Callable[[Any, Job], Iterator[Any]]:
+    """Any short function of the Llama (tokenize, templates), run on the worker."""
+    def work(llama: Any, job: Job) -> Iterator[Any]:
+        yield Meta(None, None)
+        yield fn(llama)
+    return work
+
+
+def render_chat(llama: Any, messages: List[Dict[str, Any]], tools: Any, template_kwargs: Dict[str, Any]) -> str:
+    """The chat template's prompt text for ``messages`` (/apply-template)."""
+    from ..chat.completion import ChatRequest, FormatHandler, resolve_chat_handler
+
+    handler = resolve_chat_handler(llama, tools_requested=bool(tools))
+    if not isinstance(handler, FormatHandler):
+        raise NotImplementedError("/apply-template needs a template-based chat handler; this model's "
+                                  f"handler is {type(handler).__name__}")
+    req = ChatRequest(messages=list(messages), tools=tools, template_kwargs=dict(template_kwargs))
+    mode, _ = req.tool_mode()
+    return handler.render_text(llama, req, req.tools if mode != "none" else None)
