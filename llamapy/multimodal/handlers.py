@@ -154,18 +154,26 @@ def _render_llava16(messages: Sequence[Mapping[str, Any]]) -> str:
     return "".join(out) + "Answer:"
 
 
-def _render_obsidian(messages: Sequence[Mapping[str, Any]]) -> str:
+def _render_im_turns(messages: Sequence[Mapping[str, Any]], end: str) -> str:
+    """ChatML-style turns closed by ``end`` (Obsidian: "###\n" after user and
+    assistant, "\n###\n" after system; NanoLLaVA: "<|im_end|>" after each),
+    user text before its images and image-part texts, as 0.3.36's templates."""
     out = []
+    sys_end = "\n" + end if end == "###\n" else end
     for m in messages:
         role, c = m.get("role"), m.get("content")
         if role == "system":
-            out.append("<|im_start|>system\n" + _show(c) + "\n###\n")
+            out.append("<|im_start|>system\n" + _show(c) + sys_end)
         elif role == "user":
             body = (c if isinstance(c, str) else "") + (_images_of(c) + _texts_of(c) if _iterable(c) else "")
-            out.append("<|im_start|>user\n" + body + "###\n")
+            out.append("<|im_start|>user\n" + body + end)
         elif role == "assistant":
-            out.append("<|im_start|>assistant\n" + _show(c) + "###\n")
+            out.append("<|im_start|>assistant\n" + _show(c) + end)
     return "".join(out) + "<|im_start|>assistant\n"
+
+
+def _render_obsidian(messages: Sequence[Mapping[str, Any]]) -> str:
+    return _render_im_turns(messages, "###\n")
 
 
 def _render_moondream(messages: Sequence[Mapping[str, Any]]) -> str:
@@ -183,17 +191,7 @@ def _render_moondream(messages: Sequence[Mapping[str, Any]]) -> str:
 
 
 def _render_nanollava(messages: Sequence[Mapping[str, Any]]) -> str:
-    out = []
-    for m in messages:
-        role, c = m.get("role"), m.get("content")
-        if role == "system":
-            out.append("<|im_start|>system\n" + _show(c) + "<|im_end|>")
-        elif role == "user":
-            body = (c if isinstance(c, str) else "") + (_images_of(c) + _texts_of(c) if _iterable(c) else "")
-            out.append("<|im_start|>user\n" + body + "<|im_end|>")
-        elif role == "assistant":
-            out.append("<|im_start|>assistant\n" + _show(c) + "<|im_end|>")
-    return "".join(out) + "<|im_start|>assistant\n"
+    return _render_im_turns(messages, "<|im_end|>")
 
 
 def _render_llama3_vision_alpha(messages: Sequence[Mapping[str, Any]]) -> str:
