@@ -54,6 +54,20 @@ def _add_cached(usage: Optional[Dict[str, Any]], meta: Meta) -> Optional[Dict[st
     return usage
 
 
+def _with_usage(result: Any, stream: bool, meta: Meta, job: Job) -> Iterator[Any]:
+    """The library's response (a dict, or the chunks of a stream) with the
+    cached-token count added to its usage, which the job also keeps."""
+    if not stream:
+        result["usage"] = job.usage = _add_cached(result.get("usage"), meta)
+        yield result
+        return
+    for chunk in result:
+        if "usage" in chunk:
+            chunk = dict(chunk)
+            chunk["usage"] = job.usage = _add_cached(chunk["usage"], meta)
+        yield chunk
+
+
 def chat_work(params: Dict[str, Any], template_kwargs: Dict[str, Any]) -> Callable[[Any, Job], Iterator[Any]]:
     def work(llama: Any, job: Job) -> Iterator[Any]:
         from ..chat.completion import ChatRequest, FormatHandler, resolve_chat_handler
@@ -70,15 +84,7 @@ def chat_work(params: Dict[str, Any], template_kwargs: Dict[str, Any]) -> Callab
             meta = Meta(len(tokens), _cached(llama, tokens))
         yield meta
         result = handler(llama=llama, **params, logits_processor=cancel_hook(job), **template_kwargs)
-        if not params.get("stream"):
-            result["usage"] = job.usage = _add_cached(result.get("usage"), meta)
-            yield result
-            return
-        for chunk in result:
-            if "usage" in chunk:
-                chunk = dict(chunk)
-                chunk["usage"] = job.usage = _add_cached(chunk["usage"], meta)
-            yield chunk
+        yield from _with_usage(result, bool(params.get("stream")), meta, job)
     return work
 
 
@@ -90,15 +96,7 @@ def completion_work(params: Dict[str, Any]) -> Callable[[Any, Job], Iterator[Any
         meta = Meta(len(tokens), _cached(llama, tokens))
         yield meta
         result = llama.create_completion(**params, logits_processor=cancel_hook(job))
-        if not params.get("stream"):
-            result["usage"] = job.usage = _add_cached(result.get("usage"), meta)
-            yield result
-            return
-        for chunk in result:
-            if "usage" in chunk:
-                chunk = dict(chunk)
-                chunk["usage"] = job.usage = _add_cached(chunk["usage"], meta)
-            yield chunk
+        yield from _with_usage(result, bool(params.get("stream")), meta, job)
     return work
 
 
