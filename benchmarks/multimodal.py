@@ -11,8 +11,9 @@ rep (A B A B); medians over images within a rep, then over reps:
                llamapy ``VisionEncoder.encode_image(preprocess(...))``; llama.cpp
                ``mtmd_encode_chunk`` on the chunk ``mtmd_tokenize`` made (ctypes on libmtmd,
                flash attention off as Llava15ChatHandler sets it for a default Llama;
-               side ``llama_cpp_fa``: on). One untimed warm-up encode, then --encodes
-               timed encodes per image.
+               side ``llama_cpp_fa``: on, here and, through ``Llama(flash_attn=True)``, in
+               the text model and the handler's mtmd context for chat). One untimed
+               warm-up encode, then --encodes timed encodes per image.
   chat         (1) first_token: a captioning request (``create_chat_completion`` with
                Llava15ChatHandler, image + "Describe this image.", max_tokens=1,
                temperature 0) on an image the process has not seen (the last image is the
@@ -27,11 +28,12 @@ on a shared machine the CPU seconds are the steadier number.
 
 llamapy is the package ``import llamapy`` finds (PYTHONPATH, an installed one), else this
 checkout's. llama-cpp-python is the one ``import llama_cpp`` finds, or --llama-cpp-site DIR
-(a ``pip install --target`` folder) put first on sys.path in its workers only; libmtmd.so
-comes from MTMD_CPP_LIB as for tools/vlm/record.py (tools/vlm/build_libmtmd.sh).
+(a ``pip install --target`` folder) put first on sys.path in its workers only. A source
+build of 0.3.36 ships libmtmd.so in llama_cpp/lib/; for an install without it, build one with
+tools/vlm/build_libmtmd.sh and set MTMD_CPP_LIB, as for tools/vlm/record.py.
 
-    MTMD_CPP_LIB=/tmp/lcp/native-mtmd python benchmarks/multimodal.py \\
-        --llama-cpp-site /tmp/lcp/native-site --threads 2 --reps 3 --json out.json
+    python benchmarks/multimodal.py --llama-cpp-site /tmp/lcp/native-site \\
+        --sides llamapy,llama_cpp,llama_cpp_fa --reps 3 --json out.json
 """
 from __future__ import annotations
 
@@ -184,8 +186,10 @@ def chat_rows(side: str, threads: int, images: list, warm_image: str) -> list:
 
         print(f"llama_cpp {llama_cpp.__version__} from {os.path.dirname(llama_cpp.__file__)}", file=sys.stderr)
     handler = Llava15ChatHandler(clip_model_path=MMPROJ, verbose=False)
+    # llama_cpp_fa: Llama(flash_attn=True), which the handler also passes on to its mtmd context
+    extra = {"flash_attn": True} if side == "llama_cpp_fa" else {}
     llm = Llama(model_path=TEXT, chat_handler=handler, n_ctx=N_CTX, n_threads=threads,
-                n_threads_batch=threads, seed=0, verbose=False)
+                n_threads_batch=threads, seed=0, verbose=False, **extra)
     greedy = dict(temperature=0.0, repeat_penalty=1.0, seed=0)
 
     def ask(messages: list, max_tokens: int):
@@ -261,7 +265,7 @@ def main() -> int:
             raise SystemExit(f"missing {f}: run tools/vlm/make_bench_projector.py first")
     kinds = args.kinds.split(",")
     sides = args.sides.split(",")
-    runs: dict = {k: {s: [] for s in sides if k == "encode" or s != "llama_cpp_fa"} for k in kinds}
+    runs: dict = {k: {s: [] for s in sides} for k in kinds}
     for rep in range(args.reps):
         for kind in kinds:
             for side in runs[kind]:
