@@ -250,7 +250,8 @@ def main() -> int:
     ap.add_argument("--encodes", type=int, default=2, help="timed encodes per image per process")
     ap.add_argument("--kinds", default=",".join(KINDS))
     ap.add_argument("--sides", default="llamapy,llama_cpp", help=f"from {', '.join(SIDES)}")
-    ap.add_argument("--images", nargs="*", help="image files, the last one the chat warm-up (default: DEFAULT_IMAGES from tests/data/vlm/images/)")
+    ap.add_argument("--images", nargs="*", help="image files, the last one the chat warm-up "
+                    "(default: DEFAULT_IMAGES from tests/data/vlm/images/)")
     ap.add_argument("--llama-cpp-site", help="a pip --target folder holding llama_cpp (first on sys.path there)")
     ap.add_argument("--json", help="also write every run and the medians to this file")
     ap.add_argument("--worker", nargs=2, metavar=("SIDE", "KIND"), help=argparse.SUPPRESS)
