@@ -30,6 +30,8 @@ def test_caption_notebook_executes(tmp_path):
             f"import sys; sys.path.insert(0, {tests!r})\n"
             "from vlm_recorded_encoder import RecordedEncoder\n"
             "ENCODER = RecordedEncoder('llava15', check_pixels=False).factory"))
+    # The notebook finds the fixtures through LLAMAPY_VLM_DIR (an installed llamapy is not next to tests/).
+    os.environ["LLAMAPY_VLM_DIR"] = str(Path(__file__).resolve().parent / "data" / "vlm")
     os.environ["PYTHONPATH"] = os.pathsep.join(
         [str(Path(llamapy.__file__).resolve().parents[1])] + [p for p in [os.environ.get("PYTHONPATH")] if p])
     client = nbclient.NotebookClient(nb, timeout=300, kernel_name="python3",
