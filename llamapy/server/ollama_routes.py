@@ -237,6 +237,27 @@ def _record_keep_alive(state: Any, keep_alive: Any) -> None:
     state.keep_alive_set = time.time()
 
 
+class _StreamEnd:
+    """What the end of an OpenAI-shaped stream said: the finish reason and the usage."""
+
+    def __init__(self) -> None:
+        self.finish, self.usage = "stop", None
+
+
+async def _stream_choices(state: Any, job: Any, end: _StreamEnd) -> Any:
+    """The first choice of each chunk of job's OpenAI-shaped stream (what the
+    Ollama streams are made of); the finish reason and usage go into end."""
+    async for chunk in state.stream(job):
+        if chunk.get("usage"):
+            end.usage = chunk["usage"]
+        if not chunk.get("choices"):
+            continue
+        ch = chunk["choices"][0]
+        if ch.get("finish_reason"):
+            end.finish = ch["finish_reason"]
+        yield ch
+
+
 @router.post("/api/chat")
 async def api_chat(body: ChatBody, request: Request) -> Any:
     state = request.app.state.server
@@ -265,22 +286,15 @@ async def api_chat(body: ChatBody, request: Request) -> Any:
 
     async def gen() -> Any:
         calls: List[Dict[str, Any]] = []
-        finish, usage = "stop", None
+        end = _StreamEnd()
         try:
-            async for chunk in state.stream(job):
-                if chunk.get("usage"):
-                    usage = chunk["usage"]
-                if not chunk.get("choices"):
-                    continue
-                ch = chunk["choices"][0]
+            async for ch in _stream_choices(state, job, end):
                 delta = ch.get("delta") or {}
                 for tc in delta.get("tool_calls") or []:
                     if tc.get("function", {}).get("name"):
                         calls.append({"function": {"name": tc["function"]["name"], "arguments": ""}})
                     if calls and tc.get("function", {}).get("arguments"):
                         calls[-1]["function"]["arguments"] += tc["function"]["arguments"]
-                if ch.get("finish_reason"):
-                    finish = ch["finish_reason"]
                 if delta.get("content"):
                     yield {"model": name, "created_at": _now(),
                            "message": {"role": "assistant", "content": delta["content"]}, "done": False}
@@ -291,8 +305,8 @@ async def api_chat(body: ChatBody, request: Request) -> Any:
         last: Dict[str, Any] = {"role": "assistant", "content": ""}
         if calls:
             last["tool_calls"] = _tool_calls({"tool_calls": calls})
-        yield {"model": name, "created_at": _now(), "message": last, "done": True, "done_reason": finish,
-               **_durations(t0, job, usage)}
+        yield {"model": name, "created_at": _now(), "message": last, "done": True, "done_reason": end.finish,
+               **_durations(t0, job, end.usage)}
 
     return _ndjson(gen(), job)
 
@@ -342,24 +356,18 @@ async def api_generate(body: GenerateBody, request: Request) -> Any:
                 "done_reason": r["choices"][0]["finish_reason"], **_durations(t0, job, r.get("usage"))}
 
     async def gen() -> Any:
-        finish, usage = "stop", None
+        end = _StreamEnd()
         try:
-            async for chunk in state.stream(job):
-                if chunk.get("usage"):
-                    usage = chunk["usage"]
-                if not chunk.get("choices"):
-                    continue
-                if chunk["choices"][0].get("finish_reason"):
-                    finish = chunk["choices"][0]["finish_reason"]
-                text = text_of(chunk)
+            async for ch in _stream_choices(state, job, end):
+                text = text_of({"choices": [ch]})
                 if text:
                     yield {"model": name, "created_at": _now(), "response": text, "done": False}
         except (Cancelled, APIError, ValueError) as e:
             err = state.cancel_error(job, e) if isinstance(e, Cancelled) else e
             yield {"error": getattr(err, "message", str(err))}
             return
-        yield {"model": name, "created_at": _now(), "response": "", "done": True, "done_reason": finish,
-               **_durations(t0, job, usage)}
+        yield {"model": name, "created_at": _now(), "response": "", "done": True, "done_reason": end.finish,
+               **_durations(t0, job, end.usage)}
 
     return _ndjson(gen(), job)
 
