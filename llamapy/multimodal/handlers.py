@@ -154,12 +154,11 @@ def _render_llava16(messages: Sequence[Mapping[str, Any]]) -> str:
     return "".join(out) + "Answer:"
 
 
-def _render_im_turns(messages: Sequence[Mapping[str, Any]], end: str) -> str:
-    """ChatML-style turns closed by ``end`` (Obsidian: "###\n" after user and
-    assistant, "\n###\n" after system; NanoLLaVA: "<|im_end|>" after each),
-    user text before its images and image-part texts, as 0.3.36's templates."""
+def _render_im_turns(messages: Sequence[Mapping[str, Any]], end: str, sys_end: str) -> str:
+    """ChatML-style turns: the system turn closed by ``sys_end``, the others by
+    ``end``; user text before its images and image-part texts, as 0.3.36's
+    templates."""
     out = []
-    sys_end = "\n" + end if end == "###\n" else end
     for m in messages:
         role, c = m.get("role"), m.get("content")
         if role == "system":
@@ -173,7 +172,7 @@ def _render_im_turns(messages: Sequence[Mapping[str, Any]], end: str) -> str:
 
 
 def _render_obsidian(messages: Sequence[Mapping[str, Any]]) -> str:
-    return _render_im_turns(messages, "###\n")
+    return _render_im_turns(messages, end="###\n", sys_end="\n###\n")
 
 
 def _render_moondream(messages: Sequence[Mapping[str, Any]]) -> str:
@@ -191,7 +190,7 @@ def _render_moondream(messages: Sequence[Mapping[str, Any]]) -> str:
 
 
 def _render_nanollava(messages: Sequence[Mapping[str, Any]]) -> str:
-    return _render_im_turns(messages, "<|im_end|>")
+    return _render_im_turns(messages, end="<|im_end|>", sys_end="<|im_end|>")
 
 
 def _render_llama3_vision_alpha(messages: Sequence[Mapping[str, Any]]) -> str:
