@@ -28,15 +28,10 @@ def _tiled(rng, type_name: str, n_rows: int, n_cols: int, scale: float = 0.02) -
 
 def _byte_symbols() -> list:
     """GPT-2's printable stand-ins for the 256 byte values."""
-    keep = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
-    out, extra = {}, 0
-    for b in range(256):
-        if b in keep:
-            out[b] = chr(b)
-        else:
-            out[b] = chr(256 + extra)
-            extra += 1
-    return [out[b] for b in range(256)]
+    from llamapy._text import gpt2_byte_chars
+
+    chars = gpt2_byte_chars()
+    return [chars[b] for b in range(256)]
 
 
 def write_llama_1b(path: str, mix: str = "Q4_K_M") -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import codecs
 import re
-from typing import List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 # Invalid bytes decoded with errors="surrogateescape" become U+DC80..U+DCFF;
 # valid UTF-8 never decodes to a lone surrogate, so these mark exactly them.
@@ -106,3 +106,17 @@ class StopMatcher:
         """Releases held-back text at the end of generation (no stop matched)."""
         out, self._pending = ("" if self.stopped else self._pending), ""
         return out
+
+
+def gpt2_byte_chars() -> Dict[int, str]:
+    """GPT-2's reversible byte -> printable character map: how byte-level BPE
+    vocabularies spell the 256 byte values."""
+    keep = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+    out, extra = {}, 0
+    for b in range(256):
+        if b in keep:
+            out[b] = chr(b)
+        else:
+            out[b] = chr(256 + extra)
+            extra += 1
+    return out

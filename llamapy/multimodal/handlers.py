@@ -32,6 +32,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
+from .._text import gpt2_byte_chars
 from ..chat.completion import ChatRequest, FormatHandler, Prompt, stop_list
 from ..chat.template import ChatTemplate, raise_exception, strftime_now
 from .chunks import ChunkedPrompt, ImageChunk, TextChunk
@@ -296,20 +297,7 @@ class _Vocab:
         return self._found[piece]
 
 
-def _gpt2_bytes_to_unicode() -> Dict[int, str]:
-    """GPT-2's reversible byte -> printable character map (how BPE vocabularies spell bytes)."""
-    keep = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
-    out, extra = {}, 0
-    for b in range(256):
-        if b in keep:
-            out[b] = chr(b)
-        else:
-            out[b] = chr(256 + extra)
-            extra += 1
-    return out
-
-
-_GPT2_BYTES = _gpt2_bytes_to_unicode()
+_GPT2_BYTES = gpt2_byte_chars()
 
 
 def _gpt2_spelling(data: bytes) -> str:
