@@ -147,6 +147,9 @@ def test_body_limit_and_bad_json(server):
     assert r.status_code == 400 and "content" in r.json()["error"]["message"]
     r = c.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "a"}], "stop": [1]})
     assert r.status_code == 400 and "stop" in r.json()["error"]["message"]
+    # sampling values are checked by the library's SamplingParams before any work
+    r = c.post("/v1/completions", json={"prompt": "a", "mirostat": 7})
+    assert r.status_code == 400 and "mirostat_mode" in r.json()["error"]["message"]
     r = c.post("/v1/chat/completions", json={"messages": []})
     assert r.status_code == 400 and "messages" in r.json()["error"]["message"]
     r = c.get("/nope")

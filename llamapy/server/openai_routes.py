@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from sse_starlette.sse import EventSourceResponse
 from starlette.responses import JSONResponse, PlainTextResponse
 
+from .._sampling import SamplingParams
 from . import work
 from .errors import APIError, bad_request, error_body
 from .runner import Cancelled
@@ -106,13 +107,17 @@ def _logit_bias(bias: Optional[Dict[str, float]]) -> Optional[Dict[int, float]]:
 
 
 def sampling_params(body: Sampling) -> Dict[str, Any]:
+    """The request's sampling options under the library's names (SamplingParams'
+    fields the body has), checked here so a bad value is a 400 naming it."""
     if body.n != 1:
         raise bad_request("n: only n=1 is supported")
-    return dict(temperature=body.temperature, top_p=body.top_p, top_k=body.top_k, min_p=body.min_p,
-                typical_p=body.typical_p, stop=body.stop or [], seed=body.seed, presence_penalty=body.presence_penalty,
-                frequency_penalty=body.frequency_penalty, repeat_penalty=body.repeat_penalty,
-                mirostat_mode=body.mirostat_mode, mirostat_tau=body.mirostat_tau, mirostat_eta=body.mirostat_eta,
-                logit_bias=_logit_bias(body.logit_bias), stream=body.stream)
+    kw = {n: getattr(body, n) for n in SamplingParams.names() if n in type(body).model_fields and n != "logit_bias"}
+    kw["logit_bias"] = _logit_bias(body.logit_bias)
+    try:
+        SamplingParams(**kw)
+    except (TypeError, ValueError) as e:
+        raise bad_request(str(e)) from None
+    return dict(kw, stop=body.stop or [], seed=body.seed, stream=body.stream)
 
 
 def _include_usage(body: Sampling) -> bool:
