@@ -382,13 +382,13 @@ class Llama:
     def _truncate(self, n: int) -> None:
         """Keep the first ``n`` evaluated rows (the KV cache past them is cleared lazily)."""
         self.n_tokens = n
-        self._pos_shifts = [(row, shift) for row, shift in getattr(self, "_pos_shifts", []) if row <= n]
+        self._pos_shifts = [(row, shift) for row, shift in self._pos_shifts if row <= n]
 
     def _pos_of_row(self, row: int) -> int:
         """The position of KV row ``row``: the row itself, less what M-RoPE image chunks
         before it saved (an image of n tokens takes fewer than n positions there)."""
         shift = 0
-        for end, s in getattr(self, "_pos_shifts", []):
+        for end, s in self._pos_shifts:
             if end <= row:
                 shift = s
         return row - shift

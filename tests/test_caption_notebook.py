@@ -1,12 +1,9 @@
 """examples/caption_folder.ipynb runs top to bottom (nbclient) on the tiny LLaVA fixture.
 
-Until llamapy's own vision encoder is built, a cell after the parameters hands the notebook the
-recorded-output encoder of tests/vlm_recorded_encoder.py; once the encoder exists the notebook
-runs as a user would, with its default.
+The notebook runs as a user would, with llamapy's native vision encoder.
 """
 from __future__ import annotations
 
-import importlib.util
 import os
 from pathlib import Path
 
@@ -23,13 +20,6 @@ def test_caption_notebook_executes(tmp_path):
     import llamapy
 
     nb = nbformat.read(str(NOTEBOOK), as_version=4)
-    real = importlib.util.find_spec("llamapy.multimodal.encoder") is not None
-    if not real:
-        tests = str(Path(__file__).resolve().parent)
-        nb.cells.insert(2, nbformat.v4.new_code_cell(
-            f"import sys; sys.path.insert(0, {tests!r})\n"
-            "from vlm_recorded_encoder import RecordedEncoder\n"
-            "ENCODER = RecordedEncoder('llava15', check_pixels=False).factory"))
     # The notebook finds the fixtures through LLAMAPY_VLM_DIR (an installed llamapy is not next to tests/).
     os.environ["LLAMAPY_VLM_DIR"] = str(Path(__file__).resolve().parent / "data" / "vlm")
     os.environ["PYTHONPATH"] = os.pathsep.join(
@@ -41,8 +31,7 @@ def test_caption_notebook_executes(tmp_path):
     assert not [o for o in outputs if o.get("output_type") == "error"], outputs
     text = "".join(o.get("text", "") for o in outputs if o.get("output_type") == "stream")
     assert "Llava15ChatHandler for projector type mlp" in text
-    # All seven fixture images decode (the WebP one too: Pillow reads it); the recorded encoder has
-    # no llama.cpp output for the WebP, so there it is reported as an error and the job goes on.
-    assert ("7 of 7" if real else "6 of 7") + " images captioned" in text
+    # All seven fixture images decode and are captioned (the WebP one too: Pillow reads it).
+    assert "7 of 7 images captioned" in text
     html = [o for o in outputs if o.get("output_type") == "display_data" and "text/html" in o.get("data", {})]
     assert html and html[0]["data"]["text/html"].count("<img") == 7

@@ -13,7 +13,6 @@ engine has them (see ``_CASES``).
 from __future__ import annotations
 
 import base64
-import importlib.util
 import io
 import json
 import os
@@ -25,9 +24,8 @@ import pytest
 sys.path.insert(0, os.path.dirname(__file__))
 from vlm_recorded_encoder import IMAGES, RecordedEncoder, model_paths, record  # noqa: E402
 
-from llamapy import Llama, _engine  # noqa: E402
+from llamapy import Llama  # noqa: E402
 from llamapy import llama_chat_format as lcf  # noqa: E402
-from llamapy.multimodal.evaluate import engine_decodes_non_causal  # noqa: E402
 from llamapy.llama_cache import LogitsProcessorList  # noqa: E402
 from llamapy.multimodal import handlers as H  # noqa: E402
 from llamapy.multimodal.chunks import ChunkedPrompt, ImageChunk, TextChunk, placeholder_ids  # noqa: E402
@@ -35,19 +33,16 @@ from llamapy.multimodal.embed_cache import EmbeddingCache  # noqa: E402
 
 pytest.importorskip("PIL")
 
-HAVE_REAL_ENCODER = importlib.util.find_spec("llamapy.multimodal.encoder") is not None
-ENCODERS = ["recorded"] + (["real"] if HAVE_REAL_ENCODER else [])
-HAVE_MROPE = hasattr(_engine.Model, "n_pos_per_embd")
+
+ENCODERS = ["recorded", "real"]  # llama.cpp's recorded projector outputs, and the native encoder
 GAP = 0.01  # divergence from llama.cpp's tokens is allowed only after a top-2 gap below this
 
 _CASES = [
     pytest.param("llava15", "Llava15ChatHandler", id="llava15"),
     pytest.param("llava16", "Llava16ChatHandler", id="llava16"),
     pytest.param("idefics3", "MTMDChatHandler", id="idefics3"),
-    pytest.param("gemma3", "MTMDChatHandler", id="gemma3", marks=pytest.mark.skipif(
-        not engine_decodes_non_causal(), reason="needs the engine's decode(causal=False) for Gemma 3 image chunks")),
-    pytest.param("qwen2vl", "MTMDChatHandler", id="qwen2vl", marks=pytest.mark.skipif(
-        not HAVE_MROPE, reason="needs the engine's qwen2vl architecture with M-RoPE (n_pos_per_embd)")),
+    pytest.param("gemma3", "MTMDChatHandler", id="gemma3"),
+    pytest.param("qwen2vl", "MTMDChatHandler", id="qwen2vl"),
 ]
 # Images whose decoding agrees with llama.cpp's (stb_image): PNGs without alpha. The JPEG
 # decoders differ in rounding, RGBA is composited differently, WebP llama.cpp cannot read.
@@ -241,17 +236,12 @@ def test_llama_cpp_python_helpers():
 def test_missing_projector_and_encoder():
     with pytest.raises(ValueError, match="does not exist"):
         lcf.Llava15ChatHandler(clip_model_path="/nonexistent/mmproj.gguf")
-    if not HAVE_REAL_ENCODER:
-        _, proj = model_paths("llava15")
-        with pytest.raises(NotImplementedError, match="vision encoder not built"):
-            lcf.Llava15ChatHandler(clip_model_path=proj)
 
 
 # ------------------------------------------------------------------ Llama(model, mmproj=...)
 @pytest.mark.parametrize("vtype,cls_name", [("llava15", "Llava15ChatHandler"), ("llava16", "Llava16ChatHandler"),
                                              ("idefics3", "SmolVLMChatHandler"), ("gemma3", "Gemma3ChatHandler")])
 def test_llama_mmproj_picks_handler(vtype, cls_name, monkeypatch):
-    monkeypatch.setattr(H, "_encoder_available", lambda: True)
     text, proj = model_paths(vtype)
     llm = Llama(text, n_ctx=256, verbose=False, mmproj=proj)
     assert type(llm.chat_handler).__name__ == cls_name
@@ -262,7 +252,6 @@ def test_llama_mmproj_picks_handler(vtype, cls_name, monkeypatch):
 def test_llama_mmproj_width_mismatch(monkeypatch):
     from llamapy.multimodal import mmproj as mm
 
-    monkeypatch.setattr(H, "_encoder_available", lambda: True)
     text, proj = model_paths("llava15")
     real = mm.read_mmproj(proj)
     import dataclasses
@@ -544,10 +533,6 @@ def test_caption_cli_uses_the_real_encoder_by_default(tmp_path, monkeypatch, cap
     from llamapy import caption, cli
 
     assert caption.ENCODER_FACTORY is None
-    if not HAVE_REAL_ENCODER:
-        assert cli.main(_caption_args(tmp_path, [TALL])) == 1
-        assert "vision encoder not built" in capsys.readouterr().err
-        return
     # The default is the native encoder: the caption is the one a handler gives with it.
     assert cli.main(_caption_args(tmp_path, [TALL])) == 0
     (line,) = capsys.readouterr().out.strip().splitlines()

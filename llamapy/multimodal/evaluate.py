@@ -4,9 +4,8 @@ ordinary token path (``Llama._eval``), image chunks as embedding rows.
 An image chunk's rows get its placeholder ids in ``input_ids``, so prefix matching finds it
 next time. Non-causal chunks (Gemma 3) are decoded in one batch with ``causal=False``; M-RoPE
 chunks (qwen2vl) get (4, n) positions and move the position on by ``n_pos`` only, which
-``Llama._pos_shifts`` records so the text after them is placed right. Both need engine
-features (``engine_decodes_non_causal``, ``Model.n_pos_per_embd``) and raise
-NotImplementedError naming them where the engine lacks them.
+``Llama._pos_shifts`` records so the text after them is placed right; they need a language
+model with M-RoPE positions (``Model.n_pos_per_embd`` 4).
 """
 from __future__ import annotations
 
@@ -15,16 +14,9 @@ from typing import Any, Dict
 
 import numpy as np
 
-from .. import _engine
 from .chunks import ChunkedPrompt, ImageChunk
 
-__all__ = ["engine_decodes_non_causal", "eval_chunked", "eval_image"]
-
-
-def engine_decodes_non_causal() -> bool:
-    """Whether the engine's Context.decode takes ``causal=`` (non-causal image chunks, Gemma 3)."""
-    doc = getattr(_engine.Context.decode, "__doc__", "") or ""
-    return "causal" in doc.split("\n", 1)[0]
+__all__ = ["eval_chunked", "eval_image"]
 
 
 def eval_chunked(llama: Any, prompt: ChunkedPrompt, offset: int) -> None:
@@ -52,16 +44,13 @@ def eval_image(llama: Any, chunk: ImageChunk) -> None:
         raise ValueError(f"Prompt exceeds n_ctx: {llama.n_tokens + n} > {llama._n_ctx}")
     extra: Dict[str, Any] = {}
     if chunk.non_causal:
-        if not engine_decodes_non_causal():
-            raise NotImplementedError("this image chunk needs non-causal attention (decode(causal=False), as "
-                                      "llama.cpp decodes Gemma 3 images), which this engine build does not have")
         if n > llama.n_ubatch:
             raise ValueError(f"a non-causal image chunk of {n} tokens must fit one batch "
                              f"(n_ubatch={llama.n_ubatch})")
         extra["causal"] = False
-    if chunk.mrope and getattr(llama._model, "n_pos_per_embd", 1) != 4:
-        raise NotImplementedError("this image chunk needs M-RoPE positions (a qwen2vl-architecture model with "
-                                  "n_pos_per_embd 4), which this model/engine does not provide")
+    if chunk.mrope and llama._model.n_pos_per_embd != 4:
+        raise ValueError(f"this image chunk needs M-RoPE positions (a qwen2vl-architecture language model); "
+                         f"this model is {llama._model.arch!r}")
     embd = chunk.embd()
     if embd.shape[1] != llama.n_embd():
         raise ValueError(f"image embeddings are {embd.shape[1]} wide, but the language model's n_embd is "
@@ -87,5 +76,5 @@ def eval_image(llama: Any, chunk: ImageChunk) -> None:
         llama._last_logits_row = 0
     if chunk.n_pos != n:
         shift = (row0 - p0) + (n - chunk.n_pos)
-        kept = [e for e in getattr(llama, "_pos_shifts", []) if e[0] <= row0]
+        kept = [e for e in llama._pos_shifts if e[0] <= row0]
         llama._pos_shifts = kept + [(llama.n_tokens, shift)]

@@ -55,20 +55,9 @@ _MROPE_TYPES = ("qwen2vl_merger", "qwen2.5vl_merger")
 # ------------------------------------------------------------------ encoder
 def default_encoder_factory(clip_model_path: str, n_threads: Optional[int] = None, verbose: bool = False) -> Any:
     """The C++ vision encoder (``llamapy.multimodal.encoder.VisionEncoder``)."""
-    try:
-        from .encoder import VisionEncoder  # type: ignore[import-not-found]
-    except ImportError as e:
-        raise NotImplementedError("vision encoder not built: llamapy.multimodal.encoder is missing from this "
-                                  "build, so images cannot be encoded") from e
+    from .encoder import VisionEncoder
+
     return VisionEncoder(clip_model_path, n_threads=n_threads, verbose=verbose)
-
-
-def _encoder_available() -> bool:
-    try:
-        from . import encoder  # type: ignore[attr-defined]  # noqa: F401
-    except ImportError:
-        return False
-    return True
 
 
 # ------------------------------------------------------------------ messages
@@ -342,8 +331,6 @@ class MTMDChatHandler(FormatHandler):
                                         image_max_tokens=image_max_tokens)
         self._projector_id = projector_identity(self.clip_model_path)
         if encoder is None:
-            if not _encoder_available():
-                default_encoder_factory(self.clip_model_path)  # raises NotImplementedError, naming what is missing
             encoder = default_encoder_factory
         self._encoder_spec = encoder
         self._encoder: Any = None if callable(encoder) and not hasattr(encoder, "encode_image") else encoder
@@ -377,10 +364,9 @@ class MTMDChatHandler(FormatHandler):
         if id(llama) in self._checked:
             return
         check_compatible(self.info, int(llama.n_embd()))
-        if self.projector_type in _MROPE_TYPES and getattr(getattr(llama, "_model", None), "n_pos_per_embd", 1) != 4:
-            raise NotImplementedError(f"projector type {self.projector_type!r} needs a language model with M-RoPE "
-                                      "positions (qwen2vl architecture, n_pos_per_embd 4), which this engine build "
-                                      "does not provide for this model")
+        if self.projector_type in _MROPE_TYPES and llama._model.n_pos_per_embd != 4:
+            raise ValueError(f"projector type {self.projector_type!r} needs a language model with M-RoPE "
+                             f"positions (the qwen2vl architecture); this model is {llama._model.arch!r}")
         self._checked.add(id(llama))
 
     def render(self, llama: Any, req: ChatRequest, tools: Optional[List[Dict[str, Any]]]) -> str:
