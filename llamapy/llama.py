@@ -11,14 +11,13 @@ engine), tokenization (``_tokenizer.py``).
 from __future__ import annotations
 
 import logging
-import math
 import os
 import random
 import sys
 import threading
 import time
 from collections import deque
-from typing import Any, Deque, Dict, Generator, Iterator, List, Optional, Sequence, Union
+from typing import Any, Deque, Dict, Generator, List, Optional, Sequence, Union
 
 import numpy as np
 import numpy.typing as npt
@@ -681,8 +680,10 @@ class Llama:
             data = bytes(ctx.state_get())
             scores = (self._scores_all[: self.n_tokens].copy() if self._scores_all is not None
                       else np.zeros((0, self._n_vocab), dtype=np.single))
-            return LlamaState(self.input_ids[: self.n_tokens].copy(), scores, self.n_tokens, data, len(data),
-                              self._seed)
+            state = LlamaState(self.input_ids[: self.n_tokens].copy(), scores, self.n_tokens, data, len(data),
+                               self._seed)
+            state.pos_shifts = list(self._pos_shifts)
+            return state
 
     def load_state(self, state: LlamaState) -> None:
         ctx = self._require_ctx()
@@ -692,7 +693,8 @@ class Llama:
             ctx.state_set(state.llama_state)
             self.input_ids[: state.n_tokens] = state.input_ids[: state.n_tokens]
             self.n_tokens = state.n_tokens
-            self._pos_shifts = []
+            # States pickled before pos_shifts existed have none (text-only positions).
+            self._pos_shifts = [(r, s) for r, s in getattr(state, "pos_shifts", []) if r <= state.n_tokens]
             self._seed = state.seed
             if self._scores_all is not None and len(state.scores) == state.n_tokens:
                 self._scores_all[: state.n_tokens] = state.scores

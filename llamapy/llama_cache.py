@@ -31,6 +31,9 @@ class LlamaState:
         self.llama_state = llama_state
         self.llama_state_size = llama_state_size
         self.seed = seed
+        # (row, position shift) after each M-RoPE image chunk (Llama._pos_shifts):
+        # where the rows after a Qwen image sit in position.
+        self.pos_shifts: list = []
 
     def __sizeof__(self) -> int:
         return self.input_ids.nbytes + self.scores.nbytes + len(self.llama_state)

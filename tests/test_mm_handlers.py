@@ -16,6 +16,7 @@ import base64
 import io
 import json
 import os
+import pickle
 import sys
 
 import numpy as np
@@ -86,8 +87,7 @@ def _encoder(kind, vtype, check_pixels=True):
 
 def make(vtype, cls_name="Llava15ChatHandler", kind="recorded", n_ctx=1024, check_pixels=True, vocab_only=False,
          **hkw):
-    """(llm, handler, encoder, decode counter); ``vocab_only`` for tests that only lay prompts
-    out (the engine cannot load the qwen2vl architecture yet)."""
+    """(llm, handler, encoder, decode counter); ``vocab_only`` for tests that only lay prompts out."""
     text, proj = model_paths(vtype)
     enc = _encoder(kind, vtype, check_pixels)
     handler = getattr(lcf, cls_name)(clip_model_path=proj, verbose=False, encoder=enc, **hkw)
@@ -576,3 +576,20 @@ def test_ram_cache_with_image_prompts():
     assert a["choices"][0]["message"]["content"] == b["choices"][0]["message"]["content"]
     assert counter.embd_rows == 0
     assert enc.calls == ["tall_37x91.png", "grey_50x64.png"]
+
+
+def test_state_keeps_mrope_position_shifts():
+    """save_state / load_state carry the position shifts M-RoPE image chunks leave
+    (rows after a Qwen image sit at fewer positions than rows)."""
+    text, proj = model_paths("qwen2vl")
+    llm, handler, enc, _ = make("qwen2vl", "MTMDChatHandler")
+    greedy(llm, [user(TALL, "Describe this image.")], max_tokens=2)
+    assert llm._pos_shifts, "a Qwen image chunk shifts the positions after it"
+    before = [llm._pos_of_row(r) for r in range(llm.n_tokens + 1)]
+    state = llm.save_state()
+    llm.reset()
+    llm.load_state(state)
+    assert [llm._pos_of_row(r) for r in range(llm.n_tokens + 1)] == before
+    other = Llama(text, n_ctx=llm.n_ctx(), verbose=False)
+    other.load_state(pickle.loads(pickle.dumps(state)))
+    assert [other._pos_of_row(r) for r in range(other.n_tokens + 1)] == before
