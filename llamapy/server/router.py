@@ -20,9 +20,10 @@ The least recently used idle model (no request in flight) is unloaded until
 both hold. If the model could not fit even with every model unloaded: 507
 naming the numbers; if only busy models are in the way: 503 + Retry-After.
 
-Test hook: ``LLAMAPY_ROUTER_FAKE_MEMORY="TOTAL_MIB,AVAILABLE_MIB"`` replaces
-/proc/meminfo: AVAILABLE is what is free with no model loaded, and each
-child then counts as its predicted footprint.
+Test hook: ``LLAMAPY_ROUTER_FAKE_MEMORY="TOTAL_MIB,AVAILABLE_MIB[,PROCESS_MIB]"``
+replaces /proc/meminfo: AVAILABLE is what is free with no model loaded, each
+child then counts as its predicted footprint, and PROCESS (default: this
+process's RSS) is what a child costs beyond its model.
 Not here: the HTTP routes and the proxying (router_routes.py), the model
 list (presets.py).
 """
@@ -164,8 +165,10 @@ class Router:
         self.margin = int(settings.models_memory_margin or 0) * MiB
         self.models_max = int(settings.models_max)
         self.autoload = not settings.no_models_autoload
-        self.fake_memory = self._read_fake(environ.get(FAKE_MEMORY_ENV))
-        self.process_bytes = _rss()  # one interpreter with the server's libraries: what a child costs beyond its model
+        fake = self._read_fake(environ.get(FAKE_MEMORY_ENV))
+        self.fake_memory: Optional[Tuple[int, ...]] = fake[:2] if fake else None
+        # One interpreter with the server's libraries: what a child costs beyond its model.
+        self.process_bytes = fake[2] if fake and len(fake) > 2 else _rss()
         self.child_env = {k: v for k, v in environ.items() if not k.startswith(_CHILD_ENV_DROP)}
         self.child_env["LLAMA_API_KEY"] = self.key
         self.child_env["PYTHONPATH"] = os.pathsep.join(p for p in (_PKG_ROOT, environ.get("PYTHONPATH")) if p)
@@ -173,14 +176,16 @@ class Router:
         self._lock: Optional[asyncio.Lock] = None
 
     @staticmethod
-    def _read_fake(text: Optional[str]) -> Optional[Tuple[int, int]]:
+    def _read_fake(text: Optional[str]) -> Optional[Tuple[int, ...]]:
         if not text:
             return None
         try:
-            total, avail = (int(float(x) * MiB) for x in text.split(","))
+            values = tuple(int(float(x) * MiB) for x in text.split(","))
+            if len(values) not in (2, 3) or min(values) < 0:
+                raise ValueError
         except ValueError:
-            raise ValueError(f"{FAKE_MEMORY_ENV}={text!r}: expected 'TOTAL_MIB,AVAILABLE_MIB'") from None
-        return total, avail
+            raise ValueError(f"{FAKE_MEMORY_ENV}={text!r}: expected 'TOTAL_MIB,AVAILABLE_MIB[,PROCESS_MIB]'") from None
+        return values
 
     @property
     def lock(self) -> asyncio.Lock:
@@ -202,7 +207,7 @@ class Router:
         """total, available now, and available with every model unloaded (bytes)."""
         alive = [s for s in self.slots.values() if s.alive and s.proc is not None]
         if self.fake_memory is not None:
-            total, avail = self.fake_memory
+            total, avail = self.fake_memory[0], self.fake_memory[1]
             used = sum(s.need or 0 for s in alive)
             return {"total": total, "available": avail - used, "available_unloaded": avail}
         total, avail = _meminfo()
