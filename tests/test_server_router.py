@@ -53,6 +53,7 @@ def models(tiny, tmp_path_factory):
     (root / "notes.txt").write_text("not a model")
     preset = root / "preset.ini"
     preset.write_text(PRESET)
+    (root / "startup.ini").write_text("[*]\nctx-size = 128\nthreads = 1\n\n[alpha]\nload-on-startup = true\n")
     return root
 
 
@@ -243,17 +244,22 @@ def test_memory_margin_evicts_then_507(models):
         assert rs.states() == {"alpha": "unloaded", "beta": "loaded", "gamma": "loaded", "huge": "unloaded"}
 
 
-def test_no_models_autoload(models):
-    argv = ["--models-dir", str(models), "--models-preset", str(models / "preset.ini"), "--no-models-autoload"]
+def test_no_models_autoload_and_load_on_startup(models):
+    argv = ["--models-dir", str(models), "--models-preset", str(models / "startup.ini"), "--no-models-autoload"]
     with RouterServer(argv) as rs:
-        r = rs.complete("alpha")
+        t0 = time.monotonic()
+        while rs.states()["alpha"] != "loaded":  # load-on-startup, without a request
+            assert time.monotonic() - t0 < 60 and rs.states()["alpha"] in ("unloaded", "loading")
+            time.sleep(0.1)
+        assert rs.complete("alpha").status_code == 200
+        r = rs.complete("gamma")
         assert r.status_code == 503 and r.json()["error"]["code"] == "model_not_loaded"
         assert "/models/load" in r.json()["error"]["message"]
-        assert rs.states()["alpha"] == "unloaded"
-        assert rs.complete("alpha", autoload="true").status_code == 200
+        assert rs.states()["gamma"] == "unloaded"
         assert rs.complete("gamma", autoload="maybe").status_code == 400
-        assert rs.http.post("/models/load", json={"model": "gamma"}).json()["status"]["value"] == "loaded"
-        assert rs.complete("gamma").status_code == 200
+        assert rs.complete("gamma", autoload="true").status_code == 200
+        assert rs.http.post("/models/load", json={"model": "beta"}).json()["status"]["value"] == "loaded"
+        assert rs.complete("beta").status_code == 200
 
 
 def test_a_model_that_fails_to_load_is_reported(tmp_path, tiny):
@@ -265,3 +271,30 @@ def test_a_model_that_fails_to_load_is_reported(tmp_path, tiny):
         card = rs.card("broken")
         assert card["status"]["value"] == "failed" and card["status"]["reason"]
         assert rs.complete("ok").status_code == 200  # the router and the other model are fine
+
+
+def test_a_model_in_use_is_never_evicted(models):
+    from llamapy import Llama
+
+    eos = Llama(str(models / "alpha.gguf"), vocab_only=True, verbose=False).token_eos()
+    argv = ["--models-dir", str(models), "--models-preset", str(models / "preset.ini"), "--models-max", "1",
+            "-c", "32768"]
+    with RouterServer(argv) as rs:
+        body = {"model": "alpha", "prompt": "a", "max_tokens": 30000, "temperature": 0, "stream": True,
+                "logit_bias": {str(eos): -1e9}}  # runs for seconds: EOS is banned, the context is large
+        with rs.http.stream("POST", "/v1/completions", json=body) as resp:
+            assert resp.status_code == 200
+            lines = resp.iter_lines()
+            assert next(ln for ln in lines if ln.startswith("data: "))
+            assert rs.card("alpha")["in_flight"] == 1
+            r = rs.complete("gamma")  # alpha is the only one loaded and it is busy
+            assert r.status_code == 503 and r.json()["error"]["code"] == "models_busy", r.text
+            assert "Retry-After" in r.headers and "--models-max 1" in r.json()["error"]["message"]
+            assert rs.states()["alpha"] == "loaded"
+        # The client went away mid-stream: the model is idle again, so it can make room.
+        t0 = time.monotonic()
+        while rs.card("alpha")["in_flight"]:
+            assert time.monotonic() - t0 < 10
+            time.sleep(0.05)
+        assert rs.complete("gamma").status_code == 200
+        assert rs.states()["alpha"] == "unloaded"
