@@ -261,6 +261,27 @@ def test_no_models_autoload_and_load_on_startup(models):
         assert rs.http.post("/models/load", json={"model": "beta"}).json()["status"]["value"] == "loaded"
         assert rs.complete("beta").status_code == 200
 
+        # Ollama's keep_alive: 0 unloads once the request is done; a load request keeps it that long.
+        r = rs.http.post("/api/generate", json={"model": "beta", "prompt": "hi", "keep_alive": 0, "stream": False,
+                                                "options": {"num_predict": 2}})
+        assert r.status_code == 200 and r.json()["done"], r.text
+        _wait_state(rs, "beta", "unloaded")
+        r = rs.http.post("/api/chat", json={"model": "gamma", "keep_alive": "1s"})
+        assert r.json()["done_reason"] == "load" and rs.states()["gamma"] == "loaded"
+        assert [m["name"] for m in rs.http.get("/api/ps").json()["models"]] == ["alpha", "gamma"]
+        _wait_state(rs, "gamma", "unloaded")
+        r = rs.http.post("/api/generate", json={"model": "alpha", "keep_alive": "2 weeks"})
+        assert r.status_code == 400 and "keep_alive" in r.json()["error"]["message"]
+        r = rs.http.post("/api/generate", json={"model": "alpha", "keep_alive": 0})
+        assert r.json()["done_reason"] == "unload" and rs.states()["alpha"] == "unloaded"
+
+
+def _wait_state(rs, name, state, limit=15.0):
+    t0 = time.monotonic()
+    while rs.states()[name] != state:
+        assert time.monotonic() - t0 < limit, rs.card(name)
+        time.sleep(0.05)
+
 
 def test_a_model_that_fails_to_load_is_reported(tmp_path, tiny):
     (tmp_path / "broken.gguf").write_bytes(b"GGUF" + b"\0" * 64)

@@ -130,6 +130,7 @@ class ModelSlot:
         self.ready: Optional["asyncio.Future[None]"] = None
         self.stopping = False
         self.log_path: Optional[str] = None
+        self.expires: Optional[float] = None  # time.monotonic() when Ollama's keep_alive unloads it; None: never
 
     @property
     def url(self) -> str:
@@ -149,6 +150,8 @@ class ModelSlot:
             d["memory"] = {"predicted_bytes": self.need, **(self.plan or {})}
         if self.proc is not None and self.alive:
             d["pid"] = self.proc.pid
+        if self.expires is not None and self.state == "loaded":
+            d["expires_in_s"] = round(max(0.0, self.expires - time.monotonic()), 1)
         return d
 
 
@@ -303,6 +306,7 @@ class Router:
         argv = [sys.executable, "-m", "llamapy.server", "-m", slot.entry.path or "", "--host", "127.0.0.1",
                 "--port", str(slot.port), "--alias", slot.name, *child_flags(slot.entry.settings)]
         slot.state, slot.reason, slot.load_failed, slot.stopping = "loading", None, False, False
+        slot.expires = None
         slot.ready = asyncio.get_running_loop().create_future()
         slot.last_used = time.monotonic()
         logger.info("loading %s (predicted %s) on port %d", slot.name, _mib(slot.need or 0), slot.port)
@@ -392,6 +396,24 @@ class Router:
             slot.load_failed = bool(slot.entry.problem)
             slot.proc = None
         self._settle(slot)
+
+    # ------------------------------------------------------------ keep_alive
+    def keep_alive(self, slot: ModelSlot, seconds: Optional[float]) -> None:
+        """Ollama's keep_alive: unload once idle for that long (0: as soon as
+        idle; None: never)."""
+        slot.expires = None if seconds is None else time.monotonic() + seconds
+
+    async def reap_expired(self, every: float = 0.25) -> None:
+        """Runs for the router's life: unloads idle models past keep_alive."""
+        while True:
+            await asyncio.sleep(every)
+            now = time.monotonic()
+            for slot in list(self.slots.values()):
+                if (slot.state == "loaded" and slot.in_flight == 0 and slot.expires is not None
+                        and slot.expires <= now):
+                    logger.info("unloading %s: keep_alive expired", slot.name)
+                    async with self.lock:
+                        await self.unload(slot, reason="keep_alive expired")
 
     async def shutdown(self) -> None:
         await asyncio.gather(*(self.unload(s, "router shut down") for s in self.slots.values() if s.proc))

@@ -4,7 +4,10 @@ its ``model`` field names (streams, SSE or NDJSON, passed through chunk by
 chunk with httpx).
 
 ``?autoload=true|false`` on any request overrides ``--no-models-autoload``
-for that request. A request's model counts as in use (never evicted) from
+for that request. Ollama's ``keep_alive`` (on /api/chat, /api/generate,
+/api/embed) unloads the model once idle for that long (0: at once; negative:
+never); without a prompt such a request only loads or unloads, as in Ollama.
+OpenAI requests leave a model's keep_alive as it is (loaded until evicted). A request's model counts as in use (never evicted) from
 the moment the request arrives until its response has been sent in full.
 Not here: the model states and the room-making (router.py).
 """
@@ -16,7 +19,7 @@ import json
 import logging
 import os
 import time
-from typing import Any, AsyncIterator, Dict, Optional
+from typing import Any, AsyncIterator, Callable, Dict, Optional
 
 from fastapi import FastAPI, Request
 from starlette.background import BackgroundTask
@@ -34,6 +37,7 @@ PROXY_POST = ("/v1/chat/completions", "/chat/completions", "/v1/completions", "/
               "/embeddings", "/tokenize", "/detokenize", "/apply-template", "/api/chat", "/api/generate",
               "/api/embed", "/api/show")
 PROXY_GET = ("/props", "/slots", "/metrics")  # ?model=NAME
+OLLAMA_KEEP_ALIVE = ("/api/chat", "/api/generate", "/api/embed")  # requests that may carry keep_alive
 _PASS_HEADERS = ("content-type", "cache-control", "retry-after", "x-accel-buffering")
 
 
@@ -67,7 +71,8 @@ class Proxy:
         self.client = httpx.AsyncClient(timeout=httpx.Timeout(t, connect=10.0), headers={
             "Authorization": f"Bearer {router.key}"})
 
-    async def forward(self, request: Request, slot: ModelSlot, body: Optional[bytes]) -> Response:
+    async def forward(self, request: Request, slot: ModelSlot, body: Optional[bytes],
+                      on_done: Optional[Callable[[], None]] = None) -> Response:
         """Sends the request to the slot's child (slot.in_flight already
         counts it) and streams the answer back; releases the slot once the
         answer is sent or the client has gone."""
@@ -80,6 +85,8 @@ class Proxy:
                 released[0] = True
                 slot.in_flight -= 1
                 slot.last_used = time.monotonic()
+                if on_done is not None:
+                    on_done()
 
         try:
             await self.router.ensure_loaded(slot, _autoload(request))
@@ -150,7 +157,9 @@ def create_router_app(settings: Settings, environ: Optional[Dict[str, str]] = No
         for slot in router.slots.values():
             if slot.entry.load_on_startup:
                 asyncio.ensure_future(_load_quietly(slot))
+        reaper = asyncio.ensure_future(router.reap_expired())
         yield
+        reaper.cancel()
         await router.shutdown()
         await proxy["p"].client.aclose()
 
@@ -180,8 +189,12 @@ def create_router_app(settings: Settings, environ: Optional[Dict[str, str]] = No
 
     @app.get("/api/ps")
     async def api_ps() -> Any:
-        return {"models": [{**_ollama_entry(s), "size_vram": 0} for s in router.slots.values()
-                           if s.state == "loaded"]}
+        def expires_at(s: ModelSlot) -> str:
+            left = 100 * 365 * 86400.0 if s.expires is None else max(0.0, s.expires - time.monotonic())
+            return _dt.datetime.fromtimestamp(time.time() + left, _dt.timezone.utc).isoformat()
+
+        return {"models": [{**_ollama_entry(s), "size_vram": 0, "expires_at": expires_at(s)}
+                           for s in router.slots.values() if s.state == "loaded"]}
 
     @app.get("/api/version")
     async def api_version() -> Any:
@@ -211,8 +224,40 @@ def create_router_app(settings: Settings, environ: Optional[Dict[str, str]] = No
         if name is None and request.url.path == "/api/show":
             name = body.get("name")  # older Ollama clients
         slot = router.slot(name)
+        path = request.url.path
+        if path in OLLAMA_KEEP_ALIVE and body.get("keep_alive") is not None:
+            from .ollama_routes import parse_keep_alive
+
+            keep = parse_keep_alive(body["keep_alive"])
+            if path != "/api/embed" and not body.get("prompt") and not body.get("messages"):
+                return await _ollama_load_or_unload(request, slot, str(name), keep)
+            on_done: Optional[Callable[[], None]] = lambda: router.keep_alive(slot, keep)  # noqa: E731
+        else:
+            on_done = None
         slot.in_flight += 1  # from here on the model is in use: never evicted
-        return await proxy["p"].forward(request, slot, raw)
+        return await proxy["p"].forward(request, slot, raw, on_done)
+
+    async def _ollama_load_or_unload(request: Request, slot: ModelSlot, name: str, keep: Optional[float]) -> Any:
+        """Ollama's requests without a prompt: keep_alive 0 unloads the model,
+        any other value loads it and keeps it that long."""
+        if keep == 0:
+            if slot.in_flight:
+                router.keep_alive(slot, 0)  # once its requests are done
+            else:
+                async with router.lock:
+                    await router.unload(slot, reason="unloaded by keep_alive 0")
+            reason = "unload"
+        else:
+            await router.ensure_loaded(slot, _autoload(request))
+            router.keep_alive(slot, keep)
+            reason = "load"
+        out: Dict[str, Any] = {"model": name, "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(),
+                               "done": True, "done_reason": reason}
+        if request.url.path == "/api/chat":
+            out["message"] = {"role": "assistant", "content": ""}
+        else:
+            out["response"] = ""
+        return out
 
     async def proxied_get(request: Request) -> Response:
         slot = router.slot(request.query_params.get("model"))
