@@ -319,3 +319,24 @@ def test_a_model_in_use_is_never_evicted(models):
             time.sleep(0.05)
         assert rs.complete("gamma").status_code == 200
         assert rs.states()["alpha"] == "unloaded"
+
+
+def test_cli_router_errors_exit_2(models, tmp_path, capsys):
+    from llamapy.cli import main
+
+    bad = tmp_path / "bad.ini"
+    bad.write_text("[alpha]\nlayers = 3\n")
+    assert main(["serve", "--models-dir", str(models), "--models-preset", str(bad)]) == 2
+    assert "unknown key 'layers'" in capsys.readouterr().err
+
+
+def test_real_memory_is_read_from_proc_meminfo(models):
+    from llamapy.server.router import Router
+
+    router = Router(parse_settings(["--models-dir", str(models)], environ={}), environ={})
+    mem = router.memory()  # no child: available now == available with every model unloaded
+    assert 0 < mem["available"] == mem["available_unloaded"] <= mem["total"]
+    assert router.process_bytes > 10 * 2**20  # this interpreter, as the cost of one more
+    with pytest.raises(ValueError, match="LLAMAPY_ROUTER_FAKE_MEMORY"):
+        Router(parse_settings(["--models-dir", str(models)], environ={}),
+               environ={"LLAMAPY_ROUTER_FAKE_MEMORY": "lots"})

@@ -175,7 +175,7 @@ class Router:
         self.child_env = {k: v for k, v in environ.items() if not k.startswith(_CHILD_ENV_DROP)}
         self.child_env["LLAMA_API_KEY"] = self.key
         self.child_env["PYTHONPATH"] = os.pathsep.join(p for p in (_PKG_ROOT, environ.get("PYTHONPATH")) if p)
-        self.log_dir = tempfile.mkdtemp(prefix="llamapy-router-")
+        self._log_dir: Optional[str] = None  # children's output, made on the first load, removed at shutdown
         self._lock: Optional[asyncio.Lock] = None
 
     @staticmethod
@@ -302,7 +302,9 @@ class Router:
 
     async def _spawn(self, slot: ModelSlot) -> None:
         slot.port = _free_port()
-        slot.log_path = os.path.join(self.log_dir, f"{slot.name.replace(os.sep, '_')}.log")
+        if self._log_dir is None:
+            self._log_dir = tempfile.mkdtemp(prefix="llamapy-router-")
+        slot.log_path = os.path.join(self._log_dir, f"{slot.name.replace(os.sep, '_')}.log")
         argv = [sys.executable, "-m", "llamapy.server", "-m", slot.entry.path or "", "--host", "127.0.0.1",
                 "--port", str(slot.port), "--alias", slot.name, *child_flags(slot.entry.settings)]
         slot.state, slot.reason, slot.load_failed, slot.stopping = "loading", None, False, False
@@ -417,3 +419,8 @@ class Router:
 
     async def shutdown(self) -> None:
         await asyncio.gather(*(self.unload(s, "router shut down") for s in self.slots.values() if s.proc))
+        if self._log_dir is not None:
+            import shutil
+
+            shutil.rmtree(self._log_dir, ignore_errors=True)
+            self._log_dir = None
