@@ -56,6 +56,7 @@ from .llama_cache import (
 from .llama_tokenizer import BaseLlamaTokenizer, LlamaHFTokenizer, LlamaTokenizer
 from .grammar import LlamaGrammar
 from .llama_speculative import LlamaDraftModel
+from .memory_plan import MemoryPlan, plan_memory
 from .quants import dequantize, quantize
 from .system import system_info
 
@@ -98,6 +99,8 @@ __all__ = [
     "GGUFError",
     "GGUFFile",
     "TensorInfo",
+    "MemoryPlan",
+    "plan_memory",
     "dequantize",
     "quantize",
     "system_info",

@@ -13,8 +13,13 @@ from typing import Optional, Sequence
 
 
 def _cmd_inspect(args: argparse.Namespace) -> int:
-    from .inspect_cmd import run_inspect
+    from .inspect_cmd import run_inspect, run_plan
 
+    if args.plan:
+        return run_plan(args.file, n_ctx=args.ctx_size, n_parallel=args.parallel, type_k=args.cache_type_k,
+                        type_v=args.cache_type_v, n_gpu_layers=args.n_gpu_layers, mmproj=args.mmproj,
+                        n_batch=args.batch_size, n_ubatch=args.ubatch_size, flash_attn=args.flash_attn,
+                        n_threads=args.threads or None)
     return run_inspect(args.file, show_tensors=not args.no_tensors)
 
 
@@ -130,6 +135,19 @@ def build_parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("inspect", help="print a GGUF file's architecture, quantization mix and tensors")
     sp.add_argument("file", help="path to a .gguf file")
     sp.add_argument("--no-tensors", action="store_true", help="omit the tensor table")
+    sp.add_argument("--plan", action="store_true",
+                    help="print the predicted memory (weights, KV cache, compute buffers) for the options below")
+    plan = sp.add_argument_group("memory plan (with --plan; llama-server's flag names)")
+    plan.add_argument("-c", "--ctx-size", type=int, default=0, help="context size (default 0: the model's)")
+    plan.add_argument("-np", "--parallel", type=int, default=1, help="parallel sequences (slots)")
+    plan.add_argument("-ctk", "--cache-type-k", default="f16", help="K cache type")
+    plan.add_argument("-ctv", "--cache-type-v", default="f16", help="V cache type")
+    plan.add_argument("-ngl", "--n-gpu-layers", type=int, default=0, help="layers on the GPU (CPU-only build: none move)")
+    plan.add_argument("-b", "--batch-size", type=int, default=None, help="logical batch (default 512)")
+    plan.add_argument("-ub", "--ubatch-size", type=int, default=None, help="physical batch (default 512)")
+    plan.add_argument("-fa", "--flash-attn", default="auto", choices=("on", "off", "auto"))
+    plan.add_argument("-t", "--threads", type=int, default=0, help="threads (default: physical cores)")
+    plan.add_argument("-mm", "--mmproj", default=None, help="multimodal projector GGUF to count too")
     sp.set_defaults(func=_cmd_inspect)
 
     def model_opts(sp: argparse.ArgumentParser) -> None:

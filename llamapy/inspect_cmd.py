@@ -116,3 +116,34 @@ def run_inspect(path: str, out: Optional[TextIO] = None, show_tensors: bool = Tr
         print(f"error: {e}", file=sys.stderr if out is sys.stdout else out)
         return 1
     return 0
+
+
+def run_plan(path: str, out: Optional[TextIO] = None, **options: Any) -> int:
+    """Print ``llamapy.plan_memory(path, **options)``; return an exit status."""
+    from .memory_plan import plan_memory
+
+    out = out if out is not None else sys.stdout
+    try:
+        plan = plan_memory(path, **options)
+    except (GGUFError, OSError, ValueError, TypeError) as e:
+        print(f"error: {e}", file=sys.stderr if out is sys.stdout else out)
+        return 1
+    swa = f" + {plan.kv_swa_cells} sliding-window cells" if plan.kv_swa_cells else ""
+    rows = [
+        ("file", plan.model_path),
+        ("context", f"n_ctx {plan.n_ctx}, {plan.n_parallel} sequence(s), n_batch {plan.n_batch}, "
+                    f"n_ubatch {plan.n_ubatch}, flash attention {'on' if plan.flash_attn else 'off'}"),
+        ("weights", format_bytes(plan.weights_bytes)),
+        ("KV cache", f"{format_bytes(plan.kv_bytes)} ({plan.type_k}/{plan.type_v}, {plan.kv_cells} cells{swa})"),
+        ("compute buffers", format_bytes(plan.compute_bytes)),
+        ("runtime (vocab, metadata, outputs)", format_bytes(plan.runtime_bytes)),
+    ]
+    if plan.mmproj_bytes:
+        rows.append(("mmproj", format_bytes(plan.mmproj_bytes)))
+    rows.append(("total", f"{format_bytes(plan.total_bytes)} ({plan.total_bytes} bytes)"))
+    for d in plan.devices:
+        rows.append((f"device {d['device']}", format_bytes(d["total_bytes"])))
+    width = max(len(k) for k, _ in rows)
+    for key, value in rows:
+        print(f"{key + ':':<{width + 1}} {value}", file=out)
+    return 0

@@ -33,6 +33,8 @@ def main(argv: Optional[Sequence[str]] = None, prog: str = "python -m llamapy.se
         print(f"error: {_MISSING} ({e})", file=sys.stderr)
         return 2
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if settings.router_mode:
+        return _serve_router(settings)
     try:
         app = create_app(settings)
     except ValueError as e:
@@ -53,4 +55,22 @@ def main(argv: Optional[Sequence[str]] = None, prog: str = "python -m llamapy.se
     if runner.state == "failed" or (runner.state == "stopped" and runner.error):
         print(f"error: the model failed to load: {runner.error}", file=sys.stderr)
         return 1
+    return 0
+
+
+def _serve_router(settings: "object") -> int:
+    """Router mode (no -m): one child server per model (llamapy/server/router.py)."""
+    import uvicorn
+
+    from .config import ConfigError
+    from .router_routes import create_router_app
+
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per proxied request otherwise
+    try:
+        app = create_router_app(settings)  # type: ignore[arg-type]
+    except (ConfigError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    uvicorn.Server(uvicorn.Config(app, host=settings.host, port=settings.port, log_level="info",  # type: ignore
+                                  access_log=False, timeout_graceful_shutdown=10)).run()
     return 0

@@ -4,8 +4,9 @@ YAML ``--config`` file. Precedence: command line > environment > config
 file > default.
 
 Flags of features this session has not built (continuous batching with
-``-np > 1``, router mode) are accepted by the parser so that they can be
-refused by name with a clear message, never ignored.
+``-np > 1``) are accepted by the parser so that they can be refused by name
+with a clear message, never ignored. Without ``-m``, ``--models-dir`` /
+``--models-preset`` start router mode (llamapy/server/router.py).
 """
 from __future__ import annotations
 
@@ -63,13 +64,16 @@ OPTIONS: List[Opt] = [
     Opt(("--slots",), "slots", "LLAMA_ARG_ENDPOINT_SLOTS", "bool", True, "serve /slots (--no-slots: off)"),
     Opt(("-to", "--timeout"), "timeout", "LLAMA_ARG_TIMEOUT", float, 600.0,
         "seconds a request may take, queue wait included"),
-    Opt(("--models-dir",), "models_dir", "LLAMA_ARG_MODELS_DIR", help="router mode (not built yet)"),
-    Opt(("--models-preset",), "models_preset", "LLAMA_ARG_MODELS_PRESET", help="router mode (not built yet)"),
-    Opt(("--models-max",), "models_max", "LLAMA_ARG_MODELS_MAX", int, None, help="router mode (not built yet)"),
-    Opt(("--models-memory-margin",), "models_memory_margin", "LLAMA_ARG_MODELS_MEMORY_MARGIN", int, None,
-        help="router mode (not built yet)"),
+    Opt(("--models-dir",), "models_dir", "LLAMA_ARG_MODELS_DIR",
+        help="router mode: a folder of GGUFs (or one subfolder per model, with an mmproj*.gguf)"),
+    Opt(("--models-preset",), "models_preset", "LLAMA_ARG_MODELS_PRESET",
+        help="router mode: an INI file, [*] for every model, one [name] section per model"),
+    Opt(("--models-max",), "models_max", "LLAMA_ARG_MODELS_MAX", int, 4,
+        help="router mode: models loaded at once; the least recently used idle one is unloaded (default 4)"),
+    Opt(("--models-memory-margin",), "models_memory_margin", "LLAMA_ARG_MODELS_MEMORY_MARGIN", int, 0,
+        help="router mode: MiB of memory to keep free; idle models are unloaded to make room (default 0)"),
     Opt(("--no-models-autoload",), "no_models_autoload", "LLAMA_ARG_NO_MODELS_AUTOLOAD", "bool", False,
-        help="router mode (not built yet)"),
+        help="router mode: load models only by POST /models/load (or a request's ?autoload=true)"),
     # Beyond llama-server: the limits that make the server safe to expose.
     Opt(("--queue-max",), "queue_max", "LLAMA_ARG_QUEUE_MAX", int, 16,
         "requests waiting for the slot before 503 + Retry-After"),
@@ -83,10 +87,8 @@ OPTIONS: List[Opt] = [
     Opt(("--seed", "-s"), "seed", "LLAMA_ARG_SEED", int, None, "default RNG seed"),
 ]
 
-UNSUPPORTED_YET = {
-    "models_dir": "--models-dir", "models_preset": "--models-preset", "models_max": "--models-max",
-    "models_memory_margin": "--models-memory-margin", "no_models_autoload": "--no-models-autoload",
-}
+UNSUPPORTED_YET: Dict[str, str] = {}
+ROUTER_OPTIONS = ("models_dir", "models_preset", "models_max", "models_memory_margin", "no_models_autoload")
 
 
 class ConfigError(ValueError):
@@ -96,6 +98,13 @@ class ConfigError(ValueError):
 @dataclass
 class Settings:
     values: Dict[str, Any] = field(default_factory=dict)
+    # dests set by the command line, the environment or --config (not defaults):
+    # router mode lets them win over a preset's sections.
+    explicit: frozenset = frozenset()
+
+    @property
+    def router_mode(self) -> bool:
+        return not self.values.get("model")
 
     def __getattr__(self, name: str) -> Any:
         try:
@@ -200,7 +209,9 @@ def parse_settings(argv: Optional[Sequence[str]] = None, environ: Optional[Dict[
     ns = vars(build_parser().parse_args(list(argv) if argv is not None else None))
     cfg = read_config_file(ns.pop("config")) if ns.get("config") else {}
     values: Dict[str, Any] = {}
+    explicit = set()
     for opt in OPTIONS:
+        explicit.add(opt.dest)
         if opt.dest in ns:
             values[opt.dest] = _convert(opt, ns[opt.dest], "command line")
         elif opt.env in environ:
@@ -209,8 +220,14 @@ def parse_settings(argv: Optional[Sequence[str]] = None, environ: Optional[Dict[
             values[opt.dest] = cfg[opt.dest]
         else:
             values[opt.dest] = opt.default
+            explicit.discard(opt.dest)
+    if values.get("model"):
+        for opt in OPTIONS:
+            if opt.dest in ROUTER_OPTIONS and opt.dest in explicit:
+                raise ConfigError(f"{opt.flags[0]}: router mode only (several models, without -m); "
+                                  "it does nothing with -m MODEL")
     check(values)
-    return Settings(values)
+    return Settings(values, frozenset(explicit))
 
 
 def check(values: Dict[str, Any]) -> None:
@@ -218,8 +235,16 @@ def check(values: Dict[str, Any]) -> None:
         if values.get(dest) not in (None, False):
             raise ConfigError(f"{flag}: router mode (several models, --models-*) is not built yet; "
                               "start one server per model with -m MODEL")
-    if not values.get("model"):
-        raise ConfigError("no model: pass -m MODEL (router mode without -m is not built yet)")
+    router = bool(values.get("models_dir") or values.get("models_preset"))
+    if values.get("model") and router:
+        raise ConfigError("-m MODEL serves one model; --models-dir / --models-preset start router mode: "
+                          "pass one or the other")
+    if not values.get("model") and not router:
+        raise ConfigError("no model: pass -m MODEL, or --models-dir DIR / --models-preset FILE for router mode")
+    if values["models_max"] is None or values["models_max"] < 1:
+        raise ConfigError("--models-max must be at least 1")
+    if values["models_memory_margin"] is None or values["models_memory_margin"] < 0:
+        raise ConfigError("--models-memory-margin must be a non-negative number of MiB")
     if values.get("jinja") is False:
         raise ConfigError("--no-jinja is not supported: llamapy renders the GGUF's Jinja template in a sandbox; "
                           "pick a named format instead with --chat-template NAME (e.g. chatml)")

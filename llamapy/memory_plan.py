@@ -1,0 +1,288 @@
+"""``llamapy.plan_memory``: the bytes a model will take once loaded, predicted
+from its GGUF file alone (metadata and tensor table), without loading it or
+creating a context.
+
+The parts, as the engine allocates them (vendor/engine/):
+- weights: every tensor's bytes (the mmap touches them all: the forward pass
+  reads every matrix; the token embeddings are read in full where the output
+  head is tied to them, else a row per token seen);
+- KV cache (kv_cache.h, context.cpp): n_ctx cells of every layer's keys and
+  values, or, for a model with sliding-window layers, n_ctx cells of the
+  global layers plus ``n_swa * n_seq_max + n_batch`` cells of the window
+  layers (when that is smaller); encoders keep one cell;
+- compute buffers (model/blocks.h run_state, backend/cpu_backend.h): the
+  activations of n_ubatch rows, the masks and RoPE tables, the quantized
+  activations of the widest matmul input, and the attention path's work
+  memory (``_engine.ops.attention_scratch_bytes``: the explicit path's grows
+  with n_ctx, flash's does not). This equals the ``activation_bytes`` of
+  ``Context.device_memory()``;
+- runtime: the file's metadata pages (read when the vocabulary is built), the
+  tokenizer's tables (estimated from the token count and text lengths: two
+  strings per token, an index entry, and a merge table for BPE), the GGUF
+  readers' indexes of string arrays, the output
+  rows (logits of one row) and Llama's token buffer (n_ctx int32);
+- mmproj: a projector's tensor bytes and metadata pages (the vision
+  encoder's work buffers, a few MiB for one image, are not counted).
+
+Placement: every part is on the CPU today (the engine's only backend), so
+``devices`` has one entry; n_gpu_layers is accepted and, as in Llama, does
+not move anything yet.
+Not here: measuring (tests/test_memory_plan.py compares with Context and RSS),
+deciding what to evict (llamapy/server/router.py).
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Union
+
+from . import _engine
+from .gguf_file import GGUFFile
+
+__all__ = ["MemoryPlan", "plan_memory"]
+
+_ENCODERS = ("bert", "nomic-bert")
+# Architectures whose loader keeps the file's attention.sliding_window, with
+# the default period of their window layers (model/<arch>.cpp set_swa_pattern):
+# in every `period` layers the last is global. The others ignore the window.
+_SWA_PERIOD = {"gemma2": 2, "gemma3": 6}
+_MAX_SEQUENCES = 256  # kv_cache.h kMaxSequences; Llama's embedding contexts use min(n_batch, 256)
+_KV_TYPE_NAMES = {"f32": "F32", "f16": "F16", "bf16": "BF16", "q8_0": "Q8_0", "q4_0": "Q4_0", "q4_1": "Q4_1",
+                  "q5_0": "Q5_0", "q5_1": "Q5_1", "iq4_nl": "IQ4_NL"}
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    """Predicted bytes of a loaded model (see the module docstring)."""
+
+    model_path: str
+    n_ctx: int
+    n_parallel: int
+    n_batch: int
+    n_ubatch: int
+    flash_attn: bool
+    type_k: str
+    type_v: str
+    weights_bytes: int
+    kv_bytes: int
+    compute_bytes: int
+    runtime_bytes: int
+    mmproj_bytes: int = 0
+    kv_cells: int = 0          # cells of the main cache
+    kv_swa_cells: int = 0      # cells of the sliding-window cache (0: none)
+    devices: List[Dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def total_bytes(self) -> int:
+        return self.weights_bytes + self.kv_bytes + self.compute_bytes + self.runtime_bytes + self.mmproj_bytes
+
+    def as_dict(self) -> Dict[str, Any]:
+        d = {k: getattr(self, k) for k in self.__dataclass_fields__}
+        d["total_bytes"] = self.total_bytes
+        return d
+
+
+def _kv_type(what: str, name: Union[str, int]) -> str:
+    if isinstance(name, int) and not isinstance(name, bool):
+        from ._params import KV_TYPES
+
+        if name not in KV_TYPES:
+            raise ValueError(f"{what}: KV cache type id {name} is not supported (ids: {sorted(KV_TYPES)})")
+        return KV_TYPES[name]
+    key = str(name).strip().lower()
+    if key not in _KV_TYPE_NAMES:
+        raise ValueError(f"{what}: KV cache type {name!r} is not supported ({', '.join(_KV_TYPE_NAMES)})")
+    return _KV_TYPE_NAMES[key]
+
+
+class _Shape:
+    """The hyperparameters the engine's buffers depend on, read from metadata
+    as model/model.cpp reads them."""
+
+    def __init__(self, f: GGUFFile) -> None:
+        md = f.metadata
+        self.arch = arch = f.architecture or ""
+        if arch not in _engine.Model.supported_archs:
+            raise ValueError(f"{f.path}: model architecture {arch!r} is not supported "
+                             f"(supported: {', '.join(_engine.Model.supported_archs)})")
+
+        def key(suffix: str, default: Any = None) -> Any:
+            v = md.get(f"{arch}.{suffix}", default)
+            if v is None:
+                raise ValueError(f"{f.path}: model metadata lacks {arch}.{suffix}")
+            return v
+
+        self.n_ctx_train = int(key("context_length"))
+        self.n_embd = int(key("embedding_length"))
+        self.n_layer = int(key("block_count"))
+        self.n_ff = int(key("feed_forward_length"))
+        self.n_head = int(key("attention.head_count"))
+        self.n_head_kv = int(key("attention.head_count_kv", self.n_head))
+        self.head_dim_k = int(key("attention.key_length", self.n_embd // self.n_head))
+        self.head_dim_v = int(key("attention.value_length", self.head_dim_k))
+        self.n_rot = 0 if arch == "bert" else int(key("rope.dimension_count", self.head_dim_k))
+        self.encoder = arch in _ENCODERS
+        self.pooling = int(md.get(f"{arch}.pooling_type", -1))
+        self.n_swa = int(md.get(f"{arch}.attention.sliding_window", 0)) if arch in _SWA_PERIOD else 0
+        self.swa_layers = [False] * self.n_layer
+        if self.n_swa > 0:
+            pattern = md.get(f"{arch}.attention.sliding_window_pattern", _SWA_PERIOD[arch])
+            if isinstance(pattern, (int, float)) and not isinstance(pattern, bool):
+                period = int(pattern)
+                self.swa_layers = [period == 0 or (il % period) < period - 1 for il in range(self.n_layer)]
+            else:
+                self.swa_layers = [bool(x) for x in pattern]
+        tensors = {t.name: t for t in f.tensors}
+        if "token_embd.weight" not in tensors:
+            raise ValueError(f"{f.path}: the file lacks tensor token_embd.weight")
+        self.n_vocab = int(tensors["token_embd.weight"].ne[1])
+        self.weight_bytes = sum(t.nbytes for t in f.tensors)
+        self.layer_weight_bytes = [0] * self.n_layer
+        for t in f.tensors:
+            parts = t.name.split(".")
+            if parts[0] == "blk" and len(parts) > 2 and parts[1].isdigit() and int(parts[1]) < self.n_layer:
+                self.layer_weight_bytes[int(parts[1])] += t.nbytes
+
+    @property
+    def n_embd_k(self) -> int:
+        return self.n_head_kv * self.head_dim_k
+
+    @property
+    def n_embd_v(self) -> int:
+        return self.n_head_kv * self.head_dim_v
+
+
+def _header_bytes(f: GGUFFile) -> int:
+    """Bytes before the first tensor's data: metadata and tensor table, read
+    (so resident) when the model and its vocabulary load."""
+    return min((t.offset for t in f.tensors), default=f.size)
+
+
+def _vocab_bytes(f: GGUFFile) -> int:
+    """The tokenizer's tables (vocab/vocab.h), estimated for libstdc++: per
+    token two std::string (text, piece: 32 bytes each, plus a heap block past
+    15 bytes), score and attributes, a hash-index node and bucket, the
+    special-token rank; BPE adds per merge a hash node and per token a symbol
+    entry (text view, token, index node). Plus the open readers' indexes."""
+    md = f.metadata
+    tokens = md.get("tokenizer.ggml.tokens")
+    if tokens is None:
+        return 0
+    n = len(tokens)
+    heap = 0
+    for t in tokens:
+        k = len(t.encode("utf-8")) if isinstance(t, str) else len(t)
+        if k > 15:
+            heap += 2 * (((k + 1 + 8 + 15) // 16) * 16)  # two copies, malloc's 16-byte chunks with a header
+    per_token = 64 + 8 + 48 + 8 + 4
+    total = n * per_token + heap
+    merges = md.get("tokenizer.ggml.merges")
+    n_merges = len(merges) if merges is not None else 0
+    if str(md.get("tokenizer.ggml.model", "")) == "gpt2":
+        total += n_merges * (48 + 8) + n * (16 + 4 + 48 + 8)
+    # Each open GGUF reader indexes string-array elements (8 bytes each,
+    # gguf.h elem_pos); a Llama keeps two open: its GGUFFile and the model's.
+    return total + 2 * 8 * (n + n_merges)
+
+
+def _compute_bytes(s: _Shape, n_ctx: int, n_ubatch: int, n_threads: int, flash: bool, pooled: bool) -> int:
+    """run_state + cpu_backend scratch + the pooled-hidden rows, as
+    Context.device_memory() counts them ("activation_bytes")."""
+    E, ub = s.n_embd, n_ubatch
+    n_q = s.n_head * s.head_dim_k
+    floats = 3 * ub * E + ub * (n_q + s.n_embd_k + s.n_embd_v) + ub * s.n_head * s.head_dim_v + ub * 2 * s.n_ff
+    run = 4 * floats
+    mask_words = (n_ctx + 63) // 64
+    for _ in range(2 if any(s.swa_layers) else 1):
+        run += 4 * ub * max(s.n_rot, 2) + 8 * ub * mask_words + 2 * 4 * ub
+    widest = max(s.n_embd, s.n_ff, s.n_head * s.head_dim_v)
+    matmul_act = ub * widest * 4 + 1024
+    attn = _engine.ops.attention_scratch_bytes("flash" if flash else "explicit", n_threads, n_ctx,
+                                               s.n_head // s.n_head_kv, s.head_dim_k, s.head_dim_v)
+    hidden = 4 * ub * E if (s.encoder or pooled) else 0
+    return run + matmul_act + int(attn) + hidden
+
+
+def plan_memory(model_path: Union[str, "os.PathLike[str]"], n_ctx: Optional[int] = None, n_parallel: int = 1,
+                type_k: Union[str, int] = "f16", type_v: Union[str, int] = "f16", n_gpu_layers: int = 0,
+                mmproj: Optional[Union[str, "os.PathLike[str]"]] = None, n_batch: Optional[int] = None,
+                n_ubatch: Optional[int] = None, flash_attn: Union[str, bool] = "auto",
+                n_threads: Optional[int] = None, embedding: bool = False) -> MemoryPlan:
+    """Predict the memory of ``Llama(model_path, n_ctx=..., ...)`` with
+    ``n_parallel`` sequences, from the file alone.
+
+    n_ctx None or 0: the model's trained length. n_batch / n_ubatch None:
+    512 (Llama's defaults), capped as the engine caps them. flash_attn:
+    "auto" (flash for decoders, explicit for encoders), "on"/"off" or a bool.
+    n_threads None: the engine's default (physical cores); it sizes the
+    attention work memory. Raises ValueError for a file that is not a
+    supported model or an option out of range.
+    """
+    path = os.fspath(model_path)
+    if not os.path.isfile(path):
+        raise ValueError(f"model file does not exist: {path}")
+    for name, v in (("n_parallel", n_parallel), ("n_gpu_layers", n_gpu_layers)):
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise TypeError(f"{name} must be an int, got {type(v).__name__}")
+    if not 1 <= n_parallel <= _MAX_SEQUENCES:
+        raise ValueError(f"n_parallel must be in [1, {_MAX_SEQUENCES}], got {n_parallel}")
+    tk, tv = _kv_type("type_k", type_k), _kv_type("type_v", type_v)
+    with GGUFFile(path) as f:
+        s = _Shape(f)
+        runtime = _header_bytes(f) + _vocab_bytes(f)
+    # The engine's resolve_params (context.cpp).
+    ctx = s.n_ctx_train if not n_ctx else int(n_ctx)
+    if ctx < 0 or ctx > (1 << 24):
+        raise ValueError(f"n_ctx must be in [0, {1 << 24}], got {n_ctx}")
+    nb = min(int(n_batch or 512), ctx)
+    nub = min(int(n_ubatch or 512), nb)
+    if s.encoder:
+        nub = nb
+    if flash_attn in ("auto", None, -1):
+        flash = not s.encoder
+    elif flash_attn in ("on", True, 1):
+        flash = True
+    elif flash_attn in ("off", False, 0):
+        flash = False
+    else:
+        raise ValueError(f"flash_attn must be 'on', 'off' or 'auto', got {flash_attn!r}")
+    threads = int(n_threads) if n_threads else int(_engine.system_info()["default_n_threads"])
+    n_seq_max = min(nb, _MAX_SEQUENCES) if embedding else n_parallel
+    pooling = (0 if s.pooling < 0 else s.pooling) if embedding else 0
+
+    # KV cache: row bytes per cell and layer, main and window caches.
+    for t, dim, what in ((tk, s.head_dim_k, "type_k"), (tv, s.head_dim_v, "type_v")):
+        bs = int(_engine.type_info(t)["block_size"])
+        if bs > 1 and dim % bs:
+            raise ValueError(f"{what}={t} needs head sizes that are a multiple of {bs}; this model's is {dim}")
+    row = int(_engine.row_size(tk, s.n_embd_k)) + int(_engine.row_size(tv, s.n_embd_v))
+    any_swa, all_swa = any(s.swa_layers), all(s.swa_layers) and s.n_layer > 0
+    swa_cells = 0
+    if not s.encoder and s.n_swa > 0 and any_swa and not all_swa:
+        w = s.n_swa * n_seq_max + nb
+        swa_cells = w if w < ctx else 0
+    main_cells = 1 if s.encoder else ctx
+    per_layer_kv = [row * (swa_cells if (swa_cells and s.swa_layers[il]) else main_cells) for il in range(s.n_layer)]
+    kv = sum(per_layer_kv)
+
+    compute = _compute_bytes(s, ctx, nub, threads, flash, pooling != 0)
+    outputs = 0 if s.encoder else 4 * s.n_vocab  # logits of the last row
+    if embedding:
+        outputs += 4 * s.n_embd + (4 * n_seq_max * s.n_embd if pooling else 0)
+    runtime += outputs + 4 * ctx + 3 * 4 * nb  # + Llama's input_ids, the context's per-row cell tables
+
+    mm = 0
+    if mmproj is not None:
+        mp = os.fspath(mmproj)
+        if not os.path.isfile(mp):
+            raise ValueError(f"mmproj file does not exist: {mp}")
+        with GGUFFile(mp) as g:
+            mm = sum(t.nbytes for t in g.tensors) + _header_bytes(g)
+
+    device = "cpu"  # the engine's only backend today; n_gpu_layers places nothing yet
+    devices = [{"device": device, "weight_bytes": s.weight_bytes, "kv_bytes": kv, "compute_bytes": compute,
+                "other_bytes": runtime + mm, "total_bytes": s.weight_bytes + kv + compute + runtime + mm}]
+    return MemoryPlan(model_path=path, n_ctx=ctx, n_parallel=n_parallel, n_batch=nb, n_ubatch=nub, flash_attn=flash,
+                      type_k=tk, type_v=tv, weights_bytes=s.weight_bytes, kv_bytes=kv, compute_bytes=compute,
+                      runtime_bytes=runtime, mmproj_bytes=mm, kv_cells=main_cells, kv_swa_cells=swa_cells,
+                      devices=devices)
