@@ -8,7 +8,9 @@ tests/data/vlm/images/ (PNG/JPEG; every one becomes one 336x336 chunk of 576 tok
 Two kinds of worker process, one process per side and kind, the sides alternating rep after
 rep (A B A B); medians over images within a rep, then over reps:
   encode       one image chunk through the vision tower + projector, preprocessing excluded:
-               llamapy ``VisionEncoder.encode_image(preprocess(...))``; llama.cpp
+               llamapy ``VisionEncoder.encode_image(preprocess(...))`` (flash_attn "auto", as for a
+               default Llama: flash attention for these 577 rows; side ``llamapy_explicit``: off,
+               here and through ``Llama(flash_attn=False)`` for chat); llama.cpp
                ``mtmd_encode_chunk`` on the chunk ``mtmd_tokenize`` made (ctypes on libmtmd,
                flash attention off as Llava15ChatHandler sets it for a default Llama;
                side ``llama_cpp_fa``: on, here and, through ``Llama(flash_attn=True)``, in
@@ -58,7 +60,7 @@ FOLLOW_UP = "What colour is the largest object in it?"
 N_CTX = 2048
 KINDS = ("encode", "chat")
 DEFAULT_IMAGES = ("huge_1536x1152.jpg", "tall_37x91.png", "wide_120x33.jpg", "grey_50x64.png")
-SIDES = ("llamapy", "llama_cpp", "llama_cpp_fa")
+SIDES = ("llamapy", "llamapy_explicit", "llama_cpp", "llama_cpp_fa")
 
 
 def default_images() -> list:
@@ -89,14 +91,14 @@ def _since(t) -> tuple:
 
 
 # ------------------------------------------------------------------ encode
-def encode_llamapy(threads: int, images: list, n: int) -> list:
+def encode_llamapy(threads: int, images: list, n: int, flash_attn: object = "auto") -> list:
     import llamapy
     from llamapy.multimodal.encoder import VisionEncoder
     from llamapy.multimodal.image_input import load_image
     from llamapy.multimodal.preprocess import preprocess
 
     print(f"llamapy from {os.path.dirname(llamapy.__file__)}", file=sys.stderr)
-    enc = VisionEncoder(MMPROJ, n_threads=threads)
+    enc = VisionEncoder(MMPROJ, n_threads=threads, flash_attn=flash_attn)
     pres = [preprocess(load_image(p), enc.info) for p in images]
     enc.encode_image(pres[0])  # warm-up
     rows = []
@@ -173,7 +175,7 @@ def _user(path: str, text: str) -> dict:
 
 
 def chat_rows(side: str, threads: int, images: list, warm_image: str) -> list:
-    if side == "llamapy":
+    if side.startswith("llamapy"):
         import llamapy
         from llamapy import Llama
         from llamapy.llama_chat_format import Llava15ChatHandler
@@ -187,7 +189,7 @@ def chat_rows(side: str, threads: int, images: list, warm_image: str) -> list:
         print(f"llama_cpp {llama_cpp.__version__} from {os.path.dirname(llama_cpp.__file__)}", file=sys.stderr)
     handler = Llava15ChatHandler(clip_model_path=MMPROJ, verbose=False)
     # llama_cpp_fa: Llama(flash_attn=True), which the handler also passes on to its mtmd context
-    extra = {"flash_attn": True} if side == "llama_cpp_fa" else {}
+    extra = {"llama_cpp_fa": {"flash_attn": True}, "llamapy_explicit": {"flash_attn": False}}.get(side, {})
     llm = Llama(model_path=TEXT, chat_handler=handler, n_ctx=N_CTX, n_threads=threads,
                 n_threads_batch=threads, seed=0, verbose=False, **extra)
     greedy = dict(temperature=0.0, repeat_penalty=1.0, seed=0)
@@ -218,13 +220,14 @@ def chat_rows(side: str, threads: int, images: list, warm_image: str) -> list:
 
 
 def worker(side: str, kind: str, threads: int, images: list, encodes: int, site: str | None) -> dict:
-    if side == "llamapy":
+    if side.startswith("llamapy"):
         use_llamapy_under_test()
     else:
         use_llama_cpp(site)
     t = _clock()
     if kind == "encode":
-        rows = (encode_llamapy(threads, images, encodes) if side == "llamapy"
+        rows = (encode_llamapy(threads, images, encodes, False if side == "llamapy_explicit" else "auto")
+                if side.startswith("llamapy")
                 else encode_llama_cpp(threads, images, encodes, flash=side == "llama_cpp_fa"))
     else:
         rows = chat_rows(side, threads, images[:-1], images[-1])

@@ -63,6 +63,26 @@ def test_float_rows_of_any_length(t, level, n_cols):
     assert np.abs(full - ref).max() <= 1e-5 * np.abs(ref).max()
 
 
+@pytest.mark.parametrize("level", LEVELS)
+@pytest.mark.parametrize("t", ["F32", "F16"])
+@pytest.mark.parametrize("n_rows,n_cols,n_tok", [(19, 257, 131), (6, 40, 11), (35, 513, 17), (3, 16, 5),
+                                                 (17, 1000, 7)])
+def test_float_panels_of_odd_shapes(t, level, n_rows, n_cols, n_tok):
+    # The float panels' register tiles (4 weight rows x 6 activation rows at
+    # AVX-512, x 3 at AVX2) and all their edge tiles, K blocks (256 / 512
+    # elements) with partial tails, and more activation rows than one panel
+    # takes (128): every output has vec_dot's bits and the reference's value.
+    rng = np.random.default_rng(n_rows * 7 + n_cols)
+    w = E.quantize(rng.standard_normal((n_rows, n_cols)).astype(np.float32), t)
+    x = rng.standard_normal((n_tok, n_cols)).astype(np.float32)
+    full = E.matmul(w, t, n_rows, n_cols, x, 2, level)
+    for i in range(n_tok):
+        np.testing.assert_array_equal(E.vec_dot_rows(w, t, n_cols, x[i], level), full[i], err_msg=f"row {i}")
+    np.testing.assert_array_equal(E.matmul(w, t, n_rows, n_cols, x[::-1].copy(), 1, level), full[::-1])
+    ref = E.matmul(w, t, n_rows, n_cols, x, 1, "ref")
+    assert np.abs(full - ref).max() <= 1e-5 * np.abs(ref).max()
+
+
 def test_avx2_vnni_choice_keeps_the_bits(mats, tmp_path):
     # The AVX2 tiles of Q4_0 / Q5_0 / Q8_0 use AVX-VNNI where the CPU has it
     # (LLAMAPY_AVXVNNI=0: not). Their integer sums are exact either way, so

@@ -224,6 +224,33 @@ def test_handler_names_and_chat_formats():
         llm.create_chat_completion([{"role": "user", "content": "hi"}])
 
 
+@pytest.mark.parametrize("flash_attn,want", [(False, "explicit"), (True, "flash"), ("auto", "explicit")])
+def test_encoder_takes_the_llamas_flash_attn(flash_attn, want):
+    # As llama-cpp-python passes Llama(flash_attn=) on to its mtmd context, the handler's
+    # encoder gets the Llama's option ("auto": the encoder decides by patch count; these
+    # fixtures' 4-patch chunks stay explicit).
+    text, proj = model_paths("llava15")
+    handler = lcf.Llava15ChatHandler(proj, verbose=False)
+    with Llama(text, n_ctx=256, n_threads=1, verbose=False, flash_attn=flash_attn) as llm:
+        enc = handler.encoder(llm)
+        assert enc.flash_attn == {False: 0, True: 1, "auto": -1}[flash_attn]
+        assert enc.attention_path() == want and enc.n_threads == 1
+    seen = {}
+
+    def factory(path, n_threads=None, verbose=False, flash_attn="auto"):
+        seen.update(path=path, flash_attn=flash_attn)
+        return RecordedEncoder("llava15")
+
+    custom = lcf.Llava15ChatHandler(proj, verbose=False, encoder=factory)
+    with Llama(text, n_ctx=256, n_threads=1, verbose=False, flash_attn=flash_attn) as llm:
+        custom.encoder(llm)
+    assert seen == {"path": proj, "flash_attn": {False: 0, True: 1, "auto": -1}[flash_attn]}
+    # a factory without the parameter is called as before
+    old = lcf.Llava15ChatHandler(proj, verbose=False, encoder=RecordedEncoder("llava15").factory)
+    with Llama(text, n_ctx=256, n_threads=1, verbose=False, flash_attn=flash_attn) as llm:
+        assert isinstance(old.encoder(llm), RecordedEncoder)
+
+
 def test_llama_cpp_python_helpers():
     _, proj = model_paths("llava15")
     handler = lcf.Llava15ChatHandler(proj, verbose=False, encoder=RecordedEncoder("llava15"))

@@ -7,7 +7,9 @@ clip fed its graph and the projector output (tests/data/vlm/README.md). Here:
   llama.cpp's decoded bitmap, since libjpeg-turbo and stb_image differ by a few levels;
   WebP has no reference);
 - bad pixels and broken projector files raise ValueError, unsupported types NotImplementedError;
-- results do not depend on the thread count.
+- results do not depend on the thread count;
+- both self-attention paths (flash_attn=False: explicit softmax, True: flash) meet the
+  recordings' tolerances and agree with each other; "auto" picks flash for many patches.
 
 Tolerances are relative to the largest |value| of the reference chunk. llama.cpp's vision
 attention accumulates values in F16 (its CPU flash-attention kernel); ours rounds queries,
@@ -33,10 +35,11 @@ CASES = [(t, v) for t, vs in TYPES.items() for v in vs if (VLM / t / f"{t}-mmpro
 _encoders = {}
 
 
-def encoder(vlm_type, variant, n_threads=2):
-    key = (vlm_type, variant, n_threads)
+def encoder(vlm_type, variant, n_threads=2, flash_attn="auto"):
+    key = (vlm_type, variant, n_threads, flash_attn)
     if key not in _encoders:
-        _encoders[key] = VisionEncoder(VLM / vlm_type / f"{vlm_type}-mmproj-{variant}.gguf", n_threads=n_threads)
+        _encoders[key] = VisionEncoder(VLM / vlm_type / f"{vlm_type}-mmproj-{variant}.gguf", n_threads=n_threads,
+                                       flash_attn=flash_attn)
     return _encoders[key]
 
 
@@ -55,9 +58,11 @@ def rel_err(got, ref):
     return float(np.abs(got - ref).max() / np.abs(ref).max())
 
 
+@pytest.mark.parametrize("flash_attn", [False, True])
 @pytest.mark.parametrize("vlm_type,variant", CASES)
-def test_recorded_pixels_give_recorded_embeddings(vlm_type, variant):
-    enc = encoder(vlm_type, variant)
+def test_recorded_pixels_give_recorded_embeddings(vlm_type, variant, flash_attn):
+    enc = encoder(vlm_type, variant, flash_attn=flash_attn)
+    assert enc.attention_path(*_first_pixels(vlm_type, variant).shape[2:]) == ("flash" if flash_attn else "explicit")
     arrays = np.load(VLM / vlm_type / "arrays.npz")
     images = sorted({k.split(".mmproj_")[0] for k in arrays.files})
     n_chunks = 0
@@ -100,14 +105,58 @@ def test_preprocess_then_encode_image_matches_llama_cpp(vlm_type, variant, image
         assert rel_err(ours, ref) <= TOL[variant]
 
 
+@pytest.mark.parametrize("flash_attn", [False, True])
 @pytest.mark.parametrize("vlm_type,variant", CASES)
-def test_independent_of_threads(vlm_type, variant):
+def test_independent_of_threads(vlm_type, variant, flash_attn):
     arrays = np.load(VLM / vlm_type / "arrays.npz")
     pixels, _ = recorded_chunks(arrays, "tall_37x91.png", variant)[0]
-    one = encoder(vlm_type, variant, n_threads=1).encode(pixels)
-    two = encoder(vlm_type, variant, n_threads=2).encode(pixels)
+    one = encoder(vlm_type, variant, n_threads=1, flash_attn=flash_attn).encode(pixels)
+    two = encoder(vlm_type, variant, n_threads=2, flash_attn=flash_attn).encode(pixels)
     np.testing.assert_array_equal(one, two)
-    np.testing.assert_array_equal(one, encoder(vlm_type, variant, n_threads=1).encode(pixels[0]))  # (3, H, W) too
+    np.testing.assert_array_equal(one, encoder(vlm_type, variant, n_threads=1, flash_attn=flash_attn).encode(pixels[0]))
+
+
+def _first_pixels(vlm_type, variant):
+    arrays = np.load(VLM / vlm_type / "arrays.npz")
+    return recorded_chunks(arrays, "tall_37x91.png", variant)[0][0]
+
+
+@pytest.mark.parametrize("vlm_type,variant", CASES)
+def test_flash_matches_explicit(vlm_type, variant):
+    # The two attention paths differ only in float rounding (flash: online softmax over
+    # 64-cell tiles, F32 queries; explicit: F16-rounded queries and weights), well inside
+    # the recordings' tolerance (Q8_0: the activation quantizer turns them into one-step
+    # flips, as against llama.cpp); Qwen2.5-VL's windowed layers run the same masks on both.
+    arrays = np.load(VLM / vlm_type / "arrays.npz")
+    images = sorted({k.split(".mmproj_")[0] for k in arrays.files})
+    for image in images:
+        for pixels, _ in recorded_chunks(arrays, image, variant)[:1]:
+            a = encoder(vlm_type, variant, flash_attn=False).encode(pixels)
+            b = encoder(vlm_type, variant, flash_attn=True).encode(pixels)
+            assert rel_err(b, a) <= (TOL[variant] / 2 if variant == "f16" else TOL[variant]), image
+
+
+def test_flash_attn_option():
+    path = VLM / "qwen2vl" / "qwen2vl-mmproj-f16.gguf"
+    auto = encoder("qwen2vl", "f16")
+    assert auto.flash_attn == -1
+    # auto: explicit for a few patches, flash from 128 rows on (vision_model.cpp)
+    assert auto.attention_path(56, 168) == "explicit"  # 48 patches
+    assert auto.attention_path(28 * 8, 28 * 8) == "flash"  # 256 patches
+    assert encoder("qwen2vl", "f16", flash_attn=False).attention_path(28 * 8, 28 * 8) == "explicit"
+    assert encoder("qwen2vl", "f16", flash_attn=True).attention_path(28, 28) == "flash"
+    big = np.random.default_rng(3).standard_normal((3, 28 * 8, 28 * 6)).astype(np.float32)
+    got = auto.encode(big)
+    np.testing.assert_array_equal(got, encoder("qwen2vl", "f16", flash_attn=True).encode(big))
+    assert rel_err(got, encoder("qwen2vl", "f16", flash_attn=False).encode(big)) <= TOL["f16"] / 2
+    for bad in ("yes", 2, -2, 1.0):
+        with pytest.raises(ValueError, match="flash_attn"):
+            VisionEncoder(path, flash_attn=bad)
+    from llamapy import _engine
+    with pytest.raises(ValueError, match="flash_attn"):
+        _engine.VisionModel(str(path), 1, 3)
+    with pytest.raises(ValueError):
+        auto.attention_path(27, 28)  # not a size the projector takes
 
 
 def test_properties():

@@ -13,6 +13,9 @@ accepts; other types raise ``NotImplementedError`` there or, if one is added to
 ``SUPPORTED_PROJECTOR_TYPES`` without an encoder, here at construction). The fixed-size
 types take image_size x image_size chunks; the Qwen2-VL / 2.5-VL mergers any size in
 multiples of two patches (n_tokens = patches / 4).
+``flash_attn`` (True / False / "auto", as ``Llama`` takes it) picks the tower's self-attention
+path: the explicit softmax or the fused flash kernels (both non-causal; Qwen2.5-VL's windowed
+layers use a block-diagonal mask on either). "auto" takes flash for chunks of many patches.
 Not here: preprocessing (``preprocess.py``), placing embeddings in a prompt (chat handlers).
 """
 from __future__ import annotations
@@ -37,7 +40,7 @@ class VisionEncoder:
     """The vision encoder and projector of an mmproj GGUF file."""
 
     def __init__(self, mmproj_path: Union[str, "os.PathLike[str]"], n_threads: Optional[int] = None,
-                 verbose: bool = False) -> None:
+                 verbose: bool = False, flash_attn: Union[bool, str, int, None] = "auto") -> None:
         path = os.fspath(mmproj_path)
         self.info: MmprojInfo = read_mmproj(path)
         self.projector_type: str = self.info.projector_type
@@ -50,7 +53,9 @@ class VisionEncoder:
                                       or n_threads < 1):
             raise ValueError(f"n_threads must be a positive integer or None, got {n_threads!r}")
         from .._engine import VisionModel
-        self._model = VisionModel(path, n_threads or 0)
+        from .._params import flash_attn_mode
+        self.flash_attn: int = flash_attn_mode(flash_attn)  # -1 auto, 0 off, 1 on
+        self._model = VisionModel(path, n_threads or 0, self.flash_attn)
         self.n_embd: int = int(self._model.n_embd)
         self.n_tokens: int = int(self._model.n_tokens)   # embeddings per image chunk; 0: size-dependent
         self.dynamic_size: bool = bool(self._model.dynamic_size)
@@ -60,7 +65,18 @@ class VisionEncoder:
             print(f"vision encoder: {os.path.basename(path)}: {self.projector_type}, "
                   f"{self.info.image_size}px, patch {self.info.patch_size}, {self._model.n_layer_run}/"
                   f"{self.info.n_layer} blocks run, {self.n_tokens} tokens x {self.n_embd} per chunk, "
-                  f"{self.n_threads} threads", file=sys.stderr)
+                  f"{self.n_threads} threads, attention {self._describe_path()}", file=sys.stderr)
+
+    def attention_path(self, height: Optional[int] = None, width: Optional[int] = None) -> str:
+        """The self-attention path ("flash" or "explicit") a chunk of height x width pixels runs
+        (default: image_size x image_size)."""
+        size = self.info.image_size
+        return str(self._model.attention_path(size if height is None else height, size if width is None else width))
+
+    def _describe_path(self) -> str:
+        if self.dynamic_size:
+            return {-1: "auto", 0: "explicit", 1: "flash"}[self.flash_attn]
+        return self.attention_path()
 
     def encode(self, pixels: np.ndarray) -> np.ndarray:
         """One image chunk's pixels, float32 (3, H, W) or (1, 3, H, W) -> (n_tokens, n_embd) float32."""

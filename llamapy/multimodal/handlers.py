@@ -21,7 +21,9 @@ give the same tokens.
 
 The vision encoder comes from ``llamapy.multimodal.encoder`` (C++); a handler also takes
 ``encoder=``: an object with ``encode_image(Preprocessed) -> [array per image chunk]``, or
-a factory ``f(clip_model_path, n_threads=..., verbose=...)`` returning one.
+a factory ``f(clip_model_path, n_threads=..., verbose=...)`` returning one. A factory that
+takes ``flash_attn`` also gets the Llama's option (-1 auto, 0 off, 1 on), as llama-cpp-python
+passes ``Llama(flash_attn=)`` on to its mtmd context.
 """
 from __future__ import annotations
 
@@ -53,11 +55,24 @@ _MROPE_TYPES = ("qwen2vl_merger", "qwen2.5vl_merger")
 
 
 # ------------------------------------------------------------------ encoder
-def default_encoder_factory(clip_model_path: str, n_threads: Optional[int] = None, verbose: bool = False) -> Any:
+def default_encoder_factory(clip_model_path: str, n_threads: Optional[int] = None, verbose: bool = False,
+                            flash_attn: Any = "auto") -> Any:
     """The C++ vision encoder (``llamapy.multimodal.encoder.VisionEncoder``)."""
     from .encoder import VisionEncoder
 
-    return VisionEncoder(clip_model_path, n_threads=n_threads, verbose=verbose)
+    return VisionEncoder(clip_model_path, n_threads=n_threads, verbose=verbose, flash_attn=flash_attn)
+
+
+def _takes_flash_attn(factory: Callable[..., Any]) -> bool:
+    """Whether an encoder factory accepts ``flash_attn`` (older factories take only
+    clip_model_path, n_threads and verbose)."""
+    import inspect
+
+    try:
+        params = inspect.signature(factory).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(p.name == "flash_attn" or p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
 
 
 # ------------------------------------------------------------------ messages
@@ -351,7 +366,10 @@ class MTMDChatHandler(FormatHandler):
         with self._lock:
             if self._encoder is None:
                 n_threads = getattr(llama, "n_threads", None)
-                self._encoder = self._encoder_spec(self.clip_model_path, n_threads=n_threads, verbose=False)
+                kw: Dict[str, Any] = {"n_threads": n_threads, "verbose": False}
+                if _takes_flash_attn(self._encoder_spec):
+                    kw["flash_attn"] = getattr(getattr(llama, "context_params", None), "flash_attn", "auto")
+                self._encoder = self._encoder_spec(self.clip_model_path, **kw)
             return self._encoder
 
     def _vocab(self, llama: Any) -> _Vocab:

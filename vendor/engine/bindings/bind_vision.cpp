@@ -3,7 +3,7 @@
 // (3, H, W) or (1, 3, H, W) float32, and returns the projector output
 // (n_tokens, n_embd_out) float32; the GIL is released while it runs.
 // Fixed-size types take image_size x image_size; qwen2vl_merger any size in
-// multiples of two patches.
+// multiples of two patches. flash_attn picks the self-attention path.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -23,11 +23,11 @@ namespace {
 
 using farray = py::array_t<float, py::array::c_style>;
 
-std::unique_ptr<vision_model> open_vision(const std::string& path, int n_threads) {
+std::unique_ptr<vision_model> open_vision(const std::string& path, int n_threads, int flash_attn) {
     if (n_threads < 1) n_threads = default_n_threads();
     if (n_threads > 1024) throw value_error("n_threads " + std::to_string(n_threads) + " is more than 1024");
     py::gil_scoped_release nogil;
-    return std::make_unique<vision_model>(path, n_threads);
+    return std::make_unique<vision_model>(path, n_threads, flash_attn);
 }
 
 farray encode(vision_model& vm, const py::array& pixels) {
@@ -59,7 +59,8 @@ farray encode(vision_model& vm, const py::array& pixels) {
 
 void bind_vision(py::module_& m) {
     py::class_<vision_model>(m, "VisionModel", "The vision encoder and projector of an mmproj GGUF file.")
-        .def(py::init(&open_vision), py::arg("path"), py::arg("n_threads") = 0)
+        .def(py::init(&open_vision), py::arg("path"), py::arg("n_threads") = 0, py::arg("flash_attn") = -1,
+             "flash_attn: -1 auto, 0 off, 1 on (the self-attention path)")
         .def("encode", &encode, py::arg("pixels"),
              "One image chunk's pixels (3, H, W) or (1, 3, H, W) float32 -> (n_tokens, n_embd) float32.")
         .def_property_readonly("projector_type", [](const vision_model& v) { return v.model().hp().projector; })
@@ -74,6 +75,12 @@ void bind_vision(py::module_& m) {
         .def_property_readonly("n_layer", [](const vision_model& v) { return v.model().hp().n_layer; })
         .def_property_readonly("n_layer_run", [](const vision_model& v) { return v.model().hp().n_layer_run; },
                                "vision blocks the forward pass runs")
-        .def_property_readonly("n_threads", [](const vision_model& v) { return v.n_threads(); });
+        .def_property_readonly("n_threads", [](const vision_model& v) { return v.n_threads(); })
+        .def_property_readonly("flash_attn", [](const vision_model& v) { return v.flash_attn(); },
+                               "the flash_attn option: -1 auto, 0 off, 1 on")
+        .def("attention_path", [](const vision_model& v, int64_t h, int64_t w) {
+                 return std::string(attention_path_name(v.path_for(v.grid_for(h, w))));
+             }, py::arg("height"), py::arg("width"),
+             "the attention path ('flash' / 'explicit') an image chunk of height x width pixels runs");
     m.attr("VISION_PROJECTOR_TYPES") = py::cast(supported_projector_names());
 }

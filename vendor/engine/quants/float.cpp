@@ -1,6 +1,8 @@
 // float.cpp — the unquantized element types F32, F16 and BF16: conversions
 // to and from float and their dot products, scalar reference plus AVX2 and
-// AVX-512 versions side by side.
+// AVX-512 versions side by side. The F32 / F16 products of the AVX2 and
+// AVX-512 levels (vec_dot, tiles, mat-mat panels with one shared order of
+// arithmetic) live in float_tiles_avx2.cpp / float_tiles_avx512.cpp.
 //
 // Conversions are exact: F16 and BF16 widen to float without rounding, and
 // float -> F16 / BF16 rounds to nearest even (common.h), which is what numpy's
@@ -35,6 +37,8 @@ namespace lp {
 // float_tiles_avx2.cpp: at the AVX2 level, F32 / F16 tiles and the vec_dot
 // with their bits (replacing the AVX2 vec_dot below for those two types).
 void register_float_tiles_avx2(type_traits* table, isa level);
+// float_tiles_avx512.cpp: the same for the AVX-512 level.
+void register_float_tiles_avx512(type_traits* table, isa level);
 
 namespace {
 
@@ -267,85 +271,6 @@ LP_TARGET_AVX512 void vec_dot_bf16_bf16_avx512(int64_t n, float* out, const void
     *out = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc0, acc1), _mm512_add_ps(acc2, acc3)));
 }
 
-// Tiled products (gemm_tile_fn) for F32 and F16: NR weight rows × NC
-// activation rows with one 16-lane accumulator per pair, so each loaded
-// vector feeds NR or NC FMAs instead of one (vec_dot is load-bound).
-struct f32_lanes {
-    static constexpr int elem_bytes = 4;
-    static LP_TARGET_AVX512 LP_INLINE __m512 load(const uint8_t* row, int64_t i) {
-        return _mm512_loadu_ps(reinterpret_cast<const float*>(row) + i);
-    }
-    static LP_TARGET_AVX512 LP_INLINE __m512 load_tail(const uint8_t* row, int64_t i, __mmask16 m) {
-        return _mm512_maskz_loadu_ps(m, reinterpret_cast<const float*>(row) + i);
-    }
-};
-struct f16_lanes {
-    static constexpr int elem_bytes = 2;
-    static LP_TARGET_AVX512 LP_INLINE __m512 load(const uint8_t* row, int64_t i) {
-        return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(reinterpret_cast<const uint16_t*>(row) + i)));
-    }
-    static LP_TARGET_AVX512 LP_INLINE __m512 load_tail(const uint8_t* row, int64_t i, __mmask16 m) {
-        return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, reinterpret_cast<const uint16_t*>(row) + i));
-    }
-};
-
-template <class L, int NR, int NC>
-LP_TARGET_AVX512 void float_tile_avx512(int64_t n, const uint8_t* w, size_t ws, const uint8_t* a, size_t as,
-                                        float* out, size_t os) {
-    __m512 acc[NR][NC];
-    for (int r = 0; r < NR; ++r)
-        for (int c = 0; c < NC; ++c) acc[r][c] = _mm512_setzero_ps();
-    // Mat-vec (NC == 1) streams the weights: prefetch them as one linear
-    // stream, as the quantized kernels do (simd_x86.h); 4 rows side by side
-    // otherwise lose the hardware prefetchers.
-    [[maybe_unused]] const char* pf = x86::prefetch_start(w, ws, NR);
-    int64_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        if constexpr (NC == 1) x86::prefetch_step<NR * 16 * L::elem_bytes>(pf);
-        __m512 wv[NR];
-        for (int r = 0; r < NR; ++r) wv[r] = L::load(w + r * ws, i);
-        for (int c = 0; c < NC; ++c) {
-            const __m512 av = L::load(a + c * as, i);
-            for (int r = 0; r < NR; ++r) acc[r][c] = _mm512_fmadd_ps(wv[r], av, acc[r][c]);
-        }
-    }
-    if (i < n) {
-        const __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
-        __m512 wv[NR];
-        for (int r = 0; r < NR; ++r) wv[r] = L::load_tail(w + r * ws, i, m);
-        for (int c = 0; c < NC; ++c) {
-            const __m512 av = L::load_tail(a + c * as, i, m);
-            for (int r = 0; r < NR; ++r) acc[r][c] = _mm512_fmadd_ps(wv[r], av, acc[r][c]);
-        }
-    }
-    for (int c = 0; c < NC; ++c)
-        for (int r = 0; r < NR; ++r) out[(size_t)c * os + r] = _mm512_reduce_add_ps(acc[r][c]);
-}
-
-template <class L>
-LP_TARGET_AVX512 void gemm_tile_float_avx512(int64_t n, const void* w, size_t ws, const void* a, size_t as,
-                                             float* out, size_t os, int nr, int nc) {
-    const auto* wb = static_cast<const uint8_t*>(w);
-    const auto* ab = static_cast<const uint8_t*>(a);
-#define LP_FLOAT_TILE(R, C) \
-    case R * 8 + C: float_tile_avx512<L, R, C>(n, wb, ws, ab, as, out, os); return;
-    switch (nr * 8 + nc) {
-        LP_FLOAT_TILE(4, 4) LP_FLOAT_TILE(4, 3) LP_FLOAT_TILE(4, 2) LP_FLOAT_TILE(4, 1)
-        LP_FLOAT_TILE(3, 4) LP_FLOAT_TILE(3, 3) LP_FLOAT_TILE(3, 2) LP_FLOAT_TILE(3, 1)
-        LP_FLOAT_TILE(2, 4) LP_FLOAT_TILE(2, 3) LP_FLOAT_TILE(2, 2) LP_FLOAT_TILE(2, 1)
-        LP_FLOAT_TILE(1, 4) LP_FLOAT_TILE(1, 3) LP_FLOAT_TILE(1, 2) LP_FLOAT_TILE(1, 1)
-        default: return;
-    }
-#undef LP_FLOAT_TILE
-}
-
-// vec_dot is the 1 × 1 tile, so it gives the bits of mat-vec and mat-mat
-// (a separate 4-accumulator loop did not).
-template <class L>
-LP_TARGET_AVX512 void vec_dot_float_avx512(int64_t n, float* out, const void* w_row, const void* a_row) {
-    float_tile_avx512<L, 1, 1>(n, static_cast<const uint8_t*>(w_row), 0, static_cast<const uint8_t*>(a_row), 0, out, 0);
-}
-
 #endif  // LP_HAVE_AVX512
 
 }  // namespace
@@ -382,21 +307,18 @@ void register_float_types(type_traits* table, isa level) {
 #endif
 #if defined(LP_HAVE_AVX512)
     if (level == isa::avx512) {
-        f32.vec_dot = vec_dot_float_avx512<f32_lanes>;
         f16.to_float = f16_to_float_avx512;
         f16.from_float = f16_from_float_avx512;
-        f16.vec_dot = vec_dot_float_avx512<f16_lanes>;
         bf16.from_float = bf16_from_float_avx512;
         bf16.vec_dot = vec_dot_bf16_bf16_avx512;
-        f32.gemm_tile = gemm_tile_float_avx512<f32_lanes>;
-        f16.gemm_tile = gemm_tile_float_avx512<f16_lanes>;
         f32.vec_dot_isa = f16.vec_dot_isa = bf16.vec_dot_isa = isa::avx512;
     }
 #endif
 #if defined(LP_HAVE_NEON)
     register_float_neon(table, level);
 #endif
-    register_float_tiles_avx2(table, level);  // the AVX2 vec_dot and tiles of F32 / F16
+    register_float_tiles_avx2(table, level);    // the AVX2 vec_dot, tiles and panels of F32 / F16
+    register_float_tiles_avx512(table, level);  // the same at the AVX-512 level
     (void)level;
 }
 

@@ -131,7 +131,7 @@ LP_TARGET_AVX512 static inline __m256i gather_halves16_raw(const void* blocks) {
 // as LAYOUT says.
 template <int STRIDE, int OFF, lane_layout LAYOUT>
 LP_TARGET_AVX512 static inline __m512 gather_halves16(const void* blocks) {
-    return _mm512_cvtph_ps(gather_halves16_raw<STRIDE, OFF, LAYOUT>(blocks));
+    return _mm512_cvtph_ps((gather_halves16_raw<STRIDE, OFF, LAYOUT>(blocks)));
 }
 
 // Same, 8 floats (block k in lane k).

@@ -3,6 +3,10 @@
 // for the last patch grid (fixed-size types: always the same one). encode()
 // takes one image chunk's pixels and writes the projector's output
 // embeddings. Calls are serialised (one image at a time per model).
+// Self-attention runs the explicit or the flash path of cpu/attention.h
+// (flash_attn: -1 auto, 0 off, 1 on; auto: see path_for). Both are
+// non-causal over the image's rows; Qwen2.5-VL's windowed layers are the
+// same call with a block-diagonal mask.
 // Not here: loading (clip_model.h), the tower (vit.h), the projectors.
 #pragma once
 
@@ -21,7 +25,8 @@ namespace lp {
 
 class vision_model {
 public:
-    vision_model(const std::string& path, int n_threads);
+    // flash_attn: -1 auto, 0 off, 1 on (value_error otherwise).
+    vision_model(const std::string& path, int n_threads, int flash_attn = -1);
 
     const clip_model& model() const { return *m_; }
     // The patch grid of an h x w pixel image; value_error when the projector
@@ -31,6 +36,9 @@ public:
     int64_t n_tokens_fixed() const;  // fixed-size types: tokens per chunk; 0 for dynamic ones
     int64_t n_out() const { return m_->hp().n_out; }
     int n_threads() const { return pool_.n_threads(); }
+    int flash_attn() const { return flash_attn_; }  // the option: -1 auto, 0 off, 1 on
+    // The attention path an image of grid g runs.
+    attention_path path_for(patch_grid g) const;
 
     // pixels (3, h, w) float32, normalised, h x w a size grid_for accepts.
     // out: (n_tokens(grid_for(h, w)), n_out()) floats.
@@ -38,7 +46,7 @@ public:
 
 private:
     struct state {
-        state(const clip_model& m, patch_grid g, thread_pool& pool);
+        state(const clip_model& m, patch_grid g, thread_pool& pool, attention_path path);
         patch_grid grid;
         cpu_backend be;
         run_state rs;
@@ -46,6 +54,7 @@ private:
         projector_work work;
     };
     std::shared_ptr<clip_model> m_;
+    int flash_attn_;
     thread_pool pool_;
     std::unique_ptr<state> s_;
     std::mutex mu_;
