@@ -3,8 +3,7 @@ each (llama-server's ``LLAMA_ARG_*`` names where it has one), and a JSON or
 YAML ``--config`` file. Precedence: command line > environment > config
 file > default.
 
-Flags of features this session has not built (continuous batching with
-``-np > 1``, router mode) are accepted by the parser so that they can be
+Flags of features not built yet (router mode) are accepted by the parser so that they can be
 refused by name with a clear message, never ignored.
 """
 from __future__ import annotations
@@ -34,7 +33,11 @@ OPTIONS: List[Opt] = [
     Opt(("--host",), "host", "LLAMA_ARG_HOST", default="127.0.0.1", help="address to bind (default 127.0.0.1)"),
     Opt(("--port",), "port", "LLAMA_ARG_PORT", int, 8080, "port to listen on (default 8080)"),
     Opt(("-c", "--ctx-size"), "ctx_size", "LLAMA_ARG_CTX_SIZE", int, 4096, "context size; 0 = the model's"),
-    Opt(("-np", "--parallel"), "parallel", "LLAMA_ARG_N_PARALLEL", int, 1, "number of slots (only 1 is built)"),
+    Opt(("-np", "--parallel"), "parallel", "LLAMA_ARG_N_PARALLEL", int, 1,
+        "number of slots, decoded together in one batch per step"),
+    Opt(("--ctx-per-slot",), "ctx_per_slot", "LLAMA_ARG_CTX_PER_SLOT", "optint", None,
+        "give each slot its own hard context limit: -c / -np tokens, or the size given (default: one KV pool of "
+        "-c tokens that all slots share)"),
     Opt(("-ngl", "--n-gpu-layers", "--gpu-layers"), "n_gpu_layers", "LLAMA_ARG_N_GPU_LAYERS", int, 0,
         "layers to offload to the GPU"),
     Opt(("-fa", "--flash-attn"), "flash_attn", "LLAMA_ARG_FLASH_ATTN", str, "auto", "flash attention",
@@ -121,6 +124,13 @@ def _convert(opt: Opt, value: Any, where: str) -> Any:
             return None
         if opt.kind == "bool":
             return _bool(value)
+        if opt.kind == "optint":  # true or the bare flag: 0 (the default size); false: off
+            if isinstance(value, bool) or str(value).lower() in ("true", "false", "on", "off"):
+                return 0 if _bool(value) else None
+            v = int(value)
+            if v < 0:
+                raise ValueError
+            return v
         if opt.kind == "list":
             items = value if isinstance(value, list) else [value]
             out: List[str] = []
@@ -151,6 +161,8 @@ def build_parser(prog: str = "llamapy serve") -> argparse.ArgumentParser:
                 p.add_argument(*negs, dest=opt.dest, action="store_const", const=False, help=argparse.SUPPRESS)
         elif opt.kind == "list":
             p.add_argument(*opt.flags, dest=opt.dest, action="append", help=helptext)
+        elif opt.kind == "optint":  # the flag alone, or the flag and a number
+            p.add_argument(*opt.flags, dest=opt.dest, nargs="?", const="0", metavar="N", help=helptext)
         else:
             p.add_argument(*opt.flags, dest=opt.dest, help=helptext)
     return p
@@ -223,9 +235,8 @@ def check(values: Dict[str, Any]) -> None:
     if values.get("jinja") is False:
         raise ConfigError("--no-jinja is not supported: llamapy renders the GGUF's Jinja template in a sandbox; "
                           "pick a named format instead with --chat-template NAME (e.g. chatml)")
-    if values["parallel"] is not None and values["parallel"] != 1:
-        raise ConfigError(f"-np/--parallel {values['parallel']}: only one slot is built yet; continuous batching "
-                          "of parallel slots is not, and requests are not silently serialised. Use -np 1")
+    if values["parallel"] is None or values["parallel"] < 1:
+        raise ConfigError(f"-np/--parallel must be a positive integer, not {values['parallel']}")
     for dest in ("port", "queue_max", "max_body", "n_probs_max"):
         if values[dest] is None or values[dest] < 0:
             raise ConfigError(f"{dest.replace('_', '-')} must be a non-negative integer")
