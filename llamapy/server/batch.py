@@ -213,9 +213,14 @@ class Stepper:
             parts.append((rows, rows.done, take))
             budget -= take
             free -= take
+        posted = {r.seq.seq_id for r in live}
+        finishing = any(i not in posted for i in self.busy())  # a request ending now frees its cells soon
+        if not parts and not finishing and starved:
+            # Nothing can grow: the longest sequence ends, the others wait for its cells.
+            starved = [max(starved, key=lambda r: (r.seq.n_tokens + r.done, r.t_posted))]
         for rows in starved:
-            if parts and rows.remaining > 1:
-                continue  # a prompt waits for cells while others generate (they end, or run out first)
+            if (parts and rows.remaining > 1) or finishing:
+                continue  # waits for cells while others generate or finish (they end, or run out first)
             message = (f"the shared KV pool of {self.n_cells} tokens is full: slot {rows.seq.seq_id} holds "
                        f"{rows.seq.n_tokens} tokens and needs {rows.remaining} more, the other slots hold the rest")
             self.on_full(rows.seq.seq_id, message)

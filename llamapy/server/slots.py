@@ -9,7 +9,8 @@ one token of each generating slot plus prompt chunks of new requests, in ONE dec
 
 Dispatch: requests wait in a bounded queue (``--queue-max``: a full one is 503 with
 Retry-After); a request goes to the free slot whose cached tokens share the longest
-prefix with its prompt, which then evaluates only the rest. Cancelled or disconnected
+prefix with its prompt (weighed against the cached tokens it would overwrite), which
+then evaluates only the rest. Cancelled or disconnected
 requests free their slot at once (the step drops their rows).
 
 Context: by default the KV cells are one pool of ``-c`` that every slot draws from, and
@@ -238,8 +239,10 @@ class SlotScheduler:
         with self.cond:
             free = [s for s in self.slots if s.job is None]
             if tokens:
-                # The longest shared prefix; else an empty slot; else the least recently used.
-                slot = max(free, key=lambda s: (s.seq.common_prefix(tokens), s.seq.n_tokens == 0, -s.t_used))
+                # Reused prefix minus the cache the request would overwrite (cached - prefix): the
+                # longest shared prefix wins, but a stray match (a BOS) does not wipe a long cache
+                # while an emptier slot is free; ties: the least recently used.
+                slot = max(free, key=lambda s: (2 * s.seq.common_prefix(tokens) - s.seq.n_tokens, -s.t_used))
             else:
                 slot = max(free, key=lambda s: (s.seq.n_tokens == 0, -s.t_used))
             slot.job = job
