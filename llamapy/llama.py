@@ -727,7 +727,13 @@ class Llama:
         return create_chat_completion_openai_v1(self, *args, **kwargs)
 
     # ------------------------------------------------------------------ state
+    def _check_whole_context(self, what: str) -> None:
+        if self.__dict__.get("_view_of") is not None:
+            raise NotImplementedError(f"{what} of a sequence_view: the engine's state is the whole context's "
+                                      "(every sequence); save and load the state of the Llama that owns it")
+
     def save_state(self) -> LlamaState:
+        self._check_whole_context("save_state")
         ctx = self._require_ctx()
         with self._lock:
             data = bytes(ctx.state_get())
@@ -739,6 +745,7 @@ class Llama:
             return state
 
     def load_state(self, state: LlamaState) -> None:
+        self._check_whole_context("load_state")
         ctx = self._require_ctx()
         with self._lock:
             if state.n_tokens > self._n_ctx:

@@ -94,6 +94,8 @@ def test_sequence_view_shares_the_model_not_the_state(tiny):
     assert (view.scores[3] == llm.scores[3]).all()
     with pytest.raises(ValueError, match="exceed context window of 64"):
         view.eval([5] * 61)
+    with pytest.raises(NotImplementedError, match="save_state of a sequence_view"):
+        view.save_state()
     view.close()  # frees nothing shared
     assert llm.create_completion([1, 5], max_tokens=2, temperature=0)["usage"]["completion_tokens"] == 2
     with pytest.raises(ValueError, match="outside this context's n_seq_max=2"):
