@@ -22,7 +22,7 @@ from typing import Any, Callable, List, Optional, Sequence as Seq, Tuple
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["ContextFull", "DirectDecoder", "Sequence"]
+__all__ = ["ContextFull", "DirectDecoder", "Sequence", "SequenceAttributes"]
 
 
 class ContextFull(ValueError):
@@ -211,3 +211,66 @@ class Sequence:
         self._out = out
         self.eval_serial += 1
         return out
+
+
+class SequenceAttributes:
+    """``Llama``'s per-sequence attributes, under the names llama-cpp-python's users (and
+    llamapy's tests) know, as views of its ``_seq`` (a Sequence)."""
+
+    _seq: Sequence
+
+    @property
+    def _input_ids(self) -> npt.NDArray[np.intc]:
+        return self._seq.evaluated()
+
+    @property
+    def input_ids(self) -> npt.NDArray[np.intc]:
+        return self._seq.tokens
+
+    @property
+    def n_tokens(self) -> int:
+        return self._seq.n_tokens
+
+    @n_tokens.setter
+    def n_tokens(self, n: int) -> None:
+        self._seq.n_tokens = int(n)
+
+    @property
+    def _pos_shifts(self) -> List[Any]:
+        return self._seq.pos_shifts
+
+    @_pos_shifts.setter
+    def _pos_shifts(self, shifts: List[Any]) -> None:
+        self._seq.pos_shifts = list(shifts)
+
+    @property
+    def _last_logits_row(self) -> int:
+        return self._seq.logits_row
+
+    @_last_logits_row.setter
+    def _last_logits_row(self, row: int) -> None:
+        self._seq.logits_row = int(row)
+
+    @property
+    def _eval_serial(self) -> int:
+        return self._seq.eval_serial
+
+    @property
+    def _seed(self) -> int:
+        return self._seq.seed
+
+    @_seed.setter
+    def _seed(self, seed: int) -> None:
+        self._seq.seed = int(seed)
+
+    @property
+    def _lock(self) -> Any:
+        return self._seq.lock
+
+    @property
+    def _perf(self) -> Any:
+        return self._seq.perf
+
+    @_perf.setter
+    def _perf(self, perf: Any) -> None:
+        self._seq.perf = perf

@@ -66,7 +66,7 @@ def _read_by_python(key: str) -> bool:
     return key == "tokenizer.chat_template" or key.startswith("tokenizer.chat_template.")
 
 
-class Llama:
+class Llama(_sequence.SequenceAttributes):
     """Load a GGUF model and generate text with it.
 
     The constructor takes llama-cpp-python's keyword arguments. Options that
@@ -308,63 +308,6 @@ class Llama:
         seq.observer = view._record_scores
         seq.perf = PerfCounters(t_load_ms=self._perf.t_load_ms)
         return view
-
-    # Views of the sequence under the names llama-cpp-python's users (and ours) know.
-    @property
-    def _input_ids(self) -> npt.NDArray[np.intc]:
-        return self._seq.evaluated()
-
-    @property
-    def input_ids(self) -> npt.NDArray[np.intc]:
-        return self._seq.tokens
-
-    @property
-    def n_tokens(self) -> int:
-        return self._seq.n_tokens
-
-    @n_tokens.setter
-    def n_tokens(self, n: int) -> None:
-        self._seq.n_tokens = int(n)
-
-    @property
-    def _pos_shifts(self) -> List[Any]:
-        return self._seq.pos_shifts
-
-    @_pos_shifts.setter
-    def _pos_shifts(self, shifts: List[Any]) -> None:
-        self._seq.pos_shifts = list(shifts)
-
-    @property
-    def _last_logits_row(self) -> int:
-        return self._seq.logits_row
-
-    @_last_logits_row.setter
-    def _last_logits_row(self, row: int) -> None:
-        self._seq.logits_row = int(row)
-
-    @property
-    def _eval_serial(self) -> int:
-        return self._seq.eval_serial
-
-    @property
-    def _seed(self) -> int:
-        return self._seq.seed
-
-    @_seed.setter
-    def _seed(self, seed: int) -> None:
-        self._seq.seed = int(seed)
-
-    @property
-    def _lock(self) -> Any:
-        return self._seq.lock
-
-    @property
-    def _perf(self) -> PerfCounters:
-        return self._seq.perf
-
-    @_perf.setter
-    def _perf(self, perf: PerfCounters) -> None:
-        self._seq.perf = perf
 
     @property
     def scores(self) -> npt.NDArray[np.single]:
