@@ -15,19 +15,24 @@ import time
 import uuid
 import warnings
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Tuple, Union
+from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
 
 import numpy as np
 
 from . import _engine
 from ._sampling import SamplingParams
+from ._sequence import ContextFull
 from ._text import StopMatcher, Utf8Stream, drop_invalid
 from ._verbose import emit, print_timings
 from .llama_cache import LogitsProcessorList, StoppingCriteriaList, longest_token_prefix
 from .multimodal.chunks import ChunkedPrompt
 
-if TYPE_CHECKING:
-    from .llama import Llama
+logger = logging.getLogger("llamapy")
+
+# ``llama`` below is a Llama, or anything with its public surface (tokenize, generate,
+# n_ctx, tokenizer_, cache, save_state ...) and a ``sequence`` (llamapy/_sequence.py)
+# holding the evaluated tokens, logits, seed and lock: this module does not import llama.py.
+Llama = Any
 
 
 @dataclass
@@ -70,17 +75,17 @@ class _Piece:
     logprobs: Optional[Dict[str, list]] = None
 
 
-def _token_text(llama: "Llama", token: int) -> str:
+def _token_text(llama: Llama, token: int) -> str:
     # One token's text on its own: bytes of a character split across tokens
     # are dropped, as llama-cpp-python's logprobs tokens and keys show them.
     return llama.tokenizer_.token_to_piece(token, False).decode("utf-8", errors="ignore")
 
 
-def _token_text_special(llama: "Llama", token: int) -> str:
+def _token_text_special(llama: Llama, token: int) -> str:
     return llama.tokenizer_.token_to_piece(token, True).decode("utf-8", errors="ignore")
 
 
-def _logprob_record(llama: "Llama", logits: np.ndarray, token: int, n_top: int, token_str: str,
+def _logprob_record(llama: Llama, logits: np.ndarray, token: int, n_top: int, token_str: str,
                     offset: int) -> Dict[str, Any]:
     chosen, top = _engine.logprobs(logits, int(token), int(n_top))
     top_map = {_token_text(llama, i): float(lp) for i, lp in top}
@@ -88,7 +93,7 @@ def _logprob_record(llama: "Llama", logits: np.ndarray, token: int, n_top: int, 
     return {"token": token_str, "offset": offset, "logprob": float(chosen), "top": top_map}
 
 
-def _prompt_tokens(llama: "Llama", req: CompletionRequest) -> List[int]:
+def _prompt_tokens(llama: Llama, req: CompletionRequest) -> List[int]:
     prompt = req.prompt
     if isinstance(prompt, ChunkedPrompt):
         # Text and image chunks (multimodal handlers): image rows are negative placeholder ids.
@@ -131,7 +136,7 @@ def _check_request(req: CompletionRequest) -> List[str]:
     return list(stop)
 
 
-def _completion_events(llama: "Llama", req: CompletionRequest, prompt_tokens: List[int],
+def _completion_events(llama: Llama, req: CompletionRequest, prompt_tokens: List[int],
                        offset_base: int) -> Iterator[Any]:
     """Yields _Piece objects, then a final ("done", finish_reason, n_completion_tokens).
 
@@ -145,14 +150,15 @@ def _completion_events(llama: "Llama", req: CompletionRequest, prompt_tokens: Li
         max_tokens = n_ctx - len(prompt_tokens)
     max_tokens = min(max_tokens, n_ctx - len(prompt_tokens))
 
-    perf = getattr(llama, "_perf", None)  # absent on stand-ins for Llama (tests' scripted models)
+    seq = llama.sequence
+    perf = seq.perf  # None on stand-ins for Llama (tests' scripted models)
     if perf is not None:
         perf.reset()  # the timings printed with verbose are this completion's
     if llama.cache is not None:
         try:
             item = llama.cache[prompt_tokens]
             if longest_token_prefix(item.input_ids.tolist(), prompt_tokens) > \
-                    longest_token_prefix(llama._input_ids.tolist(), prompt_tokens):
+                    longest_token_prefix(seq.evaluated().tolist(), prompt_tokens):
                 llama.load_state(item)
                 emit(llama.verbose, logging.DEBUG, "Llama._create_completion: cache hit")
         except KeyError:
@@ -161,7 +167,7 @@ def _completion_events(llama: "Llama", req: CompletionRequest, prompt_tokens: Li
     if req.seed is not None:
         llama.set_seed(req.seed)
     else:
-        llama.set_seed(random.Random(llama._seed).randint(0, 2**32))
+        llama.set_seed(random.Random(seq.seed).randint(0, 2**32))
 
     utf8 = Utf8Stream()
     stopper = StopMatcher(stops)
@@ -180,7 +186,7 @@ def _completion_events(llama: "Llama", req: CompletionRequest, prompt_tokens: Li
                     break
                 completion.append(token)
                 if n_top is not None:
-                    logits = llama._last_logits()
+                    logits = seq.last_logits()
                     tstr = _token_text(llama, token)
                     pending_records.append(_logprob_record(llama, logits, token, n_top, tstr,
                                                            offset_base + utf8.n_chars))
@@ -196,11 +202,15 @@ def _completion_events(llama: "Llama", req: CompletionRequest, prompt_tokens: Li
                     finish = "stop"
                     break
                 if req.stopping_criteria is not None and \
-                        req.stopping_criteria(llama._input_ids, llama._last_logits()):
+                        req.stopping_criteria(seq.evaluated(), seq.last_logits()):
                     finish = "stop"
                     break
                 if len(completion) >= max_tokens:
                     break
+        except ContextFull as e:
+            # A shared KV pool ran out (server slots): the answer so far, cut by the context.
+            logger.warning("generation ended after %d tokens: %s", len(completion), e)
+            finish = "length"
         finally:
             gen.close()
     if llama.verbose and perf is not None:
@@ -226,7 +236,7 @@ def _records_to_logprobs(records: List[Dict[str, Any]]) -> Dict[str, list]:
     }
 
 
-def _prompt_logprob_records(llama: "Llama", prompt_tokens: List[int], n_top: int
+def _prompt_logprob_records(llama: Llama, prompt_tokens: List[int], n_top: int
                             ) -> Tuple[List[Dict[str, Any]], int]:
     """Log-probabilities of the prompt's own tokens (for echo + logprobs):
     evaluates the prompt with logits for every position, records natively.
@@ -253,7 +263,7 @@ def _prompt_logprob_records(llama: "Llama", prompt_tokens: List[int], n_top: int
             prev_logits[0] = np.array(ctx.get_logits(j))
 
     llama.reset()
-    llama._eval(prompt_tokens, all_logits=True, on_chunk=on_chunk)
+    llama.sequence.eval(prompt_tokens, all_logits=True, on_chunk=on_chunk)
     return records, utf8.n_chars
 
 
@@ -263,15 +273,15 @@ def _usage_prompt_tokens(prompt_tokens: List[int]) -> int:
     return int(getattr(prompt_tokens, "n_pos", len(prompt_tokens)))
 
 
-def _header(llama: "Llama", req: CompletionRequest) -> Dict[str, Any]:
+def _header(llama: Llama, req: CompletionRequest) -> Dict[str, Any]:
     return {"id": f"cmpl-{uuid.uuid4()}", "object": "text_completion", "created": int(time.time()),
             "model": req.model if req.model is not None else llama.model_path}
 
 
-def _validated_prompt(llama: "Llama", req: CompletionRequest) -> List[int]:
+def _validated_prompt(llama: Llama, req: CompletionRequest) -> List[int]:
     """Checks the request and returns the prompt tokens (before any work, so
     errors surface at the call site, streamed or not)."""
-    llama._require_ctx()
+    llama.sequence.ensure_usable()
     _check_request(req)
     prompt_tokens = _prompt_tokens(llama, req)
     if isinstance(prompt_tokens, ChunkedPrompt):
@@ -286,7 +296,7 @@ def _validated_prompt(llama: "Llama", req: CompletionRequest) -> List[int]:
     return prompt_tokens
 
 
-def _prompt_text(llama: "Llama", req: CompletionRequest, prompt_tokens: List[int]) -> str:
+def _prompt_text(llama: Llama, req: CompletionRequest, prompt_tokens: List[int]) -> str:
     if isinstance(req.prompt, str):
         return req.prompt
     if isinstance(prompt_tokens, ChunkedPrompt):
@@ -295,8 +305,8 @@ def _prompt_text(llama: "Llama", req: CompletionRequest, prompt_tokens: List[int
     return llama.detokenize(prompt_tokens).decode("utf-8", errors="ignore")
 
 
-def run_completion(llama: "Llama", req: CompletionRequest) -> Dict[str, Any]:
-    with llama._lock:
+def run_completion(llama: Llama, req: CompletionRequest) -> Dict[str, Any]:
+    with llama.sequence.lock:
         head = _header(llama, req)
         prompt_tokens = _validated_prompt(llama, req)
         prompt_records = None
@@ -330,13 +340,13 @@ def run_completion(llama: "Llama", req: CompletionRequest) -> Dict[str, Any]:
                           "total_tokens": len(prompt_tokens) + n_completion}}
 
 
-def stream_completion(llama: "Llama", req: CompletionRequest) -> Iterator[Dict[str, Any]]:
+def stream_completion(llama: Llama, req: CompletionRequest) -> Iterator[Dict[str, Any]]:
     """Chunks: one per released piece of text, then a last one with the
     finish_reason (and usage, which OpenAI puts on the last chunk)."""
     prompt_tokens = _validated_prompt(llama, req)  # before the first next()
 
     def chunks() -> Iterator[Dict[str, Any]]:
-        with llama._lock:
+        with llama.sequence.lock:
             head = _header(llama, req)
             prompt_records = None
             prompt_text = _prompt_text(llama, req, prompt_tokens)

@@ -14,7 +14,6 @@ import logging
 import os
 import random
 import sys
-import threading
 import time
 from collections import deque
 from typing import Any, Deque, Dict, Generator, List, Optional, Sequence, Union
@@ -27,6 +26,7 @@ from ._embedding import embedding_context_options
 from ._scores import LazyRows
 from ._verbose import PerfCounters, emit, load_report
 from ._sampling import SamplingParams
+from . import _sequence
 from ._params import DEFAULT_SEED, ContextParams, ModelParams, engine_params, parse_params
 from ._tokenizer import LlamaTokenizer
 from .gguf_file import GGUFFile
@@ -66,7 +66,7 @@ def _read_by_python(key: str) -> bool:
     return key == "tokenizer.chat_template" or key.startswith("tokenizer.chat_template.")
 
 
-class Llama:
+class Llama(_sequence.SequenceAttributes):
     """Load a GGUF model and generate text with it.
 
     The constructor takes llama-cpp-python's keyword arguments. Options that
@@ -137,10 +137,13 @@ class Llama:
         # Beyond llama-cpp-python (kept out of the signature, which matches its own):
         # ``mmproj=PATH``, a projector GGUF; the chat handler is picked from it.
         mmproj: Optional[str] = kwargs.pop("mmproj", None)
+        # ``n_seq_max=N``: room for N sequences in the context (the server's slots, sequence_view).
+        n_seq_max_arg = kwargs.pop("n_seq_max", 1)
+        if isinstance(n_seq_max_arg, bool) or not isinstance(n_seq_max_arg, int) or n_seq_max_arg < 1:
+            raise ValueError(f"n_seq_max must be a positive int, got {n_seq_max_arg!r}")
         t_start = time.perf_counter()
         self.verbose = verbose
         self._closed = True  # until everything is built
-        self._lock = threading.RLock()
         options = dict(
             n_gpu_layers=n_gpu_layers, split_mode=split_mode, main_gpu=main_gpu, tensor_split=tensor_split,
             vocab_only=vocab_only, use_mmap=use_mmap, use_mlock=use_mlock, kv_overrides=kv_overrides, seed=seed,
@@ -186,7 +189,7 @@ class Llama:
         self.last_n_tokens_size = cp.last_n_tokens_size
         self._logits_all = cp.logits_all
         self._embedding = cp.embedding
-        self._seed = cp.seed if cp.seed != DEFAULT_SEED else random.SystemRandom().randint(0, 2**32 - 1)
+        seed_value = cp.seed if cp.seed != DEFAULT_SEED else random.SystemRandom().randint(0, 2**32 - 1)
         self.cache: Optional[BaseLlamaCache] = None
         self.metadata = _metadata_strings(self._gguf)
         for key, value in mp.kv_overrides.items():
@@ -196,7 +199,7 @@ class Llama:
         # The engine resolves what the options leave to the model (n_ctx 0, batch caps).
         resolved = engine_ctx_params.resolved(self._model)
         n_seq_max, pooling = embedding_context_options(resolved.n_batch, cp.embedding, cp.pooling_type)
-        engine_ctx_params.n_seq_max = n_seq_max
+        engine_ctx_params.n_seq_max = max(n_seq_max, n_seq_max_arg)
         engine_ctx_params.pooling_type = pooling
         self._ctx = None
         if not mp.vocab_only:
@@ -215,14 +218,14 @@ class Llama:
                 raise ValueError(f"LoRA adapter path does not exist: {mp.lora_path}")
             self._lora = _engine.LoraAdapter(self._model, mp.lora_path)
             self._ctx.set_adapters([(self._lora, mp.lora_scale)])
-        self.n_tokens = 0
-        self._pos_shifts: List[Any] = []  # (row, cumulative shift) after each M-RoPE image chunk
-        self.input_ids: npt.NDArray[np.intc] = np.zeros(self._n_ctx, dtype=np.intc)
+        # Sequence 0 of the context: the evaluated tokens, positions, logits row, seed (_sequence.py).
+        self._seq = _sequence.Sequence(self._ctx, 0, self._n_ctx, self.n_batch, self._n_vocab, seed_value)
+        self._seq.is_encoder = not cp.embedding and bool(self._model.is_encoder)
+        self._seq.arch = str(self._model.arch)
+        self._seq.observer = self._record_scores
         self._scores_all: Optional[npt.NDArray[np.single]] = None  # (n_ctx, n_vocab), logits_all only
         self._scores_lazy: Optional[LazyRows] = None  # ``scores`` without logits_all
         self._scores_key: Optional[tuple] = None  # (row, logits row, eval serial) written into _scores_lazy
-        self._eval_serial = 0  # counts decodes: a row written before one may be stale
-        self._last_logits_row = -1  # output row of the context holding the last token's logits
         self._closed = False
         self.mmproj = mmproj
         if mmproj is not None:
@@ -256,8 +259,7 @@ class Llama:
 
     def _require_ctx(self) -> Any:
         self._check_open()
-        if self._ctx is None:
-            raise ValueError("the model was loaded with vocab_only=True: no context to evaluate with")
+        self._seq.ensure_usable()
         return self._ctx
 
     @property
@@ -265,12 +267,47 @@ class Llama:
         return self._ctx
 
     @property
+    def _ctx(self) -> Any:
+        # The context lives in the sequence once it exists (one reference to replace).
+        seq = self.__dict__.get("_seq")
+        return seq.ctx if seq is not None else self.__dict__.get("_ctx_early")
+
+    @_ctx.setter
+    def _ctx(self, ctx: Any) -> None:
+        seq = self.__dict__.get("_seq")
+        if seq is not None:
+            seq.ctx = ctx
+        else:
+            self.__dict__["_ctx_early"] = ctx
+
+    @property
     def model(self) -> Any:
         return self._model
 
     @property
-    def _input_ids(self) -> npt.NDArray[np.intc]:
-        return self.input_ids[: self.n_tokens]
+    def sequence(self) -> _sequence.Sequence:
+        """The generation state of this Llama's sequence (0) in its context: evaluated
+        tokens, positions, last logits, seed (llamapy/_sequence.py)."""
+        return self._seq
+
+    def sequence_view(self, seq: _sequence.Sequence) -> "Llama":
+        """A Llama over this one's model, context, tokenizer and chat handler that
+        evaluates and generates in ``seq`` (another sequence id of the same context,
+        e.g. a server slot). It has its own scores and timings and no cache; closing it
+        frees nothing shared. ``seq`` must fit the context: id below n_seq_max."""
+        self._require_ctx()
+        if not 0 <= seq.seq_id < int(self._ctx.n_seq_max):
+            raise ValueError(f"sequence id {seq.seq_id} is outside this context's n_seq_max={self._ctx.n_seq_max}")
+        self._grammar_vocab()  # built once, shared
+        view = object.__new__(type(self))
+        view.__dict__.update(self.__dict__)
+        view.__dict__.update(_seq=seq, _view_of=self, cache=None, _scores_all=None, _scores_lazy=None,
+                             _scores_key=None, _n_ctx=seq.n_ctx)
+        seq.ctx = self._ctx
+        seq.is_encoder, seq.arch = self._seq.is_encoder, self._seq.arch
+        seq.observer = view._record_scores
+        seq.perf = PerfCounters(t_load_ms=self._perf.t_load_ms)
+        return view
 
     @property
     def scores(self) -> npt.NDArray[np.single]:
@@ -320,9 +357,7 @@ class Llama:
         return deque([] if last is None else [last.tolist()], maxlen=1)
 
     def _last_logits(self) -> Optional[npt.NDArray[np.single]]:
-        if self._ctx is None or self._last_logits_row < 0 or self.n_tokens == 0:
-            return None
-        return self._ctx.get_logits(self._last_logits_row)
+        return self._seq.last_logits()
 
     def n_ctx(self) -> int:
         return self._n_ctx
@@ -374,23 +409,13 @@ class Llama:
 
     def reset(self) -> None:
         """Forget the evaluated tokens (the KV cache is cleared lazily)."""
-        self.n_tokens = 0
-        self._last_logits_row = -1
-        self._pos_shifts = []
+        self._seq.reset()
 
     def _truncate(self, n: int) -> None:
-        """Keep the first ``n`` evaluated rows (the KV cache past them is cleared lazily)."""
-        self.n_tokens = n
-        self._pos_shifts = [(row, shift) for row, shift in self._pos_shifts if row <= n]
+        self._seq.truncate(n)
 
     def _pos_of_row(self, row: int) -> int:
-        """The position of KV row ``row``: the row itself, less what M-RoPE image chunks
-        before it saved (an image of n tokens takes fewer than n positions there)."""
-        shift = 0
-        for end, s in self._pos_shifts:
-            if end <= row:
-                shift = s
-        return row - shift
+        return self._seq.pos_of_row(row)
 
     # -------------------------------------------------------------- evaluation
     def eval(self, tokens: Sequence[int]) -> None:
@@ -398,47 +423,18 @@ class Llama:
         self._eval(tokens, all_logits=self._logits_all)
 
     def _eval(self, tokens: Sequence[int], all_logits: bool, on_chunk: Optional[Any] = None) -> None:
-        ctx = self._require_ctx()
-        if not self._embedding and self._model.is_encoder:
-            # The engine's own message names its keyword (embeddings); Llama's is embedding.
-            raise ValueError(f"model architecture {self._model.arch!r} is an encoder: it computes embeddings only; "
-                             "load it with Llama(..., embedding=True) and use embed() or create_embedding()")
-        toks = np.asarray(tokens, dtype=np.int32).reshape(-1)
-        if len(toks) == 0:
+        self._require_ctx()
+        self._seq.eval(tokens, all_logits=all_logits, on_chunk=on_chunk)
+
+    def _record_scores(self, n_past: int, chunk: Any, out: Any, all_logits: bool) -> None:
+        """With logits_all, keeps every decoded row's logits in ``scores``."""
+        if not self._logits_all:
             return
-        if self.n_tokens + len(toks) > self._n_ctx:
-            raise ValueError(f"Requested tokens ({self.n_tokens + len(toks)}) exceed context window of "
-                             f"{self._n_ctx}")
-        if ((toks < 0) | (toks >= self._n_vocab)).any():
-            bad = int(toks[(toks < 0) | (toks >= self._n_vocab)][0])
-            raise ValueError(f"token id {bad} is outside the vocabulary (0..{self._n_vocab - 1})")
-        with self._lock:
-            ctx.kv_seq_rm(0, self._pos_of_row(self.n_tokens), -1)
-            shift = self.n_tokens - self._pos_of_row(self.n_tokens)
-            for start in range(0, len(toks), self.n_batch):
-                chunk = toks[start:start + self.n_batch]
-                n_past = self.n_tokens
-                n = len(chunk)
-                want = np.zeros(n, dtype=bool)
-                if all_logits:
-                    want[:] = True
-                else:
-                    want[-1] = True
-                pos = np.arange(n_past - shift, n_past - shift + n, dtype=np.int32)
-                t0 = time.perf_counter()
-                ctx.decode(tokens=chunk, embd=None, pos=pos, seq_ids=np.zeros(n, dtype=np.int32), logits=want)
-                self._perf.add_decode(n, time.perf_counter() - t0)
-                self.input_ids[n_past:n_past + n] = chunk
-                self._eval_serial += 1
-                if self._logits_all:
-                    if all_logits:
-                        self._all_scores()[n_past:n_past + n] = ctx.get_logits_all()
-                    else:
-                        self._all_scores()[n_past + n - 1] = ctx.get_logits(0)
-                if on_chunk is not None and all_logits:
-                    on_chunk(n_past, chunk, ctx)
-                self.n_tokens += n
-                self._last_logits_row = n - 1 if all_logits else 0
+        n = len(chunk)
+        if all_logits:
+            self._all_scores()[n_past:n_past + n] = out.get_logits_all()
+        else:
+            self._all_scores()[n_past + n - 1] = out.get_logits(0)
 
     def _eval_chunked(self, prompt: ChunkedPrompt, offset: int) -> None:
         """Evaluate a text + image prompt from id ``offset`` on (llamapy/multimodal/evaluate.py)."""
@@ -537,7 +533,7 @@ class Llama:
                 prefix -= 1  # re-evaluate the last token to get its logits
             if chunked is not None:
                 prefix = chunked.chunk_start_at_or_before(prefix)  # an image is reused whole or not at all
-            if prefix > 0 and not self._ctx.kv_swa_resumable(0, prefix):
+            if prefix > 0 and not self._seq.swa_resumable(prefix):
                 # The sliding-window layers' cache has moved past what the
                 # reused prefix's end needs (swa_full=False): evaluate it all.
                 prefix = 0
@@ -674,7 +670,13 @@ class Llama:
         return create_chat_completion_openai_v1(self, *args, **kwargs)
 
     # ------------------------------------------------------------------ state
+    def _check_whole_context(self, what: str) -> None:
+        if self.__dict__.get("_view_of") is not None:
+            raise NotImplementedError(f"{what} of a sequence_view: the engine's state is the whole context's "
+                                      "(every sequence); save and load the state of the Llama that owns it")
+
     def save_state(self) -> LlamaState:
+        self._check_whole_context("save_state")
         ctx = self._require_ctx()
         with self._lock:
             data = bytes(ctx.state_get())
@@ -686,6 +688,7 @@ class Llama:
             return state
 
     def load_state(self, state: LlamaState) -> None:
+        self._check_whole_context("load_state")
         ctx = self._require_ctx()
         with self._lock:
             if state.n_tokens > self._n_ctx:
@@ -717,6 +720,13 @@ class Llama:
         if getattr(self, "_closed", True):
             return
         self._closed = True
+        if self.__dict__.get("_view_of") is not None:
+            self._seq.closed = True  # a sequence_view: the model and context belong to its Llama
+            return
+        seq = getattr(self, "_seq", None)
+        if seq is not None:
+            seq.closed = True
+            seq.ctx = seq.decoder = seq._out = None
         self._ctx = None
         self._model = None
         gguf = getattr(self, "_gguf", None)

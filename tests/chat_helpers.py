@@ -58,6 +58,29 @@ class ScriptedTokenizer:
         return token in self.eog
 
 
+class ScriptedSequence:
+    """The parts of llamapy._sequence.Sequence that _completion.py reads."""
+
+    def __init__(self, llm: "ScriptedLlama", n_ctx: int) -> None:
+        self.llm = llm
+        self.seed = 1234
+        self.lock = threading.RLock()
+        self.perf = None
+        self.n_ctx = n_ctx
+
+    def ensure_usable(self) -> None:
+        return None
+
+    def evaluated(self) -> np.ndarray:
+        return self.llm.input_ids[: self.llm.n_tokens]
+
+    def last_logits(self) -> np.ndarray:
+        logits = np.zeros(self.llm.tokenizer_.n_vocab, dtype=np.single)
+        if self.llm.n_tokens:
+            logits[self.llm._next] = 5.0
+        return logits
+
+
 class ScriptedLlama:
     """Replies with ``reply`` (a str: its bytes are the tokens; or a list of
     token ids) to any prompt, then EOS."""
@@ -74,8 +97,7 @@ class ScriptedLlama:
         self.verbose = False
         self.model_path = "scripted.gguf"
         self.cache = None
-        self._seed = 1234
-        self._lock = threading.RLock()
+        self.sequence = ScriptedSequence(self, n_ctx)
         self._n_ctx = n_ctx
         self.input_ids = np.zeros(n_ctx, dtype=np.intc)
         self.n_tokens = 0
@@ -101,20 +123,7 @@ class ScriptedLlama:
         return self.tokenizer_.n_vocab
 
     def set_seed(self, seed: int) -> None:
-        self._seed = seed
-
-    def _require_ctx(self) -> None:
-        return None
-
-    @property
-    def _input_ids(self) -> np.ndarray:
-        return self.input_ids[: self.n_tokens]
-
-    def _last_logits(self) -> np.ndarray:
-        logits = np.zeros(self.tokenizer_.n_vocab, dtype=np.single)
-        if self.n_tokens:
-            logits[self._next] = 5.0
-        return logits
+        self.sequence.seed = seed
 
     def reply_tokens(self) -> List[int]:
         if isinstance(self.reply, str):

@@ -81,7 +81,8 @@ def test_settings_precedence_env_and_config(tmp_path):
 
 
 @pytest.mark.parametrize("argv, match", [
-    (["-m", "x", "-np", "4"], "continuous batching"),
+    (["-m", "x", "-np", "0"], "positive integer"),
+    (["-m", "x", "--ctx-per-slot", "-5"], "ctx-per-slot"),
     ([], "router mode"),
     (["-m", "x", "--models-dir", "d"], "--models-dir: router mode"),
     (["-m", "x", "--models-max", "2"], "--models-max: router mode"),
@@ -95,8 +96,8 @@ def test_features_not_built_fail_at_startup(argv, match):
 def test_cli_reports_not_built(capsys):
     from llamapy.cli import main
 
-    assert main(["serve", "-m", "x.gguf", "--parallel", "2"]) == 2
-    assert "continuous batching" in capsys.readouterr().err
+    assert main(["serve", "-m", "x.gguf", "--models-max", "2"]) == 2
+    assert "router mode" in capsys.readouterr().err
 
 
 # ------------------------------------------------------------------ security

@@ -1,8 +1,9 @@
 """llamapy's OpenAI- and Ollama-compatible HTTP server (``pip install
 "llamapy-engine[server]"``; ``python -m llamapy serve -m MODEL``).
 
-This part: one slot, one model. Parallel slots with continuous batching,
-router mode (several models) and the memory planner are not built yet.
+One model, ``-np`` parallel slots with continuous batching (slots.py,
+batch.py). Router mode (several models) and the memory planner are not
+built yet.
 """
 from __future__ import annotations
 

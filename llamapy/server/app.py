@@ -13,7 +13,8 @@ from starlette.middleware.cors import CORSMiddleware
 
 from . import errors, security
 from .config import Settings
-from .runner import Cancelled, Job, QueueFull, Runner
+from .runner import Cancelled, Job, QueueFull
+from .slots import SlotScheduler
 from .work import Meta
 
 logger = logging.getLogger("llamapy.server")
@@ -27,7 +28,7 @@ def llama_kwargs(s: Settings) -> Dict[str, Any]:
     kw: Dict[str, Any] = dict(n_ctx=s.ctx_size, n_batch=s.batch_size, n_ubatch=min(s.ubatch_size, s.batch_size),
                               n_threads=s.threads, n_gpu_layers=s.n_gpu_layers, flash_attn=_FLASH[s.flash_attn],
                               type_k=s.cache_type_k, type_v=s.cache_type_v, embedding=bool(s.embedding),
-                              verbose=False)
+                              n_seq_max=max(1, s.parallel), verbose=False)
     if s.pooling is not None:
         kw["pooling_type"] = ["none", "mean", "cls", "last", "rank"].index(s.pooling)
     if s.seed is not None:
@@ -57,7 +58,8 @@ class ServerState:
                 from ..llama import Llama
 
                 return Llama(model_path=settings.model, **llama_kwargs(settings))
-        self.runner = Runner(load, queue_max=settings.queue_max, timeout=settings.timeout)
+        self.runner = SlotScheduler(load, n_slots=settings.parallel, ctx_per_slot=settings.ctx_per_slot,
+                                    queue_max=settings.queue_max, timeout=settings.timeout)
 
     @property
     def llama(self) -> Any:
@@ -71,8 +73,12 @@ class ServerState:
             raise errors.APIError(503, f"the model is not available: {self.runner.error or state}",
                                   "model_unavailable")
 
+    def request_limit(self) -> int:
+        """Tokens (prompt + generated) one request may have: a slot's limit, or the shared pool."""
+        return self.runner.request_limit
+
     def max_tokens_limit(self) -> int:
-        n_ctx = self.llama.n_ctx()
+        n_ctx = self.request_limit()
         lim = self.settings.max_tokens_limit
         return n_ctx if lim is None else min(lim, n_ctx)
 
@@ -178,8 +184,9 @@ def create_app(settings: Settings, load: Optional[Callable[[], Any]] = None) -> 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         state.runner.start()
-        logger.info("llamapy server: model %s; one slot; a request may have up to n_ctx=%s tokens "
-                    "(prompt + generated)", settings.model, settings.ctx_size)
+        # The exact limits are logged once the model is loaded (slots.py).
+        logger.info("llamapy server: model %s; %d slot(s); -c %s (%s)", settings.model, settings.parallel,
+                    settings.ctx_size, "shared KV pool" if settings.ctx_per_slot is None else "per-slot contexts")
         yield
         # uvicorn's graceful shutdown (SIGTERM) gets here once open streams end or
         # are cancelled: the runner cancels what still runs and closes the model.

@@ -3,10 +3,8 @@ each (llama-server's ``LLAMA_ARG_*`` names where it has one), and a JSON or
 YAML ``--config`` file. Precedence: command line > environment > config
 file > default.
 
-Flags of features this session has not built (continuous batching with
-``-np > 1``) are accepted by the parser so that they can be refused by name
-with a clear message, never ignored. Without ``-m``, ``--models-dir`` /
-``--models-preset`` start router mode (llamapy/server/router.py).
+Without ``-m``, ``--models-dir`` / ``--models-preset`` start router mode
+(llamapy/server/router.py).
 """
 from __future__ import annotations
 
@@ -35,7 +33,11 @@ OPTIONS: List[Opt] = [
     Opt(("--host",), "host", "LLAMA_ARG_HOST", default="127.0.0.1", help="address to bind (default 127.0.0.1)"),
     Opt(("--port",), "port", "LLAMA_ARG_PORT", int, 8080, "port to listen on (default 8080)"),
     Opt(("-c", "--ctx-size"), "ctx_size", "LLAMA_ARG_CTX_SIZE", int, 4096, "context size; 0 = the model's"),
-    Opt(("-np", "--parallel"), "parallel", "LLAMA_ARG_N_PARALLEL", int, 1, "number of slots (only 1 is built)"),
+    Opt(("-np", "--parallel"), "parallel", "LLAMA_ARG_N_PARALLEL", int, 1,
+        "number of slots, decoded together in one batch per step"),
+    Opt(("--ctx-per-slot",), "ctx_per_slot", "LLAMA_ARG_CTX_PER_SLOT", "optint", None,
+        "give each slot its own hard context limit: -c / -np tokens, or the size given (default: one KV pool of "
+        "-c tokens that all slots share)"),
     Opt(("-ngl", "--n-gpu-layers", "--gpu-layers"), "n_gpu_layers", "LLAMA_ARG_N_GPU_LAYERS", int, 0,
         "layers to offload to the GPU"),
     Opt(("-fa", "--flash-attn"), "flash_attn", "LLAMA_ARG_FLASH_ATTN", str, "auto", "flash attention",
@@ -87,7 +89,6 @@ OPTIONS: List[Opt] = [
     Opt(("--seed", "-s"), "seed", "LLAMA_ARG_SEED", int, None, "default RNG seed"),
 ]
 
-UNSUPPORTED_YET: Dict[str, str] = {}
 ROUTER_OPTIONS = ("models_dir", "models_preset", "models_max", "models_memory_margin", "no_models_autoload")
 
 
@@ -130,6 +131,13 @@ def _convert(opt: Opt, value: Any, where: str) -> Any:
             return None
         if opt.kind == "bool":
             return _bool(value)
+        if opt.kind == "optint":  # true or the bare flag: 0 (the default size); false: off
+            if isinstance(value, bool) or str(value).lower() in ("true", "false", "on", "off"):
+                return 0 if _bool(value) else None
+            v = int(value)
+            if v < 0:
+                raise ValueError
+            return v
         if opt.kind == "list":
             items = value if isinstance(value, list) else [value]
             out: List[str] = []
@@ -160,6 +168,8 @@ def build_parser(prog: str = "llamapy serve") -> argparse.ArgumentParser:
                 p.add_argument(*negs, dest=opt.dest, action="store_const", const=False, help=argparse.SUPPRESS)
         elif opt.kind == "list":
             p.add_argument(*opt.flags, dest=opt.dest, action="append", help=helptext)
+        elif opt.kind == "optint":  # the flag alone, or the flag and a number
+            p.add_argument(*opt.flags, dest=opt.dest, nargs="?", const="0", metavar="N", help=helptext)
         else:
             p.add_argument(*opt.flags, dest=opt.dest, help=helptext)
     return p
@@ -231,10 +241,6 @@ def parse_settings(argv: Optional[Sequence[str]] = None, environ: Optional[Dict[
 
 
 def check(values: Dict[str, Any]) -> None:
-    for dest, flag in UNSUPPORTED_YET.items():
-        if values.get(dest) not in (None, False):
-            raise ConfigError(f"{flag}: router mode (several models, --models-*) is not built yet; "
-                              "start one server per model with -m MODEL")
     router = bool(values.get("models_dir") or values.get("models_preset"))
     if values.get("model") and router:
         raise ConfigError("-m MODEL serves one model; --models-dir / --models-preset start router mode: "
@@ -248,9 +254,8 @@ def check(values: Dict[str, Any]) -> None:
     if values.get("jinja") is False:
         raise ConfigError("--no-jinja is not supported: llamapy renders the GGUF's Jinja template in a sandbox; "
                           "pick a named format instead with --chat-template NAME (e.g. chatml)")
-    if values["parallel"] is not None and values["parallel"] != 1:
-        raise ConfigError(f"-np/--parallel {values['parallel']}: only one slot is built yet; continuous batching "
-                          "of parallel slots is not, and requests are not silently serialised. Use -np 1")
+    if values["parallel"] is None or values["parallel"] < 1:
+        raise ConfigError(f"-np/--parallel must be a positive integer, not {values['parallel']}")
     for dest in ("port", "queue_max", "max_body", "n_probs_max"):
         if values[dest] is None or values[dest] < 0:
             raise ConfigError(f"{dest.replace('_', '-')} must be a non-negative integer")

@@ -119,7 +119,7 @@ def _options(state: Any, options: Optional[Dict[str, Any]]) -> Dict[str, Any]:
         if key in _OPTION_MAP:
             out[_OPTION_MAP[key]] = value
         elif key == "num_ctx":
-            n_ctx = state.llama.n_ctx()
+            n_ctx = state.request_limit()
             if not isinstance(value, int) or value > n_ctx:
                 raise bad_request(f"options.num_ctx is {value!r}; this server's context is {n_ctx} tokens "
                                   "(set it with -c at startup)")
@@ -421,7 +421,7 @@ async def api_ps(request: Request) -> Any:
     # A negative keep_alive (forever) is reported far in the future, as Ollama does.
     expires = since + secs if secs is not None else since + 100 * 365 * 86400
     return {"models": [{**_entry(state), "expires_at": _dt.datetime.fromtimestamp(expires, _dt.timezone.utc)
-                        .isoformat(), "size_vram": 0, "context_length": state.llama.n_ctx()}]}
+                        .isoformat(), "size_vram": 0, "context_length": state.request_limit()}]}
 
 
 @router.post("/api/show")
@@ -433,7 +433,7 @@ async def api_show(body: ShowBody, request: Request) -> Any:
     caps = ["completion"] + (["vision"] if state.settings.mmproj else []) + \
         (["embedding"] if state.settings.embedding else []) + ["tools"]
     info = {k: v for k, v in md.items() if not k.startswith("tokenizer.ggml.") and k != "tokenizer.chat_template"}
-    return {"modelfile": f"FROM {state.model_path}\n", "parameters": f"num_ctx {llm.n_ctx()}",
+    return {"modelfile": f"FROM {state.model_path}\n", "parameters": f"num_ctx {state.request_limit()}",
             "template": md.get("tokenizer.chat_template", ""), "details": _details(state), "model_info": info,
             "capabilities": caps, "modified_at": _entry(state)["modified_at"]}
 

@@ -228,7 +228,7 @@ def model_card(state: Any) -> Dict[str, Any]:
     llm = state.llama
     meta: Dict[str, Any] = {}
     if llm is not None:
-        meta = {"n_ctx": llm.n_ctx(), "n_vocab": llm.n_vocab(), "n_embd": llm.n_embd(),
+        meta = {"n_ctx": state.request_limit() or llm.n_ctx(), "n_vocab": llm.n_vocab(), "n_embd": llm.n_embd(),
                 "n_ctx_train": int(llm.metadata.get(f"{llm.metadata.get('general.architecture', '')}.context_length",
                                                     0) or 0),
                 "architecture": llm.metadata.get("general.architecture"), "size": _file_size(state.model_path)}
@@ -270,11 +270,12 @@ async def props(request: Request) -> Any:
     state = _state(request)
     state.require_ready()
     llm = state.llama
-    n_ctx = llm.n_ctx()
-    return {"model_path": state.model_path, "model_alias": state.model_name, "total_slots": 1,
-            "n_ctx": n_ctx, "max_request_tokens": n_ctx, "max_prompt_tokens": n_ctx - 1,
+    limits = state.runner.limits()
+    n_req = limits["max_request_tokens"]
+    return {"model_path": state.model_path, "model_alias": state.model_name, **limits,
+            "n_ctx": n_req, "max_prompt_tokens": n_req - 1,
             "max_tokens_limit": state.max_tokens_limit(), "n_probs_max": state.settings.n_probs_max,
-            "context_note": f"one slot: a request may have {n_ctx} tokens, prompt and generated together",
+            "slots": state.runner.slot_info(),
             "modalities": {"vision": bool(state.settings.mmproj)}, "embedding": bool(state.settings.embedding),
             "chat_template": llm.metadata.get("tokenizer.chat_template", ""), "build_info": "llamapy"}
 
@@ -285,9 +286,7 @@ async def slots(request: Request) -> Any:
     if not state.settings.slots:
         raise APIError(501, "the /slots endpoint is disabled (--no-slots)", "not_supported")
     state.require_ready()
-    cur = state.runner.current
-    return [{"id": 0, "n_ctx": state.llama.n_ctx(), "is_processing": cur is not None,
-             "n_tokens_cached": len(state.llama.eval_tokens)}]
+    return state.runner.slot_info()
 
 
 @router.get("/metrics")
@@ -304,10 +303,21 @@ async def metrics(request: Request) -> Any:
             ("queue_rejected_total", "counter", "requests refused with 503 because the queue was full"),
             ("prompt_tokens_total", "counter", "prompt tokens of finished requests"),
             ("tokens_predicted_total", "counter", "generated tokens of finished requests"),
-            ("waiting", "gauge", "requests waiting for the slot"),
-            ("busy", "gauge", "1 while the slot runs a request")):
+            ("requests_context_full", "counter", "generations the shared KV pool ended (finish_reason length)"),
+            ("waiting", "gauge", "requests waiting for a slot"),
+            ("busy", "gauge", "slots running a request"),
+            ("slots", "gauge", "slots (-np)"),
+            ("kv_cells", "gauge", "KV cache cells (-c)"),
+            ("kv_cells_used", "gauge", "KV cache cells in use (running requests and cached prefixes)"),
+            ("batch_steps", "counter", "batched decode steps"),
+            ("batch_rows", "counter", "rows (tokens) decoded in batched steps")):
         lines += [f"# HELP llamapy:{key} {helptext}", f"# TYPE llamapy:{key} {kind}",
                   f"llamapy:{key} {float(s[key])}"]
+    lines += ["# HELP llamapy:slot_tokens_cached tokens a slot holds in the KV cache",
+              "# TYPE llamapy:slot_tokens_cached gauge"]
+    for info in state.runner.slot_info():
+        lines.append(f'llamapy:slot_tokens_cached{{slot="{info["id"]}",state="{info["state"]}"}} '
+                     f'{float(info["n_tokens_cached"])}')
     return PlainTextResponse("\n".join(lines) + "\n", media_type="text/plain; version=0.0.4")
 
 

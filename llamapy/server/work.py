@@ -1,11 +1,16 @@
-"""The functions the runner's worker thread runs for each kind of request.
+"""The functions a slot's thread runs for each kind of request (slots.py).
 
 They call llamapy's own API (create_chat_completion's handlers,
-create_completion, create_embedding, tokenize); the server has no
-generation loop of its own. Each job's first item is a ``Meta`` (prompt
-token count, cached tokens) produced before any generation, so that a
-request that cannot fit is refused with 400 before work and before a
-stream's headers go out.
+create_completion, create_embedding, tokenize) on the slot's Llama view;
+the server has no generation loop of its own. Each job's first item is a
+``Meta`` (prompt token count, cached tokens) produced before any
+generation, so that a request that cannot fit is refused with 400 before
+work and before a stream's headers go out.
+
+Attributes on a work function tell the scheduler how to run it:
+``prompt_tokens(llama)`` (the prompt, to pick the slot with the longest
+cached prefix), ``kind`` ("slot" by default; "call" needs no slot and no
+decoding; "exclusive" needs the whole context) and ``task`` (shown by /slots).
 """
 from __future__ import annotations
 
@@ -54,49 +59,104 @@ def _add_cached(usage: Optional[Dict[str, Any]], meta: Meta) -> Optional[Dict[st
     return usage
 
 
-def _with_usage(result: Any, stream: bool, meta: Meta, job: Job) -> Iterator[Any]:
+def _context_note(job: Job, n_ctx: int, finish: Any, usage: Optional[Dict[str, Any]]) -> Optional[str]:
+    """Why a generation that finished with "length" was cut by the context, if it was."""
+    if finish != "length":
+        return None
+    if job.note:
+        return job.note
+    if usage and usage.get("total_tokens", 0) >= n_ctx:
+        return f"the request reached its context limit of {n_ctx} tokens (prompt + generated)"
+    return None
+
+
+def _mark_finish(obj: Dict[str, Any], job: Job, n_ctx: int, usage: Optional[Dict[str, Any]]) -> None:
+    """Adds ``finish_details`` to choices that the context ended (never a silent cut)."""
+    for choice in obj.get("choices") or []:
+        note = _context_note(job, n_ctx, choice.get("finish_reason"), usage)
+        if note:
+            choice["finish_details"] = {"type": "context_full", "message": note}
+
+
+def _with_usage(result: Any, stream: bool, meta: Meta, job: Job, n_ctx: int) -> Iterator[Any]:
     """The library's response (a dict, or the chunks of a stream) with the
-    cached-token count added to its usage, which the job also keeps."""
+    cached-token count added to its usage, which the job also keeps, and a
+    note on choices the context cut."""
     if not stream:
         result["usage"] = job.usage = _add_cached(result.get("usage"), meta)
+        _mark_finish(result, job, n_ctx, job.usage)
         yield result
         return
     for chunk in result:
-        if "usage" in chunk:
-            chunk = dict(chunk)
-            chunk["usage"] = job.usage = _add_cached(chunk["usage"], meta)
+        if "usage" in chunk or any(c.get("finish_reason") for c in chunk.get("choices") or []):
+            chunk = dict(chunk, choices=[dict(c) for c in chunk.get("choices") or []])
+            if "usage" in chunk:
+                chunk["usage"] = job.usage = _add_cached(chunk["usage"], meta)
+            _mark_finish(chunk, job, n_ctx, chunk.get("usage") or job.usage)
         yield chunk
 
 
+def _once(fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """``fn(llama)`` computed once per request (the scheduler asks to pick a slot, then
+    the work asks again; every slot's view has the same model)."""
+    memo: List[Any] = []
+
+    def get(llama: Any) -> Any:
+        if not memo:
+            memo.append(fn(llama))
+        return memo[0]
+    return get
+
+
 def chat_work(params: Dict[str, Any], template_kwargs: Dict[str, Any]) -> Callable[[Any, Job], Iterator[Any]]:
-    def work(llama: Any, job: Job) -> Iterator[Any]:
+    def prompt_tokens(llama: Any) -> Optional[List[int]]:
+        """The rendered prompt's tokens; None for handlers that build it themselves (images)."""
         from ..chat.completion import ChatRequest, FormatHandler, resolve_chat_handler
         from ..multimodal.handlers import MTMDChatHandler
 
         handler = resolve_chat_handler(llama, tools_requested=bool(params.get("tools")))
+        if not isinstance(handler, FormatHandler) or isinstance(handler, MTMDChatHandler):
+            return None
+        req = ChatRequest(messages=list(params["messages"]), tools=params.get("tools"),
+                          tool_choice=params.get("tool_choice"), template_kwargs=dict(template_kwargs))
+        mode, _ = req.tool_mode()
+        return list(handler.prompt(llama, req, req.tools if mode != "none" else None).tokens)
+
+    prompt_of = _once(prompt_tokens)
+
+    def work(llama: Any, job: Job) -> Iterator[Any]:
+        from ..chat.completion import resolve_chat_handler
+
+        handler = resolve_chat_handler(llama, tools_requested=bool(params.get("tools")))
         meta = Meta(None, None)
-        if isinstance(handler, FormatHandler) and not isinstance(handler, MTMDChatHandler):
-            req = ChatRequest(messages=list(params["messages"]), tools=params.get("tools"),
-                              tool_choice=params.get("tool_choice"), template_kwargs=dict(template_kwargs))
-            mode, _ = req.tool_mode()
-            tokens = handler.prompt(llama, req, req.tools if mode != "none" else None).tokens
+        tokens = prompt_of(llama)
+        if tokens is not None:
             check_fit(len(tokens), params.get("max_tokens"), llama.n_ctx())
             meta = Meta(len(tokens), _cached(llama, tokens))
         yield meta
         result = handler(llama=llama, **params, logits_processor=cancel_hook(job), **template_kwargs)
-        yield from _with_usage(result, bool(params.get("stream")), meta, job)
+        yield from _with_usage(result, bool(params.get("stream")), meta, job, llama.n_ctx())
+    work.prompt_tokens = prompt_of  # type: ignore[attr-defined]
+    work.task = "chat"  # type: ignore[attr-defined]
     return work
 
 
 def completion_work(params: Dict[str, Any]) -> Callable[[Any, Job], Iterator[Any]]:
-    def work(llama: Any, job: Job) -> Iterator[Any]:
+    def prompt_tokens(llama: Any) -> List[int]:
         prompt = params["prompt"]
-        tokens = llama.tokenize(prompt.encode("utf-8")) if isinstance(prompt, str) else list(prompt)
+        return llama.tokenize(prompt.encode("utf-8")) if isinstance(prompt, str) else list(prompt)
+
+    prompt_of = _once(prompt_tokens)
+
+    def work(llama: Any, job: Job) -> Iterator[Any]:
+        tokens = prompt_of(llama)
         check_fit(len(tokens), params.get("max_tokens"), llama.n_ctx())
         meta = Meta(len(tokens), _cached(llama, tokens))
         yield meta
         result = llama.create_completion(**params, logits_processor=cancel_hook(job))
-        yield from _with_usage(result, bool(params.get("stream")), meta, job)
+        yield from _with_usage(result, bool(params.get("stream")), meta, job, llama.n_ctx())
+    work.prompt_tokens = prompt_of  # type: ignore[attr-defined]
+    work.task = "completion"  # type: ignore[attr-defined]
     return work
 
 
@@ -111,6 +171,7 @@ def embedding_work(inputs: Any, model: str) -> Callable[[Any, Job], Iterator[Any
                                     "(the batch size, -b)", "context_length_exceeded")
         yield Meta(None, None)
         yield llama.create_embedding(inputs, model=model)
+    work.kind = "exclusive"  # type: ignore[attr-defined]
     return work
 
 
@@ -119,6 +180,7 @@ def call_work(fn: Callable[[Any], Any]) -> Callable[[Any, Job], Iterator[Any]]:
     def work(llama: Any, job: Job) -> Iterator[Any]:
         yield Meta(None, None)
         yield fn(llama)
+    work.kind = "call"  # type: ignore[attr-defined]
     return work
 
 
