@@ -213,7 +213,8 @@ def plan_memory(model_path: Union[str, "os.PathLike[str]"], n_ctx: Optional[int]
 
     n_ctx None or 0: the model's trained length. n_batch / n_ubatch None:
     512 (Llama's defaults), capped as the engine caps them. flash_attn:
-    "auto" (flash for decoders, explicit for encoders), "on"/"off" or a bool.
+    "auto" (flash for decoders with one sequence, explicit for encoders
+    and several sequences), "on"/"off" or a bool.
     n_threads None: the engine's default (physical cores); it sizes the
     attention work memory. Raises ValueError for a file that is not a
     supported model or an option out of range.
@@ -239,7 +240,8 @@ def plan_memory(model_path: Union[str, "os.PathLike[str]"], n_ctx: Optional[int]
     if s.encoder:
         nub = nb
     if flash_attn in ("auto", None, -1):
-        flash = not s.encoder
+        # The engine's rule (vendor/engine/context.cpp auto_flash_attn).
+        flash = not s.encoder and n_parallel <= 1
     elif flash_attn in ("on", True, 1):
         flash = True
     elif flash_attn in ("off", False, 0):

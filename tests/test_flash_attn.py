@@ -42,6 +42,15 @@ def test_engine_flash_attn_values(tiny, value, active):
     assert ctx.attention_path == ("flash" if active else "explicit")
 
 
+def test_auto_is_explicit_for_several_sequences(tiny):
+    # The server's slots share one pool: a reply must not depend on where its
+    # cells sit, which only the explicit path guarantees bit for bit.
+    path, *_ = tiny("llama")
+    assert ctx_for(path, flash_attn="auto", n_seq_max=1).attention_path == "flash"
+    assert ctx_for(path, flash_attn="auto", n_seq_max=4).attention_path == "explicit"
+    assert ctx_for(path, flash_attn=True, n_seq_max=4).attention_path == "flash"  # asked for: kept
+
+
 @pytest.mark.parametrize("value", ["yes", "on", 2, -2, 1.0, [1]])
 def test_bad_flash_attn_values_are_value_errors(tiny, value):
     path, *_ = tiny("llama")

@@ -123,8 +123,7 @@ def test_ollama_client(server, llm):
 
 
 def test_langchain_chat_openai(server, llm):
-    # Optional: langchain-openai is heavy, so it is not in the test extra.
-    lc = pytest.importorskip("langchain_openai")
+    import langchain_openai as lc  # in the test extra
     chat = lc.ChatOpenAI(base_url=server.url + "/v1", api_key="sk-test", model="gemma", temperature=0,
                          max_tokens=12, max_retries=0)
     ref = llm.create_chat_completion(MSGS, max_tokens=12, temperature=0)["choices"][0]["message"]["content"]
