@@ -88,12 +88,12 @@ def test_settings_precedence_env_and_config(tmp_path):
     (["-m", "x", "--models-max", "2"], "--models-max: router mode"),
     (["-m", "x", "-fa", "maybe"], "on, off, auto"),
 ])
-def test_features_not_built_fail_at_startup(argv, match):
+def test_bad_flag_combinations_fail_at_startup(argv, match):
     with pytest.raises(ConfigError, match=match):
         parse_settings(argv, environ={})
 
 
-def test_cli_reports_not_built(capsys):
+def test_cli_reports_a_router_flag_with_m(capsys):
     from llamapy.cli import main
 
     assert main(["serve", "-m", "x.gguf", "--models-max", "2"]) == 2
