@@ -156,9 +156,15 @@ def test_two_sequences_in_one_batch(tiny, arch, flash):
     np.testing.assert_allclose(two[1], alone_b, rtol=0, atol=tol)
 
 
+@pytest.mark.parametrize("flash", [False, True], ids=["explicit", "flash"])
 @pytest.mark.parametrize("arch", ["llama", "gemma3"])
-def test_shared_prefix_rows_and_seq_cp(tiny, arch):
+def test_shared_prefix_rows_and_seq_cp(tiny, arch, flash):
+    # Both contexts on the same path: "auto" picks explicit for n_seq_max > 1.
     path, *_ = tiny(arch)
+
+    def new_ctx(path, **kw):
+        return engine_context(path, flash_attn=flash, **kw)
+
     prefix, tail_a, tail_b = PROMPT[:6], [70, 71, 72], [80, 81]
     ref_a = decode_all(new_ctx(path), prefix + tail_a)[-1]
     ref_b = decode_all(new_ctx(path), prefix + tail_b)[-1]
