@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "common.h"
+#include "test_rng.h"
 
 // The kernels' functions are compiled for AVX2 (the SIMDe code they call
 // would otherwise be vectorised with real AVX-512 instructions).
@@ -38,17 +39,9 @@ using namespace lp;
 
 namespace {
 
-struct rng {
-    uint64_t s;
-    explicit rng(uint64_t seed) : s(seed * 0x9E3779B97F4A7C15ull + 1) {}
-    uint64_t next() {
-        s += 0x9E3779B97F4A7C15ull;
-        uint64_t z = s;
-        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-        return z ^ (z >> 31);
-    }
-    float uniform() { return (float)((double)(next() >> 11) * (1.0 / 9007199254740992.0) * 2 - 1); }
+struct rng : test_rng {
+    using test_rng::test_rng;
+    float uniform() { return (float)(unit() * 2 - 1); }  // [-1, 1)
 };
 
 int n_pass = 0, n_fail = 0;

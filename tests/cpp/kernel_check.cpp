@@ -32,6 +32,7 @@
 #include "cpu/matmul.h"
 #include "cpu/threadpool.h"
 #include "ggml_type.h"
+#include "test_rng.h"
 
 using namespace lp;
 
@@ -41,17 +42,9 @@ constexpr double kSimdTol = 4e-6;
 
 // xoshiro-style generator: fixed sequence for a seed on every platform
 // (std::normal_distribution is not specified bit for bit).
-struct rng {
-    uint64_t s;
-    explicit rng(uint64_t seed) : s(seed * 0x9E3779B97F4A7C15ull + 1) {}
-    uint64_t next() {
-        s += 0x9E3779B97F4A7C15ull;
-        uint64_t z = s;
-        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-        return z ^ (z >> 31);
-    }
-    double uniform() { return (double)(next() >> 11) * (1.0 / 9007199254740992.0); }
+struct rng : test_rng {
+    using test_rng::test_rng;
+    double uniform() { return unit(); }
     float gauss() {
         const double u = uniform() + 1e-300, v = uniform();
         return (float)(std::sqrt(-2 * std::log(u)) * std::cos(6.283185307179586 * v));
