@@ -213,6 +213,18 @@ class Sequence:
         return out
 
 
+def _view(name: str, convert: Optional[Callable[[Any], Any]] = None, writable: bool = True) -> property:
+    """A property reading (and, if writable, setting through ``convert``) ``self._seq.<name>``."""
+
+    def get(self: Any) -> Any:
+        return getattr(self._seq, name)
+
+    def set_(self: Any, value: Any) -> None:
+        setattr(self._seq, name, convert(value) if convert else value)
+
+    return property(get, set_ if writable else None)
+
+
 class SequenceAttributes:
     """``Llama``'s per-sequence attributes, under the names llama-cpp-python's users (and
     llamapy's tests) know, as views of its ``_seq`` (a Sequence)."""
@@ -223,54 +235,11 @@ class SequenceAttributes:
     def _input_ids(self) -> npt.NDArray[np.intc]:
         return self._seq.evaluated()
 
-    @property
-    def input_ids(self) -> npt.NDArray[np.intc]:
-        return self._seq.tokens
-
-    @property
-    def n_tokens(self) -> int:
-        return self._seq.n_tokens
-
-    @n_tokens.setter
-    def n_tokens(self, n: int) -> None:
-        self._seq.n_tokens = int(n)
-
-    @property
-    def _pos_shifts(self) -> List[Any]:
-        return self._seq.pos_shifts
-
-    @_pos_shifts.setter
-    def _pos_shifts(self, shifts: List[Any]) -> None:
-        self._seq.pos_shifts = list(shifts)
-
-    @property
-    def _last_logits_row(self) -> int:
-        return self._seq.logits_row
-
-    @_last_logits_row.setter
-    def _last_logits_row(self, row: int) -> None:
-        self._seq.logits_row = int(row)
-
-    @property
-    def _eval_serial(self) -> int:
-        return self._seq.eval_serial
-
-    @property
-    def _seed(self) -> int:
-        return self._seq.seed
-
-    @_seed.setter
-    def _seed(self, seed: int) -> None:
-        self._seq.seed = int(seed)
-
-    @property
-    def _lock(self) -> Any:
-        return self._seq.lock
-
-    @property
-    def _perf(self) -> Any:
-        return self._seq.perf
-
-    @_perf.setter
-    def _perf(self, perf: Any) -> None:
-        self._seq.perf = perf
+    input_ids = _view("tokens", writable=False)
+    n_tokens = _view("n_tokens", int)
+    _pos_shifts = _view("pos_shifts", list)
+    _last_logits_row = _view("logits_row", int)
+    _eval_serial = _view("eval_serial", writable=False)
+    _seed = _view("seed", int)
+    _lock = _view("lock", writable=False)
+    _perf = _view("perf")
