@@ -471,11 +471,11 @@ void attention_scratch::reserve(attention_path p, int n_threads, int64_t n_cells
     const size_t part = nq * ((size_t)head_dim_v + 2);
     flash.resize((size_t)n_threads);
     for (flash_thread& t : flash) {
-        t.q.resize(nq * (size_t)head_dim_k);
+        t.q.resize(kFlashGroup * nq * (size_t)head_dim_k);
         t.s.resize(nq * kFlashTile);
         t.sc.resize(nq * kFlashTile);
         t.part.resize(part);
-        t.total.resize(part);
+        t.total.resize(kFlashGroup * part);
         t.vbuf.resize((size_t)kFlashTile * (size_t)head_dim_v);
     }
     // Split-K rounds: enough slots that a round keeps every thread busy for a

@@ -75,6 +75,10 @@ constexpr int kAttentionBlock = 4;
 // key head); cells go in tiles of kFlashTile (one mask word) and chunks of
 // kFlashChunk, both aligned to cell indices.
 constexpr int kFlashQueries = 16, kFlashTile = 64, kFlashChunk = 256;
+// At most this many blocks share one task, walking the chunks together (the
+// chunk's keys and values then come from the core's cache for all but the
+// first block).
+constexpr int kFlashGroup = 8;
 constexpr int flash_block_rows(int n_gqa) { return n_gqa >= kFlashQueries ? 1 : kFlashQueries / n_gqa; }
 
 // Per-thread work memory, sized once for a context and for one path.
@@ -89,12 +93,14 @@ struct attention_scratch {
     std::vector<per_thread> threads;
     // The flash path's (flash_attention.h); none of it depends on n_cells.
     struct flash_thread {
-        std::vector<float> q;        // (flash_block_rows(n_gqa) * n_gqa, head_dim_k) queries as the kernels use them (floats,
-                                     // or the key type's activation blocks, which never take more bytes)
+        std::vector<float> q;        // (kFlashGroup, flash_block_rows(n_gqa) * n_gqa, head_dim_k) queries of a group's blocks
+                                     // as the kernels use them (floats, or the key type's activation blocks, which never
+                                     // take more bytes)
         std::vector<float> s;        // (flash_block_rows(n_gqa) * n_gqa, kFlashTile) scores, then weights, of one tile
         std::vector<float> sc;       // (flash_block_rows(n_gqa) * n_gqa, kFlashTile) the same for the tile's used cells only
         std::vector<float> part;     // (flash_block_rows(n_gqa) * n_gqa, head_dim_v + 2) one chunk's partial: acc | max | sum
-        std::vector<float> total;    // (flash_block_rows(n_gqa) * n_gqa, head_dim_v + 2) the running total of a block
+        std::vector<float> total;    // (kFlashGroup, flash_block_rows(n_gqa) * n_gqa, head_dim_v + 2) running totals of a
+                                     // group's blocks
         std::vector<float> vbuf;     // (kFlashTile, head_dim_v) a quantized tile's values in F32
     };
     std::vector<flash_thread> flash;

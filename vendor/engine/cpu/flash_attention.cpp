@@ -130,6 +130,7 @@ struct plan {
     flash_elem ek = flash_elem::f32, ev = flash_elem::f32;
     ggml_type q_type;       // the keys' activation format (quantized keys)
     size_t q_row_bytes;     // bytes of one query in it
+    int group = 1;          // blocks per task of the blocked path (run_group)
 };
 
 bool float_elem(ggml_type t, flash_elem& e) {
@@ -333,23 +334,45 @@ float* out_row(const plan& P, const block_range& br, int hk, int qi) {
 // Chunks [first, end) of a block: aligned chunk starts.
 int32_t first_chunk(const block_range& br) { return br.lo / kFlashChunk * kFlashChunk; }
 
-// A whole block × key head on one thread.
-void run_block(const plan& P, int64_t b, int hk, attention_scratch::flash_thread& s) {
-    const block_range br = block_of(P, b);
-    const int nq = br.nb * P.n_gqa;
+// A group of blocks × one key head on one thread: the chunks in cell order
+// on the outside, the group's blocks inside, so each chunk's keys and values
+// (kFlashChunk cells) are read from memory once and then from the core's
+// cache by the other blocks of the group (prefill at depth: without this
+// every block streamed the whole cache from L3 / memory). Each block still
+// processes and merges its own chunks in cell order, as alone.
+void run_group(const plan& P, int64_t g, int hk, attention_scratch::flash_thread& s) {
+    const int64_t b0 = g * P.group;
+    const int ng = (int)std::min<int64_t>(P.group, P.n_blocks - b0);
     const int64_t ps = P.dv;
-    const partial total{s.total.data(), ps, s.total.data() + (size_t)P.nq_max * ps,
-                        s.total.data() + (size_t)P.nq_max * (ps + 1)};
-    const partial part{s.part.data(), ps, s.part.data() + (size_t)P.nq_max * ps, s.part.data() + (size_t)P.nq_max * (ps + 1)};
-    clear(total, nq, P.dv);
-    if (br.hi > br.lo) {
-        load_queries(P, br, hk, s.q.data());
-        for (int32_t c = first_chunk(br); c < br.hi; c += kFlashChunk) {
-            chunk(P, br, hk, std::max(c, br.lo), std::min(c + kFlashChunk, br.hi), s.q.data(), s, part);
-            for (int qi = 0; qi < nq; ++qi) merge(total, part, qi, P.dv);
-        }
+    const size_t q_floats = (size_t)P.nq_max * (size_t)P.dk;
+    const size_t t_floats = (size_t)P.nq_max * (size_t)(ps + 2);
+    block_range br[kFlashGroup];
+    int32_t lo = 0, hi = 0;  // the cells any block of the group sees
+    for (int i = 0; i < ng; ++i) {
+        br[i] = block_of(P, b0 + i);
+        float* t = s.total.data() + i * t_floats;
+        clear(partial{t, ps, t + (size_t)P.nq_max * ps, t + (size_t)P.nq_max * (ps + 1)}, br[i].nb * P.n_gqa, P.dv);
+        if (br[i].hi <= br[i].lo) continue;
+        load_queries(P, br[i], hk, s.q.data() + i * q_floats);
+        if (hi <= lo) lo = br[i].lo, hi = br[i].hi;
+        lo = std::min(lo, br[i].lo);
+        hi = std::max(hi, br[i].hi);
     }
-    for (int qi = 0; qi < nq; ++qi) finish(total.acc + (size_t)qi * ps, total.l[qi], P.dv, out_row(P, br, hk, qi));
+    const partial part{s.part.data(), ps, s.part.data() + (size_t)P.nq_max * ps, s.part.data() + (size_t)P.nq_max * (ps + 1)};
+    for (int32_t c = lo / kFlashChunk * kFlashChunk; c < hi; c += kFlashChunk)
+        for (int i = 0; i < ng; ++i) {
+            if (br[i].hi <= br[i].lo || c + kFlashChunk <= br[i].lo || c >= br[i].hi) continue;
+            float* t = s.total.data() + i * t_floats;
+            const partial total{t, ps, t + (size_t)P.nq_max * ps, t + (size_t)P.nq_max * (ps + 1)};
+            chunk(P, br[i], hk, std::max(c, br[i].lo), std::min(c + kFlashChunk, br[i].hi), s.q.data() + i * q_floats, s,
+                  part);
+            for (int qi = 0; qi < br[i].nb * P.n_gqa; ++qi) merge(total, part, qi, P.dv);
+        }
+    for (int i = 0; i < ng; ++i) {
+        const float* t = s.total.data() + i * t_floats;
+        for (int qi = 0; qi < br[i].nb * P.n_gqa; ++qi)
+            finish(t + (size_t)qi * ps, t[(size_t)P.nq_max * ps + P.nq_max + qi], P.dv, out_row(P, br[i], hk, qi));
+    }
 }
 
 // Few blocks, many cells (token generation): the chunks of every block ×
@@ -490,13 +513,19 @@ void flash_attention(const attention_args& a, thread_pool& pool, attention_scrat
         run_split(P, pool, sc);
         return;
     }
+    // Groups of blocks share a task where the cells are many (their chunks
+    // are then reused from the cache) and there are tasks enough to keep
+    // every thread busy (dynamic scheduling over >= 4 tasks per thread).
+    if (span > 4 * kFlashChunk)
+        P.group = (int)std::clamp<int64_t>(P.n_blocks / (4 * pool.n_threads()), 1, kFlashGroup);
+    const int64_t n_groups = (P.n_blocks + P.group - 1) / P.group;
     struct job {
         const plan& P;
         attention_scratch& sc;
     } j{P, sc};
-    pool.parallel_for(n_pairs, [p = &j](int64_t task, int thread) {
+    pool.parallel_for(n_groups * a.n_head_kv, [p = &j](int64_t task, int thread) {
         const int hk = (int)(task % p->P.a.n_head_kv);
-        run_block(p->P, task / p->P.a.n_head_kv, hk, p->sc.flash[(size_t)thread]);
+        run_group(p->P, task / p->P.a.n_head_kv, hk, p->sc.flash[(size_t)thread]);
     });
 }
 
