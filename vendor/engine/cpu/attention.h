@@ -105,9 +105,12 @@ struct attention_scratch {
     };
     std::vector<flash_thread> flash;
     // Split-K (few rows, many cells): partials of the chunks of one round
-    // (n_slots, flash_block_rows(n_gqa) * n_gqa, head_dim_v + 2), the running
-    // max / sum of each split block (n_threads, flash_block_rows(n_gqa) * n_gqa, 2)
-    // and the round's tasks (n_slots: block × key head, chunk start).
+    // (n_slots tasks × key heads, flash_block_rows(n_gqa) * n_gqa, head_dim_v + 2),
+    // the running max / sum of each split block × key head
+    // (flash_block_rows(n_gqa) * n_gqa, 2 each) and the round's tasks
+    // (n_slots: block, chunk start). reserve() sizes the first two for one key
+    // head and n_threads blocks; a call with more grows them once (they never
+    // depend on the number of cells).
     std::vector<float> slots, split_ml;
     std::vector<std::pair<int64_t, int32_t>> split_tasks;
     int64_t n_slots = 0;

@@ -290,10 +290,31 @@ void clear(const partial& p, int nq, int dv) {
 
 // The chunk of the block's cells in [c0, c1) (inside one aligned chunk) into
 // part, from scratch.
+// Asks for key head hk's keys and values of cells [j0, j1) ahead of use: one
+// head's slice of a cell row is a few cache lines at a stride of the whole
+// row, which the hardware prefetchers follow poorly (token generation read
+// the cache at under half the bandwidth without this).
+void prefetch_cells(const plan& P, int hk, int32_t j0, int32_t j1) {
+    const attention_args& a = P.a;
+    const size_t k_off = row_size(a.type_k, (int64_t)hk * P.dk), k_len = row_size(a.type_k, P.dk);
+    const size_t v_off = row_size(a.type_v, (int64_t)hk * P.dv), v_len = row_size(a.type_v, P.dv);
+    for (int32_t j = j0; j < j1; ++j) {
+        const uint8_t* kr = a.k + (size_t)j * a.k_row_bytes + k_off;
+        const uint8_t* vr = a.v + (size_t)j * a.v_row_bytes + v_off;
+        for (size_t o = 0; o < k_len; o += 64) __builtin_prefetch(kr + o, 0, 2);
+        for (size_t o = 0; o < v_len; o += 64) __builtin_prefetch(vr + o, 0, 2);
+    }
+}
+
+// prefetch: also ask for each next tile's cells while a tile is processed
+// (off where another block of the group has just read the chunk).
 void chunk(const plan& P, const block_range& br, int hk, int32_t c0, int32_t c1, const float* qbuf,
-           attention_scratch::flash_thread& s, const partial& part) {
+           attention_scratch::flash_thread& s, const partial& part, bool prefetch) {
     clear(part, br.nb * P.n_gqa, P.dv);
-    for (int32_t j0 = c0 / kFlashTile * kFlashTile; j0 < c1; j0 += kFlashTile) tile(P, br, hk, j0, c0, c1, qbuf, s, part);
+    for (int32_t j0 = c0 / kFlashTile * kFlashTile; j0 < c1; j0 += kFlashTile) {
+        if (prefetch) prefetch_cells(P, hk, std::max(j0 + kFlashTile, c0), std::min(j0 + 2 * kFlashTile, br.hi));
+        tile(P, br, hk, j0, c0, c1, qbuf, s, part);
+    }
 }
 
 // total (query qi) ⊕= part (query qi). Chunks are merged in cell order, one
@@ -359,15 +380,18 @@ void run_group(const plan& P, int64_t g, int hk, attention_scratch::flash_thread
         hi = std::max(hi, br[i].hi);
     }
     const partial part{s.part.data(), ps, s.part.data() + (size_t)P.nq_max * ps, s.part.data() + (size_t)P.nq_max * (ps + 1)};
-    for (int32_t c = lo / kFlashChunk * kFlashChunk; c < hi; c += kFlashChunk)
+    for (int32_t c = lo / kFlashChunk * kFlashChunk; c < hi; c += kFlashChunk) {
+        bool first = true;  // the first block to read this chunk prefetches it
         for (int i = 0; i < ng; ++i) {
             if (br[i].hi <= br[i].lo || c + kFlashChunk <= br[i].lo || c >= br[i].hi) continue;
             float* t = s.total.data() + i * t_floats;
             const partial total{t, ps, t + (size_t)P.nq_max * ps, t + (size_t)P.nq_max * (ps + 1)};
             chunk(P, br[i], hk, std::max(c, br[i].lo), std::min(c + kFlashChunk, br[i].hi), s.q.data() + i * q_floats, s,
-                  part);
+                  part, first);
+            first = false;
             for (int qi = 0; qi < br[i].nb * P.n_gqa; ++qi) merge(total, part, qi, P.dv);
         }
+    }
     for (int i = 0; i < ng; ++i) {
         const float* t = s.total.data() + i * t_floats;
         for (int qi = 0; qi < br[i].nb * P.n_gqa; ++qi)
@@ -375,21 +399,30 @@ void run_group(const plan& P, int64_t g, int hk, attention_scratch::flash_thread
     }
 }
 
-// Few blocks, many cells (token generation): the chunks of every block ×
-// key head are spread over the threads in rounds of at most n_slots; after
-// each round the partials are merged in chunk order into totals kept in the
-// output rows (acc) and split_ml (max, sum).
+// Few blocks, many cells (token generation): the chunks of every block are
+// spread over the threads in rounds of at most n_slots, a task doing every
+// key head of its chunk, so that a thread reads the chunk's cache rows whole
+// (one head's slice of a row is a few lines at the stride of the row: a task
+// per head read the cache at a fraction of the memory bandwidth). After each
+// round the partials are merged in chunk order into totals kept in the output
+// rows (acc) and split_ml (max, sum).
 void run_split(const plan& P, thread_pool& pool, attention_scratch& sc) {
     const attention_args& a = P.a;
-    const int64_t n_pairs = P.n_blocks * a.n_head_kv;
+    const int n_kv = a.n_head_kv;
+    const int64_t n_pairs = P.n_blocks * n_kv;
     const int64_t ps = P.dv;
     const int64_t slot_floats = (int64_t)P.nq_max * (ps + 2);
-    using task = std::pair<int64_t, int32_t>;  // (block × key head, aligned chunk start)
+    // A partial per task and key head; the max / sum of every pair's total.
+    // reserve() sized both for one key head; more grow them once (never with
+    // the depth).
+    if (sc.slots.size() < (size_t)(sc.n_slots * n_kv * slot_floats)) sc.slots.resize((size_t)(sc.n_slots * n_kv * slot_floats));
+    if (sc.split_ml.size() < (size_t)(n_pairs * 2 * P.nq_max)) sc.split_ml.resize((size_t)(n_pairs * 2 * P.nq_max));
+    using task = std::pair<int64_t, int32_t>;  // (block, aligned chunk start)
     std::vector<task>& tasks = sc.split_tasks;  // reserved for n_slots: no allocation here
     // Totals: acc in the output rows (zeroed), max / sum in split_ml.
     for (int64_t pair = 0; pair < n_pairs; ++pair) {
-        const block_range br = block_of(P, pair / a.n_head_kv);
-        const int hk = (int)(pair % a.n_head_kv);
+        const block_range br = block_of(P, pair / n_kv);
+        const int hk = (int)(pair % n_kv);
         float* ml = sc.split_ml.data() + (size_t)pair * 2 * P.nq_max;
         for (int qi = 0; qi < br.nb * P.n_gqa; ++qi) {
             std::fill(out_row(P, br, hk, qi), out_row(P, br, hk, qi) + P.dv, 0.0f);
@@ -397,13 +430,13 @@ void run_split(const plan& P, thread_pool& pool, attention_scratch& sc) {
             ml[P.nq_max + qi] = 0.0f;
         }
     }
-    // Walk (pair, chunk) in order, a round at a time.
-    int64_t pair = 0;
+    // Walk (block, chunk) in order, a round at a time.
+    int64_t blk = 0;
     int32_t c = 0;
     bool started = false;
-    auto advance = [&]() -> bool {  // next (pair, c) with cells; false at the end
-        while (pair < n_pairs) {
-            const block_range br = block_of(P, pair / a.n_head_kv);
+    auto advance = [&]() -> bool {  // next (block, c) with cells; false at the end
+        while (blk < P.n_blocks) {
+            const block_range br = block_of(P, blk);
             if (br.hi > br.lo) {
                 if (!started) {
                     c = first_chunk(br);
@@ -413,53 +446,57 @@ void run_split(const plan& P, thread_pool& pool, attention_scratch& sc) {
                 c += kFlashChunk;
                 if (c < br.hi) return true;
             }
-            ++pair;
+            ++blk;
             started = false;
         }
         return false;
+    };
+    auto slot_of = [&](size_t i, int hk) {
+        float* slot = sc.slots.data() + (i * (size_t)n_kv + (size_t)hk) * (size_t)slot_floats;
+        return partial{slot, ps, slot + (size_t)P.nq_max * ps, slot + (size_t)P.nq_max * (ps + 1)};
     };
     struct job {
         const plan& P;
         attention_scratch& sc;
         const std::vector<task>& tasks;
-        int64_t slot_floats;
-    } j{P, sc, tasks, slot_floats};
+        const decltype(slot_of)& slot;
+    } j{P, sc, tasks, slot_of};
     bool more = advance();
     while (more) {
         tasks.clear();
         while (more && (int64_t)tasks.size() < sc.n_slots) {
-            tasks.push_back({pair, c});
+            tasks.push_back({blk, c});
             more = advance();
         }
         pool.parallel_for((int64_t)tasks.size(), [p = &j](int64_t i, int thread) {
             const plan& P = p->P;
             const task& t = p->tasks[(size_t)i];
-            const block_range br = block_of(P, t.first / P.a.n_head_kv);
-            const int hk = (int)(t.first % P.a.n_head_kv);
+            const block_range br = block_of(P, t.first);
             attention_scratch::flash_thread& s = p->sc.flash[(size_t)thread];
-            float* slot = p->sc.slots.data() + (size_t)i * p->slot_floats;
-            const partial part{slot, P.dv, slot + (size_t)P.nq_max * P.dv, slot + (size_t)P.nq_max * (P.dv + 1)};
-            load_queries(P, br, hk, s.q.data());
-            chunk(P, br, hk, std::max(t.second, br.lo), std::min(t.second + kFlashChunk, br.hi), s.q.data(), s, part);
+            for (int hk = 0; hk < P.a.n_head_kv; ++hk) {
+                load_queries(P, br, hk, s.q.data());
+                chunk(P, br, hk, std::max(t.second, br.lo), std::min(t.second + kFlashChunk, br.hi), s.q.data(), s,
+                      p->slot((size_t)i, hk), true);
+            }
         });
         for (size_t i = 0; i < tasks.size(); ++i) {
-            const block_range br = block_of(P, tasks[i].first / a.n_head_kv);
-            const int hk = (int)(tasks[i].first % a.n_head_kv);
-            float* slot = sc.slots.data() + i * (size_t)slot_floats;
-            const partial part{slot, P.dv, slot + (size_t)P.nq_max * P.dv, slot + (size_t)P.nq_max * (P.dv + 1)};
-            float* ml = sc.split_ml.data() + (size_t)tasks[i].first * 2 * P.nq_max;
-            for (int qi = 0; qi < br.nb * P.n_gqa; ++qi) {
-                // The total of query qi: its output row, its max and sum.
-                float* row = out_row(P, br, hk, qi);
-                const partial total{row, 0, ml + qi, ml + P.nq_max + qi};
-                const partial one{part.acc + (size_t)qi * P.dv, 0, part.m + qi, part.l + qi};
-                merge(total, one, 0, P.dv);
+            const block_range br = block_of(P, tasks[i].first);
+            for (int hk = 0; hk < n_kv; ++hk) {
+                const partial part = slot_of(i, hk);
+                float* ml = sc.split_ml.data() + (size_t)(tasks[i].first * n_kv + hk) * 2 * P.nq_max;
+                for (int qi = 0; qi < br.nb * P.n_gqa; ++qi) {
+                    // The total of query qi: its output row, its max and sum.
+                    float* row = out_row(P, br, hk, qi);
+                    const partial total{row, 0, ml + qi, ml + P.nq_max + qi};
+                    const partial one{part.acc + (size_t)qi * P.dv, 0, part.m + qi, part.l + qi};
+                    merge(total, one, 0, P.dv);
+                }
             }
         }
     }
     for (int64_t pr = 0; pr < n_pairs; ++pr) {
-        const block_range br = block_of(P, pr / a.n_head_kv);
-        const int hk = (int)(pr % a.n_head_kv);
+        const block_range br = block_of(P, pr / n_kv);
+        const int hk = (int)(pr % n_kv);
         const float* ml = sc.split_ml.data() + (size_t)pr * 2 * P.nq_max;
         for (int qi = 0; qi < br.nb * P.n_gqa; ++qi) {
             float* row = out_row(P, br, hk, qi);
@@ -506,10 +543,13 @@ void flash_attention(const attention_args& a, thread_pool& pool, attention_scrat
         P.q_type = traits(a.type_k).vec_dot_type;
         P.q_row_bytes = row_size(P.q_type, P.dk);
     }
-    const int64_t n_pairs = P.n_blocks * a.n_head_kv;
     int32_t span = 0;
     for (int t = 0; t < a.n_tok; ++t) span = std::max(span, a.hi[t] - a.lo[t]);
-    if (pool.n_threads() > 1 && n_pairs < pool.n_threads() && span > kFlashChunk) {
+    // Few blocks (token generation, short batches) over many cells: split
+    // the cells. Also with key heads enough for every thread: one task per
+    // head would read each head's slice of the cache rows apart (see
+    // run_split), at a fraction of the bandwidth.
+    if (pool.n_threads() > 1 && P.n_blocks < pool.n_threads() && span > kFlashChunk) {
         run_split(P, pool, sc);
         return;
     }
