@@ -288,8 +288,6 @@ void clear(const partial& p, int nq, int dv) {
     }
 }
 
-// The chunk of the block's cells in [c0, c1) (inside one aligned chunk) into
-// part, from scratch.
 // Asks for key head hk's keys and values of cells [j0, j1) ahead of use: one
 // head's slice of a cell row is a few cache lines at a stride of the whole
 // row, which the hardware prefetchers follow poorly (token generation read
@@ -306,8 +304,10 @@ void prefetch_cells(const plan& P, int hk, int32_t j0, int32_t j1) {
     }
 }
 
-// prefetch: also ask for each next tile's cells while a tile is processed
-// (off where another block of the group has just read the chunk).
+// The chunk of the block's cells in [c0, c1) (inside one aligned chunk) into
+// part, from scratch. prefetch: also ask for each next tile's cells while a
+// tile is processed (off where another block of the group has just read the
+// chunk).
 void chunk(const plan& P, const block_range& br, int hk, int32_t c0, int32_t c1, const float* qbuf,
            attention_scratch::flash_thread& s, const partial& part, bool prefetch) {
     clear(part, br.nb * P.n_gqa, P.dv);
