@@ -198,7 +198,8 @@ def _compute_bytes(s: _Shape, n_ctx: int, n_ubatch: int, n_threads: int, flash: 
     widest = max(s.n_embd, s.n_ff, s.n_head * s.head_dim_v)
     matmul_act = ub * widest * 4 + 1024
     attn = _engine.ops.attention_scratch_bytes("flash" if flash else "explicit", n_threads, n_ctx,
-                                               s.n_head // s.n_head_kv, s.head_dim_k, s.head_dim_v)
+                                               s.n_head // s.n_head_kv, s.head_dim_k, s.head_dim_v,
+                                               n_head_kv=s.n_head_kv)
     hidden = 4 * ub * E if (s.encoder or pooled) else 0
     return run + matmul_act + int(attn) + hidden
 

@@ -268,6 +268,10 @@ def test_flash_scratch_does_not_grow_with_cells():
     flash = [E.ops.attention_scratch_bytes("flash", n_cells=n, **args) for n in (512, 8192, 131072)]
     explicit = [E.ops.attention_scratch_bytes("explicit", n_cells=n, **args) for n in (512, 8192)]
     assert flash[0] == flash[1] == flash[2] > 0
+    # Token generation's split partials are reserved for every key head up
+    # front (a task does all of them), so no call grows them later.
+    many = [E.ops.attention_scratch_bytes("flash", n_cells=n, n_head_kv=8, **args) for n in (512, 131072)]
+    assert many[0] == many[1] > flash[0]
     assert explicit[1] > explicit[0] > 0
 
 

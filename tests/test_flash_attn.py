@@ -82,6 +82,17 @@ def test_flash_scratch_does_not_grow_with_n_ctx(tiny):
     assert explicit[1] > explicit[0] > 0
 
 
+def test_flash_scratch_does_not_grow_in_use(tiny):
+    # Token generation over many cells takes the split path, whose partials
+    # cover every key head: reserved with the context, not grown by a call.
+    path, *_ = tiny("qwen3")
+    with Llama(model_path=str(path), n_ctx=1024, n_threads=2, flash_attn=True, verbose=False) as llm:
+        before = llm._ctx.attention_scratch_bytes
+        llm.eval([5 + i % 90 for i in range(600)])
+        llm.eval([7])
+        assert llm._ctx.attention_scratch_bytes == before > 0
+
+
 # ------------------------------------------------------------- tiny models
 @pytest.mark.parametrize("arch", list(R.SPECS))
 @pytest.mark.parametrize("kv", ["f16", "f32"])

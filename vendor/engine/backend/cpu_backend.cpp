@@ -54,7 +54,8 @@ cpu_backend::cpu_backend(const hparams& hp, int64_t n_ub, int64_t n_cells, int n
     // Quantized activations: at most 4 bytes per element of the widest input.
     const int64_t widest = std::max({hp.n_embd, hp.n_ff, hp.n_head * hp.head_dim_v});
     mm_.act.reserve((size_t)(n_ub * widest * 4 + 1024));
-    attn_.reserve(path, n_threads, n_cells, (int)(hp.n_head / hp.n_head_kv), (int)hp.head_dim_k, (int)hp.head_dim_v);
+    attn_.reserve(path, n_threads, n_cells, (int)(hp.n_head / hp.n_head_kv), (int)hp.head_dim_k, (int)hp.head_dim_v,
+                  (int)hp.n_head_kv);
 }
 
 cpu_backend::cpu_backend(thread_pool& pool) : pool_(&pool) {}

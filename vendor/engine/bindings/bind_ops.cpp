@@ -136,7 +136,7 @@ py::array_t<float> attention_op(f32_array q, u8_array k, u8_array v, const std::
         py::gil_scoped_release nogil;
         thread_pool& pool = ops_pool(n_threads);
         attention_scratch scratch;
-        scratch.reserve(a.path, n_threads, n_cells, n_head / n_head_kv, dk, dv);
+        scratch.reserve(a.path, n_threads, n_cells, n_head / n_head_kv, dk, dv, n_head_kv);
         for (int r = 0; r < n_repeat; ++r) attention(a, pool, scratch);
     }
     return out;
@@ -189,12 +189,12 @@ void bind_ops(py::module_& m) {
             "Scores are soft-capped (softcap > 0), then scaled. path: 'flash' or 'explicit'. n_repeat runs it that\n"
             "many times (benchmarks). Returns (n_tok, n_head, head_dim_v) float32.");
     ops.def("attention_scratch_bytes", [](const std::string& path, int n_threads, int64_t n_cells, int n_gqa,
-                                          int head_dim_k, int head_dim_v) {
+                                          int head_dim_k, int head_dim_v, int n_head_kv) {
         attention_scratch s;
-        s.reserve(path_arg(path), n_threads, n_cells, n_gqa, head_dim_k, head_dim_v);
+        s.reserve(path_arg(path), n_threads, n_cells, n_gqa, head_dim_k, head_dim_v, n_head_kv);
         return s.bytes();
     }, py::arg("path"), py::arg("n_threads"), py::arg("n_cells"), py::arg("n_gqa"), py::arg("head_dim_k"),
-       py::arg("head_dim_v"), "Work memory the attention path reserves for these sizes.");
+       py::arg("head_dim_v"), py::arg("n_head_kv") = 1, "Work memory the attention path reserves for these sizes.");
     ops.def("rope_table", &rope_table_op, py::arg("pos"), py::arg("n_rot"), py::arg("freq_base") = 10000.0f,
             py::arg("sections") = std::vector<int>{},
             "RoPE angles' cos/sin (n, n_rot/2, 2) of positions pos (n,), or with M-RoPE sections (4 ints) of\n"

@@ -449,9 +449,9 @@ void attention_scratch::reserve(int n_threads, int64_t n_cells, int n_gqa, int h
 }
 
 void attention_scratch::reserve(attention_path p, int n_threads, int64_t n_cells, int n_gqa, int head_dim_k,
-                                int head_dim_v) {
-    if (n_threads < 1 || n_gqa < 1 || head_dim_k < 1 || head_dim_v < 1)
-        throw value_error("attention scratch: threads, n_gqa and head sizes must be >= 1");
+                                int head_dim_v, int n_head_kv) {
+    if (n_threads < 1 || n_gqa < 1 || head_dim_k < 1 || head_dim_v < 1 || n_head_kv < 1)
+        throw value_error("attention scratch: threads, n_gqa, n_head_kv and head sizes must be >= 1");
     if (p == attention_path::explicit_softmax) {
         flash.clear();
         slots.clear();
@@ -481,8 +481,8 @@ void attention_scratch::reserve(attention_path p, int n_threads, int64_t n_cells
     // Split-K rounds: enough slots that a round keeps every thread busy for a
     // few chunks.
     n_slots = 8 * (int64_t)n_threads;
-    slots.resize((size_t)n_slots * part);
-    split_ml.resize((size_t)n_threads * nq * 2);
+    slots.resize((size_t)n_slots * (size_t)n_head_kv * part);
+    split_ml.resize((size_t)n_threads * (size_t)n_head_kv * nq * 2);
     split_tasks.clear();
     split_tasks.reserve((size_t)n_slots);
 }

@@ -108,9 +108,9 @@ struct attention_scratch {
     // (n_slots tasks × key heads, flash_block_rows(n_gqa) * n_gqa, head_dim_v + 2),
     // the running max / sum of each split block × key head
     // (flash_block_rows(n_gqa) * n_gqa, 2 each) and the round's tasks
-    // (n_slots: block, chunk start). reserve() sizes the first two for one key
-    // head and n_threads blocks; a call with more grows them once (they never
-    // depend on the number of cells).
+    // (n_slots: block, chunk start). reserve() sizes the first two for its
+    // n_head_kv and n_threads blocks; a call with more key heads grows them
+    // once (they never depend on the number of cells).
     std::vector<float> slots, split_ml;
     std::vector<std::pair<int64_t, int32_t>> split_tasks;
     int64_t n_slots = 0;
@@ -122,7 +122,10 @@ struct attention_scratch {
     // The explicit path's memory (n_cells enters it).
     void reserve(int n_threads, int64_t n_cells, int n_gqa, int head_dim_k, int head_dim_v);
     // Memory for path p: for flash n_cells is ignored.
-    void reserve(attention_path p, int n_threads, int64_t n_cells, int n_gqa, int head_dim_k, int head_dim_v);
+    // n_head_kv sizes the flash path's split-K partials (a task does every
+    // key head); a call with more key heads grows them once.
+    void reserve(attention_path p, int n_threads, int64_t n_cells, int n_gqa, int head_dim_k, int head_dim_v,
+                 int n_head_kv = 1);
     size_t bytes() const;  // work memory held
 };
 
