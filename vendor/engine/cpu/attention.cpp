@@ -466,6 +466,7 @@ void attention_scratch::reserve(attention_path p, int n_threads, int64_t n_cells
     this->n_gqa = n_gqa;
     this->head_dim_k = head_dim_k;
     this->head_dim_v = head_dim_v;
+    this->n_head_kv = n_head_kv;
     this->n_cells = 0;
     const size_t nq = (size_t)flash_block_rows(n_gqa) * (size_t)n_gqa;
     const size_t part = nq * ((size_t)head_dim_v + 2);

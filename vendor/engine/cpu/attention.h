@@ -109,21 +109,22 @@ struct attention_scratch {
     // the running max / sum of each split block × key head
     // (flash_block_rows(n_gqa) * n_gqa, 2 each) and the round's tasks
     // (n_slots: block, chunk start). reserve() sizes the first two for its
-    // n_head_kv and n_threads blocks; a call with more key heads grows them
-    // once (they never depend on the number of cells).
+    // n_head_kv (a call with more is refused) and n_threads blocks; they never
+    // depend on the number of cells.
     std::vector<float> slots, split_ml;
     std::vector<std::pair<int64_t, int32_t>> split_tasks;
     int64_t n_slots = 0;
 
     attention_path path = attention_path::explicit_softmax;  // what reserve() sized this for
     int n_gqa = 0, head_dim_k = 0, head_dim_v = 0;           // likewise
+    int n_head_kv = 0;                                       // likewise (flash path)
     int64_t n_cells = 0;                                     // (explicit path)
 
     // The explicit path's memory (n_cells enters it).
     void reserve(int n_threads, int64_t n_cells, int n_gqa, int head_dim_k, int head_dim_v);
     // Memory for path p: for flash n_cells is ignored.
     // n_head_kv sizes the flash path's split-K partials (a task does every
-    // key head); a call with more key heads grows them once.
+    // key head); flash calls with more key heads are refused.
     void reserve(attention_path p, int n_threads, int64_t n_cells, int n_gqa, int head_dim_k, int head_dim_v,
                  int n_head_kv = 1);
     size_t bytes() const;  // work memory held

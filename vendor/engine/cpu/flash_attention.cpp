@@ -406,17 +406,19 @@ void run_group(const plan& P, int64_t g, int hk, attention_scratch::flash_thread
 // per head read the cache at a fraction of the memory bandwidth). After each
 // round the partials are merged in chunk order into totals kept in the output
 // rows (acc) and split_ml (max, sum).
+// Round task i's partial for key head hk.
+partial split_slot(const plan& P, attention_scratch& sc, size_t i, int hk) {
+    const size_t slot_floats = (size_t)P.nq_max * (size_t)(P.dv + 2);
+    float* slot = sc.slots.data() + (i * (size_t)P.a.n_head_kv + (size_t)hk) * slot_floats;
+    return partial{slot, P.dv, slot + (size_t)P.nq_max * P.dv, slot + (size_t)P.nq_max * (P.dv + 1)};
+}
+
 void run_split(const plan& P, thread_pool& pool, attention_scratch& sc) {
     const attention_args& a = P.a;
     const int n_kv = a.n_head_kv;
     const int64_t n_pairs = P.n_blocks * n_kv;
-    const int64_t ps = P.dv;
-    const int64_t slot_floats = (int64_t)P.nq_max * (ps + 2);
-    // A partial per task and key head; the max / sum of every pair's total.
-    // reserve() sized both for one key head; more grow them once (never with
-    // the depth).
-    if (sc.slots.size() < (size_t)(sc.n_slots * n_kv * slot_floats)) sc.slots.resize((size_t)(sc.n_slots * n_kv * slot_floats));
-    if (sc.split_ml.size() < (size_t)(n_pairs * 2 * P.nq_max)) sc.split_ml.resize((size_t)(n_pairs * 2 * P.nq_max));
+    // A partial per task and key head, the max / sum of every pair's total:
+    // reserve() sized both for n_head_kv key heads (check() made sure).
     using task = std::pair<int64_t, int32_t>;  // (block, aligned chunk start)
     std::vector<task>& tasks = sc.split_tasks;  // reserved for n_slots: no allocation here
     // Totals: acc in the output rows (zeroed), max / sum in split_ml.
@@ -451,16 +453,11 @@ void run_split(const plan& P, thread_pool& pool, attention_scratch& sc) {
         }
         return false;
     };
-    auto slot_of = [&](size_t i, int hk) {
-        float* slot = sc.slots.data() + (i * (size_t)n_kv + (size_t)hk) * (size_t)slot_floats;
-        return partial{slot, ps, slot + (size_t)P.nq_max * ps, slot + (size_t)P.nq_max * (ps + 1)};
-    };
     struct job {
         const plan& P;
         attention_scratch& sc;
         const std::vector<task>& tasks;
-        const decltype(slot_of)& slot;
-    } j{P, sc, tasks, slot_of};
+    } j{P, sc, tasks};
     bool more = advance();
     while (more) {
         tasks.clear();
@@ -476,13 +473,13 @@ void run_split(const plan& P, thread_pool& pool, attention_scratch& sc) {
             for (int hk = 0; hk < P.a.n_head_kv; ++hk) {
                 load_queries(P, br, hk, s.q.data());
                 chunk(P, br, hk, std::max(t.second, br.lo), std::min(t.second + kFlashChunk, br.hi), s.q.data(), s,
-                      p->slot((size_t)i, hk), true);
+                      split_slot(P, p->sc, (size_t)i, hk), true);
             }
         });
         for (size_t i = 0; i < tasks.size(); ++i) {
             const block_range br = block_of(P, tasks[i].first);
             for (int hk = 0; hk < n_kv; ++hk) {
-                const partial part = slot_of(i, hk);
+                const partial part = split_slot(P, sc, i, hk);
                 float* ml = sc.split_ml.data() + (size_t)(tasks[i].first * n_kv + hk) * 2 * P.nq_max;
                 for (int qi = 0; qi < br.nb * P.n_gqa; ++qi) {
                     // The total of query qi: its output row, its max and sum.
@@ -510,8 +507,9 @@ void check(const attention_args& a, const attention_scratch& sc, const thread_po
         throw value_error("attention: n_head (" + std::to_string(a.n_head) + ") must be a positive multiple of n_head_kv (" +
                           std::to_string(a.n_head_kv) + ")");
     if (sc.path != attention_path::flash || sc.n_gqa != a.n_head / a.n_head_kv || sc.head_dim_k != a.head_dim_k ||
-        sc.head_dim_v != a.head_dim_v || (int)sc.flash.size() < pool.n_threads())
-        throw value_error("attention: the scratch was not reserved for the flash path with these head sizes and threads");
+        sc.head_dim_v != a.head_dim_v || (int)sc.flash.size() < pool.n_threads() || sc.n_head_kv < a.n_head_kv)
+        throw value_error(
+            "attention: the scratch was not reserved for the flash path with these head sizes, key heads and threads");
     for (auto [t, d] : {std::pair{a.type_k, a.head_dim_k}, std::pair{a.type_v, a.head_dim_v}}) {
         const type_traits& tr = traits(t);
         if (!tr.to_float || (tr.is_quantized && (!tr.vec_dot || d % tr.block_size != 0)))

@@ -309,27 +309,25 @@ LP_TARGET_AVX512 LP_INLINE void dots_group_avx512(const uint8_t* const rows[NC],
         for (int c = 0; c < NC; ++c) s[(size_t)j * s_stride + i + c] = sums[reduce16_lane(NC * j + c)];
 }
 
-// Groups of 8 queries × 2 cells where there are 8 queries (a block's usual
-// 16), else 4 × 4: the 8 × 2 group reads and converts half as many key vectors
-// per FMA (measured faster than 4 × 4 and 16 × 1). Every pair is the same FMA chain and lane tree either way.
+// Queries [0, q8) in groups of 8 × 2 cells (a block's usual 16 queries),
+// the rest in 4 × 4: the 8 × 2 group reads and converts half as many key
+// vectors per FMA (measured faster than 4 × 4 and 16 × 1). Every pair is the
+// same FMA chain and lane tree either way.
 template <flash_elem E>
 LP_TARGET_AVX512 void dots_avx512(const uint8_t* k, size_t k_row_bytes, const int32_t* cells, int n, const float* q,
                                   int nq, int d, float* s, int s_stride) {
-    int qi = 0;
-    if (nq - qi >= 8) {
-        const int n2 = n & ~1;
-        const int qa = qi;
-        for (; qi + 8 <= nq; qi += 8)
-            for (int i = 0; i < n2; i += 2) {
-                const uint8_t* rows[2] = {k + (size_t)cells[i] * k_row_bytes, k + (size_t)cells[i + 1] * k_row_bytes};
-                dots_group_avx512<E, 8, 2>(rows, q + (size_t)qi * d, d, s + (size_t)qi * s_stride, s_stride, i);
-            }
-        if (n2 < n) {  // the odd last cell of the 8-query groups
-            const uint8_t* row = k + (size_t)cells[n2] * k_row_bytes;
-            for (int j = qa; j < qi; ++j) s[(size_t)j * s_stride + n2] = dot_pair_avx512<E>(row, q + (size_t)j * d, d);
+    const int q8 = nq & ~7, n2 = n & ~1;
+    for (int qi = 0; qi < q8; qi += 8)
+        for (int i = 0; i < n2; i += 2) {
+            const uint8_t* rows[2] = {k + (size_t)cells[i] * k_row_bytes, k + (size_t)cells[i + 1] * k_row_bytes};
+            dots_group_avx512<E, 8, 2>(rows, q + (size_t)qi * d, d, s + (size_t)qi * s_stride, s_stride, i);
         }
+    if (n2 < n) {  // the odd last cell of the 8-query groups
+        const uint8_t* row = k + (size_t)cells[n2] * k_row_bytes;
+        for (int j = 0; j < q8; ++j) s[(size_t)j * s_stride + n2] = dot_pair_avx512<E>(row, q + (size_t)j * d, d);
     }
-    const int qr = qi;  // queries [qr, nq): 4 × 4 groups, then pairs
+    const int qr = q8;  // queries [qr, nq): 4 × 4 groups, then pairs
+    int qi;
     int i = 0;
     for (; i + 4 <= n; i += 4) {
         const uint8_t* rows[4];
@@ -397,13 +395,12 @@ LP_TARGET_AVX512 LP_INLINE int pv_queries_avx512(const uint8_t* v, size_t v_row_
 
 // 8 queries × 32 dims where there are 8 queries (a block's usual 16), the
 // rest in 4 × 64 and 1 × 64 (8 × 32 measured faster than 4 × 64 and 16 × 16
-// on pp512 at depth 16384). Each output element is one FMA chain over the cells in
-// order whatever the grouping.
+// on pp512 at depth 16384). Each output element is one FMA chain over the
+// cells in order whatever the grouping.
 template <flash_elem E>
 LP_TARGET_AVX512 void pv_avx512(const uint8_t* v, size_t v_row_bytes, const int32_t* cells, int n, const float* p,
                                 int p_stride, int nq, int d, float* acc, int acc_stride) {
-    int qi = 0;
-    if (nq - qi >= 8) qi = pv_queries_avx512<E, 8, 2>(v, v_row_bytes, cells, n, p, p_stride, qi, nq, d, acc, acc_stride);
+    int qi = pv_queries_avx512<E, 8, 2>(v, v_row_bytes, cells, n, p, p_stride, 0, nq, d, acc, acc_stride);
     if (nq - qi >= 4) qi = pv_queries_avx512<E, 4, 4>(v, v_row_bytes, cells, n, p, p_stride, qi, nq, d, acc, acc_stride);
     if (qi < nq) pv_queries_avx512<E, 1, 4>(v, v_row_bytes, cells, n, p, p_stride, qi, nq, d, acc, acc_stride);
 }
