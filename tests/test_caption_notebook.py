@@ -7,14 +7,13 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import pytest
 from conftest import needs
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "examples" / "caption_folder.ipynb"
 
 
 def test_caption_notebook_executes(tmp_path):
-    pytest.importorskip("PIL")
+    needs("PIL")
     nbformat = needs("nbformat")
     nbclient = needs("nbclient")
     import llamapy

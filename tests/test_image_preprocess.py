@@ -12,7 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-Image = pytest.importorskip("PIL.Image")
+from conftest import needs
+
+Image = needs("PIL.Image")
 
 from llamapy.multimodal.mmproj import MmprojInfo
 from llamapy.multimodal.preprocess import (BICUBIC, BILINEAR, LANCZOS, PAD_NONE, normalize, preprocess,

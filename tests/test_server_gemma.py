@@ -7,11 +7,12 @@ from __future__ import annotations
 import json
 
 import pytest
+from conftest import needs
 
-pytest.importorskip("fastapi")
-pytest.importorskip("uvicorn")
-openai = pytest.importorskip("openai")
-httpx = pytest.importorskip("httpx")
+needs("fastapi")
+needs("uvicorn")
+openai = needs("openai")
+httpx = needs("httpx")
 
 from server_helpers import LiveServer  # noqa: E402
 

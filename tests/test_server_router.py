@@ -14,11 +14,12 @@ import threading
 import time
 
 import pytest
+from conftest import needs
 
-httpx = pytest.importorskip("httpx")
-pytest.importorskip("fastapi")
-pytest.importorskip("uvicorn")
-pytest.importorskip("sse_starlette")
+httpx = needs("httpx")
+needs("fastapi")
+needs("uvicorn")
+needs("sse_starlette")
 
 from server_helpers import free_port  # noqa: E402
 
