@@ -80,7 +80,17 @@ def worker(impl: str, path: str, threads: int, n_prompt: int, n_gen: int, reps: 
             llm.eval([tok])
         tg.append((n_gen - 1) / (time.perf_counter() - t))
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    return {"load_s": load, "pp": statistics.median(pp[1:]), "tg": statistics.median(tg[1:]), "rss_mb": rss}
+    if impl == "llamapy":  # which build ran, at which kernel level
+        from llamapy import _engine
+
+        si = _engine.system_info()
+        info = {"module": _engine.__file__, "build": si.get("build", ""), "active_isa": si["active_isa"]}
+    else:
+        import llama_cpp
+
+        info = {"module": llama_cpp.__file__, "system_info": llama_cpp.llama_print_system_info().decode().strip()}
+    return {"load_s": load, "pp": statistics.median(pp[1:]), "tg": statistics.median(tg[1:]), "rss_mb": rss,
+            "info": info}
 
 
 def main() -> int:
@@ -108,13 +118,20 @@ def main() -> int:
             for impl in args.impls:  # alternate implementations
                 cmd = [sys.executable, __file__, "--worker", impl, path, "--threads", str(args.threads),
                        "--inner", str(args.inner), "-p", str(args.p), "-n", str(args.n)]
-                r = subprocess.run(cmd, capture_output=True, text=True)
+                # this checkout appended: a build given on PYTHONPATH is the one measured
+                env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+                    p for p in (os.environ.get("PYTHONPATH", ""), os.path.dirname(HERE)) if p))
+                r = subprocess.run(cmd, capture_output=True, text=True, env=env)
                 if r.returncode != 0:
                     print(f"{impl} on {name} failed:\n{r.stderr[-2000:]}")
                     continue
                 runs[impl].append(json.loads(r.stdout.strip().splitlines()[-1]))
-        med = {impl: {k: statistics.median(x[k] for x in v) for k in v[0]} for impl, v in runs.items() if v}
-        results[name] = med
+        med = {impl: {k: statistics.median(x[k] for x in v) for k in v[0] if k != "info"}
+               for impl, v in runs.items() if v}
+        results[name] = {impl: dict(m, info=runs[impl][0]["info"]) for impl, m in med.items()}
+        for impl, v in runs.items():
+            if v:
+                print(f"  {impl}: {v[0]['info']}")
         print(f"\n{name}")
         print(f"  {'impl':10} {'load s':>7} {'pp t/s':>8} {'tg t/s':>8} {'RSS MB':>7}")
         for impl, m in med.items():

@@ -123,7 +123,8 @@ def worker(impl: str, path: str, threads: int, n_prompt: int, n_gen: int, depths
         from llamapy import _engine
 
         si = _engine.system_info()
-        info = {"active_isa": si["active_isa"], "isa_cap": si.get("isa_cap", ""),
+        info = {"active_isa": si["active_isa"], "isa_cap": si.get("isa_cap", ""), "build": si.get("build", ""),
+                "module": _engine.__file__,
                 "avxvnni_env": os.environ.get("LLAMAPY_AVXVNNI", "")}
     else:
         import llama_cpp as lc
@@ -201,6 +202,8 @@ def main() -> int:
     ap.add_argument("--swa-full", type=int, choices=(0, 1), default=0,
                     help="full-size cache for sliding-window layers, both sides (default 0, as llama-bench and "
                          "llamapy; llama-cpp-python's own default is 1)")
+    ap.add_argument("--skip", nargs="*", default=[], metavar="IMPL/faF",
+                    help="combinations not to run, e.g. llamapy/fa0 (the explicit path is slow to fill deep contexts)")
     ap.add_argument("--timeout", type=float, default=1800, help="seconds per worker process")
     ap.add_argument("--json", help="output path (default benchmarks/out/long_context-<time>.json)")
     ap.add_argument("--worker", nargs=3, metavar=("IMPL", "PATH", "FA"), help=argparse.SUPPRESS)
@@ -231,10 +234,15 @@ def main() -> int:
         for rep in range(args.reps):
             for f in flashes:
                 for impl in impls:  # alternate implementations
+                    if f"{impl}/fa{f}" in args.skip:
+                        continue
                     cmd = [sys.executable, os.path.abspath(__file__), "--worker", impl, path, f, "--threads",
                            str(args.threads), "--inner", str(args.inner), "-p", str(args.p), "-n", str(args.n),
                            "--depths", ",".join(map(str, depths)), "--swa-full", str(args.swa_full)]
-                    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+                    # this checkout appended, so a build given on PYTHONPATH (a portable
+                    # variant, an installed wheel) is the one measured
+                    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+                        p for p in (os.environ.get("PYTHONPATH", ""), ROOT) if p))
                     t = time.perf_counter()
                     try:
                         r = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout, env=env)

@@ -157,7 +157,7 @@ void check_lane_sums() {
 int main() {
     check_lane_sums();
     const int64_t lengths[] = {1, 15, 16, 17, 100, 255, 256, 257, 384, 511, 513, 1000};
-    const int row_counts[] = {1, 3, 4, 7, 16};
+    const int row_counts[] = {1, 3, 4, 7, 16, 37, 64};  // mat-mat panels of F32 / F16 take up to 64 rows
     const int col_counts[] = {2, 5, 6, 7, 13, 128};
     uint64_t seed = 1;
     for (int64_t n : lengths)

@@ -48,7 +48,7 @@ using gemm_tile_fn = void (*)(int64_t n, const void* w, size_t w_stride, const v
                               float* out, size_t out_stride, int nr, int nc);
 
 // Panels: out[c * out_stride + r] = dot(w_row r, a_row c) for r < nr <= 16
-// and c < nc <= 128, in one call, so a kernel can re-lay out the nr rows
+// (mat-mat: <= the type's panel_rows) and c < nc <= 128, in one call, so a kernel can re-lay out the nr rows
 // once for all nc columns (mat-mat) or stream them (nc == 1, mat-vec).
 // Optional; where a type has one the driver uses it for both, and its results
 // must not depend on nc.
@@ -76,6 +76,11 @@ struct type_traits {
     vec_dot_fn vec_dot = nullptr;        // best kernel for the table's ISA level
     gemm_tile_fn gemm_tile = nullptr;    // optional tiled kernel for the table's ISA level
     gemm_panel_fn gemm_panel = nullptr;  // optional panel kernel (takes precedence over gemm_tile)
+    // Weight rows per gemm_panel call in mat-mat (a multiple of kPanelRows;
+    // mat-vec calls always take kPanelRows). More rows per call amortise work
+    // a panel does once per call on the activations (the float panels widen
+    // or copy them).
+    int panel_rows = kPanelRows;
     isa vec_dot_isa = isa::scalar;       // the level vec_dot was written for
 };
 

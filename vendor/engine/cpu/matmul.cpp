@@ -57,10 +57,11 @@ void matmul(const weight_view& w, const float* x, int64_t x_stride, int64_t n_to
     const int nth = pool.n_threads();
 
     if (const gemm_panel_fn panel = wt.gemm_panel) {
-        // The type's panel kernel: kPanelRows weight rows per call, against
+        // The type's panel kernel: panel_rows weight rows per call, against
         // up to kPanelCols activation rows (mat-vec: one). Mat-vec chunks are
         // whole panels, a few per thread; mat-mat jobs are as below.
-        const int64_t n_rt = (w.n_rows + kPanelRows - 1) / kPanelRows;
+        const int64_t prows = n_tok == 1 ? kPanelRows : wt.panel_rows;
+        const int64_t n_rt = (w.n_rows + prows - 1) / prows;
         const int64_t n_ct = (n_tok + kPanelCols - 1) / kPanelCols;
         const int64_t per = n_tok == 1 ? (n_rt + (int64_t)nth * 8 - 1) / ((int64_t)nth * 8) : 1;
         const int64_t n_rc = (n_rt + per - 1) / per;
@@ -68,7 +69,7 @@ void matmul(const weight_view& w, const float* x, int64_t x_stride, int64_t n_to
             const int64_t rc = job % n_rc, ct = job / n_rc;
             const int64_t c0 = ct * kPanelCols, nc = std::min<int64_t>(kPanelCols, n_tok - c0);
             for (int64_t p = rc * per; p < std::min(n_rt, (rc + 1) * per); ++p) {
-                const int64_t r0 = p * kPanelRows, nr = std::min<int64_t>(kPanelRows, w.n_rows - r0);
+                const int64_t r0 = p * prows, nr = std::min<int64_t>(prows, w.n_rows - r0);
                 panel(w.n_cols, wd + r0 * w.row_stride, w.row_stride, (int)nr, a + c0 * a_stride, a_stride, (int)nc,
                       y + c0 * y_stride + r0, (size_t)y_stride);
             }

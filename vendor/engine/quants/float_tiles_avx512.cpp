@@ -16,11 +16,12 @@
 // The panel's register tile is 4 weight rows × 6 activation rows: 24
 // accumulators, 6 activation vectors held, each weight vector loaded once for
 // its 6 FMAs: 10 loads per 24 FMAs in 31 of the 32 zmm registers. K runs in
-// blocks of kKc so a block's 16 weight rows (16 KB) and one 6-row activation
-// group (6 KB) stay in L1 while the 4 row groups take their turns; partial
-// accumulators wait in a per-thread buffer between blocks.
-// F16 weights and activations are widened to F32 once per block into
-// per-thread buffers (exact), not once per FMA.
+// blocks of kKc; per block the panel's weight rows (up to 64: 64 KB, from L2)
+// and one 6-row activation group at a time (6 KB, L1) are copied (F32) or
+// widened (F16, exact) into per-thread buffers, so the rows a tile reads lie
+// 1 KB apart instead of a row stride apart (see gemm_panel_float_avx512 for
+// why that matters), and partial accumulators wait in a per-thread buffer
+// between blocks.
 //
 // Not here: BF16 and the conversions (float.cpp), the AVX2 level
 // (float_tiles_avx2.cpp).
@@ -165,25 +166,36 @@ LP_TARGET_AVX512 void vec_dot_float_avx512(int64_t n, float* out, const void* w_
 }
 
 // ---------------------------------------------------------------------------
-// Mat-mat panels: up to kPanelRows weight rows × kPanelCols activation rows.
+// Mat-mat panels: up to kFloatPanelRows weight rows × kPanelCols activation
+// rows per call (the driver gives these types taller panels than the
+// quantized ones: type_traits::panel_rows). A call copies (F32) or widens
+// (F16) every activation block it uses once, so the rows per call are what
+// that work is shared by: at 16 rows the F16 widening took 17% of the time.
 constexpr int64_t kKc = 256;
 constexpr int kTileRows = 4, kTileCols = 6;
-constexpr int kRowGroups = kPanelRows / kTileRows;
+constexpr int kFloatPanelRows = 64;
+constexpr int kCopyWeightCols = 48;
+static_assert(kFloatPanelRows % kPanelRows == 0, "panel_rows is a multiple of kPanelRows");
+constexpr int kRowGroups = kFloatPanelRows / kTileRows;
 constexpr int kColGroups = (kPanelCols + kTileCols - 1) / kTileCols;
 constexpr size_t kTilePart = (size_t)kTileRows * kTileCols * 16;  // floats of one tile's accumulators
 
 // NR (<= 4) F32 weight rows w (stride wsf floats) × NC (<= 6) F32 activation
 // rows a (stride asf floats), len elements from the block's start: the
-// accumulators start at zero (first) or from part ([c][r] 16-lane vectors),
-// and end in part or, at the row's last block (last: its zero-padded tail
-// included), summed into out[c · os + r].
-template <int NR, int NC>
-LP_TARGET_AVX512 void panel_tile(int64_t len, bool first, bool last, const float* w, size_t wsf, const float* a,
-                                 size_t asf, float* part, float* out, size_t os) {
+// accumulators start at zero (FIRST) or from part ([c][r] 16-lane vectors),
+// and end in part or, at the row's last block (LAST: its zero-padded tail
+// included), summed into out[c · os + r]. FIRST / LAST are template
+// arguments so that the accumulators go from zero or part straight into
+// registers and out again: with them as run-time flags GCC built the array on
+// the stack and copied it in and out around the loop (~100 extra memory
+// operations per call, a third of a 256-element block's FMA time).
+template <int NR, int NC, bool FIRST, bool LAST>
+LP_TARGET_AVX512 LP_INLINE void panel_tile_body(int64_t len, const float* w, size_t wsf, const float* a, size_t asf,
+                                                float* part, float* out, size_t os) {
     __m512 acc[NR][NC];
     for (int c = 0; c < NC; ++c)
         for (int r = 0; r < NR; ++r)
-            acc[r][c] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(part + (c * kTileRows + r) * 16);
+            acc[r][c] = FIRST ? _mm512_setzero_ps() : _mm512_loadu_ps(part + (c * kTileRows + r) * 16);
     int64_t k = 0;
     for (; k + 16 <= len; k += 16) {
         __m512 av[NC];
@@ -197,7 +209,7 @@ LP_TARGET_AVX512 void panel_tile(int64_t len, bool first, bool last, const float
             for (int c = 0; c < NC; ++c) acc[r][c] = _mm512_fmadd_ps(wv, av[c], acc[r][c]);
         }
     }
-    if (k < len) {  // the row's tail (only in its last block)
+    if (LAST && k < len) {  // the row's tail (only in its last block)
         const __mmask16 m = first_lanes(len - k);
         __m512 av[NC];
         for (int c = 0; c < NC; ++c) av[c] = _mm512_maskz_loadu_ps(m, a + c * asf + k);
@@ -206,18 +218,29 @@ LP_TARGET_AVX512 void panel_tile(int64_t len, bool first, bool last, const float
             for (int c = 0; c < NC; ++c) acc[r][c] = _mm512_fmadd_ps(wv, av[c], acc[r][c]);
         }
     }
-    if (!last) {
+    if constexpr (!LAST) {
         for (int c = 0; c < NC; ++c)
             for (int r = 0; r < NR; ++r) _mm512_storeu_ps(part + (c * kTileRows + r) * 16, acc[r][c]);
-        return;
-    }
-    for (int c = 0; c < NC; ++c) {
-        if constexpr (NR == 4) {
-            _mm_storeu_ps(out + (size_t)c * os, reduce4(acc[0][c], acc[1][c], acc[2][c], acc[3][c]));
-        } else {
-            for (int r = 0; r < NR; ++r) out[(size_t)c * os + r] = hsum_f32x16(acc[r][c]);
+    } else {
+        for (int c = 0; c < NC; ++c) {
+            if constexpr (NR == 4) {
+                _mm_storeu_ps(out + (size_t)c * os, reduce4(acc[0][c], acc[1][c], acc[2][c], acc[3][c]));
+            } else {
+                for (int r = 0; r < NR; ++r) out[(size_t)c * os + r] = hsum_f32x16(acc[r][c]);
+            }
         }
     }
+}
+
+template <int NR, int NC>
+LP_TARGET_AVX512 void panel_tile(int64_t len, bool first, bool last, const float* w, size_t wsf, const float* a,
+                                 size_t asf, float* part, float* out, size_t os) {
+    if (first) {
+        if (last) return panel_tile_body<NR, NC, true, true>(len, w, wsf, a, asf, part, out, os);
+        return panel_tile_body<NR, NC, true, false>(len, w, wsf, a, asf, part, out, os);
+    }
+    if (last) return panel_tile_body<NR, NC, false, true>(len, w, wsf, a, asf, part, out, os);
+    panel_tile_body<NR, NC, false, false>(len, w, wsf, a, asf, part, out, os);
 }
 
 using panel_tile_fn = void (*)(int64_t, bool, bool, const float*, size_t, const float*, size_t, float*, float*,
@@ -233,7 +256,8 @@ constexpr const panel_tile_fn* kPanelTiles[kTileRows] = {tile_row<1>::fns, tile_
                                                          tile_row<4>::fns};
 
 // len elements of n_rows rows (src stride bytes, from element i0) widened to
-// F32 at dst (stride kKc floats); the partial last vector zero-padded.
+// F32 (F16) or copied (F32) to dst (stride kKc floats); the partial last
+// vector zero-padded.
 template <class L>
 LP_TARGET_AVX512 void widen_block(const uint8_t* src, size_t stride, int n_rows, int64_t i0, int64_t len,
                                   float* dst) {
@@ -246,12 +270,21 @@ LP_TARGET_AVX512 void widen_block(const uint8_t* src, size_t stride, int n_rows,
 }
 
 // Per-thread buffers of a panel: the partial accumulators of every tile
-// (K past one block), and for F16 one block of the weight rows and of one
-// activation group as F32.
+// (K past one block), one block of the weight rows and of one activation
+// group as F32.
 struct panel_scratch {
     std::vector<float> part, rows, acts;
 };
 
+// Both operands are copied block by block into these buffers, F32 too: read
+// in place, a tile's 10 rows lie a row stride apart, which for the usual
+// power-of-two widths (2048 floats = 8 KB) puts the same offset of all ten in
+// one L1 set; eight ways cannot hold them (perf: the loop stalled on its
+// loads), and on a Zen 4 the F32 panel ran at 44% of the FMA peak where the
+// packed F16 panel ran at 50% (Llama-1B shapes, batch 512; F32 48-52% after).
+// F32 weights are read in place when fewer than kCopyWeightCols activation
+// rows would share their copy (an embedder's ~20-token sentence; a choice,
+// not measured to matter); the 6 activation rows are copied always.
 template <class L>
 LP_TARGET_AVX512 void gemm_panel_float_avx512(int64_t n, const void* w_, size_t ws, int nr, const void* a_,
                                               size_t as, int nc, float* out, size_t os) {
@@ -265,16 +298,14 @@ LP_TARGET_AVX512 void gemm_panel_float_avx512(int64_t n, const void* w_, size_t 
     constexpr bool f16 = L::elem_bytes == 2;
     static thread_local panel_scratch s;
     if (n > kKc) s.part.resize((size_t)kColGroups * kRowGroups * kTilePart);
-    if (f16) {
-        s.rows.resize((size_t)kPanelRows * kKc);
-        s.acts.resize((size_t)kTileCols * kKc);
-    }
+    s.rows.resize((size_t)kFloatPanelRows * kKc);
+    s.acts.resize((size_t)kTileCols * kKc);
     for (int64_t i0 = 0; i0 < n; i0 += kKc) {
         const int64_t len = std::min(kKc, n - i0);
         const bool first = i0 == 0, last = i0 + len == n;
         const float* wf;
         size_t wsf;
-        if constexpr (f16) {
+        if (f16 || nc >= kCopyWeightCols) {
             widen_block<L>(w, ws, nr, i0, len, s.rows.data());
             wf = s.rows.data();
             wsf = (size_t)kKc;
@@ -284,20 +315,12 @@ LP_TARGET_AVX512 void gemm_panel_float_avx512(int64_t n, const void* w_, size_t 
         }
         for (int c = 0, g = 0; c < nc; c += kTileCols, ++g) {
             const int ncg = std::min(kTileCols, nc - c);
-            const float* af;
-            size_t asf;
-            if constexpr (f16) {
-                widen_block<L>(a + c * as, as, ncg, i0, len, s.acts.data());
-                af = s.acts.data();
-                asf = (size_t)kKc;
-            } else {
-                af = reinterpret_cast<const float*>(a + c * as) + i0;
-                asf = as / sizeof(float);
-            }
+            widen_block<L>(a + c * as, as, ncg, i0, len, s.acts.data());
             for (int r = 0; r < nr; r += kTileRows) {
                 const int nrg = std::min(kTileRows, nr - r);
                 float* part = s.part.empty() ? nullptr : s.part.data() + ((size_t)g * kRowGroups + r / kTileRows) * kTilePart;
-                kPanelTiles[nrg - 1][ncg - 1](len, first, last, wf + r * wsf, wsf, af, asf, part, out + c * os + r, os);
+                kPanelTiles[nrg - 1][ncg - 1](len, first, last, wf + r * wsf, wsf, s.acts.data(), (size_t)kKc,
+                                              part, out + c * os + r, os);
             }
         }
     }
@@ -315,6 +338,7 @@ void register_float_tiles_avx512(type_traits* table, isa level) {
     f16.vec_dot = vec_dot_float_avx512<f16_lanes>;
     f16.gemm_tile = gemm_tile_float_avx512<f16_lanes>;
     f16.gemm_panel = gemm_panel_float_avx512<f16_lanes>;
+    f32.panel_rows = f16.panel_rows = kFloatPanelRows;
 }
 
 #else
