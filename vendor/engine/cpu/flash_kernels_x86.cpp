@@ -84,11 +84,47 @@ LP_TARGET_AVX2 LP_INLINE __m256 reduce8_avx2(const __m256 a[8]) {
 }
 constexpr int reduce8_lane(int i) { return 4 * (i % 2) + 2 * (i / 4) + (i / 2) % 2; }
 
+// 2 queries × 4 cells when d is a multiple of 8 (no tails): the pair
+// (query j, cell c) accumulates in a[j + 2·(c & 1) + 4·(c >> 1)], which
+// reduce8_avx2 sums into lane 4j + c, so each query's 4 scores leave as one
+// 128-bit store. At head size 64 a pair's chain is 8 FMAs, and the 4 × 2
+// tile's scalar scatter of its 8 sums cost about as much as the FMAs.
+template <flash_elem E>
+LP_TARGET_AVX2 LP_INLINE void dots_2x4_avx2(const uint8_t* const rows[4], const float* q0, int d, float* s0,
+                                            float* s1) {
+    __m256 a[8];
+    for (int t = 0; t < 8; ++t) a[t] = _mm256_setzero_ps();
+    for (int e = 0; e < d; e += 8) {
+        const __m256 qa = _mm256_loadu_ps(q0 + e), qb = _mm256_loadu_ps(q0 + (size_t)d + e);
+        for (int c = 0; c < 4; ++c) {
+            const __m256 kv = load8<E>(rows[c], e);
+            const int t = 2 * (c & 1) + 4 * (c >> 1);
+            a[t] = _mm256_fmadd_ps(qa, kv, a[t]);
+            a[t + 1] = _mm256_fmadd_ps(qb, kv, a[t + 1]);
+        }
+    }
+    const __m256 sums = reduce8_avx2(a);
+    _mm_storeu_ps(s0, _mm256_castps256_ps128(sums));
+    _mm_storeu_ps(s1, _mm256_extractf128_ps(sums, 1));
+}
+
 template <flash_elem E>
 LP_TARGET_AVX2 void dots_avx2(const uint8_t* k, size_t k_row_bytes, const int32_t* cells, int n, const float* q, int nq,
                               int d, float* s, int s_stride) {
     const int d8 = d & ~7;
     int i = 0;
+    if (d8 == d) {
+        for (; i + 4 <= n; i += 4) {
+            const uint8_t* rows[4];
+            for (int c = 0; c < 4; ++c) rows[c] = k + (size_t)cells[i + c] * k_row_bytes;
+            int qi = 0;
+            for (; qi + 2 <= nq; qi += 2)
+                dots_2x4_avx2<E>(rows, q + (size_t)qi * d, d, s + (size_t)qi * s_stride + i,
+                                 s + (size_t)(qi + 1) * s_stride + i);
+            for (; qi < nq; ++qi)
+                for (int c = 0; c < 4; ++c) s[(size_t)qi * s_stride + i + c] = dot_pair_avx2<E>(rows[c], q + (size_t)qi * d, d);
+        }
+    }
     for (; i + 2 <= n; i += 2) {
         const uint8_t* rows[2] = {k + (size_t)cells[i] * k_row_bytes, k + (size_t)cells[i + 1] * k_row_bytes};
         int qi = 0;
