@@ -47,9 +47,10 @@ using vec_dot_fn = void (*)(int64_t n, float* out, const void* w_row, const void
 using gemm_tile_fn = void (*)(int64_t n, const void* w, size_t w_stride, const void* a, size_t a_stride,
                               float* out, size_t out_stride, int nr, int nc);
 
-// Panels: out[c * out_stride + r] = dot(w_row r, a_row c) for r < nr <= 16
-// (mat-mat: <= the type's panel_rows) and c < nc <= 128, in one call, so a kernel can re-lay out the nr rows
-// once for all nc columns (mat-mat) or stream them (nc == 1, mat-vec).
+// Panels: out[c * out_stride + r] = dot(w_row r, a_row c) for r < nr and
+// c < nc <= 128, in one call (nr <= 16 in mat-vec, <= the type's panel_rows
+// in mat-mat), so a kernel can re-lay out the nr rows once for all nc columns
+// (mat-mat) or stream them (nc == 1, mat-vec).
 // Optional; where a type has one the driver uses it for both, and its results
 // must not depend on nc.
 using gemm_panel_fn = void (*)(int64_t n, const void* w, size_t w_stride, int nr, const void* a, size_t a_stride,

@@ -174,7 +174,6 @@ LP_TARGET_AVX512 void vec_dot_float_avx512(int64_t n, float* out, const void* w_
 constexpr int64_t kKc = 256;
 constexpr int kTileRows = 4, kTileCols = 6;
 constexpr int kFloatPanelRows = 64;
-constexpr int kCopyWeightCols = 48;
 static_assert(kFloatPanelRows % kPanelRows == 0, "panel_rows is a multiple of kPanelRows");
 constexpr int kRowGroups = kFloatPanelRows / kTileRows;
 constexpr int kColGroups = (kPanelCols + kTileCols - 1) / kTileCols;
@@ -182,20 +181,16 @@ constexpr size_t kTilePart = (size_t)kTileRows * kTileCols * 16;  // floats of o
 
 // NR (<= 4) F32 weight rows w (stride wsf floats) × NC (<= 6) F32 activation
 // rows a (stride asf floats), len elements from the block's start: the
-// accumulators start at zero (FIRST) or from part ([c][r] 16-lane vectors),
-// and end in part or, at the row's last block (LAST: its zero-padded tail
-// included), summed into out[c · os + r]. FIRST / LAST are template
-// arguments so that the accumulators go from zero or part straight into
-// registers and out again: with them as run-time flags GCC built the array on
-// the stack and copied it in and out around the loop (~100 extra memory
-// operations per call, a third of a 256-element block's FMA time).
-template <int NR, int NC, bool FIRST, bool LAST>
-LP_TARGET_AVX512 LP_INLINE void panel_tile_body(int64_t len, const float* w, size_t wsf, const float* a, size_t asf,
-                                                float* part, float* out, size_t os) {
+// accumulators start at zero (first) or from part ([c][r] 16-lane vectors),
+// and end in part or, at the row's last block (last: its zero-padded tail
+// included), summed into out[c · os + r].
+template <int NR, int NC>
+LP_TARGET_AVX512 void panel_tile(int64_t len, bool first, bool last, const float* w, size_t wsf, const float* a,
+                                 size_t asf, float* part, float* out, size_t os) {
     __m512 acc[NR][NC];
     for (int c = 0; c < NC; ++c)
         for (int r = 0; r < NR; ++r)
-            acc[r][c] = FIRST ? _mm512_setzero_ps() : _mm512_loadu_ps(part + (c * kTileRows + r) * 16);
+            acc[r][c] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(part + (c * kTileRows + r) * 16);
     int64_t k = 0;
     for (; k + 16 <= len; k += 16) {
         __m512 av[NC];
@@ -209,7 +204,7 @@ LP_TARGET_AVX512 LP_INLINE void panel_tile_body(int64_t len, const float* w, siz
             for (int c = 0; c < NC; ++c) acc[r][c] = _mm512_fmadd_ps(wv, av[c], acc[r][c]);
         }
     }
-    if (LAST && k < len) {  // the row's tail (only in its last block)
+    if (k < len) {  // the row's tail (only in its last block)
         const __mmask16 m = first_lanes(len - k);
         __m512 av[NC];
         for (int c = 0; c < NC; ++c) av[c] = _mm512_maskz_loadu_ps(m, a + c * asf + k);
@@ -218,29 +213,18 @@ LP_TARGET_AVX512 LP_INLINE void panel_tile_body(int64_t len, const float* w, siz
             for (int c = 0; c < NC; ++c) acc[r][c] = _mm512_fmadd_ps(wv, av[c], acc[r][c]);
         }
     }
-    if constexpr (!LAST) {
+    if (!last) {
         for (int c = 0; c < NC; ++c)
             for (int r = 0; r < NR; ++r) _mm512_storeu_ps(part + (c * kTileRows + r) * 16, acc[r][c]);
-    } else {
-        for (int c = 0; c < NC; ++c) {
-            if constexpr (NR == 4) {
-                _mm_storeu_ps(out + (size_t)c * os, reduce4(acc[0][c], acc[1][c], acc[2][c], acc[3][c]));
-            } else {
-                for (int r = 0; r < NR; ++r) out[(size_t)c * os + r] = hsum_f32x16(acc[r][c]);
-            }
+        return;
+    }
+    for (int c = 0; c < NC; ++c) {
+        if constexpr (NR == 4) {
+            _mm_storeu_ps(out + (size_t)c * os, reduce4(acc[0][c], acc[1][c], acc[2][c], acc[3][c]));
+        } else {
+            for (int r = 0; r < NR; ++r) out[(size_t)c * os + r] = hsum_f32x16(acc[r][c]);
         }
     }
-}
-
-template <int NR, int NC>
-LP_TARGET_AVX512 void panel_tile(int64_t len, bool first, bool last, const float* w, size_t wsf, const float* a,
-                                 size_t asf, float* part, float* out, size_t os) {
-    if (first) {
-        if (last) return panel_tile_body<NR, NC, true, true>(len, w, wsf, a, asf, part, out, os);
-        return panel_tile_body<NR, NC, true, false>(len, w, wsf, a, asf, part, out, os);
-    }
-    if (last) return panel_tile_body<NR, NC, false, true>(len, w, wsf, a, asf, part, out, os);
-    panel_tile_body<NR, NC, false, false>(len, w, wsf, a, asf, part, out, os);
 }
 
 using panel_tile_fn = void (*)(int64_t, bool, bool, const float*, size_t, const float*, size_t, float*, float*,
@@ -282,9 +266,6 @@ struct panel_scratch {
 // one L1 set; eight ways cannot hold them (perf: the loop stalled on its
 // loads), and on a Zen 4 the F32 panel ran at 44% of the FMA peak where the
 // packed F16 panel ran at 50% (Llama-1B shapes, batch 512; F32 48-52% after).
-// F32 weights are read in place when fewer than kCopyWeightCols activation
-// rows would share their copy (an embedder's ~20-token sentence; a choice,
-// not measured to matter); the 6 activation rows are copied always.
 template <class L>
 LP_TARGET_AVX512 void gemm_panel_float_avx512(int64_t n, const void* w_, size_t ws, int nr, const void* a_,
                                               size_t as, int nc, float* out, size_t os) {
@@ -295,7 +276,6 @@ LP_TARGET_AVX512 void gemm_panel_float_avx512(int64_t n, const void* w_, size_t 
             gemm_tile_float_avx512<L>(n, w + r * ws, ws, a, as, out + r, os, std::min(4, nr - r), 1);
         return;
     }
-    constexpr bool f16 = L::elem_bytes == 2;
     static thread_local panel_scratch s;
     if (n > kKc) s.part.resize((size_t)kColGroups * kRowGroups * kTilePart);
     s.rows.resize((size_t)kFloatPanelRows * kKc);
@@ -303,23 +283,15 @@ LP_TARGET_AVX512 void gemm_panel_float_avx512(int64_t n, const void* w_, size_t 
     for (int64_t i0 = 0; i0 < n; i0 += kKc) {
         const int64_t len = std::min(kKc, n - i0);
         const bool first = i0 == 0, last = i0 + len == n;
-        const float* wf;
-        size_t wsf;
-        if (f16 || nc >= kCopyWeightCols) {
-            widen_block<L>(w, ws, nr, i0, len, s.rows.data());
-            wf = s.rows.data();
-            wsf = (size_t)kKc;
-        } else {
-            wf = reinterpret_cast<const float*>(w) + i0;
-            wsf = ws / sizeof(float);
-        }
+        widen_block<L>(w, ws, nr, i0, len, s.rows.data());
+        const float* wf = s.rows.data();
         for (int c = 0, g = 0; c < nc; c += kTileCols, ++g) {
             const int ncg = std::min(kTileCols, nc - c);
             widen_block<L>(a + c * as, as, ncg, i0, len, s.acts.data());
             for (int r = 0; r < nr; r += kTileRows) {
                 const int nrg = std::min(kTileRows, nr - r);
                 float* part = s.part.empty() ? nullptr : s.part.data() + ((size_t)g * kRowGroups + r / kTileRows) * kTilePart;
-                kPanelTiles[nrg - 1][ncg - 1](len, first, last, wf + r * wsf, wsf, s.acts.data(), (size_t)kKc,
+                kPanelTiles[nrg - 1][ncg - 1](len, first, last, wf + r * kKc, (size_t)kKc, s.acts.data(), (size_t)kKc,
                                               part, out + c * os + r, os);
             }
         }
