@@ -249,8 +249,9 @@ def test_no_models_autoload_and_load_on_startup(models):
     argv = ["--models-dir", str(models), "--models-preset", str(models / "startup.ini"), "--no-models-autoload"]
     with RouterServer(argv) as rs:
         t0 = time.monotonic()
-        while rs.states()["alpha"] != "loaded":  # load-on-startup, without a request
-            assert time.monotonic() - t0 < 60 and rs.states()["alpha"] in ("unloaded", "loading")
+        # load-on-startup, without a request; one read per pass (a second read could already see "loaded")
+        while (state := rs.states()["alpha"]) != "loaded":
+            assert time.monotonic() - t0 < 60 and state in ("unloaded", "loading"), state
             time.sleep(0.1)
         assert rs.complete("alpha").status_code == 200
         r = rs.complete("gamma")
