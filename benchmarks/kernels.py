@@ -12,6 +12,12 @@ for float types).
 
     python benchmarks/kernels.py                 # all types, 1 and 2 threads
     python benchmarks/kernels.py --types Q4_K Q8_0 --threads 2 --json out.json
+    python benchmarks/kernels.py --types Q8_0 Q6_K --threads 2 --small 2,3,4,8
+
+--small N,...: small batches (a few server slots decoding together, a short
+speculative draft): the same memory-resident weights multiplied by N
+activation rows, reported as the time per call relative to mat-vec (1.00x:
+N rows for the price of one pass over the weights; N.00x: no sharing).
 
 Weights are random but well-formed: a small matrix quantized with llamapy and
 tiled to size (speed does not depend on the values).
@@ -84,6 +90,7 @@ def main() -> int:
     ap.add_argument("--iters", type=int, default=7)
     ap.add_argument("--batch", type=int, default=512)
     ap.add_argument("--no-matmat", action="store_true")
+    ap.add_argument("--small", default="", help="also time these small batch sizes against mat-vec, e.g. 2,3,4,8")
     ap.add_argument("--json", help="write the results here as JSON")
     args = ap.parse_args()
 
@@ -116,6 +123,14 @@ def main() -> int:
             row = {"type": type_name, "threads": t, "matvec_gbs": gbs, "bandwidth_gbs": bw_now,
                    "matvec_frac": gbs / bw_now, "weights_mb": sum(m[0].nbytes for m in mats) / 1e6}
             line = f"{type_name:7} {t:3d} {gbs:11.1f} {100 * gbs / bw_now:7.0f}%"
+            if args.small:
+                t1 = statistics.median(_engine.bench_matmul(mats, 1, t, args.iters))
+                rel = {}
+                for nb in (int(x) for x in args.small.split(",") if x):
+                    _engine.bench_matmul(mats, nb, t, 1)
+                    rel[nb] = statistics.median(_engine.bench_matmul(mats, nb, t, args.iters)) / t1
+                row["small_batch_vs_matvec"] = rel
+                line += " small: " + " ".join(f"{nb}:{v:.2f}x" for nb, v in rel.items())
             if not args.no_matmat:
                 gf = bench_matmat(type_name, t, args.batch, max(2, args.iters // 2))
                 peak = peak_i.get(t) if ti["is_quantized"] and peak_i else peak_f[t]

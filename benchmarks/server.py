@@ -23,7 +23,9 @@ time. Medians and p95 over every request of every round are reported.
 
 Each server gets the same context: -c (default 4096) cells in all, --parallel
 slots (default 4). llama-server divides -c between its slots; llamapy shares
-one pool; llama-cpp-python's server has one slot and serialises requests.
+one pool; llama-cpp-python's server has one slot and serialises requests
+(started with --interrupt_requests False: by default a new request ends the
+running stream early).
 Tokens are counted as the chunks that carry text (one token each on all three
 servers for these prompts; the usage block is not streamed by all of them).
 Writes benchmarks/out/server-<time>.json and prints a markdown table.
@@ -94,7 +96,10 @@ def server_command(impl: str, path: str, port: int, args) -> tuple:
     elif impl == "llama-cpp-python":
         env["PYTHONPATH"] = args.lcp_site
         cmd = [sys.executable, "-m", "llama_cpp.server", "--model", path, "--n_ctx", str(args.ctx), "--n_threads",
-               str(args.threads), "--n_batch", "512"] + common
+               str(args.threads), "--n_batch", "512",
+               # its default lets a new request cut the running stream short (the clients then count few
+               # tokens and the aggregate means nothing): serialise instead, as its docs suggest for sharing
+               "--interrupt_requests", "False"] + common
     else:
         raise ValueError(f"unknown server {impl}")
     return cmd, env
@@ -108,8 +113,11 @@ def wait_ready(port: int, proc: subprocess.Popen, timeout: float) -> None:
         if proc.poll() is not None:
             raise RuntimeError(f"the server exited with {proc.returncode}")
         try:
+            # llama-server answers /v1/models while it is still loading (and 503 to completions):
+            # ready means /health is not 503 (llama-cpp-python's server has no /health: 404) and /v1/models is 200
+            h = httpx.get(f"http://127.0.0.1:{port}/health", timeout=2.0)
             r = httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=2.0)
-            if r.status_code == 200:
+            if h.status_code != 503 and r.status_code == 200:
                 return
         except httpx.HTTPError:
             pass

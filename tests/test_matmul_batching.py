@@ -36,7 +36,7 @@ def test_rows_do_not_depend_on_the_batch(mats, t, level):
     raw, x = mats
     w = raw[t]
     full = E.matmul(w, t, 37, 512, x, 2, level)
-    for n in (1, 2, 3, 5):
+    for n in (1, 2, 3, 4, 5, 8):  # 2-3 (Q6_K: to 8) take the small-batch path (matvec_batch_max)
         parts = np.concatenate([E.matmul(w, t, 37, 512, x[i:i + n], 2, level) for i in range(0, 11, n)])
         np.testing.assert_array_equal(parts, full, err_msg=f"{t} {level} batches of {n}")
     np.testing.assert_array_equal(E.matmul(w, t, 37, 512, x, 1, level), full, err_msg=f"{t} {level} 1 thread")

@@ -82,6 +82,15 @@ struct type_traits {
     // a panel does once per call on the activations (the float panels widen
     // or copy them).
     int panel_rows = kPanelRows;
+    // Up to this many activation rows, mat-mat runs the mat-vec kernel once per
+    // activation row over row groups that stay in cache (cpu/matmul.cpp): below
+    // it the tiles / panels, built to amortise unpacking over many columns, cost
+    // more than the few extra passes over cached weights. Measured per type.
+    int matvec_batch_max = 3;
+    // Optional, for those small batches: the mat-vec kernel over up to 4
+    // activation rows at once (any number of weight rows; tile signature),
+    // same bits per row as vec_dot, each weight block unpacked once for all.
+    gemm_tile_fn matvec_cols = nullptr;
     isa vec_dot_isa = isa::scalar;       // the level vec_dot was written for
 };
 

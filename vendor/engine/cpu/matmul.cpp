@@ -56,6 +56,45 @@ void matmul(const weight_view& w, const float* x, int64_t x_stride, int64_t n_to
     const auto* wd = static_cast<const uint8_t*>(w.data);
     const int nth = pool.n_threads();
 
+    if (n_tok > 1 && n_tok <= wt.matvec_batch_max) {
+        // Small batches (a few server slots decoding together, a short draft):
+        // the mat-vec job layout (contiguous chunks of rows, a few per thread,
+        // so each thread streams its weights linearly) and, per group of rows
+        // (a panel's 16, a tile's 4: a few KB to ~40 KB, in L1/L2), the mat-vec
+        // kernel once per activation row. The weights come from memory once;
+        // the later rows read them from cache. Same bits as one row at a time.
+        const gemm_panel_fn panel = wt.gemm_panel;
+        const gemm_tile_fn tile = wt.gemm_tile;
+        const vec_dot_fn dot = wt.vec_dot;
+        const gemm_tile_fn cols = wt.matvec_cols;
+        const int64_t g = panel || cols ? kPanelRows : 4;
+        const int64_t n_g = (w.n_rows + g - 1) / g;
+        const int64_t per = (n_g + (int64_t)nth * 8 - 1) / ((int64_t)nth * 8);
+        pool.parallel_for((n_g + per - 1) / per, [&](int64_t job, int) {
+            for (int64_t p = job * per; p < std::min(n_g, (job + 1) * per); ++p) {
+                const int64_t r0 = p * g, nr = std::min<int64_t>(g, w.n_rows - r0);
+                const uint8_t* wr = wd + r0 * w.row_stride;
+                if (cols) {
+                    for (int64_t c = 0; c < n_tok; c += 4)
+                        cols(w.n_cols, wr, w.row_stride, a + c * a_stride, a_stride, y + c * y_stride + r0,
+                             (size_t)y_stride, (int)nr, (int)std::min<int64_t>(4, n_tok - c));
+                    continue;
+                }
+                for (int64_t c = 0; c < n_tok; ++c) {
+                    const uint8_t* ac = a + c * a_stride;
+                    float* yc = y + c * y_stride + r0;
+                    if (panel)
+                        panel(w.n_cols, wr, w.row_stride, (int)nr, ac, a_stride, 1, yc, (size_t)y_stride);
+                    else if (tile)
+                        tile(w.n_cols, wr, w.row_stride, ac, 0, yc, 0, (int)nr, 1);
+                    else
+                        for (int64_t r = 0; r < nr; ++r) dot(w.n_cols, yc + r, wr + r * w.row_stride, ac);
+                }
+            }
+        });
+        return;
+    }
+
     if (const gemm_panel_fn panel = wt.gemm_panel) {
         // The type's panel kernel: panel_rows weight rows per call, against
         // up to kPanelCols activation rows (mat-vec: one). Mat-vec chunks are

@@ -754,6 +754,9 @@ void register_kquant_types(type_traits* table, isa level) {
         if (use_avx2 && k.avx2) { t.vec_dot = k.avx2; t.vec_dot_isa = isa::avx2; }
         if (use_avx512 && k.avx512) { t.vec_dot = k.avx512; t.gemm_tile = k.tile_avx512; t.vec_dot_isa = isa::avx512; }
     }
+    // Q6_K's 4-row tiles cost ~5x its mat-vec at two activation rows (Zen 4);
+    // the mat-vec per row stays ahead up to 8 (matmul.cpp: small batches).
+    if (use_avx512) table[(int)ggml_type::Q6_K].matvec_batch_max = 8;
     type_traits& q8 = table[(int)ggml_type::Q8_K];
     q8.to_float = dequantize_q8_k;
     q8.from_float_ref = quantize_q8_k_ref;

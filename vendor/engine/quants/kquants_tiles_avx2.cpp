@@ -394,6 +394,7 @@ void register_kquant_tiles_avx2(type_traits* table, isa level) {
     table[(int)ggml_type::Q4_K].gemm_panel = gemm_panel<0>;
     table[(int)ggml_type::Q5_K].gemm_panel = gemm_panel<1>;
     table[(int)ggml_type::Q6_K].gemm_panel = gemm_panel<2>;
+    table[(int)ggml_type::Q6_K].matvec_batch_max = 4;  // its panel trails the mat-vec below 5 rows (Zen 4)
 }
 
 #else

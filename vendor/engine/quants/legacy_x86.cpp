@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstring>
+#include <vector>
 
 #include "../common.h"
 #include "blocks.h"
@@ -427,7 +428,71 @@ struct q8_0_q8_0_avx512 {
             out[r] = _mm512_reduce_add_ps(acc[r]) + tail_avx2(vec_dot_q8_0_q8_0_avx2, nb, nb8, x, y);
         }
     }
+    // NC activation rows against nr weight rows (type_traits::matvec_cols): per
+    // (row, column) exactly rows<1, true>'s operations in its order, so the
+    // bits are mat-vec's. Each row's 8-block groups are loaded and unpacked
+    // once for all NC columns, whose activations are prepared once per call
+    // (the 4x4 tiles hold both in registers and spill: at 2-4 columns they
+    // cost more than NC mat-vec passes).
+    template <int NC>
+    LP_TARGET_AVX512 static void cols(int64_t n, const uint8_t* w, size_t w_stride, int nr, const uint8_t* a,
+                                      size_t a_stride, float* out, size_t out_stride) {
+        const int64_t nb = n / QK8_0, nb8 = nb & ~(int64_t)7, ng = nb8 / 8;
+        struct alignas(64) prep {
+            act_pairs p;
+            __m512 d;
+        };
+        static thread_local std::vector<prep> buf;
+        if (buf.size() < (size_t)(ng * NC)) buf.resize((size_t)(ng * NC));
+        const block_q8_0* y[NC];
+        for (int c = 0; c < NC; ++c) {
+            y[c] = reinterpret_cast<const block_q8_0*>(a + c * a_stride);
+            for (int64_t g = 0; g < ng; ++g) {
+                buf[g * NC + c].p = load_act_pairs(y[c] + 8 * g);
+                buf[g * NC + c].d = gather_halves16<sizeof(block_q8_0), 0, lane_layout::pairs>(y[c] + 8 * g);
+            }
+        }
+        const __m512i flip = _mm512_set1_epi8((char)0x80);
+        for (int r = 0; r < nr; ++r) {
+            const uint8_t* wr = w + r * w_stride;
+            const auto* x = reinterpret_cast<const block_q8_0*>(wr);
+            const char* pf = prefetch_start(wr, w_stride, 1);
+            __m512 acc[NC];
+            for (int c = 0; c < NC; ++c) acc[c] = _mm512_setzero_ps();
+            for (int64_t g = 0; g < ng; ++g) {
+                prefetch_step<8 * (int)sizeof(block_q8_0)>(pf);
+                const loaded<5> gl = load_group_8bit<sizeof(block_q8_0)>(x + 8 * g);
+                __m512i q[4];
+                byte_pairs_of<sizeof(block_q8_0), offsetof(block_q8_0, qs)>(gl, q);
+                for (int p = 0; p < 4; ++p) q[p] = _mm512_xor_si512(q[p], flip);
+                const __m512 dw = halves_of<sizeof(block_q8_0), 0>(gl);
+#pragma GCC unroll 4
+                for (int c = 0; c < NC; ++c) {
+                    const prep& pr = buf[g * NC + c];
+                    __m512i s[4];
+                    for (int p = 0; p < 4; ++p) s[p] = _mm512_dpbusd_epi32(pr.p.neg128[p], q[p], pr.p.v[p]);
+                    acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(reduce_pairs_x4(s[0], s[1], s[2], s[3])),
+                                             _mm512_mul_ps(dw, pr.d), acc[c]);
+                }
+            }
+            for (int c = 0; c < NC; ++c)
+                out[c * out_stride + r] =
+                    _mm512_reduce_add_ps(acc[c]) + tail_avx2(vec_dot_q8_0_q8_0_avx2, nb, nb8, x, y[c]);
+        }
+    }
 };
+
+LP_TARGET_AVX512 void matvec_cols_q8_0(int64_t n, const void* w, size_t w_stride, const void* a, size_t a_stride,
+                                       float* out, size_t out_stride, int nr, int nc) {
+    const auto* wb = static_cast<const uint8_t*>(w);
+    const auto* ab = static_cast<const uint8_t*>(a);
+    switch (nc) {
+        case 4: q8_0_q8_0_avx512::cols<4>(n, wb, w_stride, nr, ab, a_stride, out, out_stride); return;
+        case 3: q8_0_q8_0_avx512::cols<3>(n, wb, w_stride, nr, ab, a_stride, out, out_stride); return;
+        case 2: q8_0_q8_0_avx512::cols<2>(n, wb, w_stride, nr, ab, a_stride, out, out_stride); return;
+        default: q8_0_q8_0_avx512::cols<1>(n, wb, w_stride, nr, ab, a_stride, out, out_stride); return;
+    }
+}
 
 #endif  // LP_HAVE_AVX512
 
@@ -463,6 +528,8 @@ void register_legacy_x86(type_traits* table, isa level) {
         q5_1.gemm_tile = gemm_tile_by_rows<q5_1_q8_1_avx512>;
         q8_0.vec_dot = vec_dot_by_rows<q8_0_q8_0_avx512>;
         q8_0.gemm_tile = gemm_tile_blocked<q8_0_q8_0_avx512>;
+        q8_0.matvec_cols = matvec_cols_q8_0;
+        q8_0.matvec_batch_max = 8;  // matvec_cols beats the tiles below ~8 rows (Zen 4)
         for (type_traits* t : {&q4_0, &q4_1, &q5_0, &q5_1, &q8_0}) t->vec_dot_isa = isa::avx512;
     }
 #endif
