@@ -56,17 +56,20 @@ void matmul(const weight_view& w, const float* x, int64_t x_stride, int64_t n_to
     const auto* wd = static_cast<const uint8_t*>(w.data);
     const int nth = pool.n_threads();
 
-    if (n_tok > 1 && n_tok <= wt.matvec_batch_max) {
-        // Small batches (a few server slots decoding together, a short draft):
-        // the mat-vec job layout (contiguous chunks of rows, a few per thread,
-        // so each thread streams its weights linearly) and, per group of rows
-        // (a panel's 16, a tile's 4: a few KB to ~40 KB, in L1/L2), the mat-vec
-        // kernel once per activation row. The weights come from memory once;
-        // the later rows read them from cache. Same bits as one row at a time.
+    if (n_tok <= wt.matvec_batch_max || n_tok == 1) {
+        // Mat-vec, and small batches (a few server slots decoding together, a
+        // short draft): memory bound. Contiguous chunks of rows, a few per
+        // thread (so a slow thread does not hold up the others and each
+        // thread streams its weights linearly); per group of rows (a panel's
+        // 16, a tile's 4: a few KB to ~40 KB, in L1/L2) the mat-vec kernel
+        // once per activation row, or the type's matvec_cols for several at
+        // once. The weights come from memory once; later rows read them from
+        // cache. Same bits as one row at a time. (A tile kernel with nc = 1
+        // may walk its 4 rows one by one where that streams better.)
         const gemm_panel_fn panel = wt.gemm_panel;
         const gemm_tile_fn tile = wt.gemm_tile;
         const vec_dot_fn dot = wt.vec_dot;
-        const gemm_tile_fn cols = wt.matvec_cols;
+        const gemm_tile_fn cols = n_tok > 1 ? wt.matvec_cols : nullptr;
         const int64_t g = panel || cols ? kPanelRows : 4;
         const int64_t n_g = (w.n_rows + g - 1) / g;
         const int64_t per = (n_g + (int64_t)nth * 8 - 1) / ((int64_t)nth * 8);
@@ -96,47 +99,17 @@ void matmul(const weight_view& w, const float* x, int64_t x_stride, int64_t n_to
     }
 
     if (const gemm_panel_fn panel = wt.gemm_panel) {
-        // The type's panel kernel: panel_rows weight rows per call, against
-        // up to kPanelCols activation rows (mat-vec: one). Mat-vec chunks are
-        // whole panels, a few per thread; mat-mat jobs are as below.
-        const int64_t prows = n_tok == 1 ? kPanelRows : wt.panel_rows;
+        // The type's panel kernel (mat-mat): panel_rows weight rows per call,
+        // against up to kPanelCols activation rows.
+        const int64_t prows = wt.panel_rows;
         const int64_t n_rt = (w.n_rows + prows - 1) / prows;
         const int64_t n_ct = (n_tok + kPanelCols - 1) / kPanelCols;
-        const int64_t per = n_tok == 1 ? (n_rt + (int64_t)nth * 8 - 1) / ((int64_t)nth * 8) : 1;
-        const int64_t n_rc = (n_rt + per - 1) / per;
-        pool.parallel_for(n_rc * n_ct, [&](int64_t job, int) {
-            const int64_t rc = job % n_rc, ct = job / n_rc;
+        pool.parallel_for(n_rt * n_ct, [&](int64_t job, int) {
+            const int64_t rt = job % n_rt, ct = job / n_rt;
             const int64_t c0 = ct * kPanelCols, nc = std::min<int64_t>(kPanelCols, n_tok - c0);
-            for (int64_t p = rc * per; p < std::min(n_rt, (rc + 1) * per); ++p) {
-                const int64_t r0 = p * prows, nr = std::min<int64_t>(prows, w.n_rows - r0);
-                panel(w.n_cols, wd + r0 * w.row_stride, w.row_stride, (int)nr, a + c0 * a_stride, a_stride, (int)nc,
-                      y + c0 * y_stride + r0, (size_t)y_stride);
-            }
-        });
-        return;
-    }
-
-    if (n_tok == 1) {
-        // Mat-vec: memory bound. Chunks of rows, a few per thread so a slow
-        // thread does not hold up the others; rows stay contiguous per chunk.
-        const int64_t n_chunks = std::min<int64_t>(w.n_rows, (int64_t)nth * 8);
-        const vec_dot_fn dot = wt.vec_dot;
-        const gemm_tile_fn tile = wt.gemm_tile;
-        int64_t per = (w.n_rows + n_chunks - 1) / n_chunks;
-        if (tile) per = (per + 3) / 4 * 4;  // whole 4-row tiles per chunk
-        pool.parallel_for((w.n_rows + per - 1) / per, [&](int64_t c, int) {
-            const int64_t r0 = c * per, r1 = std::min(w.n_rows, r0 + per);
-            if (tile) {
-                // 4 rows per call: the type's tile kernel can share the
-                // activation work across them (Q4_0: ~1.6x the speed of
-                // vec_dot) and prefetch for all 4; it may also walk them one
-                // by one where that streams better (see quants/simd_x86.h).
-                for (int64_t r = r0; r < r1; r += 4)
-                    tile(w.n_cols, wd + r * w.row_stride, w.row_stride, a, 0, y + r, 0,
-                         (int)std::min<int64_t>(4, r1 - r), 1);
-            } else {
-                for (int64_t r = r0; r < r1; ++r) dot(w.n_cols, y + r, wd + r * w.row_stride, a);
-            }
+            const int64_t r0 = rt * prows, nr = std::min<int64_t>(prows, w.n_rows - r0);
+            panel(w.n_cols, wd + r0 * w.row_stride, w.row_stride, (int)nr, a + c0 * a_stride, a_stride, (int)nc,
+                  y + c0 * y_stride + r0, (size_t)y_stride);
         });
         return;
     }
