@@ -42,6 +42,29 @@ def test_rows_do_not_depend_on_the_batch(mats, t, level):
     np.testing.assert_array_equal(E.matmul(w, t, 37, 512, x, 1, level), full, err_msg=f"{t} {level} 1 thread")
 
 
+# Row lengths with blocks past the kernels' groups of 8 (Gemma's 640 = 20
+# blocks of 32; 736 = 23), or super-blocks past pairs (1280 = 5 of 256).
+TAIL_COLS = {t: (1280,) if t.endswith("_K") or t == "IQ4_XS" else (640, 736) for t in TYPES}
+
+
+@pytest.mark.parametrize("level", LEVELS)
+@pytest.mark.parametrize("t", [t for t in TYPES if not t.startswith(("F", "BF"))])
+def test_rows_with_tail_blocks_do_not_depend_on_the_batch(t, level):
+    rng = np.random.default_rng(11)
+    for n_cols in TAIL_COLS[t]:
+        w = E.quantize(rng.standard_normal((37, n_cols)).astype(np.float32), t)
+        x = rng.standard_normal((11, n_cols)).astype(np.float32) * 2
+        full = E.matmul(w, t, 37, n_cols, x, 2, level)
+        for n in (1, 2, 3, 4, 5, 8):
+            parts = np.concatenate([E.matmul(w, t, 37, n_cols, x[i:i + n], 2, level) for i in range(0, 11, n)])
+            np.testing.assert_array_equal(parts, full, err_msg=f"{t} {level} {n_cols} columns, batches of {n}")
+        for i in (0, 10):
+            np.testing.assert_array_equal(E.vec_dot_rows(w, t, n_cols, x[i], level), full[i],
+                                          err_msg=f"{t} {level} {n_cols} columns, vec_dot row {i}")
+        ref = E.matmul(w, t, 37, n_cols, x, 1, "ref")
+        np.testing.assert_allclose(full, ref, rtol=2e-3, atol=2e-3 * float(np.abs(ref).max()))
+
+
 @pytest.mark.parametrize("level", LEVELS)
 @pytest.mark.parametrize("t", ["F32", "F16"])
 @pytest.mark.parametrize("n_cols", [8, 44, 300, 1024, 1100, 1543])

@@ -247,6 +247,23 @@ LP_TARGET_AVX512 LP_INLINE void transpose_128(const V* in, V* out) {
     out[3] = shuffle_128<0xdd>(t1, t3);
 }
 
+// A row's 8-block group unpacked for the nibble formats: the lo / hi
+// element vectors of each quad half (unsigned quants) and the scales. The
+// weight-only half of a row's step, so that several activation rows can use
+// one unpacking (matvec_cols_rows); quad_dots is the other half.
+struct nibble_bits {
+    __m512i lo[2], hi[2];
+    __m512 d;
+};
+
+LP_TARGET_AVX512 LP_INLINE row_quads quad_dots(const nibble_bits& b, const act_quads& a) {
+    row_quads r;
+    for (int h = 0; h < 2; ++h)
+        r.s[h] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(a.neg128[h], b.lo[h], a.lo[h]), b.hi[h], a.hi[h]);
+    r.d = b.d;
+    return r;
+}
+
 struct rows_q4_0 {
     using block = block_q4_0;
     using act = act_quads;
@@ -255,19 +272,20 @@ struct rows_q4_0 {
         for (int h = 0; h < 2; ++h) a.neg128[h] = _mm512_srai_epi32(a.neg128[h], 4);  // -8 * sum
         return a;
     }
-    LP_TARGET_AVX512 static LP_INLINE row_quads row(const block_q4_0* x, const act& a) {
+    LP_TARGET_AVX512 static LP_INLINE nibble_bits unpack(const block_q4_0* x) {
         const loaded<3> g = load_group_4bit<sizeof(block_q4_0)>(x);
         __m512i q[2];
         nibble_quads_of<sizeof(block_q4_0), offsetof(block_q4_0, qs)>(g, &q[0], &q[1]);
         const __m512i m4 = _mm512_set1_epi8(0x0f);
-        row_quads r;
+        nibble_bits b;
         for (int h = 0; h < 2; ++h) {
-            const __m512i lo = _mm512_and_si512(q[h], m4), hi = _mm512_and_si512(_mm512_srli_epi16(q[h], 4), m4);
-            r.s[h] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(a.neg128[h], lo, a.lo[h]), hi, a.hi[h]);
+            b.lo[h] = _mm512_and_si512(q[h], m4);
+            b.hi[h] = _mm512_and_si512(_mm512_srli_epi16(q[h], 4), m4);
         }
-        r.d = halves_of<sizeof(block_q4_0), 0, lane_layout::quads>(g);
-        return r;
+        b.d = halves_of<sizeof(block_q4_0), 0, lane_layout::quads>(g);
+        return b;
     }
+    LP_TARGET_AVX512 static LP_INLINE row_quads row(const block_q4_0* x, const act& a) { return quad_dots(unpack(x), a); }
 };
 
 // Word indices (for three_loads) of the qh halves of 8 blocks: lo16 of
@@ -298,7 +316,7 @@ struct rows_q5_0 {
         for (int h = 0; h < 2; ++h) a.neg128[h] = _mm512_srai_epi32(a.neg128[h], 3);  // -16 * sum
         return a;
     }
-    LP_TARGET_AVX512 static LP_INLINE row_quads row(const block_q5_0* x, const act& a) {
+    LP_TARGET_AVX512 static LP_INLINE nibble_bits unpack(const block_q5_0* x) {
         const loaded<3> g = load_group_4bit<sizeof(block_q5_0)>(x);
         __m512i q[2];
         nibble_quads_of<sizeof(block_q5_0), offsetof(block_q5_0, qs)>(g, &q[0], &q[1]);
@@ -311,17 +329,17 @@ struct rows_q5_0 {
             _mm512_permutex2var_epi16(g.v[1], _mm512_load_si512(idx.high), g.v[2]));
         alignas(32) uint64_t qh[4];
         _mm256_store_si256((__m256i*)qh, _mm512_castsi512_si256(qv));
-        row_quads r;
+        nibble_bits b;
         for (int h = 0; h < 2; ++h) {
             const uint64_t m_lo = qh[h], m_hi = qh[2 + h];
-            __m512i lo = _mm512_and_si512(q[h], m4), hi = _mm512_and_si512(_mm512_srli_epi16(q[h], 4), m4);
-            lo = _mm512_mask_add_epi8(lo, _cvtu64_mask64(m_lo), lo, sixteen);
-            hi = _mm512_mask_add_epi8(hi, _cvtu64_mask64(m_hi), hi, sixteen);
-            r.s[h] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(a.neg128[h], lo, a.lo[h]), hi, a.hi[h]);
+            const __m512i lo = _mm512_and_si512(q[h], m4), hi = _mm512_and_si512(_mm512_srli_epi16(q[h], 4), m4);
+            b.lo[h] = _mm512_mask_add_epi8(lo, _cvtu64_mask64(m_lo), lo, sixteen);
+            b.hi[h] = _mm512_mask_add_epi8(hi, _cvtu64_mask64(m_hi), hi, sixteen);
         }
-        r.d = halves_of<sizeof(block_q5_0), 0, lane_layout::quads>(g);
-        return r;
+        b.d = halves_of<sizeof(block_q5_0), 0, lane_layout::quads>(g);
+        return b;
     }
+    LP_TARGET_AVX512 static LP_INLINE row_quads row(const block_q5_0* x, const act& a) { return quad_dots(unpack(x), a); }
 };
 
 struct rows_q8_0 {
@@ -344,6 +362,66 @@ struct rows_q8_0 {
     }
 };
 
+// One group of 8 blocks of 16 rows against one column (yg: the column's
+// group): the rows' integer dots, reduced and transposed to row r in lane r,
+// then the float steps block by block. rows[r] is row r's group.
+template <typename R>
+LP_TARGET_AVX512 LP_INLINE __m512 matvec_group(const typename R::block* const* rows, const block_q8_0* yg,
+                                               __m512 acc) {
+    const typename R::act act = R::load_act(yg);
+    __m512i sums[2][4];
+    __m512 ds[2][4];
+#pragma GCC unroll 4
+    for (int gr = 0; gr < 4; ++gr) {
+        row_quads q[4];
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; ++j) q[j] = R::row(rows[4 * gr + j], act);
+        for (int h = 0; h < 2; ++h) sums[h][gr] = reduce_pairs_x4(q[0].s[h], q[1].s[h], q[2].s[h], q[3].s[h]);
+        const __m512 d01 = _mm512_unpacklo_ps(q[0].d, q[1].d), d23 = _mm512_unpacklo_ps(q[2].d, q[3].d);
+        ds[0][gr] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(d01), _mm512_castps_pd(d23)));
+        ds[1][gr] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(d01), _mm512_castps_pd(d23)));
+    }
+    for (int h = 0; h < 2; ++h) {
+        __m512i v[4];
+        __m512 dv[4];
+        transpose_128(sums[h], v);
+        transpose_128(ds[h], dv);
+        for (int l = 0; l < 4; ++l)
+            acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(v[l]),
+                                  _mm512_mul_ps(dv[l], _mm512_set1_ps(half_to_float(yg[4 * h + l].d))), acc);
+    }
+    return acc;
+}
+
+// The blocks past a row's last group of 8 (1..7 of them: Gemma's 640-wide
+// rows end with 4), as one more group: the 16 rows' tail blocks and the
+// column's are copied into a group padded with zero blocks. A zero block has
+// scale 0, so its step fma(isum, 0 * d_a, acc) leaves acc as it is, and the
+// real blocks take the same integer sums and float steps as the per-block
+// gather path (matvec_gather, which the mat-mat panel's block_step matches):
+// the same bits, without 16-lane gathers per block.
+template <typename R>
+struct padded_tail {
+    using block = typename R::block;
+    alignas(64) block w[kPanelRows][8];
+    alignas(64) block_q8_0 y[8];
+    const block* rows[kPanelRows];
+    // rows[r]: row r's tail (rows past nr repeat row nr - 1; their lanes are not stored)
+    void set_rows(const uint8_t* w0, size_t w_stride, int nr, int64_t nb8, int64_t nb) {
+        const size_t n = (size_t)(nb - nb8) * sizeof(block);
+        std::memset(static_cast<void*>(w), 0, sizeof(w));
+        for (int r = 0; r < kPanelRows; ++r) {
+            std::memcpy(static_cast<void*>(w[r]), w0 + (size_t)std::min(r, nr - 1) * w_stride + nb8 * sizeof(block), n);
+            rows[r] = w[r];
+        }
+    }
+    const block_q8_0* column(const uint8_t* a, int64_t nb8, int64_t nb) {
+        std::memset(static_cast<void*>(y), 0, sizeof(y));
+        std::memcpy(static_cast<void*>(y), a + nb8 * sizeof(block_q8_0), (size_t)(nb - nb8) * sizeof(block_q8_0));
+        return y;
+    }
+};
+
 template <typename F, typename R, bool FULL>
 LP_TARGET_AVX512 void matvec_rows(int64_t n, const uint8_t* w, size_t w_stride, int nr, const uint8_t* a, float* out) {
     using block = typename R::block;
@@ -351,9 +429,9 @@ LP_TARGET_AVX512 void matvec_rows(int64_t n, const uint8_t* w, size_t w_stride, 
     const auto* y = reinterpret_cast<const block_q8_0*>(a);
     // rows past nr read row nr - 1 again; their lanes are never stored
     const size_t last = (size_t)(nr - 1) * w_stride;
-    auto row_ptr = [&](int r) {
-        return reinterpret_cast<const block*>(w + (FULL ? r * w_stride : std::min((size_t)r * w_stride, last)));
-    };
+    const block* rows[kPanelRows];
+    for (int r = 0; r < kPanelRows; ++r)
+        rows[r] = reinterpret_cast<const block*>(w + (FULL ? r * w_stride : std::min((size_t)r * w_stride, last)));
     // Prefetch: the next panel's bytes as one linear stream into L2, at the
     // rate this one is read (the 16 rows side by side are 16 streams, which
     // the hardware prefetchers follow badly). Into L1 (T0) measured worse:
@@ -364,33 +442,121 @@ LP_TARGET_AVX512 void matvec_rows(int64_t n, const uint8_t* w, size_t w_stride, 
     for (int64_t ib = 0; ib < nb8; ib += 8) {
         for (int off = 0; off < pf_bytes; off += 64) _mm_prefetch(pf + off, _MM_HINT_T1);
         pf += pf_bytes;
-        const typename R::act act = R::load_act(y + ib);
-        __m512i sums[2][4];
+        const block* g[kPanelRows];
+        for (int r = 0; r < kPanelRows; ++r) g[r] = rows[r] + ib;
+        acc = matvec_group<R>(g, y + ib, acc);
+    }
+    if (nb8 < nb) {
+        padded_tail<R> t;
+        t.set_rows(w, w_stride, nr, nb8, nb);
+        acc = matvec_group<R>(t.rows, t.column(a, nb8, nb), acc);
+    }
+    store_rows(out, acc, nr);
+}
+
+// One group of 8 blocks of 16 rows against NC columns (yg[c]: column c's
+// group): the rows are unpacked once (5 KB, in L1), then each column takes
+// matvec_group's integer dots and float steps.
+template <typename R, int NC>
+LP_TARGET_AVX512 LP_INLINE void matvec_cols_group(const typename R::block* const* rows, const block_q8_0* const* yg,
+                                                  __m512* acc) {
+    nibble_bits bits[kPanelRows];
+    for (int r = 0; r < kPanelRows; ++r) bits[r] = R::unpack(rows[r]);
+    __m512 dv[2][4];  // the scales, transposed as matvec_group has them
+    {
         __m512 ds[2][4];
-#pragma GCC unroll 4
         for (int gr = 0; gr < 4; ++gr) {
-            row_quads q[4];
-#pragma GCC unroll 4
-            for (int j = 0; j < 4; ++j) q[j] = R::row(row_ptr(4 * gr + j) + ib, act);
-            for (int h = 0; h < 2; ++h) sums[h][gr] = reduce_pairs_x4(q[0].s[h], q[1].s[h], q[2].s[h], q[3].s[h]);
+            const nibble_bits* q = bits + 4 * gr;
             const __m512 d01 = _mm512_unpacklo_ps(q[0].d, q[1].d), d23 = _mm512_unpacklo_ps(q[2].d, q[3].d);
             ds[0][gr] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(d01), _mm512_castps_pd(d23)));
             ds[1][gr] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(d01), _mm512_castps_pd(d23)));
         }
+        for (int h = 0; h < 2; ++h) transpose_128(ds[h], dv[h]);
+    }
+    for (int c = 0; c < NC; ++c) {
+        const typename R::act act = R::load_act(yg[c]);
+        __m512i sums[2][4];
+#pragma GCC unroll 4
+        for (int gr = 0; gr < 4; ++gr) {
+            row_quads q[4];
+#pragma GCC unroll 4
+            for (int j = 0; j < 4; ++j) q[j] = quad_dots(bits[4 * gr + j], act);
+            for (int h = 0; h < 2; ++h) sums[h][gr] = reduce_pairs_x4(q[0].s[h], q[1].s[h], q[2].s[h], q[3].s[h]);
+        }
         for (int h = 0; h < 2; ++h) {
             __m512i v[4];
-            __m512 dv[4];
             transpose_128(sums[h], v);
-            transpose_128(ds[h], dv);
-            for (int l = 0; l < 4; ++l) {
-                const int64_t b = ib + 4 * h + l;
-                acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(v[l]), _mm512_mul_ps(dv[l], _mm512_set1_ps(half_to_float(y[b].d))),
-                                      acc);
-            }
+            for (int l = 0; l < 4; ++l)
+                acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(v[l]),
+                                         _mm512_mul_ps(dv[h][l], _mm512_set1_ps(half_to_float(yg[c][4 * h + l].d))),
+                                         acc[c]);
         }
     }
-    if (nb8 < nb) acc = matvec_gather<F>(nb8, nb, w, w_stride, nr, a, acc);
-    store_rows(out, acc, nr);
+}
+
+// The mat-vec over NC activation rows at once (type_traits::matvec_cols):
+// per column exactly matvec_rows's operations in its order (same bits as NC
+// mat-vec calls), but each row's 8-block group is loaded and unpacked once
+// for all NC columns. Only for formats with R::unpack (Q4_0, Q5_0).
+template <typename F, typename R, bool FULL, int NC>
+LP_TARGET_AVX512 void matvec_cols_rows(int64_t n, const uint8_t* w, size_t w_stride, int nr, const uint8_t* a,
+                                       size_t a_stride, float* out, size_t out_stride) {
+    using block = typename R::block;
+    const int64_t nb = n / kBlock, nb8 = nb & ~(int64_t)7;
+    const block_q8_0* y[NC];
+    for (int c = 0; c < NC; ++c) y[c] = reinterpret_cast<const block_q8_0*>(a + c * a_stride);
+    const size_t last = (size_t)(nr - 1) * w_stride;
+    const block* rows[kPanelRows];
+    for (int r = 0; r < kPanelRows; ++r)
+        rows[r] = reinterpret_cast<const block*>(w + (FULL ? r * w_stride : std::min((size_t)r * w_stride, last)));
+    const char* pf = reinterpret_cast<const char*>(w) + (size_t)nr * w_stride;
+    const int pf_bytes = nr * 8 * (int)sizeof(block);
+    __m512 acc[NC];
+    for (int c = 0; c < NC; ++c) acc[c] = _mm512_setzero_ps();
+    for (int64_t ib = 0; ib < nb8; ib += 8) {
+        for (int off = 0; off < pf_bytes; off += 64) _mm_prefetch(pf + off, _MM_HINT_T1);
+        pf += pf_bytes;
+        const block* g[kPanelRows];
+        for (int r = 0; r < kPanelRows; ++r) g[r] = rows[r] + ib;
+        const block_q8_0* yg[NC];
+        for (int c = 0; c < NC; ++c) yg[c] = y[c] + ib;
+        matvec_cols_group<R, NC>(g, yg, acc);
+    }
+    if (nb8 < nb) {
+        padded_tail<R> t;
+        t.set_rows(w, w_stride, nr, nb8, nb);
+        alignas(64) block_q8_0 ypad[NC][8];
+        const block_q8_0* yg[NC];
+        for (int c = 0; c < NC; ++c) {
+            std::memcpy(static_cast<void*>(ypad[c]), t.column(a + c * a_stride, nb8, nb), sizeof(ypad[c]));
+            yg[c] = ypad[c];
+        }
+        matvec_cols_group<R, NC>(t.rows, yg, acc);
+    }
+    for (int c = 0; c < NC; ++c) store_rows(out + c * out_stride, acc[c], nr);
+}
+
+template <typename F, typename R, int NC>
+LP_TARGET_AVX512 void matvec_cols_nc(int64_t n, const uint8_t* w, size_t w_stride, int nr, const uint8_t* a,
+                                     size_t a_stride, float* out, size_t out_stride) {
+    if (nr == kPanelRows)
+        matvec_cols_rows<F, R, true, NC>(n, w, w_stride, nr, a, a_stride, out, out_stride);
+    else
+        matvec_cols_rows<F, R, false, NC>(n, w, w_stride, nr, a, a_stride, out, out_stride);
+}
+
+// type_traits::matvec_cols: nr <= 16 weight rows (one panel's) × nc <= 4 columns.
+template <typename F, typename R>
+LP_TARGET_AVX512 void matvec_cols_panel(int64_t n, const void* w_, size_t w_stride, const void* a_, size_t a_stride,
+                                        float* out, size_t out_stride, int nr, int nc) {
+    const auto* w = static_cast<const uint8_t*>(w_);
+    const auto* a = static_cast<const uint8_t*>(a_);
+    switch (nc) {
+        case 4: matvec_cols_nc<F, R, 4>(n, w, w_stride, nr, a, a_stride, out, out_stride); return;
+        case 3: matvec_cols_nc<F, R, 3>(n, w, w_stride, nr, a, a_stride, out, out_stride); return;
+        case 2: matvec_cols_nc<F, R, 2>(n, w, w_stride, nr, a, a_stride, out, out_stride); return;
+        default: matvec_cols_nc<F, R, 1>(n, w, w_stride, nr, a, a_stride, out, out_stride); return;
+    }
 }
 
 // NC columns against the unpacked panel.
@@ -472,6 +638,9 @@ void register_legacy_panels_x86(type_traits* table, isa level) {
         q4_0.gemm_panel = gemm_panel<fmt_q4_0, rows_q4_0>;
         q5_0.vec_dot = vec_dot_panel<fmt_q5_0>;
         q5_0.gemm_panel = gemm_panel<fmt_q5_0, rows_q5_0>;
+        q4_0.matvec_cols = matvec_cols_panel<fmt_q4_0, rows_q4_0>;
+        q5_0.matvec_cols = matvec_cols_panel<fmt_q5_0, rows_q5_0>;
+        for (type_traits* t : {&q4_0, &q5_0}) t->matvec_batch_max = 8;
         // the 4-row tiles would sum in another order: the panel replaces them
         for (type_traits* t : {&q4_0, &q5_0}) t->gemm_tile = nullptr;
         // Q8_0 (fmt_q8_0, rows_q8_0) is not switched on yet: its panel runs

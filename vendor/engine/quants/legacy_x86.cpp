@@ -370,6 +370,52 @@ struct q5_avx512 {
 };
 using q5_1_q8_1_avx512 = q5_avx512<block_q5_1, block_q8_1, true>;
 
+// The blocks of a Q8_0 row past its last group of 8 (nb8 <= b < nb, at most
+// 7), bit for bit what vec_dot_q8_0_q8_0_avx2 returns for them (rows and cols
+// below finish with it, as the tiles' tile_tail does): the same 8 int32 lanes
+// per block, scale d_w * d_a, two fma chains (even blocks / odd blocks) and
+// horizontal sum, but two blocks per 512-bit vector (chain 0 in the low half,
+// chain 1 in the high) and the activation half prepared once for every row.
+// Gemma's 640-wide rows are 20 blocks: the 4-block tail is a fifth of the
+// work, and as a call of the AVX2 kernel per (row, column) it cost as much as
+// the other 16 blocks.
+struct q8_0_tail_act {
+    __m512i q[4], off[4];  // activation pairs; -128 * sum per int32 lane
+    __m512 d[4];           // their scales, 8 lanes per block
+    int n = 0;             // blocks (0..7)
+};
+
+LP_TARGET_AVX512 static inline void prepare_q8_0_tail(const block_q8_0* y, int64_t nb8, int64_t nb, q8_0_tail_act* t) {
+    t->n = (int)(nb - nb8);
+    for (int j = 0; 2 * j < t->n; ++j) {
+        const block_q8_0& b0 = y[nb8 + 2 * j];
+        const bool two = 2 * j + 1 < t->n;
+        const block_q8_0& b1 = two ? y[nb8 + 2 * j + 1] : b0;
+        t->q[j] = load_pair_32(b0.qs, b1.qs);
+        const __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8((char)0x80), t->q[j]);
+        t->off[j] = _mm512_sub_epi32(_mm512_setzero_si512(), s);
+        t->d[j] = _mm512_insertf32x8(_mm512_set1_ps(half_to_float(b0.d)), _mm256_set1_ps(half_to_float(b1.d)), 1);
+    }
+}
+
+LP_TARGET_AVX512 static inline float q8_0_tail(const block_q8_0* x, int64_t nb8, const q8_0_tail_act& t) {
+    if (t.n == 0) return 0.0f;
+    const __m512i flip = _mm512_set1_epi8((char)0x80);
+    __m512 acc = _mm512_setzero_ps();
+    for (int j = 0; 2 * j < t.n; ++j) {
+        const block_q8_0& b0 = x[nb8 + 2 * j];
+        const bool two = 2 * j + 1 < t.n;
+        const block_q8_0& b1 = two ? x[nb8 + 2 * j + 1] : b0;
+        const __m512i wq = _mm512_xor_si512(load_pair_32(b0.qs, b1.qs), flip);
+        const __m512i p = _mm512_dpbusd_epi32(t.off[j], wq, t.q[j]);
+        const __m512 dw = _mm512_insertf32x8(_mm512_set1_ps(half_to_float(b0.d)), _mm256_set1_ps(half_to_float(b1.d)), 1);
+        // a lone last block leaves chain 1 as it is (mask3: lanes off keep acc)
+        acc = _mm512_mask3_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(dw, t.d[j]), acc,
+                                    two ? (__mmask16)0xffff : (__mmask16)0x00ff);
+    }
+    return hsum_f32x8(_mm256_add_ps(_mm512_castps512_ps256(acc), _mm512_extractf32x8_ps(acc, 1)));
+}
+
 // Q8_0 weights enter vpdpbusd as unsigned w + 128 (xor 0x80); the shared
 // -128*sum term takes the 128 back out. Pairs layout: 32 bytes per block.
 struct q8_0_q8_0_avx512 {
@@ -423,9 +469,11 @@ struct q8_0_q8_0_avx512 {
                                          _mm512_mul_ps(dw, da), acc[r]);
             }
         }
+        q8_0_tail_act tail;
+        prepare_q8_0_tail(y, nb8, nb, &tail);
         for (int r = 0; r < NR; ++r) {
             const auto* x = reinterpret_cast<const block_q8_0*>(w + r * w_stride);
-            out[r] = _mm512_reduce_add_ps(acc[r]) + tail_avx2(vec_dot_q8_0_q8_0_avx2, nb, nb8, x, y);
+            out[r] = _mm512_reduce_add_ps(acc[r]) + q8_0_tail(x, nb8, tail);
         }
     }
     // NC activation rows against nr weight rows (type_traits::matvec_cols): per
@@ -445,8 +493,10 @@ struct q8_0_q8_0_avx512 {
         static thread_local std::vector<prep> buf;
         if (buf.size() < (size_t)(ng * NC)) buf.resize((size_t)(ng * NC));
         const block_q8_0* y[NC];
+        q8_0_tail_act tails[NC];
         for (int c = 0; c < NC; ++c) {
             y[c] = reinterpret_cast<const block_q8_0*>(a + c * a_stride);
+            prepare_q8_0_tail(y[c], nb8, nb, &tails[c]);
             for (int64_t g = 0; g < ng; ++g) {
                 buf[g * NC + c].p = load_act_pairs(y[c] + 8 * g);
                 buf[g * NC + c].d = gather_halves16<sizeof(block_q8_0), 0, lane_layout::pairs>(y[c] + 8 * g);
@@ -476,8 +526,7 @@ struct q8_0_q8_0_avx512 {
                 }
             }
             for (int c = 0; c < NC; ++c)
-                out[c * out_stride + r] =
-                    _mm512_reduce_add_ps(acc[c]) + tail_avx2(vec_dot_q8_0_q8_0_avx2, nb, nb8, x, y[c]);
+                out[c * out_stride + r] = _mm512_reduce_add_ps(acc[c]) + q8_0_tail(x, nb8, tails[c]);
         }
     }
 };
