@@ -3,13 +3,13 @@
 # produce LLAMAPY_DEFINES / LLAMAPY_CXX_FLAGS.
 
 set(LLAMAPY_VERSION "0.1.0")
-set(_lp_have_backends "CPU (LLAMAPY_NATIVE, LLAMAPY_PORTABLE, LLAMAPY_AVX2, LLAMAPY_AVX512; GGML_NATIVE, GGML_AVX2, GGML_AVX512 as aliases)")
+set(_lp_have_backends "CPU (LLAMAPY_NATIVE, LLAMAPY_PORTABLE, LLAMAPY_AVX2, LLAMAPY_AVX512; GGML_NATIVE, GGML_AVX2, GGML_AVX512 as aliases) and Vulkan (LLAMAPY_VULKAN; GGML_VULKAN as alias)")
 
 # Backends that exist in ggml / llama-cpp-python but not (yet) in llamapy.
 # Asking for one is an error, never a silent CPU-only build.
 set(_lp_missing_backends
   GGML_CUDA GGML_CUBLAS LLAMA_CUBLAS LLAMA_CUDA LLAMAPY_CUDA GGML_HIP GGML_HIPBLAS LLAMA_HIPBLAS
-  GGML_METAL LLAMA_METAL GGML_VULKAN LLAMA_VULKAN GGML_SYCL GGML_OPENCL GGML_KOMPUTE GGML_MUSA
+  GGML_METAL LLAMA_METAL GGML_SYCL GGML_OPENCL GGML_KOMPUTE GGML_MUSA
   GGML_CANN GGML_RPC GGML_BLAS LLAMA_BLAS GGML_OPENBLAS LLAMA_OPENBLAS GGML_CLBLAST LLAMA_CLBLAST
   GGML_WEBGPU GGML_ZDNN GGML_HEXAGON)
 foreach(_opt IN LISTS _lp_missing_backends)
@@ -174,4 +174,17 @@ endif()
 if(LP_NATIVE)
   list(APPEND LLAMAPY_DEFINES LP_BUILD_NATIVE=1)
 endif()
+# Vulkan (GPU) backend beside the CPU one: LLAMAPY_VULKAN, GGML_VULKAN (and
+# the older LLAMA_VULKAN) as aliases. cmake/vulkan.cmake finds what it needs
+# or stops the build.
+if(DEFINED LLAMA_VULKAN AND NOT DEFINED GGML_VULKAN)
+  set(GGML_VULKAN ${LLAMA_VULKAN})
+endif()
+_lp_option(VULKAN GGML_VULKAN OFF)
+if(LP_VULKAN)
+  list(APPEND LLAMAPY_DEFINES LP_ENABLE_VULKAN=1)
+endif()
 message(STATUS "llamapy: CPU backend, ${_lp_mode}; defines: ${LLAMAPY_DEFINES}")
+if(LP_VULKAN)
+  include(${CMAKE_CURRENT_LIST_DIR}/vulkan.cmake)
+endif()

@@ -174,7 +174,13 @@ def parse_params(model_path: str, kw: Dict[str, Any], verbose: bool = False) -> 
             given.append(f"{name}={value!r}")
     if given:
         # Not silent: the user asked for a GPU and gets told there is none.
-        emit(verbose, logging.WARNING, "no GPU backend in this build: %s %s no effect; every layer runs on the CPU",
+        from . import _engine
+
+        if "vulkan" in _engine.backends():
+            why = "the Vulkan backend in this build runs single ops, not the forward pass yet"
+        else:
+            why = "no GPU backend in this build"
+        emit(verbose, logging.WARNING, "%s: %s %s no effect; every layer runs on the CPU", why,
              ", ".join(given), "has" if len(given) == 1 else "have")
 
     vocab_only = bool(kw.pop("vocab_only", False))

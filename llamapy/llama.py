@@ -71,7 +71,7 @@ class Llama(_sequence.SequenceAttributes):
 
     The constructor takes llama-cpp-python's keyword arguments. Options that
     only concern a GPU are accepted, and each one given a non-default value
-    is reported by name (there is no GPU backend in this build); options for
+    is reported by name (no backend runs the forward pass on a GPU yet); options for
     features llamapy does not have raise ``NotImplementedError`` naming the
     option; unknown keywords raise ``TypeError``.
 

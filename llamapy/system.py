@@ -9,7 +9,10 @@ from . import _engine
 def system_info() -> dict[str, Any]:
     """Return a dict describing the build and the machine.
 
-    Keys: ``version``, ``backends`` (compiled backends), ``build`` (native or
+    Keys: ``version``, ``backends`` (compiled backends: ``cpu``, and ``vulkan``
+    in a build with ``CMAKE_ARGS="-DLLAMAPY_VULKAN=ON"``), ``devices`` (the GPU
+    devices those backends find: backend, name, type, memory in bytes, fp16 /
+    int8 arithmetic, driver; empty without one), ``build`` (native or
     portable), ``compiled_isas`` (SIMD kernel levels compiled in),
     ``cpu_isas`` (those the running CPU supports), ``active_isa`` (the level
     in use: the best of ``cpu_isas``, or lower when the ``LLAMAPY_ISA``

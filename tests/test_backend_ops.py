@@ -1,7 +1,8 @@
 """The cross-backend op test: every op of the backend seam
 (vendor/engine/backend/backend.h) on every compiled backend, against numpy
-and against the CPU backend, the reference. Only the CPU backend exists in
-this build; a GPU backend joins through _engine.backends(). Attention and the
+and against the CPU backend, the reference. A GPU backend compiled in (the
+Vulkan one: CMAKE_ARGS="-DLLAMAPY_VULKAN=ON") joins through
+_engine.backends(); tests/test_vulkan.py has its own cases. Attention and the
 KV store are held to their references by the model tests (test_models.py,
 test_kv_cache_types.py)."""
 
@@ -112,7 +113,7 @@ def test_get_rows(backend):
 
 def test_bad_arguments():
     with pytest.raises(ValueError, match="not compiled in"):
-        E.backend_row_op("vulkan", "scale", Y, f=2.0)
+        E.backend_row_op("cuda", "scale", Y, f=2.0)
     with pytest.raises(ValueError, match="unknown row op"):
         E.backend_row_op("cpu", "frobnicate", Y)
     with pytest.raises(ValueError):

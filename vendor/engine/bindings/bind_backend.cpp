@@ -16,6 +16,9 @@
 #include <vector>
 
 #include "backend/cpu_backend.h"
+#if defined(LP_ENABLE_VULKAN)
+#include "backend/vulkan_backend.h"
+#endif
 #include "common.h"
 #include "py_common.h"
 
@@ -28,7 +31,12 @@ using farray = py::array_t<float, py::array::c_style | py::array::forcecast>;
 
 std::unique_ptr<backend> make_backend(const std::string& name, int n_threads) {
     if (name == "cpu") return std::make_unique<cpu_backend>(pool_for(n_threads));
+#if defined(LP_ENABLE_VULKAN)
+    if (name == "vulkan") return std::make_unique<vulkan_backend>(0);
+    throw value_error("backend '" + name + "' is not compiled in (backends: cpu, vulkan)");
+#else
     throw value_error("backend '" + name + "' is not compiled in (backends: cpu)");
+#endif
 }
 
 row_op::kind parse_kind(const std::string& k) {
@@ -143,7 +151,13 @@ farray get_rows_py(const std::string& be_name, py::array raw, const py::object& 
 }  // namespace
 
 void bind_backend(py::module_& m) {
-    m.def("backends", []() { return std::vector<std::string>{"cpu"}; }, "names of the compiled backends");
+    m.def("backends", []() {
+#if defined(LP_ENABLE_VULKAN)
+        return std::vector<std::string>{"cpu", "vulkan"};
+#else
+        return std::vector<std::string>{"cpu"};
+#endif
+    }, "names of the compiled backends");
     m.def("backend_row_op", &row_op_py, py::arg("backend"), py::arg("kind"), py::arg("y"), py::arg("x") = py::none(),
           py::arg("w") = py::none(), py::arg("b") = py::none(), py::arg("f") = 0.0f, py::arg("groups") = 1,
           py::arg("a") = 0, py::arg("neox") = false, py::arg("n_threads") = 1,

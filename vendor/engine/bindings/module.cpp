@@ -10,6 +10,10 @@
 #include "cpu/features.h"
 #include "cpu/threadpool.h"
 #include "ggml_type.h"
+#include "model/model.h"
+#if defined(LP_ENABLE_VULKAN)
+#include "vulkan/vk_runtime.h"
+#endif
 
 #ifndef LLAMAPY_VERSION
 #define LLAMAPY_VERSION "0.0.0"
@@ -30,11 +34,41 @@ void bind_vision(py::module_& m);
 
 namespace {
 
+// The GPU devices of the compiled GPU backends: name, type, memory, fp16 /
+// int8 arithmetic. Empty in a CPU-only build or where no device is found.
+py::list gpu_devices() {
+    py::list out;
+#if defined(LP_ENABLE_VULKAN)
+    for (const lp::vk::device_info& v : lp::vk::devices()) {
+        py::dict d;
+        d["backend"] = "vulkan";
+        d["index"] = v.index;
+        d["name"] = v.name;
+        d["type"] = v.type;
+        d["driver"] = v.driver;
+        d["api_version"] = std::to_string(VK_API_VERSION_MAJOR(v.api_version)) + "." +
+                           std::to_string(VK_API_VERSION_MINOR(v.api_version)) + "." +
+                           std::to_string(VK_API_VERSION_PATCH(v.api_version));
+        d["memory"] = v.memory;
+        d["fp16"] = v.fp16;
+        d["int8"] = v.int8;
+        d["subgroup_size"] = v.subgroup_size;
+        out.append(d);
+    }
+#endif
+    return out;
+}
+
 py::dict system_info() {
     const lp::cpu_features& c = lp::cpu();
     py::dict d;
     d["version"] = LLAMAPY_VERSION;
+#if defined(LP_ENABLE_VULKAN)
+    d["backends"] = py::make_tuple("cpu", "vulkan");
+#else
     d["backends"] = py::make_tuple("cpu");
+#endif
+    d["devices"] = gpu_devices();
     py::list compiled, supported;
     for (lp::isa level : lp::compiled_isas()) {
         compiled.append(lp::isa_name(level));
@@ -66,10 +100,26 @@ py::dict system_info() {
 PYBIND11_MODULE(_engine, m) {
     m.doc() = "llamapy native engine";
     py::register_exception<lp::gguf_error>(m, "GGUFError", PyExc_ValueError);
+    // what a backend or model does not support yet: NotImplementedError, with its message
+    py::register_exception_translator([](std::exception_ptr p) {
+        try {
+            if (p) std::rethrow_exception(p);
+        } catch (const lp::not_implemented_error& e) {
+            PyErr_SetString(PyExc_NotImplementedError, e.what());
+        }
+    });
     // lp::value_error derives from std::invalid_argument, which pybind11
     // already translates to ValueError.
     m.def("isa_cap_error", []() { return lp::isa_cap_error(); },
           "Why LLAMAPY_ISA's value was refused, or an empty string.");
+    m.def("gpu_devices", &gpu_devices, "The GPU devices the compiled GPU backends find (a list of dicts).");
+    m.def("vulkan_error", []() {
+#if defined(LP_ENABLE_VULKAN)
+        return lp::vk::last_error();
+#else
+        return std::string("this build has no Vulkan backend (build with CMAKE_ARGS=\"-DLLAMAPY_VULKAN=ON\")");
+#endif
+    }, "Why no Vulkan device was found, or an empty string.");
     m.def("system_info", &system_info, "Version, compiled backends and kernels, CPU features, default threads.");
     m.def("read_bandwidth", [](size_t nbytes, int n_reps, int n_threads) {
         if (n_threads < 1) n_threads = lp::default_n_threads();

@@ -391,6 +391,9 @@ void gelu_quick_mul_row(float* g, const float* u, int64_t n) {
     }
 }
 
+const float* gelu_f16_table() { return gelu_table(); }
+const float* gelu_quick_f16_table() { return gelu_quick_table(); }
+
 void gelu_mul_row(float* g, const float* u, int64_t n) {
 #if defined(LP_HAVE_AVX512)
     if (level() == isa::avx512) return gelu_mul_avx512(g, u, n);

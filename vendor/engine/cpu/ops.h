@@ -28,6 +28,10 @@ void gelu_mul_row(float* g, const float* u, int64_t n);
 // activation), through an F16 table as llama.cpp evaluates it (input and
 // result rounded to F16). u may be null (no gate).
 void gelu_quick_mul_row(float* g, const float* u, int64_t n);
+// The tables behind them: for every F16 bit pattern h, gelu / quick_gelu of
+// h rounded to F16, as floats (65536 each; the GPU backend uploads them).
+const float* gelu_f16_table();
+const float* gelu_quick_f16_table();
 // g = silu(g) * u = g / (1 + exp(-g)) * u. u may be null.
 void silu_mul_row(float* g, const float* u, int64_t n);
 // x = tanh(x / cap) * cap

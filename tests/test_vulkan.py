@@ -1,0 +1,65 @@
+"""The Vulkan backend (CMAKE_ARGS="-DLLAMAPY_VULKAN=ON"): the devices it reports,
+and its ops against the CPU backend on every weight type it has a shader
+for, at shapes with partial workgroups and tail blocks. CI runs this on Mesa's
+lavapipe (a CPU Vulkan driver). The cross-backend op test
+(test_backend_ops.py) runs the row ops on it too. In a build without the
+backend the module is skipped: there is nothing of it to test."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from llamapy import _engine as E
+
+pytestmark = pytest.mark.skipif("vulkan" not in E.backends(), reason="built without the Vulkan backend")
+
+rng = np.random.default_rng(3)
+TYPES = ["F32", "F16", "BF16", "Q8_0", "Q4_0", "Q5_0"]
+
+
+def test_a_device_is_found_and_described():
+    devs = E.gpu_devices()
+    assert devs, f"the Vulkan backend found no device: {E.vulkan_error()}"
+    for d in devs:
+        assert d["backend"] == "vulkan" and d["name"] and d["type"] in ("discrete", "integrated", "virtual", "cpu",
+                                                                         "other")
+        assert d["memory"] > 0 and isinstance(d["fp16"], bool) and isinstance(d["int8"], bool)
+    info = E.system_info()
+    assert "vulkan" in info["backends"] and info["devices"] == devs
+
+
+@pytest.mark.parametrize("wtype", TYPES)
+@pytest.mark.parametrize("n_rows,n_cols,n", [(37, 640, 1), (37, 736, 5), (130, 256, 70)])
+def test_matmul_matches_the_cpu(wtype, n_rows, n_cols, n):
+    w = (rng.standard_normal((n_rows, n_cols)) / np.sqrt(n_cols)).astype(np.float32)
+    raw = E.quantize(w, wtype)
+    x = rng.standard_normal((n, n_cols)).astype(np.float32)
+    got = E.backend_matmul("vulkan", raw, wtype, n_rows, n_cols, x)
+    cpu = E.backend_matmul("cpu", raw, wtype, n_rows, n_cols, x)
+    assert got.shape == (n, n_rows)
+    # same converted activations and integer block sums: only the float summation order differs
+    assert np.abs(got - cpu).max() <= 2e-6 * np.abs(cpu).max()
+
+
+@pytest.mark.parametrize("wtype", TYPES)
+def test_get_rows_matches_the_cpu(wtype):
+    table = rng.standard_normal((20, 96)).astype(np.float32)
+    raw = E.quantize(table, wtype)
+    ids = [19, 0, 7, 7, 3]
+    np.testing.assert_array_equal(E.backend_get_rows("vulkan", raw, wtype, 20, 96, ids),
+                                  E.backend_get_rows("cpu", raw, wtype, 20, 96, ids))
+
+
+def test_rms_norm_of_long_rows_and_many_groups():
+    y = rng.standard_normal((3, 4096)).astype(np.float32)
+    w = rng.standard_normal(256).astype(np.float32)
+    got = E.backend_row_op("vulkan", "rms_norm", y, w=w, f=1e-6, groups=16)
+    cpu = E.backend_row_op("cpu", "rms_norm", y, w=w, f=1e-6, groups=16)
+    np.testing.assert_allclose(got, cpu, rtol=0, atol=1e-5)
+
+
+def test_what_is_missing_says_so():
+    w = E.quantize(rng.standard_normal((8, 256)).astype(np.float32), "Q4_K")
+    x = rng.standard_normal((1, 256)).astype(np.float32)
+    with pytest.raises(NotImplementedError, match="Q4_K"):
+        E.backend_matmul("vulkan", w, "Q4_K", 8, 256, x)

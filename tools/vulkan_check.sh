@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# The Vulkan backend: builds the engine with -DLLAMAPY_VULKAN=ON into a side
+# folder and runs its tests on Mesa's lavapipe (a CPU Vulkan driver, so no
+# GPU is needed): the device listing, every op of the seam it implements
+# against the CPU backend (tests/test_vulkan.py, tests/test_backend_ops.py).
+# Installs Debian's libvulkan-dev, glslc and mesa-vulkan-drivers when they
+# are missing and this runs as root; otherwise says what to install.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+need=()
+[ -f /usr/include/vulkan/vulkan.h ] || need+=(libvulkan-dev)
+command -v glslc >/dev/null 2>&1 || need+=(glslc)
+ls /usr/share/vulkan/icd.d/lvp_icd*.json >/dev/null 2>&1 || need+=(mesa-vulkan-drivers)
+if [ ${#need[@]} -gt 0 ]; then
+  if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+  else
+    echo "vulkan_check: missing ${need[*]}; install them (Debian: apt-get install ${need[*]})" >&2
+    exit 2
+  fi
+fi
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+pkg=$("$root/tools/variant_build.sh" "$work" -DLLAMAPY_VULKAN=ON 2>"$work/build.log" | tail -1) ||
+  { tail -50 "$work/build.log"; exit 1; }
+cd "$work"
+# lavapipe only: the tests then see the same device on every machine
+export VK_ICD_FILENAMES
+VK_ICD_FILENAMES=$(ls /usr/share/vulkan/icd.d/lvp_icd*.json | head -1)
+PYTHONPATH="$pkg" python -c "import llamapy; i = llamapy.system_info(); print('vulkan build:', i['backends'], [d['name'] for d in i['devices']])"
+PYTHONPATH="$pkg" python -m pytest -q -p no:cacheprovider "$root/tests/test_vulkan.py" "$root/tests/test_backend_ops.py"

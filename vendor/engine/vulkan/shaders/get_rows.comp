@@ -1,0 +1,54 @@
+#version 450
+// get_rows.comp — y row t = row ids[t] of a table of type WTYPE, as floats
+// (the exact dequantization the CPU's to_float does: d * q per element).
+// One workgroup per requested row, 64 invocations over its elements.
+#extension GL_GOOGLE_include_directive : enable
+#include "bytes.glsl"
+
+#define T_F32 0
+#define T_F16 1
+#define T_BF16 30
+#define T_Q4_0 2
+#define T_Q5_0 6
+#define T_Q8_0 8
+
+layout(local_size_x = 64) in;
+layout(std430, binding = 0) readonly buffer Wbuf { uint w[]; };
+layout(std430, binding = 1) readonly buffer Ibuf { int ids[]; };
+layout(std430, binding = 2) writeonly buffer Ybuf { float y[]; };
+layout(push_constant) uniform Params {
+    uint n_ids, n_cols, row_bytes, y_stride;
+} p;
+
+float element(uint rb, uint i) {
+#if WTYPE == T_F32
+    return uintBitsToFloat(w[(rb >> 2) + i]);
+#elif WTYPE == T_F16 || WTYPE == T_BF16
+    const uint hi = (rb >> 1) + i;
+    const uint h = (w[hi >> 1] >> ((hi & 1u) * 16u)) & 0xffffu;
+#if WTYPE == T_F16
+    return half_bits_to_float(h);
+#else
+    return bf16_bits_to_float(h);
+#endif
+#elif WTYPE == T_Q8_0
+    const uint b = rb + (i / 32u) * 34u;
+    return half_bits_to_float(U16_OF(w, b)) * float(I8_OF(w, b + 2u + i % 32u));
+#elif WTYPE == T_Q4_0
+    const uint b = rb + (i / 32u) * 18u, j = i % 32u;
+    const uint q = BYTE_OF(w, b + 2u + j % 16u);
+    return half_bits_to_float(U16_OF(w, b)) * float(int(j < 16u ? q & 15u : q >> 4) - 8);
+#else  // Q5_0
+    const uint b = rb + (i / 32u) * 22u, j = i % 32u;
+    const uint q = BYTE_OF(w, b + 6u + j % 16u), qh = U32_OF(w, b + 2u);
+    const uint v = (j < 16u ? q & 15u : q >> 4) | (((qh >> j) & 1u) << 4);
+    return half_bits_to_float(U16_OF(w, b)) * float(int(v) - 16);
+#endif
+}
+
+void main() {
+    for (uint t = gl_WorkGroupID.x; t < p.n_ids; t += gl_NumWorkGroups.x) {
+        const uint rb = uint(ids[t]) * p.row_bytes;
+        for (uint i = gl_LocalInvocationID.x; i < p.n_cols; i += 64u) y[t * p.y_stride + i] = element(rb, i);
+    }
+}

@@ -1,0 +1,139 @@
+#version 450
+// row_ops.comp — the backend's row operations (backend.h: row_op) on dense
+// rows: y (n_rows, width) in place, x the second operand (per row, or one
+// row shared: x_stride 0), wn / bn a norm's weight and bias. One workgroup
+// per (row, group); a group is a norm group or, for rope, a head.
+// Numerics follow the CPU's (cpu/ops.cpp): GELU and quick GELU look up the
+// same F16 tables (input rounded to F16 to nearest even, as fp32_to_fp16).
+#extension GL_GOOGLE_include_directive : enable
+
+layout(local_size_x = 64) in;
+layout(std430, binding = 0) buffer Ybuf { float y[]; };
+layout(std430, binding = 1) readonly buffer Xbuf { float x[]; };
+layout(std430, binding = 2) readonly buffer Wnbuf { float wn[]; };
+layout(std430, binding = 3) readonly buffer Bnbuf { float bn[]; };
+layout(std430, binding = 4) readonly buffer Tbuf { float tables[]; };  // gelu (65536), then quick gelu (65536)
+layout(push_constant) uniform Params {
+    uint kind, n, groups, n_rows;
+    uint y_stride, x_stride;
+    uint flags;  // 1: x given, 2: wn given, 4: bn given, 8: rope neox
+    float f;
+    uint a;
+} p;
+
+// kinds, in backend.h's order
+const uint K_RMS_NORM = 0u, K_LAYER_NORM = 1u, K_ADD = 2u, K_MUL = 3u, K_SCALE = 4u, K_SOFTCAP = 5u,
+           K_GELU_MUL = 6u, K_SILU_MUL = 7u, K_GELU_QUICK_MUL = 8u, K_ROPE = 9u, K_HADAMARD = 10u, K_COPY = 11u;
+
+shared float red[64];
+
+float group_sum(float v) {
+    const uint lid = gl_LocalInvocationID.x;
+    red[lid] = v;
+    barrier();
+    for (uint s = 32u; s > 0u; s >>= 1) {
+        if (lid < s) red[lid] += red[lid + s];
+        barrier();
+    }
+    const float total = red[0];
+    barrier();
+    return total;
+}
+
+// float -> F16 bits, round to nearest even (as common.h's fp32_to_fp16)
+uint f16_bits(float f) {
+    const uint xb = floatBitsToUint(f);
+    const uint sign = (xb >> 16) & 0x8000u;
+    const uint ax = xb & 0x7fffffffu;
+    if (ax >= 0x7f800000u) return sign | 0x7c00u | (ax > 0x7f800000u ? 0x200u : 0u);
+    if (ax >= 0x477ff000u) return sign | 0x7c00u;
+    if (ax < 0x38800000u) {
+        // subnormal or zero: the float add rounds to nearest even for us
+        const float r = uintBitsToFloat(ax) + 0.5;
+        return sign | (floatBitsToUint(r) - 0x3f000000u);
+    }
+    const uint mant_odd = (ax >> 13) & 1u;
+    return sign | (((ax + 0xc8000fffu + mant_odd) >> 13) & 0xffffu);
+}
+
+float tanh_f(float v) {
+    // tanh through exp, stable for both signs: tanh(v) = sign(v) (1 - e) / (1 + e), e = exp(-2|v|)
+    const float e = exp(-2.0 * abs(v));
+    return sign(v) * (1.0 - e) / (1.0 + e);
+}
+
+void main() {
+    const uint lid = gl_LocalInvocationID.x;
+    const bool has_x = (p.flags & 1u) != 0u, has_w = (p.flags & 2u) != 0u, has_b = (p.flags & 4u) != 0u;
+    for (uint job = gl_WorkGroupID.x; job < p.n_rows * p.groups; job += gl_NumWorkGroups.x) {
+        const uint t = job / p.groups, g = job % p.groups;
+        const uint y0 = t * p.y_stride + g * p.n, x0 = t * p.x_stride + g * p.n;
+        if (p.kind == K_RMS_NORM || p.kind == K_LAYER_NORM) {
+            float s = 0.0, mean = 0.0;
+            if (p.kind == K_LAYER_NORM) {
+                for (uint i = lid; i < p.n; i += 64u) s += x[x0 + i];
+                mean = group_sum(s) / float(p.n);
+                s = 0.0;
+            }
+            for (uint i = lid; i < p.n; i += 64u) {
+                const float v = x[x0 + i] - mean;
+                s += v * v;
+            }
+            const float scale = 1.0 / sqrt(group_sum(s) / float(p.n) + p.f);
+            for (uint i = lid; i < p.n; i += 64u) {
+                float v = (x[x0 + i] - mean) * scale;
+                if (has_w) v *= wn[i];
+                if (has_b) v += bn[i];
+                y[y0 + i] = v;
+            }
+        } else if (p.kind == K_HADAMARD) {
+            // blocks of a: the CPU's butterflies (a + c, a - c), one pass at a
+            // time over the whole row, then the scale 1/sqrt(a) (f, from the host)
+            for (uint h = 1u; h < p.a; h *= 2u) {
+                for (uint k = lid; k < p.n / 2u; k += 64u) {
+                    const uint j = (k / h) * 2u * h + k % h;
+                    const float va = y[y0 + j], vc = y[y0 + j + h];
+                    y[y0 + j] = va + vc;
+                    y[y0 + j + h] = va - vc;
+                }
+                memoryBarrierBuffer();
+                barrier();
+            }
+            for (uint i = lid; i < p.n; i += 64u) y[y0 + i] *= p.f;
+        } else if (p.kind == K_ROPE) {
+            // x: this row's cos/sin table, a/2 pairs; rotate the first a dims of the head
+            const uint half_a = p.a / 2u;
+            const uint xt = t * p.x_stride;
+            const bool neox = (p.flags & 8u) != 0u;
+            for (uint i = lid; i < half_a; i += 64u) {
+                const float c = x[xt + 2u * i], sn = x[xt + 2u * i + 1u];
+                const uint i0 = neox ? i : 2u * i, i1 = neox ? i + half_a : 2u * i + 1u;
+                const float v0 = y[y0 + i0], v1 = y[y0 + i1];
+                y[y0 + i0] = v0 * c - v1 * sn;
+                y[y0 + i1] = v0 * sn + v1 * c;
+            }
+        } else {
+            for (uint i = lid; i < p.n; i += 64u) {
+                const float v = y[y0 + i];
+                const float u = has_x ? x[x0 + i] : 1.0;
+                float r = v;
+                if (p.kind == K_ADD) r = v + u;
+                else if (p.kind == K_MUL) r = v * u;
+                else if (p.kind == K_SCALE) r = v * p.f;
+                else if (p.kind == K_SOFTCAP) r = tanh_f(v / p.f) * p.f;
+                else if (p.kind == K_COPY) r = u;
+                else if (p.kind == K_SILU_MUL) {
+                    r = v / (1.0 + exp(-v));
+                    if (has_x) r *= u;
+                } else if (p.kind == K_GELU_MUL) {
+                    r = v <= -10.0 ? 0.0 : (v >= 10.0 ? v : tables[f16_bits(v)]);
+                    if (has_x) r *= u;
+                } else if (p.kind == K_GELU_QUICK_MUL) {
+                    r = tables[65536u + f16_bits(v)];
+                    if (has_x) r *= u;
+                }
+                y[y0 + i] = r;
+            }
+        }
+    }
+}
