@@ -33,14 +33,24 @@ set(_lp_vk_shaders
   "matmul_f16|matmul.comp|-DWTYPE=1"
   "matmul_bf16|matmul.comp|-DWTYPE=30"
   "matmul_q4_0|matmul.comp|-DWTYPE=2"
+  "matmul_q4_1|matmul.comp|-DWTYPE=3"
   "matmul_q5_0|matmul.comp|-DWTYPE=6"
+  "matmul_q5_1|matmul.comp|-DWTYPE=7"
   "matmul_q8_0|matmul.comp|-DWTYPE=8"
+  "matmul_q4_k|matmul.comp|-DWTYPE=12"
+  "matmul_q5_k|matmul.comp|-DWTYPE=13"
+  "matmul_q6_k|matmul.comp|-DWTYPE=14"
   "get_rows_f32|get_rows.comp|-DWTYPE=0"
   "get_rows_f16|get_rows.comp|-DWTYPE=1"
   "get_rows_bf16|get_rows.comp|-DWTYPE=30"
   "get_rows_q4_0|get_rows.comp|-DWTYPE=2"
+  "get_rows_q4_1|get_rows.comp|-DWTYPE=3"
   "get_rows_q5_0|get_rows.comp|-DWTYPE=6"
-  "get_rows_q8_0|get_rows.comp|-DWTYPE=8")
+  "get_rows_q5_1|get_rows.comp|-DWTYPE=7"
+  "get_rows_q8_0|get_rows.comp|-DWTYPE=8"
+  "get_rows_q4_k|get_rows.comp|-DWTYPE=12"
+  "get_rows_q5_k|get_rows.comp|-DWTYPE=13"
+  "get_rows_q6_k|get_rows.comp|-DWTYPE=14")
 set(_lp_vk_incs "")
 set(_lp_vk_table "")
 set(_lp_vk_arrays "")

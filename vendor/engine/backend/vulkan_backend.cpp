@@ -24,6 +24,11 @@ const char* type_suffix(ggml_type t) {
         case ggml_type::Q4_0: return "q4_0";
         case ggml_type::Q5_0: return "q5_0";
         case ggml_type::Q8_0: return "q8_0";
+        case ggml_type::Q4_1: return "q4_1";
+        case ggml_type::Q5_1: return "q5_1";
+        case ggml_type::Q4_K: return "q4_k";
+        case ggml_type::Q5_K: return "q5_k";
+        case ggml_type::Q6_K: return "q6_k";
         default: return nullptr;
     }
 }

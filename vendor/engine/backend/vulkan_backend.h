@@ -1,12 +1,13 @@
 // vulkan_backend.h — the seam's operations (backend.h) on a Vulkan device.
 //
-// What exists: matmul for F32, F16, BF16, Q8_0, Q4_0 and Q5_0 weights
+// What exists: matmul for F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,
+// Q4_K, Q5_K and Q6_K weights (the list)
 // (activations converted on the host exactly as the CPU converts them, so
 // the integer block sums are the CPU's), get_rows for the same types, and
 // the row ops rms_norm, layer_norm, add, mul, scale, softcap, gelu_mul,
 // silu_mul, gelu_quick_mul, rope, hadamard and copy. Everything else
 // (attention, the KV store, gather_rows, rope_table, LoRA terms, the other weight
-// types) raises not_implemented_error naming it: the forward pass does not
+// types: Q2_K, Q3_K, the IQ types) raises not_implemented_error naming it: the forward pass does not
 // run on this backend yet, and nothing silently runs on the CPU instead.
 //
 // Operands are host rows (the seam's float pointers): each call uploads

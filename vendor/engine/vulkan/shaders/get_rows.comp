@@ -11,6 +11,11 @@
 #define T_Q4_0 2
 #define T_Q5_0 6
 #define T_Q8_0 8
+#define T_Q4_1 3
+#define T_Q5_1 7
+#define T_Q4_K 12
+#define T_Q5_K 13
+#define T_Q6_K 14
 
 layout(local_size_x = 64) in;
 layout(std430, binding = 0) readonly buffer Wbuf { uint w[]; };
@@ -38,11 +43,51 @@ float element(uint rb, uint i) {
     const uint b = rb + (i / 32u) * 18u, j = i % 32u;
     const uint q = BYTE_OF(w, b + 2u + j % 16u);
     return half_bits_to_float(U16_OF(w, b)) * float(int(j < 16u ? q & 15u : q >> 4) - 8);
-#else  // Q5_0
+#elif WTYPE == T_Q5_0
     const uint b = rb + (i / 32u) * 22u, j = i % 32u;
     const uint q = BYTE_OF(w, b + 6u + j % 16u), qh = U32_OF(w, b + 2u);
     const uint v = (j < 16u ? q & 15u : q >> 4) | (((qh >> j) & 1u) << 4);
     return half_bits_to_float(U16_OF(w, b)) * float(int(v) - 16);
+#elif WTYPE == T_Q4_1
+    const uint b = rb + (i / 32u) * 20u, j = i % 32u;
+    const uint q = BYTE_OF(w, b + 4u + j % 16u);
+    return half_bits_to_float(U16_OF(w, b)) * float(j < 16u ? q & 15u : q >> 4) + half_bits_to_float(U16_OF(w, b + 2u));
+#elif WTYPE == T_Q5_1
+    const uint b = rb + (i / 32u) * 24u, j = i % 32u;
+    const uint q = BYTE_OF(w, b + 8u + j % 16u), qh = U32_OF(w, b + 4u);
+    const uint v = (j < 16u ? q & 15u : q >> 4) | (((qh >> j) & 1u) << 4);
+    return half_bits_to_float(U16_OF(w, b)) * float(v) + half_bits_to_float(U16_OF(w, b + 2u));
+#elif WTYPE == T_Q6_K
+    const uint b = rb + (i / 256u) * 210u, e = i % 256u;
+    const uint h = e / 128u, r = e % 128u;
+    const uint low = (BYTE_OF(w, b + 64u * h + e % 64u) >> (r < 64u ? 0u : 4u)) & 15u;
+    const uint crumb = (BYTE_OF(w, b + 128u + h * 32u + e % 32u) >> (2u * (r / 32u))) & 3u;
+    const float d = half_bits_to_float(U16_OF(w, b + 208u));
+    return (d * float(I8_OF(w, b + 192u + e / 16u))) * float(int(low | (crumb << 4)) - 32);
+#else  // Q4_K / Q5_K
+#if WTYPE == T_Q5_K
+    const uint bb = 176u, qs = 48u;
+#else
+    const uint bb = 144u, qs = 16u;
+#endif
+    const uint b = rb + (i / 256u) * bb, e = i % 256u, g = e / 32u;
+    const uint byte = BYTE_OF(w, b + qs + 32u * (e / 64u) + e % 32u);
+    uint q = (e % 64u) < 32u ? byte & 15u : byte >> 4;
+#if WTYPE == T_Q5_K
+    q |= ((BYTE_OF(w, b + 16u + e % 32u) >> (e / 32u)) & 1u) << 4;
+#endif
+    const uint s = b + 4u;
+    uint sc, mn;
+    if (g < 4u) {
+        sc = BYTE_OF(w, s + g) & 63u;
+        mn = BYTE_OF(w, s + g + 4u) & 63u;
+    } else {
+        const uint hi = BYTE_OF(w, s + g + 4u);
+        sc = (hi & 15u) | ((BYTE_OF(w, s + g - 4u) >> 6) << 4);
+        mn = (hi >> 4) | ((BYTE_OF(w, s + g) >> 6) << 4);
+    }
+    const float dl = half_bits_to_float(U16_OF(w, b)) * float(sc), ml = half_bits_to_float(U16_OF(w, b + 2u)) * float(mn);
+    return dl * float(q) - ml;
 #endif
 }
 

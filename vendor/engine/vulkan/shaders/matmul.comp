@@ -16,6 +16,11 @@
 #define T_Q4_0 2
 #define T_Q5_0 6
 #define T_Q8_0 8
+#define T_Q4_1 3
+#define T_Q5_1 7
+#define T_Q4_K 12
+#define T_Q5_K 13
+#define T_Q6_K 14
 
 layout(local_size_x = 64) in;
 layout(std430, binding = 0) readonly buffer Wbuf { uint w[]; };
@@ -29,34 +34,118 @@ layout(push_constant) uniform Params {
 
 shared float part[64];
 
-#if WTYPE == T_Q8_0 || WTYPE == T_Q4_0 || WTYPE == T_Q5_0
-// Activation block b of a row starting at byte ab: Q8_0 (d, 32 int8).
+#if WTYPE == T_Q8_0 || WTYPE == T_Q4_0 || WTYPE == T_Q5_0 || WTYPE == T_Q4_1 || WTYPE == T_Q5_1
+// 32-element blocks. Activations: Q8_0 blocks (d, 32 int8) for Q4_0 / Q5_0 /
+// Q8_0; Q8_1 (d, s = d * sum, 32 int8) for Q4_1 / Q5_1, whose min term is m * s.
+#if WTYPE == T_Q4_1 || WTYPE == T_Q5_1
+const uint A_BYTES = 36u, A_QS = 4u;
+#else
+const uint A_BYTES = 34u, A_QS = 2u;
+#endif
 float block_dot(uint wb, uint ab) {
     const float da = half_bits_to_float(U16_OF(a, ab));
+    const float dw = half_bits_to_float(U16_OF(w, wb));
+    int s = 0;
 #if WTYPE == T_Q8_0
-    const float dw = half_bits_to_float(U16_OF(w, wb));
-    int s = 0;
-    for (uint j = 0u; j < 32u; ++j) s += I8_OF(w, wb + 2u + j) * I8_OF(a, ab + 2u + j);
-#elif WTYPE == T_Q4_0
-    const float dw = half_bits_to_float(U16_OF(w, wb));
-    int s = 0;
+    for (uint j = 0u; j < 32u; ++j) s += I8_OF(w, wb + 2u + j) * I8_OF(a, ab + A_QS + j);
+#elif WTYPE == T_Q4_0 || WTYPE == T_Q4_1
+#if WTYPE == T_Q4_0
+    const uint qs = 2u;
+    const int off = 8;
+#else
+    const uint qs = 4u;
+    const int off = 0;
+#endif
     for (uint j = 0u; j < 16u; ++j) {
-        const uint q = BYTE_OF(w, wb + 2u + j);
-        s += (int(q & 15u) - 8) * I8_OF(a, ab + 2u + j) + (int(q >> 4) - 8) * I8_OF(a, ab + 18u + j);
+        const uint q = BYTE_OF(w, wb + qs + j);
+        s += (int(q & 15u) - off) * I8_OF(a, ab + A_QS + j) + (int(q >> 4) - off) * I8_OF(a, ab + A_QS + 16u + j);
     }
-#else  // Q5_0: d, qh (32 fifth bits), qs (16 bytes of nibble pairs)
-    const float dw = half_bits_to_float(U16_OF(w, wb));
-    const uint qh = U32_OF(w, wb + 2u);
-    int s = 0;
+#else  // Q5_0 (d, qh, qs) / Q5_1 (d, m, qh, qs): 5-bit quants, the fifth bits in qh
+#if WTYPE == T_Q5_0
+    const uint qh_at = 2u;
+    const int off = 16;
+#else
+    const uint qh_at = 4u;
+    const int off = 0;
+#endif
+    const uint qh = U32_OF(w, wb + qh_at);
     for (uint j = 0u; j < 16u; ++j) {
-        const uint q = BYTE_OF(w, wb + 6u + j);
-        const int lo = int((q & 15u) | (((qh >> j) & 1u) << 4)) - 16;
-        const int hi = int((q >> 4) | (((qh >> (j + 16u)) & 1u) << 4)) - 16;
-        s += lo * I8_OF(a, ab + 2u + j) + hi * I8_OF(a, ab + 18u + j);
+        const uint q = BYTE_OF(w, wb + qh_at + 4u + j);
+        const int lo = int((q & 15u) | (((qh >> j) & 1u) << 4)) - off;
+        const int hi = int((q >> 4) | (((qh >> (j + 16u)) & 1u) << 4)) - off;
+        s += lo * I8_OF(a, ab + A_QS + j) + hi * I8_OF(a, ab + A_QS + 16u + j);
     }
 #endif
+#if WTYPE == T_Q4_1 || WTYPE == T_Q5_1
+    return float(s) * (dw * da) + half_bits_to_float(U16_OF(w, wb + 2u)) * half_bits_to_float(U16_OF(a, ab + 2u));
+#else
     return float(s) * (dw * da);
+#endif
 }
+const uint BLOCK = 32u;
+#endif
+
+#if WTYPE == T_Q4_K || WTYPE == T_Q5_K || WTYPE == T_Q6_K
+// 256-element super-blocks against Q8_K activations (float d, 256 int8,
+// 16 int16 sums): the integer dot per sub-block times its scale, then the
+// reference's float formula (kquants.cpp: vec_dot_*_q8_k_ref).
+const uint A_BYTES = 292u, A_QS = 4u;
+const uint BLOCK = 256u;
+#if WTYPE == T_Q6_K
+// w = d * sc[e/16] * q, q = low nibble (ql) | 2 high bits (qh) - 32
+float block_dot(uint wb, uint ab) {
+    const float da = uintBitsToFloat(a[ab >> 2]);
+    int dot = 0;
+    for (uint g = 0u; g < 16u; ++g) {
+        int s = 0;
+        for (uint k = 0u; k < 16u; ++k) {
+            const uint e = 16u * g + k;
+            const uint h = e / 128u, r = e % 128u;
+            const uint low = (BYTE_OF(w, wb + 64u * h + e % 64u) >> (r < 64u ? 0u : 4u)) & 15u;
+            const uint crumb = (BYTE_OF(w, wb + 128u + h * 32u + e % 32u) >> (2u * (r / 32u))) & 3u;
+            s += (int(low | (crumb << 4)) - 32) * I8_OF(a, ab + A_QS + e);
+        }
+        dot += I8_OF(w, wb + 192u + g) * s;
+    }
+    const float d = half_bits_to_float(U16_OF(w, wb + 208u));
+    return d * da * float(dot);
+}
+#else
+// Q4_K / Q5_K: d, dmin, 12 bytes of 6-bit scales and mins, (Q5_K: qh[32]), qs[128]
+uint k4_scale(uint wb, uint j, bool is_min) {
+    const uint s = wb + 4u;
+    if (j < 4u) return BYTE_OF(w, s + j + (is_min ? 4u : 0u)) & 63u;
+    const uint hi = BYTE_OF(w, s + j + 4u);
+    return is_min ? ((hi >> 4) | ((BYTE_OF(w, s + j) >> 6) << 4)) : ((hi & 15u) | ((BYTE_OF(w, s + j - 4u) >> 6) << 4));
+}
+float block_dot(uint wb, uint ab) {
+    const float da = uintBitsToFloat(a[ab >> 2]);
+#if WTYPE == T_Q5_K
+    const uint qs = 48u;
+#else
+    const uint qs = 16u;
+#endif
+    int dot = 0, msum = 0;
+    for (uint g = 0u; g < 8u; ++g) {
+        int s = 0, sa = 0;
+        for (uint k = 0u; k < 32u; ++k) {
+            const uint e = 32u * g + k;
+            const uint byte = BYTE_OF(w, wb + qs + 32u * (e / 64u) + k);
+            uint q = (e % 64u) < 32u ? byte & 15u : byte >> 4;
+#if WTYPE == T_Q5_K
+            q |= ((BYTE_OF(w, wb + 16u + e % 32u) >> (e / 32u)) & 1u) << 4;
+#endif
+            const int av = I8_OF(a, ab + A_QS + e);
+            s += int(q) * av;
+            sa += av;
+        }
+        dot += int(k4_scale(wb, g, false)) * s;
+        msum += int(k4_scale(wb, g, true)) * sa;
+    }
+    const float d = half_bits_to_float(U16_OF(w, wb)), dmin = half_bits_to_float(U16_OF(w, wb + 2u));
+    return d * da * float(dot) - dmin * da * float(msum);
+}
+#endif
 #endif
 
 #if WTYPE == T_Q8_0
@@ -65,6 +154,16 @@ const uint BLOCK_BYTES = 34u;
 const uint BLOCK_BYTES = 18u;
 #elif WTYPE == T_Q5_0
 const uint BLOCK_BYTES = 22u;
+#elif WTYPE == T_Q4_1
+const uint BLOCK_BYTES = 20u;
+#elif WTYPE == T_Q5_1
+const uint BLOCK_BYTES = 24u;
+#elif WTYPE == T_Q4_K
+const uint BLOCK_BYTES = 144u;
+#elif WTYPE == T_Q5_K
+const uint BLOCK_BYTES = 176u;
+#elif WTYPE == T_Q6_K
+const uint BLOCK_BYTES = 210u;
 #endif
 
 void main() {
@@ -87,9 +186,9 @@ void main() {
 #endif
             }
 #else
-            const uint nb = p.n_cols / 32u;
+            const uint nb = p.n_cols / BLOCK;
             for (uint b = lid; b < nb; b += 64u)
-                acc += block_dot(r * p.w_row_bytes + b * BLOCK_BYTES, t * p.a_row_bytes + b * 34u);
+                acc += block_dot(r * p.w_row_bytes + b * BLOCK_BYTES, t * p.a_row_bytes + b * A_BYTES);
 #endif
             part[lid] = acc;
             barrier();
