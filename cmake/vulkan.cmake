@@ -29,6 +29,7 @@ file(MAKE_DIRECTORY ${_lp_vk_out})
 # name;source;defines — one SPIR-V module each. The WTYPE numbers are ggml's type ids.
 set(_lp_vk_shaders
   "row_ops|row_ops.comp|"
+  "attention|attention.comp|"
   "matmul_f32|matmul.comp|-DWTYPE=0"
   "matmul_f16|matmul.comp|-DWTYPE=1"
   "matmul_bf16|matmul.comp|-DWTYPE=30"

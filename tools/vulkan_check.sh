@@ -2,7 +2,8 @@
 # The Vulkan backend: builds the engine with -DLLAMAPY_VULKAN=ON into a side
 # folder and runs its tests on Mesa's lavapipe (a CPU Vulkan driver, so no
 # GPU is needed): the device listing, every op of the seam it implements
-# against the CPU backend (tests/test_vulkan.py, tests/test_backend_ops.py).
+# against the CPU backend (tests/test_vulkan.py, tests/test_backend_ops.py),
+# attention over every KV cache type against numpy (tests/test_attention_ops.py).
 # Installs Debian's libvulkan-dev, glslc and mesa-vulkan-drivers when they
 # are missing and this runs as root; otherwise says what to install.
 set -euo pipefail
@@ -29,4 +30,5 @@ cd "$work"
 export VK_ICD_FILENAMES
 VK_ICD_FILENAMES=$(ls /usr/share/vulkan/icd.d/lvp_icd*.json | head -1)
 PYTHONPATH="$pkg" python -c "import llamapy; i = llamapy.system_info(); print('vulkan build:', i['backends'], [d['name'] for d in i['devices']])"
-PYTHONPATH="$pkg" python -m pytest -q -p no:cacheprovider "$root/tests/test_vulkan.py" "$root/tests/test_backend_ops.py"
+PYTHONPATH="$pkg" python -m pytest -q -p no:cacheprovider "$root/tests/test_vulkan.py" "$root/tests/test_backend_ops.py" \
+  "$root/tests/test_attention_ops.py"

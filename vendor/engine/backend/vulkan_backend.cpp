@@ -132,7 +132,58 @@ void vulkan_backend::rope_table(const rope_params&, const int32_t*, int64_t, flo
     missing("rope_table");
 }
 
-void vulkan_backend::attention(const attention_args&) { missing("attention"); }
+void vulkan_backend::attention(const attention_args& a) {
+    if (a.n_tok <= 0) return;
+    const int dk = a.head_dim_k, dv = a.head_dim_v;
+    int32_t n_cells = 0;  // the cells any row sees lie below the largest hi
+    for (int t = 0; t < a.n_tok; ++t) n_cells = std::max(n_cells, a.hi[t]);
+    // Queries as the CPU's kernels see them: rounded to the keys' dot format.
+    vk::buffer qb(*ctx_, sizeof(float) * (size_t)a.n_tok * a.n_head * dk);
+    auto* qd = static_cast<float*>(qb.data());
+    const ggml_type qfmt = a.type_k == ggml_type::F32 || a.type_k == ggml_type::F16 || a.type_k == ggml_type::BF16
+                               ? a.type_k : traits(a.type_k).vec_dot_type;
+    std::vector<uint8_t> tmp(row_size(qfmt, dk) + 64);
+    for (int t = 0; t < a.n_tok; ++t)
+        for (int h = 0; h < a.n_head; ++h) {
+            const float* src = a.q + t * a.q_stride + (int64_t)h * dk;
+            float* dst = qd + ((int64_t)t * a.n_head + h) * dk;
+            if (qfmt == ggml_type::F32) {
+                std::memcpy(dst, src, sizeof(float) * (size_t)dk);
+                continue;
+            }
+            const type_traits& tt = traits(qfmt);
+            const from_float_fn conv = tt.from_float ? tt.from_float : tt.from_float_ref;
+            if (!conv || !tt.to_float) missing(std::string("query conversion to ") + type_name(qfmt));
+            conv(src, tmp.data(), dk);
+            tt.to_float(tmp.data(), dst, dk);
+        }
+    const size_t kb_bytes = a.k_row_bytes * (size_t)n_cells, vb_bytes = a.v_row_bytes * (size_t)n_cells;
+    vk::buffer kb(*ctx_, std::max<size_t>(kb_bytes, 4)), vb(*ctx_, std::max<size_t>(vb_bytes, 4));
+    if (kb_bytes) std::memcpy(kb.data(), a.k, kb_bytes);
+    if (vb_bytes) std::memcpy(vb.data(), a.v, vb_bytes);
+    vk::buffer mb(*ctx_, sizeof(uint64_t) * (size_t)(a.n_tok * a.mask_words));
+    std::memcpy(mb.data(), a.mask, sizeof(uint64_t) * (size_t)(a.n_tok * a.mask_words));
+    vk::buffer spans(*ctx_, sizeof(int32_t) * 2 * (size_t)a.n_tok);
+    auto* sp = static_cast<int32_t*>(spans.data());
+    for (int t = 0; t < a.n_tok; ++t) {
+        sp[2 * t] = a.lo[t];
+        sp[2 * t + 1] = a.hi[t];
+    }
+    vk::buffer scratch(*ctx_, sizeof(float) * std::max<size_t>(1, (size_t)a.n_tok * a.n_head * (size_t)n_cells));
+    vk::buffer out(*ctx_, sizeof(float) * (size_t)a.n_tok * a.n_head * dv);
+    struct {
+        uint32_t n_tok, n_head, n_head_kv, dk, dv, type_k, type_v, k_row_bytes, v_row_bytes, mask_words, n_cells;
+        float scale, softcap;
+    } pc{(uint32_t)a.n_tok, (uint32_t)a.n_head, (uint32_t)a.n_head_kv, (uint32_t)dk, (uint32_t)dv,
+         (uint32_t)a.type_k, (uint32_t)a.type_v, (uint32_t)a.k_row_bytes, (uint32_t)a.v_row_bytes,
+         (uint32_t)a.mask_words, (uint32_t)n_cells, a.scale, a.softcap};
+    vk::dispatch d{"attention", {&qb, &kb, &vb, &mb, &spans, &scratch, &out}, &pc, sizeof(pc),
+                   {groups_for((int64_t)a.n_tok * a.n_head, ctx_->max_groups(0)), 1, 1}};
+    ctx_->run({d});
+    const auto* o = static_cast<const float*>(out.data());
+    for (int t = 0; t < a.n_tok; ++t)
+        std::memcpy(a.out + t * a.out_stride, o + (int64_t)t * a.n_head * dv, sizeof(float) * (size_t)a.n_head * dv);
+}
 
 void vulkan_backend::run_rows(const row_op* ops, int n_ops, int64_t n) {
     if (n <= 0) return;

@@ -5,8 +5,9 @@
 // (activations converted on the host exactly as the CPU converts them, so
 // the integer block sums are the CPU's), get_rows for the same types, and
 // the row ops rms_norm, layer_norm, add, mul, scale, softcap, gelu_mul,
-// silu_mul, gelu_quick_mul, rope, hadamard and copy. Everything else
-// (attention, the KV store, gather_rows, rope_table, LoRA terms, the other weight
+// silu_mul, gelu_quick_mul, rope, hadamard and copy; attention over a
+// cache of any KV cache type (F32 softmax; cells in cell order on both
+// paths). Everything else (the KV store, gather_rows, rope_table, LoRA terms, the other weight
 // types: Q2_K, Q3_K, the IQ types) raises not_implemented_error naming it: the forward pass does not
 // run on this backend yet, and nothing silently runs on the CPU instead.
 //

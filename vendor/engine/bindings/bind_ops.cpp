@@ -22,6 +22,9 @@
 #include "cpu/threadpool.h"
 #include "ggml_type.h"
 #include "kv_cache.h"
+#if defined(LP_ENABLE_VULKAN)
+#include "backend/vulkan_backend.h"
+#endif
 
 namespace py = pybind11;
 using namespace lp;
@@ -68,7 +71,13 @@ int head_dim_of(ggml_type t, size_t row_bytes, int n_head_kv, const char* what) 
 py::array_t<float> attention_op(f32_array q, u8_array k, u8_array v, const std::string& type_k,
                                 const std::string& type_v, int n_head_kv, py::array_t<bool, py::array::c_style | py::array::forcecast> visible,
                                 const std::string& path, float scale, float softcap, int n_threads,
-                                const py::object& cell_pos, int n_repeat) {
+                                const py::object& cell_pos, int n_repeat, const std::string& backend_name) {
+    if (backend_name != "cpu"
+#if defined(LP_ENABLE_VULKAN)
+        && backend_name != "vulkan"
+#endif
+    )
+        throw value_error("attention: backend '" + backend_name + "' is not compiled in");
     if (q.ndim() != 3) throw value_error("attention: q must have shape (n_tok, n_head, head_dim_k)");
     if (k.ndim() != 2 || v.ndim() != 2 || k.shape(0) != v.shape(0))
         throw value_error("attention: k and v must be (n_cells, row bytes) uint8 arrays with the same n_cells");
@@ -136,8 +145,16 @@ py::array_t<float> attention_op(f32_array q, u8_array k, u8_array v, const std::
         py::gil_scoped_release nogil;
         thread_pool& pool = ops_pool(n_threads);
         attention_scratch scratch;
-        scratch.reserve(a.path, n_threads, n_cells, n_head / n_head_kv, dk, dv, n_head_kv);
-        for (int r = 0; r < n_repeat; ++r) attention(a, pool, scratch);
+#if defined(LP_ENABLE_VULKAN)
+        if (backend_name == "vulkan") {
+            vulkan_backend be(0);
+            for (int r = 0; r < n_repeat; ++r) be.attention(a);
+        } else
+#endif
+        {
+            scratch.reserve(a.path, n_threads, n_cells, n_head / n_head_kv, dk, dv, n_head_kv);
+            for (int r = 0; r < n_repeat; ++r) attention(a, pool, scratch);
+        }
     }
     return out;
 }
@@ -183,11 +200,12 @@ void bind_ops(py::module_& m) {
     ops.def("attention", &attention_op, py::arg("q"), py::arg("k"), py::arg("v"), py::arg("type_k"),
             py::arg("type_v"), py::arg("n_head_kv"), py::arg("visible"), py::arg("path") = "flash",
             py::arg("scale") = 1.0f, py::arg("softcap") = 0.0f, py::arg("n_threads") = 1,
-            py::arg("cell_pos") = py::none(), py::arg("n_repeat") = 1,
+            py::arg("cell_pos") = py::none(), py::arg("n_repeat") = 1, py::arg("backend") = "cpu",
             "Attention of q (n_tok, n_head, head_dim_k) float32 over a cache: k / v (n_cells, row bytes) uint8 rows of\n"
             "n_head_kv heads of type_k / type_v (as _engine.quantize writes them), visible (n_tok, n_cells) bools.\n"
             "Scores are soft-capped (softcap > 0), then scaled. path: 'flash' or 'explicit'. n_repeat runs it that\n"
-            "many times (benchmarks). Returns (n_tok, n_head, head_dim_v) float32.");
+            "many times (benchmarks). backend: 'cpu' or a compiled GPU backend ('vulkan').\n"
+            "Returns (n_tok, n_head, head_dim_v) float32.");
     ops.def("attention_scratch_bytes", [](const std::string& path, int n_threads, int64_t n_cells, int n_gqa,
                                           int head_dim_k, int head_dim_v, int n_head_kv) {
         attention_scratch s;

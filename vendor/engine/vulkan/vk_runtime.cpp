@@ -49,9 +49,9 @@ struct instance_state {
     std::vector<VkPhysicalDevice> phys;
     std::vector<device_info> infos;
     std::string error;
-    ~instance_state() {
-        if (instance) vkDestroyInstance(instance, nullptr);
-    }
+    // Never destroyed: the instance and the devices live until the process
+    // ends (static destructors run in an order that could tear the instance
+    // down under a live device; drivers free everything at exit anyway).
 };
 
 const char* type_name(VkPhysicalDeviceType t) {
@@ -102,7 +102,7 @@ device_info describe(VkPhysicalDevice pd, int index) {
 }
 
 instance_state& state() {
-    static instance_state s = [] {
+    static instance_state& s = *new instance_state([] {
         instance_state st;
         auto app = make<VkApplicationInfo>(VK_STRUCTURE_TYPE_APPLICATION_INFO);
         app.pApplicationName = "llamapy";
@@ -135,7 +135,7 @@ instance_state& state() {
         }
         if (st.infos.empty() && st.error.empty()) st.error = "the Vulkan loader found no device with Vulkan 1.1";
         return st;
-    }();
+    }());
     return s;
 }
 
@@ -210,7 +210,8 @@ void buffer::release() {
 
 context& context::get(int index) {
     static std::mutex m;
-    static std::map<int, std::unique_ptr<context>> made;
+    // contexts live for the process (see instance_state): never destroyed
+    static auto& made = *new std::map<int, context*>();
     std::lock_guard<std::mutex> lock(m);
     auto it = made.find(index);
     if (it != made.end()) return *it->second;
@@ -222,10 +223,9 @@ context& context::get(int index) {
         throw std::runtime_error("vulkan: no device " + std::to_string(index) +
                                  (devs.empty() ? " (" + last_error() + ")" : " (" + std::to_string(devs.size()) +
                                                                                  " found)"));
-    std::unique_ptr<context> c(new context(*info));
-    context& ref = *c;
-    made.emplace(index, std::move(c));
-    return ref;
+    context* c = new context(*info);
+    made.emplace(index, c);
+    return *c;
 }
 
 context::context(const device_info& info) : info_(info) {
