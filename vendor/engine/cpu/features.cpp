@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <set>
+#include <cstring>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -78,14 +79,27 @@ std::pair<int, int> count_cores() {
     return {n_phys, n_logical < 1 ? 1 : n_logical};
 }
 
+}  // namespace
+
+bool cpu_features::zen4() const { return avx512f && family == 0x19 && std::strcmp(vendor, "AuthenticAMD") == 0; }
+
+namespace {
+
 cpu_features detect() {
     cpu_features c;
 #if defined(LP_X86)
     unsigned r[4] = {0, 0, 0, 0};
     cpuid_count(0, 0, r);
     const unsigned max_leaf = r[0];
+    std::memcpy(c.vendor, &r[1], 4);  // ebx, edx, ecx spell the vendor
+    std::memcpy(c.vendor + 4, &r[3], 4);
+    std::memcpy(c.vendor + 8, &r[2], 4);
     cpuid_count(1, 0, r);
     const unsigned ecx1 = r[2];
+    {
+        const int base = (int)((r[0] >> 8) & 0xf), ext = (int)((r[0] >> 20) & 0xff);
+        c.family = base == 0xf ? base + ext : base;
+    }
     c.sse3 = ecx1 & (1u << 0);
     c.ssse3 = ecx1 & (1u << 9);
     c.fma = ecx1 & (1u << 12);

@@ -14,6 +14,13 @@ struct cpu_features {
     bool avx512f = false, avx512bw = false, avx512vl = false, avx512dq = false, avx512vnni = false;
     bool avx512bf16 = false, avx_vnni = false;
     bool neon = false, dotprod = false;  // aarch64: Advanced SIMD, SDOT/UDOT (HWCAP_ASIMDDP)
+    // x86: the vendor ("AuthenticAMD", "GenuineIntel", ...) and the display
+    // family (base + extended), for the few kernel choices measured per core
+    // design (quants/float_tiles_avx512.cpp).
+    char vendor[13] = {0};
+    int family = 0;
+    // AMD family 0x19 with AVX-512: Zen 4, whose 512-bit ops run as two 256-bit halves.
+    bool zen4() const;
     int n_physical_cores = 1;  // best guess; used for the default thread count
     int n_logical_cpus = 1;
 };

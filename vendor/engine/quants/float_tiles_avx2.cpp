@@ -296,21 +296,27 @@ LP_TARGET_AVX2 void vec_dot_float_avx2(int64_t n, float* out, const void* w_row,
 
 }  // namespace
 
-void register_float_tiles_avx2(type_traits* table, isa level) {
-    if (level != isa::avx2) return;
-    type_traits& f32 = table[(int)ggml_type::F32];
-    type_traits& f16 = table[(int)ggml_type::F16];
-    f32.vec_dot = vec_dot_float_avx2<f32_avx2>;
-    f32.gemm_tile = gemm_tile_float_avx2<f32_avx2>;
-    f32.gemm_panel = gemm_panel_float_avx2<f32_avx2, act_f32>;
+void use_f16_avx2_kernels(type_traits& f16) {
     f16.vec_dot = vec_dot_float_avx2<f16_avx2>;
     f16.gemm_tile = gemm_tile_float_avx2<f16_avx2>;
     f16.gemm_panel = gemm_panel_float_avx2<f16_avx2, act_f16>;
+    f16.panel_rows = kPanelRows;
+    f16.vec_dot_isa = isa::avx2;
+}
+
+void register_float_tiles_avx2(type_traits* table, isa level) {
+    if (level != isa::avx2) return;
+    type_traits& f32 = table[(int)ggml_type::F32];
+    f32.vec_dot = vec_dot_float_avx2<f32_avx2>;
+    f32.gemm_tile = gemm_tile_float_avx2<f32_avx2>;
+    f32.gemm_panel = gemm_panel_float_avx2<f32_avx2, act_f32>;
+    use_f16_avx2_kernels(table[(int)ggml_type::F16]);
 }
 
 #else
 
 void register_float_tiles_avx2(type_traits*, isa) {}
+void use_f16_avx2_kernels(type_traits&) {}
 
 #endif  // LP_HAVE_AVX2
 
