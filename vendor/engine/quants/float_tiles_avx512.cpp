@@ -31,7 +31,6 @@
 #include <vector>
 
 #include "../common.h"
-#include "../cpu/features.h"
 #include "../ggml_type.h"
 
 #if defined(LP_X86)
@@ -301,9 +300,6 @@ LP_TARGET_AVX512 void gemm_panel_float_avx512(int64_t n, const void* w_, size_t 
 
 }  // namespace
 
-// float_tiles_avx2.cpp: F16's AVX2 vec_dot, tiles and panel into f16's traits.
-void use_f16_avx2_kernels(type_traits& f16);
-
 void register_float_tiles_avx512(type_traits* table, isa level) {
     if (level != isa::avx512) return;
     type_traits& f32 = table[(int)ggml_type::F32];
@@ -315,13 +311,6 @@ void register_float_tiles_avx512(type_traits* table, isa level) {
     f16.gemm_tile = gemm_tile_float_avx512<f16_lanes>;
     f16.gemm_panel = gemm_panel_float_avx512<f16_lanes>;
     f32.panel_rows = f16.panel_rows = kFloatPanelRows;
-    // Zen 4 runs 512-bit ops as two 256-bit halves: there the AVX2 kernels
-    // for F16 weights are faster on both paths (2 threads, kernels.py:
-    // mat-mat 136-144 vs 109-114 GFLOP/s, mat-vec 24-28 vs 18-23 GB/s; a
-    // CLIP-L image encode 2.85 vs 3.12 s), so F16 takes them whole (vec_dot,
-    // tiles and panel together: a batch keeps mat-vec's bits). F32 keeps the
-    // AVX-512 ones (mat-vec 29-35 vs 20-26 GB/s, mat-mat on par).
-    if (cpu().zen4()) use_f16_avx2_kernels(f16);
 }
 
 #else
