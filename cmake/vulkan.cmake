@@ -30,6 +30,8 @@ file(MAKE_DIRECTORY ${_lp_vk_out})
 set(_lp_vk_shaders
   "row_ops|row_ops.comp|"
   "attention|attention.comp|"
+  "convert|convert.comp|"
+  "gather|gather.comp|"
   "matmul_f32|matmul.comp|-DWTYPE=0"
   "matmul_f16|matmul.comp|-DWTYPE=1"
   "matmul_bf16|matmul.comp|-DWTYPE=30"

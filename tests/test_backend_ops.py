@@ -2,9 +2,8 @@
 (vendor/engine/backend/backend.h) on every compiled backend, against numpy
 and against the CPU backend, the reference. A GPU backend compiled in (the
 Vulkan one: CMAKE_ARGS="-DLLAMAPY_VULKAN=ON") joins through
-_engine.backends(); tests/test_vulkan.py has its own cases. Attention and the
-KV store are held to their references by the model tests (test_models.py,
-test_kv_cache_types.py)."""
+_engine.backends(); tests/test_vulkan.py has its own cases. Attention has its
+own file (test_attention_ops.py)."""
 
 from __future__ import annotations
 
@@ -109,6 +108,45 @@ def test_get_rows(backend):
     for wtype in ("F32", "F16", "Q8_0"):
         got = E.backend_get_rows(backend, E.quantize(table, wtype), wtype, 10, COLS, ids)
         np.testing.assert_array_equal(got, R.as_stored(table, wtype)[ids].astype(np.float32))
+
+
+KV_TYPES = ["F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1"]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("ktype", KV_TYPES)
+def test_kv_store(backend, ktype):
+    # Rows land in their cells as E.quantize stores them (the reference
+    # converters: the CPU's SIMD ones give the same bytes); other cells untouched.
+    x = (rng.standard_normal((7, 96)) * rng.uniform(0.01, 5, (7, 1))).astype(np.float32)
+    x[2, :32] = 0  # an all-zero block
+    cells = [5, 0, 9, 2, 11, 3, 7]
+    got = np.frombuffer(E.backend_kv_store(backend, ktype, x, cells, 12), np.uint8).reshape(12, -1)
+    want = np.asarray(E.quantize(x, ktype), np.uint8).reshape(7, -1)
+    assert got.shape[1] == want.shape[1]
+    np.testing.assert_array_equal(got[cells], want)
+    untouched = sorted(set(range(12)) - set(cells))
+    assert not got[untouched].any()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_kv_store_quantizes_as_the_cpu_on_many_blocks(backend):
+    # Q8_0's scale and rounding on thousands of blocks of varied magnitude:
+    # the same bytes as the CPU backend (a division rounded one ULP off
+    # flips a quant where x / d lies near a half).
+    x = (rng.standard_normal((64, 1024)) * np.exp(rng.uniform(-6, 6, (64, 1)))).astype(np.float32)
+    cells = list(range(63, -1, -1))
+    for ktype in ("Q8_0", "Q5_1"):
+        assert (E.backend_kv_store(backend, ktype, x, cells, 64) == E.backend_kv_store("cpu", ktype, x, cells, 64))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_gather_rows(backend):
+    data = rng.standard_normal((9, 33)).astype(np.float32)
+    idx = [0, 2, 3, 7, 8]
+    got = E.backend_gather_rows(backend, data, idx)
+    np.testing.assert_array_equal(got[:5], data[idx])
+    np.testing.assert_array_equal(got[5:], data[5:])
 
 
 def test_bad_arguments():

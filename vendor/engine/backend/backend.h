@@ -106,6 +106,12 @@ public:
     // Bytes of work memory the backend holds for a context (quantized
     // activations, attention scratch).
     virtual size_t scratch_bytes() const = 0;
+    // A backend may defer its work (a GPU records dispatches): sync() runs
+    // everything called so far and makes its results visible in host memory;
+    // discard() drops what was not run (after an error). No-ops on the CPU,
+    // which runs each call before it returns.
+    virtual void sync() {}
+    virtual void discard() {}
 };
 
 }  // namespace lp

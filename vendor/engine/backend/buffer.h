@@ -3,8 +3,10 @@
 // activations of a context (run_state) and its KV cache are device_buffers,
 // so a backend that computes elsewhere finds them on its own device.
 //
-// Only host memory exists in this build: asking for another device throws
-// not-implemented until a GPU backend provides its allocator.
+// GPU memory exists in a build with the Vulkan backend (vulkan_backend.h):
+// a mapped, host-visible Vulkan buffer, so the host reads and writes it in
+// place once the device's work on it has finished (backend::sync). In other
+// builds asking for a GPU throws not_implemented_error.
 // Not here: the operations (backend.h), what is placed where (placement.h).
 #pragma once
 
@@ -42,7 +44,7 @@ public:
     device where() const { return where_; }
     size_t bytes() const { return bytes_; }
     bool empty() const { return bytes_ == 0; }
-    // The memory (a host address: only host buffers exist so far).
+    // The memory, as a host address (GPU buffers are mapped).
     void* data() { return data_; }
     const void* data() const { return data_; }
     uint8_t* u8() { return static_cast<uint8_t*>(data_); }
@@ -54,6 +56,7 @@ private:
     void release();
     device where_;
     void* data_ = nullptr;
+    void* handle_ = nullptr;  // the GPU allocation (null for host memory)
     size_t bytes_ = 0;
 };
 

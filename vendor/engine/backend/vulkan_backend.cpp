@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <mutex>
 #include <string>
 
 #include "../common.h"
@@ -33,6 +34,23 @@ const char* type_suffix(ggml_type t) {
     }
 }
 
+// Types convert.comp writes (its header lists them).
+bool convertible(ggml_type t) {
+    switch (t) {
+        case ggml_type::F32:
+        case ggml_type::F16:
+        case ggml_type::BF16:
+        case ggml_type::Q4_0:
+        case ggml_type::Q4_1:
+        case ggml_type::Q5_0:
+        case ggml_type::Q5_1:
+        case ggml_type::Q8_0:
+        case ggml_type::Q8_1:
+        case ggml_type::Q8_K: return true;
+        default: return false;
+    }
+}
+
 [[noreturn]] void missing(const std::string& what) {
     throw not_implemented_error("the vulkan backend has no " + what + " yet");
 }
@@ -41,13 +59,90 @@ const char* type_suffix(ggml_type t) {
 // shaders loop over the rest).
 uint32_t groups_for(int64_t n, uint32_t limit) { return (uint32_t)std::max<int64_t>(1, std::min<int64_t>(n, limit)); }
 
+// Bytes of n rows of `width` floats, `stride` floats apart (stride 0: one shared row).
+size_t rows_bytes(int64_t n, int64_t stride, int64_t width) {
+    if (n <= 0 || width <= 0) return 0;
+    return sizeof(float) * (size_t)((stride == 0 ? 0 : (n - 1) * stride) + width);
+}
+
+uint32_t u32(int64_t v) { return (uint32_t)v; }
+
+// Elements per invocation of convert.comp for type t.
+int64_t convert_unit(ggml_type t) {
+    return t == ggml_type::Q8_K ? 256 : (t == ggml_type::F32 ? 1 : (t == ggml_type::F16 || t == ggml_type::BF16) ? 2 : 32);
+}
+uint32_t float_off(const vulkan_backend::span& s) { return (uint32_t)(s.off / sizeof(float)); }
+
+// --- device memory: pointers into device_buffers allocated on a GPU ----------
+
+struct registry {
+    std::mutex m;
+    std::map<const uint8_t*, vk::buffer*> by_base;
+};
+registry& reg() {
+    static registry* r = new registry;  // never destroyed: buffers may outlive static destruction order
+    return *r;
+}
+
+// The device buffer holding [p, p + bytes), or null.
+vk::buffer* device_memory(const void* p, size_t bytes, size_t* off) {
+    registry& r = reg();
+    std::lock_guard<std::mutex> lock(r.m);
+    const auto* b = static_cast<const uint8_t*>(p);
+    auto it = r.by_base.upper_bound(b);
+    if (it == r.by_base.begin()) return nullptr;
+    --it;
+    const size_t at = (size_t)(b - it->first);
+    if (at >= it->second->bytes()) return nullptr;
+    if (at + bytes > it->second->bytes())
+        throw std::logic_error("vulkan: an operand runs past the end of its device buffer");
+    *off = at;
+    return it->second;
+}
+
 }  // namespace
+
+void* vulkan_alloc(int index, size_t bytes, void** handle) {
+    auto* b = new vk::buffer(vk::context::get(index), bytes);
+    registry& r = reg();
+    std::lock_guard<std::mutex> lock(r.m);
+    r.by_base[static_cast<const uint8_t*>(b->data())] = b;
+    *handle = b;
+    return b->data();
+}
+
+void vulkan_free(void* handle) {
+    auto* b = static_cast<vk::buffer*>(handle);
+    if (!b) return;
+    {
+        registry& r = reg();
+        std::lock_guard<std::mutex> lock(r.m);
+        r.by_base.erase(static_cast<const uint8_t*>(b->data()));
+    }
+    delete b;
+}
+
+uint64_t vulkan_allocated(int index) { return vk::context::get(index).allocated(); }
+
+uint64_t vulkan_heap_bytes(int index) {
+    const auto& ds = vk::devices();
+    if (index < 0 || index >= (int)ds.size()) return 0;
+    return ds[(size_t)index].memory;
+}
 
 bool vulkan_backend::has_matmul(ggml_type t) { return type_suffix(t) != nullptr; }
 
+bool vulkan_backend::has_kv_store(ggml_type t) { return convertible(t) && t != ggml_type::Q8_1 && t != ggml_type::Q8_K; }
+
 vulkan_backend::vulkan_backend(int index) : index_(index), ctx_(&vk::context::get(index)) {}
 
-vulkan_backend::~vulkan_backend() = default;
+vulkan_backend::~vulkan_backend() { discard(); }
+
+size_t vulkan_backend::scratch_bytes() const {
+    size_t b = 0;
+    for (const auto& c : arena_) b += c->bytes();
+    return b;
+}
 
 const vk::buffer& vulkan_backend::weights(const weight_view& w) {
     auto it = weights_.find(w.data);
@@ -55,6 +150,7 @@ const vk::buffer& vulkan_backend::weights(const weight_view& w) {
     const size_t bytes = w.row_stride * (size_t)w.n_rows;
     auto b = std::make_unique<vk::buffer>(*ctx_, bytes);
     std::memcpy(b->data(), w.data, bytes);
+    weight_bytes_ += bytes;
     return *weights_.emplace(w.data, std::move(b)).first->second;
 }
 
@@ -69,67 +165,206 @@ const vk::buffer& vulkan_backend::gelu_tables() {
     return *tables_;
 }
 
+// --- the step: arena, staging, recording, sync ---------------------------------
+
+vulkan_backend::span vulkan_backend::scratch(size_t bytes) {
+    bytes = (std::max<size_t>(bytes, 4) + 255) & ~(size_t)255;  // 256-byte aligned pieces
+    while (arena_chunk_ < arena_.size() && arena_used_ + bytes > arena_[arena_chunk_]->bytes()) {
+        ++arena_chunk_;
+        arena_used_ = 0;
+    }
+    if (arena_chunk_ == arena_.size()) {
+        arena_.push_back(std::make_unique<vk::buffer>(*ctx_, std::max<size_t>(bytes, (size_t)32 << 20)));
+        arena_used_ = 0;
+    }
+    span s{arena_[arena_chunk_].get(), arena_used_};
+    arena_used_ += bytes;
+    return s;
+}
+
+void vulkan_backend::bind(operand* ops, int n) {
+    for (int attempt = 0; attempt < 2; ++attempt) {
+        bool conflict = false;
+        for (int i = 0; i < n; ++i) {
+            operand& o = ops[i];
+            o.at = span{};
+            if (!o.p || o.bytes == 0) continue;
+            size_t off = 0;
+            if (vk::buffer* b = device_memory(o.p, o.bytes, &off)) {
+                if (b->owner() != ctx_) throw value_error("vulkan: an operand lives on another device");
+                o.at = span{b, off};
+                continue;
+            }
+            const auto* h = static_cast<const uint8_t*>(o.p);
+            for (staged& s : staged_) {
+                const bool inside = h >= s.host && h + o.bytes <= s.host + s.bytes;
+                const bool overlaps = h < s.host + s.bytes && s.host < h + o.bytes;
+                if (inside) {
+                    o.at = span{s.at.buf, s.at.off + (size_t)(h - s.host)};
+                    s.write = s.write || o.write;
+                    break;
+                }
+                if (overlaps) conflict = true;
+            }
+        }
+        if (conflict && attempt == 0) {
+            sync();  // a fresh start: nothing staged, so the ranges below merge freely
+            continue;
+        }
+        // Unresolved host ranges: staged as the merged intervals they cover.
+        std::vector<int> open;
+        for (int i = 0; i < n; ++i)
+            if (ops[i].p && ops[i].bytes && !ops[i].at.buf) open.push_back(i);
+        std::sort(open.begin(), open.end(), [&](int a, int b) { return ops[a].p < ops[b].p; });
+        for (size_t k = 0; k < open.size();) {
+            const auto* lo = static_cast<const uint8_t*>(ops[open[k]].p);
+            const uint8_t* hi = lo + ops[open[k]].bytes;
+            bool write = ops[open[k]].write;
+            size_t e = k + 1;
+            for (; e < open.size(); ++e) {
+                const auto* p = static_cast<const uint8_t*>(ops[open[e]].p);
+                if (p >= hi) break;
+                hi = std::max(hi, p + ops[open[e]].bytes);
+                write = write || ops[open[e]].write;
+            }
+            const size_t bytes = (size_t)(hi - lo);
+            const span at = scratch(bytes);
+            std::memcpy(static_cast<uint8_t*>(const_cast<void*>(at.buf->data())) + at.off, lo, bytes);
+            staged_.push_back(staged{lo, bytes, at, write});
+            for (size_t j = k; j < e; ++j) {
+                operand& o = ops[open[j]];
+                o.at = span{at.buf, at.off + (size_t)(static_cast<const uint8_t*>(o.p) - lo)};
+            }
+            k = e;
+        }
+        return;
+    }
+}
+
+void vulkan_backend::record(vk::dispatch&& d) { pending_.push_back(std::move(d)); }
+
+void vulkan_backend::sync() {
+    if (!pending_.empty()) {
+        std::vector<vk::dispatch> work;
+        work.swap(pending_);
+        try {
+            ctx_->run(work);
+        } catch (...) {
+            discard();
+            throw;
+        }
+    }
+    for (const staged& s : staged_)
+        if (s.write)
+            std::memcpy(const_cast<uint8_t*>(s.host), static_cast<const uint8_t*>(s.at.buf->data()) + s.at.off,
+                        s.bytes);
+    staged_.clear();
+    arena_chunk_ = 0;
+    arena_used_ = 0;
+}
+
+void vulkan_backend::discard() {
+    pending_.clear();
+    staged_.clear();
+    arena_chunk_ = 0;
+    arena_used_ = 0;
+}
+
+// --- ops -------------------------------------------------------------------------
+
 void vulkan_backend::matmul(const weight_view& w, const float* x, int64_t xs, float* y, int64_t ys, int64_t n,
                             const lora_work& lora) {
     if (n <= 0 || w.n_rows <= 0) return;
     const char* suffix = type_suffix(w.type);
     if (!suffix) missing(std::string("matmul shader for ") + type_name(w.type) + " weights");
     if (lora.terms && !lora.terms->empty()) missing("LoRA terms in matmul");
-    // Activations in the type's dot format, converted by the CPU's own
-    // conversion (the same bytes the CPU kernels take).
-    const type_traits& wt = traits(w.type);
-    const ggml_type at = wt.vec_dot_type;
-    const size_t a_row = row_size(at, w.n_cols);
-    vk::buffer a(*ctx_, a_row * (size_t)n);
-    auto* ab = static_cast<uint8_t*>(a.data());
-    for (int64_t t = 0; t < n; ++t) {
-        const float* xr = x + t * xs;
-        uint8_t* dst = ab + (size_t)t * a_row;
-        if (at == ggml_type::F32) {
-            std::memcpy(dst, xr, a_row);
-        } else {
-            const type_traits& tt = traits(at);
-            const from_float_fn conv = tt.from_float ? tt.from_float : tt.from_float_ref;
-            if (!conv) missing(std::string("activation conversion to ") + type_name(at));
-            conv(xr, dst, w.n_cols);
-        }
+    const vk::buffer& wb = weights(w);
+    const ggml_type at = traits(w.type).vec_dot_type;
+    if (!convertible(at)) missing(std::string("activation conversion to ") + type_name(at));
+    operand ops[2] = {{x, rows_bytes(n, xs, w.n_cols), false, {}}, {y, rows_bytes(n, ys, w.n_rows), true, {}}};
+    bind(ops, 2);
+    const span xa = ops[0].at, ya = ops[1].at;
+    // Activations in the weights' dot format (F32 weights read x in place).
+    span a = xa;
+    size_t a_row = sizeof(float) * (size_t)xs;
+    std::vector<vk::dispatch> work;
+    if (at != ggml_type::F32) {
+        a_row = (row_size(at, w.n_cols) + 3) & ~(size_t)3;  // word-aligned rows
+        a = scratch(a_row * (size_t)n);
+        struct {
+            uint32_t type, n, n_rows, x_off, x_stride, d_off, d_row_bytes, c_off, f_off, f_stride, mode, flags;
+        } pc{(uint32_t)at, u32(w.n_cols), u32(n), float_off(xa), u32(xs), (uint32_t)a.off, (uint32_t)a_row, 0, 0, 0,
+             0, 0};
+        vk::dispatch d;
+        d.shader = "convert";
+        d.buffers = {xa.buf, a.buf, a.buf, a.buf};
+        d.set_push(pc);
+        const int64_t be = convert_unit(at);
+        d.groups[0] = groups_for((n * ((w.n_cols + be - 1) / be) + 63) / 64, ctx_->max_groups(0));
+        work.push_back(std::move(d));
     }
-    vk::buffer out(*ctx_, sizeof(float) * (size_t)(n * w.n_rows));
     struct {
-        uint32_t n_rows, n_cols, n_tok, w_row_bytes, a_row_bytes, y_stride;
-    } pc{(uint32_t)w.n_rows, (uint32_t)w.n_cols, (uint32_t)n, (uint32_t)w.row_stride, (uint32_t)a_row,
-         (uint32_t)w.n_rows};
-    const std::string shader = std::string("matmul_") + suffix;
-    vk::dispatch d{shader.c_str(), {&weights(w), &a, &out}, &pc, sizeof(pc),
-                   {groups_for(w.n_rows, ctx_->max_groups(0)), groups_for(n, ctx_->max_groups(1)), 1}};
-    ctx_->run({d});
-    const auto* o = static_cast<const float*>(out.data());
-    for (int64_t t = 0; t < n; ++t) std::memcpy(y + t * ys, o + t * w.n_rows, sizeof(float) * (size_t)w.n_rows);
+        uint32_t n_rows, n_cols, n_tok, w_row_bytes, a_row_bytes, y_stride, a_off, y_off;
+    } pc{u32(w.n_rows), u32(w.n_cols), u32(n), (uint32_t)w.row_stride, (uint32_t)a_row, u32(ys), (uint32_t)a.off,
+         float_off(ya)};
+    vk::dispatch d;
+    d.shader = std::string("matmul_") + suffix;
+    d.buffers = {&wb, a.buf, ya.buf};
+    d.set_push(pc);
+    d.groups[0] = groups_for(w.n_rows, ctx_->max_groups(0));
+    d.groups[1] = groups_for(n, ctx_->max_groups(1));
+    work.push_back(std::move(d));
+    for (auto& k : work) record(std::move(k));
 }
 
 void vulkan_backend::get_rows(const weight_view& table, const int32_t* ids, float* y, int64_t ys, int64_t n) {
     if (n <= 0) return;
     const char* suffix = type_suffix(table.type);
     if (!suffix) missing(std::string("get_rows shader for ") + type_name(table.type));
-    vk::buffer idb(*ctx_, sizeof(int32_t) * (size_t)n);
-    std::memcpy(idb.data(), ids, sizeof(int32_t) * (size_t)n);
-    vk::buffer out(*ctx_, sizeof(float) * (size_t)(n * table.n_cols));
+    const vk::buffer& wb = weights(table);
+    operand ops[2] = {{ids, sizeof(int32_t) * (size_t)n, false, {}}, {y, rows_bytes(n, ys, table.n_cols), true, {}}};
+    bind(ops, 2);
     struct {
-        uint32_t n_ids, n_cols, row_bytes, y_stride;
-    } pc{(uint32_t)n, (uint32_t)table.n_cols, (uint32_t)table.row_stride, (uint32_t)table.n_cols};
-    const std::string shader = std::string("get_rows_") + suffix;
-    vk::dispatch d{shader.c_str(), {&weights(table), &idb, &out}, &pc, sizeof(pc),
-                   {groups_for(n, ctx_->max_groups(0)), 1, 1}};
-    ctx_->run({d});
-    const auto* o = static_cast<const float*>(out.data());
-    for (int64_t t = 0; t < n; ++t)
-        std::memcpy(y + t * ys, o + t * table.n_cols, sizeof(float) * (size_t)table.n_cols);
+        uint32_t n_ids, n_cols, row_bytes, y_stride, ids_off, y_off;
+    } pc{u32(n), u32(table.n_cols), (uint32_t)table.row_stride, u32(ys), (uint32_t)(ops[0].at.off / 4),
+         float_off(ops[1].at)};
+    vk::dispatch d;
+    d.shader = std::string("get_rows_") + suffix;
+    d.buffers = {&wb, ops[0].at.buf, ops[1].at.buf};
+    d.set_push(pc);
+    d.groups[0] = groups_for(n, ctx_->max_groups(0));
+    record(std::move(d));
 }
 
-void vulkan_backend::gather_rows(float*, int64_t, int64_t, const int32_t*, int64_t) { missing("gather_rows"); }
+void vulkan_backend::gather_rows(float* data, int64_t stride, int64_t n_cols, const int32_t* idx, int64_t n) {
+    if (n <= 0) return;
+    const int64_t last = idx[n - 1];  // ascending: the highest row read
+    operand ops[2] = {{data, rows_bytes(last + 1, stride, n_cols), true, {}}, {idx, sizeof(int32_t) * (size_t)n, false, {}}};
+    bind(ops, 2);
+    struct {
+        uint32_t off, stride, n_cols, n, idx_off;
+    } pc{float_off(ops[0].at), u32(stride), u32(n_cols), u32(n), (uint32_t)(ops[1].at.off / 4)};
+    vk::dispatch d;
+    d.shader = "gather";
+    d.buffers = {ops[0].at.buf, ops[1].at.buf};
+    d.set_push(pc);
+    record(std::move(d));
+}
 
-void vulkan_backend::rope_table(const rope_params&, const int32_t*, int64_t, float*, int64_t) {
-    missing("rope_table");
+void vulkan_backend::rope_table(const rope_params& p, const int32_t* pos, int64_t pos_stride, float* out, int64_t n) {
+    // The angles of this step's positions, with the CPU's sin / cos (a GPU's
+    // differ in the last bits): an input of the step, like the masks. A
+    // device-resident table is written only after its readers finished.
+    size_t off = 0;
+    if (device_memory(out, rows_bytes(n, p.n_rot, p.n_rot), &off)) sync();
+    for (int64_t t = 0; t < n; ++t) {
+        if (p.mrope()) {
+            const int32_t p4[4] = {pos[t], pos[t + pos_stride], pos[t + 2 * pos_stride], pos[t + 3 * pos_stride]};
+            rope_cos_sin_mrope(p, p4, out + t * p.n_rot);
+        } else {
+            rope_cos_sin(p, pos[t], out + t * p.n_rot);
+        }
+    }
 }
 
 void vulkan_backend::attention(const attention_args& a) {
@@ -137,107 +372,121 @@ void vulkan_backend::attention(const attention_args& a) {
     const int dk = a.head_dim_k, dv = a.head_dim_v;
     int32_t n_cells = 0;  // the cells any row sees lie below the largest hi
     for (int t = 0; t < a.n_tok; ++t) n_cells = std::max(n_cells, a.hi[t]);
+    const int64_t qw = (int64_t)a.n_head * dk, ow = (int64_t)a.n_head * dv;
+    operand ops[7] = {
+        {a.q, rows_bytes(a.n_tok, a.q_stride, qw), false, {}},
+        {a.k, a.k_row_bytes * (size_t)n_cells, false, {}},
+        {a.v, a.v_row_bytes * (size_t)n_cells, false, {}},
+        {a.mask, sizeof(uint64_t) * (size_t)(a.n_tok * a.mask_words), false, {}},
+        {a.lo, sizeof(int32_t) * (size_t)a.n_tok, false, {}},
+        {a.hi, sizeof(int32_t) * (size_t)a.n_tok, false, {}},
+        {a.out, rows_bytes(a.n_tok, a.out_stride, ow), true, {}},
+    };
+    bind(ops, 7);
+    if (n_cells > 0 && (!ops[1].at.buf || !ops[2].at.buf)) throw value_error("vulkan attention: no keys or values");
+    std::vector<vk::dispatch> work;
     // Queries as the CPU's kernels see them: rounded to the keys' dot format.
-    vk::buffer qb(*ctx_, sizeof(float) * (size_t)a.n_tok * a.n_head * dk);
-    auto* qd = static_cast<float*>(qb.data());
     const ggml_type qfmt = a.type_k == ggml_type::F32 || a.type_k == ggml_type::F16 || a.type_k == ggml_type::BF16
                                ? a.type_k : traits(a.type_k).vec_dot_type;
-    std::vector<uint8_t> tmp(row_size(qfmt, dk) + 64);
-    for (int t = 0; t < a.n_tok; ++t)
-        for (int h = 0; h < a.n_head; ++h) {
-            const float* src = a.q + t * a.q_stride + (int64_t)h * dk;
-            float* dst = qd + ((int64_t)t * a.n_head + h) * dk;
-            if (qfmt == ggml_type::F32) {
-                std::memcpy(dst, src, sizeof(float) * (size_t)dk);
-                continue;
-            }
-            const type_traits& tt = traits(qfmt);
-            const from_float_fn conv = tt.from_float ? tt.from_float : tt.from_float_ref;
-            if (!conv || !tt.to_float) missing(std::string("query conversion to ") + type_name(qfmt));
-            conv(src, tmp.data(), dk);
-            tt.to_float(tmp.data(), dst, dk);
-        }
-    const size_t kb_bytes = a.k_row_bytes * (size_t)n_cells, vb_bytes = a.v_row_bytes * (size_t)n_cells;
-    vk::buffer kb(*ctx_, std::max<size_t>(kb_bytes, 4)), vb(*ctx_, std::max<size_t>(vb_bytes, 4));
-    if (kb_bytes) std::memcpy(kb.data(), a.k, kb_bytes);
-    if (vb_bytes) std::memcpy(vb.data(), a.v, vb_bytes);
-    vk::buffer mb(*ctx_, sizeof(uint64_t) * (size_t)(a.n_tok * a.mask_words));
-    std::memcpy(mb.data(), a.mask, sizeof(uint64_t) * (size_t)(a.n_tok * a.mask_words));
-    vk::buffer spans(*ctx_, sizeof(int32_t) * 2 * (size_t)a.n_tok);
-    auto* sp = static_cast<int32_t*>(spans.data());
-    for (int t = 0; t < a.n_tok; ++t) {
-        sp[2 * t] = a.lo[t];
-        sp[2 * t + 1] = a.hi[t];
+    span q = ops[0].at;
+    int64_t q_stride = a.q_stride;
+    if (qfmt != ggml_type::F32) {
+        if (qfmt != ggml_type::F16 && qfmt != ggml_type::BF16 && qfmt != ggml_type::Q8_0 && qfmt != ggml_type::Q8_1)
+            missing(std::string("query conversion to ") + type_name(qfmt));
+        q = scratch(sizeof(float) * (size_t)(a.n_tok * qw));
+        q_stride = qw;
+        struct {
+            uint32_t type, n, n_rows, x_off, x_stride, d_off, d_row_bytes, c_off, f_off, f_stride, mode, flags;
+        } pc{(uint32_t)qfmt, u32(qw), u32(a.n_tok), float_off(ops[0].at), u32(a.q_stride), 0, 0, 0, float_off(q),
+             u32(qw), 1, 0};
+        vk::dispatch d;
+        d.shader = "convert";
+        d.buffers = {ops[0].at.buf, q.buf, q.buf, q.buf};
+        d.set_push(pc);
+        const int64_t be = convert_unit(qfmt);
+        d.groups[0] = groups_for(((int64_t)a.n_tok * ((qw + be - 1) / be) + 63) / 64, ctx_->max_groups(0));
+        work.push_back(std::move(d));
     }
-    vk::buffer scratch(*ctx_, sizeof(float) * std::max<size_t>(1, (size_t)a.n_tok * a.n_head * (size_t)n_cells));
-    vk::buffer out(*ctx_, sizeof(float) * (size_t)a.n_tok * a.n_head * dv);
+    const span sc = scratch(sizeof(float) * std::max<size_t>(1, (size_t)a.n_tok * a.n_head * (size_t)n_cells));
+    const vk::buffer* kb = ops[1].at.buf ? ops[1].at.buf : sc.buf;  // no cells: any buffer, nothing is read
+    const vk::buffer* vb = ops[2].at.buf ? ops[2].at.buf : sc.buf;
     struct {
         uint32_t n_tok, n_head, n_head_kv, dk, dv, type_k, type_v, k_row_bytes, v_row_bytes, mask_words, n_cells;
         float scale, softcap;
+        uint32_t q_off, q_stride, k_off, v_off, mask_off, lo_off, hi_off, sc_off, o_off, o_stride;
     } pc{(uint32_t)a.n_tok, (uint32_t)a.n_head, (uint32_t)a.n_head_kv, (uint32_t)dk, (uint32_t)dv,
          (uint32_t)a.type_k, (uint32_t)a.type_v, (uint32_t)a.k_row_bytes, (uint32_t)a.v_row_bytes,
-         (uint32_t)a.mask_words, (uint32_t)n_cells, a.scale, a.softcap};
-    vk::dispatch d{"attention", {&qb, &kb, &vb, &mb, &spans, &scratch, &out}, &pc, sizeof(pc),
-                   {groups_for((int64_t)a.n_tok * a.n_head, ctx_->max_groups(0)), 1, 1}};
-    ctx_->run({d});
-    const auto* o = static_cast<const float*>(out.data());
-    for (int t = 0; t < a.n_tok; ++t)
-        std::memcpy(a.out + t * a.out_stride, o + (int64_t)t * a.n_head * dv, sizeof(float) * (size_t)a.n_head * dv);
+         (uint32_t)a.mask_words, (uint32_t)n_cells, a.scale, a.softcap, float_off(q), u32(q_stride),
+         (uint32_t)ops[1].at.off, (uint32_t)ops[2].at.off, (uint32_t)(ops[3].at.off / 4), (uint32_t)(ops[4].at.off / 4),
+         (uint32_t)(ops[5].at.off / 4), float_off(sc), float_off(ops[6].at), u32(a.out_stride)};
+    vk::dispatch d;
+    d.shader = "attention";
+    auto any = [&](const span& s) { return s.buf ? s.buf : sc.buf; };  // empty operands: nothing is read
+    d.buffers = {q.buf, kb, vb, any(ops[3].at), any(ops[4].at), any(ops[5].at), sc.buf, ops[6].at.buf};
+    d.set_push(pc);
+    d.groups[0] = groups_for((int64_t)a.n_tok * a.n_head, ctx_->max_groups(0));
+    work.push_back(std::move(d));
+    for (auto& k : work) record(std::move(k));
 }
 
 void vulkan_backend::run_rows(const row_op* ops, int n_ops, int64_t n) {
     if (n <= 0) return;
     for (int k = 0; k < n_ops; ++k) {
         const row_op& o = ops[k];
+        if (o.k == row_op::kind::kv_store) {
+            if (!has_kv_store(o.type)) missing(std::string("KV cache store for ") + type_name(o.type) + " caches");
+            int32_t top = 0;
+            for (int64_t t = 0; t < n; ++t) top = std::max(top, o.cells[t]);
+            operand io[3] = {{o.x, rows_bytes(n, o.x_stride, o.n), false, {}},
+                             {o.cells, sizeof(int32_t) * (size_t)n, false, {}},
+                             {o.dst, o.dst_row_bytes * (size_t)(top + 1), true, {}}};
+            bind(io, 3);
+            if (io[2].at.off % 4) throw std::logic_error("vulkan kv_store: cache rows must start on a word");
+            struct {
+                uint32_t type, n, n_rows, x_off, x_stride, d_off, d_row_bytes, c_off, f_off, f_stride, mode, flags;
+            } pc{(uint32_t)o.type, u32(o.n), u32(n), float_off(io[0].at), u32(o.x_stride), (uint32_t)io[2].at.off,
+                 (uint32_t)o.dst_row_bytes, (uint32_t)(io[1].at.off / 4), 0, 0, 0, 1};
+            vk::dispatch d;
+            d.shader = "convert";
+            d.buffers = {io[0].at.buf, io[2].at.buf, io[1].at.buf, io[2].at.buf};
+            d.set_push(pc);
+            const int64_t be = convert_unit(o.type);
+            d.groups[0] = groups_for((n * ((o.n + be - 1) / be) + 63) / 64, ctx_->max_groups(0));
+            record(std::move(d));
+            continue;
+        }
         // the row's width (y) and the second operand's (x) in floats
         int64_t width = o.n, x_width = o.n;
-        switch (o.k) {
-            case row_op::kind::rms_norm: width = x_width = o.n * o.groups; break;
-            case row_op::kind::rope: width = o.n * o.groups; x_width = o.a; break;
-            case row_op::kind::layer_norm:
-            case row_op::kind::add:
-            case row_op::kind::mul:
-            case row_op::kind::scale:
-            case row_op::kind::softcap:
-            case row_op::kind::gelu_mul:
-            case row_op::kind::silu_mul:
-            case row_op::kind::gelu_quick_mul:
-            case row_op::kind::copy: break;
-            case row_op::kind::hadamard: break;
-            case row_op::kind::kv_store: missing("KV cache (kv_store row op)");
+        if (o.k == row_op::kind::rms_norm) width = x_width = o.n * o.groups;
+        if (o.k == row_op::kind::rope) {
+            width = o.n * o.groups;
+            x_width = o.a;
         }
-        const bool in_place = o.x == o.y && o.x_stride == o.y_stride;
-        const bool has_x = o.x && !in_place;
-        vk::buffer yb(*ctx_, sizeof(float) * (size_t)(n * width));
-        auto* yd = static_cast<float*>(yb.data());
-        for (int64_t t = 0; t < n; ++t) std::memcpy(yd + t * width, o.y + t * o.y_stride, sizeof(float) * (size_t)width);
-        const int64_t x_rows = has_x ? (o.x_stride == 0 ? 1 : n) : 0;
-        vk::buffer xb(*ctx_, sizeof(float) * (size_t)std::max<int64_t>(1, x_rows * x_width));
-        auto* xd = static_cast<float*>(xb.data());
-        for (int64_t t = 0; t < x_rows; ++t)
-            std::memcpy(xd + t * x_width, o.x + t * o.x_stride, sizeof(float) * (size_t)x_width);
-        vk::buffer wb(*ctx_, sizeof(float) * (size_t)std::max<int64_t>(1, o.w ? o.n : 0));
-        if (o.w) std::memcpy(wb.data(), o.w, sizeof(float) * (size_t)o.n);
-        vk::buffer bb(*ctx_, sizeof(float) * (size_t)std::max<int64_t>(1, o.b ? o.n : 0));
-        if (o.b) std::memcpy(bb.data(), o.b, sizeof(float) * (size_t)o.n);
+        const bool x_is_y = !o.x || (o.x == o.y && o.x_stride == o.y_stride);
+        operand io[4] = {{o.y, rows_bytes(n, o.y_stride, width), true, {}},
+                         {x_is_y ? nullptr : o.x, x_is_y ? 0 : rows_bytes(n, o.x_stride, x_width), false, {}},
+                         {o.w, o.w ? sizeof(float) * (size_t)o.n : 0, false, {}},
+                         {o.b, o.b ? sizeof(float) * (size_t)o.n : 0, false, {}}};
+        bind(io, 4);
+        const span y = io[0].at, x = x_is_y ? io[0].at : io[1].at;
         const bool gelu = o.k == row_op::kind::gelu_mul || o.k == row_op::kind::gelu_quick_mul;
-        const vk::buffer& tables = gelu ? gelu_tables() : wb;  // any buffer where no table is read
+        const vk::buffer* tables = gelu ? &gelu_tables() : y.buf;  // any buffer where no table is read
         const uint32_t groups = (o.k == row_op::kind::rms_norm || o.k == row_op::kind::rope) ? (uint32_t)o.groups : 1;
-        // x binding: y itself for a norm in place (or no x at all), else the x rows (one shared row: stride 0)
-        const bool x_is_y = in_place || !o.x;
-        const vk::buffer* xbind = x_is_y ? &yb : &xb;
-        const uint32_t x_stride = (uint32_t)(x_is_y ? width : (x_rows > 1 ? x_width : 0));
         struct {
             uint32_t kind, n, groups, n_rows, y_stride, x_stride, flags;
             float f;
             uint32_t a;
-        } pc{(uint32_t)o.k, (uint32_t)o.n, groups, (uint32_t)n, (uint32_t)width, x_stride,
+            uint32_t y_off, x_off, wn_off, bn_off;
+        } pc{(uint32_t)o.k, u32(o.n), groups, u32(n), u32(o.y_stride), u32(x_is_y ? o.y_stride : o.x_stride),
              (uint32_t)((o.x ? 1u : 0u) | (o.w ? 2u : 0u) | (o.b ? 4u : 0u) | (o.style == rope_style::neox ? 8u : 0u)),
-             o.k == row_op::kind::hadamard ? 1.0f / std::sqrt((float)o.a) : o.f, (uint32_t)o.a};
-        vk::dispatch d{"row_ops", {&yb, xbind, &wb, &bb, &tables}, &pc, sizeof(pc),
-                       {groups_for(n * groups, ctx_->max_groups(0)), 1, 1}};
-        ctx_->run({d});
-        for (int64_t t = 0; t < n; ++t) std::memcpy(o.y + t * o.y_stride, yd + t * width, sizeof(float) * (size_t)width);
+             o.k == row_op::kind::hadamard ? 1.0f / std::sqrt((float)o.a) : o.f, (uint32_t)o.a, float_off(y),
+             float_off(x), io[2].at.buf ? float_off(io[2].at) : 0, io[3].at.buf ? float_off(io[3].at) : 0};
+        vk::dispatch d;
+        d.shader = "row_ops";
+        d.buffers = {y.buf, x.buf, io[2].at.buf ? io[2].at.buf : y.buf, io[3].at.buf ? io[3].at.buf : y.buf, tables};
+        d.set_push(pc);
+        d.groups[0] = groups_for(n * groups, ctx_->max_groups(0));
+        record(std::move(d));
     }
 }
 

@@ -1,20 +1,28 @@
 // vulkan_backend.h — the seam's operations (backend.h) on a Vulkan device.
 //
 // What exists: matmul for F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,
-// Q4_K, Q5_K and Q6_K weights (the list)
-// (activations converted on the host exactly as the CPU converts them, so
-// the integer block sums are the CPU's), get_rows for the same types, and
-// the row ops rms_norm, layer_norm, add, mul, scale, softcap, gelu_mul,
-// silu_mul, gelu_quick_mul, rope, hadamard and copy; attention over a
-// cache of any KV cache type (F32 softmax; cells in cell order on both
-// paths). Everything else (the KV store, gather_rows, rope_table, LoRA terms, the other weight
-// types: Q2_K, Q3_K, the IQ types) raises not_implemented_error naming it: the forward pass does not
-// run on this backend yet, and nothing silently runs on the CPU instead.
+// Q4_K, Q5_K and Q6_K weights (activations converted on the device by the
+// CPU's reference formulas: shaders/convert.comp), get_rows for the same
+// types, gather_rows, every row op, the KV cache store for F32, F16, BF16,
+// Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1 caches, attention over a cache of any KV
+// cache type (F32 softmax; cells in cell order on both paths), and
+// rope_table (the angles are computed on the host with the CPU's functions:
+// they are an input of the step, as the masks are). Missing, each raising
+// not_implemented_error naming it (nothing silently runs on the CPU
+// instead): LoRA terms, Q2_K / Q3_K / IQ weights, an IQ4_NL cache store.
 //
-// Operands are host rows (the seam's float pointers): each call uploads
-// them into the device's host-visible buffers, runs, and copies the result
-// back. Weights are uploaded once per weight_view (keyed by its data) and
-// kept for the backend's life.
+// Execution is deferred: each op records its dispatches, and sync() submits
+// everything recorded since the last sync as one command buffer and waits.
+// The forward pass syncs at the end of a step and where the placement plan
+// hands the activations to another backend (blocks.h: pass::part).
+//
+// Operands: memory allocated on this device (device_buffer on gpu: the run
+// state, the KV cache) is bound in place, at an offset. Any other pointer
+// is host memory: staged into a per-step arena on first use within a step
+// (a range already staged is bound where it was staged, so an op reads what
+// an earlier op of the step wrote there), and copied back at sync when an
+// op wrote it. Weights are uploaded once per weight_view (keyed by its data)
+// and kept for the backend's life.
 // Not here: the Vulkan plumbing (vulkan/vk_runtime.h), shaders (vulkan/shaders).
 #pragma once
 
@@ -29,7 +37,18 @@ namespace lp {
 namespace vk {
 class context;
 class buffer;
+struct dispatch;
 }  // namespace vk
+
+// device_buffer's allocator for Vulkan device `index` (buffer.cpp): a mapped,
+// host-visible buffer, registered so the backend binds pointers into it in
+// place. *handle receives what vulkan_free takes.
+void* vulkan_alloc(int index, size_t bytes, void** handle);
+void vulkan_free(void* handle);
+// Bytes this process holds on Vulkan device `index`, and the size of its
+// largest device-local heap.
+uint64_t vulkan_allocated(int index);
+uint64_t vulkan_heap_bytes(int index);
 
 class vulkan_backend final : public backend {
 public:
@@ -47,19 +66,59 @@ public:
     void rope_table(const rope_params& p, const int32_t* pos, int64_t pos_stride, float* out, int64_t n) override;
     void attention(const attention_args& a) override;
     void run_rows(const row_op* ops, int n_ops, int64_t n) override;
-    size_t scratch_bytes() const override { return 0; }
+    void sync() override;
+    void discard() override;
+    size_t scratch_bytes() const override;
 
-    // Whether matmul / get_rows have a shader for weights of type t.
+    // Whether matmul / get_rows have a shader for weights of type t, and
+    // whether the KV cache store has one for cache type t.
     static bool has_matmul(ggml_type t);
+    static bool has_kv_store(ggml_type t);
+    // Uploads w now (the context uploads its layers' weights when it is
+    // created, so a plan that does not fit fails there); bytes it holds.
+    void upload(const weight_view& w) { weights(w); }
+    uint64_t weight_bytes() const { return weight_bytes_; }
+
+    // A range of a device buffer: the buffer and a byte offset in it.
+    struct span {
+        const vk::buffer* buf = nullptr;
+        size_t off = 0;
+    };
 
 private:
+    // One operand of an op: a host or device range; `write`: the op writes it.
+    struct operand {
+        const void* p;
+        size_t bytes;
+        bool write;
+        span at;
+    };
+    // Resolves the operands of one op (device memory in place, host memory
+    // staged; see the file comment). May sync first when a host range
+    // overlaps a staged one only in part.
+    void bind(operand* ops, int n);
+    span scratch(size_t bytes);
+    void record(vk::dispatch&& d);
     const vk::buffer& weights(const weight_view& w);
     const vk::buffer& gelu_tables();
 
     int index_;
     vk::context* ctx_;
     std::map<const void*, std::unique_ptr<vk::buffer>> weights_;
+    uint64_t weight_bytes_ = 0;
     std::unique_ptr<vk::buffer> tables_;
+
+    // This step's work: recorded dispatches, staged host ranges, the arena.
+    std::vector<vk::dispatch> pending_;
+    struct staged {
+        const uint8_t* host;
+        size_t bytes;
+        span at;
+        bool write;  // copied back at sync
+    };
+    std::vector<staged> staged_;
+    std::vector<std::unique_ptr<vk::buffer>> arena_;
+    size_t arena_chunk_ = 0, arena_used_ = 0;
 };
 
 }  // namespace lp

@@ -5,6 +5,8 @@
 //   _engine.backend_row_op(backend, kind, y, x=None, ...) -> y after the op
 //   _engine.backend_matmul(backend, raw, type, n_rows, n_cols, x) -> x · wᵀ
 //   _engine.backend_get_rows(backend, raw, type, n_rows, n_cols, ids) -> rows
+//   _engine.backend_kv_store(backend, type, x, cells, n_cells) -> cache bytes
+//   _engine.backend_gather_rows(backend, data, idx) -> data after the gather
 // Not here: the forward pass (bind_model.cpp).
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
@@ -118,6 +120,7 @@ farray row_op_py(const std::string& be_name, const std::string& kind, farray y_i
     std::unique_ptr<backend> be = make_backend(be_name, n_threads);
     py::gil_scoped_release nogil;
     be->run_rows(&o, 1, n);
+    be->sync();
     return y;
 }
 
@@ -131,6 +134,7 @@ farray matmul_py(const std::string& be_name, py::array raw, const py::object& ty
     float* yp = y.mutable_data();
     py::gil_scoped_release nogil;
     be->matmul(w, x.data(), n_cols, yp, n_rows, n, lora_work{});
+    be->sync();
     return y;
 }
 
@@ -145,7 +149,57 @@ farray get_rows_py(const std::string& be_name, py::array raw, const py::object& 
     float* yp = y.mutable_data();
     py::gil_scoped_release nogil;
     be->get_rows(w, ids.data(), yp, n_cols, (int64_t)ids.size());
+    be->sync();
     return y;
+}
+
+// The KV cache store: rows x (n, n_cols) into a fresh cache of n_cells rows
+// of `type` (zero bytes elsewhere), row t at cell cells[t]; the cache bytes.
+py::bytes kv_store_py(const std::string& be_name, const py::object& type, farray x, const std::vector<int32_t>& cells,
+                      int64_t n_cells, int n_threads) {
+    const ggml_type t = parse_type(type);
+    if (x.ndim() != 2) throw value_error("x must have shape (n, n_cols)");
+    const int64_t n = x.shape(0), n_cols = x.shape(1);
+    if ((int64_t)cells.size() != n) throw value_error("cells must have one entry per row of x");
+    for (int32_t c : cells)
+        if (c < 0 || c >= n_cells) throw value_error("cell " + std::to_string(c) + " is out of range");
+    const size_t rb = row_size(t, n_cols);
+    if (rb == 0) throw value_error("n_cols does not fit the type's blocks");
+    std::unique_ptr<backend> be = make_backend(be_name, n_threads);
+    device_buffer cache(be->dev(), rb * (size_t)n_cells);
+    std::memset(cache.data(), 0, cache.bytes());
+    row_op o;
+    o.k = row_op::kind::kv_store;
+    o.x = x.data();
+    o.x_stride = n_cols;
+    o.n = n_cols;
+    o.dst = cache.u8();
+    o.dst_row_bytes = rb;
+    o.type = t;
+    o.cells = cells.data();
+    {
+        py::gil_scoped_release nogil;
+        be->run_rows(&o, 1, n);
+        be->sync();
+    }
+    return py::bytes(reinterpret_cast<const char*>(cache.u8()), cache.bytes());
+}
+
+// gather_rows in place on a copy of data (rows, cols): row i becomes row idx[i].
+farray gather_rows_py(const std::string& be_name, farray data, const std::vector<int32_t>& idx, int n_threads) {
+    if (data.ndim() != 2) throw value_error("data must have shape (rows, cols)");
+    const int64_t rows = data.shape(0), cols = data.shape(1);
+    for (size_t i = 0; i < idx.size(); ++i)
+        if (idx[i] < (int32_t)i || idx[i] >= rows || (i && idx[i] <= idx[i - 1]))
+            throw value_error("idx must be ascending, with i <= idx[i] < rows");
+    farray out({(py::ssize_t)rows, (py::ssize_t)cols});
+    std::memcpy(out.mutable_data(), data.data(), sizeof(float) * (size_t)(rows * cols));
+    std::unique_ptr<backend> be = make_backend(be_name, n_threads);
+    float* p = out.mutable_data();
+    py::gil_scoped_release nogil;
+    be->gather_rows(p, cols, cols, idx.data(), (int64_t)idx.size());
+    be->sync();
+    return out;
 }
 
 }  // namespace
@@ -167,4 +221,9 @@ void bind_backend(py::module_& m) {
           py::arg("n_cols"), py::arg("x"), py::arg("n_threads") = 1, "x · wᵀ on the backend");
     m.def("backend_get_rows", &get_rows_py, py::arg("backend"), py::arg("raw"), py::arg("type"), py::arg("n_rows"),
           py::arg("n_cols"), py::arg("ids"), py::arg("n_threads") = 1, "rows ids of a table, as floats");
+    m.def("backend_kv_store", &kv_store_py, py::arg("backend"), py::arg("type"), py::arg("x"), py::arg("cells"),
+          py::arg("n_cells"), py::arg("n_threads") = 1,
+          "the bytes of a cache of n_cells rows of `type` after storing row t of x at cells[t]");
+    m.def("backend_gather_rows", &gather_rows_py, py::arg("backend"), py::arg("data"), py::arg("idx"),
+          py::arg("n_threads") = 1, "data with row i replaced by row idx[i] (in place on the backend)");
 }

@@ -149,6 +149,7 @@ py::array_t<float> attention_op(f32_array q, u8_array k, u8_array v, const std::
         if (backend_name == "vulkan") {
             vulkan_backend be(0);
             for (int r = 0; r < n_repeat; ++r) be.attention(a);
+            be.sync();
         } else
 #endif
         {

@@ -167,11 +167,15 @@ buffer::buffer(context& ctx, size_t bytes) : ctx_(&ctx), bytes_(bytes) {
     }
     check(vkBindBufferMemory(ctx.dev_, buf_, mem_, 0), "vkBindBufferMemory");
     check(vkMapMemory(ctx.dev_, mem_, 0, VK_WHOLE_SIZE, 0, &map_), "vkMapMemory");
+    charged_ = req.size;
+    ctx.allocated_ += charged_;
 }
 
 buffer::~buffer() { release(); }
 
-buffer::buffer(buffer&& o) noexcept : ctx_(o.ctx_), buf_(o.buf_), mem_(o.mem_), map_(o.map_), bytes_(o.bytes_) {
+buffer::buffer(buffer&& o) noexcept
+    : ctx_(o.ctx_), charged_(o.charged_), buf_(o.buf_), mem_(o.mem_), map_(o.map_), bytes_(o.bytes_) {
+    o.charged_ = 0;
     o.buf_ = VK_NULL_HANDLE;
     o.mem_ = VK_NULL_HANDLE;
     o.map_ = nullptr;
@@ -182,6 +186,8 @@ buffer& buffer::operator=(buffer&& o) noexcept {
     if (this != &o) {
         release();
         ctx_ = o.ctx_;
+        charged_ = o.charged_;
+        o.charged_ = 0;
         buf_ = o.buf_;
         mem_ = o.mem_;
         map_ = o.map_;
@@ -204,6 +210,8 @@ void buffer::release() {
     buf_ = VK_NULL_HANDLE;
     mem_ = VK_NULL_HANDLE;
     map_ = nullptr;
+    ctx_->allocated_ -= charged_;
+    charged_ = 0;
 }
 
 // --- context -------------------------------------------------------------------
@@ -369,8 +377,8 @@ void context::run(const std::vector<dispatch>& work) {
         if (d.push_bytes > 128) throw std::logic_error("vulkan: push constants over 128 bytes");
         for (int a = 0; a < 3; ++a)
             if (d.groups[a] == 0 || d.groups[a] > max_groups_[a])
-                throw std::logic_error(std::string("vulkan: bad workgroup count for ") + d.shader);
-        pipeline& p = get_pipeline(d.shader, (uint32_t)d.buffers.size());
+                throw std::logic_error("vulkan: bad workgroup count for " + d.shader);
+        pipeline& p = get_pipeline(d.shader.c_str(), (uint32_t)d.buffers.size());
         auto ai = make<VkDescriptorSetAllocateInfo>(VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO);
         ai.descriptorPool = desc_pool_;
         ai.descriptorSetCount = 1;

@@ -5,15 +5,17 @@
 //
 // Memory: every buffer is host-visible and coherent (preferring memory that
 // is also device-local: integrated GPUs, lavapipe, resizable BAR), mapped
-// once, so uploads and downloads are plain copies. Weights are uploaded once
-// and kept (vulkan_backend.cpp); activations travel per call for now.
+// once, so uploads and downloads are plain copies and the host reads device
+// buffers in place once the work that writes them has finished.
 // Every Vulkan error is a C++ exception naming the call and the VkResult: a
 // driver failure never ends the process.
 // Not here: which op runs how (vulkan_backend.h), the shaders (shaders/).
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -67,10 +69,12 @@ public:
     void* data() { return map_; }
     const void* data() const { return map_; }
     VkBuffer handle() const { return buf_; }
+    const context* owner() const { return ctx_; }
 
 private:
     void release();
     context* ctx_ = nullptr;
+    uint64_t charged_ = 0;  // bytes counted in the context's allocated()
     VkBuffer buf_ = VK_NULL_HANDLE;
     VkDeviceMemory mem_ = VK_NULL_HANDLE;
     void* map_ = nullptr;
@@ -78,13 +82,20 @@ private:
 };
 
 // One dispatch: a shader, its storage buffers (bindings 0..n-1 in order),
-// push constants and the workgroup counts.
+// push constants (copied in: a dispatch may be recorded long before it is
+// submitted) and the workgroup counts.
 struct dispatch {
-    const char* shader;
+    std::string shader;
     std::vector<const buffer*> buffers;
-    const void* push = nullptr;
+    uint8_t push[128] = {};
     uint32_t push_bytes = 0;
     uint32_t groups[3] = {1, 1, 1};
+
+    template <class T> void set_push(const T& v) {
+        static_assert(sizeof(T) <= sizeof(push), "push constants over 128 bytes");
+        std::memcpy(push, &v, sizeof(T));
+        push_bytes = (uint32_t)sizeof(T);
+    }
 };
 
 class context {
@@ -98,6 +109,8 @@ public:
 
     const device_info& info() const { return info_; }
     uint32_t max_groups(int axis) const { return max_groups_[axis]; }
+    // Bytes of device memory this process holds on the device (all buffers).
+    uint64_t allocated() const { return allocated_.load(); }
     // Runs the dispatches in order (a barrier between each and the next: each
     // may read what the one before wrote) in one command buffer, one submit,
     // and waits for it. Serialised per context.
@@ -130,6 +143,7 @@ private:
     uint32_t max_groups_[3] = {65535, 65535, 65535};
     std::map<std::string, pipeline> pipelines_;
     std::mutex mutex_;
+    std::atomic<uint64_t> allocated_{0};
 };
 
 }  // namespace lp::vk

@@ -7,7 +7,7 @@
 // weighted sum. F32 throughout: no rounding of the weights to F16 (the CPU's
 // explicit path rounds them against an F16 cache, as llama.cpp does; its
 // flash path does not). The queries arrive as the CPU's kernels see them:
-// rounded on the host to the keys' dot-product format.
+// rounded to the keys' dot-product format (convert.comp, round-trip mode).
 // Cache element types (type ids as ggml's): F32, F16, BF16, Q8_0, Q4_0,
 // Q4_1, Q5_0, Q5_1, IQ4_NL, per cache (keys and values may differ).
 #extension GL_GOOGLE_include_directive : enable
@@ -18,14 +18,18 @@ layout(std430, binding = 0) readonly buffer Qbuf { float q[]; };
 layout(std430, binding = 1) readonly buffer Kbuf { uint kc[]; };
 layout(std430, binding = 2) readonly buffer Vbuf { uint vc[]; };
 layout(std430, binding = 3) readonly buffer Mbuf { uint mask[]; };  // (n_tok, 2 * mask_words) 32-bit halves
-layout(std430, binding = 4) readonly buffer Rbuf { int span[]; };   // (n_tok, 2): lo, hi
-layout(std430, binding = 5) buffer Sbuf { float sc[]; };            // (n_tok * n_head, n_cells) scratch
-layout(std430, binding = 6) writeonly buffer Obuf { float o[]; };
+layout(std430, binding = 4) readonly buffer Lbuf { int lo_cell[]; };  // (n_tok) first visible cell
+layout(std430, binding = 5) readonly buffer Hbuf { int hi_cell[]; };  // (n_tok) one past the last
+layout(std430, binding = 6) buffer Sbuf { float sc[]; };            // (n_tok * n_head, n_cells) scratch
+layout(std430, binding = 7) writeonly buffer Obuf { float o[]; };
+// Offsets of each operand in its buffer: q, o, sc in floats; k, v in bytes;
+// mask, lo, hi in 32-bit words. q_stride / o_stride: floats between rows.
 layout(push_constant) uniform Params {
     uint n_tok, n_head, n_head_kv, dk, dv;
     uint type_k, type_v, k_row_bytes, v_row_bytes;
     uint mask_words, n_cells;
     float scale, softcap;
+    uint q_off, q_stride, k_off, v_off, mask_off, lo_off, hi_off, sc_off, o_off, o_stride;
 } p;
 
 const float kvalues_iq4nl[16] = float[16](-127.0, -104.0, -83.0, -65.0, -49.0, -35.0, -22.0, -10.0, 1.0, 13.0, 25.0,
@@ -80,7 +84,7 @@ float tree(float v, bool is_max) {
 }
 
 bool visible(uint t, uint j) {
-    const uint w = mask[t * 2u * p.mask_words + (j >> 5)];
+    const uint w = mask[p.mask_off + t * 2u * p.mask_words + (j >> 5)];
     return ((w >> (j & 31u)) & 1u) != 0u;
 }
 
@@ -89,12 +93,12 @@ void main() {
     const uint gqa = p.n_head / p.n_head_kv;
     for (uint job = gl_WorkGroupID.x; job < p.n_tok * p.n_head; job += gl_NumWorkGroups.x) {
         const uint t = job / p.n_head, h = job % p.n_head, hk = h / gqa;
-        const uint lo = uint(span[2u * t]), hi = uint(span[2u * t + 1u]);
-        const uint qb = (t * p.n_head + h) * p.dk, sb = job * p.n_cells;
+        const uint lo = uint(lo_cell[p.lo_off + t]), hi = uint(hi_cell[p.hi_off + t]);
+        const uint qb = p.q_off + t * p.q_stride + h * p.dk, sb = p.sc_off + job * p.n_cells;
         float m = -3.0e38;
         for (uint j = lo + lid; j < hi; j += 64u) {
             if (!visible(t, j)) continue;
-            const uint rb = j * p.k_row_bytes;
+            const uint rb = p.k_off + j * p.k_row_bytes;
             float s = 0.0;
             for (uint i = 0u; i < p.dk; ++i) {
                 float kv;
@@ -119,13 +123,13 @@ void main() {
         }
         memoryBarrierBuffer();
         l = tree(l, false);
-        const uint ob = (t * p.n_head + h) * p.dv;
+        const uint ob = p.o_off + t * p.o_stride + h * p.dv;
         for (uint d = lid; d < p.dv; d += 64u) {
             float acc = 0.0;
             for (uint j = lo; j < hi; ++j) {
                 if (!visible(t, j)) continue;
                 float vv;
-                CACHE_ELEMENT(vc, p.type_v, j * p.v_row_bytes, hk * p.dv + d, vv)
+                CACHE_ELEMENT(vc, p.type_v, p.v_off + j * p.v_row_bytes, hk * p.dv + d, vv)
                 acc += sc[sb + j] * vv;
             }
             o[ob + d] = l > 0.0 ? acc / l : 0.0;

@@ -23,6 +23,7 @@ layout(std430, binding = 1) readonly buffer Ibuf { int ids[]; };
 layout(std430, binding = 2) writeonly buffer Ybuf { float y[]; };
 layout(push_constant) uniform Params {
     uint n_ids, n_cols, row_bytes, y_stride;
+    uint ids_off, y_off;  // offsets (ints, floats) of the ids and of output row 0
 } p;
 
 float element(uint rb, uint i) {
@@ -93,7 +94,7 @@ float element(uint rb, uint i) {
 
 void main() {
     for (uint t = gl_WorkGroupID.x; t < p.n_ids; t += gl_NumWorkGroups.x) {
-        const uint rb = uint(ids[t]) * p.row_bytes;
-        for (uint i = gl_LocalInvocationID.x; i < p.n_cols; i += 64u) y[t * p.y_stride + i] = element(rb, i);
+        const uint rb = uint(ids[p.ids_off + t]) * p.row_bytes;
+        for (uint i = gl_LocalInvocationID.x; i < p.n_cols; i += 64u) y[p.y_off + t * p.y_stride + i] = element(rb, i);
     }
 }

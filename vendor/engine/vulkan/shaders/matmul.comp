@@ -1,9 +1,11 @@
 #version 450
 // matmul.comp — y (n_tok, n_rows) = a (n_tok, n_cols) · wᵀ for one weight
 // type (WTYPE, set per compiled variant). The activations arrive in the
-// type's dot format, converted on the host exactly as the CPU converts them
-// (F32, F16, BF16, or Q8_0 blocks for the legacy quants), so a row's integer
-// block sums are the CPU's and only the float summation order differs.
+// type's dot format (F32, F16, BF16, Q8_0 / Q8_1 / Q8_K blocks), converted by
+// convert.comp with the CPU's reference formulas, so a row's integer block
+// sums are the CPU's and only the float summation order differs. Activation
+// rows start at byte a_off + t * a_row_bytes, output rows at float
+// y_off + t * y_stride (the operands live inside larger device buffers).
 // One workgroup per (weight row, token): 64 invocations over the row's
 // blocks (float types: elements), then a tree sum in shared memory.
 // Simple by design: correct on every device; fast kernels come later.
@@ -30,6 +32,8 @@ layout(push_constant) uniform Params {
     uint n_rows, n_cols, n_tok;
     uint w_row_bytes, a_row_bytes;  // bytes per weight row / activation row
     uint y_stride;                  // floats between output rows
+    uint a_off;                     // byte offset of activation row 0 (a multiple of 4)
+    uint y_off;                     // float offset of output row 0
 } p;
 
 shared float part[64];
@@ -173,10 +177,10 @@ void main() {
             float acc = 0.0;
 #if WTYPE == T_F32
             for (uint i = lid; i < p.n_cols; i += 64u)
-                acc += uintBitsToFloat(w[r * p.n_cols + i]) * uintBitsToFloat(a[t * p.n_cols + i]);
+                acc += uintBitsToFloat(w[r * p.n_cols + i]) * uintBitsToFloat(a[((p.a_off + t * p.a_row_bytes) >> 2) + i]);
 #elif WTYPE == T_F16 || WTYPE == T_BF16
             for (uint i = lid; i < p.n_cols; i += 64u) {
-                const uint wi = r * p.n_cols + i, ai = t * p.n_cols + i;
+                const uint wi = r * p.n_cols + i, ai = ((p.a_off + t * p.a_row_bytes) >> 1) + i;
                 const uint wh = (w[wi >> 1] >> ((wi & 1u) * 16u)) & 0xffffu;
                 const uint ah = (a[ai >> 1] >> ((ai & 1u) * 16u)) & 0xffffu;
 #if WTYPE == T_F16
@@ -188,7 +192,7 @@ void main() {
 #else
             const uint nb = p.n_cols / BLOCK;
             for (uint b = lid; b < nb; b += 64u)
-                acc += block_dot(r * p.w_row_bytes + b * BLOCK_BYTES, t * p.a_row_bytes + b * A_BYTES);
+                acc += block_dot(r * p.w_row_bytes + b * BLOCK_BYTES, p.a_off + t * p.a_row_bytes + b * A_BYTES);
 #endif
             part[lid] = acc;
             barrier();
@@ -196,7 +200,7 @@ void main() {
                 if (lid < s) part[lid] += part[lid + s];
                 barrier();
             }
-            if (lid == 0u) y[t * p.y_stride + r] = part[0];
+            if (lid == 0u) y[p.y_off + t * p.y_stride + r] = part[0];
             barrier();
         }
     }

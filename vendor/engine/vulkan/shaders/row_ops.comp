@@ -19,6 +19,7 @@ layout(push_constant) uniform Params {
     uint flags;  // 1: x given, 2: wn given, 4: bn given, 8: rope neox
     float f;
     uint a;
+    uint y_off, x_off, wn_off, bn_off;  // float offsets of row 0 / the weight / the bias in their buffers
 } p;
 
 // kinds, in backend.h's order
@@ -67,7 +68,7 @@ void main() {
     const bool has_x = (p.flags & 1u) != 0u, has_w = (p.flags & 2u) != 0u, has_b = (p.flags & 4u) != 0u;
     for (uint job = gl_WorkGroupID.x; job < p.n_rows * p.groups; job += gl_NumWorkGroups.x) {
         const uint t = job / p.groups, g = job % p.groups;
-        const uint y0 = t * p.y_stride + g * p.n, x0 = t * p.x_stride + g * p.n;
+        const uint y0 = p.y_off + t * p.y_stride + g * p.n, x0 = p.x_off + t * p.x_stride + g * p.n;
         if (p.kind == K_RMS_NORM || p.kind == K_LAYER_NORM) {
             float s = 0.0, mean = 0.0;
             if (p.kind == K_LAYER_NORM) {
@@ -82,8 +83,8 @@ void main() {
             const float scale = 1.0 / sqrt(group_sum(s) / float(p.n) + p.f);
             for (uint i = lid; i < p.n; i += 64u) {
                 float v = (x[x0 + i] - mean) * scale;
-                if (has_w) v *= wn[i];
-                if (has_b) v += bn[i];
+                if (has_w) v *= wn[p.wn_off + i];
+                if (has_b) v += bn[p.bn_off + i];
                 y[y0 + i] = v;
             }
         } else if (p.kind == K_HADAMARD) {
@@ -103,7 +104,7 @@ void main() {
         } else if (p.kind == K_ROPE) {
             // x: this row's cos/sin table, a/2 pairs; rotate the first a dims of the head
             const uint half_a = p.a / 2u;
-            const uint xt = t * p.x_stride;
+            const uint xt = p.x_off + t * p.x_stride;
             const bool neox = (p.flags & 8u) != 0u;
             for (uint i = lid; i < half_a; i += 64u) {
                 const float c = x[xt + 2u * i], sn = x[xt + 2u * i + 1u];
