@@ -27,7 +27,8 @@ KV_TYPES = {0: "F32", 1: "F16", 30: "BF16", 8: "Q8_0", 2: "Q4_0", 3: "Q4_1", 6: 
 @dataclass(frozen=True)
 class ModelParams:
     model_path: str
-    n_gpu_layers: int = 0
+    n_gpu_layers: int = 0     # as the engine takes it: 0 none, N the last N, -1 all, -2 "auto"
+    main_gpu: int = 0
     vocab_only: bool = False
     use_mmap: bool = True
     use_mlock: bool = False
@@ -78,7 +79,7 @@ def engine_params(mp: ModelParams, cp: ContextParams) -> tuple[Any, Any]:
         embeddings=cp.embedding, rope_freq_base=cp.rope_freq_base, rope_freq_scale=cp.rope_freq_scale,
         pooling_type=cp.pooling_type, rope_scaling_type=cp.rope_scaling_type, yarn_ext_factor=cp.yarn_ext_factor,
         yarn_attn_factor=cp.yarn_attn_factor, yarn_beta_fast=cp.yarn_beta_fast, yarn_beta_slow=cp.yarn_beta_slow,
-        yarn_orig_ctx=cp.yarn_orig_ctx, swa_full=cp.swa_full)
+        yarn_orig_ctx=cp.yarn_orig_ctx, swa_full=cp.swa_full, n_gpu_layers=mp.n_gpu_layers, main_gpu=mp.main_gpu)
     return model, ctx
 
 
@@ -103,10 +104,35 @@ def default_threads() -> tuple[int, int]:
     return n, n
 
 
-# Options that only place work on a GPU, with llama-cpp-python's defaults:
-# a non-default value is reported by name (it has no effect here).
-GPU_OPTIONS = (("n_gpu_layers", 0), ("split_mode", 1), ("main_gpu", 0), ("tensor_split", None),
-               ("offload_kqv", True), ("op_offload", None))
+def gpu_layers(value: Any) -> int:
+    """n_gpu_layers as users pass it: an int as llama.cpp counts it (0 none,
+    N the last N repeating layers, more than the model has: the output layer
+    too, any negative: all), "all", or "auto" (as many as fit in the device's
+    memory). Returns the engine's value: >= 0, -1 all or -2 auto."""
+    if isinstance(value, str):
+        key = value.strip().lower()
+        if key == "all":
+            return -1
+        if key == "auto":
+            return -2
+        raise ValueError(f"n_gpu_layers must be an int, 'all' or 'auto', got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int):
+        try:
+            value = operator.index(value)
+        except TypeError:
+            raise TypeError(f"n_gpu_layers must be an int, 'all' or 'auto', got {type(value).__name__}") from None
+    return -1 if value < 0 else int(value)
+
+
+def gpu_unavailable() -> Optional[str]:
+    """Why layers cannot go to a GPU in this process, or None when they can."""
+    from . import _engine
+
+    if "vulkan" not in _engine.backends():
+        return "no GPU backend in this build (build with CMAKE_ARGS=\"-DLLAMAPY_VULKAN=ON\")"
+    if not _engine.gpu_devices():
+        return f"no Vulkan device found ({_engine.vulkan_error() or 'the loader reports none'})"
+    return None
 
 
 def kv_type(name: str, value: Any) -> int:
@@ -166,22 +192,42 @@ def parse_params(model_path: str, kw: Dict[str, Any], verbose: bool = False) -> 
         raise TypeError("model_path must be a path")
     model_path = os.fspath(model_path)
 
-    n_gpu_layers = _require_int("n_gpu_layers", kw.get("n_gpu_layers", 0))
-    given = []
-    for name, default in GPU_OPTIONS:
-        value = kw.pop(name, default)
-        if (value is not None) if default is None else bool(value != default):
-            given.append(f"{name}={value!r}")
-    if given:
-        # Not silent: the user asked for a GPU and gets told there is none.
-        from . import _engine
-
-        if "vulkan" in _engine.backends():
-            why = "the Vulkan backend in this build runs single ops, not the forward pass yet"
-        else:
-            why = "no GPU backend in this build"
-        emit(verbose, logging.WARNING, "%s: %s %s no effect; every layer runs on the CPU", why,
-             ", ".join(given), "has" if len(given) == 1 else "have")
+    n_gpu_layers = gpu_layers(kw.pop("n_gpu_layers", 0))
+    main_gpu = _require_int("main_gpu", kw.pop("main_gpu", 0), 0)
+    split_mode = kw.pop("split_mode", 1)
+    tensor_split = kw.pop("tensor_split", None)
+    offload_kqv = kw.pop("offload_kqv", True)
+    op_offload = kw.pop("op_offload", None)
+    given = [f"{name}={value!r}" for name, value, default in (
+        ("n_gpu_layers", n_gpu_layers, 0), ("main_gpu", main_gpu, 0), ("split_mode", split_mode, 1),
+        ("tensor_split", tensor_split, None), ("offload_kqv", offload_kqv, True), ("op_offload", op_offload, None))
+        if ((value is not None) if default is None else bool(value != default))]
+    why = None
+    if n_gpu_layers != 0:
+        why = "vocab_only=True loads no weights" if kw.get("vocab_only") else gpu_unavailable()
+    if n_gpu_layers == 0 or why is not None:
+        # Nothing goes to a GPU. Not silent: options that only place work on
+        # one are named, with the reason (as llama.cpp warns without a device).
+        if given:
+            given[0] = given[0].replace("n_gpu_layers=-1", "n_gpu_layers=-1 (all)").replace(
+                "n_gpu_layers=-2", "n_gpu_layers='auto'")
+            emit(verbose, logging.WARNING, "%s: %s %s no effect; every layer runs on the CPU",
+                 why or "no layers are offloaded (n_gpu_layers=0)", ", ".join(given),
+                 "has" if len(given) == 1 else "have")
+        n_gpu_layers = 0
+    else:
+        notes = []
+        if split_mode not in (0, 1):
+            notes.append(f"split_mode={split_mode!r} (row split is not implemented: layers go whole to one device)")
+        if tensor_split is not None and any(float(v) for v in tensor_split):
+            notes.append(f"tensor_split={list(tensor_split)!r} (splitting layers across several devices is not "
+                         f"implemented: every GPU layer goes to main_gpu={main_gpu})")
+        if not offload_kqv:
+            notes.append("offload_kqv=False (not implemented: the KV cache is on the GPU whenever a layer is)")
+        if op_offload is not None and not op_offload:
+            notes.append("op_offload=False (not implemented)")
+        if notes:
+            emit(verbose, logging.WARNING, "%s: no effect", "; ".join(notes))
 
     vocab_only = bool(kw.pop("vocab_only", False))
     use_mmap = bool(kw.pop("use_mmap", True))
@@ -269,7 +315,7 @@ def parse_params(model_path: str, kw: Dict[str, Any], verbose: bool = False) -> 
         raise TypeError("Llama() got unexpected keyword argument(s): " + ", ".join(sorted(kw)))
 
     return (
-        ModelParams(model_path, n_gpu_layers, vocab_only, use_mmap, use_mlock, dict(kv_overrides), lora_path,
+        ModelParams(model_path, n_gpu_layers, main_gpu, vocab_only, use_mmap, use_mlock, dict(kv_overrides), lora_path,
                     float(lora_scale)),
         ContextParams(n_ctx, n_batch, n_ubatch, n_threads, n_threads_batch, seed, rope_freq_base, rope_freq_scale,
                       logits_all, embedding, flash_attn, type_k, type_v, last_n_tokens_size, pooling_type,

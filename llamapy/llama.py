@@ -205,6 +205,8 @@ class Llama(_sequence.SequenceAttributes):
         if not mp.vocab_only:
             self._ctx = _engine.Context(self._model, engine_ctx_params)
             resolved = self._ctx.params
+            if mp.n_gpu_layers != 0:
+                self._report_gpu_placement(verbose)
         self._n_ctx = int(resolved.n_ctx)
         self.n_batch = int(resolved.n_batch)
         self.n_ubatch = int(resolved.n_ubatch)
@@ -358,6 +360,40 @@ class Llama(_sequence.SequenceAttributes):
 
     def _last_logits(self) -> Optional[npt.NDArray[np.single]]:
         return self._seq.last_logits()
+
+    def _report_gpu_placement(self, verbose: bool) -> None:
+        """Says where the layers went ("auto" resolved) and which weight types
+        have no shader on the device (dequantized to F16 there)."""
+        parts = self._ctx.placement()
+        on_gpu = {p["name"] for p in parts if p["device"] != "cpu"}
+        n_layers = sum(1 for p in parts if p["layer"] >= 0 and p["device"] != "cpu")
+        emit(verbose, logging.INFO, "offloaded %d/%d layers%s to the GPU (n_gpu_layers=%d)", n_layers,
+             sum(1 for p in parts if p["layer"] >= 0), " and the output" if "output" in on_gpu else "",
+             int(self._ctx.params.n_gpu_layers))
+        if not on_gpu:
+            return
+        shaders = set(_engine.vulkan_matmul_types())
+        slow = set()
+        for t in self._gguf.tensors:
+            part = ("blk." + t.name.split(".")[1]) if t.name.startswith("blk.") else (
+                "output" if t.name.startswith("output") else "input")
+            if part in on_gpu and len(t.shape) >= 2 and t.type_name not in shaders:
+                slow.add(t.type_name)
+        if slow:
+            emit(verbose, logging.WARNING, "the Vulkan backend has no matmul shader for %s weights: they are "
+                 "dequantized to F16 on the GPU (results differ slightly from the CPU's)", ", ".join(sorted(slow)))
+
+    def device_map(self) -> List[Dict[str, Any]]:
+        """Where each part of the model runs (beyond llama-cpp-python), in order:
+        ``input`` (token embeddings), ``blk.0`` ... ``blk.<n_layer-1>``, ``output``
+        (final norm and head). Each entry: ``name``, ``layer`` (-1 for input /
+        output), ``device`` ("cpu", "gpu0", ...), ``kv_device`` (layers), and the
+        ``weight_bytes`` / ``kv_bytes`` it holds. n_gpu_layers=N puts the last N
+        layers on the GPU, N > n_layer the output too, -1 / "all" everything but
+        the input lookups (as llama.cpp does); "auto" as many as fit."""
+        if self._ctx is None:
+            raise ValueError("device_map: the model was loaded with vocab_only=True (no context)")
+        return [dict(p) for p in self._ctx.placement()]
 
     def n_ctx(self) -> int:
         return self._n_ctx

@@ -167,7 +167,10 @@ def llama_supports_mlock() -> bool:
 
 
 def llama_supports_gpu_offload() -> bool:
-    return False  # a CPU engine: n_gpu_layers has no effect
+    # a build with the Vulkan backend and a device it can open
+    from ._params import gpu_unavailable
+
+    return gpu_unavailable() is None
 
 
 def llama_supports_rpc() -> bool:

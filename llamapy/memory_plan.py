@@ -282,7 +282,7 @@ def plan_memory(model_path: Union[str, "os.PathLike[str]"], n_ctx: Optional[int]
         with GGUFFile(mp) as g:
             mm = sum(t.nbytes for t in g.tensors) + _header_bytes(g)
 
-    device = "cpu"  # the engine's only backend today; n_gpu_layers places nothing yet
+    device = "cpu"  # the planner does not split by n_gpu_layers yet (Context.placement does)
     devices = [{"device": device, "weight_bytes": s.weight_bytes, "kv_bytes": kv, "compute_bytes": compute,
                 "other_bytes": runtime + mm, "total_bytes": s.weight_bytes + kv + compute + runtime + mm}]
     return MemoryPlan(model_path=path, n_ctx=ctx, n_parallel=n_parallel, n_batch=nb, n_ubatch=nub, flash_attn=flash,

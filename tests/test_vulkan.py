@@ -58,8 +58,19 @@ def test_rms_norm_of_long_rows_and_many_groups():
     np.testing.assert_allclose(got, cpu, rtol=0, atol=1e-5)
 
 
+def test_types_without_a_shader_run_dequantized_to_f16():
+    # Q3_K has no matmul shader: the weights go to the device as F16 and the F16
+    # shader multiplies them (F16 activations instead of the CPU's Q8_K ones).
+    assert "Q3_K" not in E.vulkan_matmul_types() and "Q4_K" in E.vulkan_matmul_types()
+    w = E.quantize((rng.standard_normal((8, 256)) / 16).astype(np.float32), "Q3_K")
+    x = rng.standard_normal((3, 256)).astype(np.float32)
+    got = E.backend_matmul("vulkan", w, "Q3_K", 8, 256, x)
+    cpu = E.backend_matmul("cpu", w, "Q3_K", 8, 256, x)
+    assert np.abs(got - cpu).max() <= 2e-2 * np.abs(cpu).max()
+    np.testing.assert_array_equal(E.backend_get_rows("vulkan", w, "Q3_K", 8, 256, [1, 7]).shape, (2, 256))
+
+
 def test_what_is_missing_says_so():
-    w = E.quantize(rng.standard_normal((8, 256)).astype(np.float32), "Q3_K")
-    x = rng.standard_normal((1, 256)).astype(np.float32)
-    with pytest.raises(NotImplementedError, match="Q3_K"):
-        E.backend_matmul("vulkan", w, "Q3_K", 8, 256, x)
+    x = rng.standard_normal((2, 64)).astype(np.float32)
+    with pytest.raises(NotImplementedError, match="IQ4_NL"):
+        E.backend_kv_store("vulkan", "IQ4_NL", x, [0, 1], 2)

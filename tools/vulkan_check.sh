@@ -3,7 +3,10 @@
 # folder and runs its tests on Mesa's lavapipe (a CPU Vulkan driver, so no
 # GPU is needed): the device listing, every op of the seam it implements
 # against the CPU backend (tests/test_vulkan.py, tests/test_backend_ops.py),
-# attention over every KV cache type against numpy (tests/test_attention_ops.py).
+# attention over every KV cache type against numpy (tests/test_attention_ops.py),
+# and the forward pass on it: every architecture, every n_gpu_layers split,
+# encoders, the placement plan and its errors, Gemma 3 270M offloaded
+# (tests/test_vulkan_models.py).
 # Installs Debian's libvulkan-dev, glslc and mesa-vulkan-drivers when they
 # are missing and this runs as root; otherwise says what to install.
 set -euo pipefail
@@ -31,4 +34,4 @@ export VK_ICD_FILENAMES
 VK_ICD_FILENAMES=$(ls /usr/share/vulkan/icd.d/lvp_icd*.json | head -1)
 PYTHONPATH="$pkg" python -c "import llamapy; i = llamapy.system_info(); print('vulkan build:', i['backends'], [d['name'] for d in i['devices']])"
 PYTHONPATH="$pkg" python -m pytest -q -p no:cacheprovider "$root/tests/test_vulkan.py" "$root/tests/test_backend_ops.py" \
-  "$root/tests/test_attention_ops.py"
+  "$root/tests/test_attention_ops.py" "$root/tests/test_vulkan_models.py"

@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <tuple>
@@ -10,6 +12,10 @@
 
 #include "common.h"
 #include "cpu/features.h"
+#if defined(LP_ENABLE_VULKAN)
+#include "backend/vulkan_backend.h"
+#include "vulkan/vk_runtime.h"
+#endif
 
 namespace lp {
 
@@ -71,6 +77,9 @@ context_params resolve_params(const model& m, context_params p) {
     if (p.flash_attn < -1 || p.flash_attn > 1)
         throw value_error("flash_attn must be -1 (auto), 0 (off) or 1 (on), got " + std::to_string(p.flash_attn));
     if (p.flash_attn == -1) p.flash_attn = auto_flash_attn(hp, p) ? 1 : 0;
+    if (p.n_gpu_layers < -2)
+        throw value_error("n_gpu_layers must be >= 0, -1 (all) or -2 (auto), got " + std::to_string(p.n_gpu_layers));
+    if (p.main_gpu < 0) throw value_error("main_gpu must be >= 0, got " + std::to_string(p.main_gpu));
     return p;
 }
 
@@ -126,6 +135,107 @@ std::vector<uint8_t> main_cache_layers(const hparams& hp, const context_params& 
     return f;
 }
 
+// Bytes a context of m with p holds on the GPU when its parts are on the
+// devices `parts` (wbytes: each part's weights): the GPU parts' weights;
+// the whole KV cache and the activation buffers once any part is there;
+// the work memory of a step (staged inputs, converted activations,
+// attention scores, logits of the rows of a micro-batch when the output part
+// is there).
+struct gpu_need {
+    uint64_t weights = 0, kv = 0, work = 0;
+    uint64_t total() const { return weights + kv + work; }
+};
+gpu_need gpu_bytes(const model& m, const context_params& p, const std::vector<device>& parts,
+                   const std::vector<uint64_t>& wbytes) {
+    const hparams& hp = m.hp();
+    gpu_need need;
+    bool any = false;
+    for (size_t i = 0; i < parts.size(); ++i)
+        if (!parts[i].is_host()) {
+            need.weights += wbytes[i];
+            any = true;
+        }
+    if (!any) return need;
+    if (!hp.v.encoder) {
+        const uint64_t rows = row_size(p.type_k, hp.n_embd_k()) + row_size(p.type_v, hp.n_embd_v());
+        const int64_t wc = window_cells(hp, p);
+        int64_t n_swa = 0;
+        if (wc)
+            for (uint8_t f : hp.swa_layers) n_swa += f ? 1 : 0;
+        need.kv = rows * (uint64_t)((hp.n_layer - n_swa) * p.n_ctx + n_swa * wc);
+    }
+    const int64_t E = hp.n_embd, nqkv = hp.n_q() + hp.n_embd_k() + hp.n_embd_v(), n_att = hp.n_head * hp.head_dim_v;
+    const uint64_t ub = (uint64_t)p.n_ubatch;
+    need.work = sizeof(float) * ub * (uint64_t)(3 * E + nqkv + n_att + 2 * hp.n_ff);  // run_state
+    need.work += (32ull << 20) + sizeof(float) * ub * (uint64_t)hp.n_head * (uint64_t)p.n_ctx;
+    if (!parts.back().is_host() && !hp.v.encoder) need.work += sizeof(float) * ub * (uint64_t)hp.n_vocab;
+    return need;
+}
+
+std::string mib(uint64_t b) {
+    char s[48];
+    std::snprintf(s, sizeof s, "%.1f MiB", (double)b / (1 << 20));
+    return s;
+}
+
+// The device of each part (placement.h: part_devices; empty: all on the
+// host), n_gpu_layers resolved ("auto": the most that fit) and checked
+// against the device's free memory before anything is allocated.
+std::vector<device> choose_parts(const model& m, context_params& p) {
+    if (p.n_gpu_layers == 0) return {};
+    const int64_t n_layer = m.hp().n_layer;
+#if !defined(LP_ENABLE_VULKAN)
+    (void)n_layer;
+    throw value_error("n_gpu_layers=" + std::to_string(p.n_gpu_layers) +
+                      ": this build has no GPU backend (build with CMAKE_ARGS=\"-DLLAMAPY_VULKAN=ON\")");
+#else
+    const auto& devs = vk::devices();
+    if (devs.empty())
+        throw value_error("n_gpu_layers=" + std::to_string(p.n_gpu_layers) + ": no Vulkan device (" + vk::last_error() +
+                          ")");
+    if (p.main_gpu >= (int)devs.size())
+        throw value_error("main_gpu=" + std::to_string(p.main_gpu) + " but there are " + std::to_string(devs.size()) +
+                          " Vulkan device(s)");
+    const device gpu{device::kind::gpu, p.main_gpu};
+    if (!m.hp().v.encoder)
+        for (ggml_type t : {p.type_k, p.type_v})
+            if (!vulkan_backend::has_kv_store(t))
+                throw value_error(std::string("n_gpu_layers: a ") + type_name(t) +
+                                  " KV cache is not supported on the Vulkan backend yet (F32, F16, BF16, Q8_0, Q4_0, "
+                                  "Q4_1, Q5_0, Q5_1 are)");
+    const std::vector<uint64_t> wb = part_weight_bytes(m);
+    uint64_t heap = vulkan_heap_bytes(p.main_gpu);
+    if (const char* e = std::getenv("LLAMAPY_VULKAN_MEMORY")) {
+        char* end = nullptr;
+        const unsigned long long v = std::strtoull(e, &end, 10);
+        if (end == e || *end) throw value_error(std::string("LLAMAPY_VULKAN_MEMORY must be a number of bytes, got '") + e + "'");
+        heap = v;
+    }
+    const uint64_t used = vulkan_allocated(p.main_gpu);
+    const uint64_t free_b = heap > used ? heap - used : 0, margin = heap / 20;
+    auto need = [&](int n) { return gpu_bytes(m, p, part_devices(n_layer, n, gpu), wb); };
+    if (p.n_gpu_layers == -2) {
+        int n = (int)n_layer + 1;
+        while (n > 0 && need(n).total() + margin > free_b) --n;
+        p.n_gpu_layers = n;
+        if (n == 0) return {};
+    } else if (const gpu_need g = need(p.n_gpu_layers); g.total() + margin > free_b) {
+        throw value_error("n_gpu_layers=" + std::to_string(p.n_gpu_layers) + " needs " + mib(g.total()) + " on " +
+                          devs[(size_t)p.main_gpu].name + " (weights " + mib(g.weights) + ", KV cache " + mib(g.kv) +
+                          ", activations and work memory " + mib(g.work) + ") plus a margin of " + mib(margin) +
+                          ", but " + mib(free_b) + " of " + mib(heap) + " are free; offload fewer layers "
+                          "(n_gpu_layers='auto' picks the most that fit) or use a smaller n_ctx");
+    }
+    return part_devices(n_layer, p.n_gpu_layers, gpu);
+#endif
+}
+
+device gpu_of(const std::vector<device>& parts) {
+    for (const device& d : parts)
+        if (!d.is_host()) return d;
+    return device::host();
+}
+
 // Rotation block of a quantized cache (0: none), as llama.cpp picks it: a head
 // size that is a multiple of 64; keys in the largest power-of-two block that
 // divides the head, values in blocks of 64.
@@ -148,20 +258,30 @@ template <class T> void put(std::vector<uint8_t>& out, T v) {
 context::context(std::shared_ptr<const model> m, const context_params& params)
     : model_(std::move(m)),
       p_(for_context(*model_, params)),
+      parts_(choose_parts(*model_, p_)),
+      gpu_(gpu_of(parts_)),
       kv_((int)model_->hp().n_layer, model_->hp().v.encoder ? 1 : p_.n_ctx, model_->hp().n_embd_k(),
-          model_->hp().n_embd_v(), p_.type_k, p_.type_v, main_cache_layers(model_->hp(), p_)),  // encoders keep no cache
+          model_->hp().n_embd_v(), p_.type_k, p_.type_v, main_cache_layers(model_->hp(), p_),
+          model_->hp().v.encoder ? device::host() : gpu_),  // encoders keep no cache
       pool_(new thread_pool(p_.n_threads)),
       pool_batch_(p_.n_threads_batch != p_.n_threads ? new thread_pool(p_.n_threads_batch) : nullptr),
-      rs_(model_->hp(), p_.n_ubatch, p_.n_ctx, device::host()),
+      rs_(model_->hp(), p_.n_ubatch, p_.n_ctx, gpu_),
       backend_(model_->hp(), p_.n_ubatch, p_.n_ctx, std::max(p_.n_threads, p_.n_threads_batch), attention_path()) {
     const hparams& hp = model_->hp();
     rope_[0] = scaled_rope(hp.rope, p_);
     if (const int64_t wc = window_cells(hp, p_)) {
         kv_swa_.reset(new kv_cache((int)hp.n_layer, wc, hp.n_embd_k(), hp.n_embd_v(), p_.type_k, p_.type_v,
-                                   hp.swa_layers));
+                                   hp.swa_layers, gpu_));
         cells_swa_.resize((size_t)p_.n_batch);
     }
     swa_dropped_.assign((size_t)p_.n_seq_max, -1);
+#if defined(LP_ENABLE_VULKAN)
+    if (!gpu_.is_host()) {
+        gpu_backend_ = std::make_unique<vulkan_backend>(gpu_.id);
+        part_be_.resize(parts_.size());
+        for (size_t i = 0; i < parts_.size(); ++i) part_be_[i] = parts_[i].is_host() ? &backend_ : gpu_backend_.get();
+    }
+#endif
     if (p_.kv_rotation) {
         const int rk = rotation_block(p_.type_k, hp.head_dim_k, false), rv = rotation_block(p_.type_v, hp.head_dim_v, true);
         kv_.set_rotation(rk, rv);
@@ -335,6 +455,7 @@ void context::decode(const batch_view& b) {
             }
             backend_.use_pool((ub.n_tok > 1 && pool_batch_) ? *pool_batch_ : *pool_);
             pass ps(backend_, rs_, &tensor_cb_, ub.n_tok);
+            if (!part_be_.empty()) ps.set_parts(&part_be_);
             if (pooled) {
                 // Every row's state into hidden_, pooled, then the rows asked for are kept.
                 for (int64_t i = 0; i < ub.n_tok; ++i) out_rows_[(size_t)i] = (int32_t)i;
@@ -345,6 +466,7 @@ void context::decode(const batch_view& b) {
                 keep_rows(b, u0, ub.n_tok, hidden_.data(), out_done);
                 if (out_done > first_kept) {
                     pass head(backend_, rs_, &tensor_cb_, out_done - first_kept);
+                    if (!part_be_.empty()) head.set_parts(&part_be_);
                     decoder_logits(*model_, embd_->data() + first_kept * hp.n_embd, head,
                                    logits_->data() + first_kept * hp.n_vocab);
                 }
@@ -356,6 +478,7 @@ void context::decode(const batch_view& b) {
             out_done += ub.n_out;
         }
     } catch (...) {
+        if (gpu_backend_) gpu_backend_->discard();  // what the failed step recorded does not run
         // Undo: the rows of this batch leave the cache, no outputs remain.
         for (int64_t i = 0; i < done; ++i) {
             kv_.release(cells_[(size_t)i]);
@@ -584,6 +707,9 @@ void context::set_adapters(const std::vector<std::pair<std::shared_ptr<const lor
             if (!names.count(entry.first))
                 throw value_error("set_adapters: " + ad->path() + " is not an adapter of this model");
     }
+    if (gpu_backend_ && !adapters.empty())
+        throw not_implemented_error("set_adapters: LoRA adapters with layers on the GPU (n_gpu_layers=" +
+                                    std::to_string(p_.n_gpu_layers) + ") are not supported by the Vulkan backend yet");
     loras_.set(*model_, adapters);
     rs_.loras = loras_.empty() ? nullptr : &loras_;
     rs_.lora_ax = float_buffer(backend_.dev(), (size_t)(rs_.n_ubatch * loras_.max_rank()));
@@ -598,8 +724,9 @@ tensor_callback context::set_tensor_callback(tensor_callback cb) {
 
 placement_plan context::placement() const {
     std::unique_lock<std::mutex> lock = guard();
-    const uint64_t act = rs_.bytes() + backend_.scratch_bytes() + sizeof(float) * hidden_.size();
-    return plan_cpu(*model_, kv_, kv_swa_.get(), act);
+    const uint64_t act = rs_.bytes() + backend_.scratch_bytes() + (gpu_backend_ ? gpu_backend_->scratch_bytes() : 0) +
+                         sizeof(float) * hidden_.size();
+    return plan_parts(*model_, parts_, kv_, kv_swa_.get(), act, rs_.x.where());
 }
 
 }  // namespace lp

@@ -78,6 +78,17 @@ struct context_params {
     // Hadamard rotation of a quantized cache (kv_cache.h), on as in llama.cpp
     // whenever a cache type is quantized and the head size a multiple of 64.
     bool kv_rotation = true;
+    // GPU offload (a build with the Vulkan backend): n_gpu_layers as
+    // llama.cpp counts it (placement.h: part_devices; -1 all, -2 "auto": as
+    // many as fit in the device's memory, resolved to a count when the
+    // context is created), on Vulkan device main_gpu. Before anything is
+    // allocated the plan is checked against the device's free memory
+    // (LLAMAPY_VULKAN_MEMORY=<bytes> stands in for the device's size): one
+    // that does not fit raises value_error naming bytes needed and free.
+    // When any layer is on the GPU the KV cache and the activation buffers
+    // are in its memory (mapped, so layers left on the CPU use them in place).
+    int n_gpu_layers = 0;
+    int main_gpu = 0;
 };
 
 // p with every default filled in for model m (n_ctx 0 -> the training
@@ -193,6 +204,8 @@ private:
 
     std::shared_ptr<const model> model_;
     context_params p_;
+    std::vector<device> parts_;        // the device of each part (placement.h), n_gpu_layers resolved
+    device gpu_;                       // the GPU of the parts on one, or the host when none is
     kv_cache kv_;                      // every layer, or the global ones when kv_swa_ exists
     std::unique_ptr<kv_cache> kv_swa_;  // the sliding-window layers (window-sized), or null
     std::vector<int32_t> cells_swa_;    // (n_batch) window-cache cell of each batch row
@@ -200,7 +213,9 @@ private:
     std::unique_ptr<thread_pool> pool_;        // n_threads
     std::unique_ptr<thread_pool> pool_batch_;  // n_threads_batch (null: same as pool_)
     run_state rs_;
-    cpu_backend backend_;              // runs every layer (placement: all on the host)
+    cpu_backend backend_;              // runs the parts on the host
+    std::unique_ptr<backend> gpu_backend_;  // runs the parts on gpu_ (null: none)
+    std::vector<backend*> part_be_;    // the backend of each part (empty: backend_ for all)
     tensor_callback tensor_cb_;        // debug hook, empty when unset
     lora_set loras_;
     rope_params rope_[2];                      // global / sliding-window layers

@@ -38,11 +38,13 @@ void context::decode_encoder(const batch_view& b) {
     ub.pos = b.pos;
     backend_.use_pool((b.n > 1 && pool_batch_) ? *pool_batch_ : *pool_);
     pass ps(backend_, rs_, &tensor_cb_, b.n);
+    if (!part_be_.empty()) ps.set_parts(&part_be_);
     n_out_ = 0;
     if (pooling_ != 0) pool_begin();
     try {
         encoder_forward(*model_, rope_[0], rs_, ub, first_seq_.data(), ps, hidden_.data());
     } catch (...) {
+        if (gpu_backend_) gpu_backend_->discard();
         if (pooling_ != 0) pool_begin();
         throw;
     }

@@ -1,6 +1,7 @@
 // placement.cpp — see placement.h.
 #include "placement.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -38,18 +39,44 @@ std::vector<placement_plan::device_total> placement_plan::totals() const {
     return out;
 }
 
-placement_plan plan_cpu(const model& m, const kv_cache& kv_main, const kv_cache* kv_swa, uint64_t activation_bytes) {
+std::vector<device> part_devices(int64_t n_layer, int n_gpu_layers, device gpu) {
+    std::vector<device> d((size_t)n_layer + 2, device::host());
+    const int64_t n = n_gpu_layers < 0 ? n_layer + 1 : n_gpu_layers;
+    for (int64_t il = std::max<int64_t>(0, n_layer - n); il < n_layer; ++il) d[(size_t)il + 1] = gpu;
+    if (n > n_layer) d.back() = gpu;
+    return d;
+}
+
+std::vector<uint64_t> part_weight_bytes(const model& m) {
+    const int64_t n_layer = m.hp().n_layer;
+    std::vector<uint64_t> b((size_t)n_layer + 2, 0);
+    for (const gguf_tensor_info& t : m.file().tensors()) {
+        const int il = layer_of(t.name, n_layer);
+        const size_t at = il >= 0 ? (size_t)il + 1 : t.name.compare(0, 6, "output") == 0 ? b.size() - 1 : 0;
+        b[at] += t.nbytes;
+    }
+    return b;
+}
+
+placement_plan plan_parts(const model& m, const std::vector<device>& part_dev, const kv_cache& kv_main,
+                          const kv_cache* kv_swa, uint64_t activation_bytes, device compute) {
     const hparams& hp = m.hp();
     placement_plan plan;
-    plan.compute = device::host();
+    plan.compute = compute;
     plan.activation_bytes = activation_bytes;
     plan.parts.resize((size_t)hp.n_layer + 2);
     plan.parts.front().name = "input";
     plan.parts.back().name = "output";
+    const std::vector<uint64_t> bytes = part_weight_bytes(m);
+    for (size_t i = 0; i < plan.parts.size(); ++i) {
+        plan.parts[i].weight_bytes = bytes[i];
+        if (!part_dev.empty()) plan.parts[i].weights = part_dev[i];
+    }
     for (int il = 0; il < (int)hp.n_layer; ++il) {
         placement_plan::part& p = plan.parts[(size_t)il + 1];
         p.name = "blk." + std::to_string(il);
         p.layer = il;
+        p.kv = p.weights;
         if (kv_main.holds(il)) {
             p.kv = kv_main.where();
             p.kv_bytes = kv_main.layer_bytes();
@@ -57,13 +84,6 @@ placement_plan plan_cpu(const model& m, const kv_cache& kv_main, const kv_cache*
             p.kv = kv_swa->where();
             p.kv_bytes = kv_swa->layer_bytes();
         }
-    }
-    for (const gguf_tensor_info& t : m.file().tensors()) {
-        const int il = layer_of(t.name, hp.n_layer);
-        placement_plan::part& p = il >= 0 ? plan.parts[(size_t)il + 1]
-                                  : t.name.compare(0, 6, "output") == 0 ? plan.parts.back()
-                                                                        : plan.parts.front();
-        p.weight_bytes += t.nbytes;
     }
     return plan;
 }

@@ -1,8 +1,9 @@
-// placement.h — which device holds what: per layer, the device of its
-// weights and of its KV cache rows, and from that the bytes each device
-// needs (weights + KV cache + activation buffers). Today every part is on
-// the CPU; n_gpu_layers will move layers to a GPU by filling the same plan,
-// and the context will then allocate and run each layer where it says.
+// placement.h — which device holds what: per part (the input embeddings,
+// each repeating layer, the output norm and head), the device that runs it
+// and holds its weights, the device of its KV cache rows, and from that the
+// bytes each device needs (weights + KV cache + activation buffers).
+// n_gpu_layers fills it as llama.cpp means it (part_devices); the context
+// allocates and runs each part where it says.
 //
 // Weights are counted from the file's tensors: "blk.<il>.*" belong to layer
 // il; "output*" (output norm and head) to the output part; everything else
@@ -45,8 +46,20 @@ struct placement_plan {
     std::vector<device_total> totals() const;
 };
 
-// The plan of a CPU-only context: every part on the host. kv_main holds the
-// layers it holds; kv_swa (or null) the sliding-window ones.
-placement_plan plan_cpu(const model& m, const kv_cache& kv_main, const kv_cache* kv_swa, uint64_t activation_bytes);
+// The device of each part (input, blk.0 .. blk.<n_layer-1>, output) for
+// n_gpu_layers as llama.cpp counts it: 0 none on `gpu`; N the last N
+// repeating layers; N > n_layer the output part too; -1 every layer and the
+// output. The input part (embedding lookups from the mapped file) stays on
+// the host, as in llama.cpp.
+std::vector<device> part_devices(int64_t n_layer, int n_gpu_layers, device gpu);
+// Tensor bytes of each part, in part order (the file's tensors: see above).
+std::vector<uint64_t> part_weight_bytes(const model& m);
+
+// The plan: part i runs on part_dev[i] (n_layer + 2 entries; empty: all on
+// the host). kv_main holds the layers it holds; kv_swa (or null) the
+// sliding-window ones; each layer's cache rows are where its cache is.
+// compute: where the activation buffers live.
+placement_plan plan_parts(const model& m, const std::vector<device>& part_dev, const kv_cache& kv_main,
+                          const kv_cache* kv_swa, uint64_t activation_bytes, device compute);
 
 }  // namespace lp

@@ -132,6 +132,8 @@ uint64_t vulkan_heap_bytes(int index) {
 
 bool vulkan_backend::has_matmul(ggml_type t) { return type_suffix(t) != nullptr; }
 
+bool vulkan_backend::runs_matmul(ggml_type t) { return has_matmul(t) || traits(t).to_float != nullptr; }
+
 bool vulkan_backend::has_kv_store(ggml_type t) { return convertible(t) && t != ggml_type::Q8_1 && t != ggml_type::Q8_K; }
 
 vulkan_backend::vulkan_backend(int index) : index_(index), ctx_(&vk::context::get(index)) {}
@@ -144,14 +146,30 @@ size_t vulkan_backend::scratch_bytes() const {
     return b;
 }
 
-const vk::buffer& vulkan_backend::weights(const weight_view& w) {
+const vulkan_backend::dev_weights& vulkan_backend::weights(const weight_view& w) {
     auto it = weights_.find(w.data);
-    if (it != weights_.end()) return *it->second;
-    const size_t bytes = w.row_stride * (size_t)w.n_rows;
-    auto b = std::make_unique<vk::buffer>(*ctx_, bytes);
-    std::memcpy(b->data(), w.data, bytes);
-    weight_bytes_ += bytes;
-    return *weights_.emplace(w.data, std::move(b)).first->second;
+    if (it != weights_.end()) return it->second;
+    dev_weights dw{nullptr, w.type, w.row_stride};
+    if (has_matmul(w.type)) {
+        const size_t bytes = w.row_stride * (size_t)w.n_rows;
+        dw.buf = std::make_unique<vk::buffer>(*ctx_, bytes);
+        std::memcpy(dw.buf->data(), w.data, bytes);
+    } else {
+        // No shader for the type: dequantized (the CPU's to_float) to F16 rows.
+        const type_traits& tt = traits(w.type);
+        if (!tt.to_float) missing(std::string("matmul for ") + type_name(w.type) + " weights");
+        dw.type = ggml_type::F16;
+        dw.row_bytes = row_size(ggml_type::F16, w.n_cols);
+        dw.buf = std::make_unique<vk::buffer>(*ctx_, dw.row_bytes * (size_t)w.n_rows);
+        std::vector<float> row((size_t)w.n_cols);
+        auto* dst = static_cast<uint8_t*>(dw.buf->data());
+        for (int64_t r = 0; r < w.n_rows; ++r) {
+            tt.to_float(static_cast<const uint8_t*>(w.data) + (size_t)r * w.row_stride, row.data(), w.n_cols);
+            traits(ggml_type::F16).from_float_ref(row.data(), dst + (size_t)r * dw.row_bytes, w.n_cols);
+        }
+    }
+    weight_bytes_ += dw.buf->bytes();
+    return weights_.emplace(w.data, std::move(dw)).first->second;
 }
 
 const vk::buffer& vulkan_backend::gelu_tables() {
@@ -275,11 +293,11 @@ void vulkan_backend::discard() {
 void vulkan_backend::matmul(const weight_view& w, const float* x, int64_t xs, float* y, int64_t ys, int64_t n,
                             const lora_work& lora) {
     if (n <= 0 || w.n_rows <= 0) return;
-    const char* suffix = type_suffix(w.type);
-    if (!suffix) missing(std::string("matmul shader for ") + type_name(w.type) + " weights");
     if (lora.terms && !lora.terms->empty()) missing("LoRA terms in matmul");
-    const vk::buffer& wb = weights(w);
-    const ggml_type at = traits(w.type).vec_dot_type;
+    const dev_weights& dw = weights(w);
+    const vk::buffer& wb = *dw.buf;
+    const char* suffix = type_suffix(dw.type);
+    const ggml_type at = traits(dw.type).vec_dot_type;
     if (!convertible(at)) missing(std::string("activation conversion to ") + type_name(at));
     operand ops[2] = {{x, rows_bytes(n, xs, w.n_cols), false, {}}, {y, rows_bytes(n, ys, w.n_rows), true, {}}};
     bind(ops, 2);
@@ -303,15 +321,19 @@ void vulkan_backend::matmul(const weight_view& w, const float* x, int64_t xs, fl
         d.groups[0] = groups_for((n * ((w.n_cols + be - 1) / be) + 63) / 64, ctx_->max_groups(0));
         work.push_back(std::move(d));
     }
+    // Invocations per row: the row's blocks (elements for float types), up to 64.
+    const int64_t units = traits(dw.type).block_size > 1 ? w.n_cols / traits(dw.type).block_size : w.n_cols;
+    uint32_t lanes = 1;
+    while (lanes < 64 && (int64_t)lanes < units) lanes *= 2;
     struct {
-        uint32_t n_rows, n_cols, n_tok, w_row_bytes, a_row_bytes, y_stride, a_off, y_off;
-    } pc{u32(w.n_rows), u32(w.n_cols), u32(n), (uint32_t)w.row_stride, (uint32_t)a_row, u32(ys), (uint32_t)a.off,
-         float_off(ya)};
+        uint32_t n_rows, n_cols, n_tok, w_row_bytes, a_row_bytes, y_stride, a_off, y_off, lanes;
+    } pc{u32(w.n_rows), u32(w.n_cols), u32(n), (uint32_t)dw.row_bytes, (uint32_t)a_row, u32(ys), (uint32_t)a.off,
+         float_off(ya), lanes};
     vk::dispatch d;
     d.shader = std::string("matmul_") + suffix;
     d.buffers = {&wb, a.buf, ya.buf};
     d.set_push(pc);
-    d.groups[0] = groups_for(w.n_rows, ctx_->max_groups(0));
+    d.groups[0] = groups_for((w.n_rows + 64 / lanes - 1) / (64 / lanes), ctx_->max_groups(0));
     d.groups[1] = groups_for(n, ctx_->max_groups(1));
     work.push_back(std::move(d));
     for (auto& k : work) record(std::move(k));
@@ -319,14 +341,14 @@ void vulkan_backend::matmul(const weight_view& w, const float* x, int64_t xs, fl
 
 void vulkan_backend::get_rows(const weight_view& table, const int32_t* ids, float* y, int64_t ys, int64_t n) {
     if (n <= 0) return;
-    const char* suffix = type_suffix(table.type);
-    if (!suffix) missing(std::string("get_rows shader for ") + type_name(table.type));
-    const vk::buffer& wb = weights(table);
+    const dev_weights& dw = weights(table);
+    const vk::buffer& wb = *dw.buf;
+    const char* suffix = type_suffix(dw.type);
     operand ops[2] = {{ids, sizeof(int32_t) * (size_t)n, false, {}}, {y, rows_bytes(n, ys, table.n_cols), true, {}}};
     bind(ops, 2);
     struct {
         uint32_t n_ids, n_cols, row_bytes, y_stride, ids_off, y_off;
-    } pc{u32(n), u32(table.n_cols), (uint32_t)table.row_stride, u32(ys), (uint32_t)(ops[0].at.off / 4),
+    } pc{u32(n), u32(table.n_cols), (uint32_t)dw.row_bytes, u32(ys), (uint32_t)(ops[0].at.off / 4),
          float_off(ops[1].at)};
     vk::dispatch d;
     d.shader = std::string("get_rows_") + suffix;

@@ -9,7 +9,10 @@
 // rope_table (the angles are computed on the host with the CPU's functions:
 // they are an input of the step, as the masks are). Missing, each raising
 // not_implemented_error naming it (nothing silently runs on the CPU
-// instead): LoRA terms, Q2_K / Q3_K / IQ weights, an IQ4_NL cache store.
+// instead): LoRA terms, an IQ4_NL cache store. Weights of the types
+// without a shader (Q2_K, Q3_K, the IQ types) are dequantized to F16 when
+// they are uploaded and multiplied by the F16 shader (fallback_types():
+// the context says so when it places such a layer on the device).
 //
 // Execution is deferred: each op records its dispatches, and sync() submits
 // everything recorded since the last sync as one command buffer and waits.
@@ -73,6 +76,8 @@ public:
     // Whether matmul / get_rows have a shader for weights of type t, and
     // whether the KV cache store has one for cache type t.
     static bool has_matmul(ggml_type t);
+    // Whether weights of type t run at all (a shader, or the F16 fallback).
+    static bool runs_matmul(ggml_type t);
     static bool has_kv_store(ggml_type t);
     // Uploads w now (the context uploads its layers' weights when it is
     // created, so a plan that does not fit fails there); bytes it holds.
@@ -99,12 +104,19 @@ private:
     void bind(operand* ops, int n);
     span scratch(size_t bytes);
     void record(vk::dispatch&& d);
-    const vk::buffer& weights(const weight_view& w);
+    // A weight matrix on the device: its bytes, type and row size there
+    // (a type without a shader is stored dequantized to F16).
+    struct dev_weights {
+        std::unique_ptr<vk::buffer> buf;
+        ggml_type type;
+        size_t row_bytes;
+    };
+    const dev_weights& weights(const weight_view& w);
     const vk::buffer& gelu_tables();
 
     int index_;
     vk::context* ctx_;
-    std::map<const void*, std::unique_ptr<vk::buffer>> weights_;
+    std::map<const void*, dev_weights> weights_;
     uint64_t weight_bytes_ = 0;
     std::unique_ptr<vk::buffer> tables_;
 

@@ -182,4 +182,8 @@ void bind_params(py::module_& m) {
     field(cp, "yarn_orig_ctx", &context_params::yarn_orig_ctx, "0: the model's original context length");
     field(cp, "swa_full", &context_params::swa_full, "full-size caches for sliding-window layers");
     field(cp, "kv_rotation", &context_params::kv_rotation, "Hadamard rotation of a quantized cache");
+    field(cp, "n_gpu_layers", &context_params::n_gpu_layers,
+          "layers on the GPU as llama.cpp counts them: 0 none, N the last N, > n_layer the output too, -1 all, "
+          "-2 as many as fit (resolved to a count)");
+    field(cp, "main_gpu", &context_params::main_gpu, "the Vulkan device of the GPU layers");
 }

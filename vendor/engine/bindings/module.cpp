@@ -12,6 +12,7 @@
 #include "ggml_type.h"
 #include "model/model.h"
 #if defined(LP_ENABLE_VULKAN)
+#include "backend/vulkan_backend.h"
 #include "vulkan/vk_runtime.h"
 #endif
 
@@ -120,6 +121,15 @@ PYBIND11_MODULE(_engine, m) {
         return std::string("this build has no Vulkan backend (build with CMAKE_ARGS=\"-DLLAMAPY_VULKAN=ON\")");
 #endif
     }, "Why no Vulkan device was found, or an empty string.");
+    m.def("vulkan_matmul_types", []() {
+        std::vector<std::string> out;
+#if defined(LP_ENABLE_VULKAN)
+        for (int t = 0; t < (int)lp::ggml_type::COUNT; ++t)
+            if (lp::type_name((lp::ggml_type)t) && lp::vulkan_backend::has_matmul((lp::ggml_type)t))
+                out.push_back(lp::type_name((lp::ggml_type)t));
+#endif
+        return out;
+    }, "Weight types the Vulkan backend has matmul shaders for (others are dequantized to F16 on upload).");
     m.def("system_info", &system_info, "Version, compiled backends and kernels, CPU features, default threads.");
     m.def("read_bandwidth", [](size_t nbytes, int n_reps, int n_threads) {
         if (n_threads < 1) n_threads = lp::default_n_threads();

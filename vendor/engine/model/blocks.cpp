@@ -58,7 +58,20 @@ void pass::flush() {
     if (n_ops_ == 0) return;
     const int k = n_ops_;
     n_ops_ = 0;  // the queue is empty even when the backend throws
-    if (n_ > 0) be_.run_rows(ops_, k, n_);
+    if (n_ > 0) be_->run_rows(ops_, k, n_);
+}
+
+void pass::finish() {
+    flush();
+    be_->sync();
+}
+
+void pass::part(size_t i) {
+    if (!parts_ || i >= parts_->size()) return;
+    backend* next = (*parts_)[i];
+    if (next == be_) return;
+    finish();
+    be_ = next;
 }
 
 void pass::norm(norm_kind k, rows y, rows x, const std::vector<float>& w, const std::vector<float>& b, int64_t n,
@@ -163,31 +176,31 @@ void pass::matmul(const weight_view& w, rows x, rows y) {
         lw.ax = rs_.lora_ax.f32();
         lw.bax = rs_.lora_bax.f32();
     }
-    be_.matmul(w, x.p, x.s, y.p, y.s, n_, lw);
+    be_->matmul(w, x.p, x.s, y.p, y.s, n_, lw);
 }
 
 void pass::get_rows(const weight_view& table, const int32_t* ids, rows y) {
     flush();
-    be_.get_rows(table, ids, y.p, y.s, n_);
+    be_->get_rows(table, ids, y.p, y.s, n_);
 }
 
 void pass::gather_rows(rows data, int64_t n_cols, const int32_t* idx, int64_t n_keep) {
     flush();
-    be_.gather_rows(data.p, data.s, n_cols, idx, n_keep);
+    be_->gather_rows(data.p, data.s, n_cols, idx, n_keep);
 }
 
 void pass::rope_table(const rope_params& rp, const int32_t* pos, int64_t pos_stride, float* out) {
     flush();
-    be_.rope_table(rp, pos, pos_stride, out, n_);
+    be_->rope_table(rp, pos, pos_stride, out, n_);
 }
 
 void pass::attention(const attention_args& a) {
     flush();
-    be_.attention(a);
+    be_->attention(a);
 }
 
 void pass::emit(const char* name, int il, rows r, int64_t n_cols) {
-    flush();
+    finish();
     char full[96];
     if (il >= 0) std::snprintf(full, sizeof full, "%s-%d", name, il);
     else std::snprintf(full, sizeof full, "%s", name);

@@ -85,15 +85,24 @@ struct rows {
 // One forward pass's op stream on a backend, over n rows. Row ops are queued
 // and handed to the backend together at the next whole-batch op (or flush),
 // so consecutive row ops run fused. tap() names an intermediate: with no
-// callback it costs one null check; with one it first runs what is queued.
+// callback it costs one null check; with one it first runs what is queued
+// (and waits for a deferring backend: the callback reads host memory).
+// With a placement (set_parts), part(i) moves the stream to the backend of
+// part i (0 input, 1 + il layer il, n_layer + 1 output): what the previous
+// backend deferred runs first, so the next one finds the activations
+// written. finish() ends the pass: everything has run.
 class pass {
 public:
     pass(backend& be, run_state& rs, const tensor_callback* cb, int64_t n_rows)
-        : be_(be), rs_(rs), cb_(cb && *cb ? cb : nullptr), n_(n_rows) {}
+        : be_(&be), rs_(rs), cb_(cb && *cb ? cb : nullptr), n_(n_rows) {}
 
     int64_t n() const { return n_; }
     void set_n(int64_t n) { flush(); n_ = n; }
     void flush();
+    void finish();
+    // parts: the backend of each part (null: one backend throughout).
+    void set_parts(const std::vector<backend*>* parts) { parts_ = parts; }
+    void part(size_t i);
 
     // Row ops (n: elements per row).
     void norm(norm_kind k, rows y, rows x, const std::vector<float>& w, const std::vector<float>& b, int64_t n, float eps);
@@ -131,7 +140,8 @@ private:
     }
     void emit(const char* name, int il, rows r, int64_t n_cols);
 
-    backend& be_;
+    backend* be_;
+    const std::vector<backend*>* parts_ = nullptr;
     run_state& rs_;  // LoRA work rows
     const tensor_callback* cb_;
     int64_t n_;

@@ -22,6 +22,7 @@ void decoder_forward(const model& m, const rope_params rope[2], kv_cache& kv_mai
     const rows ffn{rs.ffn.f32(), 2 * hp.n_ff};  // (n, 2 n_ff) gate | up
 
     // RoPE angles of this batch's positions, for global and sliding-window layers.
+    p.part(0);
     for (int r = 0; r < 2; ++r)
         if (!rs.rope_cs[r].empty()) p.rope_table(rope[r], ub.pos, ub.pos_stride, rs.rope_cs[r].data());
     decoder_input(p, m, ub, x);
@@ -29,6 +30,7 @@ void decoder_forward(const model& m, const rope_params rope[2], kv_cache& kv_mai
     for (int il = 0; il < (int)hp.n_layer; ++il) {
         const layer_weights& L = W.layers[(size_t)il];
         const int r = hp.swa_layers[(size_t)il] ? 1 : 0;
+        p.part((size_t)il + 1);
         // This layer's cache and the rows' cells in it.
         kv_cache& kv = (r == 1 && kv_swa) ? *kv_swa : kv_main;
         const int32_t* cells = (r == 1 && kv_swa) ? ub.cells_swa : ub.cells;
@@ -43,7 +45,10 @@ void decoder_forward(const model& m, const rope_params rope[2], kv_cache& kv_mai
             p.gather_rows(att, n_att, ub.out_rows, ub.n_out);
             p.gather_rows(x, E, ub.out_rows, ub.n_out);
             p.set_n(ub.n_out);
-            if (ub.n_out == 0) return;
+            if (ub.n_out == 0) {
+                p.finish();
+                return;
+            }
         }
         attn_output(p, hp, L, il, att, xb2);
         if (V.post_attn_norm) {
@@ -66,16 +71,18 @@ void decoder_forward(const model& m, const rope_params rope[2], kv_cache& kv_mai
     }
 
     // Output norm, hidden states, logits.
+    p.part((size_t)hp.n_layer + 1);
     p.norm(V.norm, xb, x, W.output_norm, W.output_norm_b, E, hp.norm_eps);
     p.tap("result_norm", -1, xb, E);
     if (embd) p.copy(rows{embd, E}, xb, E);
     if (logits) output_head(p, m, xb, logits);
-    p.flush();
+    p.finish();
 }
 
 void decoder_logits(const model& m, const float* h, pass& p, float* logits) {
+    p.part((size_t)m.hp().n_layer + 1);
     output_head(p, m, rows{const_cast<float*>(h), m.hp().n_embd}, logits);
-    p.flush();
+    p.finish();
 }
 
 }  // namespace lp

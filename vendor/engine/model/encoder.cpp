@@ -52,6 +52,7 @@ void encoder_forward(const model& m, const rope_params& rope, run_state& rs, con
     const rows ffn{rs.ffn.f32(), 2 * hp.n_ff};  // (n, 2 n_ff) gate | up
 
     const float* cos_sin = nullptr;
+    p.part(0);
     if (hp.rope.n_rot > 0) {
         p.rope_table(rope, ub.pos, 0, rs.rope_cs[0].data());
         cos_sin = rs.rope_cs[0].data();
@@ -69,6 +70,7 @@ void encoder_forward(const model& m, const rope_params& rope, run_state& rs, con
 
     for (int il = 0; il < (int)hp.n_layer; ++il) {
         const layer_weights& L = W.layers[(size_t)il];
+        p.part((size_t)il + 1);
 
         // ---- attention: x = LN(x + wo · attn(q, k, v)) ----
         qkv_block(p, hp, L, il, x, qkv, cos_sin);
@@ -85,9 +87,10 @@ void encoder_forward(const model& m, const rope_params& rope, run_state& rs, con
         p.norm(norm_kind::layer, x, x, L.layer_out_norm, L.layer_out_norm_b, E, hp.norm_eps);
         p.tap("l_out", il, x, E);
     }
+    p.part((size_t)hp.n_layer + 1);
     p.tap("result_embd", -1, x, E);
     p.copy(rows{hidden, E}, x, E);
-    p.flush();
+    p.finish();
 }
 
 }  // namespace lp

@@ -415,8 +415,10 @@ void context::run(const std::vector<dispatch>& work) {
     si.commandBufferCount = 1;
     si.pCommandBuffers = &cmd_;
     check(vkQueueSubmit(queue_, 1, &si, fence_), "vkQueueSubmit");
-    // A minute for one submit: far beyond any op; a hung device is an error, not a hang.
-    const VkResult r = vkWaitForFences(dev_, 1, &fence_, VK_TRUE, 60ull * 1000 * 1000 * 1000);
+    // Ten minutes for one submit (a whole forward pass of a big batch on a
+    // CPU driver such as lavapipe takes minutes): a hung device is an error,
+    // not a hang.
+    const VkResult r = vkWaitForFences(dev_, 1, &fence_, VK_TRUE, 600ull * 1000 * 1000 * 1000);
     vkResetFences(dev_, 1, &fence_);
     check(r, "waiting for the GPU (vkWaitForFences)");
 }

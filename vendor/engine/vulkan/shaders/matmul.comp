@@ -6,8 +6,8 @@
 // sums are the CPU's and only the float summation order differs. Activation
 // rows start at byte a_off + t * a_row_bytes, output rows at float
 // y_off + t * y_stride (the operands live inside larger device buffers).
-// One workgroup per (weight row, token): 64 invocations over the row's
-// blocks (float types: elements), then a tree sum in shared memory.
+// One workgroup per (64 / lanes weight rows, token): `lanes` invocations
+// over each row's blocks (float types: elements), then a tree sum in shared memory.
 // Simple by design: correct on every device; fast kernels come later.
 #extension GL_GOOGLE_include_directive : enable
 #include "bytes.glsl"
@@ -34,6 +34,7 @@ layout(push_constant) uniform Params {
     uint y_stride;                  // floats between output rows
     uint a_off;                     // byte offset of activation row 0 (a multiple of 4)
     uint y_off;                     // float offset of output row 0
+    uint lanes;                     // invocations per weight row: 1, 2, 4, ..., 64
 } p;
 
 shared float part[64];
@@ -171,36 +172,43 @@ const uint BLOCK_BYTES = 210u;
 #endif
 
 void main() {
+    // `lanes` invocations per weight row (a power of two: fewer than 64 when
+    // a row has few blocks, so a workgroup works on 64 / lanes rows at once
+    // instead of leaving most invocations idle), then a tree sum per row.
     const uint lid = gl_LocalInvocationID.x;
+    const uint L = p.lanes, lane = lid % L, rpw = 64u / L;
     for (uint t = gl_WorkGroupID.y; t < p.n_tok; t += gl_NumWorkGroups.y) {
-        for (uint r = gl_WorkGroupID.x; r < p.n_rows; r += gl_NumWorkGroups.x) {
+        for (uint r0 = gl_WorkGroupID.x * rpw; r0 < p.n_rows; r0 += gl_NumWorkGroups.x * rpw) {
+            const uint r = r0 + lid / L;
             float acc = 0.0;
+            if (r < p.n_rows) {
 #if WTYPE == T_F32
-            for (uint i = lid; i < p.n_cols; i += 64u)
-                acc += uintBitsToFloat(w[r * p.n_cols + i]) * uintBitsToFloat(a[((p.a_off + t * p.a_row_bytes) >> 2) + i]);
+                for (uint i = lane; i < p.n_cols; i += L)
+                    acc += uintBitsToFloat(w[r * p.n_cols + i]) * uintBitsToFloat(a[((p.a_off + t * p.a_row_bytes) >> 2) + i]);
 #elif WTYPE == T_F16 || WTYPE == T_BF16
-            for (uint i = lid; i < p.n_cols; i += 64u) {
-                const uint wi = r * p.n_cols + i, ai = ((p.a_off + t * p.a_row_bytes) >> 1) + i;
-                const uint wh = (w[wi >> 1] >> ((wi & 1u) * 16u)) & 0xffffu;
-                const uint ah = (a[ai >> 1] >> ((ai & 1u) * 16u)) & 0xffffu;
+                for (uint i = lane; i < p.n_cols; i += L) {
+                    const uint wi = r * p.n_cols + i, ai = ((p.a_off + t * p.a_row_bytes) >> 1) + i;
+                    const uint wh = (w[wi >> 1] >> ((wi & 1u) * 16u)) & 0xffffu;
+                    const uint ah = (a[ai >> 1] >> ((ai & 1u) * 16u)) & 0xffffu;
 #if WTYPE == T_F16
-                acc += half_bits_to_float(wh) * half_bits_to_float(ah);
+                    acc += half_bits_to_float(wh) * half_bits_to_float(ah);
 #else
-                acc += bf16_bits_to_float(wh) * bf16_bits_to_float(ah);
+                    acc += bf16_bits_to_float(wh) * bf16_bits_to_float(ah);
+#endif
+                }
+#else
+                const uint nb = p.n_cols / BLOCK;
+                for (uint b = lane; b < nb; b += L)
+                    acc += block_dot(r * p.w_row_bytes + b * BLOCK_BYTES, p.a_off + t * p.a_row_bytes + b * A_BYTES);
 #endif
             }
-#else
-            const uint nb = p.n_cols / BLOCK;
-            for (uint b = lid; b < nb; b += 64u)
-                acc += block_dot(r * p.w_row_bytes + b * BLOCK_BYTES, p.a_off + t * p.a_row_bytes + b * A_BYTES);
-#endif
             part[lid] = acc;
             barrier();
-            for (uint s = 32u; s > 0u; s >>= 1) {
-                if (lid < s) part[lid] += part[lid + s];
+            for (uint s = L / 2u; s > 0u; s >>= 1) {
+                if (lane < s) part[lid] += part[lid + s];
                 barrier();
             }
-            if (lid == 0u) y[p.y_off + t * p.y_stride + r] = part[0];
+            if (lane == 0u && r < p.n_rows) y[p.y_off + t * p.y_stride + r] = part[lid];
             barrier();
         }
     }

@@ -1,0 +1,182 @@
+"""The forward pass on the Vulkan backend (n_gpu_layers), against the CPU:
+every architecture's tiny model fully offloaded, every split point of
+n_gpu_layers from 0 to n_layer + 1, encoders, the placement plan it reports
+(Context.placement / Llama.device_map), and its failure cases (a plan too
+big for the device, a cache type the device cannot store). CI runs this on
+Mesa's lavapipe (tools/vulkan_check.sh); without the backend, or without a
+device, the module is skipped: tests/test_llama_api.py checks the warning
+such a build gives instead."""
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pytest
+
+import encoder_ref as ER
+import model_ref as R
+from conftest import engine_context
+from llamapy import _engine as E
+
+pytestmark = pytest.mark.skipif("vulkan" not in E.backends() or not E.gpu_devices(),
+                                reason="built without the Vulkan backend, or no Vulkan device")
+
+PROMPT = [1, 5, 17, 42, 9, 88, 3, 61, 7, 23, 11, 64]
+
+
+def run(path, steps=(5, 30), **kw):
+    """Logits of every prompt row, then of each single-token step after it."""
+    kw.setdefault("type_k", "f16")
+    kw.setdefault("type_v", "f16")
+    ctx = engine_context(path, **kw)
+    n = len(PROMPT)
+    ctx.decode(tokens=PROMPT, pos=list(range(n)), seq_ids=[0] * n, logits=[1] * n)
+    out = [np.array(ctx.get_logits_all())]
+    for i, tok in enumerate(steps):
+        ctx.decode(tokens=[tok], pos=[n + i], seq_ids=[0], logits=[1])
+        out.append(np.array(ctx.get_logits_all()))
+    return np.concatenate(out), ctx
+
+
+def rel(got, ref):
+    return float(np.abs(got - ref).max() / np.abs(ref).max())
+
+
+# (weight type, largest error relative to max |logit|). The device sums in
+# another order (and its attention keeps F32 softmax weights where the CPU's
+# explicit path rounds them to F16); activation quantization is the CPU's.
+TOL = {"F32": 2e-3, "Q8_0": 3e-3, "F16": 3e-3}
+
+
+@pytest.mark.parametrize("arch", list(R.SPECS))
+@pytest.mark.parametrize("wtype", ["F32", "Q8_0"])
+def test_every_architecture_matches_the_cpu(tiny, arch, wtype):
+    path, _, cfg, _ = tiny(arch, wtype)
+    cpu, _ = run(path)
+    gpu, ctx = run(path, n_gpu_layers=-1)
+    devices = [p["device"] for p in ctx.placement()]
+    assert devices == ["cpu"] + ["gpu0"] * cfg.n_layer + ["gpu0"]
+    assert rel(gpu, cpu) < TOL[wtype]
+    assert (gpu.argmax(1) == cpu.argmax(1)).mean() >= 0.9
+
+
+@pytest.mark.parametrize("arch", ["llama", "gemma3"])
+@pytest.mark.parametrize("flash", [False, True])
+def test_every_split_gives_the_same_logits(tiny, arch, flash):
+    path, _, cfg, _ = tiny(arch, "F16")
+    cpu, _ = run(path, flash_attn=flash)
+    for ngl in range(0, cfg.n_layer + 2):
+        got, ctx = run(path, n_gpu_layers=ngl, flash_attn=flash)
+        parts = ctx.placement()
+        on_gpu = [p["name"] for p in parts if p["device"] != "cpu"]
+        want = [f"blk.{il}" for il in range(max(0, cfg.n_layer - ngl), cfg.n_layer)]
+        assert on_gpu == want + (["output"] if ngl > cfg.n_layer else []), ngl
+        assert all(p["kv_device"] == ("gpu0" if ngl else "cpu") for p in parts if p["layer"] >= 0)
+        assert rel(got, cpu) < TOL["F16"], ngl
+
+
+def test_sequences_cache_edits_and_state_on_the_gpu(tiny):
+    """Two sequences in one batch, seq_rm and a state round trip: the KV cache
+    lives in device memory, which the host edits in place between steps."""
+    path, _, _, _ = tiny("qwen3", "F32")
+    outs = []
+    for ngl in (0, -1):
+        ctx = engine_context(path, n_gpu_layers=ngl, n_seq_max=2, type_k="f16", type_v="f16")
+        a, b = PROMPT[:6], PROMPT[6:]
+        ctx.decode(tokens=a + b, pos=list(range(6)) + list(range(6)), seq_ids=[0] * 6 + [1] * 6, logits=[1] * 12)
+        first = np.array(ctx.get_logits_all())
+        state = ctx.state_get()
+        ctx.kv_seq_rm(1, 3, -1)
+        ctx.decode(tokens=[9], pos=[3], seq_ids=[1], logits=[1])
+        after_rm = np.array(ctx.get_logits_all())
+        ctx.state_set(state)
+        ctx.decode(tokens=[9], pos=[6], seq_ids=[0], logits=[1])
+        after_restore = np.array(ctx.get_logits_all())
+        outs.append(np.concatenate([first, after_rm, after_restore]))
+    assert rel(outs[1], outs[0]) < TOL["F32"]
+
+
+@pytest.mark.parametrize("arch", ["bert", "nomic-bert"])
+def test_encoders_on_the_gpu(tmp_path, arch):
+    path, cfg, _ = ER.make_model(tmp_path, arch, "F32", pooling=0)
+    toks = [2, 10, 12, 7, 40, 3]
+    got = {}
+    for ngl in (0, -1):
+        ctx = engine_context(path, embeddings=True, n_gpu_layers=ngl)
+        ctx.decode(tokens=toks, pos=list(range(len(toks))), seq_ids=[0] * len(toks))
+        got[ngl] = np.array(ctx.get_embeddings_all())
+        if ngl:
+            assert {p["device"] for p in ctx.placement() if p["layer"] >= 0} == {"gpu0"}
+    assert rel(got[-1], got[0]) < 5e-4  # within the CPU's own tolerance to the reference (3e-4) twice
+
+
+def test_tensor_callback_sees_device_results(tiny):
+    path, _, cfg, _ = tiny("llama", "F32")
+    seen = {}
+    for ngl in (0, -1):
+        ctx = engine_context(path, n_gpu_layers=ngl)
+        names = {}
+        ctx.set_tensor_callback(lambda name, a: names.__setitem__(name, np.array(a)))
+        ctx.decode(tokens=PROMPT, pos=list(range(len(PROMPT))), seq_ids=[0] * len(PROMPT), logits=[1] * len(PROMPT))
+        seen[ngl] = names
+    for name in (f"l_out-{cfg.n_layer - 1}", "result_output"):
+        assert rel(seen[-1][name], seen[0][name]) < 2e-3
+
+
+def test_device_map_and_verbose_report(tiny, caplog):
+    from llamapy import Llama
+
+    path, _, cfg, _ = tiny("llama", "F32")
+    with caplog.at_level(logging.INFO, logger="llamapy"):
+        llm = Llama(model_path=str(path), n_ctx=64, n_gpu_layers=2, verbose=False)
+    dm = llm.device_map()
+    assert [p["device"] for p in dm] == ["cpu"] * (cfg.n_layer - 1) + ["gpu0", "gpu0", "cpu"]
+    assert any("offloaded 2/" in r.getMessage() for r in caplog.records)
+    llm.close()
+    for value in (-1, "all"):
+        llm = Llama(model_path=str(path), n_ctx=64, n_gpu_layers=value, verbose=False)
+        assert [p["device"] for p in llm.device_map()] == ["cpu"] + ["gpu0"] * (cfg.n_layer + 1)
+        llm.close()
+
+
+def test_a_plan_too_big_for_the_device_says_so(tiny, monkeypatch):
+    path, _, cfg, _ = tiny("llama", "F32")
+    monkeypatch.setenv("LLAMAPY_VULKAN_MEMORY", "100000")  # 100 kB: a fake small device
+    with pytest.raises(ValueError, match=r"n_gpu_layers=-1 needs [\d.]+ MiB .* but [\d.]+ MiB of [\d.]+ MiB are free"):
+        engine_context(path, n_gpu_layers=-1)
+    ctx = engine_context(path, n_gpu_layers=-2)  # auto: none fit
+    assert ctx.params.n_gpu_layers == 0
+    assert all(p["device"] == "cpu" for p in ctx.placement())
+    monkeypatch.setenv("LLAMAPY_VULKAN_MEMORY", str(8 << 30))
+    ctx = engine_context(path, n_gpu_layers=-2)  # auto: everything fits
+    assert ctx.params.n_gpu_layers == cfg.n_layer + 1
+    monkeypatch.setenv("LLAMAPY_VULKAN_MEMORY", "lots")
+    with pytest.raises(ValueError, match="LLAMAPY_VULKAN_MEMORY"):
+        engine_context(path, n_gpu_layers=1)
+
+
+def test_what_the_device_cannot_do_says_so(tiny, gemma_path):
+    path, _, _, _ = tiny("llama", "F32")
+    with pytest.raises(ValueError, match="IQ4_NL KV cache"):  # (the tiny models' heads are too small for it)
+        engine_context(gemma_path, n_gpu_layers=1, type_k="iq4_nl")
+    with pytest.raises(ValueError, match="main_gpu=7"):
+        engine_context(path, n_gpu_layers=1, main_gpu=7)
+    with pytest.raises(ValueError, match="n_gpu_layers"):
+        engine_context(path, n_gpu_layers=-3)
+
+
+def test_gemma3_270m_fully_offloaded(gemma_path):
+    """The real model, every part but the embedding lookups on the device:
+    the same next token as the CPU, logits within the spread the CPU's own ISA
+    levels show on Gemma (its activations amplify rounding differences layer
+    by layer; benchmarks/RESULTS.md has a longer perplexity comparison)."""
+    toks = [2, 651, 3925, 529, 506, 17491, 3544, 12124]
+    out = {}
+    for ngl in (0, -1):
+        ctx = E.Context(E.Model(gemma_path), n_ctx=64, n_threads=2, n_gpu_layers=ngl)
+        ctx.decode(tokens=toks, pos=list(range(len(toks))), seq_ids=[0] * len(toks), logits=[0] * 7 + [1])
+        out[ngl] = np.array(ctx.get_logits_all())[-1]
+    assert out[-1].argmax() == out[0].argmax()
+    assert rel(out[-1], out[0]) < 5e-2
+    top = np.argsort(out[0])[-5:]
+    assert set(np.argsort(out[-1])[-5:]) & set(top) and len(set(np.argsort(out[-1])[-5:]) & set(top)) >= 4
