@@ -212,7 +212,7 @@ def parse_params(model_path: str, kw: Dict[str, Any], verbose: bool = False) -> 
             given[0] = given[0].replace("n_gpu_layers=-1", "n_gpu_layers=-1 (all)").replace(
                 "n_gpu_layers=-2", "n_gpu_layers='auto'")
             emit(verbose, logging.WARNING, "%s: %s %s no effect; every layer runs on the CPU",
-                 why or "no layers are offloaded (n_gpu_layers=0)", ", ".join(given),
+                 why or "no layers are offloaded to a GPU", ", ".join(given),
                  "has" if len(given) == 1 else "have")
         n_gpu_layers = 0
     else:
