@@ -164,9 +164,8 @@ gpu_need gpu_bytes(const model& m, const context_params& p, const std::vector<de
             for (uint8_t f : hp.swa_layers) n_swa += f ? 1 : 0;
         need.kv = rows * (uint64_t)((hp.n_layer - n_swa) * p.n_ctx + n_swa * wc);
     }
-    const int64_t E = hp.n_embd, nqkv = hp.n_q() + hp.n_embd_k() + hp.n_embd_v(), n_att = hp.n_head * hp.head_dim_v;
     const uint64_t ub = (uint64_t)p.n_ubatch;
-    need.work = sizeof(float) * ub * (uint64_t)(3 * E + nqkv + n_att + 2 * hp.n_ff);  // run_state
+    need.work = run_state::activation_bytes(hp, p.n_ubatch);
     need.work += (32ull << 20) + sizeof(float) * ub * (uint64_t)hp.n_head * (uint64_t)p.n_ctx;
     if (!parts.back().is_host() && !hp.v.encoder) need.work += sizeof(float) * ub * (uint64_t)hp.n_vocab;
     return need;

@@ -98,14 +98,7 @@ void cpu_backend::gather_rows(float* data, int64_t stride, int64_t n_cols, const
 }
 
 void cpu_backend::rope_table(const rope_params& p, const int32_t* pos, int64_t pos_stride, float* out, int64_t n) {
-    if (p.mrope()) {
-        for_rows(n, [&](int64_t t) {
-            const int32_t p4[4] = {pos[t], pos[t + pos_stride], pos[t + 2 * pos_stride], pos[t + 3 * pos_stride]};
-            rope_cos_sin_mrope(p, p4, out + t * p.n_rot);
-        });
-        return;
-    }
-    for_rows(n, [&](int64_t t) { rope_cos_sin(p, pos[t], out + t * p.n_rot); });
+    for_rows(n, [&](int64_t t) { rope_table_row(p, pos, pos_stride, t, out + t * p.n_rot); });
 }
 
 void cpu_backend::attention(const attention_args& a) {

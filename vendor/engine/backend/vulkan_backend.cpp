@@ -379,14 +379,7 @@ void vulkan_backend::rope_table(const rope_params& p, const int32_t* pos, int64_
     // device-resident table is written only after its readers finished.
     size_t off = 0;
     if (device_memory(out, rows_bytes(n, p.n_rot, p.n_rot), &off)) sync();
-    for (int64_t t = 0; t < n; ++t) {
-        if (p.mrope()) {
-            const int32_t p4[4] = {pos[t], pos[t + pos_stride], pos[t + 2 * pos_stride], pos[t + 3 * pos_stride]};
-            rope_cos_sin_mrope(p, p4, out + t * p.n_rot);
-        } else {
-            rope_cos_sin(p, pos[t], out + t * p.n_rot);
-        }
-    }
+    for (int64_t t = 0; t < n; ++t) rope_table_row(p, pos, pos_stride, t, out + t * p.n_rot);
 }
 
 void vulkan_backend::attention(const attention_args& a) {

@@ -505,6 +505,15 @@ void rope_cos_sin(const rope_params& p, int32_t pos, float* cs) {
     rope_cos_sin_impl(p, pos4, nullptr, cs);
 }
 
+void rope_table_row(const rope_params& p, const int32_t* pos, int64_t pos_stride, int64_t t, float* cs) {
+    if (!p.mrope()) {
+        rope_cos_sin(p, pos[t], cs);
+        return;
+    }
+    const int32_t p4[4] = {pos[t], pos[t + pos_stride], pos[t + 2 * pos_stride], pos[t + 3 * pos_stride]};
+    rope_cos_sin_mrope(p, p4, cs);
+}
+
 void rope_cos_sin_mrope(const rope_params& p, const int32_t pos4[4], float* cs) {
     // Component of each pair: sector i % sum(sections), sections in order
     // temporal, height, width, then everything past them extra.

@@ -85,6 +85,9 @@ void rope_cos_sin(const rope_params& p, int32_t pos, float* cos_sin);
 // width and extra positions. With all four equal it gives rope_cos_sin's
 // table bit for bit.
 void rope_cos_sin_mrope(const rope_params& p, const int32_t pos4[4], float* cos_sin);
+// Row t of a batch's table (backend.h: rope_table): rope_cos_sin of pos[t],
+// or for M-RoPE of pos[t + k * pos_stride], k = 0..3.
+void rope_table_row(const rope_params& p, const int32_t* pos, int64_t pos_stride, int64_t t, float* cos_sin);
 // Rotates the first n_rot dims of each of n_head heads (head_dim apart) of one
 // token's row x in place, with the table from rope_cos_sin.
 void rope_apply(float* x, int n_head, int head_dim, int n_rot, rope_style style, const float* cos_sin);

@@ -26,6 +26,12 @@ run_state::run_state(const hparams& hp, int64_t n_ub, int64_t n_cells, device wh
     }
 }
 
+size_t run_state::activation_bytes(const hparams& hp, int64_t n_ub) {
+    const int64_t E = hp.n_embd;
+    return sizeof(float) * (size_t)(n_ub * (3 * E + hp.n_q() + hp.n_embd_k() + hp.n_embd_v() +
+                                            hp.n_head * hp.head_dim_v + 2 * hp.n_ff));
+}
+
 size_t run_state::bytes() const {
     size_t b = x.bytes() + xb.bytes() + xb2.bytes() + qkv.bytes() + att.bytes() + ffn.bytes() + lora_ax.bytes() +
                lora_bax.bytes();

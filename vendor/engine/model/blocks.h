@@ -63,6 +63,9 @@ struct run_state {
     device_buffer lora_ax, lora_bax;
 
     size_t bytes() const;  // all of the above
+    // Bytes of the activation buffers (x .. ffn) the constructor allocates
+    // for n_ubatch rows: what a placement plan counts before allocating.
+    static size_t activation_bytes(const hparams& hp, int64_t n_ubatch);
 };
 
 // A named intermediate as the tensor-dump hook receives it: n_rows rows of

@@ -1,4 +1,5 @@
-// bytes.glsl — reading the GGUF block formats out of uint storage buffers.
+// bytes.glsl — reading the GGUF block formats out of uint storage buffers,
+// and the float -> F16 / BF16 conversions with the CPU's rounding.
 // The blocks are byte structures (34 bytes for Q8_0, 18 for Q4_0, ...), not
 // word aligned, so fields are read as bytes and 16-bit halves of words.
 // A macro per buffer, since GLSL functions cannot take a buffer argument.
@@ -12,3 +13,26 @@
 
 float half_bits_to_float(uint h) { return unpackHalf2x16(h).x; }
 float bf16_bits_to_float(uint h) { return uintBitsToFloat(h << 16); }
+
+// float -> F16 bits, round to nearest even, as common.h's fp32_to_fp16
+// (subnormal results: the float add rounds to nearest even for us).
+uint f16_bits(float v) {
+    const uint xb = floatBitsToUint(v);
+    const uint sgn = (xb >> 16) & 0x8000u;
+    const uint ax = xb & 0x7fffffffu;
+    if (ax >= 0x7f800000u) return sgn | 0x7c00u | (ax > 0x7f800000u ? 0x200u : 0u);
+    if (ax >= 0x477ff000u) return sgn | 0x7c00u;
+    if (ax < 0x38800000u) {
+        precise float r = uintBitsToFloat(ax) + 0.5;  // round to nearest even by the add
+        return sgn | (floatBitsToUint(r) - 0x3f000000u);
+    }
+    const uint mant_odd = (ax >> 13) & 1u;
+    return sgn | (((ax + 0xc8000fffu + mant_odd) >> 13) & 0xffffu);
+}
+
+// float -> BF16 bits, round to nearest even, NaN kept (quietened), as fp32_to_bf16.
+uint bf16_bits(float v) {
+    const uint xb = floatBitsToUint(v);
+    if ((xb & 0x7fffffffu) > 0x7f800000u) return ((xb >> 16) | 64u) & 0xffffu;
+    return ((xb + (0x7fffu + ((xb >> 16) & 1u))) >> 16) & 0xffffu;
+}

@@ -95,26 +95,6 @@ float round_away(float v) {
     return abs(v - t) >= 0.5 ? t + sign(v) : t;
 }
 
-uint f16_bits(float v) {
-    const uint xb = floatBitsToUint(v);
-    const uint sgn = (xb >> 16) & 0x8000u;
-    const uint ax = xb & 0x7fffffffu;
-    if (ax >= 0x7f800000u) return sgn | 0x7c00u | (ax > 0x7f800000u ? 0x200u : 0u);
-    if (ax >= 0x477ff000u) return sgn | 0x7c00u;
-    if (ax < 0x38800000u) {
-        precise float r = uintBitsToFloat(ax) + 0.5;  // round to nearest even by the add
-        return sgn | (floatBitsToUint(r) - 0x3f000000u);
-    }
-    const uint mant_odd = (ax >> 13) & 1u;
-    return sgn | (((ax + 0xc8000fffu + mant_odd) >> 13) & 0xffffu);
-}
-
-uint bf16_bits(float v) {
-    const uint xb = floatBitsToUint(v);
-    if ((xb & 0x7fffffffu) > 0x7f800000u) return ((xb >> 16) | 64u) & 0xffffu;
-    return ((xb + (0x7fffu + ((xb >> 16) & 1u))) >> 16) & 0xffffu;
-}
-
 // Writes the low `nbytes` (1, 2 or 4) bytes of v at byte offset off of d
 // (the bytes must lie in one word, as every field here does).
 void put(uint off, uint v, uint nbytes) {

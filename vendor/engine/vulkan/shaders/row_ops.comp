@@ -6,6 +6,7 @@
 // Numerics follow the CPU's (cpu/ops.cpp): GELU and quick GELU look up the
 // same F16 tables (input rounded to F16 to nearest even, as fp32_to_fp16).
 #extension GL_GOOGLE_include_directive : enable
+#include "bytes.glsl"
 
 layout(local_size_x = 64) in;
 layout(std430, binding = 0) buffer Ybuf { float y[]; };
@@ -39,22 +40,6 @@ float group_sum(float v) {
     const float total = red[0];
     barrier();
     return total;
-}
-
-// float -> F16 bits, round to nearest even (as common.h's fp32_to_fp16)
-uint f16_bits(float f) {
-    const uint xb = floatBitsToUint(f);
-    const uint sign = (xb >> 16) & 0x8000u;
-    const uint ax = xb & 0x7fffffffu;
-    if (ax >= 0x7f800000u) return sign | 0x7c00u | (ax > 0x7f800000u ? 0x200u : 0u);
-    if (ax >= 0x477ff000u) return sign | 0x7c00u;
-    if (ax < 0x38800000u) {
-        // subnormal or zero: the float add rounds to nearest even for us
-        const float r = uintBitsToFloat(ax) + 0.5;
-        return sign | (floatBitsToUint(r) - 0x3f000000u);
-    }
-    const uint mant_odd = (ax >> 13) & 1u;
-    return sign | (((ax + 0xc8000fffu + mant_odd) >> 13) & 0xffffu);
 }
 
 float tanh_f(float v) {
