@@ -42,6 +42,18 @@ def test_matmul_matches_the_cpu(wtype, n_rows, n_cols, n):
 
 
 @pytest.mark.parametrize("wtype", TYPES)
+def test_matmul_rows_do_not_depend_on_the_batch(wtype):
+    """The shader works on tiles of 8 tokens; a token's row is the same sum in
+    the same order whatever the tile it falls in and however full that is."""
+    w = (rng.standard_normal((45, 512)) / np.sqrt(512)).astype(np.float32)
+    raw = E.quantize(w, wtype)
+    x = rng.standard_normal((19, 512)).astype(np.float32)
+    whole = E.backend_matmul("vulkan", raw, wtype, 45, 512, x)
+    for lo, hi in ((0, 1), (3, 4), (9, 18), (18, 19)):
+        np.testing.assert_array_equal(E.backend_matmul("vulkan", raw, wtype, 45, 512, x[lo:hi]), whole[lo:hi])
+
+
+@pytest.mark.parametrize("wtype", TYPES)
 def test_get_rows_matches_the_cpu(wtype):
     table = rng.standard_normal((20, 512)).astype(np.float32)
     raw = E.quantize(table, wtype)

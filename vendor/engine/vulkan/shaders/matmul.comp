@@ -6,8 +6,9 @@
 // sums are the CPU's and only the float summation order differs. Activation
 // rows start at byte a_off + t * a_row_bytes, output rows at float
 // y_off + t * y_stride (the operands live inside larger device buffers).
-// One workgroup per (64 / lanes weight rows, token): `lanes` invocations
-// over each row's blocks (float types: elements), then a tree sum in shared memory.
+// One workgroup per (64 / lanes weight rows, 8 tokens): `lanes` invocations
+// over each row's blocks (float types: elements), each block unpacked once
+// and dotted with every token's, then a tree sum in shared memory.
 // Simple by design: correct on every device; fast kernels come later.
 #extension GL_GOOGLE_include_directive : enable
 #include "bytes.glsl"
@@ -37,6 +38,9 @@ layout(push_constant) uniform Params {
     uint lanes;                     // invocations per weight row: 1, 2, 4, ..., 64
 } p;
 
+// Tokens per workgroup: each weight block is read and unpacked once for up
+// to TT activation rows (prefill), instead of once per token.
+const uint TT = 8u;
 shared float part[64];
 
 #if WTYPE == T_Q8_0 || WTYPE == T_Q4_0 || WTYPE == T_Q5_0 || WTYPE == T_Q4_1 || WTYPE == T_Q5_1
@@ -47,12 +51,11 @@ const uint A_BYTES = 36u, A_QS = 4u;
 #else
 const uint A_BYTES = 34u, A_QS = 2u;
 #endif
-float block_dot(uint wb, uint ab) {
-    const float da = half_bits_to_float(U16_OF(a, ab));
-    const float dw = half_bits_to_float(U16_OF(w, wb));
-    int s = 0;
+const uint BLOCK = 32u;
+// The block's 32 quants as signed integers (the type's offset applied).
+void unpack_block(uint wb, out int q[32]) {
 #if WTYPE == T_Q8_0
-    for (uint j = 0u; j < 32u; ++j) s += I8_OF(w, wb + 2u + j) * I8_OF(a, ab + A_QS + j);
+    for (uint j = 0u; j < 32u; ++j) q[j] = I8_OF(w, wb + 2u + j);
 #elif WTYPE == T_Q4_0 || WTYPE == T_Q4_1
 #if WTYPE == T_Q4_0
     const uint qs = 2u;
@@ -62,8 +65,9 @@ float block_dot(uint wb, uint ab) {
     const int off = 0;
 #endif
     for (uint j = 0u; j < 16u; ++j) {
-        const uint q = BYTE_OF(w, wb + qs + j);
-        s += (int(q & 15u) - off) * I8_OF(a, ab + A_QS + j) + (int(q >> 4) - off) * I8_OF(a, ab + A_QS + 16u + j);
+        const uint b = BYTE_OF(w, wb + qs + j);
+        q[j] = int(b & 15u) - off;
+        q[j + 16u] = int(b >> 4) - off;
     }
 #else  // Q5_0 (d, qh, qs) / Q5_1 (d, m, qh, qs): 5-bit quants, the fifth bits in qh
 #if WTYPE == T_Q5_0
@@ -75,45 +79,71 @@ float block_dot(uint wb, uint ab) {
 #endif
     const uint qh = U32_OF(w, wb + qh_at);
     for (uint j = 0u; j < 16u; ++j) {
-        const uint q = BYTE_OF(w, wb + qh_at + 4u + j);
-        const int lo = int((q & 15u) | (((qh >> j) & 1u) << 4)) - off;
-        const int hi = int((q >> 4) | (((qh >> (j + 16u)) & 1u) << 4)) - off;
-        s += lo * I8_OF(a, ab + A_QS + j) + hi * I8_OF(a, ab + A_QS + 16u + j);
+        const uint b = BYTE_OF(w, wb + qh_at + 4u + j);
+        q[j] = int((b & 15u) | (((qh >> j) & 1u) << 4)) - off;
+        q[j + 16u] = int((b >> 4) | (((qh >> (j + 16u)) & 1u) << 4)) - off;
     }
 #endif
-#if WTYPE == T_Q4_1 || WTYPE == T_Q5_1
-    return float(s) * (dw * da) + half_bits_to_float(U16_OF(w, wb + 2u)) * half_bits_to_float(U16_OF(a, ab + 2u));
-#else
-    return float(s) * (dw * da);
-#endif
 }
-const uint BLOCK = 32u;
+// acc[tt] += block · activation block of token t0 + tt, for tt < nt: the
+// integer dot, then the reference's float formula (legacy.cpp's vec_dot refs).
+void block_dots(uint wb, uint ab, uint a_row, uint nt, inout float acc[TT]) {
+    int q[32];
+    unpack_block(wb, q);
+    const float dw = half_bits_to_float(U16_OF(w, wb));
+#if WTYPE == T_Q4_1 || WTYPE == T_Q5_1
+    const float mw = half_bits_to_float(U16_OF(w, wb + 2u));
+#endif
+    for (uint tt = 0u; tt < TT; ++tt) {
+        if (tt >= nt) break;
+        const uint at = ab + tt * a_row;
+        int s = 0;
+        for (uint j = 0u; j < 32u; ++j) s += q[j] * I8_OF(a, at + A_QS + j);
+        const float da = half_bits_to_float(U16_OF(a, at));
+#if WTYPE == T_Q4_1 || WTYPE == T_Q5_1
+        acc[tt] += float(s) * (dw * da) + mw * half_bits_to_float(U16_OF(a, at + 2u));
+#else
+        acc[tt] += float(s) * (dw * da);
+#endif
+    }
+}
 #endif
 
 #if WTYPE == T_Q4_K || WTYPE == T_Q5_K || WTYPE == T_Q6_K
 // 256-element super-blocks against Q8_K activations (float d, 256 int8,
 // 16 int16 sums): the integer dot per sub-block times its scale, then the
-// reference's float formula (kquants.cpp: vec_dot_*_q8_k_ref).
+// reference's float formula (kquants.cpp: vec_dot_*_q8_k_ref). The weights
+// are unpacked a sub-block at a time and dotted with every token's.
 const uint A_BYTES = 292u, A_QS = 4u;
 const uint BLOCK = 256u;
 #if WTYPE == T_Q6_K
 // w = d * sc[e/16] * q, q = low nibble (ql) | 2 high bits (qh) - 32
-float block_dot(uint wb, uint ab) {
-    const float da = uintBitsToFloat(a[ab >> 2]);
-    int dot = 0;
+void block_dots(uint wb, uint ab, uint a_row, uint nt, inout float acc[TT]) {
+    int dot[TT];
+    for (uint tt = 0u; tt < TT; ++tt) dot[tt] = 0;
     for (uint g = 0u; g < 16u; ++g) {
-        int s = 0;
+        int q[16];
         for (uint k = 0u; k < 16u; ++k) {
             const uint e = 16u * g + k;
             const uint h = e / 128u, r = e % 128u;
             const uint low = (BYTE_OF(w, wb + 64u * h + e % 64u) >> (r < 64u ? 0u : 4u)) & 15u;
             const uint crumb = (BYTE_OF(w, wb + 128u + h * 32u + e % 32u) >> (2u * (r / 32u))) & 3u;
-            s += (int(low | (crumb << 4)) - 32) * I8_OF(a, ab + A_QS + e);
+            q[k] = int(low | (crumb << 4)) - 32;
         }
-        dot += I8_OF(w, wb + 192u + g) * s;
+        const int sc = I8_OF(w, wb + 192u + g);
+        for (uint tt = 0u; tt < TT; ++tt) {
+            if (tt >= nt) break;
+            const uint at = ab + tt * a_row + A_QS + 16u * g;
+            int s = 0;
+            for (uint k = 0u; k < 16u; ++k) s += q[k] * I8_OF(a, at + k);
+            dot[tt] += sc * s;
+        }
     }
     const float d = half_bits_to_float(U16_OF(w, wb + 208u));
-    return d * da * float(dot);
+    for (uint tt = 0u; tt < TT; ++tt) {
+        if (tt >= nt) break;
+        acc[tt] += d * uintBitsToFloat(a[(ab + tt * a_row) >> 2]) * float(dot[tt]);
+    }
 }
 #else
 // Q4_K / Q5_K: d, dmin, 12 bytes of 6-bit scales and mins, (Q5_K: qh[32]), qs[128]
@@ -123,32 +153,48 @@ uint k4_scale(uint wb, uint j, bool is_min) {
     const uint hi = BYTE_OF(w, s + j + 4u);
     return is_min ? ((hi >> 4) | ((BYTE_OF(w, s + j) >> 6) << 4)) : ((hi & 15u) | ((BYTE_OF(w, s + j - 4u) >> 6) << 4));
 }
-float block_dot(uint wb, uint ab) {
-    const float da = uintBitsToFloat(a[ab >> 2]);
+void block_dots(uint wb, uint ab, uint a_row, uint nt, inout float acc[TT]) {
 #if WTYPE == T_Q5_K
     const uint qs = 48u;
 #else
     const uint qs = 16u;
 #endif
-    int dot = 0, msum = 0;
+    int dot[TT], msum[TT];
+    for (uint tt = 0u; tt < TT; ++tt) {
+        dot[tt] = 0;
+        msum[tt] = 0;
+    }
     for (uint g = 0u; g < 8u; ++g) {
-        int s = 0, sa = 0;
+        int q[32];
         for (uint k = 0u; k < 32u; ++k) {
             const uint e = 32u * g + k;
             const uint byte = BYTE_OF(w, wb + qs + 32u * (e / 64u) + k);
-            uint q = (e % 64u) < 32u ? byte & 15u : byte >> 4;
+            uint v = (e % 64u) < 32u ? byte & 15u : byte >> 4;
 #if WTYPE == T_Q5_K
-            q |= ((BYTE_OF(w, wb + 16u + e % 32u) >> (e / 32u)) & 1u) << 4;
+            v |= ((BYTE_OF(w, wb + 16u + e % 32u) >> (e / 32u)) & 1u) << 4;
 #endif
-            const int av = I8_OF(a, ab + A_QS + e);
-            s += int(q) * av;
-            sa += av;
+            q[k] = int(v);
         }
-        dot += int(k4_scale(wb, g, false)) * s;
-        msum += int(k4_scale(wb, g, true)) * sa;
+        const int sc = int(k4_scale(wb, g, false)), mn = int(k4_scale(wb, g, true));
+        for (uint tt = 0u; tt < TT; ++tt) {
+            if (tt >= nt) break;
+            const uint at = ab + tt * a_row + A_QS + 32u * g;
+            int s = 0, sa = 0;
+            for (uint k = 0u; k < 32u; ++k) {
+                const int av = I8_OF(a, at + k);
+                s += q[k] * av;
+                sa += av;
+            }
+            dot[tt] += sc * s;
+            msum[tt] += mn * sa;
+        }
     }
     const float d = half_bits_to_float(U16_OF(w, wb)), dmin = half_bits_to_float(U16_OF(w, wb + 2u));
-    return d * da * float(dot) - dmin * da * float(msum);
+    for (uint tt = 0u; tt < TT; ++tt) {
+        if (tt >= nt) break;
+        const float da = uintBitsToFloat(a[(ab + tt * a_row) >> 2]);
+        acc[tt] += d * da * float(dot[tt]) - dmin * da * float(msum[tt]);
+    }
 }
 #endif
 #endif
@@ -174,42 +220,66 @@ const uint BLOCK_BYTES = 210u;
 void main() {
     // `lanes` invocations per weight row (a power of two: fewer than 64 when
     // a row has few blocks, so a workgroup works on 64 / lanes rows at once
-    // instead of leaving most invocations idle), then a tree sum per row.
+    // instead of leaving most invocations idle), each over up to TT tokens,
+    // then a tree sum per (row, token). A (row, token) result is the same
+    // sum in the same order whatever the tile.
     const uint lid = gl_LocalInvocationID.x;
     const uint L = p.lanes, lane = lid % L, rpw = 64u / L;
-    for (uint t = gl_WorkGroupID.y; t < p.n_tok; t += gl_NumWorkGroups.y) {
+    for (uint t0 = gl_WorkGroupID.y * TT; t0 < p.n_tok; t0 += gl_NumWorkGroups.y * TT) {
+        const uint nt = min(TT, p.n_tok - t0);
         for (uint r0 = gl_WorkGroupID.x * rpw; r0 < p.n_rows; r0 += gl_NumWorkGroups.x * rpw) {
             const uint r = r0 + lid / L;
-            float acc = 0.0;
+            float acc[TT];
+            for (uint tt = 0u; tt < TT; ++tt) acc[tt] = 0.0;
             if (r < p.n_rows) {
 #if WTYPE == T_F32
-                for (uint i = lane; i < p.n_cols; i += L)
-                    acc += uintBitsToFloat(w[r * p.n_cols + i]) * uintBitsToFloat(a[((p.a_off + t * p.a_row_bytes) >> 2) + i]);
-#elif WTYPE == T_F16 || WTYPE == T_BF16
+                const uint ab = (p.a_off + t0 * p.a_row_bytes) >> 2, astep = p.a_row_bytes >> 2;
                 for (uint i = lane; i < p.n_cols; i += L) {
-                    const uint wi = r * p.n_cols + i, ai = ((p.a_off + t * p.a_row_bytes) >> 1) + i;
+                    const float wv = uintBitsToFloat(w[r * p.n_cols + i]);
+                    for (uint tt = 0u; tt < TT; ++tt) {
+                        if (tt >= nt) break;
+                        acc[tt] += wv * uintBitsToFloat(a[ab + tt * astep + i]);
+                    }
+                }
+#elif WTYPE == T_F16 || WTYPE == T_BF16
+                const uint ab = (p.a_off + t0 * p.a_row_bytes) >> 1, astep = p.a_row_bytes >> 1;
+                for (uint i = lane; i < p.n_cols; i += L) {
+                    const uint wi = r * p.n_cols + i;
                     const uint wh = (w[wi >> 1] >> ((wi & 1u) * 16u)) & 0xffffu;
-                    const uint ah = (a[ai >> 1] >> ((ai & 1u) * 16u)) & 0xffffu;
 #if WTYPE == T_F16
-                    acc += half_bits_to_float(wh) * half_bits_to_float(ah);
+                    const float wv = half_bits_to_float(wh);
 #else
-                    acc += bf16_bits_to_float(wh) * bf16_bits_to_float(ah);
+                    const float wv = bf16_bits_to_float(wh);
 #endif
+                    for (uint tt = 0u; tt < TT; ++tt) {
+                        if (tt >= nt) break;
+                        const uint ai = ab + tt * astep + i;
+                        const uint ah = (a[ai >> 1] >> ((ai & 1u) * 16u)) & 0xffffu;
+#if WTYPE == T_F16
+                        acc[tt] += wv * half_bits_to_float(ah);
+#else
+                        acc[tt] += wv * bf16_bits_to_float(ah);
+#endif
+                    }
                 }
 #else
                 const uint nb = p.n_cols / BLOCK;
                 for (uint b = lane; b < nb; b += L)
-                    acc += block_dot(r * p.w_row_bytes + b * BLOCK_BYTES, p.a_off + t * p.a_row_bytes + b * A_BYTES);
+                    block_dots(r * p.w_row_bytes + b * BLOCK_BYTES, p.a_off + t0 * p.a_row_bytes + b * A_BYTES,
+                               p.a_row_bytes, nt, acc);
 #endif
             }
-            part[lid] = acc;
-            barrier();
-            for (uint s = L / 2u; s > 0u; s >>= 1) {
-                if (lane < s) part[lid] += part[lid + s];
+            for (uint tt = 0u; tt < TT; ++tt) {
+                if (tt >= nt) break;
+                part[lid] = acc[tt];
+                barrier();
+                for (uint s = L / 2u; s > 0u; s >>= 1) {
+                    if (lane < s) part[lid] += part[lid + s];
+                    barrier();
+                }
+                if (lane == 0u && r < p.n_rows) y[p.y_off + (t0 + tt) * p.y_stride + r] = part[lid];
                 barrier();
             }
-            if (lane == 0u && r < p.n_rows) y[p.y_off + t * p.y_stride + r] = part[lid];
-            barrier();
         }
     }
 }
