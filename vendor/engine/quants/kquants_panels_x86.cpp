@@ -174,13 +174,10 @@ LP_TARGET_AVX512 LP_INLINE __m128i bsums32(const block_q8_K& y) {
 }
 
 // Per row: the integer vector whose lanes sum to T, and (Q4_K / Q5_K) the 4
-// lanes that sum to M.
+// lanes that sum to M, from the row's unpacked super-block.
 template <class F>
-LP_TARGET_AVX512 LP_INLINE __m512i row_sums(const typename F::block& b, const block_q8_K& y, __m128i bs,
-                                            __m128i* m) {
-    krow u;
-    __m128i sm;
-    F::unpack(b, u, sm);
+LP_TARGET_AVX512 LP_INLINE __m512i unpacked_sums(const krow& u, __m128i sm, const block_q8_K& y, __m128i bs,
+                                                 __m128i* m) {
     __m512i s = row_dot(u, y.qs);
     if constexpr (F::has_min) {
         *m = _mm_madd_epi16(_mm_cvtepu8_epi16(_mm_srli_si128(sm, 8)), bs);
@@ -192,6 +189,15 @@ LP_TARGET_AVX512 LP_INLINE __m512i row_sums(const typename F::block& b, const bl
         (void)m;
     }
     return s;
+}
+
+template <class F>
+LP_TARGET_AVX512 LP_INLINE __m512i row_sums(const typename F::block& b, const block_q8_K& y, __m128i bs,
+                                            __m128i* m) {
+    krow u;
+    __m128i sm;
+    F::unpack(b, u, sm);
+    return unpacked_sums<F>(u, sm, y, bs, m);
 }
 
 // --- 16 rows into one vector --------------------------------------------------------
@@ -248,7 +254,7 @@ struct alignas(64) vec64 {
     __m512i v;
 };
 struct matvec_scratch {
-    std::vector<vec64> s;     // per super-block, 16 slots: the row's lane sums of T
+    std::vector<vec64> s;     // per (column, super-block), 16 slots: the row's lane sums of T
     std::vector<__m128i> m;   // the same for M (Q4_K, Q5_K)
     std::vector<float> d, dmin;  // per super-block, row r at 16i + r
 };
@@ -257,21 +263,26 @@ matvec_scratch& thread_matvec_scratch() {
     return s;
 }
 
-// Rows one after the other, each streamed in address order with the dot
-// product's prefetch (walking 16 rows side by side, super-block by
-// super-block, measured ~25% slower from memory): the integer sums of every
-// (row, super-block) go to a buffer (~1 KB per super-block), then the 16
-// rows are reduced into lanes and the float steps done super-block by
-// super-block, as in the panel.
-template <class F>
-LP_TARGET_AVX512 void matvec(int64_t n, const uint8_t* w, size_t w_stride, int nr, const block_q8_K* y,
-                             float* out) {
+// Mat-vec over NC activation rows at once (NC = 1: the mat-vec; more: a few
+// server slots decoding together, type_traits::matvec_cols). Rows one after
+// the other, each streamed in address order with the dot product's prefetch
+// (walking 16 rows side by side, super-block by super-block, measured ~25%
+// slower from memory) and unpacked once for all NC columns: the integer
+// sums of every (column, row, super-block) go to a buffer (~1 KB per
+// super-block and column), then per column the 16 rows are reduced into
+// lanes and the float steps done super-block by super-block, as in the
+// panel. Every column gets mat-vec's bits.
+template <class F, int NC>
+LP_TARGET_AVX512 void matvec_cols_nc(int64_t n, const uint8_t* w, size_t w_stride, int nr, const uint8_t* a,
+                                     size_t a_stride, float* out, size_t out_stride) {
     using block = typename F::block;
     const int64_t nsb = n / QK_K;
     matvec_scratch& sc = thread_matvec_scratch();
-    if (sc.s.size() < (size_t)nsb * 16) {
-        sc.s.resize((size_t)nsb * 16);
-        sc.m.resize((size_t)nsb * 16);
+    if (sc.s.size() < (size_t)(nsb * 16 * NC)) {
+        sc.s.resize((size_t)(nsb * 16 * NC));
+        sc.m.resize((size_t)(nsb * 16 * NC));
+    }
+    if (sc.d.size() < (size_t)nsb * 16) {
         sc.d.resize((size_t)nsb * 16);
         sc.dmin.resize((size_t)nsb * 16);
     }
@@ -281,6 +292,8 @@ LP_TARGET_AVX512 void matvec(int64_t n, const uint8_t* w, size_t w_stride, int n
     __m128i* const mbuf = sc.m.data();
     float* const dbuf = sc.d.data();
     float* const dminbuf = sc.dmin.data();
+    const block_q8_K* y[NC];
+    for (int c = 0; c < NC; ++c) y[c] = reinterpret_cast<const block_q8_K*>(a + c * a_stride);
     for (int r = 0; r < nr; ++r) {
         const auto* b = reinterpret_cast<const block*>(w + (size_t)r * w_stride);
         const int slot = kSlot[r];
@@ -289,31 +302,59 @@ LP_TARGET_AVX512 void matvec(int64_t n, const uint8_t* w, size_t w_stride, int n
                 const char* pp = reinterpret_cast<const char*>(b + i) + LP_PF_DIST;
                 for (size_t off = 0; off < sizeof(block); off += 64) _mm_prefetch(pp + off, _MM_HINT_T0);
             }
-            const __m128i bs = F::has_min ? bsums32(y[i]) : _mm_setzero_si128();
-            __m128i m = _mm_setzero_si128();
-            _mm512_store_si512(sbuf + 16 * i + slot, row_sums<F>(b[i], y[i], bs, &m));
+            krow u;
+            __m128i sm;
+            F::unpack(b[i], u, sm);
+            for (int c = 0; c < NC; ++c) {
+                const __m128i bs = F::has_min ? bsums32(y[c][i]) : _mm_setzero_si128();
+                __m128i m = _mm_setzero_si128();
+                const size_t at = (size_t)(c * nsb + i) * 16 + slot;
+                _mm512_store_si512(sbuf + at, unpacked_sums<F>(u, sm, y[c][i], bs, &m));
+                if constexpr (F::has_min) mbuf[at] = m;
+            }
             uint16_t h;
             std::memcpy(&h, reinterpret_cast<const uint8_t*>(b + i) + F::d_offset + (F::has_min ? 0 : 2), 2);
             dbuf[16 * i + r] = _cvtsh_ss(h);
             if constexpr (F::has_min) {
-                mbuf[16 * i + slot] = m;
                 std::memcpy(&h, reinterpret_cast<const uint8_t*>(b + i) + 2, 2);
                 dminbuf[16 * i + r] = _cvtsh_ss(h);
             }
         }
     }
     // lanes past nr carry stale values; they are never stored
-    __m512 acc = _mm512_setzero_ps();
-    for (int64_t i = 0; i < nsb; ++i) {
-        const __m512i t = reduce16(sbuf + 16 * i);
-        const __m512 d = _mm512_loadu_ps(dbuf + 16 * i);
-        if constexpr (F::has_min)
-            acc = float_step<F>(acc, t, reduce16_x4(mbuf + 16 * i), d,
-                                _mm512_loadu_ps(dminbuf + 16 * i), y[i].d);
-        else
-            acc = float_step<F>(acc, t, _mm512_setzero_si512(), d, d, y[i].d);
+    for (int c = 0; c < NC; ++c) {
+        __m512 acc = _mm512_setzero_ps();
+        for (int64_t i = 0; i < nsb; ++i) {
+            const size_t at = (size_t)(c * nsb + i) * 16;
+            const __m512i t = reduce16(sbuf + at);
+            const __m512 d = _mm512_loadu_ps(dbuf + 16 * i);
+            if constexpr (F::has_min)
+                acc = float_step<F>(acc, t, reduce16_x4(mbuf + at), d, _mm512_loadu_ps(dminbuf + 16 * i), y[c][i].d);
+            else
+                acc = float_step<F>(acc, t, _mm512_setzero_si512(), d, d, y[c][i].d);
+        }
+        _mm512_mask_storeu_ps(out + c * out_stride, (__mmask16)((1u << nr) - 1), acc);
     }
-    _mm512_mask_storeu_ps(out, (__mmask16)((1u << nr) - 1), acc);
+}
+
+template <class F>
+LP_TARGET_AVX512 void matvec(int64_t n, const uint8_t* w, size_t w_stride, int nr, const block_q8_K* y,
+                             float* out) {
+    matvec_cols_nc<F, 1>(n, w, w_stride, nr, reinterpret_cast<const uint8_t*>(y), 0, out, 0);
+}
+
+// type_traits::matvec_cols: nr <= 16 weight rows × nc <= 4 activation rows.
+template <class F>
+LP_TARGET_AVX512 void matvec_cols(int64_t n, const void* w_, size_t w_stride, const void* a_, size_t a_stride,
+                                  float* out, size_t out_stride, int nr, int nc) {
+    const auto* w = static_cast<const uint8_t*>(w_);
+    const auto* a = static_cast<const uint8_t*>(a_);
+    switch (nc) {
+        case 4: matvec_cols_nc<F, 4>(n, w, w_stride, nr, a, a_stride, out, out_stride); return;
+        case 3: matvec_cols_nc<F, 3>(n, w, w_stride, nr, a, a_stride, out, out_stride); return;
+        case 2: matvec_cols_nc<F, 2>(n, w, w_stride, nr, a, a_stride, out, out_stride); return;
+        default: matvec_cols_nc<F, 1>(n, w, w_stride, nr, a, a_stride, out, out_stride); return;
+    }
 }
 
 // The single-row dot product: the same integers and float steps as a lane of
@@ -547,14 +588,18 @@ void register_kquant_panels_x86(type_traits* table, isa level) {
     if (level == isa::avx512) {
         // the 4x4 tiles of kquants_tiles_x86.cpp sum in another order: the
         // panel replaces them (and the dot product) for these types
-        auto use = [&](ggml_type t, vec_dot_fn dot, gemm_panel_fn panel, gemm_tile_fn tile) {
+        auto use = [&](ggml_type t, vec_dot_fn dot, gemm_panel_fn panel, gemm_tile_fn tile, gemm_tile_fn cols) {
             type_traits& tt = table[(int)t];
             tt.vec_dot = dot;
             tt.gemm_panel = panel;
             tt.gemm_tile = tile;
+            tt.matvec_cols = cols;
+            tt.matvec_batch_max = 8;  // cols in fours beat the mat-mat panel below ~8 rows (Zen 4)
         };
-        use(ggml_type::Q4_K, vec_dot_panel<fmt_k4<false>>, gemm_panel<fmt_k4<false>>, gemm_tile_panel<fmt_k4<false>>);
-        use(ggml_type::Q5_K, vec_dot_panel<fmt_k4<true>>, gemm_panel<fmt_k4<true>>, gemm_tile_panel<fmt_k4<true>>);
+        use(ggml_type::Q4_K, vec_dot_panel<fmt_k4<false>>, gemm_panel<fmt_k4<false>>, gemm_tile_panel<fmt_k4<false>>,
+            matvec_cols<fmt_k4<false>>);
+        use(ggml_type::Q5_K, vec_dot_panel<fmt_k4<true>>, gemm_panel<fmt_k4<true>>, gemm_tile_panel<fmt_k4<true>>,
+            matvec_cols<fmt_k4<true>>);
         // Q6_K is not switched on: its panel runs mat-mat ~1.4x the tiles,
         // but its mat-vec measured ~5-10% under the dot product's, and with
         // it the Gemma 3 vs llama.cpp greedy check (tests/) lost a
@@ -562,6 +607,7 @@ void register_kquant_panels_x86(type_traits* table, isa level) {
         (void)vec_dot_panel<fmt_q6k>;
         (void)gemm_panel<fmt_q6k>;
         (void)gemm_tile_panel<fmt_q6k>;
+        (void)matvec_cols<fmt_q6k>;
     }
 #endif
     (void)table;
