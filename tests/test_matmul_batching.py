@@ -89,12 +89,13 @@ def test_float_rows_of_any_length(t, level, n_cols):
 @pytest.mark.parametrize("level", LEVELS)
 @pytest.mark.parametrize("t", ["F32", "F16"])
 @pytest.mark.parametrize("n_rows,n_cols,n_tok", [(19, 257, 131), (6, 40, 11), (35, 513, 17), (3, 16, 5),
-                                                 (17, 1000, 7), (150, 300, 9), (67, 257, 133)])
+                                                 (17, 1000, 7), (150, 300, 9), (67, 257, 133), (21, 1030, 263)])
 def test_float_panels_of_odd_shapes(t, level, n_rows, n_cols, n_tok):
     # The float panels' register tiles (4 weight rows x 6 activation rows at
     # AVX-512, x 3 at AVX2) and all their edge tiles, K blocks (256 / 512
     # elements) with partial tails, more activation rows than one panel
-    # takes (128) and more weight rows (64 per mat-mat panel at AVX-512):
+    # takes (128; F16 at the AVX2 level: 256) and more weight rows (64 per
+    # mat-mat panel at AVX-512):
     # every output has vec_dot's bits and the reference's value.
     rng = np.random.default_rng(n_rows * 7 + n_cols)
     w = E.quantize(rng.standard_normal((n_rows, n_cols)).astype(np.float32), t)

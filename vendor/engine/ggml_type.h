@@ -48,14 +48,14 @@ using gemm_tile_fn = void (*)(int64_t n, const void* w, size_t w_stride, const v
                               float* out, size_t out_stride, int nr, int nc);
 
 // Panels: out[c * out_stride + r] = dot(w_row r, a_row c) for r < nr and
-// c < nc <= 128, in one call (nr <= 16 in mat-vec, <= the type's panel_rows
+// c < nc <= the type's panel_cols (128 unless it says otherwise), in one call (nr <= 16 in mat-vec, <= the type's panel_rows
 // in mat-mat), so a kernel can re-lay out the nr rows once for all nc columns
 // (mat-mat) or stream them (nc == 1, mat-vec).
 // Optional; where a type has one the driver uses it for both, and its results
 // must not depend on nc.
 using gemm_panel_fn = void (*)(int64_t n, const void* w, size_t w_stride, int nr, const void* a, size_t a_stride,
                                int nc, float* out, size_t out_stride);
-constexpr int kPanelRows = 16, kPanelCols = 128;
+constexpr int kPanelRows = 16, kPanelCols = 128, kPanelColsMax = 1024;
 
 // A matvec_cols (type_traits) made of a type's gemm_tile where that tile
 // gives vec_dot's bits: the weight rows in fours, each tile unpacking its
@@ -93,6 +93,10 @@ struct type_traits {
     // a panel does once per call on the activations (the float panels widen
     // or copy them).
     int panel_rows = kPanelRows;
+    // Activation rows per gemm_panel call in mat-mat (at most kPanelColsMax).
+    // More columns per call amortise work a panel does once per call on the
+    // weights (the F16 panels convert their rows to F32).
+    int panel_cols = kPanelCols;
     // Up to this many activation rows, mat-mat runs the mat-vec kernel once per
     // activation row over row groups that stay in cache (cpu/matmul.cpp): below
     // it the tiles / panels, built to amortise unpacking over many columns, cost

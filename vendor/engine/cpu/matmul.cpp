@@ -100,13 +100,14 @@ void matmul(const weight_view& w, const float* x, int64_t x_stride, int64_t n_to
 
     if (const gemm_panel_fn panel = wt.gemm_panel) {
         // The type's panel kernel (mat-mat): panel_rows weight rows per call,
-        // against up to kPanelCols activation rows.
+        // against up to panel_cols activation rows.
         const int64_t prows = wt.panel_rows;
         const int64_t n_rt = (w.n_rows + prows - 1) / prows;
-        const int64_t n_ct = (n_tok + kPanelCols - 1) / kPanelCols;
+        const int64_t pcols = wt.panel_cols;
+        const int64_t n_ct = (n_tok + pcols - 1) / pcols;
         pool.parallel_for(n_rt * n_ct, [&](int64_t job, int) {
             const int64_t rt = job % n_rt, ct = job / n_rt;
-            const int64_t c0 = ct * kPanelCols, nc = std::min<int64_t>(kPanelCols, n_tok - c0);
+            const int64_t c0 = ct * pcols, nc = std::min<int64_t>(pcols, n_tok - c0);
             const int64_t r0 = rt * prows, nr = std::min<int64_t>(prows, w.n_rows - r0);
             panel(w.n_cols, wd + r0 * w.row_stride, w.row_stride, (int)nr, a + c0 * a_stride, a_stride, (int)nc,
                   y + c0 * y_stride + r0, (size_t)y_stride);

@@ -142,9 +142,12 @@ LP_TARGET_AVX2 void gemm_tile_float_avx2(int64_t n, const void* w, size_t ws, co
 // the same bits. F16 rows are converted to F32 once per K block for all the
 // panel's columns (exact), the F16 activations on the fly (exact).
 constexpr int64_t kKc = 512;
-// partial-accumulator floats of one 4-row group: ceil(128 / 3) column groups
-// of 3 columns × 4 rows × 8 lanes
-constexpr size_t kGroupPart = (size_t)(kPanelCols + 2) / 3 * 96;
+#ifndef LP_F16_PANEL_COLS
+#define LP_F16_PANEL_COLS 256
+#endif
+// partial-accumulator floats of one 4-row group over nc columns: ceil(nc / 3)
+// column groups of 3 columns × 4 rows × 8 lanes
+constexpr size_t group_part(int nc) { return (size_t)(nc + 2) / 3 * 96; }
 
 // [hsum(v0), hsum(v1), hsum(v2), hsum(v3)], each lane summed in
 // hsum_f32x8's order: y_j = v_j + v_{j+4}, then (y0 + y2) + (y1 + y3).
@@ -250,8 +253,9 @@ LP_TARGET_AVX2 void gemm_panel_float_avx2(int64_t n, const void* w_, size_t ws, 
     }
     static thread_local panel_scratch s;
     float* part = nullptr;
+    const size_t gpart = group_part(nc);
     if (n > kKc) {
-        s.part.resize(kPanelRows / 4 * kGroupPart);
+        if (s.part.size() < kPanelRows / 4 * gpart) s.part.resize(kPanelRows / 4 * gpart);
         part = s.part.data();
     }
     constexpr bool f16 = L::elem == 2;
@@ -277,7 +281,7 @@ LP_TARGET_AVX2 void gemm_panel_float_avx2(int64_t n, const void* w_, size_t ws, 
             wsf = ws / sizeof(float);
         }
         for (int r = 0; r < nr; r += 4) {
-            float* pr = part ? part + (size_t)(r / 4) * kGroupPart : nullptr;
+            float* pr = part ? part + (size_t)(r / 4) * gpart : nullptr;
             const float* wr = wf + r * wsf;
             switch (std::min(4, nr - r)) {
                 case 4: panel_rows<A, 4>(i0, len, first, last, wr, wsf, a, as, nc, pr, out + r, os); break;
@@ -301,6 +305,7 @@ void use_f16_avx2_kernels(type_traits& f16) {
     f16.gemm_tile = gemm_tile_float_avx2<f16_avx2>;
     f16.gemm_panel = gemm_panel_float_avx2<f16_avx2, act_f16>;
     f16.panel_rows = kPanelRows;
+    f16.panel_cols = LP_F16_PANEL_COLS;
     f16.vec_dot_isa = isa::avx2;
 }
 
