@@ -55,7 +55,7 @@ using gemm_tile_fn = void (*)(int64_t n, const void* w, size_t w_stride, const v
 // must not depend on nc.
 using gemm_panel_fn = void (*)(int64_t n, const void* w, size_t w_stride, int nr, const void* a, size_t a_stride,
                                int nc, float* out, size_t out_stride);
-constexpr int kPanelRows = 16, kPanelCols = 128, kPanelColsMax = 1024;
+constexpr int kPanelRows = 16, kPanelCols = 128;
 
 // A matvec_cols (type_traits) made of a type's gemm_tile where that tile
 // gives vec_dot's bits: the weight rows in fours, each tile unpacking its
@@ -93,9 +93,10 @@ struct type_traits {
     // a panel does once per call on the activations (the float panels widen
     // or copy them).
     int panel_rows = kPanelRows;
-    // Activation rows per gemm_panel call in mat-mat (at most kPanelColsMax).
-    // More columns per call amortise work a panel does once per call on the
-    // weights (the F16 panels convert their rows to F32).
+    // Activation rows per gemm_panel call in mat-mat. More columns per call
+    // amortise work a panel does once per call on the weights (the AVX2 F16
+    // panel converts its rows to F32), until a K block's activations no
+    // longer fit L2.
     int panel_cols = kPanelCols;
     // Up to this many activation rows, mat-mat runs the mat-vec kernel once per
     // activation row over row groups that stay in cache (cpu/matmul.cpp): below

@@ -142,9 +142,11 @@ LP_TARGET_AVX2 void gemm_tile_float_avx2(int64_t n, const void* w, size_t ws, co
 // the same bits. F16 rows are converted to F32 once per K block for all the
 // panel's columns (exact), the F16 activations on the fly (exact).
 constexpr int64_t kKc = 512;
-#ifndef LP_F16_PANEL_COLS
-#define LP_F16_PANEL_COLS 256
-#endif
+// Columns per F16 panel call (type_traits::panel_cols): the rows are
+// converted to F32 once per call, so 256 columns halve that work against
+// 128; at 640 a K block's activations (and the partial sums) outgrow L2 and
+// a CLIP-L encode got slower (Zen 4, 2 threads).
+constexpr int kF16PanelCols = 256;
 // partial-accumulator floats of one 4-row group over nc columns: ceil(nc / 3)
 // column groups of 3 columns × 4 rows × 8 lanes
 constexpr size_t group_part(int nc) { return (size_t)(nc + 2) / 3 * 96; }
@@ -305,7 +307,7 @@ void use_f16_avx2_kernels(type_traits& f16) {
     f16.gemm_tile = gemm_tile_float_avx2<f16_avx2>;
     f16.gemm_panel = gemm_panel_float_avx2<f16_avx2, act_f16>;
     f16.panel_rows = kPanelRows;
-    f16.panel_cols = LP_F16_PANEL_COLS;
+    f16.panel_cols = kF16PanelCols;
     f16.vec_dot_isa = isa::avx2;
 }
 
