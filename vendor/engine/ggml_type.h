@@ -48,25 +48,14 @@ using gemm_tile_fn = void (*)(int64_t n, const void* w, size_t w_stride, const v
                               float* out, size_t out_stride, int nr, int nc);
 
 // Panels: out[c * out_stride + r] = dot(w_row r, a_row c) for r < nr and
-// c < nc <= the type's panel_cols (128 unless it says otherwise), in one call (nr <= 16 in mat-vec, <= the type's panel_rows
-// in mat-mat), so a kernel can re-lay out the nr rows once for all nc columns
+// c < nc <= the type's panel_cols (128 unless it says otherwise), in one
+// call (nr <= 16 in mat-vec, <= the type's panel_rows in mat-mat), so a kernel can re-lay out the nr rows once for all nc columns
 // (mat-mat) or stream them (nc == 1, mat-vec).
 // Optional; where a type has one the driver uses it for both, and its results
 // must not depend on nc.
 using gemm_panel_fn = void (*)(int64_t n, const void* w, size_t w_stride, int nr, const void* a, size_t a_stride,
                                int nc, float* out, size_t out_stride);
 constexpr int kPanelRows = 16, kPanelCols = 128;
-
-// A matvec_cols (type_traits) made of a type's gemm_tile where that tile
-// gives vec_dot's bits: the weight rows in fours, each tile unpacking its
-// rows once for all nc <= 4 columns.
-template <gemm_tile_fn Tile>
-void matvec_cols_by_tiles(int64_t n, const void* w, size_t w_stride, const void* a, size_t a_stride, float* out,
-                          size_t out_stride, int nr, int nc) {
-    const auto* wb = static_cast<const unsigned char*>(w);
-    for (int r = 0; r < nr; r += 4)
-        Tile(n, wb + (size_t)r * w_stride, w_stride, a, a_stride, out + r, out_stride, nr - r < 4 ? nr - r : 4, nc);
-}
 
 // Bulk conversions over n elements (n a multiple of the block size).
 using to_float_fn = void (*)(const void* src, float* dst, int64_t n);

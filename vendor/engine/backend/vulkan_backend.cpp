@@ -334,7 +334,8 @@ void vulkan_backend::matmul(const weight_view& w, const float* x, int64_t xs, fl
     d.buffers = {&wb, a.buf, ya.buf};
     d.set_push(pc);
     d.groups[0] = groups_for((w.n_rows + 64 / lanes - 1) / (64 / lanes), ctx_->max_groups(0));
-    d.groups[1] = groups_for((n + 7) / 8, ctx_->max_groups(1));  // matmul.comp's TT tokens per workgroup
+    constexpr int64_t kTokenTile = 8;  // matmul.comp's TT: tokens per workgroup
+    d.groups[1] = groups_for((n + kTokenTile - 1) / kTokenTile, ctx_->max_groups(1));
     work.push_back(std::move(d));
     for (auto& k : work) record(std::move(k));
 }

@@ -91,7 +91,8 @@ LP_TARGET_AVX2 void k4_tile(int64_t n, const uint8_t* w, size_t ws, const uint8_
     for (int c = 0; c < NC; ++c) y[c] = reinterpret_cast<const block_q8_K*>(a + c * as);
     [[maybe_unused]] const char* pf = tiles_avx2::prefetch_start(w, ws, NR);
     for (int64_t i = 0; i < n / QK_K; ++i) {
-        if constexpr (NC == 1 || NR == 1) tiles_avx2::prefetch_step(pf, NR * bb);  // mat-vec streams the weights
+        // mat-vec and the row-by-row small batches (matvec_cols) stream the weights
+        if constexpr (NC == 1 || NR == 1) tiles_avx2::prefetch_step(pf, NR * bb);
         for (int r = 0; r < NR; ++r) {
             const uint8_t* b = w + r * ws + i * bb;
             k4_row k = k4_decode<Q5>(b);
@@ -377,7 +378,7 @@ LP_TARGET_AVX2 void gemm_panel(int64_t n, const void* w, size_t ws, int nr, cons
     const auto* wb = static_cast<const uint8_t*>(w);
     const auto* ab = static_cast<const uint8_t*>(a);
     if (nc < 4) {  // mat-vec, small batches: decode as we go
-        for (int r = 0; r < nr; r += 4) gemm_tile<K>(n, wb + r * ws, ws, ab, as, out + r, os, std::min(4, nr - r), nc);
+        tiles_avx2::tiles_by_fours<gemm_tile<K>>(n, wb, ws, ab, as, out, os, nr, nc);
         return;
     }
     const int64_t nsb = n / QK_K;

@@ -279,8 +279,7 @@ unpacked panel_buffer(int nr, int64_t nb) {
         const auto* wb = static_cast<const uint8_t*>(w);                                                       \
         const auto* ab = static_cast<const uint8_t*>(a);                                                       \
         if (nc < 4) {                                                                                          \
-            for (int r = 0; r < nr; r += 4)                                                                    \
-                gemm_tile_##SUFFIX<F>(n, wb + r * ws, ws, ab, as, out + r, os, std::min(4, nr - r), nc);       \
+            tiles_avx2::tiles_by_fours<gemm_tile_##SUFFIX<F>>(n, wb, ws, ab, as, out, os, nr, nc);             \
             return;                                                                                            \
         }                                                                                                      \
         const int64_t nb = n / 32;                                                                             \
@@ -357,13 +356,13 @@ void register_legacy_tiles_avx2(type_traits* table, isa level) {
     // win (Zen 4 at the AVX2 level, 2 threads: Q5_0 1.31x / 2.70x / 6.17x the
     // mat-vec at 2 / 4 / 8 rows, against 1.91x / 3.01x / 4.68x before)
     if (avx2_use_vnni()) {
-        q4_0.matvec_cols = matvec_cols_by_tiles<gemm_tile_avxvnni<q4_0_fmt>>;
-        q5_0.matvec_cols = matvec_cols_by_tiles<gemm_tile_avxvnni<q5_0_fmt>>;
-        q8_0.matvec_cols = matvec_cols_by_tiles<gemm_tile_avxvnni<q8_0_fmt_flip>>;
+        q4_0.matvec_cols = tiles_avx2::tiles_by_fours<gemm_tile_avxvnni<q4_0_fmt>>;
+        q5_0.matvec_cols = tiles_avx2::tiles_by_fours<gemm_tile_avxvnni<q5_0_fmt>>;
+        q8_0.matvec_cols = tiles_avx2::tiles_by_fours<gemm_tile_avxvnni<q8_0_fmt_flip>>;
     } else {
-        q4_0.matvec_cols = matvec_cols_by_tiles<gemm_tile_avx2<q4_0_fmt>>;
-        q5_0.matvec_cols = matvec_cols_by_tiles<gemm_tile_avx2<q5_0_fmt>>;
-        q8_0.matvec_cols = matvec_cols_by_tiles<gemm_tile_avx2<q8_0_fmt_sign>>;
+        q4_0.matvec_cols = tiles_avx2::tiles_by_fours<gemm_tile_avx2<q4_0_fmt>>;
+        q5_0.matvec_cols = tiles_avx2::tiles_by_fours<gemm_tile_avx2<q5_0_fmt>>;
+        q8_0.matvec_cols = tiles_avx2::tiles_by_fours<gemm_tile_avx2<q8_0_fmt_sign>>;
     }
     for (type_traits* t : {&q4_0, &q5_0, &q8_0}) t->matvec_batch_max = 4;
 }

@@ -1,6 +1,7 @@
 // tiles_avx2_common.h — what the AVX2 register-blocked tiles share
 // (float_tiles_avx2.cpp, legacy_tiles_avx2.cpp, kquants_tiles_avx2.cpp): the
-// weight prefetch of mat-vec. Include after <immintrin.h>.
+// weight prefetch of mat-vec, and running a 4-row tile over more rows.
+// Include after <immintrin.h>.
 #pragma once
 
 #include <cstddef>
@@ -28,6 +29,17 @@ LP_TARGET_AVX2 LP_INLINE const char* prefetch_start(const uint8_t* w, size_t w_s
 LP_TARGET_AVX2 LP_INLINE void prefetch_step(const char*& p, size_t bytes) {
     for (size_t off = 0; off < bytes; off += 64) _mm_prefetch(p + off, _MM_HINT_T0);
     p += bytes;
+}
+
+// A gemm_tile_fn over nr weight rows (a panel's 16) in groups of 4, each
+// group against all nc <= 4 columns: the panels' narrow calls (nc < 4), and a
+// type's matvec_cols where its tile gives vec_dot's bits.
+template <void (*Tile)(int64_t, const void*, size_t, const void*, size_t, float*, size_t, int, int)>
+LP_TARGET_AVX2 void tiles_by_fours(int64_t n, const void* w, size_t w_stride, const void* a, size_t a_stride,
+                                   float* out, size_t out_stride, int nr, int nc) {
+    const auto* wb = static_cast<const uint8_t*>(w);
+    for (int r = 0; r < nr; r += 4)
+        Tile(n, wb + (size_t)r * w_stride, w_stride, a, a_stride, out + r, out_stride, nr - r < 4 ? nr - r : 4, nc);
 }
 
 #endif  // LP_HAVE_AVX2
