@@ -196,7 +196,9 @@ def _compute_bytes(s: _Shape, n_ctx: int, n_ubatch: int, n_threads: int, flash: 
     for _ in range(2 if any(s.swa_layers) else 1):
         run += 4 * ub * max(s.n_rot, 2) + 8 * ub * mask_words + 2 * 4 * ub
     widest = max(s.n_embd, s.n_ff, s.n_head * s.head_dim_v)
-    matmul_act = ub * widest * 4 + 1024
+    # packed_act_bytes_max: float products pack their activations in tiles
+    # of 12 rows x 16 lanes (quantized ones need at most 4 bytes an element)
+    matmul_act = 4 * ((ub + 11) // 12 * 12) * ((widest + 15) // 16 * 16) + 1024
     attn = _engine.ops.attention_scratch_bytes("flash" if flash else "explicit", n_threads, n_ctx,
                                                s.n_head // s.n_head_kv, s.head_dim_k, s.head_dim_v,
                                                n_head_kv=s.n_head_kv)

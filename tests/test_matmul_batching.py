@@ -71,9 +71,9 @@ def test_rows_with_tail_blocks_do_not_depend_on_the_batch(t, level):
 def test_float_rows_of_any_length(t, level, n_cols):
     # the float tiles finish a row with a zero-padded partial vector: still
     # batch invariant, equal to vec_dot, and within float rounding of the
-    # double-precision reference. Past 512 elements the AVX2 panels run in K
-    # blocks (partial sums kept between blocks); 8 activation rows = two
-    # 3-column tiles and a 2-column one, 7 rows end in a 1-column one.
+    # double-precision reference. 8 and 7 activation rows are one packed
+    # activation tile (with padding) at AVX-512, a whole one and a partial
+    # one at AVX2.
     rng = np.random.default_rng(n_cols)
     w = E.quantize(rng.standard_normal((9, n_cols)).astype(np.float32), t)
     x = rng.standard_normal((8, n_cols)).astype(np.float32)
@@ -91,11 +91,11 @@ def test_float_rows_of_any_length(t, level, n_cols):
 @pytest.mark.parametrize("n_rows,n_cols,n_tok", [(19, 257, 131), (6, 40, 11), (35, 513, 17), (3, 16, 5),
                                                  (17, 1000, 7), (150, 300, 9), (67, 257, 133), (21, 1030, 263)])
 def test_float_panels_of_odd_shapes(t, level, n_rows, n_cols, n_tok):
-    # The float panels' register tiles (4 weight rows x 6 activation rows at
-    # AVX-512, x 3 at AVX2) and all their edge tiles, K blocks (256 / 512
-    # elements) with partial tails, more activation rows than one panel
-    # takes (128; F16 at the AVX2 level: 256) and more weight rows (64 per
-    # mat-mat panel at AVX-512):
+    # The packed float mat-mat (x86 levels): register tiles of 32 weight rows
+    # x 12 activation rows at AVX-512 (16 x 6 at AVX2) and their edges (rows
+    # past a tile, 1-11 columns in the last activation tile), a partial last
+    # step of 16 / 8 elements, 64 weight rows per job, activation tiles split
+    # between jobs where there are few row panels:
     # every output has vec_dot's bits and the reference's value.
     rng = np.random.default_rng(n_rows * 7 + n_cols)
     w = E.quantize(rng.standard_normal((n_rows, n_cols)).astype(np.float32), t)

@@ -4,12 +4,14 @@
 // _mm512 intrinsics (its "native aliases") give each instruction's exact
 // result, with the kernels' target attribute lowered to AVX2. What that
 // checks is the kernels' logic, not their speed:
-//   - vec_dot, the 4 x 4 tiles, mat-vec and the mat-mat panels give the same
-//     bits for every (row, column) pair: register-tile edges (1-4 rows x 1-6
-//     columns), K blocks with partial tails, up to kPanelCols columns;
+//   - vec_dot, the 4 x 4 tiles, mat-vec and the packed mat-mat give the same
+//     bits for every (row, column) pair: register-tile edges (rows past a
+//     32-row tile, columns past a 12-column one), partial last steps, several
+//     activation tiles;
 //   - each is within 4e-6 · Σ|w·a| of the double-precision sum (the bound of
 //     tests/quant_checks.py and kernel_check.cpp);
-//   - hsum_f32x16 and reduce4 add the lanes in the documented tree.
+//   - hsum_f32x16 adds the lanes in the documented tree (which the packed
+//     product's lane merge follows: the bit comparisons above).
 // On a CPU with AVX-512 tests/cpp/kernel_check.cpp and the Python tests run
 // the real instructions. Build and run: tools/avx512_emulated_check.sh.
 // Last line "N passed, M failed"; exit status 1 on any failure.
@@ -32,6 +34,14 @@
 #undef LP_TARGET_AVX512
 #define LP_TARGET_AVX512 LP_TARGET_AVX2
 #define LP_PIN_ZMM(x) ((void)0)  // SIMDe's vectors are not registers
+
+// SIMDe 0.8.2's _mm512_mask_storeu_ps writes zeros to the lanes the mask
+// leaves out; the instruction leaves that memory alone. The real semantics
+// (a whole-vector read, blend and write: the buffers here have room past
+// their ends).
+#undef _mm512_mask_storeu_ps
+#define _mm512_mask_storeu_ps(mem, k, a)                                                                 \
+    simde_mm512_storeu_ps((mem), simde_mm512_mask_mov_ps(simde_mm512_loadu_ps(mem), (k), (a)))
 
 #include "quants/float_tiles_avx512.cpp"
 
@@ -78,6 +88,8 @@ float elem_at(const uint8_t* row, int64_t i, int elem_bytes) {
     return fp16_to_fp32(h);
 }
 
+// F32 rows of F16-representable values for the F16 type (the packed product
+// rounds F32 activations to F16 itself; vec_dot takes the F16 rows).
 template <class L>
 void check_shape(const char* type, int nr, int nc, int64_t n, uint64_t seed) {
     rng g(seed);
@@ -85,11 +97,28 @@ void check_shape(const char* type, int nr, int nc, int64_t n, uint64_t seed) {
     for (float& v : wf) v = g.uniform();
     for (float& v : af) v = g.uniform() * 2;
     const int eb = L::elem_bytes;
-    const std::vector<uint8_t> w = rows_of(wf, eb), a = rows_of(af, eb);
+    // SIMDe's masked loads and stores touch the whole 64 bytes (a masked
+    // AVX-512 access does not): room past every buffer's end
+    const size_t pad = 64;
+    std::vector<uint8_t> w = rows_of(wf, eb), a = rows_of(af, eb);
+    w.resize(w.size() + pad * 4);
+    a.resize(a.size() + pad * 4);
+    af.resize(af.size() + pad);
     const size_t ws = (size_t)n * eb, as = (size_t)n * eb;
     const size_t os = (size_t)nr + 3;  // a stride past the rows: nothing between is written
-    std::vector<float> panel((size_t)nc * os, -7.0f), matvec((size_t)nr, -7.0f);
-    gemm_panel_float_avx512<L>(n, w.data(), ws, nr, a.data(), as, nc, panel.data(), os);
+    std::vector<float> panel((size_t)nc * os + pad, -7.0f), matvec((size_t)nr + pad, -7.0f);
+    // the packed product: activation tiles of kPackCols rows, then up to
+    // kPackedPanelRows weight rows per call, as the driver cuts them
+    const size_t tile = packed_tile_floats(kPackCols, kLanes, n);
+    std::vector<float> ap(tile * (size_t)((nc + kPackCols - 1) / kPackCols) + pad);
+    for (int c = 0; c < nc; c += kPackCols) {
+        const int cnt = std::min(kPackCols, nc - c);
+        if (eb == 4) pack_acts_float_avx512<f32_acts>(n, af.data() + (size_t)c * n, n, cnt, ap.data() + (size_t)(c / kPackCols) * tile);
+        else pack_acts_float_avx512<f16_acts>(n, af.data() + (size_t)c * n, n, cnt, ap.data() + (size_t)(c / kPackCols) * tile);
+    }
+    for (int r = 0; r < nr; r += kPackedPanelRows)
+        gemm_packed_float_avx512<L>(n, w.data() + r * ws, ws, std::min(kPackedPanelRows, nr - r), ap.data(), nc,
+                                    panel.data() + r, os);
     bool bits = true, close = true, untouched = true;
     for (int c = 0; c < nc; ++c) {
         for (int r = 0; r < nr; ++r) {
@@ -107,8 +136,9 @@ void check_shape(const char* type, int nr, int nc, int64_t n, uint64_t seed) {
         }
         for (size_t r = (size_t)nr; r < os; ++r) untouched = untouched && panel[(size_t)c * os + r] == -7.0f;
     }
-    // mat-vec through the panel entry point (nc == 1), and the 4 x 4 tiles
-    gemm_panel_float_avx512<L>(n, w.data(), ws, nr, a.data(), as, 1, matvec.data(), 1);
+    // mat-vec: the 4 x 1 tiles the driver runs, and the 4 x 4 tiles
+    for (int r = 0; r < nr; r += 4)
+        gemm_tile_float_avx512<L>(n, w.data() + r * ws, ws, a.data(), as, matvec.data() + r, 1, std::min(4, nr - r), 1);
     bool mv = true;
     for (int r = 0; r < nr; ++r) mv = mv && same_bits(matvec[(size_t)r], panel[(size_t)r]);
     bool tiles = true;
@@ -122,34 +152,25 @@ void check_shape(const char* type, int nr, int nc, int64_t n, uint64_t seed) {
         }
     const std::string what = std::string(type) + " " + std::to_string(nr) + " rows x " + std::to_string(nc) +
                              " columns x " + std::to_string(n);
-    report(bits, what + ": panel == vec_dot bits");
-    report(close, what + ": panel within 4e-6 of the reference");
-    report(untouched, what + ": panel writes only its outputs");
-    report(mv, what + ": mat-vec == panel bits");
-    report(tiles, what + ": 4x4 tiles == panel bits");
+    report(bits, what + ": packed product == vec_dot bits");
+    report(close, what + ": packed product within 4e-6 of the reference");
+    report(untouched, what + ": packed product writes only its outputs");
+    report(mv, what + ": mat-vec == packed product bits");
+    report(tiles, what + ": 4x4 tiles == packed product bits");
 }
 
 void check_lane_sums() {
     rng g(99);
     bool ok = true;
     for (int t = 0; t < 200; ++t) {
-        float v[4][16];
-        for (auto& row : v)
-            for (float& x : row) x = g.uniform() * (float)(1 << (g.next() % 20));
-        float want[4];
-        for (int k = 0; k < 4; ++k) {
-            float y[8], z[4];
-            for (int j = 0; j < 8; ++j) y[j] = v[k][j] + v[k][j + 8];
-            for (int j = 0; j < 4; ++j) z[j] = y[j] + y[j + 4];
-            want[k] = (z[0] + z[2]) + (z[1] + z[3]);
-            ok = ok && same_bits(hsum_f32x16(_mm512_loadu_ps(v[k])), want[k]);
-        }
-        float got[4];
-        _mm_storeu_ps(got, reduce4(_mm512_loadu_ps(v[0]), _mm512_loadu_ps(v[1]), _mm512_loadu_ps(v[2]),
-                                   _mm512_loadu_ps(v[3])));
-        for (int k = 0; k < 4; ++k) ok = ok && same_bits(got[k], want[k]);
+        float v[16];
+        for (float& x : v) x = g.uniform() * (float)(1 << (g.next() % 20));
+        float y[8], z[4];
+        for (int j = 0; j < 8; ++j) y[j] = v[j] + v[j + 8];
+        for (int j = 0; j < 4; ++j) z[j] = y[j] + y[j + 4];
+        ok = ok && same_bits(hsum_f32x16(_mm512_loadu_ps(v)), (z[0] + z[2]) + (z[1] + z[3]));
     }
-    report(ok, "hsum_f32x16 and reduce4: the documented lane-sum tree");
+    report(ok, "hsum_f32x16: the documented lane-sum tree");
 }
 
 }  // namespace
@@ -157,8 +178,8 @@ void check_lane_sums() {
 int main() {
     check_lane_sums();
     const int64_t lengths[] = {1, 15, 16, 17, 100, 255, 256, 257, 384, 511, 513, 1000};
-    const int row_counts[] = {1, 3, 4, 7, 16, 37, 64};  // mat-mat panels of F32 / F16 take up to 64 rows
-    const int col_counts[] = {2, 5, 6, 7, 13, 128};
+    const int row_counts[] = {1, 3, 4, 7, 16, 33, 37, 64, 100};  // up to 64 rows per call, 32 per tile
+    const int col_counts[] = {2, 4, 5, 8, 12, 13, 30, 128};
     uint64_t seed = 1;
     for (int64_t n : lengths)
         for (int nr : row_counts)

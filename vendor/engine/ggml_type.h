@@ -57,6 +57,25 @@ using gemm_panel_fn = void (*)(int64_t n, const void* w, size_t w_stride, int nr
                                int nc, float* out, size_t out_stride);
 constexpr int kPanelRows = 16, kPanelCols = 128;
 
+// Packed mat-mat (the F32 / F16 kernels of the x86 levels): the driver packs
+// the F32 activation rows once per product, pack_cols rows per tile, each
+// tile pack_cols × pack_lanes × ceil(n / pack_lanes) floats, tiles back to
+// back (pack_acts: nc <= pack_cols rows x, row stride xs floats, into one
+// tile; values as the type's vec_dot_type holds them). gemm_packed then gives
+// out[c * out_stride + r] = dot(w_row r, activation row c) for r < nr <=
+// panel_rows and c < nc (any number), from `ap`, the tile holding activation
+// row 0 — with vec_dot's bits.
+using pack_acts_fn = void (*)(int64_t n, const float* x, int64_t xs, int nc, float* dst);
+using gemm_packed_fn = void (*)(int64_t n, const void* w, size_t w_stride, int nr, const float* ap, int nc,
+                                float* out, size_t out_stride);
+// Floats of one packed tile of a row of n elements; bytes of the packed
+// activations of n_tok rows at the widest packing any level uses (what the
+// engine reserves for a product's activations).
+inline size_t packed_tile_floats(int pack_cols, int pack_lanes, int64_t n) {
+    return (size_t)pack_cols * (size_t)pack_lanes * (size_t)((n + pack_lanes - 1) / pack_lanes);
+}
+size_t packed_act_bytes_max(int64_t n_tok, int64_t n);
+
 // Bulk conversions over n elements (n a multiple of the block size).
 using to_float_fn = void (*)(const void* src, float* dst, int64_t n);
 using from_float_fn = void (*)(const float* src, void* dst, int64_t n);
@@ -96,6 +115,12 @@ struct type_traits {
     // activation rows at once (any number of weight rows; tile signature),
     // same bits per row as vec_dot, each weight block unpacked once for all.
     gemm_tile_fn matvec_cols = nullptr;
+    // Optional packed mat-mat (see pack_acts_fn); where a type has it, the
+    // driver uses it for mat-mat instead of gemm_panel / gemm_tile.
+    pack_acts_fn pack_acts = nullptr;
+    gemm_packed_fn gemm_packed = nullptr;
+    int pack_cols = 0;   // activation rows per packed tile
+    int pack_lanes = 0;  // lanes of vec_dot's accumulator: the packing's step
     isa vec_dot_isa = isa::scalar;       // the level vec_dot was written for
 };
 

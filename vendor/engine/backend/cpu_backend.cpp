@@ -51,9 +51,9 @@ LP_INLINE void apply(const row_op& o, int64_t t) {
 }  // namespace
 
 cpu_backend::cpu_backend(const hparams& hp, int64_t n_ub, int64_t n_cells, int n_threads, attention_path path) {
-    // Quantized activations: at most 4 bytes per element of the widest input.
+    // Quantized or packed activations of the widest input.
     const int64_t widest = std::max({hp.n_embd, hp.n_ff, hp.n_head * hp.head_dim_v});
-    mm_.act.reserve((size_t)(n_ub * widest * 4 + 1024));
+    mm_.act.reserve(packed_act_bytes_max(n_ub, widest) + 1024);
     attn_.reserve(path, n_threads, n_cells, (int)(hp.n_head / hp.n_head_kv), (int)hp.head_dim_k, (int)hp.head_dim_v,
                   (int)hp.n_head_kv);
 }

@@ -44,6 +44,40 @@ void check(const weight_view& w, const type_traits& wt) {
                           type_name(w.type) + " block size " + std::to_string(wt.block_size));
 }
 
+// Mat-mat of a type with a packed product (F32 / F16 at the x86 levels):
+// the activations are packed once, tile by tile on the pool, then each job
+// takes panel_rows weight rows, packs them once and runs them against its
+// share of the activation tiles: all of them where there are enough row
+// panels to keep the threads busy (the packed rows are then made once per
+// product), else an even split of the tiles.
+void matmul_packed(const weight_view& w, const type_traits& wt, const float* x, int64_t x_stride, int64_t n_tok,
+                   float* y, int64_t y_stride, thread_pool& pool, matmul_scratch& scratch) {
+    const int64_t pc = wt.pack_cols;
+    const size_t tile = packed_tile_floats(wt.pack_cols, wt.pack_lanes, w.n_cols);
+    const int64_t n_tiles = (n_tok + pc - 1) / pc;
+    const size_t need = sizeof(float) * tile * (size_t)n_tiles;
+    if (scratch.act.size() < need) scratch.act.resize(need);
+    float* ap = reinterpret_cast<float*>(scratch.act.data());
+    pool.parallel_for(n_tiles, [&](int64_t t, int) {
+        wt.pack_acts(w.n_cols, x + t * pc * x_stride, x_stride, (int)std::min(pc, n_tok - t * pc), ap + t * tile);
+    });
+    const auto* wd = static_cast<const uint8_t*>(w.data);
+    const int64_t prows = wt.panel_rows;
+    const int64_t n_rt = (w.n_rows + prows - 1) / prows;
+    const int64_t want = 3 * (int64_t)pool.n_threads();
+    const int64_t n_ct = std::min(n_tiles, std::max<int64_t>(1, (want + n_rt - 1) / n_rt));
+    const int64_t per = (n_tiles + n_ct - 1) / n_ct;  // activation tiles per job
+    pool.parallel_for(n_rt * n_ct, [&](int64_t job, int) {
+        const int64_t rt = job % n_rt, ct = job / n_rt;
+        const int64_t c0 = ct * per * pc;
+        if (c0 >= n_tok) return;
+        const int64_t nc = std::min<int64_t>(per * pc, n_tok - c0);
+        const int64_t r0 = rt * prows, nr = std::min<int64_t>(prows, w.n_rows - r0);
+        wt.gemm_packed(w.n_cols, wd + r0 * w.row_stride, w.row_stride, (int)nr, ap + (size_t)(c0 / pc) * tile, (int)nc,
+                       y + c0 * y_stride + r0, (size_t)y_stride);
+    });
+}
+
 }  // namespace
 
 void matmul(const weight_view& w, const float* x, int64_t x_stride, int64_t n_tok, float* y, int64_t y_stride,
@@ -51,12 +85,17 @@ void matmul(const weight_view& w, const float* x, int64_t x_stride, int64_t n_to
     const type_traits& wt = traits(w.type, level);
     check(w, wt);
     if (n_tok <= 0 || w.n_rows <= 0) return;
+    const bool small = n_tok <= wt.matvec_batch_max || n_tok == 1;
+    if (!small && wt.gemm_packed) {
+        matmul_packed(w, wt, x, x_stride, n_tok, y, y_stride, pool, scratch);
+        return;
+    }
     size_t a_stride = 0;
     const uint8_t* a = convert_activations(wt, x, x_stride, n_tok, w.n_cols, &pool, &scratch, &a_stride, level, false);
     const auto* wd = static_cast<const uint8_t*>(w.data);
     const int nth = pool.n_threads();
 
-    if (n_tok <= wt.matvec_batch_max || n_tok == 1) {
+    if (small) {
         // Mat-vec, and small batches (a few server slots decoding together, a
         // short draft): memory bound. Contiguous chunks of rows, a few per
         // thread (so a slow thread does not hold up the others and each

@@ -21,7 +21,7 @@ struct weight_view {
     size_t row_stride = 0;
 };
 
-// Reusable scratch memory for the quantized activations.
+// Reusable scratch memory for the quantized or packed activations.
 struct matmul_scratch {
     std::vector<uint8_t> act;
 };

@@ -123,175 +123,198 @@ LP_TARGET_AVX2 void gemm_tile_float_avx2(int64_t n, const void* w, size_t ws, co
 }
 
 // ---------------------------------------------------------------------------
-// Mat-mat panels (gemm_panel_fn): up to 16 weight rows × 128 activation rows
-// per call. The 4 × 2 tile above holds 8 accumulators, exactly the FMA
-// latency × throughput of a 2-FMA-port core, and loads 6 vectors per 8 FMAs;
-// measured at about half the FMA peak. The panel's register tile is 4 weight
-// rows × 3 activation rows: 12 accumulators (slack over the 8 chains two
-// ports need), the 3 activation vectors held, each weight vector loaded once
-// into a register for its 3 FMAs: 7 loads per 12 FMAs, 16 ymm registers.
-// The four rows of a column are reduced together (reduce4) and stored as one
-// 4-float vector.
+// Mat-mat: the packed product (gemm_packed_fn, pack_acts_fn), as at AVX-512
+// (float_tiles_avx512.cpp says why and how) with this level's chains: a
+// pair's dot product is 8 lane chains (elements l, l + 8, ... from zero, the
+// zero-padded tail included) added in hsum_f32x8's tree. The register tile
+// runs one lane's chains for 16 weight rows (two vectors) × 6 activation
+// rows: 12 accumulators, 8 loads per 12 FMAs, 15 of the 16 ymm registers.
+// Lanes are taken in bit-reversed order (0, 4, 2, 6, 1, 5, 3, 7) and merged
+// like a binary counter, so lane l meets l + 4, then l + 2, then l + 1.
 //
-// K blocks of kKc elements: a panel's 4-row group (4 × 2 KB) stays in L1 while
-// all its columns' blocks stream past from L2 (128 × 2 KB), and the 8-lane
-// partial accumulators of the (row, column) pairs wait in a per-thread
-// buffer between blocks. Each pair still takes its FMAs in the order of
-// float_tile<1, 1>, i.e. vec_dot (elements 0-7, 8-15, ..., the zero-padded
-// tail last, then hsum_f32x8's lane sum), so panel, vec_dot and mat-vec give
-// the same bits. F16 rows are converted to F32 once per K block for all the
-// panel's columns (exact), the F16 activations on the fly (exact).
-constexpr int64_t kKc = 512;
-// Columns per F16 panel call (type_traits::panel_cols): the rows are
-// converted to F32 once per call, so 256 columns halve that work against
-// 128; at 640 a K block's activations (and the partial sums) outgrow L2 and
-// a CLIP-L encode got slower (Zen 4, 2 threads).
-constexpr int kF16PanelCols = 256;
-// partial-accumulator floats of one 4-row group over nc columns: ceil(nc / 3)
-// column groups of 3 columns × 4 rows × 8 lanes
-constexpr size_t group_part(int nc) { return (size_t)(nc + 2) / 3 * 96; }
+// Layouts (floats; S = ceil(K / 8) steps of 8 elements): packed activations
+// per tile of kPackCols rows [lane][step][6 rows] (made once per matmul by
+// the driver); packed weights per tile of kPackRows rows [lane][step][16
+// rows] (per call; F16 widened exactly). Zero-padded past K and past the
+// last row.
+constexpr int kLanes = 8;
+constexpr int kPackRows = 16;
+constexpr int kPackCols = 6;
+constexpr int kPackedPanelRows = 64;
+constexpr int kTreeLevels = 3;
+static_assert(kPackedPanelRows % kPanelRows == 0, "panel_rows is a multiple of kPanelRows");
 
-// [hsum(v0), hsum(v1), hsum(v2), hsum(v3)], each lane summed in
-// hsum_f32x8's order: y_j = v_j + v_{j+4}, then (y0 + y2) + (y1 + y3).
-LP_TARGET_AVX2 LP_INLINE __m128 reduce4(__m256 v0, __m256 v1, __m256 v2, __m256 v3) {
-    const __m256 s01 = _mm256_add_ps(_mm256_permute2f128_ps(v0, v1, 0x20), _mm256_permute2f128_ps(v0, v1, 0x31));
-    const __m256 s23 = _mm256_add_ps(_mm256_permute2f128_ps(v2, v3, 0x20), _mm256_permute2f128_ps(v2, v3, 0x31));
-    // s01 = [y(v0) | y(v1)], s23 = [y(v2) | y(v3)]
-    const __m256d d01 = _mm256_castps_pd(s01), d23 = _mm256_castps_pd(s23);
-    const __m256 u = _mm256_add_ps(_mm256_castpd_ps(_mm256_unpacklo_pd(d01, d23)),
-                                   _mm256_castpd_ps(_mm256_unpackhi_pd(d01, d23)));
-    // u = [v0: y0+y2, y1+y3, v2: y0+y2, y1+y3 | v1: ..., v3: ...]
-    const __m256 t = _mm256_add_ps(_mm256_shuffle_ps(u, u, _MM_SHUFFLE(2, 0, 2, 0)),
-                                   _mm256_shuffle_ps(u, u, _MM_SHUFFLE(3, 1, 3, 1)));
-    // t = [h0, h2, h0, h2 | h1, h3, h1, h3]
-    return _mm_unpacklo_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
+// In place: lane j of r[i] becomes lane i of r[j].
+LP_TARGET_AVX2 LP_INLINE void transpose8(__m256 r[8]) {
+    __m256 t[8], u[8];
+    for (int i = 0; i < 8; i += 2) {  // per 128-bit half: [a0 b0 a1 b1], [a2 b2 a3 b3]
+        t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int g = 0; g < 2; ++g) {  // u[4g + m], half h: rows 4g..4g+3 of column 4h + m
+        u[4 * g + 0] = _mm256_shuffle_ps(t[4 * g], t[4 * g + 2], _MM_SHUFFLE(1, 0, 1, 0));
+        u[4 * g + 1] = _mm256_shuffle_ps(t[4 * g], t[4 * g + 2], _MM_SHUFFLE(3, 2, 3, 2));
+        u[4 * g + 2] = _mm256_shuffle_ps(t[4 * g + 1], t[4 * g + 3], _MM_SHUFFLE(1, 0, 1, 0));
+        u[4 * g + 3] = _mm256_shuffle_ps(t[4 * g + 1], t[4 * g + 3], _MM_SHUFFLE(3, 2, 3, 2));
+    }
+    for (int m = 0; m < 4; ++m) {
+        r[m] = _mm256_permute2f128_ps(u[m], u[4 + m], 0x20);
+        r[m + 4] = _mm256_permute2f128_ps(u[m], u[4 + m], 0x31);
+    }
 }
 
-// Activation loads of the panel tile: F32 rows, or F16 rows converted.
-struct act_f32 {
-    LP_TARGET_AVX2 static LP_INLINE __m256 load(const uint8_t* row, int64_t i) { return f32_avx2::load(row, i); }
-    LP_TARGET_AVX2 static LP_INLINE __m256 load_tail(const uint8_t* row, int64_t i, int cnt, __m256i live) {
-        return f32_avx2::load_tail(row, i, cnt, live);
+// The cnt (<= 8) floats from x, zeros after.
+LP_TARGET_AVX2 LP_INLINE __m256 load_f32_first(const float* x, int cnt) {
+    if (cnt == 8) return _mm256_loadu_ps(x);
+    const __m256i live = _mm256_cmpgt_epi32(_mm256_set1_epi32(cnt), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    return _mm256_maskload_ps(x, live);
+}
+
+// Activation values as vec_dot sees them: F32 as they are, F16 rounded to
+// F16 (to nearest even, as the F16 activation conversion) and widened back.
+struct f32_acts {
+    LP_TARGET_AVX2 static LP_INLINE __m256 load(const float* x, int cnt) { return load_f32_first(x, cnt); }
+};
+struct f16_acts {
+    LP_TARGET_AVX2 static LP_INLINE __m256 load(const float* x, int cnt) {
+        return _mm256_cvtph_ps(_mm256_cvtps_ph(load_f32_first(x, cnt), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
     }
 };
-using act_f16 = f16_avx2;
 
-// NR (<= 4) F32 weight rows w (stride wsf floats, element 0 = element i0 of
-// the row) × NC (<= 3) activation rows a (stride as bytes), elements
-// [i0, i0 + len): the accumulators start at zero (first) or from part
-// ([c][r] 8-lane vectors), end in part or, at the last block (last; its
-// zero-padded tail included), reduced into out[c · os + r].
-template <class A, int NR, int NC>
-LP_TARGET_AVX2 void panel_tile(int64_t i0, int64_t len, bool first, bool last, const float* w, size_t wsf,
-                               const uint8_t* a, size_t as, float* part, float* out, size_t os) {
-    __m256 acc[NR][NC];
-    for (int c = 0; c < NC; ++c)
-        for (int r = 0; r < NR; ++r)
-            acc[r][c] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(part + (c * 4 + r) * 8);
-    const uint8_t* ac[NC];
-    for (int c = 0; c < NC; ++c) ac[c] = a + c * as;
-    int64_t k = 0;
-    for (; k + 8 <= len; k += 8) {
-        __m256 av[NC];
-        for (int c = 0; c < NC; ++c) {
-            av[c] = A::load(ac[c], i0 + k);
-            __asm__("" : "+x"(av[c]));
-        }
-        for (int r = 0; r < NR; ++r) {
-            __m256 wv = _mm256_loadu_ps(w + r * wsf + k);
-            // one load per weight vector, not one per FMA (see float_tile)
-            __asm__("" : "+x"(wv));
-            for (int c = 0; c < NC; ++c) acc[r][c] = _mm256_fmadd_ps(wv, av[c], acc[r][c]);
+// nc (<= kPackCols) F32 activation rows x (stride xs floats) of n elements
+// into one packed tile at dst; rows past nc are zeros.
+template <class A>
+LP_TARGET_AVX2 void pack_acts_float_avx2(int64_t n, const float* x, int64_t xs, int nc, float* dst) {
+    const int64_t S = (n + kLanes - 1) / kLanes;
+    for (int64_t j = 0; j < S; ++j) {
+        const int cnt = (int)std::min<int64_t>(kLanes, n - j * kLanes);
+        __m256 v[8];
+        for (int c = 0; c < 8; ++c) v[c] = c < nc ? A::load(x + c * xs + j * kLanes, cnt) : _mm256_setzero_ps();
+        transpose8(v);
+        for (int l = 0; l < kLanes; ++l) {
+            float* d = dst + (l * S + j) * kPackCols;  // 6 of the 8 lanes
+            _mm_storeu_ps(d, _mm256_castps256_ps128(v[l]));
+            _mm_storel_pi(reinterpret_cast<__m64*>(d + 4), _mm256_extractf128_ps(v[l], 1));
         }
     }
-    if (k < len) {  // the row's tail (only in its last block)
-        const int cnt = (int)(len - k);
+}
+
+// Rows [r0, r0 + 16) of the weights (nr rows in all) into one packed tile.
+template <class L>
+LP_TARGET_AVX2 void pack_weights(int64_t n, int64_t S, const uint8_t* w, size_t ws, int r0, int nr, float* dst) {
+    for (int64_t j = 0; j < S; ++j) {
+        const int64_t i = j * kLanes;
+        const int cnt = (int)std::min<int64_t>(kLanes, n - i);
         const __m256i live = _mm256_cmpgt_epi32(_mm256_set1_epi32(cnt), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-        __m256 av[NC];
-        for (int c = 0; c < NC; ++c) av[c] = A::load_tail(ac[c], i0 + k, cnt, live);
-        for (int r = 0; r < NR; ++r) {
-            const __m256 wv = _mm256_maskload_ps(w + r * wsf + k, live);
-            for (int c = 0; c < NC; ++c) acc[r][c] = _mm256_fmadd_ps(wv, av[c], acc[r][c]);
+        for (int h = 0; h < kPackRows / 8; ++h) {
+            __m256 v[8];
+            for (int k = 0; k < 8; ++k) {
+                const int r = r0 + 8 * h + k;
+                v[k] = r >= nr ? _mm256_setzero_ps() : cnt == 8 ? L::load(w + r * ws, i) : L::load_tail(w + r * ws, i, cnt, live);
+            }
+            transpose8(v);
+            for (int l = 0; l < kLanes; ++l) _mm256_storeu_ps(dst + (l * S + j) * kPackRows + 8 * h, v[l]);
         }
     }
-    if (!last) {
-        for (int c = 0; c < NC; ++c)
-            for (int r = 0; r < NR; ++r) _mm256_storeu_ps(part + (c * 4 + r) * 8, acc[r][c]);
+}
+
+// One lane's chains for a 16-row × NC-column tile (NC of the packed tile's 6
+// activation rows; NC even).
+template <int NC>
+LP_TARGET_AVX2 LP_INLINE void lane_chains(int64_t S, const float* wp, const float* ap, __m256 acc[2][NC]) {
+    for (int c = 0; c < NC; ++c) acc[0][c] = acc[1][c] = _mm256_setzero_ps();
+    for (int64_t j = 0; j < S; ++j, wp += kPackRows, ap += kPackCols) {
+        __m256 w0 = _mm256_loadu_ps(wp), w1 = _mm256_loadu_ps(wp + 8);
+        __asm__("" : "+x"(w0));  // one load per weight vector, not one folded into each FMA
+        __asm__("" : "+x"(w1));
+        for (int c = 0; c < NC; ++c) {
+            __m256 b = _mm256_broadcast_ss(ap + c);
+            __asm__("" : "+x"(b));
+            acc[0][c] = _mm256_fmadd_ps(w0, b, acc[0][c]);
+            acc[1][c] = _mm256_fmadd_ps(w1, b, acc[1][c]);
+        }
+    }
+}
+
+// Adds the chains of the index-th lane (bit-reversed order) into the tree
+// (kTreeLevels levels of 2 × kPackCols vectors); true when acc holds the
+// finished sums (the 8th lane).
+template <int NC>
+LP_TARGET_AVX2 LP_INLINE bool merge_lane(int index, __m256 acc[2][NC], float* tree) {
+    int level = 0;
+    for (int bits = index; bits & 1; bits >>= 1, ++level) {
+        const float* t = tree + level * (2 * kPackCols * 8);
+        for (int c = 0; c < NC; ++c) {
+            acc[0][c] = _mm256_add_ps(_mm256_loadu_ps(t + (2 * c) * 8), acc[0][c]);
+            acc[1][c] = _mm256_add_ps(_mm256_loadu_ps(t + (2 * c + 1) * 8), acc[1][c]);
+        }
+    }
+    if (level == kTreeLevels) return true;
+    float* t = tree + level * (2 * kPackCols * 8);
+    for (int c = 0; c < NC; ++c) {
+        _mm256_storeu_ps(t + (2 * c) * 8, acc[0][c]);
+        _mm256_storeu_ps(t + (2 * c + 1) * 8, acc[1][c]);
+    }
+    return false;
+}
+
+constexpr int bit_reversed3(int i) { return ((i & 1) << 2) | (i & 2) | ((i & 4) >> 2); }
+
+// The first cnt (<= 8) floats of v to dst.
+LP_TARGET_AVX2 LP_INLINE void store_first(float* dst, __m256 v, int cnt) {
+    if (cnt >= 8) {
+        _mm256_storeu_ps(dst, v);
         return;
     }
-    for (int c = 0; c < NC; ++c) {
-        if constexpr (NR == 4) {
-            _mm_storeu_ps(out + (size_t)c * os, reduce4(acc[0][c], acc[1][c], acc[2][c], acc[3][c]));
-        } else {
-            for (int r = 0; r < NR; ++r) out[(size_t)c * os + r] = x86::hsum_f32x8(acc[r][c]);
-        }
-    }
+    const __m256i live = _mm256_cmpgt_epi32(_mm256_set1_epi32(cnt), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    _mm256_maskstore_ps(dst, live, v);
 }
 
-template <class A, int NR>
-LP_TARGET_AVX2 void panel_rows(int64_t i0, int64_t len, bool first, bool last, const float* w, size_t wsf,
-                               const uint8_t* a, size_t as, int nc, float* part, float* out, size_t os) {
-    int c = 0;
-    for (; c + 3 <= nc; c += 3, part += 3 * 32)
-        panel_tile<A, NR, 3>(i0, len, first, last, w, wsf, a + c * as, as, part, out + c * os, os);
-    if (nc - c == 2) panel_tile<A, NR, 2>(i0, len, first, last, w, wsf, a + c * as, as, part, out + c * os, os);
-    if (nc - c == 1) panel_tile<A, NR, 1>(i0, len, first, last, w, wsf, a + c * as, as, part, out + c * os, os);
-}
-
-// Per-thread buffers of a panel: the partial accumulators (4 row groups ×
-// kGroupPart) and, for F16, one K block of the rows as F32.
-struct panel_scratch {
-    std::vector<float> part, rows;
+struct packed_scratch {
+    std::vector<float> w, tree;
 };
 
-template <class L, class A>
-LP_TARGET_AVX2 void gemm_panel_float_avx2(int64_t n, const void* w_, size_t ws, int nr, const void* a_, size_t as,
-                                          int nc, float* out, size_t os) {
-    const auto* w = static_cast<const uint8_t*>(w_);
-    const auto* a = static_cast<const uint8_t*>(a_);
-    if (nc == 1) {  // mat-vec: stream the rows (float_tile's prefetch), 4 at a time
-        for (int r = 0; r < nr; r += 4) gemm_tile_float_avx2<L>(n, w + r * ws, ws, a, as, out + r, os, std::min(4, nr - r), 1);
-        return;
-    }
-    static thread_local panel_scratch s;
-    float* part = nullptr;
-    const size_t gpart = group_part(nc);
-    if (n > kKc) {
-        if (s.part.size() < kPanelRows / 4 * gpart) s.part.resize(kPanelRows / 4 * gpart);
-        part = s.part.data();
-    }
-    constexpr bool f16 = L::elem == 2;
-    if (f16) s.rows.resize((size_t)kPanelRows * kKc);
-    for (int64_t i0 = 0; i0 < n; i0 += kKc) {
-        const int64_t len = std::min(kKc, n - i0);
-        const bool first = i0 == 0, last = i0 + len == n;
-        const float* wf;
-        size_t wsf;
-        if constexpr (f16) {
-            // rows [i0, i0 + len) as F32, the tail zero-padded to 8
-            float* dst = s.rows.data();
-            for (int r = 0; r < nr; ++r) {
-                const uint8_t* src = w + r * ws;
-                int64_t k = 0;
-                for (; k + 8 <= len; k += 8) _mm256_storeu_ps(dst + r * kKc + k, L::load(src, i0 + k));
-                if (k < len) _mm256_storeu_ps(dst + r * kKc + k, L::load_tail(src, i0 + k, (int)(len - k), _mm256_setzero_si256()));
-            }
-            wf = dst;
-            wsf = (size_t)kKc;
-        } else {
-            wf = reinterpret_cast<const float*>(w) + i0;
-            wsf = ws / sizeof(float);
-        }
-        for (int r = 0; r < nr; r += 4) {
-            float* pr = part ? part + (size_t)(r / 4) * gpart : nullptr;
-            const float* wr = wf + r * wsf;
-            switch (std::min(4, nr - r)) {
-                case 4: panel_rows<A, 4>(i0, len, first, last, wr, wsf, a, as, nc, pr, out + r, os); break;
-                case 3: panel_rows<A, 3>(i0, len, first, last, wr, wsf, a, as, nc, pr, out + r, os); break;
-                case 2: panel_rows<A, 2>(i0, len, first, last, wr, wsf, a, as, nc, pr, out + r, os); break;
-                default: panel_rows<A, 1>(i0, len, first, last, wr, wsf, a, as, nc, pr, out + r, os); break;
+// Columns [0, nc) of one packed activation tile against every row tile.
+template <int NC>
+LP_TARGET_AVX2 void packed_column_tile(int64_t S, int n_rt, int nr, const float* wp, const float* ap, int nc,
+                                       float* tree, float* out, size_t os) {
+    const size_t wtile = (size_t)kLanes * S * kPackRows, wlane = (size_t)S * kPackRows, alane = (size_t)S * kPackCols;
+    for (int i = 0; i < kLanes; ++i) {
+        const int l = bit_reversed3(i);
+        for (int rt = 0; rt < n_rt; ++rt) {
+            __m256 acc[2][NC];
+            lane_chains<NC>(S, wp + rt * wtile + l * wlane, ap + l * alane, acc);
+            if (!merge_lane<NC>(i, acc, tree + (size_t)rt * kTreeLevels * 2 * kPackCols * 8)) continue;
+            const int r0 = rt * kPackRows;
+            for (int c = 0; c < nc; ++c) {
+                store_first(out + (size_t)c * os + r0, acc[0][c], nr - r0);
+                if (nr - r0 > 8) store_first(out + (size_t)c * os + r0 + 8, acc[1][c], nr - r0 - 8);
             }
         }
+    }
+}
+
+// nr (<= kPackedPanelRows) weight rows × nc packed activation rows:
+// out[c · os + r].
+template <class L>
+LP_TARGET_AVX2 void gemm_packed_float_avx2(int64_t n, const void* w, size_t ws, int nr, const float* ap, int nc,
+                                           float* out, size_t os) {
+    const int64_t S = (n + kLanes - 1) / kLanes;
+    const int n_rt = (nr + kPackRows - 1) / kPackRows;
+    static thread_local packed_scratch s;
+    const size_t wtile = (size_t)kLanes * S * kPackRows;
+    if (s.w.size() < (size_t)n_rt * wtile) s.w.resize((size_t)n_rt * wtile);
+    s.tree.resize((size_t)n_rt * kTreeLevels * 2 * kPackCols * 8);
+    for (int rt = 0; rt < n_rt; ++rt)
+        pack_weights<L>(n, S, static_cast<const uint8_t*>(w), ws, rt * kPackRows, nr, s.w.data() + rt * wtile);
+    const size_t atile = (size_t)kPackCols * kLanes * S;
+    for (int c0 = 0; c0 < nc; c0 += kPackCols) {
+        const int ncc = std::min(kPackCols, nc - c0);
+        const float* apt = ap + (size_t)(c0 / kPackCols) * atile;
+        float* o = out + (size_t)c0 * os;
+        if (ncc <= 2) packed_column_tile<2>(S, n_rt, nr, s.w.data(), apt, ncc, s.tree.data(), o, os);
+        else if (ncc <= 4) packed_column_tile<4>(S, n_rt, nr, s.w.data(), apt, ncc, s.tree.data(), o, os);
+        else packed_column_tile<6>(S, n_rt, nr, s.w.data(), apt, ncc, s.tree.data(), o, os);
     }
 }
 
@@ -300,14 +323,21 @@ LP_TARGET_AVX2 void vec_dot_float_avx2(int64_t n, float* out, const void* w_row,
     float_tile<L, 1, 1>(n, static_cast<const uint8_t*>(w_row), 0, static_cast<const uint8_t*>(a_row), 0, out, 0);
 }
 
+void use_packed_avx2(type_traits& t, pack_acts_fn pack, gemm_packed_fn product) {
+    t.gemm_panel = nullptr;  // mat-vec: the 4-row tiles; mat-mat: the packed product
+    t.pack_acts = pack;
+    t.gemm_packed = product;
+    t.pack_lanes = kLanes;
+    t.pack_cols = kPackCols;
+    t.panel_rows = kPackedPanelRows;
+}
+
 }  // namespace
 
 void use_f16_avx2_kernels(type_traits& f16) {
     f16.vec_dot = vec_dot_float_avx2<f16_avx2>;
     f16.gemm_tile = gemm_tile_float_avx2<f16_avx2>;
-    f16.gemm_panel = gemm_panel_float_avx2<f16_avx2, act_f16>;
-    f16.panel_rows = kPanelRows;
-    f16.panel_cols = kF16PanelCols;
+    use_packed_avx2(f16, pack_acts_float_avx2<f16_acts>, gemm_packed_float_avx2<f16_avx2>);
     f16.vec_dot_isa = isa::avx2;
 }
 
@@ -316,7 +346,7 @@ void register_float_tiles_avx2(type_traits* table, isa level) {
     type_traits& f32 = table[(int)ggml_type::F32];
     f32.vec_dot = vec_dot_float_avx2<f32_avx2>;
     f32.gemm_tile = gemm_tile_float_avx2<f32_avx2>;
-    f32.gemm_panel = gemm_panel_float_avx2<f32_avx2, act_f32>;
+    use_packed_avx2(f32, pack_acts_float_avx2<f32_acts>, gemm_packed_float_avx2<f32_avx2>);
     use_f16_avx2_kernels(table[(int)ggml_type::F16]);
 }
 

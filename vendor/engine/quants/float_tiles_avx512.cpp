@@ -1,27 +1,15 @@
 // float_tiles_avx512.cpp — the AVX-512 F32 and F16 products: vec_dot, the
-// 4 × 4 tile (gemm_tile_fn) and the mat-mat panel (gemm_panel_fn) that
-// BERT-style embedders and vision encoders (F32 / F16 weights) spend most of
-// their time in.
+// 4 × 4 tile (gemm_tile_fn, mat-vec's 4 × 1) and the packed mat-mat
+// (gemm_packed_fn) that BERT-style embedders and vision encoders (F32 / F16
+// weights) spend most of their time in.
 //
-// One order of arithmetic for every path: each (row, column) pair has one
-// 16-lane accumulator that takes the FMAs of elements 0-15, 16-31, ... in
-// order, the last partial vector zero-padded (masked loads), then one
-// horizontal sum in hsum_f32x16's order. vec_dot is the 1 × 1 tile, mat-vec
-// runs 4 × 1 tiles, the panel keeps the same per-pair order across its K
-// blocks, so all three give the same bits (tests/test_matmul_batching.py).
-//
-// Why a panel: the 4 × 4 tile loaded 20 vectors per 16 FMAs (GCC folds each
-// weight load into every FMA that uses it) and walked whole K-long rows, so
-// it was load bound and its working set left L1 for K past a few hundred.
-// The panel's register tile is 4 weight rows × 6 activation rows: 24
-// accumulators, 6 activation vectors held, each weight vector loaded once for
-// its 6 FMAs: 10 loads per 24 FMAs in 31 of the 32 zmm registers. K runs in
-// blocks of kKc; per block the panel's weight rows (up to 64: 64 KB, from L2)
-// and one 6-row activation group at a time (6 KB, L1) are copied (F32) or
-// widened (F16, exact) into per-thread buffers, so the rows a tile reads lie
-// 1 KB apart instead of a row stride apart (see gemm_panel_float_avx512 for
-// why that matters), and partial accumulators wait in a per-thread buffer
-// between blocks.
+// One order of arithmetic for every path: each (row, column) pair's dot
+// product is 16 lane chains (lane l takes the FMAs of elements l, l + 16,
+// ... in order from zero, the last partial vector zero-padded), summed in
+// hsum_f32x16's tree. vec_dot and the tiles keep the 16 chains side by side
+// in one vector per pair; the packed product runs them lane by lane over
+// many pairs at once and adds the lanes in the same tree. So vec_dot,
+// mat-vec and mat-mat give the same bits (tests/test_matmul_batching.py).
 //
 // Not here: BF16 and the conversions (float.cpp), the AVX2 level
 // (float_tiles_avx2.cpp).
@@ -61,28 +49,13 @@ namespace {
 
 // Sum of 16 lanes: y_j = v_j + v_{j+8}, z_j = y_j + y_{j+4},
 // then (z0 + z2) + (z1 + z3). Spelled out (GCC's _mm512_reduce_add_ps uses
-// this tree; other compilers need not) because reduce4 must match it.
+// this tree; other compilers need not) because the packed product's lane
+// merge (merge_lane) must match it.
 LP_TARGET_AVX512 LP_INLINE float hsum_f32x16(__m512 v) {
     const __m256 y = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
     const __m128 z = _mm_add_ps(_mm256_castps256_ps128(y), _mm256_extractf128_ps(y, 1));
     const __m128 w = _mm_add_ps(z, _mm_movehl_ps(z, z));
     return _mm_cvtss_f32(_mm_add_ss(w, _mm_movehdup_ps(w)));
-}
-
-// [hsum(v0), hsum(v1), hsum(v2), hsum(v3)], each in hsum_f32x16's order.
-LP_TARGET_AVX512 LP_INLINE __m128 reduce4(__m512 v0, __m512 v1, __m512 v2, __m512 v3) {
-    // 128-bit quarters: s01 = [y(v0) | y(v1)], s23 = [y(v2) | y(v3)]
-    const __m512 s01 = _mm512_add_ps(_mm512_shuffle_f32x4(v0, v1, _MM_SHUFFLE(1, 0, 1, 0)),
-                                     _mm512_shuffle_f32x4(v0, v1, _MM_SHUFFLE(3, 2, 3, 2)));
-    const __m512 s23 = _mm512_add_ps(_mm512_shuffle_f32x4(v2, v3, _MM_SHUFFLE(1, 0, 1, 0)),
-                                     _mm512_shuffle_f32x4(v2, v3, _MM_SHUFFLE(3, 2, 3, 2)));
-    // quarter i = z(v_i)
-    const __m512 z = _mm512_add_ps(_mm512_shuffle_f32x4(s01, s23, _MM_SHUFFLE(2, 0, 2, 0)),
-                                   _mm512_shuffle_f32x4(s01, s23, _MM_SHUFFLE(3, 1, 3, 1)));
-    // per quarter: lanes 0, 1 = z0 + z2, z1 + z3; then lane 0 = their sum
-    const __m512 w = _mm512_add_ps(z, _mm512_shuffle_ps(z, z, _MM_SHUFFLE(1, 0, 3, 2)));
-    const __m512 h = _mm512_add_ps(w, _mm512_shuffle_ps(w, w, _MM_SHUFFLE(2, 3, 0, 1)));
-    return _mm512_castps512_ps128(_mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), h));
 }
 
 // Row loads of the two element types, widened to F32 (exact).
@@ -166,135 +139,207 @@ LP_TARGET_AVX512 void vec_dot_float_avx512(int64_t n, float* out, const void* w_
 }
 
 // ---------------------------------------------------------------------------
-// Mat-mat panels: up to kFloatPanelRows weight rows × kPanelCols activation
-// rows per call (the driver gives these types taller panels than the
-// quantized ones: type_traits::panel_rows). A call copies (F32) or widens
-// (F16) every activation block it uses once, so the rows per call are what
-// that work is shared by: at 16 rows the F16 widening took 17% of the time.
-constexpr int64_t kKc = 256;
-constexpr int kTileRows = 4, kTileCols = 6;
-constexpr int kFloatPanelRows = 64;
-static_assert(kFloatPanelRows % kPanelRows == 0, "panel_rows is a multiple of kPanelRows");
-constexpr int kRowGroups = kFloatPanelRows / kTileRows;
-constexpr int kColGroups = (kPanelCols + kTileCols - 1) / kTileCols;
-constexpr size_t kTilePart = (size_t)kTileRows * kTileCols * 16;  // floats of one tile's accumulators
+// Mat-mat: the packed product (gemm_packed_fn, pack_acts_fn).
+//
+// A (row, column) pair's dot product is 16 independent FMA chains, one per
+// lane l (elements l, l + 16, l + 32, ... in order, starting from zero, the
+// zero-padded tail included), then hsum_f32x16's tree over the 16 chains.
+// vec_dot runs the 16 chains side by side in one vector per pair, which in a
+// register tile means 4 rows × 6 columns of accumulators, 10 loads per 24
+// FMAs and a horizontal sum per pair: on K = 384 (MiniLM) that ran at 30% of
+// the FMA peak of a Sapphire Rapids core. The packed product runs the same
+// chains the other way round: one lane at a time, 32 weight rows in two
+// vectors × 12 activation rows broadcast, 24 accumulators, 14 loads per 24
+// FMAs, no horizontal work in the loop; each chain's FMAs are vec_dot's, in
+// vec_dot's order. The 16 chains of a pair are then added in hsum_f32x16's
+// tree with vertical adds: lanes are taken in bit-reversed order (0, 8, 4,
+// 12, ...) and merged like a binary counter, so that lane l meets lane l + 8
+// first, then l + 4, l + 2, l + 1 (merge_lane). Same bits as vec_dot, the
+// tiles and mat-vec (tests/test_matmul_batching.py, avx512_emulated_check).
+//
+// Layouts (floats; S = ceil(K / 16) steps, step j = elements 16j..16j+15):
+//   packed activations, per tile of kPackCols rows: [lane][step][12 rows],
+//     made once per matmul by the driver (pack_acts_float_avx512);
+//   packed weights, per tile of kPackRows rows: [lane][step][32 rows],
+//     made once per gemm_packed call (F16 widened here, exactly).
+// Both are zero-padded past K and past the last row, so every lane runs S
+// steps, as vec_dot's masked tail does.
+constexpr int kLanes = 16;
+constexpr int kPackRows = 32;               // weight rows of the register tile: two vectors
+constexpr int kPackCols = 12;               // activation rows of the register tile (and of a packed tile)
+constexpr int kPackedPanelRows = 64;        // weight rows per gemm_packed call
+constexpr int kTreeLevels = 4;              // log2(kLanes)
+static_assert(kPackedPanelRows % kPanelRows == 0, "panel_rows is a multiple of kPanelRows");
 
-// NR (<= 4) F32 weight rows w (stride wsf floats) × NC (<= 6) F32 activation
-// rows a (stride asf floats), len elements from the block's start: the
-// accumulators start at zero (first) or from part ([c][r] 16-lane vectors),
-// and end in part or, at the row's last block (last: its zero-padded tail
-// included), summed into out[c · os + r].
-template <int NR, int NC>
-LP_TARGET_AVX512 void panel_tile(int64_t len, bool first, bool last, const float* w, size_t wsf, const float* a,
-                                 size_t asf, float* part, float* out, size_t os) {
-    __m512 acc[NR][NC];
-    for (int c = 0; c < NC; ++c)
-        for (int r = 0; r < NR; ++r)
-            acc[r][c] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(part + (c * kTileRows + r) * 16);
-    int64_t k = 0;
-    for (; k + 16 <= len; k += 16) {
-        __m512 av[NC];
+// In place: lane j of r[i] becomes lane i of r[j].
+LP_TARGET_AVX512 LP_INLINE void transpose16(__m512 r[16]) {
+    __m512 t[16];
+    for (int i = 0; i < 16; i += 2) {  // per 128-bit quarter: [a0 b0 a1 b1], [a2 b2 a3 b3]
+        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+    }
+    __m512 u[16];  // u[4g + m], quarter q: rows 4g..4g+3 of column 4q + m
+    for (int g = 0; g < 4; ++g) {
+        const __m512d a = _mm512_castps_pd(t[4 * g]), b = _mm512_castps_pd(t[4 * g + 1]);
+        const __m512d c = _mm512_castps_pd(t[4 * g + 2]), d = _mm512_castps_pd(t[4 * g + 3]);
+        u[4 * g + 0] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
+        u[4 * g + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
+        u[4 * g + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
+        u[4 * g + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
+    }
+    for (int m = 0; m < 4; ++m) {
+        const __m512 sa = _mm512_shuffle_f32x4(u[m], u[4 + m], _MM_SHUFFLE(2, 0, 2, 0));
+        const __m512 sb = _mm512_shuffle_f32x4(u[m], u[4 + m], _MM_SHUFFLE(3, 1, 3, 1));
+        const __m512 ta = _mm512_shuffle_f32x4(u[8 + m], u[12 + m], _MM_SHUFFLE(2, 0, 2, 0));
+        const __m512 tb = _mm512_shuffle_f32x4(u[8 + m], u[12 + m], _MM_SHUFFLE(3, 1, 3, 1));
+        r[m] = _mm512_shuffle_f32x4(sa, ta, _MM_SHUFFLE(2, 0, 2, 0));
+        r[m + 8] = _mm512_shuffle_f32x4(sa, ta, _MM_SHUFFLE(3, 1, 3, 1));
+        r[m + 4] = _mm512_shuffle_f32x4(sb, tb, _MM_SHUFFLE(2, 0, 2, 0));
+        r[m + 12] = _mm512_shuffle_f32x4(sb, tb, _MM_SHUFFLE(3, 1, 3, 1));
+    }
+}
+
+// Activation values as vec_dot sees them: F32 as they are, F16 rounded to
+// F16 (to nearest even, as the F16 activation conversion) and widened back.
+struct f32_acts {
+    static LP_TARGET_AVX512 LP_INLINE __m512 load(const float* x, __mmask16 m) { return _mm512_maskz_loadu_ps(m, x); }
+};
+struct f16_acts {
+    static LP_TARGET_AVX512 LP_INLINE __m512 load(const float* x, __mmask16 m) {
+        // by 256-bit halves (F16C): SIMDe, which the emulated check runs on, has no _mm512_cvtps_ph
+        const __m512 v = _mm512_maskz_loadu_ps(m, x);
+        constexpr int rne = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+        const __m128i lo = _mm256_cvtps_ph(_mm512_castps512_ps256(v), rne);
+        const __m128i hi = _mm256_cvtps_ph(_mm512_extractf32x8_ps(v, 1), rne);
+        return _mm512_cvtph_ps(_mm256_set_m128i(hi, lo));
+    }
+};
+
+// nc (<= kPackCols) F32 activation rows x (stride xs floats) of n elements
+// into one packed tile at dst (kPackCols × kLanes × S floats); rows past nc
+// are zeros.
+template <class A>
+LP_TARGET_AVX512 void pack_acts_float_avx512(int64_t n, const float* x, int64_t xs, int nc, float* dst) {
+    const int64_t S = (n + kLanes - 1) / kLanes;
+    for (int64_t j = 0; j < S; ++j) {
+        const __mmask16 m = j * kLanes + kLanes <= n ? (__mmask16)0xFFFF : first_lanes(n - j * kLanes);
+        __m512 v[16];
+        for (int c = 0; c < 16; ++c) v[c] = c < nc ? A::load(x + c * xs + j * kLanes, m) : _mm512_setzero_ps();
+        transpose16(v);
+        for (int l = 0; l < kLanes; ++l) _mm512_mask_storeu_ps(dst + (l * S + j) * kPackCols, 0x0FFF, v[l]);
+    }
+}
+
+// Rows [r0, r0 + 32) of the weights (nr rows in all) into one packed tile.
+template <class L>
+LP_TARGET_AVX512 void pack_weights(int64_t n, int64_t S, const uint8_t* w, size_t ws, int r0, int nr, float* dst) {
+    for (int64_t j = 0; j < S; ++j) {
+        const int64_t i = j * kLanes;
+        const bool whole = i + kLanes <= n;
+        const __mmask16 m = whole ? (__mmask16)0xFFFF : first_lanes(n - i);
+        for (int h = 0; h < kPackRows / 16; ++h) {
+            __m512 v[16];
+            for (int k = 0; k < 16; ++k) {
+                const int r = r0 + 16 * h + k;
+                v[k] = r >= nr ? _mm512_setzero_ps() : whole ? L::load(w + r * ws, i) : L::load_tail(w + r * ws, i, m);
+            }
+            transpose16(v);
+            for (int l = 0; l < kLanes; ++l) _mm512_storeu_ps(dst + (l * S + j) * kPackRows + 16 * h, v[l]);
+        }
+    }
+}
+
+// One lane's chains for a 32-row × NC-column tile: NC of the packed tile's
+// 12 activation rows (the rest are padding; NC a multiple of 4).
+template <int NC>
+LP_TARGET_AVX512 LP_INLINE void lane_chains(int64_t S, const float* wp, const float* ap, __m512 acc[2][NC]) {
+    for (int c = 0; c < NC; ++c) acc[0][c] = acc[1][c] = _mm512_setzero_ps();
+    for (int64_t j = 0; j < S; ++j, wp += kPackRows, ap += kPackCols) {
+        __m512 w0 = _mm512_loadu_ps(wp), w1 = _mm512_loadu_ps(wp + 16);
+        LP_PIN_ZMM(w0);
+        LP_PIN_ZMM(w1);
         for (int c = 0; c < NC; ++c) {
-            av[c] = _mm512_loadu_ps(a + c * asf + k);
-            LP_PIN_ZMM(av[c]);
-        }
-        for (int r = 0; r < NR; ++r) {
-            __m512 wv = _mm512_loadu_ps(w + r * wsf + k);
-            LP_PIN_ZMM(wv);  // one load per weight vector, not one folded into each FMA
-            for (int c = 0; c < NC; ++c) acc[r][c] = _mm512_fmadd_ps(wv, av[c], acc[r][c]);
+            __m512 b = _mm512_set1_ps(ap[c]);
+            LP_PIN_ZMM(b);  // one broadcast per two FMAs, not one folded into each
+            acc[0][c] = _mm512_fmadd_ps(w0, b, acc[0][c]);
+            acc[1][c] = _mm512_fmadd_ps(w1, b, acc[1][c]);
         }
     }
-    if (k < len) {  // the row's tail (only in its last block)
-        const __mmask16 m = first_lanes(len - k);
-        __m512 av[NC];
-        for (int c = 0; c < NC; ++c) av[c] = _mm512_maskz_loadu_ps(m, a + c * asf + k);
-        for (int r = 0; r < NR; ++r) {
-            const __m512 wv = _mm512_maskz_loadu_ps(m, w + r * wsf + k);
-            for (int c = 0; c < NC; ++c) acc[r][c] = _mm512_fmadd_ps(wv, av[c], acc[r][c]);
+}
+
+// Adds the chains of the index-th lane (in bit-reversed order) into the tree
+// kept in `tree` (kTreeLevels levels of 2 × NC vectors). Returns true when
+// acc holds the finished sums (the 16th lane).
+template <int NC>
+LP_TARGET_AVX512 LP_INLINE bool merge_lane(int index, __m512 acc[2][NC], float* tree) {
+    int level = 0;
+    for (int bits = index; bits & 1; bits >>= 1, ++level) {
+        const float* t = tree + level * (2 * kPackCols * 16);
+        for (int c = 0; c < NC; ++c) {
+            acc[0][c] = _mm512_add_ps(_mm512_loadu_ps(t + (2 * c) * 16), acc[0][c]);
+            acc[1][c] = _mm512_add_ps(_mm512_loadu_ps(t + (2 * c + 1) * 16), acc[1][c]);
         }
     }
-    if (!last) {
-        for (int c = 0; c < NC; ++c)
-            for (int r = 0; r < NR; ++r) _mm512_storeu_ps(part + (c * kTileRows + r) * 16, acc[r][c]);
-        return;
-    }
+    if (level == kTreeLevels) return true;
+    float* t = tree + level * (2 * kPackCols * 16);
     for (int c = 0; c < NC; ++c) {
-        if constexpr (NR == 4) {
-            _mm_storeu_ps(out + (size_t)c * os, reduce4(acc[0][c], acc[1][c], acc[2][c], acc[3][c]));
-        } else {
-            for (int r = 0; r < NR; ++r) out[(size_t)c * os + r] = hsum_f32x16(acc[r][c]);
-        }
+        _mm512_storeu_ps(t + (2 * c) * 16, acc[0][c]);
+        _mm512_storeu_ps(t + (2 * c + 1) * 16, acc[1][c]);
     }
+    return false;
 }
 
-using panel_tile_fn = void (*)(int64_t, bool, bool, const float*, size_t, const float*, size_t, float*, float*,
-                               size_t);
+constexpr int bit_reversed4(int i) { return ((i & 1) << 3) | ((i & 2) << 1) | ((i & 4) >> 1) | ((i & 8) >> 3); }
 
-template <int NR>
-struct tile_row {
-    static constexpr panel_tile_fn fns[kTileCols] = {panel_tile<NR, 1>, panel_tile<NR, 2>, panel_tile<NR, 3>,
-                                                     panel_tile<NR, 4>, panel_tile<NR, 5>, panel_tile<NR, 6>};
-};
-// [NR - 1][NC - 1]
-constexpr const panel_tile_fn* kPanelTiles[kTileRows] = {tile_row<1>::fns, tile_row<2>::fns, tile_row<3>::fns,
-                                                         tile_row<4>::fns};
-
-// len elements of n_rows rows (src stride bytes, from element i0) widened to
-// F32 (F16) or copied (F32) to dst (stride kKc floats); the partial last
-// vector zero-padded.
-template <class L>
-LP_TARGET_AVX512 void widen_block(const uint8_t* src, size_t stride, int n_rows, int64_t i0, int64_t len,
-                                  float* dst) {
-    for (int r = 0; r < n_rows; ++r) {
-        const uint8_t* row = src + r * stride;
-        int64_t k = 0;
-        for (; k + 16 <= len; k += 16) _mm512_storeu_ps(dst + r * kKc + k, L::load(row, i0 + k));
-        if (k < len) _mm512_storeu_ps(dst + r * kKc + k, L::load_tail(row, i0 + k, first_lanes(len - k)));
-    }
-}
-
-// Per-thread buffers of a panel: the partial accumulators of every tile
-// (K past one block), one block of the weight rows and of one activation
-// group as F32.
-struct panel_scratch {
-    std::vector<float> part, rows, acts;
+// Per-thread buffers: the packed weights of a call and the lane trees.
+struct packed_scratch {
+    std::vector<float> w, tree;
 };
 
-// Both operands are copied block by block into these buffers, F32 too: read
-// in place, a tile's 10 rows lie a row stride apart, which for the usual
-// power-of-two widths (2048 floats = 8 KB) puts the same offset of all ten in
-// one L1 set; eight ways cannot hold them (perf: the loop stalled on its
-// loads), and on a Zen 4 the F32 panel ran at 44% of the FMA peak where the
-// packed F16 panel ran at 50% (Llama-1B shapes, batch 512; F32 48-52% after).
-template <class L>
-LP_TARGET_AVX512 void gemm_panel_float_avx512(int64_t n, const void* w_, size_t ws, int nr, const void* a_,
-                                              size_t as, int nc, float* out, size_t os) {
-    const auto* w = static_cast<const uint8_t*>(w_);
-    const auto* a = static_cast<const uint8_t*>(a_);
-    if (nc == 1) {  // mat-vec: stream the rows (float_tile's prefetch), 4 at a time
-        for (int r = 0; r < nr; r += 4)
-            gemm_tile_float_avx512<L>(n, w + r * ws, ws, a, as, out + r, os, std::min(4, nr - r), 1);
-        return;
-    }
-    static thread_local panel_scratch s;
-    if (n > kKc) s.part.resize((size_t)kColGroups * kRowGroups * kTilePart);
-    s.rows.resize((size_t)kFloatPanelRows * kKc);
-    s.acts.resize((size_t)kTileCols * kKc);
-    for (int64_t i0 = 0; i0 < n; i0 += kKc) {
-        const int64_t len = std::min(kKc, n - i0);
-        const bool first = i0 == 0, last = i0 + len == n;
-        widen_block<L>(w, ws, nr, i0, len, s.rows.data());
-        const float* wf = s.rows.data();
-        for (int c = 0, g = 0; c < nc; c += kTileCols, ++g) {
-            const int ncg = std::min(kTileCols, nc - c);
-            widen_block<L>(a + c * as, as, ncg, i0, len, s.acts.data());
-            for (int r = 0; r < nr; r += kTileRows) {
-                const int nrg = std::min(kTileRows, nr - r);
-                float* part = s.part.empty() ? nullptr : s.part.data() + ((size_t)g * kRowGroups + r / kTileRows) * kTilePart;
-                kPanelTiles[nrg - 1][ncg - 1](len, first, last, wf + r * kKc, (size_t)kKc, s.acts.data(), (size_t)kKc,
-                                              part, out + c * os + r, os);
+// Columns [0, nc) of one packed activation tile against every row tile.
+template <int NC>
+LP_TARGET_AVX512 void packed_column_tile(int64_t S, int n_rt, int nr, const float* wp, const float* ap, int nc,
+                                         float* tree, float* out, size_t os) {
+    const size_t wtile = (size_t)kLanes * S * kPackRows, wlane = (size_t)S * kPackRows, alane = (size_t)S * kPackCols;
+    for (int i = 0; i < kLanes; ++i) {
+        const int l = bit_reversed4(i);
+        for (int rt = 0; rt < n_rt; ++rt) {
+            __m512 acc[2][NC];
+            lane_chains<NC>(S, wp + rt * wtile + l * wlane, ap + l * alane, acc);
+            if (!merge_lane<NC>(i, acc, tree + (size_t)rt * kTreeLevels * 2 * kPackCols * 16)) continue;
+            const int r0 = rt * kPackRows;
+            const __mmask16 m0 = r0 + 16 <= nr ? (__mmask16)0xFFFF : first_lanes(std::max(0, nr - r0));
+            const __mmask16 m1 = r0 + 32 <= nr ? (__mmask16)0xFFFF : first_lanes(std::max(0, nr - r0 - 16));
+            for (int c = 0; c < nc; ++c) {
+                _mm512_mask_storeu_ps(out + (size_t)c * os + r0, m0, acc[0][c]);
+                _mm512_mask_storeu_ps(out + (size_t)c * os + r0 + 16, m1, acc[1][c]);
             }
         }
+    }
+}
+
+// nr (<= kPackedPanelRows) weight rows × nc activation rows packed by
+// pack_acts_float_avx512 (tiles of kPackCols rows, back to back):
+// out[c · os + r].
+template <class L>
+LP_TARGET_AVX512 void gemm_packed_float_avx512(int64_t n, const void* w, size_t ws, int nr, const float* ap, int nc,
+                                               float* out, size_t os) {
+    const int64_t S = (n + kLanes - 1) / kLanes;
+    const int n_rt = (nr + kPackRows - 1) / kPackRows;
+    static thread_local packed_scratch s;
+    const size_t wtile = (size_t)kLanes * S * kPackRows;
+    if (s.w.size() < (size_t)n_rt * wtile) s.w.resize((size_t)n_rt * wtile);
+    s.tree.resize((size_t)n_rt * kTreeLevels * 2 * kPackCols * 16);
+    for (int rt = 0; rt < n_rt; ++rt)
+        pack_weights<L>(n, S, static_cast<const uint8_t*>(w), ws, rt * kPackRows, nr, s.w.data() + rt * wtile);
+    const size_t atile = (size_t)kPackCols * kLanes * S;
+    for (int c0 = 0; c0 < nc; c0 += kPackCols) {
+        const int ncc = std::min(kPackCols, nc - c0);
+        const float* apt = ap + (size_t)(c0 / kPackCols) * atile;
+        float* o = out + (size_t)c0 * os;
+        if (ncc <= 4) packed_column_tile<4>(S, n_rt, nr, s.w.data(), apt, ncc, s.tree.data(), o, os);
+        else if (ncc <= 8) packed_column_tile<8>(S, n_rt, nr, s.w.data(), apt, ncc, s.tree.data(), o, os);
+        else packed_column_tile<12>(S, n_rt, nr, s.w.data(), apt, ncc, s.tree.data(), o, os);
     }
 }
 
@@ -306,11 +351,18 @@ void register_float_tiles_avx512(type_traits* table, isa level) {
     type_traits& f16 = table[(int)ggml_type::F16];
     f32.vec_dot = vec_dot_float_avx512<f32_lanes>;
     f32.gemm_tile = gemm_tile_float_avx512<f32_lanes>;
-    f32.gemm_panel = gemm_panel_float_avx512<f32_lanes>;
+    f32.pack_acts = pack_acts_float_avx512<f32_acts>;
+    f32.gemm_packed = gemm_packed_float_avx512<f32_lanes>;
     f16.vec_dot = vec_dot_float_avx512<f16_lanes>;
     f16.gemm_tile = gemm_tile_float_avx512<f16_lanes>;
-    f16.gemm_panel = gemm_panel_float_avx512<f16_lanes>;
-    f32.panel_rows = f16.panel_rows = kFloatPanelRows;
+    f16.pack_acts = pack_acts_float_avx512<f16_acts>;
+    f16.gemm_packed = gemm_packed_float_avx512<f16_lanes>;
+    for (type_traits* t : {&f32, &f16}) {
+        t->gemm_panel = nullptr;  // mat-vec: the 4-row tiles; mat-mat: the packed product
+        t->pack_lanes = kLanes;
+        t->pack_cols = kPackCols;
+        t->panel_rows = kPackedPanelRows;
+    }
 }
 
 #else

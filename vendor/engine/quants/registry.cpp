@@ -98,4 +98,12 @@ size_t row_size(ggml_type t, int64_t n) {
     return (size_t)(n / tr.block_size) * tr.type_size;
 }
 
+// The widest packing of any level: AVX-512's tiles of 12 rows × 16 lanes
+// (AVX2's 6 × 8 pads less). Also at least the 4 bytes per element that a
+// quantized activation format may take.
+size_t packed_act_bytes_max(int64_t n_tok, int64_t n) {
+    const int64_t cols = (n_tok + 11) / 12 * 12;
+    return sizeof(float) * (size_t)cols * packed_tile_floats(1, 16, n);
+}
+
 }  // namespace lp
