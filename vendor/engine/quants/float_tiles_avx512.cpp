@@ -35,8 +35,8 @@
 
 // Keeps a value in a register: GCC otherwise folds a vector's load into each
 // FMA that uses it (a load per FMA). "v": any of the 32 zmm registers (the
-// panel tile keeps 31 live). tests/cpp/avx512_emulated_check.cpp, which runs
-// these kernels on emulated vectors, defines it away.
+// packed product's tile keeps 27 live). tests/cpp/avx512_emulated_check.cpp,
+// which runs these kernels on emulated vectors, defines it away.
 #ifndef LP_PIN_ZMM
 #define LP_PIN_ZMM(x) __asm__("" : "+v"(x))
 #endif
@@ -147,7 +147,7 @@ LP_TARGET_AVX512 void vec_dot_float_avx512(int64_t n, float* out, const void* w_
 // vec_dot runs the 16 chains side by side in one vector per pair, which in a
 // register tile means 4 rows × 6 columns of accumulators, 10 loads per 24
 // FMAs and a horizontal sum per pair: on K = 384 (MiniLM) that ran at 30% of
-// the FMA peak of a Sapphire Rapids core. The packed product runs the same
+// the FMA peak of an AVX-512 Xeon core. The packed product runs the same
 // chains the other way round: one lane at a time, 32 weight rows in two
 // vectors × 12 activation rows broadcast, 24 accumulators, 14 loads per 24
 // FMAs, no horizontal work in the loop; each chain's FMAs are vec_dot's, in
