@@ -67,7 +67,7 @@ def test_rows_with_tail_blocks_do_not_depend_on_the_batch(t, level):
 
 @pytest.mark.parametrize("level", LEVELS)
 @pytest.mark.parametrize("t", ["F32", "F16"])
-@pytest.mark.parametrize("n_cols", [8, 44, 300, 1024, 1100, 1543])
+@pytest.mark.parametrize("n_cols", [1, 3, 8, 17, 44, 300, 1024, 1100, 1543])
 def test_float_rows_of_any_length(t, level, n_cols):
     # the float tiles finish a row with a zero-padded partial vector: still
     # batch invariant, equal to vec_dot, and within float rounding of the
