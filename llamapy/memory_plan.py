@@ -11,8 +11,9 @@ The parts, as the engine allocates them (vendor/engine/):
   global layers plus ``n_swa * n_seq_max + n_batch`` cells of the window
   layers (when that is smaller); encoders keep one cell;
 - compute buffers (model/blocks.h run_state, backend/cpu_backend.h): the
-  activations of n_ubatch rows, the masks and RoPE tables, the quantized
-  activations of the widest matmul input, and the attention path's work
+  activations of n_ubatch rows, the masks and RoPE tables, the quantized or
+  packed activations of the widest matmul input
+  (``_engine.packed_act_bytes_max``), and the attention path's work
   memory (``_engine.ops.attention_scratch_bytes``: the explicit path's grows
   with n_ctx, flash's does not). This equals the ``activation_bytes`` of
   ``Context.device_memory()``;
@@ -196,9 +197,9 @@ def _compute_bytes(s: _Shape, n_ctx: int, n_ubatch: int, n_threads: int, flash: 
     for _ in range(2 if any(s.swa_layers) else 1):
         run += 4 * ub * max(s.n_rot, 2) + 8 * ub * mask_words + 2 * 4 * ub
     widest = max(s.n_embd, s.n_ff, s.n_head * s.head_dim_v)
-    # packed_act_bytes_max: float products pack their activations in tiles
-    # of 12 rows x 16 lanes (quantized ones need at most 4 bytes an element)
-    matmul_act = 4 * ((ub + 11) // 12 * 12) * ((widest + 15) // 16 * 16) + 1024
+    # the engine's own reserve (float products pack their activations in
+    # tiles; quantized ones need at most 4 bytes an element)
+    matmul_act = int(_engine.packed_act_bytes_max(ub, widest)) + 1024
     attn = _engine.ops.attention_scratch_bytes("flash" if flash else "explicit", n_threads, n_ctx,
                                                s.n_head // s.n_head_kv, s.head_dim_k, s.head_dim_v,
                                                n_head_kv=s.n_head_kv)

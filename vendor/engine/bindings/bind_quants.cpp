@@ -254,4 +254,6 @@ void bind_quants(py::module_& m) {
     m.def("bench_matmul", &bench_matmul, py::arg("mats"), py::arg("n_tok"), py::arg("n_threads"),
           py::arg("n_iters"));
     m.def("row_size", [](py::object type, int64_t n) { return row_size(parse_type(type), n); });
+    m.def("packed_act_bytes_max", &packed_act_bytes_max, py::arg("n_tok"), py::arg("n"),
+          "Bytes the engine reserves for the converted or packed activations of n_tok rows of n elements.");
 }
