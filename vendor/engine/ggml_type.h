@@ -68,9 +68,9 @@ constexpr int kPanelRows = 16, kPanelCols = 128;
 using pack_acts_fn = void (*)(int64_t n, const float* x, int64_t xs, int nc, float* dst);
 using gemm_packed_fn = void (*)(int64_t n, const void* w, size_t w_stride, int nr, const float* ap, int nc,
                                 float* out, size_t out_stride);
-// Floats of one packed tile of a row of n elements; bytes of the packed
-// activations of n_tok rows at the widest packing any level uses (what the
-// engine reserves for a product's activations).
+// Floats of one packed tile of a row of n elements; the most bytes a
+// product's converted or packed activations of n_tok rows take at the running
+// level (what the engine reserves for them).
 inline size_t packed_tile_floats(int pack_cols, int pack_lanes, int64_t n) {
     return (size_t)pack_cols * (size_t)pack_lanes * (size_t)((n + pack_lanes - 1) / pack_lanes);
 }

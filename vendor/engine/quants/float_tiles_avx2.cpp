@@ -87,7 +87,7 @@ LP_TARGET_AVX2 void float_tile(int64_t n, const uint8_t* w, size_t ws, const uin
         }
     }
     if (i < n) {
-        const __m256i live = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(n - i)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+        const __m256i live = x86::first_lanes8((int)(n - i));
         const int cnt = (int)(n - i);
         __m256 wv[NR];
         for (int r = 0; r < NR; ++r) wv[r] = L::load_tail(w + r * ws, i, cnt, live);
@@ -166,7 +166,7 @@ LP_TARGET_AVX2 LP_INLINE void transpose8(__m256 r[8]) {
 // The cnt (<= 8) floats from x, zeros after.
 LP_TARGET_AVX2 LP_INLINE __m256 load_f32_first(const float* x, int cnt) {
     if (cnt == 8) return _mm256_loadu_ps(x);
-    const __m256i live = _mm256_cmpgt_epi32(_mm256_set1_epi32(cnt), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    const __m256i live = x86::first_lanes8(cnt);
     return _mm256_maskload_ps(x, live);
 }
 
@@ -205,7 +205,7 @@ LP_TARGET_AVX2 void pack_weights(int64_t n, int64_t S, const uint8_t* w, size_t 
     for (int64_t j = 0; j < S; ++j) {
         const int64_t i = j * kLanes;
         const int cnt = (int)std::min<int64_t>(kLanes, n - i);
-        const __m256i live = _mm256_cmpgt_epi32(_mm256_set1_epi32(cnt), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+        const __m256i live = x86::first_lanes8(cnt);
         for (int h = 0; h < kPackRows / 8; ++h) {
             __m256 v[8];
             for (int k = 0; k < 8; ++k) {
@@ -266,7 +266,7 @@ LP_TARGET_AVX2 LP_INLINE void store_first(float* dst, __m256 v, int cnt) {
         _mm256_storeu_ps(dst, v);
         return;
     }
-    const __m256i live = _mm256_cmpgt_epi32(_mm256_set1_epi32(cnt), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    const __m256i live = x86::first_lanes8(cnt);
     _mm256_maskstore_ps(dst, live, v);
 }
 

@@ -1,5 +1,6 @@
 // registry.cpp — builds the per-ISA trait tables from the quantization
 // families. One table per ISA level, built on first use (thread-safe statics).
+#include <algorithm>
 #include <array>
 
 #include "../common.h"
@@ -98,12 +99,18 @@ size_t row_size(ggml_type t, int64_t n) {
     return (size_t)(n / tr.block_size) * tr.type_size;
 }
 
-// The widest packing of any level: AVX-512's tiles of 12 rows × 16 lanes
-// (AVX2's 6 × 8 pads less). Also at least the 4 bytes per element that a
-// quantized activation format may take.
+// What the product's activations take at the running level: at most 4 bytes
+// an element in a quantized or float format, or the packed tiles of a type
+// with a packed product (padded to whole tiles and steps).
 size_t packed_act_bytes_max(int64_t n_tok, int64_t n) {
-    const int64_t cols = (n_tok + 11) / 12 * 12;
-    return sizeof(float) * (size_t)cols * packed_tile_floats(1, 16, n);
+    size_t most = sizeof(float) * (size_t)n_tok * (size_t)n;
+    for (int t = 0; t < (int)ggml_type::COUNT; ++t) {
+        const type_traits& tr = traits((ggml_type)t);
+        if (!tr.gemm_packed) continue;
+        const int64_t cols = (n_tok + tr.pack_cols - 1) / tr.pack_cols * tr.pack_cols;
+        most = std::max(most, sizeof(float) * (size_t)cols * packed_tile_floats(1, tr.pack_lanes, n));
+    }
+    return most;
 }
 
 }  // namespace lp

@@ -24,6 +24,11 @@ namespace x86 {
 
 #if defined(LP_HAVE_AVX2)
 
+// All-ones in the int32 lanes below cnt (0..8): the mask of a partial vector.
+LP_TARGET_AVX2 static inline __m256i first_lanes8(int cnt) {
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(cnt), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
 LP_TARGET_AVX2 static inline float hsum_f32x8(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
