@@ -35,6 +35,8 @@ class ModelParams:
     kv_overrides: Dict[str, Union[bool, int, float, str]] = field(default_factory=dict)
     lora_path: Optional[str] = None   # a LoRA adapter (GGUF) applied with lora_scale
     lora_scale: float = 1.0
+    split_mode: int = 1       # 0 none (main_gpu), 1 layer split across devices
+    tensor_split: Optional[tuple] = None  # each device's share of the GPU layers
 
 
 @dataclass(frozen=True)
@@ -63,6 +65,9 @@ class ContextParams:
     yarn_beta_slow: float = 0.0
     yarn_orig_ctx: int = 0
     swa_full: bool = False
+    # False: the KV cache and the attention over it stay on the CPU while
+    # layers run on the GPU (llama.cpp's offload_kqv).
+    offload_kqv: bool = True
 
 
 def engine_params(mp: ModelParams, cp: ContextParams) -> tuple[Any, Any]:
@@ -79,7 +84,8 @@ def engine_params(mp: ModelParams, cp: ContextParams) -> tuple[Any, Any]:
         embeddings=cp.embedding, rope_freq_base=cp.rope_freq_base, rope_freq_scale=cp.rope_freq_scale,
         pooling_type=cp.pooling_type, rope_scaling_type=cp.rope_scaling_type, yarn_ext_factor=cp.yarn_ext_factor,
         yarn_attn_factor=cp.yarn_attn_factor, yarn_beta_fast=cp.yarn_beta_fast, yarn_beta_slow=cp.yarn_beta_slow,
-        yarn_orig_ctx=cp.yarn_orig_ctx, swa_full=cp.swa_full, n_gpu_layers=mp.n_gpu_layers, main_gpu=mp.main_gpu)
+        yarn_orig_ctx=cp.yarn_orig_ctx, swa_full=cp.swa_full, n_gpu_layers=mp.n_gpu_layers, main_gpu=mp.main_gpu,
+        offload_kqv=cp.offload_kqv, split_mode=mp.split_mode, tensor_split=list(mp.tensor_split or ()))
     return model, ctx
 
 
@@ -182,6 +188,24 @@ def flash_attn_mode(value: Any) -> int:
                      f"-1/0/1), got {value!r}")
 
 
+def _split_options(split_mode: Any, tensor_split: Any) -> tuple[int, Optional[tuple]]:
+    """split_mode (0 none, 1 layer, 2 row as llama.cpp numbers them) and
+    tensor_split (a sequence of at most 16 non-negative shares, one per
+    device; None or all zero: by free memory), checked."""
+    mode = _require_int("split_mode", split_mode)
+    if mode not in (0, 1, 2):
+        raise ValueError(f"split_mode must be 0 (none), 1 (layer) or 2 (row), got {mode}")
+    if tensor_split is None:
+        return mode, None
+    try:
+        shares = tuple(float(v) for v in tensor_split)
+    except (TypeError, ValueError):
+        raise TypeError(f"tensor_split must be a sequence of numbers, got {tensor_split!r}") from None
+    if len(shares) > 16 or any(not math.isfinite(v) or v < 0 for v in shares):
+        raise ValueError(f"tensor_split must hold at most 16 finite shares >= 0 (one per device), got {tensor_split!r}")
+    return mode, shares
+
+
 def parse_params(model_path: str, kw: Dict[str, Any], verbose: bool = False) -> tuple[ModelParams, ContextParams]:
     """Validates the keyword arguments of ``Llama.__init__`` (minus those the
     Python layer keeps for itself) and returns the engine parameters. Notes
@@ -217,17 +241,17 @@ def parse_params(model_path: str, kw: Dict[str, Any], verbose: bool = False) -> 
         n_gpu_layers = 0
     else:
         notes = []
-        if split_mode not in (0, 1):
-            notes.append(f"split_mode={split_mode!r} (row split is not implemented: layers go whole to one device)")
-        if tensor_split is not None and any(float(v) for v in tensor_split):
-            notes.append(f"tensor_split={list(tensor_split)!r} (splitting layers across several devices is not "
-                         f"implemented: every GPU layer goes to main_gpu={main_gpu})")
-        if not offload_kqv:
-            notes.append("offload_kqv=False (not implemented: the KV cache is on the GPU whenever a layer is)")
+        if split_mode == 2:
+            notes.append("split_mode=2 (row split is not implemented: layers are split across devices whole, "
+                         "as split_mode=1)")
+            split_mode = 1
         if op_offload is not None and not op_offload:
             notes.append("op_offload=False (not implemented)")
         if notes:
             emit(verbose, logging.WARNING, "%s: no effect", "; ".join(notes))
+
+    split_mode, tensor_split = _split_options(split_mode, tensor_split)
+    split_mode = min(split_mode, 1)  # row (2): layers whole (noted above when it matters)
 
     vocab_only = bool(kw.pop("vocab_only", False))
     use_mmap = bool(kw.pop("use_mmap", True))
@@ -316,8 +340,8 @@ def parse_params(model_path: str, kw: Dict[str, Any], verbose: bool = False) -> 
 
     return (
         ModelParams(model_path, n_gpu_layers, main_gpu, vocab_only, use_mmap, use_mlock, dict(kv_overrides), lora_path,
-                    float(lora_scale)),
+                    float(lora_scale), split_mode, tensor_split),
         ContextParams(n_ctx, n_batch, n_ubatch, n_threads, n_threads_batch, seed, rope_freq_base, rope_freq_scale,
                       logits_all, embedding, flash_attn, type_k, type_v, last_n_tokens_size, pooling_type,
-                      rope_scaling_type, **yarn, swa_full=bool(swa_full)),
+                      rope_scaling_type, **yarn, swa_full=bool(swa_full), offload_kqv=bool(offload_kqv)),
     )

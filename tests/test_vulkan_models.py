@@ -71,8 +71,133 @@ def test_every_split_gives_the_same_logits(tiny, arch, flash):
         on_gpu = [p["name"] for p in parts if p["device"] != "cpu"]
         want = [f"blk.{il}" for il in range(max(0, cfg.n_layer - ngl), cfg.n_layer)]
         assert on_gpu == want + (["output"] if ngl > cfg.n_layer else []), ngl
-        assert all(p["kv_device"] == ("gpu0" if ngl else "cpu") for p in parts if p["layer"] >= 0)
+        assert all(p["kv_device"] == p["device"] for p in parts if p["layer"] >= 0)  # each layer's cache beside it
         assert rel(got, cpu) < TOL["F16"], ngl
+
+
+@pytest.mark.parametrize("arch", ["llama", "gemma3"])
+@pytest.mark.parametrize("flash", [False, True])
+def test_offload_kqv_false_keeps_the_cache_and_its_attention_on_the_cpu(tiny, arch, flash):
+    """offload_kqv=False: the layers run on the device, the KV cache stays in
+    host memory and the attention over it runs on the CPU, at every split;
+    the device plan counts no cache bytes."""
+    path, _, cfg, _ = tiny(arch, "F16")
+    cpu, _ = run(path, flash_attn=flash)
+    for ngl in (1, cfg.n_layer, cfg.n_layer + 1):
+        got, ctx = run(path, n_gpu_layers=ngl, flash_attn=flash, offload_kqv=False)
+        parts = ctx.placement()
+        assert [p["name"] for p in parts if p["device"] != "cpu"][:1] == [f"blk.{cfg.n_layer - ngl if ngl <= cfg.n_layer else 0}"]
+        assert all(p["kv_device"] == "cpu" for p in parts if p["layer"] >= 0)
+        assert rel(got, cpu) < TOL["F16"], ngl
+        assert not ctx.params.offload_kqv
+
+
+@pytest.mark.parametrize("cache", ["q8_0", "iq4_nl"])
+def test_offload_kqv_false_takes_cache_types_the_device_cannot_store(tiny, cache):
+    """A cache type without a device store (IQ4_NL) works with GPU layers when
+    the cache stays on the CPU; the logits are the CPU's within the device
+    tolerance. The CPU quantizes what the device computed, so a key an ULP
+    apart can round to the next 4-bit level: IQ4_NL gets the width of a few
+    such steps (measured 5.8e-3), Q8_0 the F32 tolerance."""
+    path, _, cfg, _ = tiny("gemma3", "F32")
+    cpu, _ = run(path, type_k=cache, type_v=cache)
+    got, ctx = run(path, n_gpu_layers=-1, type_k=cache, type_v=cache, offload_kqv=False)
+    assert {p["device"] for p in ctx.placement() if p["layer"] >= 0} == {"gpu0"}
+    assert rel(got, cpu) < (TOL["F32"] if cache == "q8_0" else 1.5e-2)
+    assert (got.argmax(1) == cpu.argmax(1)).mean() >= 0.9
+
+
+def _two_devices(monkeypatch):
+    """Two logical Vulkan devices on the first physical one (each its own
+    VkDevice, queue and memory account): enough to test layer splits, which
+    only decide where parts live and how activations cross."""
+    import subprocess
+    import sys
+
+    monkeypatch.setenv("LLAMAPY_VK_VISIBLE_DEVICES", "0,0")
+    code = "from llamapy import _engine as E; print(len(E.gpu_devices()))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "2"
+
+
+def _split_run(tmp_path, arch, ngl, shares=None, **kw):
+    """run() in a fresh process that sees two devices: (logits, placement)."""
+    import json
+    import subprocess
+    import sys
+
+    code = (
+        "import json, sys, numpy as np\n"
+        f"sys.path.insert(0, {str(__import__('os').path.dirname(__file__))!r})\n"
+        "import test_vulkan_models as T\n"
+        f"got, ctx = T.run({str(tmp_path)!r}, n_gpu_layers={ngl}, **{dict(kw, **({'tensor_split': shares} if shares else {}))!r})\n"
+        f"np.save({str(tmp_path) + '.npy'!r}, got)\n"
+        "print(json.dumps([dict(p) for p in ctx.placement()]))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return np.load(str(tmp_path) + ".npy"), json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("arch", ["llama", "gemma3"])
+def test_layers_split_across_two_devices(tiny, arch, monkeypatch):
+    """tensor_split across two devices: consecutive layers in proportion to
+    the shares, the output part on the last device, each layer's cache on
+    its device (or the CPU with offload_kqv=False), and the CPU's logits."""
+    _two_devices(monkeypatch)
+    path, _, cfg, _ = tiny(arch, "F16")
+    cpu, _ = run(path)
+    n = cfg.n_layer
+
+
+    def expected(ngl, shares):
+        # llama.cpp's rule: the k-th of the n offloaded parts goes to the first
+        # device whose cumulative share (normalised) is above k / n.
+        n_parts = n + 1 if ngl < 0 else ngl
+        first = n + 1 - n_parts if ngl < 0 else n - ngl
+        cum = np.cumsum(shares) / np.sum(shares)
+        devs = ["cpu"] * (n + 2)
+        for k in range(n_parts):
+            devs[first + 1 + k] = f"gpu{int(np.argmax(cum > k / n_parts))}"
+        return devs
+
+    cases = [  # (n_gpu_layers, tensor_split)
+        (-1, [1, 1]), (-1, [0, 1]), (-1, [1, 0]), (n, [3, 1]), (n - 1, [1, 3]), (-1, [1, 4]),
+        (-1, None),  # no shares: by free memory (the same on both here: an even split)
+    ]
+    for ngl, shares in cases:
+        want = expected(ngl, shares or [1, 1])
+        for kqv in (True, False):
+            got, parts = _split_run(path, arch, ngl, shares, offload_kqv=kqv)
+            devs = [p["device"] for p in parts]
+            assert devs == want, (ngl, shares, devs)
+            layers = devs[1:-1]
+            kv = [p["kv_device"] for p in parts if p["layer"] >= 0]
+            assert kv == (layers if kqv else ["cpu"] * n)
+            assert rel(got, cpu) < TOL["F16"], (shares, kqv)
+
+
+def test_split_options_are_checked(tiny, monkeypatch):
+    from llamapy import Llama
+
+    path, _, cfg, _ = tiny("llama", "F32")
+    with pytest.raises(ValueError, match="split_mode"):
+        engine_context(path, n_gpu_layers=1, split_mode=2)
+    with pytest.raises(ValueError, match="tensor_split"):
+        engine_context(path, n_gpu_layers=1, tensor_split=[1.0, -1.0])
+    with pytest.raises(ValueError, match="tensor_split"):
+        Llama(model_path=str(path), n_ctx=64, n_gpu_layers=1, tensor_split=[float("nan")], verbose=False)
+    with pytest.raises(ValueError, match="split_mode"):
+        Llama(model_path=str(path), n_ctx=64, n_gpu_layers=1, split_mode=7, verbose=False)
+    # One device: shares for more devices than there are leave every GPU part on it.
+    ctx = engine_context(path, n_gpu_layers=-1, tensor_split=[0.0, 5.0])
+    assert {p["device"] for p in ctx.placement()[1:]} == {"gpu0"}
+    monkeypatch.setenv("LLAMAPY_VK_VISIBLE_DEVICES", "7")
+    import subprocess
+    import sys
+
+    code = (f"from llamapy import Llama\nLlama(model_path={str(path)!r}, n_ctx=64, n_gpu_layers=1)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert "LLAMAPY_VK_VISIBLE_DEVICES='7'" in out.stderr  # the warning says why no device is there
 
 
 def test_sequences_cache_edits_and_state_on_the_gpu(tiny):
@@ -137,6 +262,15 @@ def test_device_map_and_verbose_report(tiny, caplog):
         llm = Llama(model_path=str(path), n_ctx=64, n_gpu_layers=value, verbose=False)
         assert [p["device"] for p in llm.device_map()] == ["cpu"] + ["gpu0"] * (cfg.n_layer + 1)
         llm.close()
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="llamapy"):
+        llm = Llama(model_path=str(path), n_ctx=64, n_gpu_layers=-1, offload_kqv=False, verbose=False)
+    assert not caplog.records  # a working option: no "no effect" note
+    assert llm.context_params.offload_kqv is False
+    dm = llm.device_map()
+    assert {p["kv_device"] for p in dm if p["layer"] >= 0} == {"cpu"} and dm[1]["device"] == "gpu0"
+    assert llm.create_completion("a b", max_tokens=3, temperature=0)["usage"]["completion_tokens"] >= 1
+    llm.close()
 
 
 def test_a_plan_too_big_for_the_device_says_so(tiny, monkeypatch):

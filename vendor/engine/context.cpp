@@ -80,6 +80,12 @@ context_params resolve_params(const model& m, context_params p) {
     if (p.n_gpu_layers < -2)
         throw value_error("n_gpu_layers must be >= 0, -1 (all) or -2 (auto), got " + std::to_string(p.n_gpu_layers));
     if (p.main_gpu < 0) throw value_error("main_gpu must be >= 0, got " + std::to_string(p.main_gpu));
+    if (p.split_mode != 0 && p.split_mode != 1)
+        throw value_error("split_mode must be 0 (none: every GPU layer on main_gpu) or 1 (layer split across "
+                          "devices), got " + std::to_string(p.split_mode) + " (row split is not supported)");
+    for (float v : p.tensor_split)
+        if (!std::isfinite(v) || v < 0)
+            throw value_error("tensor_split: shares must be finite numbers >= 0, got " + std::to_string(v));
     return p;
 }
 
@@ -135,39 +141,41 @@ std::vector<uint8_t> main_cache_layers(const hparams& hp, const context_params& 
     return f;
 }
 
-// Bytes a context of m with p holds on the GPU when its parts are on the
-// devices `parts` (wbytes: each part's weights): the GPU parts' weights;
-// the whole KV cache and the activation buffers once any part is there;
-// the work memory of a step (staged inputs, converted activations,
-// attention scores, logits of the rows of a micro-batch when the output part
-// is there).
+// Bytes a context of m with p holds on GPU device `dev` when its parts are
+// on the devices `parts` (wbytes: each part's weights): the weights of its
+// parts; the KV cache rows of its layers (unless offload_kqv=false); and
+// once any part is there the activation buffers (the activations' own, or
+// the staging copy a second device makes of them) and the work memory of a
+// step (staged inputs, converted activations, attention scores, logits of
+// the rows of a micro-batch when the output part is there).
 struct gpu_need {
     uint64_t weights = 0, kv = 0, work = 0;
     uint64_t total() const { return weights + kv + work; }
 };
 gpu_need gpu_bytes(const model& m, const context_params& p, const std::vector<device>& parts,
-                   const std::vector<uint64_t>& wbytes) {
+                   const std::vector<uint64_t>& wbytes, device dev) {
     const hparams& hp = m.hp();
     gpu_need need;
     bool any = false;
     for (size_t i = 0; i < parts.size(); ++i)
-        if (!parts[i].is_host()) {
+        if (parts[i] == dev) {
             need.weights += wbytes[i];
             any = true;
         }
     if (!any) return need;
-    if (!hp.v.encoder) {
+    const bool kv_on_gpu = !hp.v.encoder && p.offload_kqv;
+    if (kv_on_gpu) {
         const uint64_t rows = row_size(p.type_k, hp.n_embd_k()) + row_size(p.type_v, hp.n_embd_v());
         const int64_t wc = window_cells(hp, p);
-        int64_t n_swa = 0;
-        if (wc)
-            for (uint8_t f : hp.swa_layers) n_swa += f ? 1 : 0;
-        need.kv = rows * (uint64_t)((hp.n_layer - n_swa) * p.n_ctx + n_swa * wc);
+        for (int64_t il = 0; il < hp.n_layer; ++il)
+            if (parts[(size_t)il + 1] == dev)
+                need.kv += rows * (uint64_t)((wc && hp.swa_layers[(size_t)il]) ? wc : p.n_ctx);
     }
     const uint64_t ub = (uint64_t)p.n_ubatch;
     need.work = run_state::activation_bytes(hp, p.n_ubatch);
-    need.work += (32ull << 20) + sizeof(float) * ub * (uint64_t)hp.n_head * (uint64_t)p.n_ctx;
-    if (!parts.back().is_host() && !hp.v.encoder) need.work += sizeof(float) * ub * (uint64_t)hp.n_vocab;
+    need.work += 32ull << 20;
+    if (kv_on_gpu) need.work += sizeof(float) * ub * (uint64_t)hp.n_head * (uint64_t)p.n_ctx;  // attention scores
+    if (parts.back() == dev && !hp.v.encoder) need.work += sizeof(float) * ub * (uint64_t)hp.n_vocab;
     return need;
 }
 
@@ -177,9 +185,27 @@ std::string mib(uint64_t b) {
     return s;
 }
 
+#if defined(LP_ENABLE_VULKAN)
+// Bytes of device i's memory (LLAMAPY_VULKAN_MEMORY=<bytes> stands in for
+// every device's size) and what is still free on it.
+uint64_t device_heap(int i) {
+    if (const char* e = std::getenv("LLAMAPY_VULKAN_MEMORY")) {
+        char* end = nullptr;
+        const unsigned long long v = std::strtoull(e, &end, 10);
+        if (end == e || *end) throw value_error(std::string("LLAMAPY_VULKAN_MEMORY must be a number of bytes, got '") + e + "'");
+        return v;
+    }
+    return vulkan_heap_bytes(i);
+}
+uint64_t device_free(int i) {
+    const uint64_t heap = device_heap(i), used = vulkan_allocated(i);
+    return heap > used ? heap - used : 0;
+}
+#endif
+
 // The device of each part (placement.h: part_devices; empty: all on the
 // host), n_gpu_layers resolved ("auto": the most that fit) and checked
-// against the device's free memory before anything is allocated.
+// against each device's free memory before anything is allocated.
 std::vector<device> choose_parts(const model& m, context_params& p) {
     if (p.n_gpu_layers == 0) return {};
     const int64_t n_layer = m.hp().n_layer;
@@ -195,37 +221,56 @@ std::vector<device> choose_parts(const model& m, context_params& p) {
     if (p.main_gpu >= (int)devs.size())
         throw value_error("main_gpu=" + std::to_string(p.main_gpu) + " but there are " + std::to_string(devs.size()) +
                           " Vulkan device(s)");
-    const device gpu{device::kind::gpu, p.main_gpu};
-    if (!m.hp().v.encoder)
+    if (!m.hp().v.encoder && p.offload_kqv)
         for (ggml_type t : {p.type_k, p.type_v})
             if (!vulkan_backend::has_kv_store(t))
                 throw value_error(std::string("n_gpu_layers: a ") + type_name(t) +
                                   " KV cache is not supported on the Vulkan backend yet (F32, F16, BF16, Q8_0, Q4_0, "
-                                  "Q4_1, Q5_0, Q5_1 are)");
-    const std::vector<uint64_t> wb = part_weight_bytes(m);
-    uint64_t heap = vulkan_heap_bytes(p.main_gpu);
-    if (const char* e = std::getenv("LLAMAPY_VULKAN_MEMORY")) {
-        char* end = nullptr;
-        const unsigned long long v = std::strtoull(e, &end, 10);
-        if (end == e || *end) throw value_error(std::string("LLAMAPY_VULKAN_MEMORY must be a number of bytes, got '") + e + "'");
-        heap = v;
+                                  "Q4_1, Q5_0, Q5_1 are; offload_kqv=False keeps the cache on the CPU)");
+    // The devices the parts spread over and their shares.
+    std::vector<device> gpus;
+    std::vector<double> shares;
+    if (p.split_mode == 0 || devs.size() == 1) {
+        gpus.push_back(device{device::kind::gpu, p.main_gpu});
+        shares.push_back(1.0);
+    } else {
+        bool given = false;
+        for (size_t i = 0; i < p.tensor_split.size() && i < devs.size(); ++i) given = given || p.tensor_split[i] > 0;
+        for (size_t i = 0; i < devs.size(); ++i) {
+            gpus.push_back(device{device::kind::gpu, (int)i});
+            shares.push_back(given ? (i < p.tensor_split.size() ? p.tensor_split[i] : 0.0) : (double)device_free((int)i));
+        }
     }
-    const uint64_t used = vulkan_allocated(p.main_gpu);
-    const uint64_t free_b = heap > used ? heap - used : 0, margin = heap / 20;
-    auto need = [&](int n) { return gpu_bytes(m, p, part_devices(n_layer, n, gpu), wb); };
+    const std::vector<uint64_t> wb = part_weight_bytes(m);
+    // The first device a plan does not fit (-1: it fits everywhere).
+    auto misfit = [&](const std::vector<device>& parts) {
+        for (size_t g = 0; g < gpus.size(); ++g) {
+            const uint64_t heap = device_heap(gpus[g].id);
+            if (gpu_bytes(m, p, parts, wb, gpus[g]).total() + heap / 20 > device_free(gpus[g].id)) return (int)g;
+        }
+        return -1;
+    };
     if (p.n_gpu_layers == -2) {
         int n = (int)n_layer + 1;
-        while (n > 0 && need(n).total() + margin > free_b) --n;
+        while (n > 0 && misfit(part_devices(n_layer, n, gpus, shares)) >= 0) --n;
         p.n_gpu_layers = n;
         if (n == 0) return {};
-    } else if (const gpu_need g = need(p.n_gpu_layers); g.total() + margin > free_b) {
-        throw value_error("n_gpu_layers=" + std::to_string(p.n_gpu_layers) + " needs " + mib(g.total()) + " on " +
-                          devs[(size_t)p.main_gpu].name + " (weights " + mib(g.weights) + ", KV cache " + mib(g.kv) +
-                          ", activations and work memory " + mib(g.work) + ") plus a margin of " + mib(margin) +
-                          ", but " + mib(free_b) + " of " + mib(heap) + " are free; offload fewer layers "
-                          "(n_gpu_layers='auto' picks the most that fit) or use a smaller n_ctx");
+    } else {
+        const std::vector<device> parts = part_devices(n_layer, p.n_gpu_layers, gpus, shares);
+        if (const int g = misfit(parts); g >= 0) {
+            const device d = gpus[(size_t)g];
+            const gpu_need need = gpu_bytes(m, p, parts, wb, d);
+            const uint64_t heap = device_heap(d.id);
+            throw value_error("n_gpu_layers=" + std::to_string(p.n_gpu_layers) + " needs " + mib(need.total()) + " on " +
+                              devs[(size_t)d.id].name + (gpus.size() > 1 ? " (gpu" + std::to_string(d.id) + ")" : "") +
+                              " (weights " + mib(need.weights) + ", KV cache " + mib(need.kv) +
+                              ", activations and work memory " + mib(need.work) + ") plus a margin of " +
+                              mib(heap / 20) + ", but " + mib(device_free(d.id)) + " of " + mib(heap) +
+                              " are free; offload fewer layers (n_gpu_layers='auto' picks the most that fit) or use a "
+                              "smaller n_ctx");
+        }
     }
-    return part_devices(n_layer, p.n_gpu_layers, gpu);
+    return part_devices(n_layer, p.n_gpu_layers, gpus, shares);
 #endif
 }
 
@@ -261,7 +306,7 @@ context::context(std::shared_ptr<const model> m, const context_params& params)
       gpu_(gpu_of(parts_)),
       kv_((int)model_->hp().n_layer, model_->hp().v.encoder ? 1 : p_.n_ctx, model_->hp().n_embd_k(),
           model_->hp().n_embd_v(), p_.type_k, p_.type_v, main_cache_layers(model_->hp(), p_),
-          model_->hp().v.encoder ? device::host() : gpu_),  // encoders keep no cache
+          kv_devices()),
       pool_(new thread_pool(p_.n_threads)),
       pool_batch_(p_.n_threads_batch != p_.n_threads ? new thread_pool(p_.n_threads_batch) : nullptr),
       rs_(model_->hp(), p_.n_ubatch, p_.n_ctx, gpu_),
@@ -270,15 +315,30 @@ context::context(std::shared_ptr<const model> m, const context_params& params)
     rope_[0] = scaled_rope(hp.rope, p_);
     if (const int64_t wc = window_cells(hp, p_)) {
         kv_swa_.reset(new kv_cache((int)hp.n_layer, wc, hp.n_embd_k(), hp.n_embd_v(), p_.type_k, p_.type_v,
-                                   hp.swa_layers, gpu_));
+                                   hp.swa_layers, kv_devices()));
         cells_swa_.resize((size_t)p_.n_batch);
     }
     swa_dropped_.assign((size_t)p_.n_seq_max, -1);
 #if defined(LP_ENABLE_VULKAN)
     if (!gpu_.is_host()) {
-        gpu_backend_ = std::make_unique<vulkan_backend>(gpu_.id);
+        // One backend per device, in the order the parts meet them.
+        std::vector<device> made;
         part_be_.resize(parts_.size());
-        for (size_t i = 0; i < parts_.size(); ++i) part_be_[i] = parts_[i].is_host() ? &backend_ : gpu_backend_.get();
+        for (size_t i = 0; i < parts_.size(); ++i) {
+            const device d = parts_[i];
+            if (d.is_host()) {
+                part_be_[i] = &backend_;
+                continue;
+            }
+            size_t g = 0;
+            while (g < made.size() && !(made[g] == d)) ++g;
+            if (g == made.size()) {
+                made.push_back(d);
+                gpu_backends_.push_back(std::make_unique<vulkan_backend>(d.id));
+            }
+            part_be_[i] = gpu_backends_[g].get();
+        }
+        if (!p_.offload_kqv) kv_be_ = &backend_;
     }
 #endif
     if (p_.kv_rotation) {
@@ -455,6 +515,7 @@ void context::decode(const batch_view& b) {
             backend_.use_pool((ub.n_tok > 1 && pool_batch_) ? *pool_batch_ : *pool_);
             pass ps(backend_, rs_, &tensor_cb_, ub.n_tok);
             if (!part_be_.empty()) ps.set_parts(&part_be_);
+            ps.set_kv_backend(kv_be_);
             if (pooled) {
                 // Every row's state into hidden_, pooled, then the rows asked for are kept.
                 for (int64_t i = 0; i < ub.n_tok; ++i) out_rows_[(size_t)i] = (int32_t)i;
@@ -477,7 +538,7 @@ void context::decode(const batch_view& b) {
             out_done += ub.n_out;
         }
     } catch (...) {
-        if (gpu_backend_) gpu_backend_->discard();  // what the failed step recorded does not run
+        for (auto& g : gpu_backends_) g->discard();  // what the failed step recorded does not run
         // Undo: the rows of this batch leave the cache, no outputs remain.
         for (int64_t i = 0; i < done; ++i) {
             kv_.release(cells_[(size_t)i]);
@@ -706,7 +767,7 @@ void context::set_adapters(const std::vector<std::pair<std::shared_ptr<const lor
             if (!names.count(entry.first))
                 throw value_error("set_adapters: " + ad->path() + " is not an adapter of this model");
     }
-    if (gpu_backend_ && !adapters.empty())
+    if (!gpu_backends_.empty() && !adapters.empty())
         throw not_implemented_error("set_adapters: LoRA adapters with layers on the GPU (n_gpu_layers=" +
                                     std::to_string(p_.n_gpu_layers) + ") are not supported by the Vulkan backend yet");
     loras_.set(*model_, adapters);
@@ -721,10 +782,15 @@ tensor_callback context::set_tensor_callback(tensor_callback cb) {
     return cb;
 }
 
+std::vector<device> context::kv_devices() const {
+    if (parts_.empty() || model_->hp().v.encoder || !p_.offload_kqv) return {};
+    return std::vector<device>(parts_.begin() + 1, parts_.end() - 1);  // each layer's part
+}
+
 placement_plan context::placement() const {
     std::unique_lock<std::mutex> lock = guard();
-    const uint64_t act = rs_.bytes() + backend_.scratch_bytes() + (gpu_backend_ ? gpu_backend_->scratch_bytes() : 0) +
-                         sizeof(float) * hidden_.size();
+    uint64_t act = rs_.bytes() + backend_.scratch_bytes() + sizeof(float) * hidden_.size();
+    for (const auto& g : gpu_backends_) act += g->scratch_bytes();
     return plan_parts(*model_, parts_, kv_, kv_swa_.get(), act, rs_.x.where());
 }
 

@@ -89,6 +89,17 @@ struct context_params {
     // are in its memory (mapped, so layers left on the CPU use them in place).
     int n_gpu_layers = 0;
     int main_gpu = 0;
+    // offload_kqv=false (llama.cpp's): the KV cache stays in host memory and
+    // the attention over it (cache stores, Hadamard rotations, the attention
+    // itself) runs on the CPU, the rest of a GPU layer on the GPU. Any cache
+    // type the CPU takes then works with GPU layers.
+    bool offload_kqv = true;
+    // How GPU parts spread over several Vulkan devices: 0 (none) all on
+    // main_gpu; 1 (layer, the default) consecutive parts split across the
+    // devices in proportion to tensor_split (one share per device; empty or
+    // all zero: each device's free memory), as llama.cpp's layer split.
+    int split_mode = 1;
+    std::vector<float> tensor_split;
 };
 
 // p with every default filled in for model m (n_ctx 0 -> the training
@@ -205,7 +216,7 @@ private:
     std::shared_ptr<const model> model_;
     context_params p_;
     std::vector<device> parts_;        // the device of each part (placement.h), n_gpu_layers resolved
-    device gpu_;                       // the GPU of the parts on one, or the host when none is
+    device gpu_;                       // the activations' device: the first GPU part's, or the host when none is
     kv_cache kv_;                      // every layer, or the global ones when kv_swa_ exists
     std::unique_ptr<kv_cache> kv_swa_;  // the sliding-window layers (window-sized), or null
     std::vector<int32_t> cells_swa_;    // (n_batch) window-cache cell of each batch row
@@ -214,8 +225,12 @@ private:
     std::unique_ptr<thread_pool> pool_batch_;  // n_threads_batch (null: same as pool_)
     run_state rs_;
     cpu_backend backend_;              // runs the parts on the host
-    std::unique_ptr<backend> gpu_backend_;  // runs the parts on gpu_ (null: none)
+    std::vector<std::unique_ptr<backend>> gpu_backends_;  // one per GPU device of the parts (empty: none)
     std::vector<backend*> part_be_;    // the backend of each part (empty: backend_ for all)
+    backend* kv_be_ = nullptr;         // attends over the cache when not the part's backend (offload_kqv=false)
+    // Where each layer's KV cache rows live: on the layer's device, or the
+    // host with offload_kqv=false; encoders keep no cache (host).
+    std::vector<device> kv_devices() const;
     tensor_callback tensor_cb_;        // debug hook, empty when unset
     lora_set loras_;
     rope_params rope_[2];                      // global / sliding-window layers

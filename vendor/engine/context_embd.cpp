@@ -44,7 +44,7 @@ void context::decode_encoder(const batch_view& b) {
     try {
         encoder_forward(*model_, rope_[0], rs_, ub, first_seq_.data(), ps, hidden_.data());
     } catch (...) {
-        if (gpu_backend_) gpu_backend_->discard();
+        for (auto& g : gpu_backends_) g->discard();
         if (pooling_ != 0) pool_begin();
         throw;
     }

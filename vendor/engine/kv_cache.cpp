@@ -48,13 +48,28 @@ struct reader {
 }  // namespace
 
 kv_cache::kv_cache(int n_layer, int64_t n_cells, int64_t n_embd_k, int64_t n_embd_v, ggml_type type_k,
-                   ggml_type type_v, const std::vector<uint8_t>& layers, device where)
+                   ggml_type type_v, const std::vector<uint8_t>& layers, const std::vector<device>& where)
     : n_layer_(n_layer), n_cells_(n_cells), n_embd_k_(n_embd_k), n_embd_v_(n_embd_v), type_k_(type_k),
       type_v_(type_v) {
     if (!layers.empty() && (int)layers.size() != n_layer) throw value_error("KV cache: layer flags do not match n_layer");
+    if (!where.empty() && (int)where.size() != n_layer) throw value_error("KV cache: layer devices do not match n_layer");
     slot_.assign((size_t)std::max(n_layer, 0), -1);
-    for (int il = 0; il < n_layer; ++il)
-        if (layers.empty() || layers[(size_t)il]) slot_[(size_t)il] = n_held_++;
+    buf_.assign((size_t)std::max(n_layer, 0), 0);
+    std::vector<device> devs;      // the distinct devices, in layer order
+    std::vector<int> n_on;         // held layers on each
+    for (int il = 0; il < n_layer; ++il) {
+        if (!layers.empty() && !layers[(size_t)il]) continue;
+        const device d = where.empty() ? device::host() : where[(size_t)il];
+        size_t b = 0;
+        while (b < devs.size() && !(devs[b] == d)) ++b;
+        if (b == devs.size()) {
+            devs.push_back(d);
+            n_on.push_back(0);
+        }
+        buf_[(size_t)il] = (int)b;
+        slot_[(size_t)il] = n_on[b]++;
+        ++n_held_;
+    }
     for (ggml_type t : {type_k, type_v})
         if (!kv_cache_type_ok(t))
             throw value_error(std::string("KV cache type ") + type_name(t) + " is not supported (" +
@@ -64,7 +79,7 @@ kv_cache::kv_cache(int n_layer, int64_t n_cells, int64_t n_embd_k, int64_t n_emb
     v_row_ = row_size(type_v, n_embd_v);
     layer_bytes_ = (size_t)n_cells * (k_row_ + v_row_);
     // Not zeroed: a cell's rows are always written before any token can see it.
-    data_ = device_buffer(where, (size_t)n_held_ * layer_bytes_);
+    for (size_t b = 0; b < devs.size(); ++b) data_.emplace_back(devs[b], (size_t)n_on[b] * layer_bytes_);
     pos_.assign((size_t)n_cells, -1);
     ext_y_.assign((size_t)n_cells, 0);
     ext_x_.assign((size_t)n_cells, 0);

@@ -46,9 +46,10 @@ public:
     // (n_head_kv * head_dim). type_k / type_v: kv_cache_type_ok types.
     // layers: which of the n_layer layers this cache holds (1 = held; empty:
     // all); a model with sliding-window layers may keep those in a second,
-    // smaller cache. where: the device holding the keys and values.
+    // smaller cache. where: the device holding each layer's keys and values
+    // (n_layer entries; empty: the host), one allocation per device.
     kv_cache(int n_layer, int64_t n_cells, int64_t n_embd_k, int64_t n_embd_v, ggml_type type_k, ggml_type type_v,
-             const std::vector<uint8_t>& layers = {}, device where = device::host());
+             const std::vector<uint8_t>& layers = {}, const std::vector<device>& where = {});
 
     int n_layer() const { return n_layer_; }
     int64_t n_cells() const { return n_cells_; }
@@ -67,13 +68,15 @@ public:
     size_t v_row_bytes() const { return v_row_; }
     // Keys / values of layer il (a held one): (n_cells, n_embd_k) / (n_cells, n_embd_v).
     bool holds(int il) const { return slot_[(size_t)il] >= 0; }
-    uint8_t* k(int il) { return data_.u8() + (size_t)slot_[(size_t)il] * layer_bytes_; }
+    uint8_t* k(int il) { return data_[(size_t)buf_[(size_t)il]].u8() + (size_t)slot_[(size_t)il] * layer_bytes_; }
     uint8_t* v(int il) { return k(il) + (size_t)n_cells_ * k_row_; }
-    const uint8_t* k(int il) const { return data_.u8() + (size_t)slot_[(size_t)il] * layer_bytes_; }
+    const uint8_t* k(int il) const {
+        return data_[(size_t)buf_[(size_t)il]].u8() + (size_t)slot_[(size_t)il] * layer_bytes_;
+    }
     const uint8_t* v(int il) const { return k(il) + (size_t)n_cells_ * k_row_; }
     size_t bytes() const { return (size_t)n_held_ * layer_bytes_; }
     size_t layer_bytes() const { return layer_bytes_; }  // keys and values of one held layer
-    device where() const { return data_.where(); }
+    device where(int il) const { return data_[(size_t)buf_[(size_t)il]].where(); }  // a held layer's device
 
     int32_t pos(int64_t cell) const { return pos_[(size_t)cell]; }
     const int32_t* positions() const { return pos_.data(); }  // (n_cells), -1 for free cells
@@ -129,7 +132,8 @@ public:
 
 private:
     int n_layer_;
-    std::vector<int> slot_;        // (n_layer) index of each held layer in data_, -1 when not held
+    std::vector<int> slot_;        // (n_layer) index of each held layer in its buffer, -1 when not held
+    std::vector<int> buf_;         // (n_layer) the buffer (data_) of each held layer
     int n_held_ = 0;
     int64_t n_cells_;
     int64_t n_embd_k_, n_embd_v_;
@@ -137,7 +141,8 @@ private:
     ggml_type type_k_, type_v_;
     size_t k_row_, v_row_;         // bytes of one cell's keys / values in one layer
     size_t layer_bytes_;           // n_cells * (k_row + v_row)
-    device_buffer data_;           // (n_held, [keys (n_cells, k_row) | values (n_cells, v_row)])
+    // One per device: (its held layers, [keys (n_cells, k_row) | values (n_cells, v_row)])
+    std::vector<device_buffer> data_;
     std::vector<int32_t> pos_;     // (n_cells) position of each cell, -1 when free
     std::vector<int32_t> ext_y_, ext_x_;  // (n_cells) M-RoPE height / width position (0 otherwise)
     std::vector<std::bitset<kMaxSequences>> seqs_;  // (n_cells) sequences of each cell

@@ -39,11 +39,27 @@ std::vector<placement_plan::device_total> placement_plan::totals() const {
     return out;
 }
 
-std::vector<device> part_devices(int64_t n_layer, int n_gpu_layers, device gpu) {
+std::vector<device> part_devices(int64_t n_layer, int n_gpu_layers, const std::vector<device>& gpus,
+                                 const std::vector<double>& shares) {
     std::vector<device> d((size_t)n_layer + 2, device::host());
-    const int64_t n = n_gpu_layers < 0 ? n_layer + 1 : n_gpu_layers;
-    for (int64_t il = std::max<int64_t>(0, n_layer - n); il < n_layer; ++il) d[(size_t)il + 1] = gpu;
-    if (n > n_layer) d.back() = gpu;
+    if (gpus.empty()) return d;
+    const int64_t n = std::min<int64_t>(n_gpu_layers < 0 ? n_layer + 1 : n_gpu_layers, n_layer + 1);
+    const int64_t first = std::max<int64_t>(0, n_layer - n);  // the first offloaded layer
+    const int64_t n_parts = n_layer - first + (n > n_layer ? 1 : 0);
+    std::vector<double> cum(gpus.size(), 0.0);
+    double total = 0.0;
+    for (size_t g = 0; g < gpus.size(); ++g) {
+        total += g < shares.size() ? shares[g] : 0.0;
+        cum[g] = total;
+    }
+    auto device_of = [&](int64_t k) {  // the k-th offloaded part
+        if (total <= 0.0) return gpus.front();
+        for (size_t g = 0; g < gpus.size(); ++g)
+            if (cum[g] / total > (double)k / (double)n_parts) return gpus[g];
+        return gpus.back();
+    };
+    for (int64_t il = first; il < n_layer; ++il) d[(size_t)il + 1] = device_of(il - first);
+    if (n > n_layer) d.back() = device_of(n_parts - 1);
     return d;
 }
 
@@ -78,10 +94,10 @@ placement_plan plan_parts(const model& m, const std::vector<device>& part_dev, c
         p.layer = il;
         p.kv = p.weights;
         if (kv_main.holds(il)) {
-            p.kv = kv_main.where();
+            p.kv = kv_main.where(il);
             p.kv_bytes = kv_main.layer_bytes();
         } else if (kv_swa && kv_swa->holds(il)) {
-            p.kv = kv_swa->where();
+            p.kv = kv_swa->where(il);
             p.kv_bytes = kv_swa->layer_bytes();
         }
     }

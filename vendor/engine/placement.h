@@ -47,17 +47,26 @@ struct placement_plan {
 };
 
 // The device of each part (input, blk.0 .. blk.<n_layer-1>, output) for
-// n_gpu_layers as llama.cpp counts it: 0 none on `gpu`; N the last N
+// n_gpu_layers as llama.cpp counts it: 0 none on a GPU; N the last N
 // repeating layers; N > n_layer the output part too; -1 every layer and the
 // output. The input part (embedding lookups from the mapped file) stays on
 // the host, as in llama.cpp.
-std::vector<device> part_devices(int64_t n_layer, int n_gpu_layers, device gpu);
+// The offloaded parts are split in order across `gpus` in proportion to
+// `shares` (as many, non-negative, with a positive sum; llama.cpp's
+// tensor_split): the k-th of n offloaded parts goes to the first device
+// whose cumulative share exceeds k / n, so consecutive layers stay together
+// and the last device takes the output part.
+std::vector<device> part_devices(int64_t n_layer, int n_gpu_layers, const std::vector<device>& gpus,
+                                 const std::vector<double>& shares);
+inline std::vector<device> part_devices(int64_t n_layer, int n_gpu_layers, device gpu) {
+    return part_devices(n_layer, n_gpu_layers, {gpu}, {1.0});
+}
 // Tensor bytes of each part, in part order (the file's tensors: see above).
 std::vector<uint64_t> part_weight_bytes(const model& m);
 
 // The plan: part i runs on part_dev[i] (n_layer + 2 entries; empty: all on
 // the host). kv_main holds the layers it holds; kv_swa (or null) the
-// sliding-window ones; each layer's cache rows are where its cache is.
+// sliding-window ones; each layer's cache rows are where its cache keeps them.
 // compute: where the activation buffers live.
 placement_plan plan_parts(const model& m, const std::vector<device>& part_dev, const kv_cache& kv_main,
                           const kv_cache* kv_swa, uint64_t activation_bytes, device compute);

@@ -208,11 +208,14 @@ void vulkan_backend::bind(operand* ops, int n) {
             o.at = span{};
             if (!o.p || o.bytes == 0) continue;
             size_t off = 0;
-            if (vk::buffer* b = device_memory(o.p, o.bytes, &off)) {
-                if (b->owner() != ctx_) throw value_error("vulkan: an operand lives on another device");
+            if (vk::buffer* b = device_memory(o.p, o.bytes, &off); b && b->owner() == ctx_) {
                 o.at = span{b, off};
                 continue;
             }
+            // Host memory, or another device's (mapped; a layer split hands
+            // activations across, and that device's work has finished: the
+            // pass syncs it at the part boundary): staged like host memory.
+            
             const auto* h = static_cast<const uint8_t*>(o.p);
             for (staged& s : staged_) {
                 const bool inside = h >= s.host && h + o.bytes <= s.host + s.bytes;

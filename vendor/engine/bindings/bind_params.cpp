@@ -186,4 +186,10 @@ void bind_params(py::module_& m) {
           "layers on the GPU as llama.cpp counts them: 0 none, N the last N, > n_layer the output too, -1 all, "
           "-2 as many as fit (resolved to a count)");
     field(cp, "main_gpu", &context_params::main_gpu, "the Vulkan device of the GPU layers");
+    field(cp, "split_mode", &context_params::split_mode,
+          "0: every GPU layer on main_gpu; 1: layers split across the Vulkan devices (tensor_split)");
+    field(cp, "tensor_split", &context_params::tensor_split,
+          "each Vulkan device's share of the GPU layers (empty or all zero: in proportion to free memory)");
+    field(cp, "offload_kqv", &context_params::offload_kqv,
+          "False: the KV cache and the attention over it stay on the CPU while layers run on the GPU");
 }

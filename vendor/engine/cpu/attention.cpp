@@ -352,7 +352,7 @@ void values_range(const block& b, const kernels& kf, const int32_t* idx, const f
                   float* acc, float* row) {
     const attention_args& a = b.a;
     const int dv = a.head_dim_v, n = d1 - d0;
-    const size_t v_off = row_size(a.type_v, (int64_t)b.hk * dv);
+    const size_t v_off = row_size(a.type_v, (int64_t)b.hk * dv), d0_off = row_size(a.type_v, d0);
     if (a.type_v == ggml_type::F16 && kf.values_f16) {
         kf.values_f16(a.v + v_off, a.v_row_bytes, idx, b.m, scores, b.nq, d0, d1, acc, dv);
         return;
@@ -360,7 +360,7 @@ void values_range(const block& b, const kernels& kf, const int32_t* idx, const f
     for (int q = 0; q < b.nq; ++q) std::fill(acc + (size_t)q * dv + d0, acc + (size_t)q * dv + d1, 0.0f);
     const type_traits& tv = traits(a.type_v);
     for (int64_t i = 0; i < b.m; ++i) {
-        const uint8_t* vr = a.v + (size_t)idx[i] * a.v_row_bytes + v_off + row_size(a.type_v, d0);
+        const uint8_t* vr = a.v + (size_t)idx[i] * a.v_row_bytes + v_off + d0_off;
         const float* vd = reinterpret_cast<const float*>(vr);
         if (a.type_v != ggml_type::F32) {
             tv.to_float(vr, row, n);

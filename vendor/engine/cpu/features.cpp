@@ -218,12 +218,17 @@ const isa_cap_setting& isa_cap_env() {
 }  // namespace
 
 isa best_isa() {
-    const isa best = cpu_best_isa();
-    const isa_cap_setting& cap = isa_cap_env();
-    if (!cap.set) return best;
-    if (isa_at_least(best, cap.level)) return cap.level;  // at or below the best: the cap
-    if (isa_at_least(cap.level, best)) return best;       // above it in the same chain
-    return isa::scalar;  // a level of the other architecture: only the shared bottom is below it
+    // Fixed for the process (the CPU and LLAMAPY_ISA, read once), and asked for
+    // on hot paths (every traits() lookup): worked out once.
+    static const isa level = [] {
+        const isa best = cpu_best_isa();
+        const isa_cap_setting& cap = isa_cap_env();
+        if (!cap.set) return best;
+        if (isa_at_least(best, cap.level)) return cap.level;  // at or below the best: the cap
+        if (isa_at_least(cap.level, best)) return best;       // above it in the same chain
+        return isa::scalar;  // a level of the other architecture: only the shared bottom is below it
+    }();
+    return level;
 }
 
 const char* isa_cap_name() {

@@ -80,6 +80,20 @@ void pass::part(size_t i) {
     be_ = next;
 }
 
+void pass::enter_kv() {
+    if (!kv_be_ || kv_be_ == be_) return;
+    finish();
+    away_ = be_;
+    be_ = kv_be_;
+}
+
+void pass::leave_kv() {
+    if (!away_) return;
+    finish();
+    be_ = away_;
+    away_ = nullptr;
+}
+
 void pass::norm(norm_kind k, rows y, rows x, const std::vector<float>& w, const std::vector<float>& b, int64_t n,
                 float eps) {
     row_op o = op(k == norm_kind::rms ? row_op::kind::rms_norm : row_op::kind::layer_norm, y, n);
@@ -309,6 +323,7 @@ void cached_attention(pass& p, const hparams& hp, kv_cache& kv, int il, const in
                       int mask, rows qkv, rows out) {
     const int64_t nq = hp.n_q(), nk = hp.n_embd_k(), nv = hp.n_embd_v(), n_att = hp.n_head * hp.head_dim_v;
     const rows q = qkv, k = qkv.at(nq), v = qkv.at(nq + nk);
+    p.enter_kv();
     if (kv.rot_k()) {
         p.hadamard(q, nq, kv.rot_k());
         p.hadamard(k, nk, kv.rot_k());
@@ -326,6 +341,7 @@ void cached_attention(pass& p, const hparams& hp, kv_cache& kv, int il, const in
     src.cell_pos = kv.positions();
     p.attention(attention_setup(hp, rs, mask, qkv, out, p.n(), src));
     if (kv.rot_v()) p.hadamard(out, n_att, kv.rot_v());
+    p.leave_kv();
     p.tap("kqv_out", il, out, n_att);
 }
 

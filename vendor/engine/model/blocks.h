@@ -106,6 +106,14 @@ public:
     // parts: the backend of each part (null: one backend throughout).
     void set_parts(const std::vector<backend*>* parts) { parts_ = parts; }
     void part(size_t i);
+    // The backend that stores into and attends over the KV cache when it is
+    // not the part's own (offload_kqv=False: the cache and its attention stay
+    // on the CPU while the layer runs on a GPU); null: the part's.
+    // enter_kv() moves the stream there (what was queued runs first),
+    // leave_kv() back to the part's backend.
+    void set_kv_backend(backend* be) { kv_be_ = be; }
+    void enter_kv();
+    void leave_kv();
 
     // Row ops (n: elements per row).
     void norm(norm_kind k, rows y, rows x, const std::vector<float>& w, const std::vector<float>& b, int64_t n, float eps);
@@ -145,6 +153,8 @@ private:
 
     backend* be_;
     const std::vector<backend*>* parts_ = nullptr;
+    backend* kv_be_ = nullptr;
+    backend* away_ = nullptr;  // the part's backend while the stream is on kv_be_
     run_state& rs_;  // LoRA work rows
     const tensor_callback* cb_;
     int64_t n_;

@@ -1,6 +1,7 @@
 // vk_runtime.cpp — see vk_runtime.h.
 #include "vk_runtime.h"
 
+#include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 
@@ -101,6 +102,37 @@ device_info describe(VkPhysicalDevice pd, int index) {
     return d;
 }
 
+// The devices in use: all usable ones, or those LLAMAPY_VK_VISIBLE_DEVICES
+// (alias GGML_VK_VISIBLE_DEVICES, as llama.cpp spells it) lists by their
+// number among the usable ones, in that order. A number may appear twice:
+// each entry is its own logical device (own queue, own memory accounting),
+// which lets one GPU, or lavapipe in CI, stand for several to test layer
+// splits. A bad list leaves no device and says why in `error`.
+std::vector<device_info> visible_devices(const std::vector<device_info>& usable, std::string& error) {
+    const char* name = "LLAMAPY_VK_VISIBLE_DEVICES";
+    const char* v = std::getenv(name);
+    if (!v) {
+        name = "GGML_VK_VISIBLE_DEVICES";
+        v = std::getenv(name);
+    }
+    if (!v || !*v) return usable;
+    std::vector<device_info> out;
+    const char* s = v;
+    for (;;) {
+        char* end = nullptr;
+        const long i = std::strtol(s, &end, 10);
+        if (end == s || i < 0 || i >= (long)usable.size() || (*end != ',' && *end != '\0')) {
+            error = std::string(name) + "='" + v + "': expected comma-separated device numbers below " +
+                    std::to_string(usable.size()) + " (the usable Vulkan devices)";
+            return {};
+        }
+        out.push_back(usable[(size_t)i]);
+        if (*end == '\0') break;
+        s = end + 1;
+    }
+    return out;
+}
+
 instance_state& state() {
     static instance_state& s = *new instance_state([] {
         instance_state st;
@@ -128,11 +160,15 @@ instance_state& state() {
             st.error = std::string("vkEnumeratePhysicalDevices failed: ") + result_name(r);
             st.phys.clear();
         }
+        std::vector<device_info> usable;
         for (size_t i = 0; i < st.phys.size(); ++i) {
             device_info d = describe(st.phys[i], (int)i);
             if (d.api_version < VK_API_VERSION_1_1) continue;  // the shaders target Vulkan 1.1
-            st.infos.push_back(d);
+            d.physical = (int)i;
+            usable.push_back(d);
         }
+        st.infos = visible_devices(usable, st.error);
+        for (size_t i = 0; i < st.infos.size(); ++i) st.infos[i].index = (int)i;
         if (st.infos.empty() && st.error.empty()) st.error = "the Vulkan loader found no device with Vulkan 1.1";
         return st;
     }());
@@ -237,7 +273,7 @@ context& context::get(int index) {
 }
 
 context::context(const device_info& info) : info_(info) {
-    phys_ = state().phys[(size_t)info.index];
+    phys_ = state().phys[(size_t)info.physical];
     uint32_t nq = 0;
     vkGetPhysicalDeviceQueueFamilyProperties(phys_, &nq, nullptr);
     std::vector<VkQueueFamilyProperties> qf(nq);

@@ -27,7 +27,8 @@
 namespace lp::vk {
 
 struct device_info {
-    int index = 0;
+    int index = 0;             // the device's number here (main_gpu, "gpu<index>")
+    int physical = 0;          // the Vulkan physical device it runs on
     std::string name;
     std::string type;          // "discrete", "integrated", "virtual", "cpu", "other"
     std::string driver;        // driver name and info, where the driver reports them
