@@ -200,6 +200,40 @@ def test_split_options_are_checked(tiny, monkeypatch):
     assert "LLAMAPY_VK_VISIBLE_DEVICES='7'" in out.stderr  # the warning says why no device is there
 
 
+@pytest.mark.parametrize("wtype", ["F32", "Q8_0"])
+def test_lora_adapters_with_gpu_layers(tiny, tmp_path, wtype):
+    """LoRA terms on the device: every split gives the CPU's logits with the
+    adapter; replacing and removing adapters takes effect (the device drops
+    its copies of the old ones)."""
+    import test_lora as L
+
+    path, _, cfg, w = tiny("llama", "F32")
+    names = ["blk.0.attn_q.weight", "blk.1.ffn_down.weight", "blk.1.attn_v.weight", "output.weight"]
+    r1, r2 = (4, 2) if wtype == "F32" else (32, 32)  # Q8_0 rows are whole blocks of 32
+    a1 = L.write_adapter(tmp_path / "a1.gguf", "llama", L.make_pairs(w, names, r1, seed=1, gain=0.1), wtype=wtype)
+    a2 = L.write_adapter(tmp_path / "a2.gguf", "llama", L.make_pairs(w, names[:2], r2, seed=2, gain=0.1), wtype=wtype)
+
+    def run_with(ngl, plan):
+        model = E.Model(str(path))
+        ctx = E.Context(model, n_ctx=64, n_threads=2, type_k="f32", type_v="f32", n_gpu_layers=ngl)
+        n = len(L.PROMPT)
+        out = []
+        for adapters in plan:
+            ctx.set_adapters([(E.LoraAdapter(model, p), s) for p, s in adapters])
+            ctx.kv_clear()
+            ctx.decode(tokens=L.PROMPT, pos=list(range(n)), seq_ids=[0] * n, logits=[1] * n)
+            out.append(np.array(ctx.get_logits_all()))
+        return out
+
+    plan = [[(a1, 1.0)], [(a2, 0.5), (a1, 0.25)], []]
+    cpu = run_with(0, plan)
+    assert rel(cpu[0], cpu[2]) > 1e-2 and rel(cpu[1], cpu[2]) > 1e-2  # the adapters matter
+    for ngl in (1, -1):
+        gpu = run_with(ngl, plan)
+        for g, c in zip(gpu, cpu):
+            assert rel(g, c) < TOL["F32"], ngl
+
+
 def test_sequences_cache_edits_and_state_on_the_gpu(tiny):
     """Two sequences in one batch, seq_rm and a state round trip: the KV cache
     lives in device memory, which the host edits in place between steps."""

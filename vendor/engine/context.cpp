@@ -767,13 +767,16 @@ void context::set_adapters(const std::vector<std::pair<std::shared_ptr<const lor
             if (!names.count(entry.first))
                 throw value_error("set_adapters: " + ad->path() + " is not an adapter of this model");
     }
-    if (!gpu_backends_.empty() && !adapters.empty())
-        throw not_implemented_error("set_adapters: LoRA adapters with layers on the GPU (n_gpu_layers=" +
-                                    std::to_string(p_.n_gpu_layers) + ") are not supported by the Vulkan backend yet");
+    // The devices' copies of the adapters being replaced go first (a file
+    // unmapped now may be mapped again at the same address).
+    loras_.for_each_matrix([&](const weight_view& w) {
+        for (auto& g : gpu_backends_) g->forget_weights(w.data);
+    });
     loras_.set(*model_, adapters);
     rs_.loras = loras_.empty() ? nullptr : &loras_;
-    rs_.lora_ax = float_buffer(backend_.dev(), (size_t)(rs_.n_ubatch * loras_.max_rank()));
-    rs_.lora_bax = float_buffer(backend_.dev(), (size_t)(rs_.n_ubatch * loras_.max_out()));
+    // Work rows beside the activations (device memory when layers are on a GPU).
+    rs_.lora_ax = float_buffer(rs_.x.where(), (size_t)(rs_.n_ubatch * loras_.max_rank()));
+    rs_.lora_bax = float_buffer(rs_.x.where(), (size_t)(rs_.n_ubatch * loras_.max_out()));
 }
 
 tensor_callback context::set_tensor_callback(tensor_callback cb) {

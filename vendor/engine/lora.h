@@ -58,6 +58,14 @@ public:
         auto it = terms_.find(w);
         return it == terms_.end() ? nullptr : &it->second;
     }
+    // Calls fn(m) for every adapter matrix m (the A and B of each term).
+    template <class F> void for_each_matrix(F fn) const {
+        for (const auto& entry : terms_)
+            for (const term& t : entry.second) {
+                fn(t.a);
+                fn(t.b);
+            }
+    }
     int64_t max_rank() const { return max_rank_; }
     int64_t max_out() const { return max_out_; }
 

@@ -112,6 +112,11 @@ public:
     // which runs each call before it returns.
     virtual void sync() {}
     virtual void discard() {}
+    // A backend on another device keeps copies of the weights it reads,
+    // keyed by their address: forget_weights drops the copy of the matrix at
+    // `data` before it is unmapped (a LoRA adapter being replaced), so a file
+    // mapped later at the same address is not taken for it.
+    virtual void forget_weights(const void* data) { (void)data; }
 };
 
 }  // namespace lp

@@ -172,6 +172,14 @@ const vulkan_backend::dev_weights& vulkan_backend::weights(const weight_view& w)
     return weights_.emplace(w.data, std::move(dw)).first->second;
 }
 
+void vulkan_backend::forget_weights(const void* data) {
+    auto it = weights_.find(data);
+    if (it == weights_.end()) return;
+    sync();  // recorded work may still read the copy
+    weight_bytes_ -= it->second.buf->bytes();
+    weights_.erase(it);
+}
+
 const vk::buffer& vulkan_backend::gelu_tables() {
     if (!tables_) {
         // the CPU's own tables (cpu/ops.h), so GELU gives the CPU's values
@@ -296,7 +304,6 @@ void vulkan_backend::discard() {
 void vulkan_backend::matmul(const weight_view& w, const float* x, int64_t xs, float* y, int64_t ys, int64_t n,
                             const lora_work& lora) {
     if (n <= 0 || w.n_rows <= 0) return;
-    if (lora.terms && !lora.terms->empty()) missing("LoRA terms in matmul");
     const dev_weights& dw = weights(w);
     const vk::buffer& wb = *dw.buf;
     const char* suffix = type_suffix(dw.type);
@@ -341,6 +348,26 @@ void vulkan_backend::matmul(const weight_view& w, const float* x, int64_t xs, fl
     d.groups[1] = groups_for((n + kTokenTile - 1) / kTokenTile, ctx_->max_groups(1));
     work.push_back(std::move(d));
     for (auto& k : work) record(std::move(k));
+    if (!lora.terms) return;
+    // The LoRA terms as the CPU adds them: y += scale · B (A x), term by term.
+    for (const lora_set::term& t : *lora.terms) {
+        const int64_t rank = t.a.n_rows, n_out = t.b.n_rows;
+        matmul(t.a, x, xs, lora.ax, rank, n, {});
+        matmul(t.b, lora.ax, rank, lora.bax, n_out, n, {});
+        row_op ops[2];
+        ops[0].k = row_op::kind::scale;
+        ops[0].y = lora.bax;
+        ops[0].y_stride = n_out;
+        ops[0].n = n_out;
+        ops[0].f = t.scale;
+        ops[1].k = row_op::kind::add;
+        ops[1].y = y;
+        ops[1].y_stride = ys;
+        ops[1].x = lora.bax;
+        ops[1].x_stride = n_out;
+        ops[1].n = n_out;
+        run_rows(ops, 2, n);
+    }
 }
 
 void vulkan_backend::get_rows(const weight_view& table, const int32_t* ids, float* y, int64_t ys, int64_t n) {

@@ -82,6 +82,7 @@ public:
     // Uploads w now (the context uploads its layers' weights when it is
     // created, so a plan that does not fit fails there); bytes it holds.
     void upload(const weight_view& w) { weights(w); }
+    void forget_weights(const void* data) override;
     uint64_t weight_bytes() const { return weight_bytes_; }
 
     // A range of a device buffer: the buffer and a byte offset in it.
