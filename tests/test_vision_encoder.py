@@ -285,3 +285,22 @@ def test_qwen25_huge_image_against_recorded_summary():
     ours = got.ravel()[::summary["subset_stride"]][:len(subset)]
     assert rel_err(ours, subset) <= 1.5e-2
     assert abs(float(got.mean()) - summary["mean"]) <= 1e-3 * summary["std"] * 10
+
+
+def test_gpu_needs_a_vulkan_build():
+    """gpu=N asks for the Vulkan backend; without it (or without the device) the
+    encoder refuses with a ValueError naming what is missing, never a crash.
+    (With the backend: tests/test_vulkan_vision.py.)"""
+    from llamapy import _engine as E
+
+    t, v = CASES[0]
+    path = VLM / t / f"{t}-mmproj-{v}.gguf"
+    if "vulkan" not in E.backends():
+        with pytest.raises(ValueError, match="no GPU backend"):
+            VisionEncoder(path, gpu=0)
+    else:
+        with pytest.raises(ValueError, match="Vulkan device"):
+            VisionEncoder(path, gpu=len(E.gpu_devices()))
+    with pytest.raises(ValueError, match="gpu must be"):
+        VisionEncoder(path, gpu="0")
+    assert VisionEncoder(path).gpu is None

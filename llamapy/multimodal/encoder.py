@@ -16,6 +16,9 @@ multiples of two patches (n_tokens = patches / 4).
 ``flash_attn`` (True / False / "auto", as ``Llama`` takes it) picks the tower's self-attention
 path: the explicit softmax or the fused flash kernels (both non-causal; Qwen2.5-VL's windowed
 layers use a block-diagonal mask on either). "auto" takes flash for chunks of many patches.
+``gpu`` (a Vulkan device number, in a build with the Vulkan backend) runs the tower and the
+projector on that device; None (the default) runs them on the CPU. The chat handlers pass the
+device of the language model's GPU layers (``use_gpu=True``, as mtmd does).
 Not here: preprocessing (``preprocess.py``), placing embeddings in a prompt (chat handlers).
 """
 from __future__ import annotations
@@ -40,7 +43,8 @@ class VisionEncoder:
     """The vision encoder and projector of an mmproj GGUF file."""
 
     def __init__(self, mmproj_path: Union[str, "os.PathLike[str]"], n_threads: Optional[int] = None,
-                 verbose: bool = False, flash_attn: Union[bool, str, int, None] = "auto") -> None:
+                 verbose: bool = False, flash_attn: Union[bool, str, int, None] = "auto",
+                 gpu: Optional[int] = None) -> None:
         path = os.fspath(mmproj_path)
         self.info: MmprojInfo = read_mmproj(path)
         self.projector_type: str = self.info.projector_type
@@ -55,7 +59,10 @@ class VisionEncoder:
         from .._engine import VisionModel
         from .._params import flash_attn_mode
         self.flash_attn: int = flash_attn_mode(flash_attn)  # -1 auto, 0 off, 1 on
-        self._model = VisionModel(path, n_threads or 0, self.flash_attn)
+        if gpu is not None and (not isinstance(gpu, int) or isinstance(gpu, bool) or gpu < 0):
+            raise ValueError(f"gpu must be a Vulkan device number (>= 0) or None (the CPU), got {gpu!r}")
+        self._model = VisionModel(path, n_threads or 0, self.flash_attn, -1 if gpu is None else gpu)
+        self.gpu: Optional[int] = None if self._model.gpu < 0 else int(self._model.gpu)
         self.n_embd: int = int(self._model.n_embd)
         self.n_tokens: int = int(self._model.n_tokens)   # embeddings per image chunk; 0: size-dependent
         self.dynamic_size: bool = bool(self._model.dynamic_size)
@@ -65,7 +72,8 @@ class VisionEncoder:
             print(f"vision encoder: {os.path.basename(path)}: {self.projector_type}, "
                   f"{self.info.image_size}px, patch {self.info.patch_size}, {self._model.n_layer_run}/"
                   f"{self.info.n_layer} blocks run, {self.n_tokens} tokens x {self.n_embd} per chunk, "
-                  f"{self.n_threads} threads, attention {self._describe_path()}", file=sys.stderr)
+                  + (f"on Vulkan device {self.gpu}" if self.gpu is not None else
+                     f"{self.n_threads} threads, attention {self._describe_path()}"), file=sys.stderr)
 
     def attention_path(self, height: Optional[int] = None, width: Optional[int] = None) -> str:
         """The self-attention path ("flash" or "explicit") a chunk of height x width pixels runs

@@ -56,15 +56,15 @@ _MROPE_TYPES = ("qwen2vl_merger", "qwen2.5vl_merger")
 
 # ------------------------------------------------------------------ encoder
 def default_encoder_factory(clip_model_path: str, n_threads: Optional[int] = None, verbose: bool = False,
-                            flash_attn: Any = "auto") -> Any:
+                            flash_attn: Any = "auto", gpu: Optional[int] = None) -> Any:
     """The C++ vision encoder (``llamapy.multimodal.encoder.VisionEncoder``)."""
     from .encoder import VisionEncoder
 
-    return VisionEncoder(clip_model_path, n_threads=n_threads, verbose=verbose, flash_attn=flash_attn)
+    return VisionEncoder(clip_model_path, n_threads=n_threads, verbose=verbose, flash_attn=flash_attn, gpu=gpu)
 
 
-def _takes_flash_attn(factory: Callable[..., Any]) -> bool:
-    """Whether an encoder factory accepts ``flash_attn`` (older factories take only
+def _takes(factory: Callable[..., Any], name: str) -> bool:
+    """Whether an encoder factory accepts the keyword ``name`` (older factories take only
     clip_model_path, n_threads and verbose)."""
     import inspect
 
@@ -72,7 +72,20 @@ def _takes_flash_attn(factory: Callable[..., Any]) -> bool:
         params = inspect.signature(factory).parameters.values()
     except (TypeError, ValueError):
         return False
-    return any(p.name == "flash_attn" or p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
+    return any(p.name == name or p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
+
+
+def _llama_gpu(llama: Any) -> Optional[int]:
+    """The Vulkan device of the first of llama's parts on a GPU (None: all on the CPU)."""
+    try:
+        parts = llama.device_map()
+    except Exception:  # a stand-in llama, a vocab-only model: no placement
+        return None
+    for part in parts:
+        dev = str(part.get("device", ""))
+        if dev.startswith("gpu") and dev[3:].isdigit():
+            return int(dev[3:])
+    return None
 
 
 # ------------------------------------------------------------------ messages
@@ -323,7 +336,8 @@ class MTMDChatHandler(FormatHandler):
     """The model's own GGUF chat template, with images (llama-cpp-python's ``MTMDChatHandler``).
 
     ``clip_model_path``: the projector GGUF (mmproj). ``verbose`` prints each rendered prompt
-    to stderr. ``use_gpu`` is accepted (this build runs on the CPU). llamapy's own keywords:
+    to stderr. ``use_gpu`` (default True, as mtmd's): the vision encoder runs on the Vulkan
+    device of the language model's GPU layers when it has any (else on the CPU). llamapy's own keywords:
     ``encoder`` (see the module docstring), ``cache_bytes`` (the projector-output cache's
     bound; 0 disables it) or ``embedding_cache`` (an ``EmbeddingCache`` to share between
     handlers), ``image_min_tokens`` / ``image_max_tokens`` (mtmd's overrides, dynamic-size types).
@@ -367,8 +381,12 @@ class MTMDChatHandler(FormatHandler):
             if self._encoder is None:
                 n_threads = getattr(llama, "n_threads", None)
                 kw: Dict[str, Any] = {"n_threads": n_threads, "verbose": False}
-                if _takes_flash_attn(self._encoder_spec):
+                if _takes(self._encoder_spec, "flash_attn"):
                     kw["flash_attn"] = getattr(getattr(llama, "context_params", None), "flash_attn", "auto")
+                # On the language model's GPU when it has layers there (mtmd's use_gpu).
+                gpu = _llama_gpu(llama) if self.use_gpu and llama is not None else None
+                if gpu is not None and _takes(self._encoder_spec, "gpu"):
+                    kw["gpu"] = gpu
                 self._encoder = self._encoder_spec(self.clip_model_path, **kw)
             return self._encoder
 

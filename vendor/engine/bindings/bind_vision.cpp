@@ -23,11 +23,11 @@ namespace {
 
 using farray = py::array_t<float, py::array::c_style>;
 
-std::unique_ptr<vision_model> open_vision(const std::string& path, int n_threads, int flash_attn) {
+std::unique_ptr<vision_model> open_vision(const std::string& path, int n_threads, int flash_attn, int gpu) {
     if (n_threads < 1) n_threads = default_n_threads();
     if (n_threads > 1024) throw value_error("n_threads " + std::to_string(n_threads) + " is more than 1024");
     py::gil_scoped_release nogil;
-    return std::make_unique<vision_model>(path, n_threads, flash_attn);
+    return std::make_unique<vision_model>(path, n_threads, flash_attn, gpu);
 }
 
 farray encode(vision_model& vm, const py::array& pixels) {
@@ -60,7 +60,11 @@ farray encode(vision_model& vm, const py::array& pixels) {
 void bind_vision(py::module_& m) {
     py::class_<vision_model>(m, "VisionModel", "The vision encoder and projector of an mmproj GGUF file.")
         .def(py::init(&open_vision), py::arg("path"), py::arg("n_threads") = 0, py::arg("flash_attn") = -1,
-             "flash_attn: -1 auto, 0 off, 1 on (the self-attention path)")
+             py::arg("gpu") = -1,
+             "flash_attn: -1 auto, 0 off, 1 on (the self-attention path); gpu: -1 the CPU, else the Vulkan "
+             "device that runs the encoder")
+        .def_property_readonly("gpu", [](const vision_model& v) { return v.gpu(); },
+                               "the Vulkan device the encoder runs on, or -1 (the CPU)")
         .def("encode", &encode, py::arg("pixels"),
              "One image chunk's pixels (3, H, W) or (1, 3, H, W) float32 -> (n_tokens, n_embd) float32.")
         .def_property_readonly("projector_type", [](const vision_model& v) { return v.model().hp().projector; })

@@ -83,7 +83,7 @@ void project_qwen2vl(pass& p, const clip_model& m, patch_grid g, rows feats, pro
     p.act_mul(ffn_act::gelu, h, nullptr, 0, n_mid);
     p.matmul(w.mm2, h, y);
     p.add_bias(y, w.mm2_b);
-    p.flush();
+    p.finish();  // read on the host below
     if (!win.idx.empty())  // window order -> raster order
         for (size_t src = 0; src < win.idx.size(); ++src)
             std::memcpy(out + src * (size_t)y.s, y.p + (size_t)win.idx[src] * (size_t)y.s, sizeof(float) * (size_t)y.s);

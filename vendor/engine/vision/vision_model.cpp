@@ -2,15 +2,38 @@
 #include "vision_model.h"
 
 #include "../common.h"
+#if defined(LP_ENABLE_VULKAN)
+#include "../backend/vulkan_backend.h"
+#include "../vulkan/vk_runtime.h"
+#endif
 
 namespace lp {
 
-vision_model::state::state(const clip_model& m, patch_grid g, thread_pool& pool, attention_path path)
+namespace {
+
+std::unique_ptr<backend> make_backend(const clip_model& m, patch_grid g, thread_pool& pool, attention_path path,
+                                      int gpu) {
+    if (gpu < 0) {
+        auto be = std::make_unique<cpu_backend>(m.hp().blocks, m.n_pos(g), m.n_pos(g), pool.n_threads(), path);
+        be->use_pool(pool);
+        return be;
+    }
+#if defined(LP_ENABLE_VULKAN)
+    return std::make_unique<vulkan_backend>(gpu);
+#else
+    throw value_error("vision encoder: gpu=" + std::to_string(gpu) + " but this build has no GPU backend");
+#endif
+}
+
+device device_of(int gpu) { return gpu < 0 ? device::host() : device{device::kind::gpu, gpu}; }
+
+}  // namespace
+
+vision_model::state::state(const clip_model& m, patch_grid g, thread_pool& pool, attention_path path, int gpu)
     : grid(g),
-      be(m.hp().blocks, m.n_pos(g), m.n_pos(g), pool.n_threads(), path),
-      rs(m.hp().blocks, m.n_pos(g), m.n_pos(g), device::host()),
+      be(make_backend(m, g, pool, path, gpu)),
+      rs(m.hp().blocks, m.n_pos(g), m.n_pos(g), device_of(gpu)),
       st(m, g, rs) {
-    be.use_pool(pool);
     const int64_t width = m.projector().work_width(m);
     work.a.resize((size_t)(m.n_pos(g) * width));
     work.b.resize((size_t)(m.n_pos(g) * width));
@@ -33,11 +56,29 @@ constexpr int64_t kAutoFlashRows = 128;
 
 }  // namespace
 
-vision_model::vision_model(const std::string& path, int n_threads, int flash_attn)
-    : m_(clip_model::load(path)), flash_attn_(checked_flash_attn(flash_attn)), pool_(n_threads) {
+static int checked_gpu(int gpu) {
+    if (gpu < -1) throw value_error("vision encoder: gpu must be -1 (the CPU) or a Vulkan device number, got " +
+                                    std::to_string(gpu));
+    if (gpu < 0) return gpu;
+#if defined(LP_ENABLE_VULKAN)
+    const auto& devs = vk::devices();
+    if (gpu >= (int)devs.size())
+        throw value_error("vision encoder: gpu=" + std::to_string(gpu) + " but there are " +
+                          std::to_string(devs.size()) + " Vulkan device(s)" +
+                          (devs.empty() ? " (" + vk::last_error() + ")" : std::string()));
+    return gpu;
+#else
+    throw value_error("vision encoder: gpu=" + std::to_string(gpu) +
+                      ": this build has no GPU backend (build with CMAKE_ARGS=\"-DLLAMAPY_VULKAN=ON\")");
+#endif
+}
+
+vision_model::vision_model(const std::string& path, int n_threads, int flash_attn, int gpu)
+    : m_(clip_model::load(path)), flash_attn_(checked_flash_attn(flash_attn)), gpu_(checked_gpu(gpu)),
+      pool_(n_threads) {
     if (!m_->hp().dynamic_size) {
         const patch_grid g = grid_for(m_->hp().image_size, m_->hp().image_size);
-        s_ = std::make_unique<state>(*m_, g, pool_, path_for(g));
+        s_ = std::make_unique<state>(*m_, g, pool_, path_for(g), gpu_);
     }
 }
 
@@ -77,11 +118,17 @@ void vision_model::encode(const float* pixels, int64_t h, int64_t w, float* out)
     std::lock_guard<std::mutex> lock(mu_);
     if (!s_ || s_->grid.nx != g.nx || s_->grid.ny != g.ny) {
         s_.reset();
-        s_ = std::make_unique<state>(*m_, g, pool_, path_for(g));
+        s_ = std::make_unique<state>(*m_, g, pool_, path_for(g), gpu_);
     }
-    pass p(s_->be, s_->rs, nullptr, m_->n_pos(g));
-    vit_forward(p, *m_, s_->st, pixels);
-    m_->projector().project(p, *m_, g, rows{s_->rs.x.f32(), m_->hp().n_embd}, s_->work, out);
+    pass p(*s_->be, s_->rs, nullptr, m_->n_pos(g));
+    try {
+        vit_forward(p, *m_, s_->st, pixels);
+        m_->projector().project(p, *m_, g, rows{s_->rs.x.f32(), m_->hp().n_embd}, s_->work, out);
+        p.finish();  // a device's results are in `out`
+    } catch (...) {
+        s_->be->discard();
+        throw;
+    }
 }
 
 }  // namespace lp

@@ -7,6 +7,9 @@
 // (flash_attn: -1 auto, 0 off, 1 on; auto: see path_for). Both are
 // non-causal over the image's rows; Qwen2.5-VL's windowed layers are the
 // same call with a block-diagonal mask.
+// gpu >= 0 (a build with the Vulkan backend): the tower and the projector
+// run on that Vulkan device instead (its fused attention; the weights are
+// uploaded on first use; the activations live in its mapped memory).
 // Not here: loading (clip_model.h), the tower (vit.h), the projectors.
 #pragma once
 
@@ -26,7 +29,7 @@ namespace lp {
 class vision_model {
 public:
     // flash_attn: -1 auto, 0 off, 1 on (value_error otherwise).
-    vision_model(const std::string& path, int n_threads, int flash_attn = -1);
+    vision_model(const std::string& path, int n_threads, int flash_attn = -1, int gpu = -1);
 
     const clip_model& model() const { return *m_; }
     // The patch grid of an h x w pixel image; value_error when the projector
@@ -37,6 +40,7 @@ public:
     int64_t n_out() const { return m_->hp().n_out; }
     int n_threads() const { return pool_.n_threads(); }
     int flash_attn() const { return flash_attn_; }  // the option: -1 auto, 0 off, 1 on
+    int gpu() const { return gpu_; }                 // the Vulkan device, or -1: the CPU
     // The attention path an image of grid g runs.
     attention_path path_for(patch_grid g) const;
 
@@ -46,15 +50,16 @@ public:
 
 private:
     struct state {
-        state(const clip_model& m, patch_grid g, thread_pool& pool, attention_path path);
+        state(const clip_model& m, patch_grid g, thread_pool& pool, attention_path path, int gpu);
         patch_grid grid;
-        cpu_backend be;
+        std::unique_ptr<backend> be;  // the CPU's, or the Vulkan device's
         run_state rs;
         vit_state st;
         projector_work work;
     };
     std::shared_ptr<clip_model> m_;
     int flash_attn_;
+    int gpu_;
     thread_pool pool_;
     std::unique_ptr<state> s_;
     std::mutex mu_;

@@ -204,7 +204,7 @@ void vit_forward(pass& p, const clip_model& m, vit_state& st, const float* pixel
         p.norm(nk, x, x, W.post_ln, W.post_ln_b, E, hp.eps);
         p.tap("post_ln", -1, x, E);
     }
-    p.flush();
+    p.finish();  // the projectors may read the rows on the host
 }
 
 }  // namespace lp
