@@ -27,6 +27,8 @@ set(_lp_vk_dir ${CMAKE_CURRENT_SOURCE_DIR}/vendor/engine/vulkan/shaders)
 set(_lp_vk_out ${CMAKE_CURRENT_BINARY_DIR}/vk_shaders)
 file(MAKE_DIRECTORY ${_lp_vk_out})
 # name;source;defines — one SPIR-V module each. The WTYPE numbers are ggml's type ids.
+# The shaders with reductions come twice: portable (shared-memory trees) and
+# "_sg" (subgroup operations), picked at run time per device (vulkan_backend).
 set(_lp_vk_shaders
   "row_ops|row_ops.comp|"
   "attention|attention.comp|"
@@ -43,6 +45,19 @@ set(_lp_vk_shaders
   "matmul_q4_k|matmul.comp|-DWTYPE=12"
   "matmul_q5_k|matmul.comp|-DWTYPE=13"
   "matmul_q6_k|matmul.comp|-DWTYPE=14"
+  "row_ops_sg|row_ops.comp|-DUSE_SUBGROUPS=1"
+  "attention_sg|attention.comp|-DUSE_SUBGROUPS=1"
+  "matmul_f32_sg|matmul.comp|-DWTYPE=0 -DUSE_SUBGROUPS=1"
+  "matmul_f16_sg|matmul.comp|-DWTYPE=1 -DUSE_SUBGROUPS=1"
+  "matmul_bf16_sg|matmul.comp|-DWTYPE=30 -DUSE_SUBGROUPS=1"
+  "matmul_q4_0_sg|matmul.comp|-DWTYPE=2 -DUSE_SUBGROUPS=1"
+  "matmul_q4_1_sg|matmul.comp|-DWTYPE=3 -DUSE_SUBGROUPS=1"
+  "matmul_q5_0_sg|matmul.comp|-DWTYPE=6 -DUSE_SUBGROUPS=1"
+  "matmul_q5_1_sg|matmul.comp|-DWTYPE=7 -DUSE_SUBGROUPS=1"
+  "matmul_q8_0_sg|matmul.comp|-DWTYPE=8 -DUSE_SUBGROUPS=1"
+  "matmul_q4_k_sg|matmul.comp|-DWTYPE=12 -DUSE_SUBGROUPS=1"
+  "matmul_q5_k_sg|matmul.comp|-DWTYPE=13 -DUSE_SUBGROUPS=1"
+  "matmul_q6_k_sg|matmul.comp|-DWTYPE=14 -DUSE_SUBGROUPS=1"
   "get_rows_f32|get_rows.comp|-DWTYPE=0"
   "get_rows_f16|get_rows.comp|-DWTYPE=1"
   "get_rows_bf16|get_rows.comp|-DWTYPE=30"

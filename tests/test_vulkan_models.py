@@ -234,6 +234,38 @@ def test_lora_adapters_with_gpu_layers(tiny, tmp_path, wtype):
             assert rel(g, c) < TOL["F32"], ngl
 
 
+@pytest.mark.parametrize("arch,wtype", [("llama", "Q8_0"), ("gemma3", "F16"), ("qwen3", "F32")])
+def test_subgroup_shaders_give_the_portable_shaders_bits(tiny, arch, wtype):
+    """The shaders with reductions come in two variants: subgroup shuffles
+    (devices that have them) and shared-memory trees (the portable ones,
+    LLAMAPY_VULKAN_SUBGROUPS=0). They add in the same order: the same logits,
+    bit for bit, prompt and steps, both attention paths."""
+    import subprocess
+    import sys
+
+    path, _, _, _ = tiny(arch, wtype)
+    code = (
+        "import sys, numpy as np\n"
+        f"sys.path.insert(0, {str(__import__('os').path.dirname(__file__))!r})\n"
+        "import test_vulkan_models as T\n"
+        "from llamapy import _engine as E\n"
+        "print(E.gpu_devices()[0]['subgroup_ops'])\n"
+        f"a, _ = T.run({str(path)!r}, n_gpu_layers=-1, flash_attn=False)\n"
+        f"b, _ = T.run({str(path)!r}, n_gpu_layers=-1, flash_attn=True)\n"
+        "np.save(sys.argv[1], np.concatenate([a, b]))\n")
+    got = {}
+    for sg in ("1", "0"):
+        out_path = str(path) + f".sg{sg}.npy"
+        env = dict(__import__("os").environ, LLAMAPY_VULKAN_SUBGROUPS=sg)
+        r = subprocess.run([sys.executable, "-c", code, out_path], capture_output=True, text=True, env=env)
+        assert r.returncode == 0, r.stderr[-3000:]
+        got[sg] = (r.stdout.split()[0], np.load(out_path))
+    assert got["0"][0] == "False"
+    if got["1"][0] != "True":
+        pytest.skip("this device has no subgroup shuffles: only the portable shaders run")
+    np.testing.assert_array_equal(got["1"][1], got["0"][1])
+
+
 def test_sequences_cache_edits_and_state_on_the_gpu(tiny):
     """Two sequences in one batch, seq_rm and a state round trip: the KV cache
     lives in device memory, which the host edits in place between steps."""

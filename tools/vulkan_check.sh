@@ -36,3 +36,7 @@ VK_ICD_FILENAMES=$(ls /usr/share/vulkan/icd.d/lvp_icd*.json | head -1)
 PYTHONPATH="$pkg" python -c "import llamapy; i = llamapy.system_info(); print('vulkan build:', i['backends'], [d['name'] for d in i['devices']])"
 PYTHONPATH="$pkg" python -m pytest -q -p no:cacheprovider "$root/tests/test_vulkan.py" "$root/tests/test_backend_ops.py" \
   "$root/tests/test_attention_ops.py" "$root/tests/test_vulkan_models.py" "$root/tests/test_vulkan_vision.py"
+# The portable shaders (shared-memory reductions), which devices without
+# subgroup shuffles run: the op tests again with the subgroup variants off.
+LLAMAPY_VULKAN_SUBGROUPS=0 PYTHONPATH="$pkg" python -m pytest -q -p no:cacheprovider "$root/tests/test_backend_ops.py" \
+  "$root/tests/test_attention_ops.py"

@@ -136,7 +136,8 @@ bool vulkan_backend::runs_matmul(ggml_type t) { return has_matmul(t) || traits(t
 
 bool vulkan_backend::has_kv_store(ggml_type t) { return convertible(t) && t != ggml_type::Q8_1 && t != ggml_type::Q8_K; }
 
-vulkan_backend::vulkan_backend(int index) : index_(index), ctx_(&vk::context::get(index)) {}
+vulkan_backend::vulkan_backend(int index)
+    : index_(index), ctx_(&vk::context::get(index)), sg_(ctx_->info().subgroup_ops ? "_sg" : "") {}
 
 vulkan_backend::~vulkan_backend() { discard(); }
 
@@ -340,7 +341,7 @@ void vulkan_backend::matmul(const weight_view& w, const float* x, int64_t xs, fl
     } pc{u32(w.n_rows), u32(w.n_cols), u32(n), (uint32_t)dw.row_bytes, (uint32_t)a_row, u32(ys), (uint32_t)a.off,
          float_off(ya), lanes};
     vk::dispatch d;
-    d.shader = std::string("matmul_") + suffix;
+    d.shader = std::string("matmul_") + suffix + sg_;
     d.buffers = {&wb, a.buf, ya.buf};
     d.set_push(pc);
     d.groups[0] = groups_for((w.n_rows + 64 / lanes - 1) / (64 / lanes), ctx_->max_groups(0));
@@ -466,7 +467,7 @@ void vulkan_backend::attention(const attention_args& a) {
          (uint32_t)ops[1].at.off, (uint32_t)ops[2].at.off, (uint32_t)(ops[3].at.off / 4), (uint32_t)(ops[4].at.off / 4),
          (uint32_t)(ops[5].at.off / 4), float_off(sc), float_off(ops[6].at), u32(a.out_stride)};
     vk::dispatch d;
-    d.shader = "attention";
+    d.shader = std::string("attention") + sg_;
     auto any = [&](const span& s) { return s.buf ? s.buf : sc.buf; };  // empty operands: nothing is read
     d.buffers = {q.buf, kb, vb, any(ops[3].at), any(ops[4].at), any(ops[5].at), sc.buf, ops[6].at.buf};
     d.set_push(pc);
@@ -528,7 +529,7 @@ void vulkan_backend::run_rows(const row_op* ops, int n_ops, int64_t n) {
              o.k == row_op::kind::hadamard ? 1.0f / std::sqrt((float)o.a) : o.f, (uint32_t)o.a, float_off(y),
              float_off(x), io[2].at.buf ? float_off(io[2].at) : 0, io[3].at.buf ? float_off(io[3].at) : 0};
         vk::dispatch d;
-        d.shader = "row_ops";
+        d.shader = std::string("row_ops") + sg_;
         d.buffers = {y.buf, x.buf, io[2].at.buf ? io[2].at.buf : y.buf, io[3].at.buf ? io[3].at.buf : y.buf, tables};
         d.set_push(pc);
         d.groups[0] = groups_for(n * groups, ctx_->max_groups(0));

@@ -117,6 +117,7 @@ private:
 
     int index_;
     vk::context* ctx_;
+    const char* sg_;  // "_sg": the subgroup variants of the shaders with reductions (device_info::subgroup_ops), or ""
     std::map<const void*, dev_weights> weights_;
     uint64_t weight_bytes_ = 0;
     std::unique_ptr<vk::buffer> tables_;

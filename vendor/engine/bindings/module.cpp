@@ -54,6 +54,7 @@ py::list gpu_devices() {
         d["fp16"] = v.fp16;
         d["int8"] = v.int8;
         d["subgroup_size"] = v.subgroup_size;
+        d["subgroup_ops"] = v.subgroup_ops;  // the shaders' subgroup variants run on it
         out.append(d);
     }
 #endif

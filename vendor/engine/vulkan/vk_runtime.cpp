@@ -89,6 +89,12 @@ device_info describe(VkPhysicalDevice pd, int index) {
         if (v12) sub.pNext = &drv;
         vkGetPhysicalDeviceProperties2(pd, &p2);
         d.subgroup_size = sub.subgroupSize;
+        const VkSubgroupFeatureFlags need =
+            VK_SUBGROUP_FEATURE_BASIC_BIT | VK_SUBGROUP_FEATURE_SHUFFLE_BIT;
+        const uint32_t n = sub.subgroupSize;  // the shaders' 64-invocation workgroups hold whole subgroups
+        d.subgroup_ops = (sub.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) && (sub.supportedOperations & need) == need &&
+                         n >= 1 && n <= 64 && (n & (n - 1)) == 0;
+        if (const char* e = std::getenv("LLAMAPY_VULKAN_SUBGROUPS"); e && std::string(e) == "0") d.subgroup_ops = false;
         if (v12) d.driver = std::string(drv.driverName) + (drv.driverInfo[0] ? std::string(" ") + drv.driverInfo : "");
     }
     if (v12) {

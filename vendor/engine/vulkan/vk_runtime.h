@@ -37,6 +37,10 @@ struct device_info {
     bool fp16 = false;         // shaderFloat16
     bool int8 = false;         // shaderInt8
     uint32_t subgroup_size = 0;
+    // The shaders' subgroup variants can run: compute-stage subgroups with
+    // basic and shuffle operations, a power-of-two size up to 64.
+    // LLAMAPY_VULKAN_SUBGROUPS=0 turns them off (the portable shaders).
+    bool subgroup_ops = false;
 };
 
 // The devices the Vulkan loader and its drivers report (empty when there is

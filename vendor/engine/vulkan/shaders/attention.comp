@@ -11,6 +11,13 @@
 // Cache element types (type ids as ggml's): F32, F16, BF16, Q8_0, Q4_0,
 // Q4_1, Q5_0, Q5_1, IQ4_NL, per cache (keys and values may differ).
 #extension GL_GOOGLE_include_directive : enable
+#ifndef USE_SUBGROUPS
+#define USE_SUBGROUPS 0  // the portable variant (cmake/vulkan.cmake builds both)
+#endif
+#if USE_SUBGROUPS
+#extension GL_KHR_shader_subgroup_basic : enable
+#extension GL_KHR_shader_subgroup_shuffle : enable
+#endif
 #include "bytes.glsl"
 
 layout(local_size_x = 64) in;
@@ -70,6 +77,35 @@ const float kvalues_iq4nl[16] = float[16](-127.0, -104.0, -83.0, -65.0, -49.0, -
 
 shared float red[64];
 
+#if USE_SUBGROUPS
+// The max or sum of v over the workgroup, combined in the portable tree's
+// order (both variants give the same bits): strides at or above the
+// subgroup size S through shared memory, the last log2(S) as shuffles inside
+// subgroup 0.
+float tree(float v, bool is_max) {
+    const uint lid = gl_LocalInvocationID.x, S = gl_SubgroupSize;
+    red[lid] = v;
+    barrier();
+    for (uint s = 32u; s >= S && s > 0u; s >>= 1) {
+        if (lid < s) red[lid] = is_max ? max(red[lid], red[lid + s]) : red[lid] + red[lid + s];
+        barrier();
+    }
+    if (gl_SubgroupID == 0u) {
+        const uint i = gl_SubgroupInvocationID;
+        float t = red[i];
+        for (uint s = S / 2u; s > 0u; s >>= 1) {
+            const float o = subgroupShuffleXor(t, s);
+            t = is_max ? max(t, o) : t + o;
+        }
+        if (i == 0u) red[0] = t;
+    }
+    barrier();
+    const float r = red[0];
+    barrier();
+    return r;
+}
+#else
+// Portable: a tree in shared memory.
 float tree(float v, bool is_max) {
     const uint lid = gl_LocalInvocationID.x;
     red[lid] = v;
@@ -82,6 +118,7 @@ float tree(float v, bool is_max) {
     barrier();
     return r;
 }
+#endif
 
 bool visible(uint t, uint j) {
     const uint w = mask[p.mask_off + t * 2u * p.mask_words + (j >> 5)];

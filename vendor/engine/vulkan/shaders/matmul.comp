@@ -8,9 +8,18 @@
 // y_off + t * y_stride (the operands live inside larger device buffers).
 // One workgroup per (64 / lanes weight rows, 8 tokens): `lanes` invocations
 // over each row's blocks (float types: elements), each block unpacked once
-// and dotted with every token's, then a tree sum in shared memory.
+// and dotted with every token's, then a sum per (row, token): subgroup
+// shuffles in the USE_SUBGROUPS variant (devices with subgroup shuffles),
+// else a tree in shared memory.
 // Simple by design: correct on every device; fast kernels come later.
 #extension GL_GOOGLE_include_directive : enable
+#ifndef USE_SUBGROUPS
+#define USE_SUBGROUPS 0  // the portable variant (cmake/vulkan.cmake builds both)
+#endif
+#if USE_SUBGROUPS
+#extension GL_KHR_shader_subgroup_basic : enable
+#extension GL_KHR_shader_subgroup_shuffle : enable
+#endif
 #include "bytes.glsl"
 
 #define T_F32 0
@@ -217,6 +226,37 @@ const uint BLOCK_BYTES = 176u;
 const uint BLOCK_BYTES = 210u;
 #endif
 
+// part[row L] = the sum of v over the L lanes of each row of the workgroup
+// (lanes [row L, row L + L), L a power of two): a tree over strides L/2 .. 1.
+// The portable variant runs every stride through shared memory; the
+// subgroup variant the strides at or above the subgroup size S the same way
+// and the last ones as shuffles inside the subgroup holding the row's
+// remaining partials: the same additions in the same order, the same bits.
+void row_sums(float v, uint lid, uint L) {
+    part[lid] = v;
+    barrier();
+#if USE_SUBGROUPS
+    const uint S = gl_SubgroupSize;
+    for (uint s = L / 2u; s >= S && s > 0u; s >>= 1) {
+        if (lid % L < s) part[lid] += part[lid + s];
+        barrier();
+    }
+    const uint w = min(L, S), base = L > S ? gl_SubgroupID * L : gl_SubgroupID * S;
+    if (base < 64u) {
+        const uint i = gl_SubgroupInvocationID;
+        float t = part[base + i];
+        for (uint s = w / 2u; s > 0u; s >>= 1) t += subgroupShuffleXor(t, s);
+        if (i % w == 0u) part[base + i] = t;
+    }
+    barrier();
+#else
+    for (uint s = L / 2u; s > 0u; s >>= 1) {
+        if (lid % L < s) part[lid] += part[lid + s];
+        barrier();
+    }
+#endif
+}
+
 void main() {
     // `lanes` invocations per weight row (a power of two: fewer than 64 when
     // a row has few blocks, so a workgroup works on 64 / lanes rows at once
@@ -271,12 +311,7 @@ void main() {
             }
             for (uint tt = 0u; tt < TT; ++tt) {
                 if (tt >= nt) break;
-                part[lid] = acc[tt];
-                barrier();
-                for (uint s = L / 2u; s > 0u; s >>= 1) {
-                    if (lane < s) part[lid] += part[lid + s];
-                    barrier();
-                }
+                row_sums(acc[tt], lid, L);
                 if (lane == 0u && r < p.n_rows) y[p.y_off + (t0 + tt) * p.y_stride + r] = part[lid];
                 barrier();
             }

@@ -6,6 +6,13 @@
 // Numerics follow the CPU's (cpu/ops.cpp): GELU and quick GELU look up the
 // same F16 tables (input rounded to F16 to nearest even, as fp32_to_fp16).
 #extension GL_GOOGLE_include_directive : enable
+#ifndef USE_SUBGROUPS
+#define USE_SUBGROUPS 0  // the portable variant (cmake/vulkan.cmake builds both)
+#endif
+#if USE_SUBGROUPS
+#extension GL_KHR_shader_subgroup_basic : enable
+#extension GL_KHR_shader_subgroup_shuffle : enable
+#endif
 #include "bytes.glsl"
 
 layout(local_size_x = 64) in;
@@ -29,6 +36,32 @@ const uint K_RMS_NORM = 0u, K_LAYER_NORM = 1u, K_ADD = 2u, K_MUL = 3u, K_SCALE =
 
 shared float red[64];
 
+#if USE_SUBGROUPS
+// The sum of v over the workgroup, with the portable tree's additions in the
+// same order (so both variants give the same bits): the strides at or above
+// the subgroup size S through shared memory, the last log2(S) as shuffles
+// inside subgroup 0, which holds the S partials left.
+float group_sum(float v) {
+    const uint lid = gl_LocalInvocationID.x, S = gl_SubgroupSize;
+    red[lid] = v;
+    barrier();
+    for (uint s = 32u; s >= S && s > 0u; s >>= 1) {
+        if (lid < s) red[lid] += red[lid + s];
+        barrier();
+    }
+    if (gl_SubgroupID == 0u) {
+        const uint i = gl_SubgroupInvocationID;
+        float t = red[i];
+        for (uint s = S / 2u; s > 0u; s >>= 1) t += subgroupShuffleXor(t, s);
+        if (i == 0u) red[0] = t;
+    }
+    barrier();
+    const float total = red[0];
+    barrier();
+    return total;
+}
+#else
+// Portable: a tree in shared memory.
 float group_sum(float v) {
     const uint lid = gl_LocalInvocationID.x;
     red[lid] = v;
@@ -41,6 +74,7 @@ float group_sum(float v) {
     barrier();
     return total;
 }
+#endif
 
 float tanh_f(float v) {
     // tanh through exp, stable for both signs: tanh(v) = sign(v) (1 - e) / (1 + e), e = exp(-2|v|)
