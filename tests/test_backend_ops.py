@@ -110,7 +110,7 @@ def test_get_rows(backend):
         np.testing.assert_array_equal(got, R.as_stored(table, wtype)[ids].astype(np.float32))
 
 
-KV_TYPES = ["F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1"]
+KV_TYPES = ["F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "IQ4_NL"]
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -136,7 +136,7 @@ def test_kv_store_quantizes_as_the_cpu_on_many_blocks(backend):
     # flips a quant where x / d lies near a half).
     x = (rng.standard_normal((64, 1024)) * np.exp(rng.uniform(-6, 6, (64, 1)))).astype(np.float32)
     cells = list(range(63, -1, -1))
-    for ktype in ("Q8_0", "Q5_1"):
+    for ktype in ("Q8_0", "Q5_1", "IQ4_NL"):  # IQ4_NL: a scale search with 17 divisions and fits per block
         assert (E.backend_kv_store(backend, ktype, x, cells, 64) == E.backend_kv_store("cpu", ktype, x, cells, 64))
 
 

@@ -84,5 +84,6 @@ def test_types_without_a_shader_run_dequantized_to_f16():
 
 def test_what_is_missing_says_so():
     x = rng.standard_normal((2, 64)).astype(np.float32)
-    with pytest.raises(NotImplementedError, match="IQ4_NL"):
-        E.backend_kv_store("vulkan", "IQ4_NL", x, [0, 1], 2)
+    x256 = rng.standard_normal((2, 256)).astype(np.float32)
+    with pytest.raises(NotImplementedError, match="Q4_K"):  # not a cache type anywhere
+        E.backend_kv_store("vulkan", "Q4_K", x256, [0, 1], 2)

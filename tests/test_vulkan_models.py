@@ -93,16 +93,19 @@ def test_offload_kqv_false_keeps_the_cache_and_its_attention_on_the_cpu(tiny, ar
 
 
 @pytest.mark.parametrize("cache", ["q8_0", "iq4_nl"])
-def test_offload_kqv_false_takes_cache_types_the_device_cannot_store(tiny, cache):
-    """A cache type without a device store (IQ4_NL) works with GPU layers when
-    the cache stays on the CPU; the logits are the CPU's within the device
-    tolerance. The CPU quantizes what the device computed, so a key an ULP
-    apart can round to the next 4-bit level: IQ4_NL gets the width of a few
-    such steps (measured 5.8e-3), Q8_0 the F32 tolerance."""
+@pytest.mark.parametrize("offload_kqv", [True, False])
+def test_quantized_caches_on_either_side(tiny, cache, offload_kqv):
+    """Quantized caches with the layers on the device, the cache on the device
+    (its store gives the CPU's bytes: tests/test_backend_ops.py) or on the
+    CPU (offload_kqv=False): the logits are the CPU's within the device
+    tolerance. Keys computed on the device an ULP apart from the CPU's can
+    round to the next 4-bit level: IQ4_NL gets the width of a few such steps
+    (measured 5.8e-3), Q8_0 the F32 tolerance."""
     path, _, cfg, _ = tiny("gemma3", "F32")
     cpu, _ = run(path, type_k=cache, type_v=cache)
-    got, ctx = run(path, n_gpu_layers=-1, type_k=cache, type_v=cache, offload_kqv=False)
+    got, ctx = run(path, n_gpu_layers=-1, type_k=cache, type_v=cache, offload_kqv=offload_kqv)
     assert {p["device"] for p in ctx.placement() if p["layer"] >= 0} == {"gpu0"}
+    assert {p["kv_device"] for p in ctx.placement() if p["layer"] >= 0} == {"gpu0" if offload_kqv else "cpu"}
     assert rel(got, cpu) < (TOL["F32"] if cache == "q8_0" else 1.5e-2)
     assert (got.argmax(1) == cpu.argmax(1)).mean() >= 0.9
 
@@ -357,8 +360,6 @@ def test_a_plan_too_big_for_the_device_says_so(tiny, monkeypatch):
 
 def test_what_the_device_cannot_do_says_so(tiny, gemma_path):
     path, _, _, _ = tiny("llama", "F32")
-    with pytest.raises(ValueError, match="IQ4_NL KV cache"):  # (the tiny models' heads are too small for it)
-        engine_context(gemma_path, n_gpu_layers=1, type_k="iq4_nl")
     with pytest.raises(ValueError, match="main_gpu=7"):
         engine_context(path, n_gpu_layers=1, main_gpu=7)
     with pytest.raises(ValueError, match="n_gpu_layers"):

@@ -46,7 +46,8 @@ bool convertible(ggml_type t) {
         case ggml_type::Q5_1:
         case ggml_type::Q8_0:
         case ggml_type::Q8_1:
-        case ggml_type::Q8_K: return true;
+        case ggml_type::Q8_K:
+        case ggml_type::IQ4_NL: return true;
         default: return false;
     }
 }

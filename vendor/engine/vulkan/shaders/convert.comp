@@ -10,7 +10,7 @@
 //           as to_float gives it back): attention's queries as the CPU's
 //           kernels see them against an F16 / BF16 / Q8_0-dot cache.
 // Types (ggml ids): F32 0, F16 1, BF16 30, Q4_0 2, Q4_1 3, Q5_0 6, Q5_1 7,
-// Q8_0 8, Q8_1 9, Q8_K 15.
+// Q8_0 8, Q8_1 9, Q8_K 15, IQ4_NL 20 (quants/iquants.cpp: the scale search).
 // One invocation per unit: a block (32 or 256 elements), or 2 elements of
 // F16 / BF16, or 1 of F32. Blocks are byte structures (34 bytes for Q8_0)
 // and rows need not start on a word, so bytes are written with a pair of
@@ -36,7 +36,10 @@ layout(push_constant) uniform Params {
 } p;
 
 const uint T_F32 = 0u, T_F16 = 1u, T_BF16 = 30u, T_Q4_0 = 2u, T_Q4_1 = 3u, T_Q5_0 = 6u, T_Q5_1 = 7u, T_Q8_0 = 8u,
-           T_Q8_1 = 9u, T_Q8_K = 15u;
+           T_Q8_1 = 9u, T_Q8_K = 15u, T_IQ4_NL = 20u;
+
+const float kvalues_iq4[16] = float[16](-127.0, -104.0, -83.0, -65.0, -49.0, -35.0, -22.0, -10.0, 1.0, 13.0, 25.0,
+                                        38.0, 53.0, 69.0, 89.0, 113.0);
 
 // a / b rounded to nearest even, as the CPU divides. Vulkan's division
 // may be off by 2.5 ULP (and lavapipe's is: a Q8_0 scale one ULP off turns
@@ -118,6 +121,62 @@ void put32(uint off, uint v) {  // at an even offset: maybe two words
     }
 }
 
+// IQ4_NL, as quants/iquants.cpp: best_index_iq4, fit_iq4, best_scale_iq4
+// (float operations in the CPU's order, divisions by div_rn).
+uint best_index_iq4(float v) {
+    if (v <= kvalues_iq4[0]) return 0u;
+    if (v >= kvalues_iq4[15]) return 15u;
+    uint lo = 0u, hi = 15u;
+    while (hi - lo > 1u) {
+        const uint mid = (lo + hi) / 2u;
+        if (v < kvalues_iq4[mid]) hi = mid;
+        else lo = mid;
+    }
+    precise float below = v - kvalues_iq4[hi - 1u];
+    precise float above = kvalues_iq4[hi] - v;
+    return below < above ? hi - 1u : hi;
+}
+void fit_iq4(uint xs, float id, out float sumqx, out float sumq2) {
+    precise float sqx = 0.0, sq2 = 0.0;
+    for (uint j = 0u; j < 32u; ++j) {
+        precise float xj = x[xs + j];
+        precise float v = id * xj;
+        const float q = kvalues_iq4[best_index_iq4(v)];
+        precise float w = xj * xj;
+        precise float wq = w * q;
+        sqx += wq * xj;
+        sq2 += wq * q;
+    }
+    sumqx = sqx;
+    sumq2 = sq2;
+}
+float best_scale_iq4(uint xs) {
+    float amax = 0.0, mx = 0.0;
+    for (uint j = 0u; j < 32u; ++j) {
+        const float ax = abs(x[xs + j]);
+        if (ax > amax) {
+            amax = ax;
+            mx = x[xs + j];
+        }
+    }
+    if (amax < 1e-15) return 0.0;
+    float d = div_rn(-mx, kvalues_iq4[0]);
+    float sumqx, sumq2;
+    fit_iq4(xs, div_rn(1.0, d), sumqx, sumq2);
+    d = div_rn(sumqx, sumq2);
+    precise float best = d * sumqx;
+    for (int itry = -7; itry <= 7; ++itry) {
+        fit_iq4(xs, div_rn(float(itry - 127), mx), sumqx, sumq2);
+        precise float lhs = sumqx * sumqx;
+        precise float rhs = best * sumq2;
+        if (sumq2 > 0.0 && lhs > rhs) {
+            d = div_rn(sumqx, sumq2);
+            best = d * sumqx;
+        }
+    }
+    return d;
+}
+
 uint block_elems(uint t) { return t == T_Q8_K ? 256u : (t == T_F32 ? 1u : (t == T_F16 || t == T_BF16) ? 2u : 32u); }
 uint block_bytes(uint t) {
     switch (t) {
@@ -130,6 +189,7 @@ uint block_bytes(uint t) {
         case T_Q5_1: return 24u;
         case T_Q8_0: return 34u;
         case T_Q8_1: return 36u;
+        case T_IQ4_NL: return 18u;
         default: return 292u;  // Q8_K: float d, 256 int8, 16 int16 bsums
     }
 }
@@ -182,6 +242,26 @@ void main() {
                     precise float s = float(sum) * dd;
                     put16(db + 2u, f16_bits(s));
                 }
+            }
+        } else if (p.type == T_IQ4_NL) {
+            // d = the best scale of the block (a search over 16 candidates),
+            // index of each element: the table entry nearest to x / d
+            const float dd = best_scale_iq4(xs);
+            const float id = dd != 0.0 ? div_rn(1.0, dd) : 0.0;
+            const float dh = half_bits_to_float(f16_bits(dd));
+            uint qv[32];
+            for (uint j = 0u; j < 32u; ++j) {
+                precise float v = id * x[xs + j];
+                qv[j] = best_index_iq4(v);
+                if (rt) f[fb + j] = dh * kvalues_iq4[qv[j]];
+            }
+            if (!rt) {
+                for (uint j = 0u; j < 16u; j += 4u) {
+                    uint word = 0u;
+                    for (uint k = 0u; k < 4u; ++k) word |= (qv[j + k] | (qv[j + k + 16u] << 4)) << (8u * k);
+                    put32(db + 2u + j, word);
+                }
+                put16(db, f16_bits(dd));
             }
         } else if (p.type == T_Q8_K) {
             // iscale = -127 / max (the signed value of largest magnitude), q = min(127, nearest(iscale x)),
