@@ -151,24 +151,27 @@ size_t vulkan_backend::scratch_bytes() const {
 const vulkan_backend::dev_weights& vulkan_backend::weights(const weight_view& w) {
     auto it = weights_.find(w.data);
     if (it != weights_.end()) return it->second;
+    // Weights live in device-local memory (a discrete GPU's own), uploaded
+    // once through a staging buffer; only the shaders read them.
     dev_weights dw{nullptr, w.type, w.row_stride};
     if (has_matmul(w.type)) {
         const size_t bytes = w.row_stride * (size_t)w.n_rows;
-        dw.buf = std::make_unique<vk::buffer>(*ctx_, bytes);
-        std::memcpy(dw.buf->data(), w.data, bytes);
+        dw.buf = std::make_unique<vk::buffer>(*ctx_, bytes, false);
+        ctx_->upload(*dw.buf, 0, w.data, bytes);
     } else {
         // No shader for the type: dequantized (the CPU's to_float) to F16 rows.
         const type_traits& tt = traits(w.type);
         if (!tt.to_float) missing(std::string("matmul for ") + type_name(w.type) + " weights");
         dw.type = ggml_type::F16;
         dw.row_bytes = row_size(ggml_type::F16, w.n_cols);
-        dw.buf = std::make_unique<vk::buffer>(*ctx_, dw.row_bytes * (size_t)w.n_rows);
+        std::vector<uint8_t> f16(dw.row_bytes * (size_t)w.n_rows);
         std::vector<float> row((size_t)w.n_cols);
-        auto* dst = static_cast<uint8_t*>(dw.buf->data());
         for (int64_t r = 0; r < w.n_rows; ++r) {
             tt.to_float(static_cast<const uint8_t*>(w.data) + (size_t)r * w.row_stride, row.data(), w.n_cols);
-            traits(ggml_type::F16).from_float_ref(row.data(), dst + (size_t)r * dw.row_bytes, w.n_cols);
+            traits(ggml_type::F16).from_float_ref(row.data(), f16.data() + (size_t)r * dw.row_bytes, w.n_cols);
         }
+        dw.buf = std::make_unique<vk::buffer>(*ctx_, f16.size(), false);
+        ctx_->upload(*dw.buf, 0, f16.data(), f16.size());
     }
     weight_bytes_ += dw.buf->bytes();
     return weights_.emplace(w.data, std::move(dw)).first->second;

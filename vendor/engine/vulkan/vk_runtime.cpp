@@ -188,18 +188,18 @@ const std::string& last_error() { return state().error; }
 
 // --- buffer --------------------------------------------------------------------
 
-buffer::buffer(context& ctx, size_t bytes) : ctx_(&ctx), bytes_(bytes) {
+buffer::buffer(context& ctx, size_t bytes, bool host_visible) : ctx_(&ctx), bytes_(bytes) {
     const VkDeviceSize size = (bytes + 15) & ~(VkDeviceSize)15;  // never 0; whole words for the shaders
     auto bi = make<VkBufferCreateInfo>(VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO);
     bi.size = size ? size : 16;
-    bi.usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT;
+    bi.usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT | VK_BUFFER_USAGE_TRANSFER_DST_BIT;
     bi.sharingMode = VK_SHARING_MODE_EXCLUSIVE;
     check(vkCreateBuffer(ctx.dev_, &bi, nullptr, &buf_), "vkCreateBuffer");
     VkMemoryRequirements req{};
     vkGetBufferMemoryRequirements(ctx.dev_, buf_, &req);
     auto ai = make<VkMemoryAllocateInfo>(VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO);
     ai.allocationSize = req.size;
-    ai.memoryTypeIndex = ctx.memory_type(req.memoryTypeBits);
+    ai.memoryTypeIndex = host_visible ? ctx.memory_type(req.memoryTypeBits) : ctx.device_memory_type(req.memoryTypeBits);
     const VkResult r = vkAllocateMemory(ctx.dev_, &ai, nullptr, &mem_);
     if (r != VK_SUCCESS) {
         vkDestroyBuffer(ctx.dev_, buf_, nullptr);
@@ -208,7 +208,7 @@ buffer::buffer(context& ctx, size_t bytes) : ctx_(&ctx), bytes_(bytes) {
                                  " bytes on " + ctx.info().name + " failed: " + result_name(r));
     }
     check(vkBindBufferMemory(ctx.dev_, buf_, mem_, 0), "vkBindBufferMemory");
-    check(vkMapMemory(ctx.dev_, mem_, 0, VK_WHOLE_SIZE, 0, &map_), "vkMapMemory");
+    if (host_visible) check(vkMapMemory(ctx.dev_, mem_, 0, VK_WHOLE_SIZE, 0, &map_), "vkMapMemory");
     charged_ = req.size;
     ctx.allocated_ += charged_;
 }
@@ -347,6 +347,61 @@ uint32_t context::memory_type(uint32_t type_bits) const {
     return (uint32_t)fallback;
 }
 
+// For buffers only the device reads: device-local memory, preferably a kind
+// the host cannot map (a discrete GPU's own memory), else any device-local
+// kind (unified memory, lavapipe), else what memory_type gives.
+uint32_t context::device_memory_type(uint32_t type_bits) const {
+    int any_local = -1;
+    for (uint32_t i = 0; i < mem_props_.memoryTypeCount; ++i) {
+        if (!(type_bits & (1u << i))) continue;
+        const VkMemoryPropertyFlags f = mem_props_.memoryTypes[i].propertyFlags;
+        if (!(f & VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT)) continue;
+        if (!(f & VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT)) return i;
+        if (any_local < 0) any_local = (int)i;
+    }
+    return any_local >= 0 ? (uint32_t)any_local : memory_type(type_bits);
+}
+
+void context::submit_and_wait() {
+    check(vkEndCommandBuffer(cmd_), "vkEndCommandBuffer");
+    auto si = make<VkSubmitInfo>(VK_STRUCTURE_TYPE_SUBMIT_INFO);
+    si.commandBufferCount = 1;
+    si.pCommandBuffers = &cmd_;
+    check(vkQueueSubmit(queue_, 1, &si, fence_), "vkQueueSubmit");
+    // Ten minutes for one submit (a whole forward pass of a big batch on a
+    // CPU driver such as lavapipe takes minutes): a hung device is an error,
+    // not a hang.
+    const VkResult r = vkWaitForFences(dev_, 1, &fence_, VK_TRUE, 600ull * 1000 * 1000 * 1000);
+    vkResetFences(dev_, 1, &fence_);
+    check(r, "waiting for the GPU (vkWaitForFences)");
+}
+
+void context::upload(const buffer& dst, size_t off, const void* src, size_t bytes) {
+    if (bytes == 0) return;
+    if (off + bytes > dst.bytes()) throw std::logic_error("vulkan: upload past the end of a buffer");
+    constexpr size_t kChunk = (size_t)64 << 20;
+    buffer staging(*this, std::min(bytes, kChunk));
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (size_t done = 0; done < bytes;) {
+        const size_t n = std::min(bytes - done, kChunk);
+        std::memcpy(staging.data(), static_cast<const uint8_t*>(src) + done, n);
+        check(vkResetCommandBuffer(cmd_, 0), "vkResetCommandBuffer");
+        auto bi = make<VkCommandBufferBeginInfo>(VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO);
+        bi.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
+        check(vkBeginCommandBuffer(cmd_, &bi), "vkBeginCommandBuffer");
+        VkBufferCopy region{0, (VkDeviceSize)(off + done), (VkDeviceSize)n};
+        vkCmdCopyBuffer(cmd_, staging.handle(), dst.handle(), 1, &region);
+        // later dispatches read what the copy wrote
+        auto mb = make<VkMemoryBarrier>(VK_STRUCTURE_TYPE_MEMORY_BARRIER);
+        mb.srcAccessMask = VK_ACCESS_TRANSFER_WRITE_BIT;
+        mb.dstAccessMask = VK_ACCESS_SHADER_READ_BIT;
+        vkCmdPipelineBarrier(cmd_, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, 0, 1, &mb, 0,
+                             nullptr, 0, nullptr);
+        submit_and_wait();
+        done += n;
+    }
+}
+
 context::pipeline& context::get_pipeline(const char* shader, uint32_t n_buffers) {
     auto it = pipelines_.find(shader);
     if (it != pipelines_.end()) {
@@ -452,17 +507,7 @@ void context::run(const std::vector<dispatch>& work) {
                              last ? VK_PIPELINE_STAGE_HOST_BIT : VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, 0, 1, &mb, 0,
                              nullptr, 0, nullptr);
     }
-    check(vkEndCommandBuffer(cmd_), "vkEndCommandBuffer");
-    auto si = make<VkSubmitInfo>(VK_STRUCTURE_TYPE_SUBMIT_INFO);
-    si.commandBufferCount = 1;
-    si.pCommandBuffers = &cmd_;
-    check(vkQueueSubmit(queue_, 1, &si, fence_), "vkQueueSubmit");
-    // Ten minutes for one submit (a whole forward pass of a big batch on a
-    // CPU driver such as lavapipe takes minutes): a hung device is an error,
-    // not a hang.
-    const VkResult r = vkWaitForFences(dev_, 1, &fence_, VK_TRUE, 600ull * 1000 * 1000 * 1000);
-    vkResetFences(dev_, 1, &fence_);
-    check(r, "waiting for the GPU (vkWaitForFences)");
+    submit_and_wait();
 }
 
 }  // namespace lp::vk

@@ -63,7 +63,11 @@ class context;
 class buffer {
 public:
     buffer() = default;
-    buffer(context& ctx, size_t bytes);
+    // host_visible: mapped memory the host reads and writes in place (the
+    // device-local kind when the device has such, e.g. resizable BAR or a
+    // unified-memory GPU); else device-local memory that is not mapped
+    // (data() is null), filled by context::upload: the weights.
+    buffer(context& ctx, size_t bytes, bool host_visible = true);
     ~buffer();
     buffer(buffer&& o) noexcept;
     buffer& operator=(buffer&& o) noexcept;
@@ -120,6 +124,9 @@ public:
     // may read what the one before wrote) in one command buffer, one submit,
     // and waits for it. Serialised per context.
     void run(const std::vector<dispatch>& work);
+    // Copies bytes from host memory into dst at byte offset off through a
+    // mapped staging buffer (in chunks), and waits. Serialised per context.
+    void upload(const buffer& dst, size_t off, const void* src, size_t bytes);
 
 private:
     friend class buffer;
@@ -133,6 +140,8 @@ private:
     explicit context(const device_info& info);
     pipeline& get_pipeline(const char* shader, uint32_t n_buffers);
     uint32_t memory_type(uint32_t type_bits) const;
+    uint32_t device_memory_type(uint32_t type_bits) const;
+    void submit_and_wait();
 
     device_info info_;
     VkPhysicalDevice phys_ = VK_NULL_HANDLE;
