@@ -25,9 +25,16 @@ The parts, as the engine allocates them (vendor/engine/):
 - mmproj: a projector's tensor bytes and metadata pages (the vision
   encoder's work buffers, a few MiB for one image, are not counted).
 
-Placement: every part is on the CPU today (the engine's only backend), so
-``devices`` has one entry; n_gpu_layers is accepted and, as in Llama, does
-not move anything yet.
+Placement (``devices``): as the engine's placement plan (placement.h) puts
+the parts where ``Llama(n_gpu_layers=..., main_gpu, split_mode, tensor_split,
+offload_kqv)`` will: the input part (embedding lookups) on the CPU; with
+GPU layers, the last n_gpu_layers repeating layers (and the output part when
+n_gpu_layers > n_layer) on the Vulkan devices this process finds, split as
+llama.cpp splits layers; each layer's KV cache beside it (on the CPU with
+offload_kqv=False); the compute buffers on the device of the first GPU part,
+as ``Context.device_memory()`` reports them (a device's own work memory,
+staging arena and attention scores, is not predicted). Without a Vulkan
+build or device everything is on the CPU, as Llama then runs it.
 Not here: measuring (tests/test_memory_plan.py compares with Context and RSS),
 deciding what to evict (llamapy/server/router.py).
 """
@@ -139,10 +146,13 @@ class _Shape:
         self.n_vocab = int(tensors["token_embd.weight"].ne[1])
         self.weight_bytes = sum(t.nbytes for t in f.tensors)
         self.layer_weight_bytes = [0] * self.n_layer
+        self.output_weight_bytes = 0  # "output*": the final norm and head (placement.h's output part)
         for t in f.tensors:
             parts = t.name.split(".")
             if parts[0] == "blk" and len(parts) > 2 and parts[1].isdigit() and int(parts[1]) < self.n_layer:
                 self.layer_weight_bytes[int(parts[1])] += t.nbytes
+            elif t.name.startswith("output"):
+                self.output_weight_bytes += t.nbytes
 
     @property
     def n_embd_k(self) -> int:
@@ -207,11 +217,84 @@ def _compute_bytes(s: _Shape, n_ctx: int, n_ubatch: int, n_threads: int, flash: 
     return run + matmul_act + int(attn) + hidden
 
 
+def _part_devices(s: _Shape, n_gpu_layers: Any, main_gpu: int, split_mode: int,
+                  tensor_split: Optional[List[float]]) -> List[str]:
+    """The device of each part (input, blk.0 .. blk.<n_layer-1>, output) as
+    the engine places them (placement.cpp part_devices, context.cpp
+    choose_parts) on the Vulkan devices of this process; all "cpu" without."""
+    from ._params import _split_options, gpu_layers, gpu_unavailable
+
+    ngl = gpu_layers(n_gpu_layers)
+    if isinstance(main_gpu, bool) or not isinstance(main_gpu, int) or main_gpu < 0:
+        raise ValueError(f"main_gpu must be an int >= 0, got {main_gpu!r}")
+    mode, shares = _split_options(split_mode, tensor_split)
+    n = s.n_layer
+    parts = ["cpu"] * (n + 2)
+    if ngl == 0 or gpu_unavailable() is not None:
+        return parts
+    devs = _engine.gpu_devices()
+    if main_gpu >= len(devs):
+        raise ValueError(f"main_gpu={main_gpu} but there are {len(devs)} Vulkan device(s)")
+    if mode == 0 or len(devs) == 1:
+        gpus, weights = [main_gpu], [1.0]
+    else:
+        given = shares is not None and any(v > 0 for v in shares[:len(devs)])
+        gpus = list(range(len(devs)))
+        # unset shares: each device's free memory (its size stands in: nothing is allocated yet)
+        weights = [(shares[i] if i < len(shares) else 0.0) if given else float(devs[i]["memory"]) for i in gpus]
+    # "auto" (-2): the planner cannot size the devices' free memory ahead; it plans all, as -1
+    count = n + 1 if ngl < 0 else min(ngl, n + 1)
+    first = max(0, n - count)
+    n_parts = n - first + (1 if count > n else 0)
+    total = sum(weights)
+    cum = [sum(weights[:i + 1]) / total if total > 0 else 1.0 for i in range(len(gpus))]
+
+    def device_of(k: int) -> str:  # the k-th offloaded part: the first device whose share passes k / n_parts
+        for g, c in zip(gpus, cum):
+            if c > k / n_parts:
+                return f"gpu{g}"
+        return f"gpu{gpus[-1]}"
+
+    for il in range(first, n):
+        parts[il + 1] = device_of(il - first)
+    if count > n:
+        parts[-1] = device_of(n_parts - 1)
+    return parts
+
+
+def _devices(s: _Shape, per_layer_kv: List[int], compute: int, runtime: int, mmproj: int, parts: List[str],
+             offload_kqv: bool) -> List[Dict[str, Any]]:
+    """Bytes per device, in order of first appearance (placement_plan::totals)."""
+    out: Dict[str, Dict[str, Any]] = {}
+
+    def at(dev: str) -> Dict[str, Any]:
+        if dev not in out:
+            out[dev] = {"device": dev, "weight_bytes": 0, "kv_bytes": 0, "compute_bytes": 0, "other_bytes": 0}
+        return out[dev]
+
+    input_bytes = s.weight_bytes - sum(s.layer_weight_bytes) - s.output_weight_bytes
+    at(parts[0])["weight_bytes"] += input_bytes
+    for il in range(s.n_layer):
+        at(parts[il + 1])["weight_bytes"] += s.layer_weight_bytes[il]
+        kv_dev = parts[il + 1] if (offload_kqv or parts[il + 1] == "cpu") else "cpu"
+        at(kv_dev)["kv_bytes"] += per_layer_kv[il]
+    at(parts[-1])["weight_bytes"] += s.output_weight_bytes
+    compute_dev = next((d for d in parts if d != "cpu"), "cpu")
+    at(compute_dev)["compute_bytes"] += compute
+    at("cpu")["other_bytes"] += runtime  # the tokenizer, outputs, Llama's buffers: host memory
+    at(compute_dev)["other_bytes"] += mmproj  # the vision encoder runs beside the GPU layers (use_gpu)
+    for d in out.values():
+        d["total_bytes"] = d["weight_bytes"] + d["kv_bytes"] + d["compute_bytes"] + d["other_bytes"]
+    return list(out.values())
+
+
 def plan_memory(model_path: Union[str, "os.PathLike[str]"], n_ctx: Optional[int] = None, n_parallel: int = 1,
                 type_k: Union[str, int] = "f16", type_v: Union[str, int] = "f16", n_gpu_layers: int = 0,
                 mmproj: Optional[Union[str, "os.PathLike[str]"]] = None, n_batch: Optional[int] = None,
                 n_ubatch: Optional[int] = None, flash_attn: Union[str, bool] = "auto",
-                n_threads: Optional[int] = None, embedding: bool = False) -> MemoryPlan:
+                n_threads: Optional[int] = None, embedding: bool = False, main_gpu: int = 0,
+                split_mode: int = 1, tensor_split: Optional[List[float]] = None,
+                offload_kqv: bool = True) -> MemoryPlan:
     """Predict the memory of ``Llama(model_path, n_ctx=..., ...)`` with
     ``n_parallel`` sequences, from the file alone.
 
@@ -220,15 +303,16 @@ def plan_memory(model_path: Union[str, "os.PathLike[str]"], n_ctx: Optional[int]
     "auto" (flash for decoders with one sequence, explicit for encoders
     and several sequences), "on"/"off" or a bool.
     n_threads None: the engine's default (physical cores); it sizes the
-    attention work memory. Raises ValueError for a file that is not a
-    supported model or an option out of range.
+    attention work memory. n_gpu_layers, main_gpu, split_mode, tensor_split
+    and offload_kqv: as Llama takes them (``devices``: the bytes each device
+    gets). Raises ValueError for a file that is not a supported model or an
+    option out of range.
     """
     path = os.fspath(model_path)
     if not os.path.isfile(path):
         raise ValueError(f"model file does not exist: {path}")
-    for name, v in (("n_parallel", n_parallel), ("n_gpu_layers", n_gpu_layers)):
-        if isinstance(v, bool) or not isinstance(v, int):
-            raise TypeError(f"{name} must be an int, got {type(v).__name__}")
+    if isinstance(n_parallel, bool) or not isinstance(n_parallel, int):
+        raise TypeError(f"n_parallel must be an int, got {type(n_parallel).__name__}")
     if not 1 <= n_parallel <= _MAX_SEQUENCES:
         raise ValueError(f"n_parallel must be in [1, {_MAX_SEQUENCES}], got {n_parallel}")
     tk, tv = _kv_type("type_k", type_k), _kv_type("type_v", type_v)
@@ -285,9 +369,8 @@ def plan_memory(model_path: Union[str, "os.PathLike[str]"], n_ctx: Optional[int]
         with GGUFFile(mp) as g:
             mm = sum(t.nbytes for t in g.tensors) + _header_bytes(g)
 
-    device = "cpu"  # the planner does not split by n_gpu_layers yet (Context.placement does)
-    devices = [{"device": device, "weight_bytes": s.weight_bytes, "kv_bytes": kv, "compute_bytes": compute,
-                "other_bytes": runtime + mm, "total_bytes": s.weight_bytes + kv + compute + runtime + mm}]
+    devices = _devices(s, per_layer_kv, compute, runtime, mm,
+                       _part_devices(s, n_gpu_layers, main_gpu, split_mode, tensor_split), offload_kqv)
     return MemoryPlan(model_path=path, n_ctx=ctx, n_parallel=n_parallel, n_batch=nb, n_ubatch=nub, flash_attn=flash,
                       type_k=tk, type_v=tv, weights_bytes=s.weight_bytes, kv_bytes=kv, compute_bytes=compute,
                       runtime_bytes=runtime, mmproj_bytes=mm, kv_cells=main_cells, kv_swa_cells=swa_cells,

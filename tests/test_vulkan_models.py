@@ -135,6 +135,13 @@ def _split_run(tmp_path, arch, ngl, shares=None, **kw):
         "import test_vulkan_models as T\n"
         f"got, ctx = T.run({str(tmp_path)!r}, n_gpu_layers={ngl}, **{dict(kw, **({'tensor_split': shares} if shares else {}))!r})\n"
         f"np.save({str(tmp_path) + '.npy'!r}, got)\n"
+        # llamapy.plan_memory predicts the same bytes per device
+        "from llamapy import plan_memory\n"
+        f"plan = plan_memory({str(tmp_path)!r}, n_ctx=64, n_gpu_layers={ngl}, tensor_split={shares!r}, "
+        f"offload_kqv={kw.get('offload_kqv', True)!r}, n_threads=2)\n"
+        "assert {d['device']: (d['weight_bytes'], d['kv_bytes']) for d in plan.devices} == "
+        "{d['device']: (d['weight_bytes'], d['kv_bytes']) for d in ctx.device_memory()}, "
+        "(plan.devices, ctx.device_memory())\n"
         "print(json.dumps([dict(p) for p in ctx.placement()]))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr[-3000:]
@@ -267,6 +274,24 @@ def test_subgroup_shaders_give_the_portable_shaders_bits(tiny, arch, wtype):
     if got["1"][0] != "True":
         pytest.skip("this device has no subgroup shuffles: only the portable shaders run")
     np.testing.assert_array_equal(got["1"][1], got["0"][1])
+
+
+@pytest.mark.parametrize("arch", ["llama", "gemma3"])
+def test_plan_memory_places_bytes_as_the_engine(tiny, arch):
+    """llamapy.plan_memory(n_gpu_layers=..., offload_kqv=...) gives each
+    device the weight and KV bytes the engine's placement holds there."""
+    from llamapy import plan_memory
+
+    path, _, cfg, _ = tiny(arch, "Q8_0")
+    for ngl in (0, 1, cfg.n_layer, cfg.n_layer + 1, -1):
+        for kqv in (True, False):
+            ctx = engine_context(path, n_ctx=64, n_gpu_layers=ngl, offload_kqv=kqv, type_k="f16", type_v="f16")
+            plan = plan_memory(path, n_ctx=64, n_gpu_layers=ngl, offload_kqv=kqv, n_threads=2)
+            got = {d["device"]: (d["weight_bytes"], d["kv_bytes"]) for d in plan.devices}
+            want = {d["device"]: (d["weight_bytes"], d["kv_bytes"]) for d in ctx.device_memory()}
+            assert got == want, (ngl, kqv)
+            assert sum(d["weight_bytes"] for d in plan.devices) == plan.weights_bytes
+            assert sum(d["kv_bytes"] for d in plan.devices) == plan.kv_bytes
 
 
 def test_sequences_cache_edits_and_state_on_the_gpu(tiny):
