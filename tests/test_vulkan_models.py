@@ -9,6 +9,7 @@ such a build gives instead."""
 from __future__ import annotations
 
 import logging
+import os
 
 import numpy as np
 import pytest
@@ -123,7 +124,7 @@ def _two_devices(monkeypatch):
     assert out.stdout.strip() == "2"
 
 
-def _split_run(tmp_path, arch, ngl, shares=None, **kw):
+def _split_run(path, arch, ngl, shares=None, **kw):
     """run() in a fresh process that sees two devices: (logits, placement)."""
     import json
     import subprocess
@@ -131,13 +132,13 @@ def _split_run(tmp_path, arch, ngl, shares=None, **kw):
 
     code = (
         "import json, sys, numpy as np\n"
-        f"sys.path.insert(0, {str(__import__('os').path.dirname(__file__))!r})\n"
+        f"sys.path.insert(0, {os.path.dirname(__file__)!r})\n"
         "import test_vulkan_models as T\n"
-        f"got, ctx = T.run({str(tmp_path)!r}, n_gpu_layers={ngl}, **{dict(kw, **({'tensor_split': shares} if shares else {}))!r})\n"
-        f"np.save({str(tmp_path) + '.npy'!r}, got)\n"
+        f"got, ctx = T.run({str(path)!r}, n_gpu_layers={ngl}, **{dict(kw, **({'tensor_split': shares} if shares else {}))!r})\n"
+        f"np.save({str(path) + '.npy'!r}, got)\n"
         # llamapy.plan_memory predicts the same bytes per device
         "from llamapy import plan_memory\n"
-        f"plan = plan_memory({str(tmp_path)!r}, n_ctx=64, n_gpu_layers={ngl}, tensor_split={shares!r}, "
+        f"plan = plan_memory({str(path)!r}, n_ctx=64, n_gpu_layers={ngl}, tensor_split={shares!r}, "
         f"offload_kqv={kw.get('offload_kqv', True)!r}, n_threads=2)\n"
         "assert {d['device']: (d['weight_bytes'], d['kv_bytes']) for d in plan.devices} == "
         "{d['device']: (d['weight_bytes'], d['kv_bytes']) for d in ctx.device_memory()}, "
@@ -145,7 +146,7 @@ def _split_run(tmp_path, arch, ngl, shares=None, **kw):
         "print(json.dumps([dict(p) for p in ctx.placement()]))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr[-3000:]
-    return np.load(str(tmp_path) + ".npy"), json.loads(out.stdout.strip().splitlines()[-1])
+    return np.load(str(path) + ".npy"), json.loads(out.stdout.strip().splitlines()[-1])
 
 
 @pytest.mark.parametrize("arch", ["llama", "gemma3"])
@@ -256,7 +257,7 @@ def test_subgroup_shaders_give_the_portable_shaders_bits(tiny, arch, wtype):
     path, _, _, _ = tiny(arch, wtype)
     code = (
         "import sys, numpy as np\n"
-        f"sys.path.insert(0, {str(__import__('os').path.dirname(__file__))!r})\n"
+        f"sys.path.insert(0, {os.path.dirname(__file__)!r})\n"
         "import test_vulkan_models as T\n"
         "from llamapy import _engine as E\n"
         "print(E.gpu_devices()[0]['subgroup_ops'])\n"
@@ -266,7 +267,7 @@ def test_subgroup_shaders_give_the_portable_shaders_bits(tiny, arch, wtype):
     got = {}
     for sg in ("1", "0"):
         out_path = str(path) + f".sg{sg}.npy"
-        env = dict(__import__("os").environ, LLAMAPY_VULKAN_SUBGROUPS=sg)
+        env = dict(os.environ, LLAMAPY_VULKAN_SUBGROUPS=sg)
         r = subprocess.run([sys.executable, "-c", code, out_path], capture_output=True, text=True, env=env)
         assert r.returncode == 0, r.stderr[-3000:]
         got[sg] = (r.stdout.split()[0], np.load(out_path))
