@@ -367,9 +367,13 @@ class Llama(_sequence.SequenceAttributes):
         parts = self._ctx.placement()
         on_gpu = {p["name"] for p in parts if p["device"] != "cpu"}
         n_layers = sum(1 for p in parts if p["layer"] >= 0 and p["device"] != "cpu")
-        emit(verbose, logging.INFO, "offloaded %d/%d layers%s to the GPU (n_gpu_layers=%d)", n_layers,
+        devices = sorted({p["device"] for p in parts if p["device"] != "cpu"})
+        per_device = "".join(f", {d}: {sum(1 for p in parts if p['layer'] >= 0 and p['device'] == d)} layers"
+                             for d in devices) if len(devices) > 1 else ""
+        kv_note = "; KV cache on the CPU (offload_kqv=False)" if on_gpu and not self._ctx.params.offload_kqv else ""
+        emit(verbose, logging.INFO, "offloaded %d/%d layers%s to the GPU (n_gpu_layers=%d%s)%s", n_layers,
              sum(1 for p in parts if p["layer"] >= 0), " and the output" if "output" in on_gpu else "",
-             int(self._ctx.params.n_gpu_layers))
+             int(self._ctx.params.n_gpu_layers), per_device, kv_note)
         if not on_gpu:
             return
         shaders = set(_engine.vulkan_matmul_types())
