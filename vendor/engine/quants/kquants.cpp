@@ -726,19 +726,24 @@ void register_kquant_types(type_traits* table, isa level) {
         to_float_fn to_float;
         from_float_fn quantize;
         vec_dot_fn ref, avx2, avx512;
-        gemm_tile_fn tile_avx512;
+        gemm_tile_fn tile_avx512, cols_avx512;
     };
     const kernels all[] = {
         {ggml_type::Q2_K, dequantize_q2_k, quantize_q2_k_ref, vec_dot_q2_k_q8_k_ref, LP_AVX2_ONLY(vec_dot_q2_k_q8_k_avx2),
-         LP_AVX512_ONLY(vec_dot_q2_k_q8_k_avx512), LP_AVX512_ONLY(gemm_tile_q2_k_q8_k_avx512)},
+         LP_AVX512_ONLY(vec_dot_q2_k_q8_k_avx512), LP_AVX512_ONLY(gemm_tile_q2_k_q8_k_avx512),
+         LP_AVX512_ONLY(matvec_cols_q2_k_q8_k_avx512)},
         {ggml_type::Q3_K, dequantize_q3_k, quantize_q3_k_ref, vec_dot_q3_k_q8_k_ref, LP_AVX2_ONLY(vec_dot_q3_k_q8_k_avx2),
-         LP_AVX512_ONLY(vec_dot_q3_k_q8_k_avx512), LP_AVX512_ONLY(gemm_tile_q3_k_q8_k_avx512)},
+         LP_AVX512_ONLY(vec_dot_q3_k_q8_k_avx512), LP_AVX512_ONLY(gemm_tile_q3_k_q8_k_avx512),
+         LP_AVX512_ONLY(matvec_cols_q3_k_q8_k_avx512)},
         {ggml_type::Q4_K, dequantize_q4_k, quantize_q4_k_ref, vec_dot_q4_k_q8_k_ref, LP_AVX2_ONLY(vec_dot_q4_k_q8_k_avx2),
-         LP_AVX512_ONLY(vec_dot_q4_k_q8_k_avx512), LP_AVX512_ONLY(gemm_tile_q4_k_q8_k_avx512)},
+         LP_AVX512_ONLY(vec_dot_q4_k_q8_k_avx512), LP_AVX512_ONLY(gemm_tile_q4_k_q8_k_avx512),
+         LP_AVX512_ONLY(matvec_cols_q4_k_q8_k_avx512)},
         {ggml_type::Q5_K, dequantize_q5_k, quantize_q5_k_ref, vec_dot_q5_k_q8_k_ref, LP_AVX2_ONLY(vec_dot_q5_k_q8_k_avx2),
-         LP_AVX512_ONLY(vec_dot_q5_k_q8_k_avx512), LP_AVX512_ONLY(gemm_tile_q5_k_q8_k_avx512)},
+         LP_AVX512_ONLY(vec_dot_q5_k_q8_k_avx512), LP_AVX512_ONLY(gemm_tile_q5_k_q8_k_avx512),
+         LP_AVX512_ONLY(matvec_cols_q5_k_q8_k_avx512)},
         {ggml_type::Q6_K, dequantize_q6_k, quantize_q6_k_ref, vec_dot_q6_k_q8_k_ref, LP_AVX2_ONLY(vec_dot_q6_k_q8_k_avx2),
-         LP_AVX512_ONLY(vec_dot_q6_k_q8_k_avx512), LP_AVX512_ONLY(gemm_tile_q6_k_q8_k_avx512)},
+         LP_AVX512_ONLY(vec_dot_q6_k_q8_k_avx512), LP_AVX512_ONLY(gemm_tile_q6_k_q8_k_avx512),
+         LP_AVX512_ONLY(matvec_cols_q6_k_q8_k_avx512)},
     };
     const bool use_avx2 = isa_at_least(level, isa::avx2), use_avx512 = isa_at_least(level, isa::avx512);
     for (const kernels& k : all) {
@@ -752,10 +757,16 @@ void register_kquant_types(type_traits* table, isa level) {
         t.vec_dot_isa = isa::scalar;
         t.gemm_tile = nullptr;
         if (use_avx2 && k.avx2) { t.vec_dot = k.avx2; t.vec_dot_isa = isa::avx2; }
-        if (use_avx512 && k.avx512) { t.vec_dot = k.avx512; t.gemm_tile = k.tile_avx512; t.vec_dot_isa = isa::avx512; }
+        if (use_avx512 && k.avx512) {
+            t.vec_dot = k.avx512;
+            t.gemm_tile = k.tile_avx512;
+            t.matvec_cols = k.cols_avx512;  // Q4_K / Q5_K: replaced by the panels' (kquants_panels_x86.cpp)
+            t.vec_dot_isa = isa::avx512;
+        }
     }
     // Q6_K's 4-row tiles cost ~5x its mat-vec at two activation rows (Zen 4);
-    // the mat-vec per row stays ahead up to 8 (matmul.cpp: small batches).
+    // small batches up to 8 rows go row by row, 4 columns per pass over the
+    // weights (matvec_cols; matmul.cpp: small batches).
     if (use_avx512) table[(int)ggml_type::Q6_K].matvec_batch_max = 8;
     type_traits& q8 = table[(int)ggml_type::Q8_K];
     q8.to_float = dequantize_q8_k;

@@ -391,6 +391,55 @@ LP_TARGET_AVX512 LP_INLINE void gemm_tile_k(int64_t n, const void* w, size_t w_s
         for (int c = 0; c < nc; ++c) vec_dot_k<K>(n, out + c * out_stride + r, wb + r * w_stride, ab + c * a_stride);
 }
 
+// Small batches (type_traits::matvec_cols): nr rows × nc <= 4 columns, row
+// after row as the mat-vec streams them (with its prefetch), each
+// super-block unpacked once for the nc columns, with the tile's pair
+// arithmetic: the dot product's bits, and one pass over the weights instead
+// of one per column (a server's slots decoding together).
+template <class K, int NC>
+LP_TARGET_AVX512 LP_INLINE void row_cols(int64_t n, const uint8_t* w, const uint8_t* a, size_t a_stride, float* out,
+                                         size_t out_stride) {
+    using block = typename K::block;
+    constexpr int NP = (NC + 1) / 2;
+    const auto* wr = reinterpret_cast<const block*>(w);
+    __m512 acc[NP];
+    for (int p = 0; p < NP; ++p) acc[p] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < n / QK_K; ++i) {
+        prefetch_ahead(wr + i, sizeof(wr[i]));
+        const block_q8_K* y[NC];
+        for (int c = 0; c < NC; ++c) y[c] = reinterpret_cast<const block_q8_K*>(a + c * a_stride) + i;
+        krow u;
+        K::unpack(wr[i], u);
+        const krow2 u2 = both_halves<K::term>(u);
+        for (int p = 0; p < NP; ++p) {
+            const kcols cols = col_terms<K::term>(*y[2 * p], *y[2 * p + 1 < NC ? 2 * p + 1 : 2 * p]);
+            const __m512i s0 = block_dot(u, y[2 * p]->qs);
+            const __m512i s1 = 2 * p + 1 < NC ? block_dot(u, y[2 * p + 1]->qs) : s0;
+            acc[p] = accumulate<K::term>(acc[p], s0, s1, u2, cols);
+        }
+    }
+    for (int p = 0; p < NP; ++p) {
+        out[2 * p * out_stride] = x86::hsum_f32x8(_mm512_castps512_ps256(acc[p]));
+        if (2 * p + 1 < NC) out[(2 * p + 1) * out_stride] = x86::hsum_f32x8(_mm512_extractf32x8_ps(acc[p], 1));
+    }
+}
+
+template <class K>
+LP_TARGET_AVX512 LP_INLINE void matvec_cols_k(int64_t n, const void* w, size_t w_stride, const void* a,
+                                              size_t a_stride, float* out, size_t out_stride, int nr, int nc) {
+    const auto* wb = static_cast<const uint8_t*>(w);
+    const auto* ab = static_cast<const uint8_t*>(a);
+    for (int r = 0; r < nr; ++r) {
+        const uint8_t* wr = wb + r * w_stride;
+        switch (nc) {
+            case 4: row_cols<K, 4>(n, wr, ab, a_stride, out + r, out_stride); break;
+            case 3: row_cols<K, 3>(n, wr, ab, a_stride, out + r, out_stride); break;
+            case 2: row_cols<K, 2>(n, wr, ab, a_stride, out + r, out_stride); break;
+            default: vec_dot_k<K>(n, out + r, wr, ab); break;
+        }
+    }
+}
+
 }  // namespace
 
 #define LP_KQUANT_AVX512_KERNELS(tname, K)                                                                       \
@@ -400,6 +449,10 @@ LP_TARGET_AVX512 LP_INLINE void gemm_tile_k(int64_t n, const void* w, size_t w_s
     LP_TARGET_AVX512 void gemm_tile_##tname##_q8_k_avx512(int64_t n, const void* w, size_t ws, const void* a,    \
                                                           size_t as, float* out, size_t os, int nr, int nc) {    \
         gemm_tile_k<K>(n, w, ws, a, as, out, os, nr, nc);                                                        \
+    }                                                                                                            \
+    LP_TARGET_AVX512 void matvec_cols_##tname##_q8_k_avx512(int64_t n, const void* w, size_t ws, const void* a,  \
+                                                            size_t as, float* out, size_t os, int nr, int nc) {  \
+        matvec_cols_k<K>(n, w, ws, a, as, out, os, nr, nc);                                                      \
     }
 LP_KQUANT_AVX512_KERNELS(q2_k, q2_k_avx512)
 LP_KQUANT_AVX512_KERNELS(q3_k, q3_k_avx512)

@@ -30,6 +30,18 @@ void vec_dot_q3_k_q8_k_avx512(int64_t n, float* out, const void* w_row, const vo
 void vec_dot_q4_k_q8_k_avx512(int64_t n, float* out, const void* w_row, const void* a_row);
 void vec_dot_q5_k_q8_k_avx512(int64_t n, float* out, const void* w_row, const void* a_row);
 void vec_dot_q6_k_q8_k_avx512(int64_t n, float* out, const void* w_row, const void* a_row);
+// Small batches (type_traits::matvec_cols): nr rows × nc <= 4 columns row by
+// row, the vec_dot's bits.
+void matvec_cols_q2_k_q8_k_avx512(int64_t n, const void* w, size_t w_stride, const void* a, size_t a_stride,
+                                  float* out, size_t out_stride, int nr, int nc);
+void matvec_cols_q3_k_q8_k_avx512(int64_t n, const void* w, size_t w_stride, const void* a, size_t a_stride,
+                                  float* out, size_t out_stride, int nr, int nc);
+void matvec_cols_q4_k_q8_k_avx512(int64_t n, const void* w, size_t w_stride, const void* a, size_t a_stride,
+                                  float* out, size_t out_stride, int nr, int nc);
+void matvec_cols_q5_k_q8_k_avx512(int64_t n, const void* w, size_t w_stride, const void* a, size_t a_stride,
+                                  float* out, size_t out_stride, int nr, int nc);
+void matvec_cols_q6_k_q8_k_avx512(int64_t n, const void* w, size_t w_stride, const void* a, size_t a_stride,
+                                  float* out, size_t out_stride, int nr, int nc);
 // 4×4 tiles (ggml_type.h, gemm_tile_fn): out[c·out_stride + r] = dot(w row r, a row c),
 // the same bits as the vec_dot of that row and column.
 void gemm_tile_q2_k_q8_k_avx512(int64_t n, const void* w, size_t w_stride, const void* a, size_t a_stride,
