@@ -220,46 +220,17 @@ def _compute_bytes(s: _Shape, n_ctx: int, n_ubatch: int, n_threads: int, flash: 
 def _part_devices(s: _Shape, n_gpu_layers: Any, main_gpu: int, split_mode: int,
                   tensor_split: Optional[List[float]]) -> List[str]:
     """The device of each part (input, blk.0 .. blk.<n_layer-1>, output) as
-    the engine places them (placement.cpp part_devices, context.cpp
-    choose_parts) on the Vulkan devices of this process; all "cpu" without."""
+    a context would place them on this process's Vulkan devices (the
+    engine's own rule: context.h planned_part_devices); all "cpu" without."""
     from ._params import _split_options, gpu_layers, gpu_unavailable
 
     ngl = gpu_layers(n_gpu_layers)
     if isinstance(main_gpu, bool) or not isinstance(main_gpu, int) or main_gpu < 0:
         raise ValueError(f"main_gpu must be an int >= 0, got {main_gpu!r}")
     mode, shares = _split_options(split_mode, tensor_split)
-    n = s.n_layer
-    parts = ["cpu"] * (n + 2)
     if ngl == 0 or gpu_unavailable() is not None:
-        return parts
-    devs = _engine.gpu_devices()
-    if main_gpu >= len(devs):
-        raise ValueError(f"main_gpu={main_gpu} but there are {len(devs)} Vulkan device(s)")
-    if mode == 0 or len(devs) == 1:
-        gpus, weights = [main_gpu], [1.0]
-    else:
-        given = shares is not None and any(v > 0 for v in shares[:len(devs)])
-        gpus = list(range(len(devs)))
-        # unset shares: each device's free memory (its size stands in: nothing is allocated yet)
-        weights = [(shares[i] if i < len(shares) else 0.0) if given else float(devs[i]["memory"]) for i in gpus]
-    # "auto" (-2): the planner cannot size the devices' free memory ahead; it plans all, as -1
-    count = n + 1 if ngl < 0 else min(ngl, n + 1)
-    first = max(0, n - count)
-    n_parts = n - first + (1 if count > n else 0)
-    total = sum(weights)
-    cum = [sum(weights[:i + 1]) / total if total > 0 else 1.0 for i in range(len(gpus))]
-
-    def device_of(k: int) -> str:  # the k-th offloaded part: the first device whose share passes k / n_parts
-        for g, c in zip(gpus, cum):
-            if c > k / n_parts:
-                return f"gpu{g}"
-        return f"gpu{gpus[-1]}"
-
-    for il in range(first, n):
-        parts[il + 1] = device_of(il - first)
-    if count > n:
-        parts[-1] = device_of(n_parts - 1)
-    return parts
+        return ["cpu"] * (s.n_layer + 2)
+    return [str(d) for d in _engine.planned_part_devices(s.n_layer, ngl, main_gpu, min(mode, 1), list(shares or ()))]
 
 
 def _devices(s: _Shape, per_layer_kv: List[int], compute: int, runtime: int, mmproj: int, parts: List[str],

@@ -201,6 +201,31 @@ uint64_t device_free(int i) {
     const uint64_t heap = device_heap(i), used = vulkan_allocated(i);
     return heap > used ? heap - used : 0;
 }
+
+// The Vulkan devices the GPU parts spread over and their shares
+// (placement.h part_devices): main_gpu alone (split_mode 0, or one device),
+// else every device, in proportion to tensor_split or, without shares, to
+// each device's free memory (as llama.cpp's layer split). value_error for a
+// main_gpu that does not exist.
+void split_devices(const context_params& p, std::vector<device>& gpus, std::vector<double>& shares) {
+    const auto& devs = vk::devices();
+    if (p.main_gpu >= (int)devs.size())
+        throw value_error("main_gpu=" + std::to_string(p.main_gpu) + " but there are " + std::to_string(devs.size()) +
+                          " Vulkan device(s)");
+    gpus.clear();
+    shares.clear();
+    if (p.split_mode == 0 || devs.size() == 1) {
+        gpus.push_back(device{device::kind::gpu, p.main_gpu});
+        shares.push_back(1.0);
+        return;
+    }
+    bool given = false;
+    for (size_t i = 0; i < p.tensor_split.size() && i < devs.size(); ++i) given = given || p.tensor_split[i] > 0;
+    for (size_t i = 0; i < devs.size(); ++i) {
+        gpus.push_back(device{device::kind::gpu, (int)i});
+        shares.push_back(given ? (i < p.tensor_split.size() ? p.tensor_split[i] : 0.0) : (double)device_free((int)i));
+    }
+}
 #endif
 
 // The device of each part (placement.h: part_devices; empty: all on the
@@ -218,29 +243,15 @@ std::vector<device> choose_parts(const model& m, context_params& p) {
     if (devs.empty())
         throw value_error("n_gpu_layers=" + std::to_string(p.n_gpu_layers) + ": no Vulkan device (" + vk::last_error() +
                           ")");
-    if (p.main_gpu >= (int)devs.size())
-        throw value_error("main_gpu=" + std::to_string(p.main_gpu) + " but there are " + std::to_string(devs.size()) +
-                          " Vulkan device(s)");
     if (!m.hp().v.encoder && p.offload_kqv)
         for (ggml_type t : {p.type_k, p.type_v})
             if (!vulkan_backend::has_kv_store(t))
                 throw value_error(std::string("n_gpu_layers: a ") + type_name(t) +
                                   " KV cache is not supported on the Vulkan backend yet (F32, F16, BF16, Q8_0, Q4_0, "
                                   "Q4_1, Q5_0, Q5_1 are; offload_kqv=False keeps the cache on the CPU)");
-    // The devices the parts spread over and their shares.
     std::vector<device> gpus;
     std::vector<double> shares;
-    if (p.split_mode == 0 || devs.size() == 1) {
-        gpus.push_back(device{device::kind::gpu, p.main_gpu});
-        shares.push_back(1.0);
-    } else {
-        bool given = false;
-        for (size_t i = 0; i < p.tensor_split.size() && i < devs.size(); ++i) given = given || p.tensor_split[i] > 0;
-        for (size_t i = 0; i < devs.size(); ++i) {
-            gpus.push_back(device{device::kind::gpu, (int)i});
-            shares.push_back(given ? (i < p.tensor_split.size() ? p.tensor_split[i] : 0.0) : (double)device_free((int)i));
-        }
-    }
+    split_devices(p, gpus, shares);
     const std::vector<uint64_t> wb = part_weight_bytes(m);
     // The first device a plan does not fit (-1: it fits everywhere).
     auto misfit = [&](const std::vector<device>& parts) {
@@ -298,6 +309,20 @@ template <class T> void put(std::vector<uint8_t>& out, T v) {
 }
 
 }  // namespace
+
+std::vector<device> planned_part_devices(int64_t n_layer, const context_params& p) {
+    std::vector<device> host((size_t)n_layer + 2, device::host());
+    if (p.n_gpu_layers == 0) return host;
+#if defined(LP_ENABLE_VULKAN)
+    if (vk::devices().empty()) return host;
+    std::vector<device> gpus;
+    std::vector<double> shares;
+    split_devices(p, gpus, shares);
+    return part_devices(n_layer, p.n_gpu_layers == -2 ? -1 : p.n_gpu_layers, gpus, shares);
+#else
+    return host;
+#endif
+}
 
 context::context(std::shared_ptr<const model> m, const context_params& params)
     : model_(std::move(m)),

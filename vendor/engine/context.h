@@ -108,6 +108,13 @@ struct context_params {
 // context runs on exactly these values (context::params()).
 context_params resolve_params(const model& m, context_params p);
 
+// The device of each part (input, blk.0 .. blk.<n_layer-1>, output) that a
+// context with p would place on this process's Vulkan devices (n_gpu_layers
+// "auto" taken as all; no memory check): what llamapy.plan_memory predicts
+// from, by the same rule the context uses. All host without a GPU backend or
+// device; value_error for a main_gpu that does not exist.
+std::vector<device> planned_part_devices(int64_t n_layer, const context_params& p);
+
 // A batch as the caller hands it (views; nothing is copied).
 struct batch_view {
     int64_t n = 0;

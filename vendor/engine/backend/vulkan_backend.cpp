@@ -228,7 +228,6 @@ void vulkan_backend::bind(operand* ops, int n) {
             // Host memory, or another device's (mapped; a layer split hands
             // activations across, and that device's work has finished: the
             // pass syncs it at the part boundary): staged like host memory.
-            
             const auto* h = static_cast<const uint8_t*>(o.p);
             for (staged& s : staged_) {
                 const bool inside = h >= s.host && h + o.bytes <= s.host + s.bytes;

@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "common.h"
+#include "context.h"
 #include "cpu/probes.h"
 #include "cpu/features.h"
 #include "cpu/threadpool.h"
@@ -115,6 +116,20 @@ PYBIND11_MODULE(_engine, m) {
     m.def("isa_cap_error", []() { return lp::isa_cap_error(); },
           "Why LLAMAPY_ISA's value was refused, or an empty string.");
     m.def("gpu_devices", &gpu_devices, "The GPU devices the compiled GPU backends find (a list of dicts).");
+    m.def("planned_part_devices", [](int64_t n_layer, int n_gpu_layers, int main_gpu, int split_mode,
+                                     const std::vector<float>& tensor_split) {
+              lp::context_params p;
+              p.n_gpu_layers = n_gpu_layers;
+              p.main_gpu = main_gpu;
+              p.split_mode = split_mode;
+              p.tensor_split = tensor_split;
+              py::list out;
+              for (const lp::device& d : lp::planned_part_devices(n_layer, p)) out.append(d.name());
+              return out;
+          }, py::arg("n_layer"), py::arg("n_gpu_layers"), py::arg("main_gpu") = 0, py::arg("split_mode") = 1,
+          py::arg("tensor_split") = std::vector<float>{},
+          "Device names ('cpu', 'gpu0', ...) of the parts input, blk.0 .. blk.<n_layer-1>, output that a context "
+          "would place (context.h planned_part_devices).");
     m.def("vulkan_error", []() {
 #if defined(LP_ENABLE_VULKAN)
         return lp::vk::last_error();
