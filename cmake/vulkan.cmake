@@ -82,7 +82,7 @@ foreach(_entry IN LISTS _lp_vk_shaders)
   add_custom_command(
     OUTPUT ${_inc}
     COMMAND ${LP_GLSLC} -O --target-env=vulkan1.1 -mfmt=num ${_defs_list} -I ${_lp_vk_dir} -o ${_inc} ${_lp_vk_dir}/${_src}
-    DEPENDS ${_lp_vk_dir}/${_src} ${_lp_vk_dir}/bytes.glsl
+    DEPENDS ${_lp_vk_dir}/${_src} ${_lp_vk_dir}/bytes.glsl ${_lp_vk_dir}/reduce.glsl
     COMMENT "glslc ${_src} -> ${_name}"
     VERBATIM)
   list(APPEND _lp_vk_incs ${_inc})

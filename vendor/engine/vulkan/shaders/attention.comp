@@ -3,7 +3,7 @@
 // (backend.h: attention). One workgroup per (query row, head); 64
 // invocations. Three passes over the cells the row sees ([lo, hi) and its
 // mask bits): scores q·k (soft-capped, then scaled) into a scratch row,
-// their max and exp-sum (shared-memory trees), then per value dimension the
+// their max and exp-sum (reduce.glsl), then per value dimension the
 // weighted sum. F32 throughout: no rounding of the weights to F16 (the CPU's
 // explicit path rounds them against an F16 cache, as llama.cpp does; its
 // flash path does not). The queries arrive as the CPU's kernels see them:
@@ -75,50 +75,7 @@ const float kvalues_iq4nl[16] = float[16](-127.0, -104.0, -83.0, -65.0, -49.0, -
         }                                                                                           \
     }
 
-shared float red[64];
-
-#if USE_SUBGROUPS
-// The max or sum of v over the workgroup, combined in the portable tree's
-// order (both variants give the same bits): strides at or above the
-// subgroup size S through shared memory, the last log2(S) as shuffles inside
-// subgroup 0.
-float tree(float v, bool is_max) {
-    const uint lid = gl_LocalInvocationID.x, S = gl_SubgroupSize;
-    red[lid] = v;
-    barrier();
-    for (uint s = 32u; s >= S && s > 0u; s >>= 1) {
-        if (lid < s) red[lid] = is_max ? max(red[lid], red[lid + s]) : red[lid] + red[lid + s];
-        barrier();
-    }
-    if (gl_SubgroupID == 0u) {
-        const uint i = gl_SubgroupInvocationID;
-        float t = red[i];
-        for (uint s = S / 2u; s > 0u; s >>= 1) {
-            const float o = subgroupShuffleXor(t, s);
-            t = is_max ? max(t, o) : t + o;
-        }
-        if (i == 0u) red[0] = t;
-    }
-    barrier();
-    const float r = red[0];
-    barrier();
-    return r;
-}
-#else
-// Portable: a tree in shared memory.
-float tree(float v, bool is_max) {
-    const uint lid = gl_LocalInvocationID.x;
-    red[lid] = v;
-    barrier();
-    for (uint s = 32u; s > 0u; s >>= 1) {
-        if (lid < s) red[lid] = is_max ? max(red[lid], red[lid + s]) : red[lid] + red[lid + s];
-        barrier();
-    }
-    const float r = red[0];
-    barrier();
-    return r;
-}
-#endif
+#include "reduce.glsl"
 
 bool visible(uint t, uint j) {
     const uint w = mask[p.mask_off + t * 2u * p.mask_words + (j >> 5)];
@@ -150,7 +107,7 @@ void main() {
             sc[sb + j] = s;
             m = max(m, s);
         }
-        m = tree(m, true);
+        m = group_reduce(m, true);
         float l = 0.0;
         for (uint j = lo + lid; j < hi; j += 64u) {
             if (!visible(t, j)) continue;
@@ -159,7 +116,7 @@ void main() {
             l += e;
         }
         memoryBarrierBuffer();
-        l = tree(l, false);
+        l = group_reduce(l, false);
         const uint ob = p.o_off + t * p.o_stride + h * p.dv;
         for (uint d = lid; d < p.dv; d += 64u) {
             float acc = 0.0;

@@ -34,47 +34,7 @@ layout(push_constant) uniform Params {
 const uint K_RMS_NORM = 0u, K_LAYER_NORM = 1u, K_ADD = 2u, K_MUL = 3u, K_SCALE = 4u, K_SOFTCAP = 5u,
            K_GELU_MUL = 6u, K_SILU_MUL = 7u, K_GELU_QUICK_MUL = 8u, K_ROPE = 9u, K_HADAMARD = 10u, K_COPY = 11u;
 
-shared float red[64];
-
-#if USE_SUBGROUPS
-// The sum of v over the workgroup, with the portable tree's additions in the
-// same order (so both variants give the same bits): the strides at or above
-// the subgroup size S through shared memory, the last log2(S) as shuffles
-// inside subgroup 0, which holds the S partials left.
-float group_sum(float v) {
-    const uint lid = gl_LocalInvocationID.x, S = gl_SubgroupSize;
-    red[lid] = v;
-    barrier();
-    for (uint s = 32u; s >= S && s > 0u; s >>= 1) {
-        if (lid < s) red[lid] += red[lid + s];
-        barrier();
-    }
-    if (gl_SubgroupID == 0u) {
-        const uint i = gl_SubgroupInvocationID;
-        float t = red[i];
-        for (uint s = S / 2u; s > 0u; s >>= 1) t += subgroupShuffleXor(t, s);
-        if (i == 0u) red[0] = t;
-    }
-    barrier();
-    const float total = red[0];
-    barrier();
-    return total;
-}
-#else
-// Portable: a tree in shared memory.
-float group_sum(float v) {
-    const uint lid = gl_LocalInvocationID.x;
-    red[lid] = v;
-    barrier();
-    for (uint s = 32u; s > 0u; s >>= 1) {
-        if (lid < s) red[lid] += red[lid + s];
-        barrier();
-    }
-    const float total = red[0];
-    barrier();
-    return total;
-}
-#endif
+#include "reduce.glsl"
 
 float tanh_f(float v) {
     // tanh through exp, stable for both signs: tanh(v) = sign(v) (1 - e) / (1 + e), e = exp(-2|v|)
@@ -92,14 +52,14 @@ void main() {
             float s = 0.0, mean = 0.0;
             if (p.kind == K_LAYER_NORM) {
                 for (uint i = lid; i < p.n; i += 64u) s += x[x0 + i];
-                mean = group_sum(s) / float(p.n);
+                mean = group_reduce(s, false) / float(p.n);
                 s = 0.0;
             }
             for (uint i = lid; i < p.n; i += 64u) {
                 const float v = x[x0 + i] - mean;
                 s += v * v;
             }
-            const float scale = 1.0 / sqrt(group_sum(s) / float(p.n) + p.f);
+            const float scale = 1.0 / sqrt(group_reduce(s, false) / float(p.n) + p.f);
             for (uint i = lid; i < p.n; i += 64u) {
                 float v = (x[x0 + i] - mean) * scale;
                 if (has_w) v *= wn[p.wn_off + i];
