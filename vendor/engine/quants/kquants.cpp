@@ -737,10 +737,10 @@ void register_kquant_types(type_traits* table, isa level) {
          LP_AVX512_ONLY(matvec_cols_q3_k_q8_k_avx512)},
         {ggml_type::Q4_K, dequantize_q4_k, quantize_q4_k_ref, vec_dot_q4_k_q8_k_ref, LP_AVX2_ONLY(vec_dot_q4_k_q8_k_avx2),
          LP_AVX512_ONLY(vec_dot_q4_k_q8_k_avx512), LP_AVX512_ONLY(gemm_tile_q4_k_q8_k_avx512),
-         LP_AVX512_ONLY(matvec_cols_q4_k_q8_k_avx512)},
+         nullptr},  // the panels' (kquants_panels_x86.cpp)
         {ggml_type::Q5_K, dequantize_q5_k, quantize_q5_k_ref, vec_dot_q5_k_q8_k_ref, LP_AVX2_ONLY(vec_dot_q5_k_q8_k_avx2),
          LP_AVX512_ONLY(vec_dot_q5_k_q8_k_avx512), LP_AVX512_ONLY(gemm_tile_q5_k_q8_k_avx512),
-         LP_AVX512_ONLY(matvec_cols_q5_k_q8_k_avx512)},
+         nullptr},  // the panels' (kquants_panels_x86.cpp)
         {ggml_type::Q6_K, dequantize_q6_k, quantize_q6_k_ref, vec_dot_q6_k_q8_k_ref, LP_AVX2_ONLY(vec_dot_q6_k_q8_k_avx2),
          LP_AVX512_ONLY(vec_dot_q6_k_q8_k_avx512), LP_AVX512_ONLY(gemm_tile_q6_k_q8_k_avx512),
          LP_AVX512_ONLY(matvec_cols_q6_k_q8_k_avx512)},
@@ -760,7 +760,7 @@ void register_kquant_types(type_traits* table, isa level) {
         if (use_avx512 && k.avx512) {
             t.vec_dot = k.avx512;
             t.gemm_tile = k.tile_avx512;
-            t.matvec_cols = k.cols_avx512;  // Q4_K / Q5_K: replaced by the panels' (kquants_panels_x86.cpp)
+            t.matvec_cols = k.cols_avx512;
             t.vec_dot_isa = isa::avx512;
         }
     }

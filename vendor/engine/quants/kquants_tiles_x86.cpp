@@ -449,7 +449,10 @@ LP_TARGET_AVX512 LP_INLINE void matvec_cols_k(int64_t n, const void* w, size_t w
     LP_TARGET_AVX512 void gemm_tile_##tname##_q8_k_avx512(int64_t n, const void* w, size_t ws, const void* a,    \
                                                           size_t as, float* out, size_t os, int nr, int nc) {    \
         gemm_tile_k<K>(n, w, ws, a, as, out, os, nr, nc);                                                        \
-    }                                                                                                            \
+    }
+// Small batches for the types that keep these kernels (Q4_K / Q5_K run the
+// panels of kquants_panels_x86.cpp, with their own).
+#define LP_KQUANT_AVX512_COLS(tname, K)                                                                          \
     LP_TARGET_AVX512 void matvec_cols_##tname##_q8_k_avx512(int64_t n, const void* w, size_t ws, const void* a,  \
                                                             size_t as, float* out, size_t os, int nr, int nc) {  \
         matvec_cols_k<K>(n, w, ws, a, as, out, os, nr, nc);                                                      \
@@ -459,7 +462,11 @@ LP_KQUANT_AVX512_KERNELS(q3_k, q3_k_avx512)
 LP_KQUANT_AVX512_KERNELS(q4_k, q4_k_avx512)
 LP_KQUANT_AVX512_KERNELS(q5_k, q5_k_avx512)
 LP_KQUANT_AVX512_KERNELS(q6_k, q6_k_avx512)
+LP_KQUANT_AVX512_COLS(q2_k, q2_k_avx512)
+LP_KQUANT_AVX512_COLS(q3_k, q3_k_avx512)
+LP_KQUANT_AVX512_COLS(q6_k, q6_k_avx512)
 #undef LP_KQUANT_AVX512_KERNELS
+#undef LP_KQUANT_AVX512_COLS
 
 #endif  // LP_HAVE_AVX512
 

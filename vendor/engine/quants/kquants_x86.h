@@ -31,14 +31,10 @@ void vec_dot_q4_k_q8_k_avx512(int64_t n, float* out, const void* w_row, const vo
 void vec_dot_q5_k_q8_k_avx512(int64_t n, float* out, const void* w_row, const void* a_row);
 void vec_dot_q6_k_q8_k_avx512(int64_t n, float* out, const void* w_row, const void* a_row);
 // Small batches (type_traits::matvec_cols): nr rows × nc <= 4 columns row by
-// row, the vec_dot's bits.
+// row, the vec_dot's bits (Q4_K / Q5_K: the panels' own, kquants_panels_x86.cpp).
 void matvec_cols_q2_k_q8_k_avx512(int64_t n, const void* w, size_t w_stride, const void* a, size_t a_stride,
                                   float* out, size_t out_stride, int nr, int nc);
 void matvec_cols_q3_k_q8_k_avx512(int64_t n, const void* w, size_t w_stride, const void* a, size_t a_stride,
-                                  float* out, size_t out_stride, int nr, int nc);
-void matvec_cols_q4_k_q8_k_avx512(int64_t n, const void* w, size_t w_stride, const void* a, size_t a_stride,
-                                  float* out, size_t out_stride, int nr, int nc);
-void matvec_cols_q5_k_q8_k_avx512(int64_t n, const void* w, size_t w_stride, const void* a, size_t a_stride,
                                   float* out, size_t out_stride, int nr, int nc);
 void matvec_cols_q6_k_q8_k_avx512(int64_t n, const void* w, size_t w_stride, const void* a, size_t a_stride,
                                   float* out, size_t out_stride, int nr, int nc);
