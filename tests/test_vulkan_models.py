@@ -272,8 +272,10 @@ def test_subgroup_shaders_give_the_portable_shaders_bits(tiny, arch, wtype):
         assert r.returncode == 0, r.stderr[-3000:]
         got[sg] = (r.stdout.split()[0], np.load(out_path))
     assert got["0"][0] == "False"
-    if got["1"][0] != "True":
-        pytest.skip("this device has no subgroup shuffles: only the portable shaders run")
+    # CI's lavapipe has subgroup shuffles: there this compares the two shader
+    # variants. A device without them runs the portable shaders both times
+    # (the comparison then only says the results do not depend on the setting).
+    assert got["1"][0] == "True" or not os.environ.get("CI"), "CI's device must run the subgroup shaders"
     np.testing.assert_array_equal(got["1"][1], got["0"][1])
 
 
