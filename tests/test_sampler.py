@@ -28,6 +28,57 @@ def test_greedy_is_argmax_and_ties_pick_lowest_id():
     assert _engine.Sampler(10, temperature=0.0).sample(tie) == 3
 
 
+def _plain_argmax(x: np.ndarray) -> int:
+    # the definition the native scan must keep: `if x[i] > x[best]: best = i`
+    best = 0
+    for i in range(1, len(x)):
+        if x[i] > x[best]:
+            best = i
+    return best
+
+
+def _vocab_cases():
+    rng = np.random.default_rng(11)
+    for n in (1, 15, 16, 255, 256, 257, 1000, 4099):
+        yield rng.standard_normal(n).astype(np.float32)
+        x = np.full(n, -np.inf, dtype=np.float32)  # nothing above -inf
+        yield x
+        x = rng.standard_normal(n).astype(np.float32)
+        x[rng.integers(0, n, max(1, n // 7))] = np.nan
+        yield x
+        x = np.round(rng.standard_normal(n) * 2).astype(np.float32)  # many ties, across blocks
+        yield x
+        x = rng.standard_normal(n).astype(np.float32)
+        x[0] = np.nan  # NaN first: nothing beats it in the plain loop
+        yield x
+        x = np.full(n, np.nan, dtype=np.float32)
+        x[-1] = -np.inf
+        yield x
+        x = rng.standard_normal(n).astype(np.float32)
+        x[-1] = 100.0  # the winner in the last, partial block
+        yield x
+
+
+def test_greedy_block_scan_equals_the_plain_loop():
+    for x in _vocab_cases():
+        want = _plain_argmax(x)
+        assert _engine.argmax(x) == want
+        if not np.isnan(x).any():
+            assert _engine.Sampler(len(x), temperature=0.0).sample(x) == want
+
+
+def test_top_logprobs_block_scan_equals_a_full_sort():
+    # compute_logprobs' top entries come from the same block-skipping top-k
+    # selection as the sampler's: same ids, ties to the lower id
+    for x in _vocab_cases():
+        if np.isnan(x).any() or np.isinf(x).all():
+            continue
+        for k in (1, 5, 40):
+            _, top = _engine.logprobs(x, 0, k)
+            order = sorted(range(len(x)), key=lambda i: (-x[i], i))[:k]
+            assert [t[0] for t in top] == order
+
+
 def test_top_k_one_is_greedy():
     l = logits_for(1)
     s = _engine.Sampler(len(l), temperature=1.0, top_k=1, top_p=1.0, min_p=0.0, seed=5)

@@ -115,6 +115,9 @@ struct type_traits {
     // activation rows at once (any number of weight rows; tile signature),
     // same bits per row as vec_dot, each weight block unpacked once for all.
     gemm_tile_fn matvec_cols = nullptr;
+    // Mat-vec (one activation row) through matvec_cols too, where that kernel
+    // streams a row faster than vec_dot / the tile / the panel do (same bits).
+    bool matvec_by_cols = false;
     // Optional packed mat-mat (see pack_acts_fn); where a type has it, the
     // driver uses it for mat-mat instead of gemm_panel / gemm_tile.
     pack_acts_fn pack_acts = nullptr;

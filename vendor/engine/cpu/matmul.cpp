@@ -108,7 +108,7 @@ void matmul(const weight_view& w, const float* x, int64_t x_stride, int64_t n_to
         const gemm_panel_fn panel = wt.gemm_panel;
         const gemm_tile_fn tile = wt.gemm_tile;
         const vec_dot_fn dot = wt.vec_dot;
-        const gemm_tile_fn cols = n_tok > 1 ? wt.matvec_cols : nullptr;
+        const gemm_tile_fn cols = n_tok > 1 || wt.matvec_by_cols ? wt.matvec_cols : nullptr;
         const int64_t g = panel || cols ? kPanelRows : 4;
         const int64_t n_g = (w.n_rows + g - 1) / g;
         const int64_t per = (n_g + (int64_t)nth * 8 - 1) / ((int64_t)nth * 8);
