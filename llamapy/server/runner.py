@@ -68,12 +68,16 @@ class Job:
 
     async def next(self) -> Any:
         """The next item; raises StopAsyncIteration at the end, or the job's exception."""
-        timeout = None if self.deadline is None else max(0.0, self.deadline - time.monotonic()) + 0.5
         try:
-            item = await asyncio.wait_for(self.items.get(), timeout)
-        except asyncio.TimeoutError:
-            self.cancel("timeout")
-            raise Cancelled("timeout") from None
+            # an item already there needs no wait (wait_for makes a task per call: per token, per stream)
+            item = self.items.get_nowait()
+        except asyncio.QueueEmpty:
+            timeout = None if self.deadline is None else max(0.0, self.deadline - time.monotonic()) + 0.5
+            try:
+                item = await asyncio.wait_for(self.items.get(), timeout)
+            except asyncio.TimeoutError:
+                self.cancel("timeout")
+                raise Cancelled("timeout") from None
         if item is _END:
             raise StopAsyncIteration
         if isinstance(item, BaseException):
