@@ -292,3 +292,42 @@ def test_eight_clients_on_four_slots_equal_alone(gemma_path):
         assert st["kv_cells_used"] == sum(x["n_tokens_cached"] for x in runner.slot_info())
     finally:
         s.stop()
+
+
+# ------------------------------------------------- the stepper's logits views
+def test_stepper_views_are_copied_before_they_are_overwritten(tiny_path):
+    """Slots read their logits as views of the context's output (no copy per step); a
+    sequence that does not post in a step keeps its logits: they are copied before that
+    step's decode overwrites them. A sequence that posts again has read them: no copy."""
+    import numpy as np
+
+    from llamapy import Llama
+    from llamapy._sequence import Sequence
+    from llamapy.server.batch import BatchDecoder, Stepper
+
+    llm = Llama(tiny_path, n_ctx=256, n_seq_max=2, verbose=False)
+    ctx = llm.ctx
+    stepper = Stepper(ctx, 64, busy=lambda: [], check=lambda i: None, make_room=lambda n, free: None,
+                      on_full=lambda i, m: None)
+    stepper.start()
+    try:
+        dec = BatchDecoder(stepper)
+        seqs = [Sequence(ctx, i, 128, 64, llm.n_vocab(), 0, decoder=dec) for i in range(2)]
+        seqs[0].eval(ids(1, 2, 3, 4))
+        first = seqs[0].last_logits()
+        assert first.base is not None, "steady state hands out views, not copies"
+        kept = np.array(first)
+        rows0 = seqs[0]._out
+        seqs[1].eval(ids(9, 8, 7, 6, 5))  # overwrites the context's output row 0
+        assert rows0.n_views == 0  # copied before that decode
+        np.testing.assert_array_equal(seqs[0].last_logits(), kept)
+        assert not np.array_equal(seqs[1].last_logits(), kept)
+        # sequence 0 posts again: its previous rows were read, nothing to copy
+        seqs[0].eval(ids(11))
+        rows1 = seqs[1]._out
+        assert rows1.n_views == 0  # sequence 1 did not post: copied
+        before = seqs[0]._out
+        seqs[0].eval(ids(12))
+        assert before.n_views == 1  # superseded by newer rows: left as a view, not copied
+    finally:
+        stepper.stop(RuntimeError("test over"))
