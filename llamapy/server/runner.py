@@ -6,8 +6,10 @@ worker thread (a slot's, see slots.py), ``work(llama, job) -> value or iterator`
 each value an iterator yields is handed to the loop as it is made
 (``loop.call_soon_threadsafe`` into the job's asyncio queue). Cancelling a job
 (client gone, timeout, shutdown) stops its generation at the next token:
-``job.check()`` raises Cancelled, and the server installs it as a logits
-processor (the batch step checks it too, so a waiting prompt stops at once).
+``job.check()`` raises Cancelled where the batch step takes the slot's next rows
+(so a waiting prompt stops at once too) and before each item is handed on. It
+is not a logits processor: the generation loop copies the logits (1 MB per
+token for Gemma's vocabulary, with the GIL held) for any processor it is given.
 """
 from __future__ import annotations
 

@@ -46,13 +46,6 @@ def _cached(llama: Any, tokens: List[int]) -> int:
     return max(0, min(n, len(tokens) - 1))
 
 
-def cancel_hook(job: Job) -> Callable[[Any, Any], Any]:
-    def hook(input_ids: Any, scores: Any) -> Any:
-        job.check()  # raises Cancelled: the generation loop stops at this token
-        return scores
-    return hook
-
-
 def _add_cached(usage: Optional[Dict[str, Any]], meta: Meta) -> Optional[Dict[str, Any]]:
     if usage is not None and meta.cached is not None:
         usage = {**usage, "prompt_tokens_details": {"cached_tokens": meta.cached}}
@@ -134,7 +127,7 @@ def chat_work(params: Dict[str, Any], template_kwargs: Dict[str, Any]) -> Callab
             check_fit(len(tokens), params.get("max_tokens"), llama.n_ctx())
             meta = Meta(len(tokens), _cached(llama, tokens))
         yield meta
-        result = handler(llama=llama, **params, logits_processor=cancel_hook(job), **template_kwargs)
+        result = handler(llama=llama, **params, **template_kwargs)
         yield from _with_usage(result, bool(params.get("stream")), meta, job, llama.n_ctx())
     work.prompt_tokens = prompt_of  # type: ignore[attr-defined]
     work.task = "chat"  # type: ignore[attr-defined]
@@ -153,7 +146,7 @@ def completion_work(params: Dict[str, Any]) -> Callable[[Any, Job], Iterator[Any
         check_fit(len(tokens), params.get("max_tokens"), llama.n_ctx())
         meta = Meta(len(tokens), _cached(llama, tokens))
         yield meta
-        result = llama.create_completion(**params, logits_processor=cancel_hook(job))
+        result = llama.create_completion(**params)
         yield from _with_usage(result, bool(params.get("stream")), meta, job, llama.n_ctx())
     work.prompt_tokens = prompt_of  # type: ignore[attr-defined]
     work.task = "completion"  # type: ignore[attr-defined]
