@@ -124,6 +124,13 @@ LP_TARGET_AVXVNNI LP_INLINE __m256i dot_vnni(__m256i init, __m256i u, __m256i s)
     return _mm256_dpbusd_avx_epi32(init, u, s);
 }
 
+// One activation block as the small-batch kernel (row_cols) prepares it per
+// call: the operand bytes, the -offset·Σa lanes and d_a.
+struct alignas(32) col_block {
+    __m256i av, init;
+    float da;
+};
+
 // Where a tile's weight rows come from: straight from the blocks (mat-vec,
 // small batches) or from a panel's rows unpacked once for all its columns.
 // Both hand the tile the same operand bytes and scales.
@@ -301,6 +308,72 @@ unpacked panel_buffer(int nr, int64_t nb) {
             }                                                                                                  \
         }                                                                                                      \
     }                                                                                                          \
+    /* Small batches (matvec_cols): nr rows × NC <= 4 columns, two rows at a time, each weight */            \
+    /* block decoded once for all NC columns (the 4 × 2 tiles decoded it once per column pair and */          \
+    /* redid the activation terms per row group). The columns' operands, offset terms and scales */           \
+    /* are prepared once per call. Per (row, column) the tile's operations in its order. */                   \
+    template <class F, int NR, int NC>                                                                         \
+    TARGET void rows_cols_##SUFFIX(int64_t nb, const uint8_t* w, size_t ws, const col_block* prep, float* out, \
+                                   size_t os) {                                                                \
+        const direct_rows<F> rows{w, ws};                                                                      \
+        const char* pf = tiles_avx2::prefetch_start(w, ws, NR);                                                \
+        __m256 acc[NR][NC];                                                                                    \
+        for (int r = 0; r < NR; ++r)                                                                           \
+            for (int c = 0; c < NC; ++c) acc[r][c] = _mm256_setzero_ps();                                      \
+        for (int64_t ib = 0; ib < nb; ++ib) {                                                                  \
+            tiles_avx2::prefetch_step(pf, NR * sizeof(typename F::block));                                     \
+            __m256i u[NR], raw[NR];                                                                            \
+            __m256 dw[NR];                                                                                     \
+            for (int r = 0; r < NR; ++r) {                                                                     \
+                u[r] = rows.u(r, ib);                                                                          \
+                raw[r] = rows.raw(r, ib);                                                                      \
+                dw[r] = _mm256_set1_ps(rows.d(r, ib));                                                         \
+            }                                                                                                  \
+            for (int c = 0; c < NC; ++c) {                                                                     \
+                const col_block& cb = prep[ib * NC + c];                                                       \
+                const __m256 da = _mm256_set1_ps(cb.da);                                                       \
+                for (int r = 0; r < NR; ++r) {                                                                 \
+                    const __m256i p = DOT(cb.init, u[r], F::pair(cb.av, raw[r]));                              \
+                    acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_mul_ps(dw[r], da), acc[r][c]);   \
+                }                                                                                              \
+            }                                                                                                  \
+        }                                                                                                      \
+        for (int r = 0; r < NR; ++r)                                                                           \
+            for (int c = 0; c < NC; ++c) out[(size_t)c * os + r] = hsum_f32x8(acc[r][c]);                      \
+    }                                                                                                          \
+    template <class F, int NC>                                                                                 \
+    TARGET void row_cols_##SUFFIX(int64_t n, const uint8_t* w, size_t ws, int nr, const uint8_t* a, size_t as, \
+                                  float* out, size_t os) {                                                     \
+        const int64_t nb = n / 32;                                                                             \
+        thread_local std::vector<col_block> prep;                                                              \
+        if (prep.size() < (size_t)(nb * NC)) prep.resize((size_t)(nb * NC));                                   \
+        const __m256i off = _mm256_set1_epi8((char)F::offset);                                                 \
+        for (int64_t ib = 0; ib < nb; ++ib)                                                                    \
+            for (int c = 0; c < NC; ++c) {                                                                     \
+                const block_q8_0& y = reinterpret_cast<const block_q8_0*>(a + c * as)[ib];                     \
+                col_block& cb = prep[ib * NC + c];                                                             \
+                cb.av = _mm256_loadu_si256((const __m256i*)y.qs);                                              \
+                cb.init = F::offset ? _mm256_sub_epi32(_mm256_setzero_si256(),                                 \
+                                                       DOT(_mm256_setzero_si256(), off, cb.av))                \
+                                    : _mm256_setzero_si256();                                                  \
+                cb.da = half_to_float(y.d);                                                                    \
+            }                                                                                                  \
+        int r = 0;                                                                                             \
+        for (; r + 2 <= nr; r += 2) rows_cols_##SUFFIX<F, 2, NC>(nb, w + (size_t)r * ws, ws, prep.data(), out + r, os); \
+        if (r < nr) rows_cols_##SUFFIX<F, 1, NC>(nb, w + (size_t)r * ws, ws, prep.data(), out + r, os);        \
+    }                                                                                                          \
+    template <class F>                                                                                         \
+    TARGET void matvec_cols_##SUFFIX(int64_t n, const void* w, size_t ws, const void* a, size_t as, float* out, \
+                                     size_t os, int nr, int nc) {                                              \
+        const auto* wb = static_cast<const uint8_t*>(w);                                                       \
+        const auto* ab = static_cast<const uint8_t*>(a);                                                       \
+        switch (nc) {                                                                                          \
+            case 4: row_cols_##SUFFIX<F, 4>(n, wb, ws, nr, ab, as, out, os); return;                           \
+            case 3: row_cols_##SUFFIX<F, 3>(n, wb, ws, nr, ab, as, out, os); return;                           \
+            case 2: row_cols_##SUFFIX<F, 2>(n, wb, ws, nr, ab, as, out, os); return;                           \
+            default: row_cols_##SUFFIX<F, 1>(n, wb, ws, nr, ab, as, out, os); return;                          \
+        }                                                                                                      \
+    }                                                                                                          \
     template <class F>                                                                                         \
     TARGET void vec_dot_##SUFFIX(int64_t n, float* out, const void* w_row, const void* a_row) {                \
         tile_##SUFFIX<F, 1, 1>(n, direct_rows<F>{static_cast<const uint8_t*>(w_row), 0},                       \
@@ -356,13 +429,13 @@ void register_legacy_tiles_avx2(type_traits* table, isa level) {
     // win (Zen 4 at the AVX2 level, 2 threads: Q5_0 1.31x / 2.70x / 6.17x the
     // mat-vec at 2 / 4 / 8 rows, against 1.91x / 3.01x / 4.68x before)
     if (avx2_use_vnni()) {
-        q4_0.matvec_cols = tiles_avx2::tiles_by_fours<gemm_tile_avxvnni<q4_0_fmt>>;
-        q5_0.matvec_cols = tiles_avx2::tiles_by_fours<gemm_tile_avxvnni<q5_0_fmt>>;
-        q8_0.matvec_cols = tiles_avx2::tiles_by_fours<gemm_tile_avxvnni<q8_0_fmt_flip>>;
+        q4_0.matvec_cols = matvec_cols_avxvnni<q4_0_fmt>;
+        q5_0.matvec_cols = matvec_cols_avxvnni<q5_0_fmt>;
+        q8_0.matvec_cols = matvec_cols_avxvnni<q8_0_fmt_flip>;
     } else {
-        q4_0.matvec_cols = tiles_avx2::tiles_by_fours<gemm_tile_avx2<q4_0_fmt>>;
-        q5_0.matvec_cols = tiles_avx2::tiles_by_fours<gemm_tile_avx2<q5_0_fmt>>;
-        q8_0.matvec_cols = tiles_avx2::tiles_by_fours<gemm_tile_avx2<q8_0_fmt_sign>>;
+        q4_0.matvec_cols = matvec_cols_avx2<q4_0_fmt>;
+        q5_0.matvec_cols = matvec_cols_avx2<q5_0_fmt>;
+        q8_0.matvec_cols = matvec_cols_avx2<q8_0_fmt_sign>;
     }
     for (type_traits* t : {&q4_0, &q5_0, &q8_0}) t->matvec_batch_max = 4;
 }
