@@ -6,10 +6,10 @@ A slot's generation runs the library's own loop (``Llama.generate`` under
 what every busy slot posted and makes ONE ``Context.decode`` of it: the generating
 slots' single tokens first, then chunks of prompts within the n_batch budget, so a long
 prompt is evaluated a chunk per step while the others keep generating. The logits rows
-each slot asked for are handed out as views of the context's logits; before a step overwrites
-them, the stepper copies the views a slot may still read (``Stepper._keep_logits``): in steady
-state every generating slot has posted its next rows, so it has read its logits and nothing is
-copied (4 MB per step of copies was 0.8 ms of a Gemma 4-slot step, with the GIL held).
+each slot asked for are handed out as views of the context's logits, not copies (4 MB per step of
+copies was 0.8 ms of a Gemma 4-slot step, with the GIL held): the engine never writes a decode's
+logits into a buffer an array still views (context.cpp, ``unshared_logits``), so a slow slot can
+still be sampling from its rows while the next step runs.
 
 The KV cells are one pool (n_ctx of the context). When a step needs more than are free,
 idle slots' cached prefixes are dropped first; then a prompt waits while others
@@ -48,8 +48,7 @@ class Rows:
         self.causal = causal
         self.n = len(want)
         self.done = 0                 # rows decoded so far
-        self.out: List[np.ndarray] = []  # (n_vocab,) logits per wanted row
-        self.n_views = 0              # how many of out's last entries are views of the context's logits
+        self.out: List[np.ndarray] = []  # (n_vocab,) logits per wanted row (views of the context's output)
         self.error: Optional[BaseException] = None
         self.finished = threading.Event()
         self.t_posted = time.monotonic()
@@ -112,7 +111,6 @@ class Stepper:
         self.ctx_lock = threading.RLock()
         self.cond = threading.Condition()
         self.pending: Dict[int, Rows] = {}  # seq id -> its posted rows
-        self.views: Dict[int, Rows] = {}    # seq id -> its rows holding views of the context's logits
         self.stopping = False
         self._stop_reason: BaseException = RuntimeError("the scheduler has stopped")
         self.steps = 0
@@ -194,24 +192,6 @@ class Stepper:
             return self._decode([(first, 0, first.n)])
         return self._decode(self._plan(live))
 
-    def _keep_logits(self, posting: List[Rows]) -> None:
-        """Before the context's logits are overwritten: rows still holding views get copies,
-        except a sequence's older rows when it posts newer ones (its slot has read them: it
-        samples before it posts). Runs under ctx_lock."""
-        for seq_id, rows in list(self.views.items()):
-            if any(r.seq.seq_id == seq_id and r is not rows for r in posting):
-                del self.views[seq_id]
-                continue
-            k = len(rows.out) - rows.n_views
-            rows.out[k:] = [np.array(v, dtype=np.single) for v in rows.out[k:]]
-            rows.n_views = 0
-            del self.views[seq_id]
-
-    def keep_all_logits(self) -> None:
-        """Copy every view out (before something else decodes on the context: embeddings)."""
-        with self.ctx_lock:
-            self._keep_logits([])
-
     def _free_cells(self) -> int:
         return self.n_cells - int(self.ctx.kv_n_used)
 
@@ -270,18 +250,10 @@ class Stepper:
         if not parts[0][0].causal:
             kw["causal"] = False
         with self.ctx_lock:
-            posting = [rows for rows, _, _ in parts]
-            self._keep_logits(posting)
-            try:
-                self.ctx.decode(tokens=np.concatenate(toks) if toks else None,
-                                embd=np.concatenate(embds) if embds else None,
-                                pos=np.ascontiguousarray(np.concatenate(poss, axis=-1)),
-                                seq_ids=np.concatenate(seqs), logits=want, **kw)
-            except BaseException:
-                # the posting sequences' older logits (not copied) may be overwritten now
-                for rows in posting:
-                    rows.seq.logits_row = -1
-                raise
+            self.ctx.decode(tokens=np.concatenate(toks) if toks else None,
+                            embd=np.concatenate(embds) if embds else None,
+                            pos=np.ascontiguousarray(np.concatenate(poss, axis=-1)),
+                            seq_ids=np.concatenate(seqs), logits=want, **kw)
             self.steps += 1
             self.rows_decoded += len(want)
             if want.any():
@@ -291,8 +263,6 @@ class Stepper:
                     n = int(np.count_nonzero(rows.want[start:start + count]))
                     if n:
                         rows.out.extend(every[k:k + n])
-                        rows.n_views += n
-                        self.views[rows.seq.seq_id] = rows
                         k += n
         for rows, start, count in parts:
             rows.done += count

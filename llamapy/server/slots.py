@@ -254,7 +254,6 @@ class SlotScheduler:
         """Embeddings use the whole context (and clear it): run with every slot idle,
         then the slots start empty."""
         with self.stepper.ctx_lock:
-            self.stepper.keep_all_logits()  # the slots' logits views: copied before the context is reused
             try:
                 run_job(job, self.llama, self.count)
             finally:

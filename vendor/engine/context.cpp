@@ -400,9 +400,33 @@ context::context(std::shared_ptr<const model> m, const context_params& params)
 void context::ensure_output_capacity(int64_t n_out) {
     const hparams& hp = model_->hp();
     const size_t need = hp.v.encoder ? 0 : (size_t)n_out * (size_t)hp.n_vocab;  // encoders: no output head
-    if (logits_->size() < need) logits_ = std::make_shared<std::vector<float>>(need);
+    if (logits_.use_count() > 1) logits_ = unshared_logits(need);
+    else if (logits_->size() < need) logits_ = std::make_shared<std::vector<float>>(need);
     if (p_.embeddings && embd_->size() < (size_t)n_out * (size_t)hp.n_embd)
         embd_ = std::make_shared<std::vector<float>>((size_t)n_out * (size_t)hp.n_embd);
+}
+
+// The arrays get_logits hands to Python keep a reference to the buffer they
+// view, and a reader may still be using one (a server slot sampling from the
+// last step's row while the next step starts): a decode never writes under
+// them. It takes a buffer nobody else holds — a spare from earlier steps or a
+// new one — and keeps the held one as a spare (small ones only: a prompt's
+// every-row logits can be hundreds of MB; those are freed with their last
+// reader). Two buffers alternate in steady state, no copy and no allocation.
+std::shared_ptr<std::vector<float>> context::unshared_logits(size_t need) {
+    constexpr size_t kSpareBytes = (size_t)32 << 20;
+    std::shared_ptr<std::vector<float>> held = std::move(logits_), out;
+    for (size_t i = 0; i < logits_spare_.size(); ++i)
+        if (logits_spare_[i].use_count() == 1 && logits_spare_[i]->size() >= need) {
+            out = std::move(logits_spare_[i]);
+            logits_spare_.erase(logits_spare_.begin() + (std::ptrdiff_t)i);
+            break;
+        }
+    if (!out) out = std::make_shared<std::vector<float>>(std::max(need, held->size() * sizeof(float) <= kSpareBytes
+                                                                            ? held->size() : (size_t)0));
+    if (held->size() * sizeof(float) <= kSpareBytes) logits_spare_.push_back(std::move(held));
+    if (logits_spare_.size() > 2) logits_spare_.erase(logits_spare_.begin());
+    return out;
 }
 
 void context::check_seq(int seq, const char* what) const {

@@ -212,6 +212,7 @@ private:
     void check_seq(int seq, const char* what) const;
     void validate(const batch_view& b) const;
     void ensure_output_capacity(int64_t n_out);
+    std::shared_ptr<std::vector<float>> unshared_logits(size_t need);
     void place_in_window_cache(const batch_view& b);
     // Encoders and pooled embeddings (context_embd.cpp).
     void decode_encoder(const batch_view& b);
@@ -251,6 +252,9 @@ private:
 
     int64_t n_out_ = 0;
     std::shared_ptr<std::vector<float>> logits_;  // (capacity, n_vocab)
+    // Buffers the last decodes wrote while something still held them (see
+    // ensure_output_capacity); reused once nobody else does.
+    std::vector<std::shared_ptr<std::vector<float>>> logits_spare_;
     std::shared_ptr<std::vector<float>> embd_;    // (capacity, n_embd) when embeddings
 
     // Embeddings of whole sequences (context_embd.cpp).
