@@ -424,10 +424,12 @@ void register_legacy_tiles_avx2(type_traits* table, isa level) {
         q8_0.gemm_tile = gemm_tile_avx2<q8_0_fmt_sign>;
         q8_0.gemm_panel = gemm_panel_avx2<q8_0_fmt_sign>;
     }
-    // small batches: the 4-row tiles over the columns, two at a time (vec_dot's
-    // bits); up to 4 rows they beat one mat-vec pass per row, at 8 the panels
-    // win (Zen 4 at the AVX2 level, 2 threads: Q5_0 1.31x / 2.70x / 6.17x the
-    // mat-vec at 2 / 4 / 8 rows, against 1.91x / 3.01x / 4.68x before)
+    // small batches: row_cols (two rows at a time against all columns, each
+    // weight block decoded once), up to 8 rows (two calls of 4 columns), where
+    // it beats the panels: Xeon at the AVX2 level, 2 threads, 2048 x 2048, 6 /
+    // 8 rows: Q4_0 5.6 / 6.9 ms vs 6.2 / 8.0 through the panels, Q5_0 6.4 /
+    // 7.7 vs 6.7 / 8.4, Q8_0 5.9 / 7.5 vs 7.4 / 9.6 (Gemma's head at 8 rows
+    // 25.9 vs 34.2 ms)
     if (avx2_use_vnni()) {
         q4_0.matvec_cols = matvec_cols_avxvnni<q4_0_fmt>;
         q5_0.matvec_cols = matvec_cols_avxvnni<q5_0_fmt>;
@@ -437,7 +439,7 @@ void register_legacy_tiles_avx2(type_traits* table, isa level) {
         q5_0.matvec_cols = matvec_cols_avx2<q5_0_fmt>;
         q8_0.matvec_cols = matvec_cols_avx2<q8_0_fmt_sign>;
     }
-    for (type_traits* t : {&q4_0, &q5_0, &q8_0}) t->matvec_batch_max = 4;
+    for (type_traits* t : {&q4_0, &q5_0, &q8_0}) t->matvec_batch_max = 8;
 }
 
 #else
