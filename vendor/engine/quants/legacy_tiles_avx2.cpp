@@ -200,6 +200,19 @@ unpacked panel_buffer(int nr, int64_t nb) {
 // activations and their offset terms stay in the 16 ymm registers), over all
 // blocks. The same per-(r, c) operations whatever NR, NC and row source.
 #define LP_LEGACY_TILE(TARGET, SUFFIX, DOT)                                                                    \
+    /* -offset·Σa per int32 lane of one activation block: exact, shared by every row */                        \
+    template <class F>                                                                                         \
+    TARGET LP_INLINE __m256i offset_term_##SUFFIX(__m256i av) {                                                \
+        if constexpr (F::offset == 0) return _mm256_setzero_si256();                                           \
+        const __m256i off = _mm256_set1_epi8((char)F::offset);                                                 \
+        return _mm256_sub_epi32(_mm256_setzero_si256(), DOT(_mm256_setzero_si256(), off, av));                 \
+    }                                                                                                          \
+    /* One (row, column) block: its int32 lanes, converted, fused-multiply-added with the scale */             \
+    template <class F>                                                                                         \
+    TARGET LP_INLINE __m256 step_##SUFFIX(__m256 acc, __m256i init, __m256i u, __m256i av, __m256i raw,        \
+                                          __m256 scale) {                                                      \
+        return _mm256_fmadd_ps(_mm256_cvtepi32_ps(DOT(init, u, F::pair(av, raw))), scale, acc);                \
+    }                                                                                                          \
     template <class F, int NR, int NC, class Rows>                                                             \
     TARGET void tile_##SUFFIX(int64_t n, const Rows& rows, const uint8_t* a, size_t as, float* out,            \
                               size_t os, const char* pf) {                                                     \
@@ -207,7 +220,6 @@ unpacked panel_buffer(int nr, int64_t nb) {
         __m256 acc[NR][NC];                                                                                    \
         for (int r = 0; r < NR; ++r)                                                                           \
             for (int c = 0; c < NC; ++c) acc[r][c] = _mm256_setzero_ps();                                      \
-        const __m256i off = _mm256_set1_epi8((char)F::offset);                                                 \
         for (int64_t ib = 0; ib < nb; ++ib) {                                                                  \
             if (pf) tiles_avx2::prefetch_step(pf, NR * sizeof(typename F::block));                             \
             __m256i av[NC], init[NC];                                                                          \
@@ -216,10 +228,7 @@ unpacked panel_buffer(int nr, int64_t nb) {
                 const block_q8_0& y = reinterpret_cast<const block_q8_0*>(a + c * as)[ib];                     \
                 av[c] = _mm256_loadu_si256((const __m256i*)y.qs);                                              \
                 da[c] = _mm256_set1_ps(half_to_float(y.d));                                                    \
-                /* -offset·Σa per lane: exact, shared by the rows */                                           \
-                init[c] = F::offset ? _mm256_sub_epi32(_mm256_setzero_si256(),                                 \
-                                                       DOT(_mm256_setzero_si256(), off, av[c]))                \
-                                    : _mm256_setzero_si256();                                                  \
+                init[c] = offset_term_##SUFFIX<F>(av[c]);                                                      \
             }                                                                                                  \
             if constexpr (Rows::has_d4 && NR == 4 && NC == 2) {                                                \
                 /* the 8 products dw·d_a in one multiply (lane by lane the bits of the */                      \
@@ -229,9 +238,8 @@ unpacked panel_buffer(int nr, int64_t nb) {
                 for (int r = 0; r < NR; ++r) {                                                                 \
                     const __m256i u = rows.u(r, ib), raw = rows.raw(r, ib);                                    \
                     for (int c = 0; c < NC; ++c) {                                                             \
-                        const __m256i p = DOT(init[c], u, F::pair(av[c], raw));                                \
-                        acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_broadcast_ss(pr + 4 * c + r), \
-                                                    acc[r][c]);                                                \
+                        acc[r][c] = step_##SUFFIX<F>(acc[r][c], init[c], u, av[c], raw,                        \
+                                                     _mm256_broadcast_ss(pr + 4 * c + r));                     \
                     }                                                                                          \
                 }                                                                                              \
             } else {                                                                                           \
@@ -239,8 +247,8 @@ unpacked panel_buffer(int nr, int64_t nb) {
                     const __m256i u = rows.u(r, ib), raw = rows.raw(r, ib);                                    \
                     const __m256 dw = _mm256_set1_ps(rows.d(r, ib));                                           \
                     for (int c = 0; c < NC; ++c) {                                                             \
-                        const __m256i p = DOT(init[c], u, F::pair(av[c], raw));                                \
-                        acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_mul_ps(dw, da[c]), acc[r][c]); \
+                        acc[r][c] = step_##SUFFIX<F>(acc[r][c], init[c], u, av[c], raw,                        \
+                                                     _mm256_mul_ps(dw, da[c]));                                \
                     }                                                                                          \
                 }                                                                                              \
             }                                                                                                  \
@@ -333,8 +341,8 @@ unpacked panel_buffer(int nr, int64_t nb) {
                 const col_block& cb = prep[ib * NC + c];                                                       \
                 const __m256 da = _mm256_set1_ps(cb.da);                                                       \
                 for (int r = 0; r < NR; ++r) {                                                                 \
-                    const __m256i p = DOT(cb.init, u[r], F::pair(cb.av, raw[r]));                              \
-                    acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_mul_ps(dw[r], da), acc[r][c]);   \
+                    acc[r][c] = step_##SUFFIX<F>(acc[r][c], cb.init, u[r], cb.av, raw[r],                      \
+                                                 _mm256_mul_ps(dw[r], da));                                    \
                 }                                                                                              \
             }                                                                                                  \
         }                                                                                                      \
@@ -347,15 +355,12 @@ unpacked panel_buffer(int nr, int64_t nb) {
         const int64_t nb = n / 32;                                                                             \
         thread_local std::vector<col_block> prep;                                                              \
         if (prep.size() < (size_t)(nb * NC)) prep.resize((size_t)(nb * NC));                                   \
-        const __m256i off = _mm256_set1_epi8((char)F::offset);                                                 \
         for (int64_t ib = 0; ib < nb; ++ib)                                                                    \
             for (int c = 0; c < NC; ++c) {                                                                     \
                 const block_q8_0& y = reinterpret_cast<const block_q8_0*>(a + c * as)[ib];                     \
                 col_block& cb = prep[ib * NC + c];                                                             \
                 cb.av = _mm256_loadu_si256((const __m256i*)y.qs);                                              \
-                cb.init = F::offset ? _mm256_sub_epi32(_mm256_setzero_si256(),                                 \
-                                                       DOT(_mm256_setzero_si256(), off, cb.av))                \
-                                    : _mm256_setzero_si256();                                                  \
+                cb.init = offset_term_##SUFFIX<F>(cb.av);                                                      \
                 cb.da = half_to_float(y.d);                                                                    \
             }                                                                                                  \
         int r = 0;                                                                                             \
