@@ -22,8 +22,12 @@ BLOCK_BYTES = {"Q2_K": 84, "Q3_K": 110, "Q4_K": 144, "Q5_K": 176, "Q6_K": 210}
 HALF_FIELDS = {"Q2_K": (80, 82), "Q3_K": (108,), "Q4_K": (0, 2), "Q5_K": (0, 2), "Q6_K": (208,)}
 
 # (n_rows, n_cols, n_tok): rows 23 = a 16-row job and 7 more (tiles of 4 and
-# 3 rows), 6 and 5 (edges of 2 and 1); 9 and 5 tokens end in 1-column tiles.
-SHAPES = [(23, 768, 7), (6, 256, 9), (5, 2048, 6), (16, 768, 4), (8, 256, 3), (4, 256, 2)]
+# 3 rows, or 2 and 1), 6 and 5 (edges of 2 and 1); 9 and 5 tokens end in
+# 1-column tiles. Up to 8 tokens the x86 levels take the small-batch kernels;
+# from 9 the panels: 13 tokens are a group of 8 columns and one of 5 (a 4-column
+# tile and a 1-column one), against 16 + 7 rows.
+SHAPES = [(23, 768, 7), (6, 256, 9), (5, 2048, 6), (16, 768, 4), (8, 256, 3), (4, 256, 2), (23, 512, 13),
+          (5, 256, 10)]
 
 
 def weight_cases(rng, qtype, n_rows, n_cols):
