@@ -260,7 +260,7 @@ LP_TARGET_AVX2 void matvec_cols(int64_t n, const void* w, size_t ws, const void*
 // each row's super-blocks are decoded once into this form (per thread
 // buffer): the 8 operand vectors of 32 weights (quant + offset, unsigned),
 // their 8 scale-word vectors, the min words and the two float scales (Q6_K:
-// dmin = d, the mins being 32·scale). Every 4 × 4 tile then only multiplies.
+// dmin = d, the mins being 32·scale). Every 2 × 4 tile then only multiplies.
 struct alignas(32) k_unpacked {
     __m256i q[8], s[8], m16;
     float d, dmin;
@@ -318,9 +318,12 @@ LP_TARGET_AVX2 LP_INLINE void unpack_q6(const block_q6_K& x, k_unpacked* u) {
 // the same per-(row, column) sequence as k4_tile / q6_tile. Per group of 32
 // weights the NC activation vectors are loaded once for both rows (NR <= 2:
 // 2 × 4 sums, 4 activations and a row's two operands fill the 16 registers).
-// Against the 4 × 4 tile that reloaded each activation per row: 107-110 ->
-// 114-120 GFLOP/s on one thread (Intel Xeon, AVX2 level; the loads, not the
-// multiply ports, bounded it).
+// Against the 4 × 4 tile that reloaded each activation vector per row (and
+// half of those loads split across cache lines: q8_K's quants sit at offset
+// 4): 1B-shaped Q4_K matrices, 2 threads, portable build at the AVX2 level on
+// an Intel Xeon, 195-213 -> 227-253 GFLOP/s. Without the register pin below
+// GCC folds the loads back into each row's maddubs (16 ymm registers), and the
+// tile is no faster than the 4 × 4 one.
 template <int NR, int NC>
 LP_TARGET_AVX2 void unpacked_tile(int64_t nsb, const k_unpacked* u, const uint8_t* a, size_t as, float* out,
                                   size_t os) {
