@@ -84,21 +84,26 @@ LP_TARGET_AVX2 LP_INLINE __m256 reduce8_avx2(const __m256 a[8]) {
 }
 constexpr int reduce8_lane(int i) { return 4 * (i % 2) + 2 * (i / 4) + (i / 2) % 2; }
 
-// 2 queries × 4 cells when d is a multiple of 8 (no tails): the pair
-// (query j, cell c) accumulates in a[j + 2·(c & 1) + 4·(c >> 1)], which
-// reduce8_avx2 sums into lane 4j + c, so each query's 4 scores leave as one
-// 128-bit store. At head size 64 a pair's chain is 8 FMAs, and the 4 × 2
-// tile's scalar scatter of its 8 sums cost about as much as the FMAs.
-template <flash_elem E>
-LP_TARGET_AVX2 LP_INLINE void dots_2x4_avx2(const uint8_t* const rows[4], const float* q0, int d, float* s0,
+// 2 queries × NC cells (4 or 6) when d is a multiple of 8 (no tails): the
+// pair (query j, cell c < 4) accumulates in a[j + 2·(c & 1) + 4·(c >> 1)],
+// which reduce8_avx2 sums into lane 4j + c, so each query's 4 scores leave as
+// one 128-bit store; cells 4-5 (a[8 + j + 2·(c - 4)]) go through a second
+// reduce8_avx2 whose zero slots leave each chain's tree unchanged. At head
+// size 64 a pair's chain is 8 FMAs, and the 4 × 2 tile's scalar scatter of
+// its 8 sums cost about as much as the FMAs. 6 cells give 12 chains: with 8,
+// each taking one FMA per 8 elements, the FMA latency paced the loop.
+template <flash_elem E, int NC>
+LP_TARGET_AVX2 LP_INLINE void dots_2xn_avx2(const uint8_t* const rows[NC], const float* q0, int d, float* s0,
                                             float* s1) {
-    __m256 a[8];
-    for (int t = 0; t < 8; ++t) a[t] = _mm256_setzero_ps();
+    static_assert(NC == 4 || NC == 6, "cells 0-3 in one reduction, 4-5 in a second");
+    constexpr int na = NC == 4 ? 8 : 16;
+    __m256 a[na];
+    for (int t = 0; t < na; ++t) a[t] = _mm256_setzero_ps();
     for (int e = 0; e < d; e += 8) {
         const __m256 qa = _mm256_loadu_ps(q0 + e), qb = _mm256_loadu_ps(q0 + (size_t)d + e);
-        for (int c = 0; c < 4; ++c) {
+        for (int c = 0; c < NC; ++c) {
             const __m256 kv = load8<E>(rows[c], e);
-            const int t = 2 * (c & 1) + 4 * (c >> 1);
+            const int t = c < 4 ? 2 * (c & 1) + 4 * (c >> 1) : 8 + 2 * (c - 4);
             a[t] = _mm256_fmadd_ps(qa, kv, a[t]);
             a[t + 1] = _mm256_fmadd_ps(qb, kv, a[t + 1]);
         }
@@ -106,32 +111,25 @@ LP_TARGET_AVX2 LP_INLINE void dots_2x4_avx2(const uint8_t* const rows[4], const 
     const __m256 sums = reduce8_avx2(a);
     _mm_storeu_ps(s0, _mm256_castps256_ps128(sums));
     _mm_storeu_ps(s1, _mm256_extractf128_ps(sums, 1));
+    if constexpr (NC == 6) {
+        const __m256 more = reduce8_avx2(a + 8);
+        _mm_storel_pi(reinterpret_cast<__m64*>(s0 + 4), _mm256_castps256_ps128(more));
+        _mm_storel_pi(reinterpret_cast<__m64*>(s1 + 4), _mm256_extractf128_ps(more, 1));
+    }
 }
 
-// 2 queries × 6 cells: 12 chains instead of 8, so the FMA latency (each
-// chain takes one FMA per 8 elements) no longer paces the loop. Cells 0-3 as
-// dots_2x4_avx2; cells 4-5 (a[8 + j + 2c]) reduced by a second reduce8_avx2
-// with four zero slots, which leaves each chain's tree unchanged.
-template <flash_elem E>
-LP_TARGET_AVX2 LP_INLINE void dots_2x6_avx2(const uint8_t* const rows[6], const float* q0, int d, float* s0,
-                                            float* s1) {
-    __m256 a[16];
-    for (int t = 0; t < 16; ++t) a[t] = _mm256_setzero_ps();
-    for (int e = 0; e < d; e += 8) {
-        const __m256 qa = _mm256_loadu_ps(q0 + e), qb = _mm256_loadu_ps(q0 + (size_t)d + e);
-        for (int c = 0; c < 6; ++c) {
-            const __m256 kv = load8<E>(rows[c], e);
-            const int t = c < 4 ? 2 * (c & 1) + 4 * (c >> 1) : 8 + 2 * (c - 4);
-            a[t] = _mm256_fmadd_ps(qa, kv, a[t]);
-            a[t + 1] = _mm256_fmadd_ps(qb, kv, a[t + 1]);
-        }
-    }
-    const __m256 sums = reduce8_avx2(a);      // (j, c < 4) in lane 4j + c
-    const __m256 more = reduce8_avx2(a + 8);  // (j, 4 + c) in lane 4j + c
-    _mm_storeu_ps(s0, _mm256_castps256_ps128(sums));
-    _mm_storeu_ps(s1, _mm256_extractf128_ps(sums, 1));
-    _mm_storel_pi(reinterpret_cast<__m64*>(s0 + 4), _mm256_castps256_ps128(more));
-    _mm_storel_pi(reinterpret_cast<__m64*>(s1 + 4), _mm256_extractf128_ps(more, 1));
+// Cells [i, i + NC) against every query: pairs of queries in dots_2xn_avx2, an
+// odd last query pair by pair.
+template <flash_elem E, int NC>
+LP_TARGET_AVX2 LP_INLINE void dots_cells_avx2(const uint8_t* k, size_t k_row_bytes, const int32_t* cells,
+                                              const float* q, int nq, int d, float* s, int s_stride) {
+    const uint8_t* rows[NC];
+    for (int c = 0; c < NC; ++c) rows[c] = k + (size_t)cells[c] * k_row_bytes;
+    int qi = 0;
+    for (; qi + 2 <= nq; qi += 2)
+        dots_2xn_avx2<E, NC>(rows, q + (size_t)qi * d, d, s + (size_t)qi * s_stride, s + (size_t)(qi + 1) * s_stride);
+    for (; qi < nq; ++qi)
+        for (int c = 0; c < NC; ++c) s[(size_t)qi * s_stride + c] = dot_pair_avx2<E>(rows[c], q + (size_t)qi * d, d);
 }
 
 template <flash_elem E>
@@ -140,26 +138,8 @@ LP_TARGET_AVX2 void dots_avx2(const uint8_t* k, size_t k_row_bytes, const int32_
     const int d8 = d & ~7;
     int i = 0;
     if (d8 == d) {
-        for (; i + 6 <= n && nq >= 2; i += 6) {
-            const uint8_t* rows[6];
-            for (int c = 0; c < 6; ++c) rows[c] = k + (size_t)cells[i + c] * k_row_bytes;
-            int qi = 0;
-            for (; qi + 2 <= nq; qi += 2)
-                dots_2x6_avx2<E>(rows, q + (size_t)qi * d, d, s + (size_t)qi * s_stride + i,
-                                 s + (size_t)(qi + 1) * s_stride + i);
-            for (; qi < nq; ++qi)
-                for (int c = 0; c < 6; ++c) s[(size_t)qi * s_stride + i + c] = dot_pair_avx2<E>(rows[c], q + (size_t)qi * d, d);
-        }
-        for (; i + 4 <= n; i += 4) {
-            const uint8_t* rows[4];
-            for (int c = 0; c < 4; ++c) rows[c] = k + (size_t)cells[i + c] * k_row_bytes;
-            int qi = 0;
-            for (; qi + 2 <= nq; qi += 2)
-                dots_2x4_avx2<E>(rows, q + (size_t)qi * d, d, s + (size_t)qi * s_stride + i,
-                                 s + (size_t)(qi + 1) * s_stride + i);
-            for (; qi < nq; ++qi)
-                for (int c = 0; c < 4; ++c) s[(size_t)qi * s_stride + i + c] = dot_pair_avx2<E>(rows[c], q + (size_t)qi * d, d);
-        }
+        for (; i + 6 <= n; i += 6) dots_cells_avx2<E, 6>(k, k_row_bytes, cells + i, q, nq, d, s + i, s_stride);
+        for (; i + 4 <= n; i += 4) dots_cells_avx2<E, 4>(k, k_row_bytes, cells + i, q, nq, d, s + i, s_stride);
     }
     for (; i + 2 <= n; i += 2) {
         const uint8_t* rows[2] = {k + (size_t)cells[i] * k_row_bytes, k + (size_t)cells[i + 1] * k_row_bytes};
