@@ -1,6 +1,6 @@
 // legacy_tiles_avx2.cpp — register-blocked AVX2 tiles (gemm_tile_fn) for the
-// legacy types that carry prefill on the models we are measured with: Q4_0,
-// Q5_0 (Gemma 3's q/k/v/gate/up) and Q8_0 (all of a Q8_0 model). Without
+// legacy types that carry prefill on the models we are measured with: Q4_0
+// and Q5_0 (Gemma 3's q/k/v/gate/up; Q8_0's are in q8_0_tiles_avx2.cpp). Without
 // them the AVX2 level ran mat-mat as one vec_dot per (row, column), which
 // re-unpacks every weight block and re-loads every activation block for each
 // product.
@@ -19,12 +19,11 @@
 // mat-vec and small batches use the tiles on the blocks directly.
 //
 // Two instruction choices, picked at run time (register_legacy_tiles_avx2):
-//  - plain AVX2: maddubs + madd per product (Q8_0: the sign trick, as
-//    dot_i8x32), the offset as -offset·Σa per column, shared by all rows;
+//  - plain AVX2: maddubs + madd per product, the offset as -offset·Σa per
+//    column, shared by all rows;
 //  - AVX-VNNI (vpdpbusd, VEX form; Alder Lake, Zen 5): one instruction per
-//    product, starting from that offset term. Q8_0 weights go in as unsigned
-//    w + 128 (xor 0x80), the extra 128·Σa taken out by the same offset term.
-//    LLAMAPY_AVXVNNI=0 turns it off (benchmarking CPUs without it).
+//    product, starting from that offset term. LLAMAPY_AVXVNNI=0 turns it off
+//    (benchmarking CPUs without it).
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
@@ -70,14 +69,13 @@ LP_TARGET_AVX2 LP_INLINE __m256i fifth_bits32(const uint8_t* qh_bytes) {
     return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit), _mm256_set1_epi8(0x10));
 }
 
-// Formats. `row` turns a weight block into the unsigned operand, `pair`
-// gives the signed operand of one (row, column) product, `offset` is what
-// the unsigned operand carries on top of the true quant.
+// Formats. `row` turns a weight block into the unsigned operand (the signed
+// operand is the activation block itself), `offset` is what the unsigned
+// operand carries on top of the true quant.
 struct q4_0_fmt {
     using block = block_q4_0;
     static constexpr int offset = 8;
     LP_TARGET_AVX2 static LP_INLINE __m256i row(const block& b) { return nibbles32(b.qs); }
-    LP_TARGET_AVX2 static LP_INLINE __m256i pair(__m256i a, __m256i) { return a; }
 };
 struct q5_0_fmt {
     using block = block_q5_0;
@@ -85,35 +83,6 @@ struct q5_0_fmt {
     LP_TARGET_AVX2 static LP_INLINE __m256i row(const block& b) {
         return _mm256_or_si256(nibbles32(b.qs), fifth_bits32(b.qh));
     }
-    LP_TARGET_AVX2 static LP_INLINE __m256i pair(__m256i a, __m256i) { return a; }
-};
-// Q8_0 without VNNI: |w| unsigned, w's sign moved onto a (per product; a is
-// never -128, |w| <= 128 keeps maddubs' int16 pairs from saturating).
-struct q8_0_fmt_sign {
-    using block = block_q8_0;
-    static constexpr int offset = 0;
-    LP_TARGET_AVX2 static LP_INLINE __m256i load(const block& b) { return _mm256_loadu_si256((const __m256i*)b.qs); }
-    LP_TARGET_AVX2 static LP_INLINE __m256i row(const block& b) { return _mm256_abs_epi8(load(b)); }
-    LP_TARGET_AVX2 static LP_INLINE __m256i pair(__m256i a, __m256i w_abs_src) { return _mm256_sign_epi8(a, w_abs_src); }
-    static constexpr bool needs_raw = true;
-};
-// Q8_0 with VNNI: w + 128 unsigned (vpdpbusd does not saturate).
-struct q8_0_fmt_flip {
-    using block = block_q8_0;
-    static constexpr int offset = 128;
-    LP_TARGET_AVX2 static LP_INLINE __m256i row(const block& b) {
-        return _mm256_xor_si256(_mm256_loadu_si256((const __m256i*)b.qs), _mm256_set1_epi8((char)0x80));
-    }
-    LP_TARGET_AVX2 static LP_INLINE __m256i pair(__m256i a, __m256i) { return a; }
-};
-
-template <class F, class = void>
-struct raw_of {  // formats whose pair() needs nothing from the weights
-    LP_TARGET_AVX2 static LP_INLINE __m256i get(const typename F::block&) { return _mm256_setzero_si256(); }
-};
-template <class F>
-struct raw_of<F, decltype((void)F::needs_raw)> {
-    LP_TARGET_AVX2 static LP_INLINE __m256i get(const typename F::block& b) { return F::load(b); }
 };
 
 // The 8 int32 lanes of Σ u·s (4 bytes a lane) added to init.
@@ -143,11 +112,9 @@ struct direct_rows {
         return reinterpret_cast<const typename F::block*>(w + r * ws)[ib];
     }
     LP_TARGET_AVX2 LP_INLINE __m256i u(int r, int64_t ib) const { return F::row(at(r, ib)); }
-    LP_TARGET_AVX2 LP_INLINE __m256i raw(int r, int64_t ib) const { return raw_of<F>::get(at(r, ib)); }
     LP_TARGET_AVX2 LP_INLINE float d(int r, int64_t ib) const { return half_to_float(at(r, ib).d); }
 };
-// Unpacked panel rows: per block 32 bytes of the unsigned operand (for Q8_0
-// without VNNI the raw signed quants, the operand being their |w|) and d,
+// Unpacked panel rows: per block 32 bytes of the unsigned operand and d,
 // the d of a block's 16 panel rows side by side (dw[block][row]) so a 4-row
 // tile loads its 4 scales as one vector.
 struct alignas(32) bytes32 {
@@ -164,27 +131,15 @@ struct panel_rows {
     const bytes32* q;
     const float* dw;  // row 0's column of unpacked::dw
     int64_t nb;
-    LP_TARGET_AVX2 LP_INLINE __m256i load(int r, int64_t ib) const {
+    LP_TARGET_AVX2 LP_INLINE __m256i u(int r, int64_t ib) const {
         return _mm256_load_si256(reinterpret_cast<const __m256i*>(q[r * nb + ib].b));
     }
-    LP_TARGET_AVX2 LP_INLINE __m256i u(int r, int64_t ib) const {
-        if constexpr (F::offset == 0) return _mm256_abs_epi8(load(r, ib));  // q8_0_fmt_sign
-        else return load(r, ib);
-    }
-    LP_TARGET_AVX2 LP_INLINE __m256i raw(int r, int64_t ib) const { return load(r, ib); }
     LP_TARGET_AVX2 LP_INLINE float d(int r, int64_t ib) const { return dw[ib * kPanelRows + r]; }
     // rows 0-3's d of block ib, in both halves
     LP_TARGET_AVX2 LP_INLINE __m256 d4(int64_t ib) const {
         return _mm256_broadcast_ps(reinterpret_cast<const __m128*>(dw + ib * kPanelRows));
     }
 };
-
-// The operand bytes a panel stores for one block.
-template <class F>
-LP_TARGET_AVX2 LP_INLINE __m256i panel_bytes(const typename F::block& b) {
-    if constexpr (F::offset == 0) return raw_of<F>::get(b);
-    else return F::row(b);
-}
 
 // A panel's unpacked rows (per thread, reused).
 unpacked panel_buffer(int nr, int64_t nb) {
@@ -203,15 +158,13 @@ unpacked panel_buffer(int nr, int64_t nb) {
     /* -offset·Σa per int32 lane of one activation block: exact, shared by every row */                        \
     template <class F>                                                                                         \
     TARGET LP_INLINE __m256i offset_term_##SUFFIX(__m256i av) {                                                \
-        if constexpr (F::offset == 0) return _mm256_setzero_si256();                                           \
         const __m256i off = _mm256_set1_epi8((char)F::offset);                                                 \
         return _mm256_sub_epi32(_mm256_setzero_si256(), DOT(_mm256_setzero_si256(), off, av));                 \
     }                                                                                                          \
     /* One (row, column) block: its int32 lanes, converted, fused-multiply-added with the scale */             \
     template <class F>                                                                                         \
-    TARGET LP_INLINE __m256 step_##SUFFIX(__m256 acc, __m256i init, __m256i u, __m256i av, __m256i raw,        \
-                                          __m256 scale) {                                                      \
-        return _mm256_fmadd_ps(_mm256_cvtepi32_ps(DOT(init, u, F::pair(av, raw))), scale, acc);                \
+    TARGET LP_INLINE __m256 step_##SUFFIX(__m256 acc, __m256i init, __m256i u, __m256i av, __m256 scale) {     \
+        return _mm256_fmadd_ps(_mm256_cvtepi32_ps(DOT(init, u, av)), scale, acc);                              \
     }                                                                                                          \
     template <class F, int NR, int NC, class Rows>                                                             \
     TARGET void tile_##SUFFIX(int64_t n, const Rows& rows, const uint8_t* a, size_t as, float* out,            \
@@ -236,18 +189,18 @@ unpacked panel_buffer(int nr, int64_t nb) {
                 alignas(32) float pr[8];                                                                       \
                 _mm256_store_ps(pr, _mm256_mul_ps(rows.d4(ib), _mm256_blend_ps(da[0], da[1], 0xF0)));          \
                 for (int r = 0; r < NR; ++r) {                                                                 \
-                    const __m256i u = rows.u(r, ib), raw = rows.raw(r, ib);                                    \
+                    const __m256i u = rows.u(r, ib);                                                           \
                     for (int c = 0; c < NC; ++c) {                                                             \
-                        acc[r][c] = step_##SUFFIX<F>(acc[r][c], init[c], u, av[c], raw,                        \
+                        acc[r][c] = step_##SUFFIX<F>(acc[r][c], init[c], u, av[c],                             \
                                                      _mm256_broadcast_ss(pr + 4 * c + r));                     \
                     }                                                                                          \
                 }                                                                                              \
             } else {                                                                                           \
                 for (int r = 0; r < NR; ++r) {                                                                 \
-                    const __m256i u = rows.u(r, ib), raw = rows.raw(r, ib);                                    \
+                    const __m256i u = rows.u(r, ib);                                                           \
                     const __m256 dw = _mm256_set1_ps(rows.d(r, ib));                                           \
                     for (int c = 0; c < NC; ++c) {                                                             \
-                        acc[r][c] = step_##SUFFIX<F>(acc[r][c], init[c], u, av[c], raw,                        \
+                        acc[r][c] = step_##SUFFIX<F>(acc[r][c], init[c], u, av[c],                             \
                                                      _mm256_mul_ps(dw, da[c]));                                \
                     }                                                                                          \
                 }                                                                                              \
@@ -302,7 +255,7 @@ unpacked panel_buffer(int nr, int64_t nb) {
         for (int r = 0; r < nr; ++r) {                                                                         \
             const auto* x = reinterpret_cast<const typename F::block*>(wb + r * ws);                           \
             for (int64_t ib = 0; ib < nb; ++ib) {                                                              \
-                _mm256_store_si256(reinterpret_cast<__m256i*>(buf.q[r * nb + ib].b), panel_bytes<F>(x[ib]));                                                    \
+                _mm256_store_si256(reinterpret_cast<__m256i*>(buf.q[r * nb + ib].b), F::row(x[ib]));                                                    \
                 buf.dw[ib * kPanelRows + r] = half_to_float(x[ib].d);                                          \
             }                                                                                                  \
         }                                                                                                      \
@@ -330,18 +283,17 @@ unpacked panel_buffer(int nr, int64_t nb) {
             for (int c = 0; c < NC; ++c) acc[r][c] = _mm256_setzero_ps();                                      \
         for (int64_t ib = 0; ib < nb; ++ib) {                                                                  \
             tiles_avx2::prefetch_step(pf, NR * sizeof(typename F::block));                                     \
-            __m256i u[NR], raw[NR];                                                                            \
+            __m256i u[NR];                                                                                     \
             __m256 dw[NR];                                                                                     \
             for (int r = 0; r < NR; ++r) {                                                                     \
                 u[r] = rows.u(r, ib);                                                                          \
-                raw[r] = rows.raw(r, ib);                                                                      \
                 dw[r] = _mm256_set1_ps(rows.d(r, ib));                                                         \
             }                                                                                                  \
             for (int c = 0; c < NC; ++c) {                                                                     \
                 const col_block& cb = prep[ib * NC + c];                                                       \
                 const __m256 da = _mm256_set1_ps(cb.da);                                                       \
                 for (int r = 0; r < NR; ++r) {                                                                 \
-                    acc[r][c] = step_##SUFFIX<F>(acc[r][c], cb.init, u[r], cb.av, raw[r],                      \
+                    acc[r][c] = step_##SUFFIX<F>(acc[r][c], cb.init, u[r], cb.av,                              \
                                                  _mm256_mul_ps(dw[r], da));                                    \
                 }                                                                                              \
             }                                                                                                  \
@@ -415,20 +367,15 @@ void register_legacy_tiles_avx2(type_traits* table, isa level) {
         q5_0.vec_dot = vec_dot_avxvnni<q5_0_fmt>;
         q5_0.gemm_tile = gemm_tile_avxvnni<q5_0_fmt>;
         q5_0.gemm_panel = gemm_panel_avxvnni<q5_0_fmt>;
-        q8_0.vec_dot = vec_dot_avxvnni<q8_0_fmt_flip>;
-        q8_0.gemm_tile = gemm_tile_avxvnni<q8_0_fmt_flip>;
-        q8_0.gemm_panel = gemm_panel_avxvnni<q8_0_fmt_flip>;
     } else {
         // Q4_0 / Q5_0's vec_dot (legacy_x86.cpp) already is the tile's 1 × 1
-        // sequence; Q8_0's ran two accumulator chains, so it moves to the tile's.
+        // sequence.
         q4_0.gemm_tile = gemm_tile_avx2<q4_0_fmt>;
         q4_0.gemm_panel = gemm_panel_avx2<q4_0_fmt>;
         q5_0.gemm_tile = gemm_tile_avx2<q5_0_fmt>;
         q5_0.gemm_panel = gemm_panel_avx2<q5_0_fmt>;
-        q8_0.vec_dot = vec_dot_avx2<q8_0_fmt_sign>;
-        q8_0.gemm_tile = gemm_tile_avx2<q8_0_fmt_sign>;
-        q8_0.gemm_panel = gemm_panel_avx2<q8_0_fmt_sign>;
     }
+    set_q8_0_tiles_avx2(q8_0, avx2_use_vnni());  // all four of its kernels
     // small batches: row_cols (two rows at a time against all columns, each
     // weight block decoded once), up to 8 rows (two calls of 4 columns), where
     // it beats the panels: Xeon at the AVX2 level, 2 threads, 2048 x 2048, 6 /
@@ -438,11 +385,9 @@ void register_legacy_tiles_avx2(type_traits* table, isa level) {
     if (avx2_use_vnni()) {
         q4_0.matvec_cols = matvec_cols_avxvnni<q4_0_fmt>;
         q5_0.matvec_cols = matvec_cols_avxvnni<q5_0_fmt>;
-        q8_0.matvec_cols = matvec_cols_avxvnni<q8_0_fmt_flip>;
     } else {
         q4_0.matvec_cols = matvec_cols_avx2<q4_0_fmt>;
         q5_0.matvec_cols = matvec_cols_avx2<q5_0_fmt>;
-        q8_0.matvec_cols = matvec_cols_avx2<q8_0_fmt_sign>;
     }
     for (type_traits* t : {&q4_0, &q5_0, &q8_0}) t->matvec_batch_max = 8;
 }

@@ -15,10 +15,13 @@ void register_legacy_x86(type_traits* table, isa level);
 // panel exists there but is not switched on: its mat-vec is slower).
 void register_legacy_panels_x86(type_traits* table, isa level);
 
-// For the AVX2 level, the register-blocked tiles of Q4_0, Q5_0 and Q8_0
-// (legacy_tiles_avx2.cpp; AVX-VNNI where the CPU has it) and the vec_dot
-// giving their bits.
+// For the AVX2 level, the register-blocked tiles of Q4_0, Q5_0
+// (legacy_tiles_avx2.cpp) and Q8_0 (q8_0_tiles_avx2.cpp), AVX-VNNI where the
+// CPU has it, and the vec_dot giving their bits.
 void register_legacy_tiles_avx2(type_traits* table, isa level);
+// Q8_0's AVX2 kernels (q8_0_tiles_avx2.cpp), with AVX-VNNI or without:
+// vec_dot, gemm_tile, gemm_panel and matvec_cols, with one another's bits.
+void set_q8_0_tiles_avx2(type_traits& q8_0, bool vnni);
 // Whether the AVX2 tiles use AVX-VNNI (the CPU has it, LLAMAPY_AVXVNNI not 0).
 bool avx2_use_vnni();
 
