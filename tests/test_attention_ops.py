@@ -202,11 +202,15 @@ def test_the_check_can_fail(backend):
     assert np.abs(got - ref).max() / np.abs(ref).max() > 1e-2
 
 
-@pytest.mark.parametrize("type_kv", ["F16", "F32", "BF16", "Q8_0", "Q4_1"])
-def test_flash_does_not_depend_on_threads_or_row_blocks(backend, type_kv):
+@pytest.mark.parametrize("type_kv,n_heads", [("F16", 8), ("F32", 8), ("BF16", 8), ("Q8_0", 8), ("Q4_1", 8),
+                                             ("F16", 4), ("F16", 6), ("F32", 4)])
+def test_flash_does_not_depend_on_threads_or_row_blocks(backend, type_kv, n_heads):
+    # n_heads / 2 key heads: 4 queries a row (a row alone and a block both
+    # take the 4-query key-dot kernels), 2 (a row alone takes the 2-query
+    # ones, a block of 8 rows the 4-query ones) or 3 (neither).
     rng = np.random.default_rng(11)
     n_tok, n_cells = 21, 1500  # several chunks: the split-K path with more threads than blocks
-    q, kr, _, vr, _ = case(rng, n_tok, 8, 2, 64, 64, n_cells, type_kv, type_kv)
+    q, kr, _, vr, _ = case(rng, n_tok, n_heads, 2, 64, 64, n_cells, type_kv, type_kv)
     vis = causal(n_tok, n_cells, window=900)
     vis[4] = False
     run = lambda q_, vis_, th: backend(q_, kr, vr, type_kv, type_kv, 2, vis_, path="flash", scale=0.125,
