@@ -50,8 +50,6 @@ namespace {
 using x86::half_to_float;
 using x86::hsum_f32x8;
 
-#define LP_TARGET_AVXVNNI __attribute__((target("avx2,fma,f16c,bmi2,popcnt,avxvnni")))
-
 // 16 nibble-packed bytes -> 32 bytes 0..15 in element order (low nibbles
 // are elements 0-15, high nibbles 16-31).
 LP_TARGET_AVX2 LP_INLINE __m256i nibbles32(const uint8_t* qs) {

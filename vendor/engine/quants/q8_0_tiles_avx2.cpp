@@ -45,8 +45,6 @@ namespace {
 
 using x86::half_to_float;
 
-#define LP_TARGET_AVXVNNI __attribute__((target("avx2,fma,f16c,bmi2,popcnt,avxvnni")))
-
 // A panel's columns go in groups of kGroupCols (their activations stay in L1
 // across the panel's row tiles; their d_a is converted once per group).
 constexpr int kGroupCols = 8;

@@ -9,6 +9,10 @@
 
 #include "../common.h"
 
+// The tiles' second instruction choice where the CPU has it: AVX2 plus
+// AVX-VNNI's VEX vpdpbusd (Alder Lake, Zen 5; picked at run time).
+#define LP_TARGET_AVXVNNI __attribute__((target("avx2,fma,f16c,bmi2,popcnt,avxvnni")))
+
 namespace lp {
 namespace tiles_avx2 {
 
