@@ -115,9 +115,7 @@ struct direct_rows {
 // Unpacked panel rows: per block 32 bytes of the unsigned operand and d,
 // the d of a block's 16 panel rows side by side (dw[block][row]) so a 4-row
 // tile loads its 4 scales as one vector.
-struct alignas(32) bytes32 {
-    uint8_t b[32];
-};
+using tiles_avx2::bytes32;
 struct unpacked {
     bytes32* q;   // [row][block]
     float* dw;    // [block][kPanelRows]

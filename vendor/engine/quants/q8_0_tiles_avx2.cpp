@@ -55,12 +55,8 @@ constexpr int kPanelPairs = kPanelRows / 2;
 // 70 GFLOP/s; shorter rows are one stretch).
 constexpr int64_t kStretch = 128;
 
-struct alignas(32) bytes32 {
-    uint8_t b[32];
-};
-struct alignas(32) floats8 {  // (a vector of __m256 would drop its alignment)
-    float f[8];
-};
+using tiles_avx2::bytes32;
+using tiles_avx2::floats8;
 
 // The two ways to make a product's lanes. `unpack` is what a panel keeps of a
 // weight block (kSlots × 32 bytes), `u` the unsigned operand from a block,

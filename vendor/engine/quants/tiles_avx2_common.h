@@ -18,6 +18,15 @@ namespace tiles_avx2 {
 
 #if defined(LP_HAVE_AVX2)
 
+// Element types of the panels' per-thread buffers (32-byte aligned, for the
+// aligned loads; a std::vector of __m256 would drop the alignment).
+struct alignas(32) bytes32 {
+    uint8_t b[32];
+};
+struct alignas(32) floats8 {
+    float f[8];
+};
+
 // Mat-vec runs a tile over 4 rows with one activation row. Four rows walked
 // side by side defeat the hardware prefetchers (they follow one sequential
 // stream, not four interleaved ones), so the tile prefetches the 4 rows'
