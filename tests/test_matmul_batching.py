@@ -49,6 +49,24 @@ TAIL_COLS = {t: (1280,) if t.endswith("_K") or t == "IQ4_XS" else (640, 736) for
 TAIL_COLS["Q8_0"] += (4160,)
 
 
+# Types whose panel call takes more than 16 rows (type_traits::panel_rows: the
+# packed float panels, Q8_0 at the AVX2 level in sub-panels of 16): 150 rows are
+# two full calls of 64 and a partial one, with partial sub-panels.
+@pytest.mark.parametrize("level", LEVELS)
+@pytest.mark.parametrize("t", ["F32", "F16", "Q8_0", "Q4_K"])
+def test_rows_past_one_panel_call_do_not_depend_on_the_batch(t, level):
+    rng = np.random.default_rng(13)
+    w = E.quantize(rng.standard_normal((150, 512)).astype(np.float32), t)
+    x = rng.standard_normal((21, 512)).astype(np.float32) * 2
+    full = E.matmul(w, t, 150, 512, x, 2, level)
+    for n in (1, 4, 9):
+        parts = np.concatenate([E.matmul(w, t, 150, 512, x[i:i + n], 2, level) for i in range(0, 21, n)])
+        np.testing.assert_array_equal(parts, full, err_msg=f"{t} {level} batches of {n}")
+    np.testing.assert_array_equal(E.matmul(w, t, 150, 512, x, 1, level), full, err_msg=f"{t} {level} 1 thread")
+    ref = E.matmul(w, t, 150, 512, x, 1, "ref")
+    np.testing.assert_allclose(full, ref, rtol=2e-3, atol=2e-3 * float(np.abs(ref).max()))
+
+
 @pytest.mark.parametrize("level", LEVELS)
 @pytest.mark.parametrize("t", [t for t in TYPES if not t.startswith(("F", "BF"))])
 def test_rows_with_tail_blocks_do_not_depend_on_the_batch(t, level):
