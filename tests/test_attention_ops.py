@@ -228,6 +228,24 @@ def test_flash_does_not_depend_on_threads_or_row_blocks(backend, type_kv, n_head
 
 
 @pytest.mark.parametrize("type_kv", ["F16", "Q8_0"])
+def test_flash_split_with_more_key_heads_than_a_group(backend, type_kv):
+    # Token generation's split tasks take the key heads in groups of 8
+    # (kFlashGroup): 10 key heads make a full group and a partial one. A row
+    # alone (split over the threads) equals the row inside a block, and the
+    # reference.
+    rng = np.random.default_rng(23)
+    n_tok, n_cells, n_kv = 5, 700, 10
+    q, kr, ks, vr, vs = case(rng, n_tok, 2 * n_kv, n_kv, 32, 32, n_cells, type_kv, type_kv)
+    vis = causal(n_tok, n_cells)
+    full, _ = check(backend, "flash", q, kr, ks, vr, vs, vis, n_kv, type_kv, type_kv, n_threads=1)
+    run = lambda q_, vis_, th: backend(q_, kr, vr, type_kv, type_kv, n_kv, vis_, path="flash", scale=0.125,
+                                       n_threads=th)
+    for t in (0, 4):
+        for th in (1, 2, 3):
+            np.testing.assert_array_equal(run(q[t:t + 1], vis[t:t + 1], th)[0], full[t])
+
+
+@pytest.mark.parametrize("type_kv", ["F16", "Q8_0"])
 def test_flash_grouped_blocks(backend, type_kv):
     # A long prompt over many cells: blocks share tasks in groups that walk
     # the chunks together (one thread: 8 blocks a task; 2 threads: 5; a lone

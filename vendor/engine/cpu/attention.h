@@ -102,6 +102,7 @@ struct attention_scratch {
         std::vector<float> total;    // (kFlashGroup, flash_block_rows(n_gqa) * n_gqa, head_dim_v + 2) running totals of a
                                      // group's blocks
         std::vector<float> vbuf;     // (kFlashTile, head_dim_v) a quantized tile's values in F32
+        int32_t touched = 0;         // what the split path's read-ahead loaded (kept, so the loads stay)
     };
     std::vector<flash_thread> flash;
     // Split-K (few rows, many cells): partials of the chunks of one round
