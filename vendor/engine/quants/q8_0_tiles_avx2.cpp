@@ -318,7 +318,7 @@ float* column_scale_buffer(int64_t nb, int64_t groups) {
             /* the next sub-panel's weights come from memory: ask for them in slices while this one runs */    \
             const char* next = reinterpret_cast<const char*>(wb + (size_t)(s0 + ns) * ws);                      \
             const size_t next_bytes = (size_t)std::min(kPanelRows, nr - s0 - ns) * ws;                          \
-            const int64_t slices = groups * ((nb + kStretch - 1) / kStretch);                                   \
+            const int64_t slices = std::max<int64_t>(1, groups * ((nb + kStretch - 1) / kStretch));           \
             const size_t slice = (next_bytes / (size_t)slices + 63) & ~(size_t)63;                              \
             size_t fetched = 0;                                                                                 \
             for (int g = 0; g < groups; ++g) {                                                                  \
