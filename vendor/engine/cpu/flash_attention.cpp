@@ -334,19 +334,17 @@ int32_t touch_rows(const plan& P, int32_t j0, int32_t j1) {
 }
 
 // The chunk [c0, c1) of a block for key heads [h0, h0 + nh) (nh <= kFlashGroup;
-// head h0 + i's queries at qbuf + i·q_floats) into parts[i], the chunk's cache
-// rows first read whole, in order (touch_rows; for the first heads only: the
-// chunk then sits in L2), then tile by tile with the heads inside. Token
-// generation used to run chunk() per head, whose software prefetches ask for
-// a head's slice of each row — a few lines at the stride of the row — and are
-// limited by the core's few fill buffers: 1B shape at depth 4096, the decode
-// attention read the cache at ~8 GB/s while the weights stream at ~20, and
-// tg32 was 16.0-16.7 against 16.6-17.4 t/s now. Each head's tiles run in
-// chunk()'s order, so the results are chunk()'s bit for bit.
+// head h0 + i's queries at qbuf + i·q_floats) into parts[i], tile by tile with
+// the heads inside. The split path reads the chunk's cache rows whole first
+// (touch_rows): token generation used to run chunk() per head, whose software
+// prefetches ask for a head's slice of each row — a few lines at the stride of
+// the row — and are limited by the core's few fill buffers (1B shape at depth
+// 4096: the cache read at ~8 GB/s while the weights stream at ~20; tg32
+// 16.0-16.7 against 16.6-17.4 t/s now). Each head's tiles run in chunk()'s
+// order, so the results are chunk()'s bit for bit.
 void chunk_heads(const plan& P, const block_range& br, int h0, int nh, int32_t c0, int32_t c1, const float* qbuf,
-                 size_t q_floats, attention_scratch::flash_thread& s, const partial* parts, int32_t& sink) {
+                 size_t q_floats, attention_scratch::flash_thread& s, const partial* parts) {
     for (int i = 0; i < nh; ++i) clear(parts[i], br.nb * P.n_gqa, P.dv);
-    if (h0 == 0) sink += touch_rows(P, c0, c1);
     for (int32_t j0 = c0 / kFlashTile * kFlashTile; j0 < c1; j0 += kFlashTile)
         for (int i = 0; i < nh; ++i) tile(P, br, h0 + i, j0, c0, c1, qbuf + i * q_floats, s, parts[i]);
 }
@@ -506,7 +504,8 @@ void run_split(const plan& P, thread_pool& pool, attention_scratch& sc) {
             const block_range br = block_of(P, t.first);
             attention_scratch::flash_thread& s = p->sc.flash[(size_t)thread];
             const size_t q_floats = (size_t)P.nq_max * (size_t)P.dk;  // s.q holds kFlashGroup heads' queries
-            int32_t sink = 0;
+            const int32_t c0 = std::max(t.second, br.lo), c1 = std::min(t.second + kFlashChunk, br.hi);
+            s.touched = touch_rows(P, c0, c1);  // the chunk then sits in L2 for every head group
             for (int h0 = 0; h0 < P.a.n_head_kv; h0 += kFlashGroup) {
                 const int nh = std::min(kFlashGroup, P.a.n_head_kv - h0);
                 partial parts[kFlashGroup];
@@ -514,10 +513,8 @@ void run_split(const plan& P, thread_pool& pool, attention_scratch& sc) {
                     load_queries(P, br, h0 + h, s.q.data() + h * q_floats);
                     parts[h] = split_slot(P, p->sc, (size_t)i, h0 + h);
                 }
-                chunk_heads(P, br, h0, nh, std::max(t.second, br.lo), std::min(t.second + kFlashChunk, br.hi),
-                            s.q.data(), q_floats, s, parts, sink);
+                chunk_heads(P, br, h0, nh, c0, c1, s.q.data(), q_floats, s, parts);
             }
-            s.touched = sink;
         });
         for (size_t i = 0; i < tasks.size(); ++i) {
             const block_range br = block_of(P, tasks[i].first);

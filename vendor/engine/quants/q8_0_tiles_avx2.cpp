@@ -46,7 +46,8 @@ namespace {
 using x86::half_to_float;
 
 // A panel's columns go in groups of kGroupCols (their activations stay in L1
-// across the panel's row tiles; their d_a is converted once per group).
+// across the panel's row tiles; their d_a, converted once per panel call, are
+// laid out per group).
 constexpr int kGroupCols = 8;
 constexpr int kPanelPairs = kPanelRows / 2;
 // Weight rows per mat-mat panel call (type_traits::panel_rows), in sub-panels
