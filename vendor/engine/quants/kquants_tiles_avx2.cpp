@@ -8,10 +8,11 @@
 //
 // Per (row, column) a tile runs the vec_dot's sequence: per super-block the
 // exact int32 lanes Σ_g scale_g·Σ q·a (maddubs, then madd with the scale
-// words) and Σ min·bsum, converted and fused-multiply-added into the two
-// 8-lane float accumulators with d·d_a and dmin·d_a, the two horizontal sums
-// subtracted at the end. So tile, vec_dot and mat-vec (the driver's 4 × 1
-// tiles) give the same bits: batches equal token-by-token decoding.
+// words) and Σ min·bsum, paired by one vphaddd, converted and fused-multiply-
+// added into one 8-lane float accumulator with [d d −dmin −dmin ...]·d_a
+// (kq_x86::k_block_fma), its horizontal sum at the end. So tile, vec_dot and
+// mat-vec (the driver's 4 × 1 tiles) give the same bits: batches equal
+// token-by-token decoding.
 //
 // No AVX-VNNI variant: vpdpbusd cannot take the int16 group scales that
 // madd applies for free, so it would need a multiply per group; a vpdpwssd
@@ -43,6 +44,9 @@ namespace lp {
 namespace {
 
 using kq_x86::k4_scales_mins_avx2;
+using kq_x86::k_block_fma;
+using kq_x86::k_scale_pattern;
+using kq_x86::k_scale_pattern_f16;
 
 // pshufb control broadcasting int16 word w (0-7) across a 128-bit lane.
 LP_TARGET_AVX2 LP_INLINE __m128i word_ctrl(int w) { return _mm_set1_epi16((short)(((2 * w + 1) << 8) | (2 * w))); }
@@ -55,7 +59,7 @@ LP_TARGET_AVX2 LP_INLINE __m256i dot32(__m256i q, const int8_t* a, __m256i scale
 // One row's super-block, decoded for the Q4_K / Q5_K chunks.
 struct k4_row {
     __m256i sc16, m16, high;
-    float d, dmin;
+    __m256 pattern;  // k_block_fma's [d d −dmin −dmin ...]
 };
 
 template <bool Q5>
@@ -66,11 +70,7 @@ LP_TARGET_AVX2 LP_INLINE k4_row k4_decode(const uint8_t* b) {
     r.sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sm));
     r.m16 = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(sm, dup));
     r.high = Q5 ? _mm256_loadu_si256((const __m256i*)(b + offsetof(block_q5_K, qh))) : _mm256_setzero_si256();
-    uint16_t d, dmin;
-    std::memcpy(&d, b, 2);
-    std::memcpy(&dmin, b + 2, 2);
-    r.d = _cvtsh_ss(d);
-    r.dmin = _cvtsh_ss(dmin);
+    r.pattern = k_scale_pattern_f16(b);
     return r;
 }
 
@@ -81,12 +81,12 @@ LP_TARGET_AVX2 void k4_tile(int64_t n, const uint8_t* w, size_t ws, const uint8_
     constexpr size_t bb = Q5 ? sizeof(block_q5_K) : sizeof(block_q4_K);
     constexpr size_t qs_off = Q5 ? offsetof(block_q5_K, qs) : offsetof(block_q4_K, qs);
     const __m256i m4 = _mm256_set1_epi8(0xF), bit4 = _mm256_set1_epi8(0x10);
-    // acc / accm per (row, column); 2·NR·NC of them do not fit the registers,
-    // they live in L1 between super-blocks (a load and a store each per
-    // 256 weights).
-    __m256 acc[NR][NC], accm[NR][NC];
+    // acc per (row, column); NR·NC of them with the sums do not fit the
+    // registers, they live in L1 between super-blocks (a load and a store
+    // each per 256 weights).
+    __m256 acc[NR][NC];
     for (int r = 0; r < NR; ++r)
-        for (int c = 0; c < NC; ++c) acc[r][c] = accm[r][c] = _mm256_setzero_ps();
+        for (int c = 0; c < NC; ++c) acc[r][c] = _mm256_setzero_ps();
     const block_q8_K* y[NC];
     for (int c = 0; c < NC; ++c) y[c] = reinterpret_cast<const block_q8_K*>(a + c * as);
     [[maybe_unused]] const char* pf = tiles_avx2::prefetch_start(w, ws, NR);
@@ -118,14 +118,13 @@ LP_TARGET_AVX2 void k4_tile(int64_t n, const uint8_t* w, size_t ws, const uint8_
             for (int c = 0; c < NC; ++c) {
                 const block_q8_K& yc = y[c][i];
                 const __m256i ms = _mm256_madd_epi16(k.m16, _mm256_loadu_si256((const __m256i*)yc.bsums));
-                acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum[c]), _mm256_set1_ps(k.d * yc.d), acc[r][c]);
-                accm[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ms), _mm256_set1_ps(k.dmin * yc.d), accm[r][c]);
+                acc[r][c] = k_block_fma(sum[c], ms, k.pattern, &yc.d, acc[r][c]);
             }
         }
     }
     for (int c = 0; c < NC; ++c)
         for (int r = 0; r < NR; ++r)
-            out[(size_t)c * os + r] = x86::hsum_f32x8(acc[r][c]) - x86::hsum_f32x8(accm[r][c]);
+            out[(size_t)c * os + r] = x86::hsum_f32x8(acc[r][c]);
 }
 
 // Q6_K's scale words for chunk k (weights 32k..32k+31: groups 2k, 2k+1), as
@@ -140,9 +139,9 @@ template <int NR, int NC>
 LP_TARGET_AVX2 void q6_tile(int64_t n, const uint8_t* w, size_t ws, const uint8_t* a, size_t as, float* out,
                             size_t os) {
     const __m256i m4 = _mm256_set1_epi8(0xF), m30 = _mm256_set1_epi8(0x30);
-    __m256 acc[NR][NC], accm[NR][NC];
+    __m256 acc[NR][NC];
     for (int r = 0; r < NR; ++r)
-        for (int c = 0; c < NC; ++c) acc[r][c] = accm[r][c] = _mm256_setzero_ps();
+        for (int c = 0; c < NC; ++c) acc[r][c] = _mm256_setzero_ps();
     const block_q8_K* y[NC];
     for (int c = 0; c < NC; ++c) y[c] = reinterpret_cast<const block_q8_K*>(a + c * as);
     [[maybe_unused]] const char* pf = tiles_avx2::prefetch_start(w, ws, NR);
@@ -176,18 +175,18 @@ LP_TARGET_AVX2 void q6_tile(int64_t n, const uint8_t* w, size_t ws, const uint8_
                 }
             }
             const float d = _cvtsh_ss(x.d);
+            const __m256 pattern = k_scale_pattern(d, d);
             const __m256i m16 = _mm256_slli_epi16(sc16, 5);  // offset 32 → "min" 32·scale
             for (int c = 0; c < NC; ++c) {
                 const block_q8_K& yc = y[c][i];
                 const __m256i ms = _mm256_madd_epi16(m16, _mm256_loadu_si256((const __m256i*)yc.bsums));
-                acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum[c]), _mm256_set1_ps(d * yc.d), acc[r][c]);
-                accm[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ms), _mm256_set1_ps(d * yc.d), accm[r][c]);
+                acc[r][c] = k_block_fma(sum[c], ms, pattern, &yc.d, acc[r][c]);
             }
         }
     }
     for (int c = 0; c < NC; ++c)
         for (int r = 0; r < NR; ++r)
-            out[(size_t)c * os + r] = x86::hsum_f32x8(acc[r][c]) - x86::hsum_f32x8(accm[r][c]);
+            out[(size_t)c * os + r] = x86::hsum_f32x8(acc[r][c]);
 }
 
 // The kinds of tile: K4<false> Q4_K, K4<true> Q5_K, Q6 Q6_K.
@@ -259,11 +258,12 @@ LP_TARGET_AVX2 void matvec_cols(int64_t n, const void* w, size_t ws, const void*
 // Panels (gemm_panel_fn: up to 16 rows × 128 columns). From 4 columns on,
 // each row's super-blocks are decoded once into this form (per thread
 // buffer): the 8 operand vectors of 32 weights (quant + offset, unsigned),
-// their 8 scale-word vectors, the min words and the two float scales (Q6_K:
-// dmin = d, the mins being 32·scale). Every 2 × 4 tile then only multiplies.
+// their 8 scale-word vectors, the min words and k_block_fma's scale pattern
+// (Q6_K: dmin = d, the mins being 32·scale). Every 2 × 4 tile then only
+// multiplies.
 struct alignas(32) k_unpacked {
     __m256i q[8], s[8], m16;
-    float d, dmin;
+    __m256 pattern;
 };
 
 LP_TARGET_AVX2 LP_INLINE void unpack_k4(const uint8_t* b, bool q5, k_unpacked* u) {
@@ -286,8 +286,7 @@ LP_TARGET_AVX2 LP_INLINE void unpack_k4(const uint8_t* b, bool q5, k_unpacked* u
         _mm256_store_si256(&u->s[2 * ch + 1], _mm256_shuffle_epi8(k.sc16, _mm256_set_m128i(c1, c1)));
     }
     _mm256_store_si256(&u->m16, k.m16);
-    u->d = k.d;
-    u->dmin = k.dmin;
+    _mm256_store_ps((float*)&u->pattern, k.pattern);
 }
 
 LP_TARGET_AVX2 LP_INLINE void unpack_q6(const block_q6_K& x, k_unpacked* u) {
@@ -311,7 +310,8 @@ LP_TARGET_AVX2 LP_INLINE void unpack_q6(const block_q6_K& x, k_unpacked* u) {
         }
     }
     _mm256_store_si256(&u->m16, _mm256_slli_epi16(sc16, 5));
-    u->d = u->dmin = _cvtsh_ss(x.d);
+    const float d = _cvtsh_ss(x.d);
+    _mm256_store_ps((float*)&u->pattern, k_scale_pattern(d, d));
 }
 
 // NR unpacked rows (nsb super-blocks each, row r at u + r·nsb) × NC columns:
@@ -328,9 +328,9 @@ template <int NR, int NC>
 LP_TARGET_AVX2 void unpacked_tile(int64_t nsb, const k_unpacked* u, const uint8_t* a, size_t as, float* out,
                                   size_t os) {
     static_assert(NR <= 2 && NC <= 4, "the tile's sums and activations must stay in registers");
-    __m256 acc[NR][NC], accm[NR][NC];
+    __m256 acc[NR][NC];
     for (int r = 0; r < NR; ++r)
-        for (int c = 0; c < NC; ++c) acc[r][c] = accm[r][c] = _mm256_setzero_ps();
+        for (int c = 0; c < NC; ++c) acc[r][c] = _mm256_setzero_ps();
     const block_q8_K* y[NC];
     for (int c = 0; c < NC; ++c) y[c] = reinterpret_cast<const block_q8_K*>(a + c * as);
     for (int64_t i = 0; i < nsb; ++i) {
@@ -360,21 +360,16 @@ LP_TARGET_AVX2 void unpacked_tile(int64_t nsb, const k_unpacked* u, const uint8_
         }
         for (int r = 0; r < NR; ++r) {
             const k_unpacked& k = u[r * nsb + i];
-            const __m256 d = _mm256_broadcast_ss(&k.d), dmin = _mm256_broadcast_ss(&k.dmin);
             for (int c = 0; c < NC; ++c) {
-                // d·d_a as a vector product has the bits of the scalar product
-                // vec_dot broadcasts
                 const block_q8_K& yc = y[c][i];
-                const __m256 da = _mm256_broadcast_ss(&yc.d);
                 const __m256i ms = _mm256_madd_epi16(k.m16, _mm256_loadu_si256((const __m256i*)yc.bsums));
-                acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum[r][c]), _mm256_mul_ps(d, da), acc[r][c]);
-                accm[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ms), _mm256_mul_ps(dmin, da), accm[r][c]);
+                acc[r][c] = k_block_fma(sum[r][c], ms, k.pattern, &yc.d, acc[r][c]);
             }
         }
     }
     for (int c = 0; c < NC; ++c)
         for (int r = 0; r < NR; ++r)
-            out[(size_t)c * os + r] = x86::hsum_f32x8(acc[r][c]) - x86::hsum_f32x8(accm[r][c]);
+            out[(size_t)c * os + r] = x86::hsum_f32x8(acc[r][c]);
 }
 
 template <int NR>

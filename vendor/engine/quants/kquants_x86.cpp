@@ -47,6 +47,9 @@ namespace {
 using kq_x86::prefetch_ahead;
 using kq_x86::k4_scales_mins_avx2;
 using kq_x86::q3k_scales_avx2;
+using kq_x86::k_block_fma;
+using kq_x86::k_scale_pattern;
+using kq_x86::k_scale_pattern_f16;
 
 // Σ over 32 weights of q·a, times the int16 scales, as 8 int32 lanes.
 LP_TARGET_AVX2 LP_INLINE __m256i dot32_avx2(__m256i q, const int8_t* a, __m256i scales16) {
@@ -65,12 +68,12 @@ LP_TARGET_AVX2 LP_INLINE __m256i group16_scales_avx2(__m256i sc_lo, __m256i sc_h
     return _mm256_shuffle_epi8(src, _mm256_set_m128i(word_bcast_ctrl(w + 1), word_bcast_ctrl(w)));
 }
 
-// The block term: acc += d·sum, accm += dmin·(m16 · bsums).
-LP_TARGET_AVX2 LP_INLINE void finish_block_avx2(__m256i sum, __m256i m16, const block_q8_K& a, float d, float dmin,
-                                                __m256& acc, __m256& accm) {
+// The block term: acc += d·d_a·sum − dmin·d_a·(m16 · bsums), both terms in
+// one vector (kq_x86::k_block_fma).
+LP_TARGET_AVX2 LP_INLINE __m256 finish_block_avx2(__m256i sum, __m256i m16, const block_q8_K& a, __m256 pattern,
+                                                  __m256 acc) {
     const __m256i ms = _mm256_madd_epi16(m16, _mm256_loadu_si256((const __m256i*)a.bsums));
-    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_set1_ps(d * a.d), acc);
-    accm = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ms), _mm256_set1_ps(dmin * a.d), accm);
+    return k_block_fma(sum, ms, pattern, &a.d, acc);
 }
 
 // Shared by Q4_K and Q5_K: qh_off < 0 for Q4_K, which has no fifth bit.
@@ -79,7 +82,7 @@ LP_TARGET_AVX2 LP_INLINE void vec_dot_k4_avx2(int64_t n, float* out, const uint8
     const __m256i m4 = _mm256_set1_epi8(0xF), bit4 = _mm256_set1_epi8(0x10);
     // mins m_j multiply bsums 2j and 2j+1: duplicate each min byte
     const __m128i dup = _mm_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15);
-    __m256 acc = _mm256_setzero_ps(), accm = _mm256_setzero_ps();
+    __m256 acc = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / QK_K; ++i) {
         const uint8_t* b = w_bytes + i * block_bytes;  // d, dmin, scales[12] lead both layouts
         prefetch_ahead(b, block_bytes);
@@ -101,12 +104,9 @@ LP_TARGET_AVX2 LP_INLINE void vec_dot_k4_avx2(int64_t n, float* out, const uint8
             sum = _mm256_add_epi32(sum, dot32_avx2(q0, a[i].qs + 64 * c, _mm256_shuffle_epi8(sc16, _mm256_set_m128i(c0, c0))));
             sum = _mm256_add_epi32(sum, dot32_avx2(q1, a[i].qs + 64 * c + 32, _mm256_shuffle_epi8(sc16, _mm256_set_m128i(c1, c1))));
         }
-        uint16_t d, dmin;
-        std::memcpy(&d, b, 2);
-        std::memcpy(&dmin, b + 2, 2);
-        finish_block_avx2(sum, m16, a[i], _cvtsh_ss(d), _cvtsh_ss(dmin), acc, accm);
+        acc = finish_block_avx2(sum, m16, a[i], k_scale_pattern_f16(b), acc);
     }
-    *out = x86::hsum_f32x8(acc) - x86::hsum_f32x8(accm);
+    *out = x86::hsum_f32x8(acc);
 }
 
 }  // namespace
@@ -115,7 +115,7 @@ LP_TARGET_AVX2 void vec_dot_q2_k_q8_k_avx2(int64_t n, float* out, const void* w_
     const auto* w = static_cast<const block_q2_K*>(w_row);
     const auto* a = static_cast<const block_q8_K*>(a_row);
     const __m256i m3 = _mm256_set1_epi8(3);
-    __m256 acc = _mm256_setzero_ps(), accm = _mm256_setzero_ps();
+    __m256 acc = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / QK_K; ++i) {
         prefetch_ahead(w + i, sizeof(w[i]));
         const __m128i s8 = _mm_loadu_si128((const __m128i*)w[i].scales);
@@ -133,16 +133,16 @@ LP_TARGET_AVX2 void vec_dot_q2_k_q8_k_avx2(int64_t n, float* out, const void* w_
                 bits = _mm256_srli_epi16(bits, 2);
             }
         }
-        finish_block_avx2(sum, m16, a[i], _cvtsh_ss(w[i].d), _cvtsh_ss(w[i].dmin), acc, accm);
+        acc = finish_block_avx2(sum, m16, a[i], k_scale_pattern_f16((const uint8_t*)&w[i].d), acc);
     }
-    *out = x86::hsum_f32x8(acc) - x86::hsum_f32x8(accm);
+    *out = x86::hsum_f32x8(acc);
 }
 
 LP_TARGET_AVX2 void vec_dot_q3_k_q8_k_avx2(int64_t n, float* out, const void* w_row, const void* a_row) {
     const auto* w = static_cast<const block_q3_K*>(w_row);
     const auto* a = static_cast<const block_q8_K*>(a_row);
     const __m256i m3 = _mm256_set1_epi8(3), bit2 = _mm256_set1_epi8(4);
-    __m256 acc = _mm256_setzero_ps(), accm = _mm256_setzero_ps();
+    __m256 acc = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / QK_K; ++i) {
         prefetch_ahead(w + i, sizeof(w[i]));
         const __m256i sc16 = _mm256_cvtepi8_epi16(q3k_scales_avx2(w[i].scales));
@@ -163,9 +163,9 @@ LP_TARGET_AVX2 void vec_dot_q3_k_q8_k_avx2(int64_t n, float* out, const void* w_
             }
         }
         const float d = _cvtsh_ss(w[i].d);
-        finish_block_avx2(sum, _mm256_slli_epi16(sc16, 2), a[i], d, d, acc, accm);  // offset 4 → "min" 4·scale
+        acc = finish_block_avx2(sum, _mm256_slli_epi16(sc16, 2), a[i], k_scale_pattern(d, d), acc);  // offset 4 → "min" 4·scale
     }
-    *out = x86::hsum_f32x8(acc) - x86::hsum_f32x8(accm);
+    *out = x86::hsum_f32x8(acc);
 }
 
 LP_TARGET_AVX2 void vec_dot_q4_k_q8_k_avx2(int64_t n, float* out, const void* w_row, const void* a_row) {
@@ -182,7 +182,7 @@ LP_TARGET_AVX2 void vec_dot_q6_k_q8_k_avx2(int64_t n, float* out, const void* w_
     const auto* w = static_cast<const block_q6_K*>(w_row);
     const auto* a = static_cast<const block_q8_K*>(a_row);
     const __m256i m4 = _mm256_set1_epi8(0xF), m30 = _mm256_set1_epi8(0x30);
-    __m256 acc = _mm256_setzero_ps(), accm = _mm256_setzero_ps();
+    __m256 acc = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / QK_K; ++i) {
         prefetch_ahead(w + i, sizeof(w[i]));
         const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)w[i].scales));
@@ -207,9 +207,9 @@ LP_TARGET_AVX2 void vec_dot_q6_k_q8_k_avx2(int64_t n, float* out, const void* w_
             }
         }
         const float d = _cvtsh_ss(w[i].d);
-        finish_block_avx2(sum, _mm256_slli_epi16(sc16, 5), a[i], d, d, acc, accm);  // offset 32 → "min" 32·scale
+        acc = finish_block_avx2(sum, _mm256_slli_epi16(sc16, 5), a[i], k_scale_pattern(d, d), acc);  // offset 32 → "min" 32·scale
     }
-    *out = x86::hsum_f32x8(acc) - x86::hsum_f32x8(accm);
+    *out = x86::hsum_f32x8(acc);
 }
 
 // Q8_K quantization, same bytes as quantize_q8_k_ref for finite input:

@@ -41,6 +41,37 @@ LP_TARGET_AVX2 LP_INLINE __m128i k4_scales_mins_avx2(const uint8_t* s) {
     return _mm_or_si128(low, top);
 }
 
+// The epilogue of a super-block, shared by every AVX2 k-quant kernel (the
+// vec_dots in kquants_x86.cpp, the tiles and panels in kquants_tiles_avx2.cpp)
+// so that they give the same bits. sum holds the 8 int32 lanes of
+// Σ_g scale_g·Σ q·a, ms those of Σ_g min_g·bsum_g. One vphaddd (port 5) puts
+// both into one vector — lanes 0-1 and 4-5 pairs of sum, 2-3 and 6-7 pairs of
+// ms, exact in int32 — so one conversion, one scale multiply and one FMA
+// serve both terms, where two of each did (the epilogue was about a fifth of
+// the port-0/1 work of a 2 × 4 panel tile). pattern is
+// [d d −dmin −dmin d d −dmin −dmin]: its product with d_a has the bits of
+// the scalar products d·d_a, −(dmin·d_a).
+LP_TARGET_AVX2 LP_INLINE __m256 k_block_fma(__m256i sum, __m256i ms, __m256 pattern, const float* da, __m256 acc) {
+    const __m256 terms = _mm256_cvtepi32_ps(_mm256_hadd_epi32(sum, ms));
+    return _mm256_fmadd_ps(terms, _mm256_mul_ps(pattern, _mm256_broadcast_ss(da)), acc);
+}
+
+// k_block_fma's scale pattern from d and dmin (Q3_K / Q6_K: dmin = d, their
+// "mins" being offset·scale).
+LP_TARGET_AVX2 LP_INLINE __m256 k_scale_pattern(float d, float dmin) {
+    return _mm256_blend_ps(_mm256_set1_ps(d), _mm256_set1_ps(-dmin), 0xCC);
+}
+
+// The same from the F16 pair (d, dmin) at p, as Q2_K / Q4_K / Q5_K store it:
+// one conversion, one permute and a sign flip.
+LP_TARGET_AVX2 LP_INLINE __m256 k_scale_pattern_f16(const uint8_t* p) {
+    uint32_t bits;
+    std::memcpy(&bits, p, 4);
+    const __m128 dd = _mm_cvtph_ps(_mm_cvtsi32_si128((int)bits));  // d dmin 0 0
+    const __m256 pat = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(dd), _mm256_setr_epi32(0, 0, 1, 1, 0, 0, 1, 1));
+    return _mm256_xor_ps(pat, _mm256_setr_ps(0.f, 0.f, -0.f, -0.f, 0.f, 0.f, -0.f, -0.f));
+}
+
 // Q3_K scales (see q3k_unpack_scales) as 16 signed bytes, value − 32. Reads
 // exactly the 12 scale bytes (the block may end 2 bytes later).
 LP_TARGET_AVX2 LP_INLINE __m128i q3k_scales_avx2(const uint8_t* s) {
