@@ -1,7 +1,7 @@
 // kquants_x86_common.h — small x86 helpers shared by the k-quant kernel files
 // (kquants_x86.cpp: AVX2; kquants_tiles_avx2.cpp: AVX2 tiles and panels;
-// kquants_tiles_x86.cpp: AVX-512): weight prefetch and the decoding of the
-// packed Q3_K / Q4_K / Q5_K scales.
+// kquants_tiles_x86.cpp: AVX-512): weight prefetch, the AVX2 super-block
+// epilogue and the decoding of the packed Q3_K / Q4_K / Q5_K scales.
 // Include after <immintrin.h>; everything is inline and carries its target
 // attribute, so a portable build compiles it.
 #pragma once
