@@ -24,6 +24,20 @@ DEFAULT_SEED = 0xFFFFFFFF  # llama.cpp's LLAMA_DEFAULT_SEED: "pick a random seed
 KV_TYPES = {0: "F32", 1: "F16", 30: "BF16", 8: "Q8_0", 2: "Q4_0", 3: "Q4_1", 6: "Q5_0", 7: "Q5_1", 20: "IQ4_NL"}
 
 
+def _fits_in_memory(path: str) -> bool:
+    """use_mmap's default (None): read the model file into memory (faster
+    token generation: the engine streams every weight once per token, and
+    page-cache mappings stream slower, see gguf.cpp read_into_memory) when it
+    takes at most half of the memory available now (Linux MemAvailable);
+    otherwise, or where that is unknown, map it."""
+    try:
+        size = os.path.getsize(path)
+        with open("/proc/meminfo") as f:
+            avail = next((int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:")), None)
+    except (OSError, ValueError, TypeError):
+        return False  # a bad path is reported by the engine
+    return avail is not None and size <= avail // 2
+
 @dataclass(frozen=True)
 class ModelParams:
     model_path: str
@@ -254,7 +268,10 @@ def parse_params(model_path: str, kw: Dict[str, Any], verbose: bool = False) -> 
     split_mode = min(split_mode, 1)  # row (2): layers whole (noted above when it matters)
 
     vocab_only = bool(kw.pop("vocab_only", False))
-    use_mmap = bool(kw.pop("use_mmap", True))
+    use_mmap = kw.pop("use_mmap", None)
+    if use_mmap is None:  # the default: read into memory where the file fits comfortably
+        use_mmap = vocab_only or not _fits_in_memory(model_path)
+    use_mmap = bool(use_mmap)
     use_mlock = bool(kw.pop("use_mlock", False))
     kv_overrides = kw.pop("kv_overrides", None) or {}
     if not isinstance(kv_overrides, dict):

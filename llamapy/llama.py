@@ -93,7 +93,7 @@ class Llama(_sequence.SequenceAttributes):
         main_gpu: int = 0,
         tensor_split: Optional[List[float]] = None,
         vocab_only: bool = False,
-        use_mmap: bool = True,
+        use_mmap: Optional[bool] = None,
         use_mlock: bool = False,
         kv_overrides: Optional[Dict[str, Union[bool, int, float, str]]] = None,
         seed: int = DEFAULT_SEED,

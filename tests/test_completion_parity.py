@@ -139,7 +139,7 @@ def test_stream_holds_an_unfinished_character_until_it_completes(llm):
 _EXTRA_PARAMS = {"generate": ["logit_bias", "sampling"]}  # sampling: keyword-only, a SamplingParams
 # Defaults llamapy changes on purpose, (ours, llama-cpp-python's): the
 # parameter still takes llama-cpp-python's values.
-_DIFFERENT_DEFAULTS = {("__init__", "flash_attn"): ("'auto'", "False")}
+_DIFFERENT_DEFAULTS = {("__init__", "flash_attn"): ("'auto'", "False"), ("__init__", "use_mmap"): ("None", "True")}
 
 
 @pytest.mark.parametrize("name", sorted(FIXTURE["signatures"]))

@@ -245,6 +245,8 @@ void bind_model(py::module_& m) {
         .def_property_readonly("unread_overrides", [](const model& x) { return x.file().unread_overrides(); },
                                "kv_overrides keys the loader never read (they had no effect)")
         .def_property_readonly("path", [](const model& x) { return x.file().path(); })
+        .def_property_readonly("weights_in_memory", [](const model& x) { return x.file().in_memory(); },
+                               "the file was read into memory (use_mmap=False), not mapped")
         .def_property_readonly("arch", [](const model& x) { return x.hp().arch; })
         .def_property_readonly("name", [](const model& x) { return x.hp().name; })
         .def_property_readonly("n_vocab", [](const model& x) { return x.hp().n_vocab; })

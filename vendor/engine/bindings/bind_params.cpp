@@ -132,7 +132,7 @@ void bind_params(py::module_& m) {
                       [](model_params& p, const py::object& v) { p.kv_overrides = overrides_from_python(v); },
                       "metadata values that replace the file's: {key: bool | int | float | str}");
     field(mp, "vocab_only", &model_params::vocab_only, "metadata and vocabulary only, no weights");
-    field(mp, "use_mmap", &model_params::use_mmap, "map the file (False: read every weight into memory)");
+    field(mp, "use_mmap", &model_params::use_mmap, "map the file (False: read it into anonymous memory up front)");
 
     py::class_<context_params> cp(m, "ContextParams",
                                   "Options of Context(model, params): context.h's context_params. Zero / -1 "

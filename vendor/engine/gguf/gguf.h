@@ -125,7 +125,10 @@ class gguf_file {
 public:
     // Map and validate a file. Throws gguf_os_error if it cannot be opened,
     // gguf_error if its contents are not a valid GGUF file.
-    static std::shared_ptr<gguf_file> open(const std::string& path);
+    // in_memory: read the whole file into private anonymous memory (advised
+    // for transparent huge pages) instead of mapping it; see gguf.cpp.
+    static std::shared_ptr<gguf_file> open(const std::string& path, bool in_memory = false);
+    bool in_memory() const { return in_memory_; }
     // Validate a copy of an in-memory image (tests, fuzzing).
     static std::shared_ptr<gguf_file> from_buffer(const void* data, size_t size);
 
@@ -188,6 +191,7 @@ private:
     const uint8_t* base_ = nullptr;
     uint64_t size_ = 0;
     bool mapped_ = false;                  // base_ came from mmap (else owned_)
+    bool in_memory_ = false;               // that mmap is anonymous memory holding a copy of the file
     std::unique_ptr<uint64_t[]> owned_;    // buffer copy, 8-byte aligned
 
     uint32_t version_ = 0;

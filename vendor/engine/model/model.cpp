@@ -304,14 +304,6 @@ void load_encoder_weights(const gguf_file& f, hparams& hp, model_weights& w) {
     }
 }
 
-// Reads one byte per page so the weights are resident before the first decode.
-void prefault(const gguf_file& f) {
-    volatile uint8_t sink = 0;
-    const uint8_t* b = f.bytes();
-    for (uint64_t at = f.data_offset(); at < f.size(); at += 4096) sink = sink + b[at];
-    (void)sink;
-}
-
 const char* ftype_name(int64_t ft) {
     switch (ft) {
         case 0: return "all F32";
@@ -382,7 +374,8 @@ void set_swa_pattern(const gguf_file& f, hparams& hp, int period) {
 std::shared_ptr<model> model::load(const std::string& path, const model_params& p) {
     const bool vocab_only = p.vocab_only, use_mmap = p.use_mmap;
     std::shared_ptr<model> m(new model());
-    std::shared_ptr<gguf_file> file = gguf_file::open(path);
+    // use_mmap false: the file read into memory (gguf.cpp read_into_memory), not mapped
+    std::shared_ptr<gguf_file> file = gguf_file::open(path, !use_mmap && !vocab_only);
     if (!p.kv_overrides.empty()) file->set_overrides(p.kv_overrides);
     m->file_ = file;
     const gguf_file& f = *m->file_;
@@ -417,7 +410,6 @@ std::shared_ptr<model> model::load(const std::string& path, const model_params& 
     if (hp.v.encoder) load_encoder_weights(f, hp, m->w_);
     else load_weights(f, hp, m->w_);
     hp.rope.freq_factors = nullptr;  // set per context from weights().rope_freqs
-    if (!use_mmap) prefault(f);
     return m;
 }
 

@@ -141,7 +141,7 @@ const arch_def* find_arch(const std::string& name);
 // The options of model::load (the binding's _engine.ModelParams).
 struct model_params {
     bool vocab_only = false;  // read metadata only (for the tokenizer), no weights; any architecture is accepted
-    bool use_mmap = true;     // false: read every weight page into memory up front
+    bool use_mmap = true;     // false: read the file into anonymous memory up front (faster streaming)
     std::vector<gguf_override> kv_overrides;  // metadata values that replace the file's (gguf.h)
 };
 
