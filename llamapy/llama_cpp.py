@@ -159,7 +159,7 @@ def llama_numa_init(numa: int) -> None:
 
 
 def llama_supports_mmap() -> bool:
-    return True  # weights are memory-mapped unless use_mmap=False
+    return True  # use_mmap=True maps the file (the default reads it into memory where it fits)
 
 
 def llama_supports_mlock() -> bool:

@@ -424,16 +424,15 @@ struct fd_guard {
 // generation streams every weight once per token; from a file mapping (page
 // cache pages wherever the kernel put them, 4 KB at a time) the 2-core VMs
 // here streamed a 1B Q4_K_M model at 15-18 GB/s, from this copy at ~23 (tg
-// 18-22 -> 28 t/s, benchmarks/RESULTS.md 2026-12-06). llama.cpp's CPU repack
-// buffers are such copies too.
+// 18-22 -> 27 t/s, benchmarks/RESULTS.md 2026-12-06). llama.cpp's CPU repack
+// buffers are such copies too. Not advised for huge pages: with the kernel's
+// THP defrag=madvise that made the page faults compact memory (load 0.4 ->
+// 2.4 s for 815 MB) for no measurable gain in speed.
 static void* read_into_memory(int fd, uint64_t size, const std::string& path) {
     void* m = ::mmap(nullptr, (size_t)size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (m == MAP_FAILED)
         throw gguf_os_error("cannot allocate " + std::to_string(size) + " bytes to read " + path + " into: " +
                                 std::strerror(errno), errno, path);
-#if defined(MADV_HUGEPAGE)
-    ::madvise(m, (size_t)size, MADV_HUGEPAGE);  // a hint: fewer TLB misses while streaming
-#endif
     uint64_t off = 0;
     while (off < size) {
         const size_t want = (size_t)std::min<uint64_t>(size - off, uint64_t(1) << 26);

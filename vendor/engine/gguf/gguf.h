@@ -125,8 +125,8 @@ class gguf_file {
 public:
     // Map and validate a file. Throws gguf_os_error if it cannot be opened,
     // gguf_error if its contents are not a valid GGUF file.
-    // in_memory: read the whole file into private anonymous memory (advised
-    // for transparent huge pages) instead of mapping it; see gguf.cpp.
+    // in_memory: read the whole file into private anonymous memory instead
+    // of mapping it; see gguf.cpp read_into_memory.
     static std::shared_ptr<gguf_file> open(const std::string& path, bool in_memory = false);
     bool in_memory() const { return in_memory_; }
     // Validate a copy of an in-memory image (tests, fuzzing).
