@@ -423,8 +423,8 @@ struct fd_guard {
 // The file read into private anonymous memory, read-only afterwards. Token
 // generation streams every weight once per token; from a file mapping (page
 // cache pages wherever the kernel put them, 4 KB at a time) the 2-core VMs
-// here decoded a 1B Q4_K_M model 5-30 % slower than from this copy in
-// alternating runs (benchmarks/RESULTS.md 2026-12-06). llama.cpp's CPU repack
+// here decoded a 1B Q4_K_M model 5-30 % slower than from this copy in all
+// but one pair of alternating runs (benchmarks/RESULTS.md 2026-12-06). llama.cpp's CPU repack
 // buffers are such copies too. Not advised for huge pages: with the kernel's
 // THP defrag=madvise that made the page faults compact memory (load 0.4 ->
 // 2.4 s for 815 MB) for no measurable gain in speed.
