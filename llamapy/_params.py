@@ -38,6 +38,7 @@ def _fits_in_memory(path: str) -> bool:
         return False  # a bad path is reported by the engine
     return avail is not None and size <= avail // 2
 
+
 @dataclass(frozen=True)
 class ModelParams:
     model_path: str

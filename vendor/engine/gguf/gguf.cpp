@@ -424,10 +424,10 @@ struct fd_guard {
 // generation streams every weight once per token; from a file mapping (page
 // cache pages wherever the kernel put them, 4 KB at a time) the 2-core VMs
 // here decoded a 1B Q4_K_M model 5-30 % slower than from this copy in all
-// but one pair of alternating runs (benchmarks/RESULTS.md 2026-12-06). llama.cpp's CPU repack
-// buffers are such copies too. Not advised for huge pages: with the kernel's
-// THP defrag=madvise that made the page faults compact memory (load 0.4 ->
-// 2.4 s for 815 MB) for no measurable gain in speed.
+// but one pair of alternating runs (benchmarks/RESULTS.md 2026-12-06).
+// llama.cpp's CPU repack buffers are such copies too. Not advised for huge
+// pages: with the kernel's THP defrag=madvise that made the page faults
+// compact memory (load 0.4 -> 2.4 s for 815 MB) for no measurable gain.
 static void* read_into_memory(int fd, uint64_t size, const std::string& path) {
     void* m = ::mmap(nullptr, (size_t)size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (m == MAP_FAILED)
