@@ -49,10 +49,15 @@ def llm(gemma_path):
     m.close()
 
 
+def gap_runs(ref) -> list:
+    """Statistics of llama.cpp's top-1/top-2 gap movement, one per recorded
+    run (batchings x CPU levels) of the teacher-forced greedy cases."""
+    return [r for level in ref["gap_self_deviation"].values() for r in level.values()]
+
+
 def gap_noise(ref) -> float:
-    """The largest move of llama.cpp's top-1/top-2 gap over all its recorded
-    runs (batchings x CPU levels) of the teacher-forced greedy cases."""
-    return max(r["max"] for level in ref["gap_self_deviation"].values() for r in level.values())
+    """The largest move of llama.cpp's gap over all those runs."""
+    return max(r["max"] for r in gap_runs(ref))
 
 
 def margin(t2) -> float:
@@ -86,7 +91,7 @@ def test_teacher_forced_greedy_decisions(ref, llm):
             deviations.append(abs(float(row[a] - row[b]) - margin(t2)))
             llm.eval([tok])
     assert checked > 150  # most decisions are clear-cut and all of those must agree
-    runs = [r for level in ref["gap_self_deviation"].values() for r in level.values()]
+    runs = gap_runs(ref)
     assert np.mean(deviations) <= 1.5 * max(r["mean"] for r in runs)
     assert np.percentile(deviations, 95) <= 1.5 * max(r["p95"] for r in runs)
 

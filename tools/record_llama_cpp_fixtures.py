@@ -59,12 +59,17 @@ def top2(row: np.ndarray) -> list:
     return [[int(i[0]), float(row[i[0]])], [int(i[1]), float(row[i[1]])]]
 
 
-def greedy_run(llm: Llama, prompt: list, n: int, chunk: int) -> list:
-    """llama.cpp's greedy continuation of `prompt` (n tokens), the prompt
-    evaluated in chunks of `chunk` tokens, then one token per step."""
+def eval_in_chunks(llm: Llama, prompt: list, chunk: int) -> None:
+    """A fresh evaluation of `prompt`, `chunk` tokens per batch."""
     llm.reset()
     for i in range(0, len(prompt), chunk):
         llm.eval(prompt[i : i + chunk])
+
+
+def greedy_run(llm: Llama, prompt: list, n: int, chunk: int) -> list:
+    """llama.cpp's greedy continuation of `prompt` (n tokens), the prompt
+    evaluated in chunks of `chunk` tokens, then one token per step."""
+    eval_in_chunks(llm, prompt, chunk)
     out = []
     for _ in range(n):
         tok = int(np.argmax(llm.scores[llm.n_tokens - 1]))
@@ -535,9 +540,7 @@ def record_gap_noise(path: str, label: str) -> None:
 
     def chunked(chunk):
         def run(prompt, ids):
-            llm.reset()
-            for i in range(0, len(prompt), chunk):
-                llm.eval(prompt[i : i + chunk])
+            eval_in_chunks(llm, prompt, chunk)
             rows = []
             for tok in ids:
                 rows.append(np.array(llm.scores[llm.n_tokens - 1]))
