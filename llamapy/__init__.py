@@ -65,6 +65,7 @@ from .system import system_info
 # there (``from llama_cpp import ChatCompletionRequestUserMessage``).
 from .llama_types import *  # noqa: E402,F401,F403
 from .llama_cpp import *  # noqa: E402,F401,F403
+from . import _internals as internals  # noqa: E402 - llama_cpp's llama.py imports it under this name
 from . import llama_cache, llama_cpp, llama_grammar, llama_speculative, llama_tokenizer, llama_types  # noqa
 
 

@@ -141,7 +141,7 @@ def load_report(llama: Any) -> str:
         f"n_vocab     = {llama.n_vocab()}",
         f"n_ctx_train = {model.n_ctx_train}",
     ]
-    if llama._ctx is not None:
+    if llama._seq.ctx is not None:
         cp = llama.context_params
         from ._params import KV_TYPES
 

@@ -150,7 +150,7 @@ def bench_records(model_path: str, n_prompt: Union[int, Sequence[int]] = 512,
                         say(f"filling {d} tokens of context (flash_attn={_fa_label(fa)}, threads={llm.n_threads})")
                         llm.eval(ctx_tokens)
                     filled = {"depth_n_tokens": int(llm.n_tokens),
-                              "depth_kv_cells_used": int(llm._ctx.kv_n_used) if llm._ctx is not None else None}
+                              "depth_kv_cells_used": int(llm._seq.ctx.kv_n_used) if llm._seq.ctx is not None else None}
 
                     def back_to_depth() -> None:
                         nonlocal state

@@ -225,10 +225,19 @@ class Llama(_sequence.SequenceAttributes):
         self._seq.is_encoder = not cp.embedding and bool(self._model.is_encoder)
         self._seq.arch = str(self._model.arch)
         self._seq.observer = self._record_scores
+        if mp.vocab_only:
+            from ._internals import _VocabOnlyContext
+
+            self.__dict__["_vocab_only_ctx"] = _VocabOnlyContext(self._n_ctx, self.n_batch, self.n_ubatch)
         self._scores_all: Optional[npt.NDArray[np.single]] = None  # (n_ctx, n_vocab), logits_all only
         self._scores_lazy: Optional[LazyRows] = None  # ``scores`` without logits_all
         self._scores_key: Optional[tuple] = None  # (row, logits row, eval serial) written into _scores_lazy
         self._closed = False
+        # llama-cpp-python's flags for state-space and hybrid models, which take a
+        # different prompt-cache path there. Every architecture llamapy runs is a
+        # plain transformer (others are refused at load), so both are False.
+        self._is_recurrent = False
+        self._is_hybrid = False
         self.mmproj = mmproj
         if mmproj is not None:
             # Beyond llama-cpp-python: the projector picks its chat handler (llamapy.multimodal.handlers).
@@ -257,7 +266,8 @@ class Llama(_sequence.SequenceAttributes):
     def flash_attn_active(self) -> bool:
         """Whether the context runs the flash attention path (what
         ``flash_attn`` resolved to; "auto" decides per backend and model)."""
-        return self._ctx is not None and bool(self._ctx.flash_attn)
+        ctx = self._seq.ctx
+        return ctx is not None and bool(ctx.flash_attn)
 
     def _require_ctx(self) -> Any:
         self._check_open()
@@ -272,7 +282,10 @@ class Llama(_sequence.SequenceAttributes):
     def _ctx(self) -> Any:
         # The context lives in the sequence once it exists (one reference to replace).
         seq = self.__dict__.get("_seq")
-        return seq.ctx if seq is not None else self.__dict__.get("_ctx_early")
+        ctx = seq.ctx if seq is not None else self.__dict__.get("_ctx_early")
+        # vocab_only: llama.cpp still makes a context (whose decode fails), and code
+        # written for llama-cpp-python reads llm._ctx.ctx; this one says why it cannot evaluate.
+        return self.__dict__.get("_vocab_only_ctx") if ctx is None else ctx
 
     @_ctx.setter
     def _ctx(self, ctx: Any) -> None:
@@ -395,7 +408,7 @@ class Llama(_sequence.SequenceAttributes):
         ``weight_bytes`` / ``kv_bytes`` it holds. n_gpu_layers=N puts the last N
         layers on the GPU, N > n_layer the output too, -1 / "all" everything but
         the input lookups (as llama.cpp does); "auto" as many as fit."""
-        if self._ctx is None:
+        if self._seq.ctx is None:
             raise ValueError("device_map: the model was loaded with vocab_only=True (no context)")
         return [dict(p) for p in self._ctx.placement()]
 
@@ -423,7 +436,7 @@ class Llama(_sequence.SequenceAttributes):
     def pooling_type(self) -> int:
         """The pooling the context applies (llama.cpp numbering: 0 none, 1
         mean, 2 cls, 3 last): the constructor's pooling_type, else the model's."""
-        if self._ctx is not None and self._embedding:
+        if self._seq.ctx is not None and self._embedding:
             return int(self._ctx.pooling_type)
         if self.context_params.pooling_type != -1:
             return int(self.context_params.pooling_type)
@@ -768,6 +781,7 @@ class Llama(_sequence.SequenceAttributes):
             seq.closed = True
             seq.ctx = seq.decoder = seq._out = None
         self._ctx = None
+        self.__dict__.pop("_vocab_only_ctx", None)
         self._model = None
         gguf = getattr(self, "_gguf", None)
         if gguf is not None:

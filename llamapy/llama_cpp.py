@@ -9,7 +9,9 @@ Out of scope: the raw ctypes C API (``llama_model_load_from_file``,
 ``llama_decode`` on ctypes pointers, ``llama_batch_init``, samplers, the ctypes
 structures, pointer types and callbacks, ``llama_log_set``). llamapy's engine
 is not llama.cpp, so there are no llama.cpp objects to pass them; ``Llama`` is
-the API. The parameter records below are plain Python objects with
+the API, and ``llamapy._internals`` has llama-cpp-python's intermediate
+wrappers (``LlamaModel``, ``LlamaContext``, ``LlamaBatch``, ``LlamaSampler``)
+made from the parameter records below. The parameter records below are plain Python objects with
 llama.cpp's fields and defaults, not ctypes structures.
 """
 from __future__ import annotations

@@ -15,10 +15,15 @@ from typing import Set
 import pytest
 
 MODULES = ["llama_types", "llama_chat_format", "llama_grammar", "llama_cache", "llama_speculative",
-           "llama_tokenizer"]
+           "llama_tokenizer", "_internals"]
 
 # Deliberately absent, by module.
 ABSENT = {
+    "_internals": {
+        # They work on llama.cpp's ctypes candidate arrays (llama_token_data_array); the sampling
+        # context and its params drive LlamaContext.sample_*, which llama-cpp-python itself made raise.
+        "LlamaTokenDataArray", "CustomSampler", "LlamaSamplingParams", "LlamaSamplingContext",
+    },
     "llama_chat_format": {
         # Functionary's handlers need functionary's own Hugging Face tokenizer and prompt code.
         "functionary_chat_handler", "functionary_v1_v2_chat_handler",
@@ -35,7 +40,6 @@ ABSENT = {
 }
 # Top level (llama_cpp/__init__.py: ``from .llama_cpp import *`` and ``from .llama import *``).
 TOP_ABSENT = {
-    "internals",  # llama_cpp._internals: wrappers of llama.cpp's C objects
     "set_verbose", "suppress_stdout_stderr",  # helpers for the C library's logging to stdout/stderr
 }
 # From llama_cpp/llama_cpp.py: every constant is mirrored; of its functions and

@@ -355,6 +355,10 @@ void bind_model(py::module_& m) {
         .def("device_memory", [](const context& c) { return device_memory(c.placement()); },
              "bytes per device: [{'device', 'weight_bytes', 'kv_bytes', 'activation_bytes', 'total_bytes'}, ...]")
         .def_property_readonly("n_ctx", &context::n_ctx)
+        // llama-cpp-python's Llama._ctx is a wrapper whose .ctx is the native
+        // handle; code written for it reads llm._ctx.ctx, which here is the
+        // context itself.
+        .def_property_readonly("ctx", [](py::object self) { return self; }, "this context (llm._ctx.ctx)")
         .def_property_readonly("rope", [](const context& c) {
                 const rope_params& r = c.rope(0);
                 py::dict d;
