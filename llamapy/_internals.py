@@ -491,10 +491,16 @@ class LlamaSampler:
         self._stages: List[tuple] = []
         self._engine: Any = None
         self._history: List[int] = []
-        self.sampler = self  # llama-cpp-python's code checks it is not None
+        self._closed = False
+
+    @property
+    def sampler(self) -> Optional["LlamaSampler"]:
+        """The chain (llama-cpp-python: its native handle, None once closed)."""
+        return None if self._closed else self
 
     def close(self) -> None:
         self._engine = None
+        self._closed = True
 
     def __del__(self) -> None:
         self.close()
@@ -620,11 +626,13 @@ class LlamaSampler:
         if "grammar" in stages:
             g = stages["grammar"]
             s.set_grammar(g["grammar"].native, _grammar_vocab(g["model"]))
-        if self._history:
-            s.set_history(self._history)
+        for token in self._history:  # a rebuilt or cloned chain: penalty history and grammar position
+            s.accept(token)
         return s
 
     def sample(self, ctx: LlamaContext, idx: int = -1) -> int:
+        if self._closed:
+            raise ValueError("this LlamaSampler has been closed")
         logits = ctx._logits_row(idx)
         if self._engine is None:
             self._engine = self._build(int(logits.shape[0]))
@@ -643,6 +651,8 @@ class LlamaSampler:
         self._engine = None
 
     def clone(self) -> "LlamaSampler":
+        """A chain with the same stages and accepted tokens (penalty history, grammar
+        position); a mirostat stage starts again from its initial mu."""
         c = LlamaSampler()
         c._stages = list(self._stages)
         c._history = list(self._history)

@@ -159,9 +159,18 @@ def test_greedy_penalties_and_grammar(gemma):
     g = internals.LlamaSampler()
     g.add_grammar(gemma, llamapy.LlamaGrammar.from_string('root ::= "yes" | "no"', verbose=False))
     g.add_greedy()
-    assert gemma.detokenize([g.sample(ctx)]) in (b"yes", b"no", b"y", b"n", b"ye")
-    clone = g.clone()
+    first = g.sample(ctx)
+    assert gemma.detokenize([first]) in (b"yes", b"no", b"y", b"n", b"ye")
+    clone = g.clone()  # at the same grammar position: both continue the same word
     assert clone.get_seed() == g.get_seed() == llamapy.LLAMA_DEFAULT_SEED
+    second = g.sample(ctx)
+    assert clone.sample(ctx) == second
+    assert (gemma.detokenize([first, second]) in (b"yes", b"no")
+            or b"yes".startswith(gemma.detokenize([first, second])))
+    g.close()
+    assert g.sampler is None and clone.sampler is clone
+    with pytest.raises(ValueError, match="closed"):
+        g.sample(ctx)
 
 
 def test_sampler_refuses_what_it_cannot_run(gemma):
