@@ -5,14 +5,15 @@ Gemma 3's, when the test model is installed, else a synthetic one of
 plausible token texts — and reports:
   - one-time costs: preparing the vocabulary (GrammarVocab) and a grammar's
     index over it;
-  - the full vocabulary filter (the fallback when the drawn token is
-    rejected) in typical JSON states;
+  - the full vocabulary filter in typical JSON states: every random draw
+    under a grammar runs it first (llama.cpp's grammar stage comes before
+    truncation, so seeded draws match llama-cpp-python's); greedy runs it
+    only when its best token is rejected (the "fallback");
   - sampler time per token unconstrained and under JSON grammars, with the
-    share of tokens that needed the fallback: on random logits, and
+    share of greedy tokens that needed the fallback: on random logits, and
     "teacher-forced" along a realistic JSON document, where a simulated model
     puts the document's next token on top with probability p (its other
-    choices are random, so usually rejected) — p = 1 is a model that always
-    follows the format, lower p costs a vocabulary filter per miss.
+    choices are random).
 
     python benchmarks/grammar.py [--tokens 400] [--forward-ms 20]
 
@@ -221,7 +222,7 @@ def main() -> None:
         _engine.GrammarMatcher(g, vocab)
         print(f"index for {name}: {(time.perf_counter() - t) * 1e3:.1f} ms")
 
-    print("\nfull vocabulary filter (the fallback), by position:")
+    print("\nfull vocabulary filter (every random draw; greedy's fallback), by position:")
     positions = [("json (any object)", b"", "start"), ("json (any object)", b'{"na', "inside a key"),
                  ("json (any object)", b'{"name": ', "value expected"),
                  ("json (any object)", b'{"name": "Jo', "inside a string"),

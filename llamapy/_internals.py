@@ -620,7 +620,7 @@ class LlamaSampler:
             frequency_penalty=pen.get("freq", 0.0), presence_penalty=pen.get("present", 0.0),
             penalty_last_n=pen.get("last_n", 64), mirostat={"mirostat": 1, "mirostat_v2": 2}.get(final, 0),
             mirostat_tau=fin.get("tau", 5.0), mirostat_eta=fin.get("eta", 0.1),
-            min_keep=keeps.pop() if keeps else 1, seed=fin.get("seed", _c.LLAMA_DEFAULT_SEED) & (2**64 - 1))
+            min_keep=keeps.pop() if keeps else 1, seed=fin.get("seed", _c.LLAMA_DEFAULT_SEED) & 0xFFFFFFFF)
         if "logit_bias" in stages and stages["logit_bias"]["bias"]:
             s.set_logit_bias(stages["logit_bias"]["bias"])
         if "grammar" in stages:

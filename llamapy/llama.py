@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import os
-import random
 import sys
 import time
 from collections import deque
@@ -189,7 +188,10 @@ class Llama(_sequence.SequenceAttributes):
         self.last_n_tokens_size = cp.last_n_tokens_size
         self._logits_all = cp.logits_all
         self._embedding = cp.embedding
-        seed_value = cp.seed if cp.seed != DEFAULT_SEED else random.SystemRandom().randint(0, 2**32 - 1)
+        # llama-cpp-python's rule (``seed or LLAMA_DEFAULT_SEED``): 0 and the default keep
+        # 0xFFFFFFFF, which draws with a random seed, and from which create_completion
+        # derives its per-call seeds (random.Random(seed).randint) as there.
+        seed_value = cp.seed or DEFAULT_SEED
         self.cache: Optional[BaseLlamaCache] = None
         self.metadata = _metadata_strings(self._gguf)
         for key, value in mp.kv_overrides.items():
@@ -506,7 +508,7 @@ class Llama(_sequence.SequenceAttributes):
             typical_p=p.typical_p, repeat_penalty=p.repeat_penalty, frequency_penalty=p.frequency_penalty,
             presence_penalty=p.presence_penalty, penalty_last_n=int(self.last_n_tokens_size),
             mirostat=p.mirostat_mode, mirostat_tau=p.mirostat_tau, mirostat_eta=p.mirostat_eta,
-            seed=int(self._seed) & (2**64 - 1),
+            seed=int(self._seed) & 0xFFFFFFFF,  # llama.cpp's uint32_t (0xFFFFFFFF: a random seed)
         )
         if p.logit_bias:
             s.set_logit_bias(list(p.logit_bias.items()))

@@ -76,10 +76,23 @@ bool by_logit_desc(const token_prob& a, const token_prob& b) {
     return a.logit > b.logit || (a.logit == b.logit && a.id < b.id);
 }
 
+// llama.cpp's seed rule: LLAMA_DEFAULT_SEED asks for a random seed; any other
+// value is used as its low 32 bits (the C API takes a uint32_t).
+uint32_t rng_seed(uint64_t seed) {
+    if ((uint32_t)seed == 0xFFFFFFFFu) return std::random_device{}();
+    return (uint32_t)seed;
+}
+
+size_t index_of(const std::vector<token_prob>& cand, int32_t id) {
+    for (size_t i = 0; i < cand.size(); ++i)
+        if (cand[i].id == id) return i;
+    return 0;
+}
+
 }  // namespace
 
 sampler::sampler(const sampler_params& params, int32_t n_vocab)
-    : p_(params), n_vocab_(n_vocab), rng_(params.seed), mirostat_mu_(2.0f * params.mirostat_tau) {
+    : p_(params), n_vocab_(n_vocab), rng_(rng_seed(params.seed)), mirostat_mu_(2.0f * params.mirostat_tau) {
     if (n_vocab <= 0) throw value_error("sampler: n_vocab must be positive");
     if (p_.min_keep < 1) p_.min_keep = 1;
 }
@@ -94,7 +107,7 @@ void sampler::set_grammar(std::unique_ptr<grammar_state> g) {
 }
 
 void sampler::reseed(uint64_t seed) {
-    rng_.seed(seed);
+    rng_.seed(rng_seed(seed));
     mirostat_mu_ = 2.0f * p_.mirostat_tau;
 }
 
@@ -144,12 +157,15 @@ const float* sampler::adjusted_logits(const float* logits) {
     return work_.data();
 }
 
+// The candidates in id order (llama.cpp's starting array), or, when the chain
+// begins with top-k, the k best already sorted (what its top-k leaves).
 void sampler::build_candidates(const float* src, const std::vector<int32_t>* allowed) {
     sorted_ = false;
     const int32_t n = allowed ? (int32_t)allowed->size() : n_vocab_;
     const bool truncate_k = p_.temperature > 0.0f && p_.mirostat == 0 && p_.top_k > 0 && p_.top_k < n;
     if (truncate_k) {
         select_top_k(src, n_vocab_, std::max(p_.top_k, p_.min_keep), cand_, allowed);
+        sort_desc();
     } else if (allowed) {
         cand_.resize(n);
         for (int32_t j = 0; j < n; ++j) cand_[j] = {(*allowed)[j], src[(*allowed)[j]], 0.0f};
@@ -159,69 +175,92 @@ void sampler::build_candidates(const float* src, const std::vector<int32_t>* all
     }
 }
 
-void sampler::softmax() {
-    if (!sorted_) {
-        std::sort(cand_.begin(), cand_.end(), by_logit_desc);
-        sorted_ = true;
-    }
-    const float mx = cand_.empty() ? 0.0f : cand_[0].logit;
-    double sum = 0.0;
+void sampler::sort_desc() {
+    if (!sorted_) std::sort(cand_.begin(), cand_.end(), by_logit_desc);
+    sorted_ = true;
+}
+
+// llama.cpp's softmax: the largest logit (the first when sorted), expf, a
+// float sum in the current order, then a float division.
+void sampler::softmax(bool sort) {
+    if (sort) sort_desc();
+    if (cand_.empty()) return;
+    float mx = cand_[0].logit;
+    if (!sorted_)
+        for (const auto& c : cand_) mx = std::max(mx, c.logit);
+    float sum = 0.0f;
     for (auto& c : cand_) { c.p = std::exp(c.logit - mx); sum += c.p; }
-    for (auto& c : cand_) c.p = (float)(c.p / sum);
+    for (auto& c : cand_) c.p /= sum;
 }
 
 void sampler::top_k(int32_t k) {
-    if (k <= 0 || k >= (int32_t)cand_.size()) return;
+    if (k <= 0) return;
     k = std::max(k, p_.min_keep);
-    std::partial_sort(cand_.begin(), cand_.begin() + k, cand_.end(), by_logit_desc);
+    if (k >= (int32_t)cand_.size()) { sort_desc(); return; }
+    if (!sorted_) std::partial_sort(cand_.begin(), cand_.begin() + k, cand_.end(), by_logit_desc);
     cand_.resize(k);
     sorted_ = true;
 }
 
 void sampler::top_p(float p) {
     if (p >= 1.0f) return;
-    softmax();
-    double cum = 0.0;
+    softmax(false);  // probabilities from the current order's sum, then sorted
+    sort_desc();
+    float cum = 0.0f;
     size_t keep = cand_.size();
     for (size_t i = 0; i < cand_.size(); ++i) {
         cum += cand_[i].p;
-        if (cum >= p && (int32_t)(i + 1) >= p_.min_keep) { keep = i + 1; break; }
+        if (cum >= p && i + 1 >= (size_t)p_.min_keep) { keep = i + 1; break; }
     }
     cand_.resize(keep);
 }
 
 void sampler::min_p(float p) {
     if (p <= 0.0f || cand_.empty()) return;
-    float mx = kNegInf;
-    for (const auto& c : cand_) mx = std::max(mx, c.logit);
-    const float cut = mx + std::log(p);
-    if (!sorted_) { std::sort(cand_.begin(), cand_.end(), by_logit_desc); sorted_ = true; }
-    size_t keep = 0;
-    while (keep < cand_.size() && cand_[keep].logit >= cut) ++keep;
-    keep = std::max(keep, std::min(cand_.size(), (size_t)p_.min_keep));
-    cand_.resize(keep);
+    if (!sorted_) {
+        // An unsorted list is filtered in place, its order kept, when that
+        // leaves at least min_keep tokens (llama.cpp's first attempt).
+        float mx = -std::numeric_limits<float>::max();
+        for (const auto& c : cand_) mx = std::max(mx, c.logit);
+        const float cut = mx + std::log(p);
+        size_t kept = 0;
+        for (const auto& c : cand_) kept += c.logit >= cut;
+        if (kept > 0 && kept >= (size_t)p_.min_keep) {
+            size_t at = 0;
+            for (const auto& c : cand_)
+                if (c.logit >= cut) cand_[at++] = c;
+            cand_.resize(at);
+            return;
+        }
+        sort_desc();
+    }
+    const float cut = cand_[0].logit + std::log(p);
+    size_t i = 1;  // the best token always stays
+    for (; i < cand_.size(); ++i)
+        if (cand_[i].logit < cut && i >= (size_t)p_.min_keep) break;
+    cand_.resize(i);
 }
 
 void sampler::typical(float p) {
     if (p >= 1.0f || cand_.size() <= 1) return;
-    softmax();
-    double entropy = 0.0;
+    softmax(true);
+    float entropy = 0.0f;
     for (const auto& c : cand_)
-        if (c.p > 0) entropy -= c.p * std::log(c.p);
-    std::vector<std::pair<float, size_t>> shifted(cand_.size());
-    for (size_t i = 0; i < cand_.size(); ++i)
-        shifted[i] = {(float)std::fabs(-std::log(std::max(cand_[i].p, 1e-30f)) - entropy), i};
-    std::stable_sort(shifted.begin(), shifted.end(),
-                     [](const auto& a, const auto& b) { return a.first < b.first; });
-    double cum = 0.0;
-    size_t keep = shifted.size();
-    for (size_t i = 0; i < shifted.size(); ++i) {
-        cum += cand_[shifted[i].second].p;
-        if (cum > p && (int32_t)(i + 1) >= p_.min_keep) { keep = i + 1; break; }
+        if (c.p > 0.0f) entropy += -c.p * std::log(c.p);  // (llama.cpp would turn a p of 0 into NaN)
+    std::vector<float> shifted(cand_.size());
+    for (size_t i = 0; i < cand_.size(); ++i) shifted[i] = std::fabs(-std::log(cand_[i].p) - entropy);
+    std::vector<size_t> order(cand_.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return shifted[a] < shifted[b]; });
+    float cum = 0.0f;
+    size_t keep = order.size();
+    for (size_t i = 0; i < order.size(); ++i) {
+        cum += cand_[order[i]].p;
+        if (cum > p && i + 1 >= (size_t)p_.min_keep) { keep = i + 1; break; }
     }
     std::vector<token_prob> kept;
     kept.reserve(keep);
-    for (size_t i = 0; i < keep; ++i) kept.push_back(cand_[shifted[i].second]);
+    for (size_t i = 0; i < keep; ++i) kept.push_back(cand_[order[i]]);
     cand_.swap(kept);
     sorted_ = false;
 }
@@ -231,57 +270,75 @@ void sampler::temperature(float t) {
     for (auto& c : cand_) c.logit /= t;
 }
 
+// llama.cpp's dist stage: one uniform double per draw (also for a single
+// candidate); unnormalised float probabilities summed in double, walked in
+// the candidates' current order to the first running sum >= sum * u.
 int32_t sampler::draw() {
-    softmax();
     std::uniform_real_distribution<double> u(0.0, 1.0);
-    const double r = u(rng_);
-    double cum = 0.0;
-    for (const auto& c : cand_) {
-        cum += c.p;
-        if (r < cum) return c.id;
+    if (cand_.size() == 1) {
+        (void)u(rng_);
+        cand_[0].p = 1.0f;
+        return cand_[0].id;
     }
-    return cand_.back().id;  // rounding: r within the last ulps
+    float mx = cand_[0].logit;
+    if (!sorted_)
+        for (const auto& c : cand_) mx = std::max(mx, c.logit);
+    double sum = 0.0;
+    for (auto& c : cand_) { c.p = std::exp(c.logit - mx); sum += c.p; }
+    const double target = sum * u(rng_);
+    double run = 0.0;
+    int32_t chosen = cand_.back().id;  // (only if rounding left the target above every running sum)
+    for (const auto& c : cand_) {
+        run += c.p;
+        if (run >= target) { chosen = c.id; break; }
+    }
+    for (auto& c : cand_) c.p = (float)(c.p / sum);
+    return chosen;
 }
 
-// Mirostat v1 (Basu et al. 2020): estimate the Zipf exponent from the top
-// candidates, derive k from the target surprise mu, sample from the top k.
+int32_t sampler::discrete_draw() {
+    std::vector<float> probs(cand_.size());
+    for (size_t i = 0; i < cand_.size(); ++i) probs[i] = cand_[i].p;
+    std::discrete_distribution<int> d(probs.begin(), probs.end());
+    return cand_[(size_t)d(rng_)].id;
+}
+
+// Mirostat v1 (Basu et al. 2020), in llama.cpp's float arithmetic: estimate
+// the Zipf exponent from the top m = 100 candidates, derive k from the
+// target surprise mu, draw from the top k, move mu toward tau.
 int32_t sampler::mirostat_v1() {
-    softmax();
-    const int m = std::min<int>(100, (int)cand_.size());
-    double num = 0.0, den = 0.0;
-    for (int i = 0; i + 1 < m; ++i) {
-        if (cand_[i + 1].p <= 0) break;
-        const double t = std::log((i + 2.0) / (i + 1.0));
-        const double b = std::log((double)cand_[i].p / cand_[i + 1].p);
-        num += t * b;
-        den += t * t;
+    softmax(true);
+    const size_t m = 100;
+    float sum_tb = 0.0f, sum_tt = 0.0f;
+    for (size_t i = 0; i + 1 < m && i + 1 < cand_.size(); ++i) {
+        const float t = std::log(float(i + 2) / float(i + 1));
+        const float b = std::log(cand_[i].p / cand_[i + 1].p);
+        sum_tb += t * b;
+        sum_tt += t * t;
     }
-    const double s_hat = den > 0 ? num / den : 1.0;
-    const double eps = s_hat - 1.0;
-    double k = (double)cand_.size();
-    if (std::fabs(eps) > 1e-9) {
-        k = std::pow((eps * std::pow(2.0, mirostat_mu_)) / (1.0 - std::pow((double)n_vocab_, -eps)), 1.0 / s_hat);
-    }
-    int32_t ki = (int32_t)std::max(1.0, std::min(k, (double)cand_.size()));
+    const float s_hat = sum_tb / sum_tt;
+    const float eps = s_hat - 1.0f;
+    const float k = std::pow((eps * std::pow(2.0f, mirostat_mu_)) / (1.0f - std::pow((float)n_vocab_, -eps)),
+                             1.0f / s_hat);
+    // int(k) as llama.cpp takes it, kept defined for NaN / huge k
+    const size_t ki = !(k >= 1.0f) ? 1 : k >= (float)cand_.size() ? cand_.size() : (size_t)k;
     cand_.resize(ki);
-    const int32_t id = draw();
-    float p_id = 1.0f;
-    for (const auto& c : cand_) if (c.id == id) p_id = c.p;
-    const float surprise = -std::log2(std::max(p_id, 1e-30f));
+    softmax(true);
+    const int32_t id = discrete_draw();
+    const float surprise = -std::log2(cand_[index_of(cand_, id)].p);
     mirostat_mu_ -= p_.mirostat_eta * (surprise - p_.mirostat_tau);
     return id;
 }
 
-// Mirostat v2: drop candidates whose surprise exceeds mu, sample the rest.
+// Mirostat v2: drop the candidates whose surprise exceeds mu, draw from the rest.
 int32_t sampler::mirostat_v2() {
-    softmax();
+    softmax(true);
     size_t keep = 0;
-    while (keep < cand_.size() && -std::log2(std::max(cand_[keep].p, 1e-30f)) <= mirostat_mu_) ++keep;
+    while (keep < cand_.size() && !(-std::log2(cand_[keep].p) > mirostat_mu_)) ++keep;
     cand_.resize(std::max<size_t>(keep, 1));
-    const int32_t id = draw();
-    float p_id = 1.0f;
-    for (const auto& c : cand_) if (c.id == id) p_id = c.p;
-    const float surprise = -std::log2(std::max(p_id, 1e-30f));
+    softmax(true);
+    const int32_t id = discrete_draw();
+    const float surprise = -std::log2(cand_[index_of(cand_, id)].p);
     mirostat_mu_ -= p_.mirostat_eta * (surprise - p_.mirostat_tau);
     return id;
 }
@@ -289,15 +346,15 @@ int32_t sampler::mirostat_v2() {
 int32_t sampler::sample(const float* logits) {
     const float* src = adjusted_logits(logits);
     if (!grammar_) return sample_chain(src, nullptr);
-    const float mu = mirostat_mu_;
-    const int32_t first = sample_chain(src, nullptr);
-    if (grammar_->allows(first)) return first;
-    // Rejected: run the chain again over the tokens the grammar allows.
-    mirostat_mu_ = mu;
-    ++n_grammar_fallbacks_;
+    if (p_.temperature == 0.0f) {
+        // Greedy: the best token overall is the best allowed one when the grammar allows it.
+        const int32_t first = sample_chain(src, nullptr);
+        if (grammar_->allows(first)) return first;
+        ++n_grammar_fallbacks_;
+    }
     grammar_->allowed_tokens(allowed_);
     allowed_.erase(std::remove_if(allowed_.begin(), allowed_.end(), [&](int32_t id) { return src[id] == kNegInf; }),
-                   allowed_.end());  // banned by logit_bias
+                   allowed_.end());  // banned by logit_bias (llama.cpp keeps them at -inf: never drawn)
     if (allowed_.empty())
         throw value_error(grammar_->can_end() ? "grammar: the text is complete and no end-of-generation token is known"
                                               : "grammar: no token of the vocabulary can continue the text");
@@ -314,8 +371,8 @@ int32_t sampler::sample_chain(const float* src, const std::vector<int32_t>* allo
     }
     build_candidates(src, allowed);
     if (p_.temperature < 0.0f) return draw();
-    if (p_.mirostat == 1) { temperature(p_.temperature); return mirostat_v1(); }
-    if (p_.mirostat == 2) { temperature(p_.temperature); return mirostat_v2(); }
+    if (p_.mirostat == 1) return mirostat_v1();
+    if (p_.mirostat == 2) return mirostat_v2();
     top_k(p_.top_k);
     typical(p_.typical_p);
     top_p(p_.top_p);

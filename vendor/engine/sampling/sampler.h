@@ -2,16 +2,23 @@
 // Python layer never loops over logits.
 //
 // Order (the one llama-cpp-python 0.3.x builds, so the same settings behave the
-// same): logit bias → repetition penalties → [greedy | mirostat v1/v2 |
-// top-k → typical → top-p → min-p → temperature → random draw].
-// temperature == 0 means greedy; temperature < 0 means "sample from the raw
-// softmax" (no truncation).
+// same): logit bias → repetition penalties → grammar → [greedy | mirostat
+// v1/v2 | top-k → typical → top-p → min-p → temperature → random draw].
+// temperature == 0 means greedy; temperature < 0 means "draw from the raw
+// softmax" (no truncation); mirostat ignores the temperature, as there.
 //
-// Grammar constraints (grammar_state.h): the chain runs as usual and the
-// drawn token is checked against the grammar; only if it is rejected is the
-// whole vocabulary filtered and the chain run again over the allowed tokens
-// (llama.cpp's "check the chosen token first"). Greedy thus still returns the
-// best allowed token, and most steps cost one token check.
+// Seeded draws give llama.cpp's tokens: each stage keeps, reorders and
+// normalises the candidates as llama.cpp's sampler of that name does (float
+// softmax sums in the candidates' current order; min-p keeps the order of
+// an unsorted list; the draw walks the candidates in their current order), and
+// the random numbers come from a 32-bit Mersenne twister seeded with the seed
+// (0xFFFFFFFF: a random one), one uniform double per draw (std::
+// discrete_distribution for mirostat).
+//
+// Grammar constraints (grammar_state.h): greedy takes the best token and
+// checks it, filtering the vocabulary only when the grammar rejects it (the
+// same answer, one token check per step). A random draw needs the allowed set
+// first, as llama.cpp's grammar stage removes the rest before truncation.
 #pragma once
 
 #include <cstdint>
@@ -69,7 +76,7 @@ public:
     // vocabulary must have n_vocab tokens.
     void set_grammar(std::unique_ptr<grammar_state> g);
     grammar_state* grammar_constraint() { return grammar_.get(); }
-    // Samples whose first draw the grammar rejected (each cost a vocabulary filter).
+    // Greedy steps whose best token the grammar rejected (each cost a vocabulary filter).
     int64_t n_grammar_fallbacks() const { return n_grammar_fallbacks_; }
     void reseed(uint64_t seed);
     const sampler_params& params() const { return p_; }
@@ -81,13 +88,15 @@ private:
     int32_t sample_chain(const float* adjusted, const std::vector<int32_t>* allowed);
     void build_candidates(const float* adjusted, const std::vector<int32_t>* allowed);
     void record(int32_t token);
-    void softmax();                 // sorts candidates by logit (desc) and fills p
+    void sort_desc();               // candidates by logit, descending
+    void softmax(bool sort);        // fills p (float sums, as llama.cpp); sorts first when asked
     void top_k(int32_t k);
     void top_p(float p);
     void min_p(float p);
     void typical(float p);
     void temperature(float t);
-    int32_t draw();
+    int32_t draw();                 // llama.cpp's dist stage
+    int32_t discrete_draw();        // std::discrete_distribution over p (llama.cpp's mirostat draw)
     int32_t mirostat_v1();
     int32_t mirostat_v2();
 
@@ -98,10 +107,10 @@ private:
     bool sorted_ = false;           // cand_ sorted by logit, descending
     std::vector<std::pair<int32_t, float>> bias_;
     std::deque<int32_t> history_;
-    std::mt19937_64 rng_;
+    std::mt19937 rng_;
     float mirostat_mu_;
     std::unique_ptr<grammar_state> grammar_;
-    std::vector<int32_t> allowed_;  // (n_allowed) scratch for the grammar's fallback
+    std::vector<int32_t> allowed_;  // (n_allowed) the grammar's allowed tokens
     int64_t n_grammar_fallbacks_ = 0;
 };
 
