@@ -91,3 +91,38 @@ def test_default_seed_is_random_and_other_seeds_repeat():
     assert len(draws) > 1  # LLAMA_DEFAULT_SEED: a fresh random seed per sampler
     again = {int(_engine.Sampler(DOC["n_vocab"], temperature=-1.0, seed=5).sample(row)) for _ in range(10)}
     assert len(again) == 1
+
+
+@pytest.mark.parametrize("params", [
+    dict(temperature=0.8, top_k=40, top_p=0.95, min_p=0.05),
+    dict(temperature=1.2, top_k=3, top_p=1.0, min_p=0.0),  # fewer allowed tokens than k at times
+    dict(temperature=1.0, top_k=0, top_p=1.0, min_p=0.1),   # min-p on the unsorted (id-order) list
+    dict(temperature=-1.0),                                  # the raw softmax, walked in id order
+    dict(temperature=1.0, mirostat=2),
+])
+def test_grammar_removes_tokens_before_truncation(params):
+    """llama.cpp's grammar stage sets the logits of disallowed tokens to -inf before
+    top-k and the rest: a constrained draw is the unconstrained draw on those logits."""
+    from test_grammar import JSON_VALUE_GBNF, make_vocab
+
+    texts, eos = make_vocab()
+    g = _engine.Grammar(JSON_VALUE_GBNF)
+    vocab = _engine.GrammarVocab(texts, [eos])
+    for seed in range(4):
+        s = _engine.Sampler(len(texts), seed=seed, **params)
+        s.set_grammar(g, vocab)
+        plain = _engine.Sampler(len(texts), seed=seed, **params)
+        m = _engine.GrammarMatcher(g, vocab)
+        rng = np.random.default_rng(seed)
+        for _ in range(25):
+            logits = (rng.standard_normal(len(texts)) * 2).astype(np.float32)
+            masked = np.full_like(logits, -np.inf)
+            allowed = m.allowed_tokens()
+            masked[allowed] = logits[allowed]
+            got = s.sample(logits)
+            assert got == plain.sample(masked)
+            if got == eos:
+                break
+            s.accept(got)
+            plain.accept(got)
+            m.accept_token(got)

@@ -355,6 +355,8 @@ int32_t sampler::sample(const float* logits) {
     grammar_->allowed_tokens(allowed_);
     allowed_.erase(std::remove_if(allowed_.begin(), allowed_.end(), [&](int32_t id) { return src[id] == kNegInf; }),
                    allowed_.end());  // banned by logit_bias (llama.cpp keeps them at -inf: never drawn)
+    // id order, llama.cpp's candidate order (the grammar lists them in its own)
+    if (!std::is_sorted(allowed_.begin(), allowed_.end())) std::sort(allowed_.begin(), allowed_.end());
     if (allowed_.empty())
         throw value_error(grammar_->can_end() ? "grammar: the text is complete and no end-of-generation token is known"
                                               : "grammar: no token of the vocabulary can continue the text");
