@@ -100,12 +100,15 @@ def test_default_seed_is_random_and_other_seeds_repeat():
     dict(temperature=-1.0),                                  # the raw softmax, walked in id order
     dict(temperature=1.0, mirostat=2),
 ])
-def test_grammar_removes_tokens_before_truncation(params):
+@pytest.mark.parametrize("n_extra", [0, 3000])
+def test_grammar_removes_tokens_before_truncation(params, n_extra):
     """llama.cpp's grammar stage sets the logits of disallowed tokens to -inf before
-    top-k and the rest: a constrained draw is the unconstrained draw on those logits."""
+    top-k and the rest: a constrained draw is the unconstrained draw on those logits.
+    With 3,000 extra word tokens (allowed inside strings only) top-k probes the best
+    tokens first and filters the whole vocabulary where too few of them are allowed."""
     from test_grammar import JSON_VALUE_GBNF, make_vocab
 
-    texts, eos = make_vocab()
+    texts, eos = make_vocab(extra=[b"w%d" % i for i in range(n_extra)])
     g = _engine.Grammar(JSON_VALUE_GBNF)
     vocab = _engine.GrammarVocab(texts, [eos])
     for seed in range(4):

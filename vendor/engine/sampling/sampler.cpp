@@ -351,12 +351,24 @@ int32_t sampler::sample(const float* logits) {
         const int32_t first = sample_chain(src, nullptr);
         if (grammar_->allows(first)) return first;
         ++n_grammar_fallbacks_;
+    } else if (p_.temperature > 0.0f && p_.mirostat == 0 && p_.top_k > 0 && allowed_top_k(src)) {
+        return run_stages();
     }
     grammar_->allowed_tokens(allowed_);
     allowed_.erase(std::remove_if(allowed_.begin(), allowed_.end(), [&](int32_t id) { return src[id] == kNegInf; }),
                    allowed_.end());  // banned by logit_bias (llama.cpp keeps them at -inf: never drawn)
-    // id order, llama.cpp's candidate order (the grammar lists them in its own)
-    if (!std::is_sorted(allowed_.begin(), allowed_.end())) std::sort(allowed_.begin(), allowed_.end());
+    // The grammar lists tokens in its own order. Where the chain draws from an
+    // unsorted list (no top-k; the raw softmax) the order is llama.cpp's id
+    // order, restored by a pass over the vocabulary (a sort of ~250k ids costs
+    // 10+ ms); everywhere else the candidates get sorted by logit anyway.
+    const bool unsorted_draw = p_.temperature < 0.0f || (p_.mirostat == 0 && p_.top_k <= 0);
+    if (unsorted_draw && !std::is_sorted(allowed_.begin(), allowed_.end())) {
+        mask_.assign((size_t)n_vocab_, 0);
+        for (int32_t id : allowed_) mask_[(size_t)id] = 1;
+        allowed_.clear();
+        for (int32_t id = 0; id < n_vocab_; ++id)
+            if (mask_[(size_t)id]) allowed_.push_back(id);
+    }
     if (allowed_.empty())
         throw value_error(grammar_->can_end() ? "grammar: the text is complete and no end-of-generation token is known"
                                               : "grammar: no token of the vocabulary can continue the text");
@@ -372,6 +384,32 @@ int32_t sampler::sample_chain(const float* src, const std::vector<int32_t>* allo
         return best;
     }
     build_candidates(src, allowed);
+    return run_stages();
+}
+
+// Top-k over the allowed tokens, without listing them all: the first k allowed
+// tokens in descending logit order are exactly that top-k. Probes the best
+// max(4k, 256) tokens; false when they hold fewer than k allowed ones (and
+// are not the whole vocabulary), leaving the caller to filter everything.
+bool sampler::allowed_top_k(const float* src) {
+    const int32_t k = std::max(p_.top_k, p_.min_keep);
+    const int32_t probe = std::min(n_vocab_, std::max(4 * k, 256));
+    select_top_k(src, n_vocab_, probe, cand_);
+    std::sort(cand_.begin(), cand_.end(), by_logit_desc);
+    size_t at = 0;
+    for (size_t i = 0; i < cand_.size() && (int32_t)at < k; ++i)
+        if (cand_[i].logit != kNegInf && grammar_->allows(cand_[i].id)) cand_[at++] = cand_[i];
+    if ((int32_t)at < k && probe < n_vocab_) return false;
+    if (at == 0)
+        throw value_error(grammar_->can_end() ? "grammar: the text is complete and no end-of-generation token is known"
+                                              : "grammar: no token of the vocabulary can continue the text");
+    cand_.resize(at);
+    sorted_ = true;
+    return true;
+}
+
+// The chain from its candidates on.
+int32_t sampler::run_stages() {
     if (p_.temperature < 0.0f) return draw();
     if (p_.mirostat == 1) return mirostat_v1();
     if (p_.mirostat == 2) return mirostat_v2();

@@ -17,8 +17,11 @@
 //
 // Grammar constraints (grammar_state.h): greedy takes the best token and
 // checks it, filtering the vocabulary only when the grammar rejects it (the
-// same answer, one token check per step). A random draw needs the allowed set
-// first, as llama.cpp's grammar stage removes the rest before truncation.
+// same answer, one token check per step). A random draw sees only allowed
+// tokens, as llama.cpp's grammar stage removes the rest before truncation:
+// with top-k, the best tokens are checked in order until k are allowed (the
+// same top-k); otherwise, or when too few of them are, the vocabulary is
+// filtered.
 #pragma once
 
 #include <cstdint>
@@ -87,6 +90,8 @@ private:
     // The chain over all tokens, or over `allowed` only when not null.
     int32_t sample_chain(const float* adjusted, const std::vector<int32_t>* allowed);
     void build_candidates(const float* adjusted, const std::vector<int32_t>* allowed);
+    bool allowed_top_k(const float* adjusted);  // candidates = top-k of the grammar's tokens, if cheap
+    int32_t run_stages();                       // the chain on the candidates built
     void record(int32_t token);
     void sort_desc();               // candidates by logit, descending
     void softmax(bool sort);        // fills p (float sums, as llama.cpp); sorts first when asked
@@ -111,6 +116,7 @@ private:
     float mirostat_mu_;
     std::unique_ptr<grammar_state> grammar_;
     std::vector<int32_t> allowed_;  // (n_allowed) the grammar's allowed tokens
+    std::vector<uint8_t> mask_;     // (n_vocab) scratch: allowed flags, to list them in id order
     int64_t n_grammar_fallbacks_ = 0;
 };
 
