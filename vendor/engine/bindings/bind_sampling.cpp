@@ -72,7 +72,7 @@ void bind_sampling(py::module_& m) {
                  return s.grammar_constraint() != nullptr && s.grammar_constraint()->can_end();
              }, "True when a grammar is set and the text so far is a whole sentence of it.")
         .def_property_readonly("grammar_fallbacks", &sampler::n_grammar_fallbacks,
-             "Samples whose first draw the grammar rejected, so the vocabulary was filtered.");
+             "Greedy steps whose best token the grammar rejected, so the vocabulary was filtered.");
 
     m.def("logprobs", [](const farray& logits, int32_t chosen, int32_t n_top) {
         if (logits.ndim() != 1) throw value_error("logits must be 1-D");
