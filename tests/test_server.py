@@ -469,6 +469,11 @@ def test_engine_flags_and_chat_template(tiny):
     jinja = "{% for m in messages %}[{{ m.content }}]{% endfor %}"
     kw = llama_kwargs(parse_settings(["-m", "x", "--chat-template", jinja], environ={}))
     assert kw["kv_overrides"] == {"tokenizer.chat_template": jinja} and "chat_format" not in kw
+    # --seed fixes the base seed; without it each start draws one (never LLAMA_DEFAULT_SEED,
+    # whose derived per-request seeds would repeat across starts)
+    assert llama_kwargs(parse_settings(["-m", "x", "--seed", "5"], environ={}))["seed"] == 5
+    seeds = {llama_kwargs(parse_settings(["-m", "x"], environ={}))["seed"] for _ in range(8)}
+    assert len(seeds) > 1 and all(0 <= v < 0xFFFFFFFF for v in seeds)
 
 
 # ------------------------------------------------------------------ Ollama translation

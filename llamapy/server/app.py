@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import random
 import time
 from typing import Any, AsyncIterator, Callable, Dict, Optional
 
@@ -31,8 +32,10 @@ def llama_kwargs(s: Settings) -> Dict[str, Any]:
                               n_seq_max=max(1, s.parallel), verbose=False)
     if s.pooling is not None:
         kw["pooling_type"] = ["none", "mean", "cls", "last", "rank"].index(s.pooling)
-    if s.seed is not None:
-        kw["seed"] = s.seed
+    # Without --seed, each server start draws its own base seed (llama-server samples
+    # with random seeds); Llama()'s default would make every start repeat the
+    # same "random" answers, as llama-cpp-python's create_completion does.
+    kw["seed"] = s.seed if s.seed is not None else random.SystemRandom().randint(0, 2**32 - 2)
     if s.mmproj:
         kw["mmproj"] = s.mmproj
     if s.chat_template:
