@@ -19,6 +19,15 @@ logger = logging.getLogger("llamapy")
 
 DEFAULT_SEED = 0xFFFFFFFF  # llama.cpp's LLAMA_DEFAULT_SEED: "pick a random seed"
 
+
+def random_seed() -> int:
+    """A fresh base seed for a command-line tool or server started without --seed
+    (as llama-cli and llama-server sample): Llama()'s own default follows
+    llama-cpp-python, whose per-call seeds, derived from DEFAULT_SEED, repeat."""
+    import random
+
+    return random.SystemRandom().randint(0, DEFAULT_SEED - 1)
+
 # KV cache element types by ggml type id (llama_cpp.GGML_TYPE_*). Unlike
 # llama.cpp, quantized values do not require flash_attn=True.
 KV_TYPES = {0: "F32", 1: "F16", 30: "BF16", 8: "Q8_0", 2: "Q4_0", 3: "Q4_1", 6: "Q5_0", 7: "Q5_1", 20: "IQ4_NL"}

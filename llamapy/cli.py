@@ -11,6 +11,8 @@ import os
 import sys
 from typing import Optional, Sequence
 
+from ._params import random_seed
+
 
 def _cmd_inspect(args: argparse.Namespace) -> int:
     from .inspect_cmd import run_inspect, run_plan
@@ -50,7 +52,7 @@ def _read_prompt(arg: str) -> str:
 
 def _cmd_run(args: argparse.Namespace) -> int:
     prompt = _read_prompt(args.prompt)
-    llm = _load(args, seed=args.seed if args.seed is not None else 0xFFFFFFFF)
+    llm = _load(args, seed=args.seed if args.seed is not None else random_seed())
     try:
         stream = llm.create_completion(prompt, max_tokens=args.n_predict, temperature=args.temp,
                                        top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,

@@ -14,6 +14,8 @@ import os
 import sys
 from typing import Any, Dict, List, Optional, TextIO
 
+from .._params import random_seed
+
 HELP = "Type a message. /reset starts over, /exit quits; Ctrl-C stops an answer."
 IMAGE_HELP = "/image PATH attaches an image to your next message."
 
@@ -103,7 +105,7 @@ def run_chat(args: argparse.Namespace) -> int:
         from ..default_model import default_model_path
 
         model_path = default_model_path()
-    seed = args.seed if args.seed is not None else 0xFFFFFFFF
+    seed = args.seed if args.seed is not None else random_seed()
     llm = Llama(model_path=model_path, n_ctx=args.ctx_size, n_threads=args.threads or None, n_batch=args.batch_size,
                 chat_format=args.chat_format, seed=seed, verbose=False, mmproj=getattr(args, "mmproj", None))
     try:

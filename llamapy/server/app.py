@@ -5,13 +5,13 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import random
 import time
 from typing import Any, AsyncIterator, Callable, Dict, Optional
 
 from fastapi import FastAPI
 from starlette.middleware.cors import CORSMiddleware
 
+from .._params import random_seed
 from . import errors, security
 from .config import Settings
 from .runner import Cancelled, Job, QueueFull
@@ -35,7 +35,7 @@ def llama_kwargs(s: Settings) -> Dict[str, Any]:
     # Without --seed, each server start draws its own base seed (llama-server samples
     # with random seeds); Llama()'s default would make every start repeat the
     # same "random" answers, as llama-cpp-python's create_completion does.
-    kw["seed"] = s.seed if s.seed is not None else random.SystemRandom().randint(0, 2**32 - 2)
+    kw["seed"] = s.seed if s.seed is not None else random_seed()
     if s.mmproj:
         kw["mmproj"] = s.mmproj
     if s.chat_template:
