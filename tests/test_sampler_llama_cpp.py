@@ -129,3 +129,18 @@ def test_grammar_removes_tokens_before_truncation(params, n_extra):
             s.accept(got)
             plain.accept(got)
             m.accept_token(got)
+
+
+def test_default_seed_rule_of_llama_cpp_python(gemma_path):
+    """``seed or LLAMA_DEFAULT_SEED``; create_completion without a seed derives one
+    from the current seed (random.Random(seed).randint), so two fresh Llamas agree."""
+    import random
+
+    texts = []
+    for seed in (llamapy.LLAMA_DEFAULT_SEED, 0):
+        llm = llamapy.Llama(gemma_path, n_ctx=64, n_threads=2, seed=seed, verbose=False)
+        assert llm._seed == llamapy.LLAMA_DEFAULT_SEED
+        out = llm.create_completion("Once upon a time", max_tokens=6, temperature=1.0)
+        texts.append(out["choices"][0]["text"])
+        assert llm._seed == random.Random(llamapy.LLAMA_DEFAULT_SEED).randint(0, 2**32)
+    assert texts[0] == texts[1]
