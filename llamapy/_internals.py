@@ -83,31 +83,68 @@ def _context_options(params: Any) -> Dict[str, Any]:
 
 class LlamaModel:
     """A loaded GGUF model and its vocabulary (llama-cpp-python's
-    ``_internals.LlamaModel``). ``Llama`` is the API to prefer."""
+    ``_internals.LlamaModel``; ``Llama._model`` is one). ``.model`` is the
+    engine's Model; its other attributes (``arch``, ``n_layer``,
+    ``weights_in_memory``, ...) read through. ``Llama`` is the API to prefer."""
 
     def __init__(self, *, path_model: str, params: Any, verbose: bool = True) -> None:
+        self._setup(path_model, params, verbose)
+        if not os.path.exists(path_model):
+            raise ValueError(f"Model path does not exist: {path_model}")
+        mp, _ = parse_params(path_model, _model_options(params), verbose=verbose)
+        self._model_params = mp
+        self.model = _engine.Model(mp.model_path, engine_params(mp, ContextParams())[0])
+        self._vocab = _engine.Vocab.from_file(mp.model_path, kv_overrides=mp.kv_overrides or None)
+
+    def _setup(self, path_model: str, params: Any, verbose: bool) -> None:
         self.path_model = path_model
         self.params = params
         self.verbose = verbose
         self.sampler = None  # llama-cpp-python's cleanup code reads these
         self.custom_samplers: List[Any] = []
         self.model: Any = None
-        self.vocab: Any = None
+        self._vocab: Any = None
+        self._model_params: Any = None
         self._contexts: "weakref.WeakSet[LlamaContext]" = weakref.WeakSet()
-        if not os.path.exists(path_model):
-            raise ValueError(f"Model path does not exist: {path_model}")
-        mp, _ = parse_params(path_model, _model_options(params), verbose=verbose)
-        self._model_params = mp
-        self.model = _engine.Model(mp.model_path, engine_params(mp, ContextParams())[0])
-        self.vocab = _engine.Vocab.from_file(mp.model_path, kv_overrides=mp.kv_overrides or None)
-        self._tokenizer = LlamaTokenizer(self.vocab)
+
+    @classmethod
+    def _of(cls, model: Any, model_params: Any, vocab: Any = None, verbose: bool = False) -> "LlamaModel":
+        """The wrapper of a model Llama has loaded (vocab None: read when first needed)."""
+        self = cls.__new__(cls)
+        self._setup(model_params.model_path, _c.llama_model_default_params(), verbose)
+        self._model_params = model_params
+        self.model = model
+        self._vocab = vocab
+        return self
+
+    @property
+    def vocab(self) -> Any:
+        """The engine's Vocab of the model (llama-cpp-python: the llama_vocab pointer)."""
+        if self._vocab is None and self.model is not None:
+            self._vocab = _engine.Vocab.from_file(self.path_model, kv_overrides=self._model_params.kv_overrides or None)
+        return self._vocab
+
+    @property
+    def _tokenizer(self) -> LlamaTokenizer:
+        tok = self.__dict__.get("_tokenizer_")
+        if tok is None:
+            tok = self.__dict__["_tokenizer_"] = LlamaTokenizer(self.vocab)
+        return tok
+
+    def __getattr__(self, name: str) -> Any:
+        # the engine Model's own attributes (arch, n_layer, weights_in_memory, ...)
+        model = self.__dict__.get("model")
+        if model is None or name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(model, name)
 
     def close(self) -> None:
         """Frees the model; its contexts are closed first (as llama.cpp's must be)."""
-        for ctx in list(self._contexts):
+        for ctx in list(self.__dict__.get("_contexts", ())):
             ctx.close()
         self.model = None
-        self.vocab = None
+        self._vocab = None
+        self.__dict__.pop("_tokenizer_", None)
 
     def __del__(self) -> None:
         self.close()

@@ -131,7 +131,7 @@ def load_report(llama: Any) -> str:
     n_params = sum(t.n_elements for t in tensors)
     n_bytes = sum(t.nbytes for t in tensors)
     bpw = n_bytes * 8 / n_params if n_params else 0.0
-    model = llama._model
+    model = llama.model
     lines += [
         f"file size   = {format_bytes(n_bytes)} ({bpw:.2f} BPW), {format_count(n_params)} parameters",
         "weights     = " + ("read into memory" if model.weights_in_memory else "mapped from the file (use_mmap)"),

@@ -27,6 +27,7 @@ from ._verbose import PerfCounters, emit, load_report
 from ._sampling import SamplingParams
 from . import _sequence
 from ._params import DEFAULT_SEED, ContextParams, ModelParams, engine_params, parse_params
+from ._internals import LlamaModel
 from ._tokenizer import LlamaTokenizer
 from .gguf_file import GGUFFile
 from .multimodal.chunks import ChunkedPrompt
@@ -166,12 +167,15 @@ class Llama(_sequence.SequenceAttributes):
         self._gguf = GGUFFile(self.model_path)
         overrides = mp.kv_overrides or None
         engine_model_params, engine_ctx_params = engine_params(mp, cp)
-        self._model = _engine.Model(self.model_path, engine_model_params)
+        model = _engine.Model(self.model_path, engine_model_params)
         self.tokenizer_ = (tokenizer if tokenizer is not None
                            else LlamaTokenizer(_engine.Vocab.from_file(self.model_path, kv_overrides=overrides)))
+        # llama-cpp-python's Llama._model (an _internals.LlamaModel: token_get_text, token_eos, ...);
+        # its .model is the engine's Model, which everything below uses.
+        self._model = LlamaModel._of(model, mp, getattr(self.tokenizer_, "_vocab", None), verbose)
         if overrides:
             # A key neither the model loader nor the tokenizer reads changes nothing: say so.
-            unread = set(self._model.unread_overrides)
+            unread = set(model.unread_overrides)
             if tokenizer is None:
                 unread &= set(self.tokenizer_._vocab.unread_overrides)
             # Chat templates are read on the Python side (self.metadata, by llamapy.chat).
@@ -179,7 +183,7 @@ class Llama(_sequence.SequenceAttributes):
             if unread:
                 emit(verbose, logging.WARNING, "kv_overrides keys not used by this model: %s",
                      ", ".join(sorted(unread)))
-        self._n_vocab = int(self.tokenizer_.n_vocab if tokenizer is None else self._model.n_vocab)
+        self._n_vocab = int(self.tokenizer_.n_vocab if tokenizer is None else model.n_vocab)
 
         self.chat_format = chat_format
         self.chat_handler = chat_handler
@@ -199,13 +203,13 @@ class Llama(_sequence.SequenceAttributes):
             self.metadata[key] = _metadata_string(value)
 
         # The engine resolves what the options leave to the model (n_ctx 0, batch caps).
-        resolved = engine_ctx_params.resolved(self._model)
+        resolved = engine_ctx_params.resolved(model)
         n_seq_max, pooling = embedding_context_options(resolved.n_batch, cp.embedding, cp.pooling_type)
         engine_ctx_params.n_seq_max = max(n_seq_max, n_seq_max_arg)
         engine_ctx_params.pooling_type = pooling
         self._ctx = None
         if not mp.vocab_only:
-            self._ctx = _engine.Context(self._model, engine_ctx_params)
+            self._ctx = _engine.Context(model, engine_ctx_params)
             resolved = self._ctx.params
             if mp.n_gpu_layers != 0:
                 self._report_gpu_placement(verbose)
@@ -220,12 +224,12 @@ class Llama(_sequence.SequenceAttributes):
         if mp.lora_path is not None and self._ctx is not None:
             if not os.path.exists(mp.lora_path):
                 raise ValueError(f"LoRA adapter path does not exist: {mp.lora_path}")
-            self._lora = _engine.LoraAdapter(self._model, mp.lora_path)
+            self._lora = _engine.LoraAdapter(model, mp.lora_path)
             self._ctx.set_adapters([(self._lora, mp.lora_scale)])
         # Sequence 0 of the context: the evaluated tokens, positions, logits row, seed (_sequence.py).
         self._seq = _sequence.Sequence(self._ctx, 0, self._n_ctx, self.n_batch, self._n_vocab, seed_value)
-        self._seq.is_encoder = not cp.embedding and bool(self._model.is_encoder)
-        self._seq.arch = str(self._model.arch)
+        self._seq.is_encoder = not cp.embedding and bool(model.is_encoder)
+        self._seq.arch = str(model.arch)
         self._seq.observer = self._record_scores
         if mp.vocab_only:
             from ._internals import _VocabOnlyContext
@@ -299,7 +303,8 @@ class Llama(_sequence.SequenceAttributes):
 
     @property
     def model(self) -> Any:
-        return self._model
+        """The engine's Model (llama-cpp-python: the native model, ``_model.model``)."""
+        return self._model.model if self._model is not None else None
 
     @property
     def sequence(self) -> _sequence.Sequence:
@@ -418,7 +423,7 @@ class Llama(_sequence.SequenceAttributes):
         return self._n_ctx
 
     def n_embd(self) -> int:
-        return int(self._model.n_embd)
+        return int(self._model.model.n_embd)
 
     def n_vocab(self) -> int:
         return self._n_vocab
@@ -442,7 +447,7 @@ class Llama(_sequence.SequenceAttributes):
             return int(self._ctx.pooling_type)
         if self.context_params.pooling_type != -1:
             return int(self.context_params.pooling_type)
-        return max(int(self._model.pooling_type), 0)
+        return max(int(self._model.model.pooling_type), 0)
 
     def tokenize(self, text: bytes, add_bos: bool = True, special: bool = False) -> List[int]:
         """Tokenize UTF-8 bytes (a str is accepted too). ``add_bos`` adds the

@@ -53,7 +53,7 @@ def test_top_level_and_module_names():
 
 def test_model_facts_and_vocabulary(gemma, ref):
     assert gemma.n_vocab() == ref.n_vocab() and gemma.n_embd() == ref.n_embd()
-    assert gemma.n_ctx_train() == int(ref._model.n_ctx_train) and gemma.n_params() > 0 and gemma.size() > 0
+    assert gemma.n_ctx_train() == ref._model.n_ctx_train() and gemma.n_params() > 0 and gemma.size() > 0
     assert "gemma3" in gemma.desc() and gemma.vocab_type() == llamapy.LLAMA_VOCAB_TYPE_SPM
     assert gemma.rope_freq_scale_train() == 1.0
     assert gemma.token_bos() == ref.token_bos() and gemma.token_eos() == ref.token_eos()
@@ -246,6 +246,20 @@ def test_vocab_only_has_a_context_that_cannot_evaluate(gemma_path):
     batch.set_batch([2, 3], n_past=0, logits_all=False)
     with pytest.raises(AttributeError, match="vocab_only"):
         ctx.decode(batch)
+
+
+def test_llama_model_is_an_internals_model(ref):
+    """Llama._model is llama-cpp-python's LlamaModel: code reads the special tokens'
+    texts through it (for Jinja2ChatFormatter's bos_token / eos_token)."""
+    m = ref._model
+    assert isinstance(m, internals.LlamaModel) and ref.model is m.model
+    assert m.token_eos() == ref.token_eos() and m.token_bos() == ref.token_bos()
+    assert m.token_get_text(ref.token_bos()) == "<bos>" and m.token_get_text(ref.token_eos()) == "<eos>"
+    assert m.n_vocab() == ref.n_vocab() and m.n_embd() == ref.n_embd()
+    assert m.arch == "gemma3" and m.n_layer == 18  # the engine Model's attributes read through
+    assert m.metadata()["general.architecture"] == "gemma3"
+    with pytest.raises(AttributeError):
+        m.no_such_attribute
 
 
 def test_llama_flags_of_llama_cpp_python(ref):

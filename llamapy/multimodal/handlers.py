@@ -400,9 +400,9 @@ class MTMDChatHandler(FormatHandler):
         if id(llama) in self._checked:
             return
         check_compatible(self.info, int(llama.n_embd()))
-        if self.projector_type in _MROPE_TYPES and llama._model.n_pos_per_embd != 4:
+        if self.projector_type in _MROPE_TYPES and llama.model.n_pos_per_embd != 4:
             raise ValueError(f"projector type {self.projector_type!r} needs a language model with M-RoPE "
-                             f"positions (the qwen2vl architecture); this model is {llama._model.arch!r}")
+                             f"positions (the qwen2vl architecture); this model is {llama.model.arch!r}")
         self._checked.add(id(llama))
 
     def render(self, llama: Any, req: ChatRequest, tools: Optional[List[Dict[str, Any]]]) -> str:
