@@ -300,7 +300,8 @@ int32_t sampler::discrete_draw() {
     std::vector<float> probs(cand_.size());
     for (size_t i = 0; i < cand_.size(); ++i) probs[i] = cand_[i].p;
     std::discrete_distribution<int> d(probs.begin(), probs.end());
-    return cand_[(size_t)d(rng_)].id;
+    const size_t i = (size_t)d(rng_);
+    return cand_[i < cand_.size() ? i : 0].id;  // (NaN weights: keep the index in range)
 }
 
 // Mirostat v1 (Basu et al. 2020), in llama.cpp's float arithmetic: estimate
