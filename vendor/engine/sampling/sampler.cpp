@@ -205,6 +205,25 @@ void sampler::top_k(int32_t k) {
 void sampler::top_p(float p) {
     if (p >= 1.0f) return;
     softmax(false);  // probabilities from the current order's sum, then sorted
+    if (!sorted_ && cand_.size() > 1024) {
+        // Without top-k the list is the whole vocabulary (262k tokens: a full
+        // sort is ~20 ms). Sort only the best m, growing m until their
+        // probabilities reach p; the sorted prefix is the one a full sort gives
+        // (by_logit_desc is a total order), as in llama.cpp's adaptive sort.
+        for (size_t m = 256; m < cand_.size(); m *= 4) {
+            std::nth_element(cand_.begin(), cand_.begin() + (std::ptrdiff_t)m, cand_.end(), by_logit_desc);
+            std::sort(cand_.begin(), cand_.begin() + (std::ptrdiff_t)m, by_logit_desc);
+            float cum = 0.0f;
+            for (size_t i = 0; i < m; ++i) {
+                cum += cand_[i].p;
+                if (cum >= p && i + 1 >= (size_t)p_.min_keep) {
+                    cand_.resize(i + 1);
+                    sorted_ = true;
+                    return;
+                }
+            }
+        }
+    }
     sort_desc();
     float cum = 0.0f;
     size_t keep = cand_.size();
