@@ -25,6 +25,8 @@ from pathlib import Path
 
 import minilm_ref as M
 
+import llamapy
+
 DESELECT = ["recurrent", "hybrid", "test_real_model", "test_real_llama and not embeddings and not repeated"]
 
 LOCAL_HUB = '''
@@ -59,9 +61,10 @@ def test_llama_cpp_python_tests_pass(llama_cpp_sdist, gemma_path, tmp_path):
         "ggml-org/models/tinyllamas/stories15M-q4_0.gguf": gemma_path,
         "CompendiumLabs/bge-small-en-v1.5-gguf/bge-small-en-v1.5-q4_k_m.gguf": M.gguf_path("f16"),
     }
+    # the llamapy under test (installed or PYTHONPATH's), not necessarily this checkout's
+    root = str(Path(llamapy.__file__).resolve().parents[1])
     env = dict(os.environ, LLAMAPY_LOCAL_HUB=json.dumps(hub), HF_HUB_OFFLINE="1",
-               PYTHONPATH=os.pathsep.join([str(Path(__file__).resolve().parents[1])]
-                                          + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
+               PYTHONPATH=os.pathsep.join([root] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist", str(tests),
            "-k", " and ".join(f"not ({d})" for d in DESELECT), "-rA"]
     # From the sdist root: its tokenizer test reads ./vendor/llama.cpp/models/ggml-vocab-llama-spm.gguf.
