@@ -144,3 +144,23 @@ def test_default_seed_rule_of_llama_cpp_python(gemma_path):
         texts.append(out["choices"][0]["text"])
         assert llm._seed == random.Random(llamapy.LLAMA_DEFAULT_SEED).randint(0, 2**32)
     assert texts[0] == texts[1]
+
+
+@pytest.mark.parametrize("params", [
+    dict(), dict(top_k=0, top_p=0.9), dict(top_k=0, top_p=1.0, min_p=0.1), dict(temperature=-1.0),
+    dict(typical_p=0.7, top_k=0), dict(mirostat=1), dict(mirostat=2),
+])
+def test_nan_and_inf_logits_still_give_a_token(params):
+    """A logits processor may return NaN or inf: the stages' sorts stay defined (NaN
+    ranks as -inf) and a token id inside the vocabulary comes back."""
+    rng = np.random.default_rng(7)
+    n = 3000
+    for trial in range(12):
+        logits = (rng.standard_normal(n) * 3).astype(np.float32)
+        logits[rng.integers(0, n, size=int(rng.integers(1, n)))] = np.nan
+        if trial % 3 == 0:
+            logits[:] = np.nan
+        if trial % 4 == 0:
+            logits[rng.integers(0, n, 20)] = np.inf
+        t = _engine.Sampler(n, seed=trial, **params).sample(logits)
+        assert 0 <= t < n

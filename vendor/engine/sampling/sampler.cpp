@@ -38,16 +38,22 @@ float max_of16(const float* x, int64_t n) {
     return r;
 }
 
+// The candidates' order, strongest first: larger logit, then lower id, NaN
+// ranked as -inf. A total order, so the standard sorts and heaps stay
+// defined whatever the logits (a NaN from a logits processor included).
+bool by_logit_desc(const token_prob& a, const token_prob& b) {
+    const float x = std::isnan(a.logit) ? kNegInf : a.logit, y = std::isnan(b.logit) ? kNegInf : b.logit;
+    return x > y || (x == y && a.id < b.id);
+}
+
 // The k largest entries of `values` (ties: lower id first), unsorted; over
 // ids 0..n-1, or over `ids` only when given.
 void select_top_k(const float* values, int32_t n, int32_t k, std::vector<token_prob>& out,
                   const std::vector<int32_t>* ids = nullptr) {
     out.clear();
     if (k <= 0) return;
-    // min-heap on (value, -id): the root is the weakest kept candidate.
-    auto weaker = [](const token_prob& a, const token_prob& b) {
-        return a.logit > b.logit || (a.logit == b.logit && a.id < b.id);
-    };
+    // min-heap on by_logit_desc: the root is the weakest kept candidate.
+    const auto weaker = by_logit_desc;
     out.reserve(k);
     const int32_t count = ids ? (int32_t)ids->size() : n;
     for (int32_t j = 0; j < count; ++j) {
@@ -70,10 +76,6 @@ void select_top_k(const float* values, int32_t n, int32_t k, std::vector<token_p
             std::push_heap(out.begin(), out.end(), weaker);
         }
     }
-}
-
-bool by_logit_desc(const token_prob& a, const token_prob& b) {
-    return a.logit > b.logit || (a.logit == b.logit && a.id < b.id);
 }
 
 // llama.cpp's seed rule: LLAMA_DEFAULT_SEED asks for a random seed; any other
@@ -270,6 +272,8 @@ void sampler::typical(float p) {
     for (size_t i = 0; i < cand_.size(); ++i) shifted[i] = std::fabs(-std::log(cand_[i].p) - entropy);
     std::vector<size_t> order(cand_.size());
     for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    for (float& x : shifted)
+        if (std::isnan(x)) x = std::numeric_limits<float>::infinity();  // (keeps the sort's order total)
     std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return shifted[a] < shifted[b]; });
     float cum = 0.0f;
     size_t keep = order.size();
