@@ -7,7 +7,8 @@ sampler chain.
 
 Here they sit on llamapy's engine instead of llama.cpp's C API. What differs:
 - ``LlamaModel.model`` / ``.vocab`` and ``LlamaContext.ctx`` are the engine's
-  ``Model`` / ``Vocab`` / ``Context`` objects, not ctypes pointers;
+  ``Model`` / ``Vocab`` / ``Context`` objects, not ctypes pointers (``Llama._model``
+  is a ``LlamaModel`` over the Llama's own Model, as there);
   ``LlamaBatch.batch`` holds numpy arrays (``token``, ``pos``, ``seq_id``,
   ``logits``), not a ``llama_batch`` structure.
 - ``get_logits*`` / ``get_embeddings*`` return ctypes float pointers as
@@ -16,7 +17,8 @@ Here they sit on llamapy's engine instead of llama.cpp's C API. What differs:
 - ``LlamaSampler`` runs its stages on the engine's sampler chain, whose order
   is llama-cpp-python's ``Llama.sample`` order: logit bias, penalties,
   grammar, top-k, typical, top-p, min-p, temperature, then one of dist /
-  greedy / mirostat / mirostat 2. Stages added in another order, and the
+  greedy / mirostat / mirostat 2 (for a seed, the tokens llama.cpp's chain
+  draws from the same logits). Stages added in another order, and the
   stages that chain does not have (XTC, top-n-sigma, DRY, dynamic
   temperature, infill, lazy grammars, custom Python samplers), raise
   ``NotImplementedError`` when added.
