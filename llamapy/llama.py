@@ -27,7 +27,7 @@ from ._verbose import PerfCounters, emit, load_report
 from ._sampling import SamplingParams
 from . import _sequence
 from ._params import DEFAULT_SEED, ContextParams, ModelParams, engine_params, parse_params
-from ._internals import LlamaModel
+from ._internals import LlamaModel, _VocabOnlyContext
 from ._tokenizer import LlamaTokenizer
 from .gguf_file import GGUFFile
 from .multimodal.chunks import ChunkedPrompt
@@ -232,8 +232,6 @@ class Llama(_sequence.SequenceAttributes):
         self._seq.arch = str(model.arch)
         self._seq.observer = self._record_scores
         if mp.vocab_only:
-            from ._internals import _VocabOnlyContext
-
             self.__dict__["_vocab_only_ctx"] = _VocabOnlyContext(self._n_ctx, self.n_batch, self.n_ubatch)
         self._scores_all: Optional[npt.NDArray[np.single]] = None  # (n_ctx, n_vocab), logits_all only
         self._scores_lazy: Optional[LazyRows] = None  # ``scores`` without logits_all
