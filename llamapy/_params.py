@@ -20,6 +20,13 @@ logger = logging.getLogger("llamapy")
 DEFAULT_SEED = 0xFFFFFFFF  # llama.cpp's LLAMA_DEFAULT_SEED: "pick a random seed"
 
 
+# Keywords llama-cpp-python 0.3.x takes through **kwargs and ignores, that callers
+# still pass: options of its older releases (n_parts, f16_kv, low_vram, n_gqa,
+# rms_norm_eps, mul_mat_q) and LangChain's LlamaCppEmbeddings' "device". Any
+# other unknown keyword stays an error here (a typo should not pass silently).
+LEGACY_KWARGS = frozenset({"n_parts", "f16_kv", "low_vram", "n_gqa", "rms_norm_eps", "mul_mat_q", "device"})
+
+
 def random_seed() -> int:
     """A fresh base seed for a command-line tool or server started without --seed
     (as llama-cli and llama-server sample): Llama()'s own default follows
@@ -362,6 +369,12 @@ def parse_params(model_path: str, kw: Dict[str, Any], verbose: bool = False) -> 
 
     type_k = kv_type("type_k", kw.pop("type_k", None))
     type_v = kv_type("type_v", kw.pop("type_v", None))
+    legacy = sorted(k for k in LEGACY_KWARGS if k in kw)
+    for k in legacy:
+        kw.pop(k)
+    if legacy:
+        emit(verbose, logging.INFO, "%s: options of older llama-cpp-python releases (which integrations such as "
+             "LangChain's still pass); 0.3.x and llamapy accept them with no effect", ", ".join(legacy))
     if kw:
         raise TypeError("Llama() got unexpected keyword argument(s): " + ", ".join(sorted(kw)))
 

@@ -406,3 +406,18 @@ def test_duplicate_bos_warns_as_llama_cpp_python(llm):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         llm(PROMPT, max_tokens=1, temperature=0.0)
+
+
+def test_legacy_keywords_of_older_llama_cpp_python_are_accepted(gemma_path, caplog):
+    """LangChain's LlamaCpp passes n_parts and f16_kv (options of llama-cpp-python 0.1/0.2
+    that 0.3.x ignores through **kwargs): accepted with a note, no effect; a typo stays an error."""
+    import logging
+
+    from llamapy import Llama
+
+    with caplog.at_level(logging.INFO, logger="llamapy"):
+        llm = Llama(gemma_path, n_ctx=64, n_parts=-1, f16_kv=True, device=None, seed=-1, verbose=False)
+    assert any("n_parts" in r.getMessage() and "no effect" in r.getMessage() for r in caplog.records)
+    assert llm.n_ctx() == 64
+    with pytest.raises(TypeError, match="n_ctxx"):
+        Llama(gemma_path, n_ctxx=64, verbose=False)
