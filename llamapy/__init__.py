@@ -66,6 +66,7 @@ from .system import system_info
 from .llama_types import *  # noqa: E402,F401,F403
 from .llama_cpp import *  # noqa: E402,F401,F403
 from . import _internals as internals  # noqa: E402 - llama_cpp's llama.py imports it under this name
+from ._alias import install_as_llama_cpp  # noqa: E402
 from . import llama_cache, llama_cpp, llama_grammar, llama_speculative, llama_tokenizer, llama_types  # noqa
 
 
@@ -81,6 +82,7 @@ def __getattr__(name: str):
 __version__ = "0.1.0"
 
 __all__ = [
+    "install_as_llama_cpp",
     "Llama",
     "LlamaTokenizer",
     "BaseLlamaTokenizer",
