@@ -39,6 +39,7 @@ import numpy as np
 from . import _engine
 from . import llama_cpp as _c
 from ._params import ContextParams, engine_params, parse_params
+from ._sampling import SamplingParams, grammar_vocab, native_sampler
 from ._tokenizer import LlamaTokenizer
 
 __all__ = ["LlamaModel", "LlamaContext", "LlamaBatch", "LlamaSampler", "normalize_embedding"]
@@ -140,6 +141,13 @@ class LlamaModel:
             raise AttributeError(name)
         return getattr(model, name)
 
+    def _grammar_vocab(self) -> Any:
+        """Token texts for grammar matching, built once per model."""
+        gv = self.__dict__.get("_gvocab")
+        if gv is None:
+            gv = self.__dict__["_gvocab"] = grammar_vocab(self._tokenizer, self.n_vocab())
+        return gv
+
     def close(self) -> None:
         """Frees the model; its contexts are closed first (as llama.cpp's must be)."""
         for ctx in list(self.__dict__.get("_contexts", ())):
@@ -147,6 +155,7 @@ class LlamaModel:
         self.model = None
         self._vocab = None
         self.__dict__.pop("_tokenizer_", None)
+        self.__dict__.pop("_gvocab", None)
 
     def __del__(self) -> None:
         self.close()
@@ -647,24 +656,19 @@ class LlamaSampler:
             raise NotImplementedError("different min_keep values per stage: llamapy's chain has one min_keep")
         pen = stages.get("penalties", {})
         fin = stages[final]
-        temp = stages.get("temp", {}).get("t", 1.0)
-        if final == "greedy":
-            temp = 0.0
-        elif temp <= 0.0:
-            temp = 0.0  # llama.cpp's temp <= 0 keeps only the most likely token
-        s = _engine.Sampler(
-            n_vocab, temperature=temp, top_k=stages.get("top_k", {}).get("k", 0),
-            top_p=stages.get("top_p", {}).get("p", 1.0), min_p=stages.get("min_p", {}).get("p", 0.0),
-            typical_p=stages.get("typical", {}).get("p", 1.0), repeat_penalty=pen.get("repeat", 1.0),
-            frequency_penalty=pen.get("freq", 0.0), presence_penalty=pen.get("present", 0.0),
-            penalty_last_n=pen.get("last_n", 64), mirostat={"mirostat": 1, "mirostat_v2": 2}.get(final, 0),
+        temp = 0.0 if final == "greedy" else max(stages.get("temp", {}).get("t", 1.0), 0.0)  # temp <= 0: greedy
+        p = SamplingParams(
+            temperature=temp, top_k=stages.get("top_k", {}).get("k", 0), top_p=stages.get("top_p", {}).get("p", 1.0),
+            min_p=stages.get("min_p", {}).get("p", 0.0), typical_p=stages.get("typical", {}).get("p", 1.0),
+            repeat_penalty=pen.get("repeat", 1.0), frequency_penalty=pen.get("freq", 0.0),
+            presence_penalty=pen.get("present", 0.0), mirostat_mode={"mirostat": 1, "mirostat_v2": 2}.get(final, 0),
             mirostat_tau=fin.get("tau", 5.0), mirostat_eta=fin.get("eta", 0.1),
-            min_keep=keeps.pop() if keeps else 1, seed=fin.get("seed", _c.LLAMA_DEFAULT_SEED) & 0xFFFFFFFF)
-        if "logit_bias" in stages and stages["logit_bias"]["bias"]:
-            s.set_logit_bias(stages["logit_bias"]["bias"])
-        if "grammar" in stages:
-            g = stages["grammar"]
-            s.set_grammar(g["grammar"].native, _grammar_vocab(g["model"]))
+            logit_bias=dict(stages.get("logit_bias", {}).get("bias", [])) or None,
+            grammar=stages.get("grammar", {}).get("grammar"))
+        model = stages.get("grammar", {}).get("model")
+        s = native_sampler(p, n_vocab, penalty_last_n=pen.get("last_n", 64),
+                           seed=fin.get("seed", _c.LLAMA_DEFAULT_SEED), min_keep=keeps.pop() if keeps else 1,
+                           grammar_vocab=lambda: model._grammar_vocab())
         for token in self._history:  # a rebuilt or cloned chain: penalty history and grammar position
             s.accept(token)
         return s
@@ -696,13 +700,3 @@ class LlamaSampler:
         c._stages = list(self._stages)
         c._history = list(self._history)
         return c
-
-
-def _grammar_vocab(model: LlamaModel) -> Any:
-    """Token texts for grammar matching, built once per model."""
-    gv = getattr(model, "_gvocab", None)
-    if gv is None:
-        tok = model._tokenizer
-        gv = _engine.GrammarVocab([tok.token_to_piece(i, False) for i in range(model.n_vocab())], tok.eog_ids)
-        model._gvocab = gv
-    return gv

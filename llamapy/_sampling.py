@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, fields
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Callable, Dict, Mapping, Optional
 
 
 @dataclass(frozen=True)
@@ -72,3 +72,32 @@ class SamplingParams:
         """The sampling options among obj's attributes (a request object
         whose fields use these names; missing ones take the defaults)."""
         return cls(**{n: getattr(obj, n) for n in cls.names() if hasattr(obj, n)})
+
+
+def native_sampler(p: SamplingParams, n_vocab: int, *, penalty_last_n: int, seed: int,
+                   grammar_vocab: Callable[[], Any], min_keep: int = 1) -> Any:
+    """The engine's sampler chain for these options (Llama's requests and
+    _internals.LlamaSampler's stages alike). ``seed`` is llama.cpp's uint32_t
+    (0xFFFFFFFF: a random one); ``grammar_vocab`` is called only when a grammar
+    is set (building the token texts costs a pass over the vocabulary)."""
+    from . import _engine
+
+    s = _engine.Sampler(
+        n_vocab, temperature=p.temperature, top_k=p.top_k, top_p=p.top_p, min_p=p.min_p, typical_p=p.typical_p,
+        repeat_penalty=p.repeat_penalty, frequency_penalty=p.frequency_penalty, presence_penalty=p.presence_penalty,
+        penalty_last_n=int(penalty_last_n), mirostat=p.mirostat_mode, mirostat_tau=p.mirostat_tau,
+        mirostat_eta=p.mirostat_eta, min_keep=int(min_keep), seed=int(seed) & 0xFFFFFFFF)
+    if p.logit_bias:
+        s.set_logit_bias(list(p.logit_bias.items()))
+    if p.grammar is not None:
+        s.set_grammar(getattr(p.grammar, "native", p.grammar), grammar_vocab())
+    return s
+
+
+def grammar_vocab(tokenizer: Any, n_vocab: int) -> Any:
+    """Token texts for grammar matching (control tokens have no text, so a
+    grammar can only end them via the end-of-generation ids)."""
+    from . import _engine
+
+    piece = tokenizer.token_to_piece
+    return _engine.GrammarVocab([piece(i, False) for i in range(n_vocab)], tokenizer.eog_ids)

@@ -24,7 +24,7 @@ from . import _engine
 from ._embedding import embedding_context_options
 from ._scores import LazyRows
 from ._verbose import PerfCounters, emit, load_report
-from ._sampling import SamplingParams
+from ._sampling import SamplingParams, grammar_vocab, native_sampler
 from . import _sequence
 from ._params import DEFAULT_SEED, ContextParams, ModelParams, engine_params, parse_params
 from ._internals import LlamaModel, _VocabOnlyContext
@@ -506,27 +506,13 @@ class Llama(_sequence.SequenceAttributes):
         if p.tfs_z != 1.0:
             emit(self.verbose, logging.WARNING,
                  "tfs_z=%s: tail-free sampling was removed from llama.cpp and has no effect", p.tfs_z)
-        s = _engine.Sampler(
-            self._n_vocab, temperature=p.temperature, top_k=p.top_k, top_p=p.top_p, min_p=p.min_p,
-            typical_p=p.typical_p, repeat_penalty=p.repeat_penalty, frequency_penalty=p.frequency_penalty,
-            presence_penalty=p.presence_penalty, penalty_last_n=int(self.last_n_tokens_size),
-            mirostat=p.mirostat_mode, mirostat_tau=p.mirostat_tau, mirostat_eta=p.mirostat_eta,
-            seed=int(self._seed) & 0xFFFFFFFF,  # llama.cpp's uint32_t (0xFFFFFFFF: a random seed)
-        )
-        if p.logit_bias:
-            s.set_logit_bias(list(p.logit_bias.items()))
-        if p.grammar is not None:
-            native = getattr(p.grammar, "native", p.grammar)
-            s.set_grammar(native, self._grammar_vocab())
-        return s
+        return native_sampler(p, self._n_vocab, penalty_last_n=self.last_n_tokens_size, seed=self._seed,
+                              grammar_vocab=self._grammar_vocab)
 
     def _grammar_vocab(self) -> Any:
-        """Token texts for grammar matching, built once per Llama (control
-        tokens have no text, so a grammar can only end them via EOG)."""
+        """Token texts for grammar matching, built once per Llama."""
         if getattr(self, "_gvocab", None) is None:
-            piece = self.tokenizer_.token_to_piece
-            texts = [piece(i, False) for i in range(self._n_vocab)]
-            self._gvocab = _engine.GrammarVocab(texts, self.tokenizer_.eog_ids)
+            self._gvocab = grammar_vocab(self.tokenizer_, self._n_vocab)
         return self._gvocab
 
     def _sample_with(self, sampler: Any, logits_processor: Optional[LogitsProcessorList]) -> int:

@@ -21,15 +21,16 @@ LOGITS = np.load(DATA / "llama_cpp_sampler_logits.npy")
 
 
 def engine_sampler(kw: dict, seed: int):
-    """The sampler Llama.sample builds for llama-cpp-python's keywords."""
-    s = _engine.Sampler(
-        DOC["n_vocab"], temperature=kw["temp"], top_k=kw["top_k"], top_p=kw["top_p"], min_p=kw["min_p"],
-        typical_p=kw["typical_p"], repeat_penalty=kw["repeat_penalty"], frequency_penalty=kw["frequency_penalty"],
-        presence_penalty=kw["presence_penalty"], penalty_last_n=DOC["penalty_last_n"], mirostat=kw["mirostat_mode"],
-        mirostat_tau=kw["mirostat_tau"], mirostat_eta=kw["mirostat_eta"], seed=seed)
-    if kw["logit_bias"]:
-        s.set_logit_bias([(int(k), float(v)) for k, v in kw["logit_bias"].items()])
-    return s
+    """The sampler Llama.sample builds for llama-cpp-python's keywords (the shared factory)."""
+    from llamapy._sampling import SamplingParams, native_sampler
+
+    p = SamplingParams(temperature=kw["temp"], top_k=kw["top_k"], top_p=kw["top_p"], min_p=kw["min_p"],
+                       typical_p=kw["typical_p"], repeat_penalty=kw["repeat_penalty"],
+                       frequency_penalty=kw["frequency_penalty"], presence_penalty=kw["presence_penalty"],
+                       mirostat_mode=kw["mirostat_mode"], mirostat_tau=kw["mirostat_tau"],
+                       mirostat_eta=kw["mirostat_eta"], logit_bias=kw["logit_bias"])
+    return native_sampler(p, DOC["n_vocab"], penalty_last_n=DOC["penalty_last_n"], seed=seed,
+                          grammar_vocab=lambda: None)
 
 
 @pytest.mark.parametrize("case", DOC["cases"], ids=[c["name"] for c in DOC["cases"]])
