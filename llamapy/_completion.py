@@ -346,29 +346,48 @@ def stream_completion(llama: Llama, req: CompletionRequest) -> Iterator[Dict[str
     prompt_tokens = _validated_prompt(llama, req)  # before the first next()
 
     def chunks() -> Iterator[Dict[str, Any]]:
-        with llama.sequence.lock:
-            head = _header(llama, req)
-            prompt_records = None
-            prompt_text = _prompt_text(llama, req, prompt_tokens)
-            if req.echo and req.logprobs is not None:
-                prompt_records, _ = _prompt_logprob_records(llama, prompt_tokens, req.logprobs)
-            if req.echo:
-                lp = _records_to_logprobs(prompt_records) if prompt_records else None
-                yield {**head, "choices": [{"text": prompt_text, "index": 0, "logprobs": lp,
-                                            "finish_reason": None}]}
-            finish, n_completion = "length", 0
-            # Streamed offsets count from the end of the prompt string, echoed or not (llama-cpp-python).
-            for ev in _completion_events(llama, req, prompt_tokens, len(prompt_text)):
-                if isinstance(ev, tuple):
-                    _, finish, n_completion = ev
-                    break
-                yield {**head, "choices": [{"text": ev.text, "index": 0, "logprobs": ev.logprobs,
-                                            "finish_reason": None}]}
-            if req.suffix is not None:
-                yield {**head, "choices": [{"text": req.suffix, "index": 0, "logprobs": None,
-                                            "finish_reason": None}]}
-            yield {**head, "choices": [{"text": "", "index": 0, "logprobs": None, "finish_reason": finish}],
-                   "usage": {"prompt_tokens": _usage_prompt_tokens(prompt_tokens), "completion_tokens": n_completion,
-                             "total_tokens": len(prompt_tokens) + n_completion}}
+        head = _header(llama, req)
+        prompt_records = None
+        prompt_text = _prompt_text(llama, req, prompt_tokens)
+        if req.echo and req.logprobs is not None:
+            prompt_records, _ = _prompt_logprob_records(llama, prompt_tokens, req.logprobs)
+        if req.echo:
+            lp = _records_to_logprobs(prompt_records) if prompt_records else None
+            yield {**head, "choices": [{"text": prompt_text, "index": 0, "logprobs": lp,
+                                        "finish_reason": None}]}
+        finish, n_completion = "length", 0
+        # Streamed offsets count from the end of the prompt string, echoed or not (llama-cpp-python).
+        for ev in _completion_events(llama, req, prompt_tokens, len(prompt_text)):
+            if isinstance(ev, tuple):
+                _, finish, n_completion = ev
+                break
+            yield {**head, "choices": [{"text": ev.text, "index": 0, "logprobs": ev.logprobs,
+                                        "finish_reason": None}]}
+        if req.suffix is not None:
+            yield {**head, "choices": [{"text": req.suffix, "index": 0, "logprobs": None,
+                                        "finish_reason": None}]}
+        yield {**head, "choices": [{"text": "", "index": 0, "logprobs": None, "finish_reason": finish}],
+               "usage": {"prompt_tokens": _usage_prompt_tokens(prompt_tokens), "completion_tokens": n_completion,
+                         "total_tokens": len(prompt_tokens) + n_completion}}
 
-    return chunks()
+    return _locked_steps(llama.sequence.lock, chunks())
+
+
+def _locked_steps(lock: Any, it: Iterator[Any]) -> Iterator[Any]:
+    """``it``'s items, each computed holding ``lock`` and handed out without it:
+    the stream can be resumed on any thread (Starlette runs a sync generator on
+    whichever worker is free), and other users of the sequence wait only while a
+    step runs. A user who evaluates in between is noticed by Llama.generate,
+    which restores this stream's rows before going on."""
+    try:
+        while True:
+            with lock:
+                try:
+                    item = next(it)
+                except StopIteration:
+                    return
+            yield item
+    finally:
+        with lock:
+            it.close()
+

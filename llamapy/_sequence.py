@@ -72,7 +72,11 @@ class Sequence:
         self.perf = perf                   # PerfCounters (decode timings), or None
         self.lock = threading.RLock()      # one user of this sequence at a time
         self.tokens: npt.NDArray[np.intc] = np.zeros(self.n_ctx, dtype=np.intc)  # (n_ctx,)
-        self.n_tokens = 0
+        # Counts every change to the rows (decodes, resets, truncations, n_tokens
+        # set): a suspended generation compares it to tell whether another user
+        # of the sequence evaluated in between (Llama.generate).
+        self.version = 0
+        self._n_tokens = 0
         self.pos_shifts: List[Tuple[int, int]] = []  # (row, cumulative shift) after each M-RoPE image chunk
         self.logits_row = -1               # output row of the last decode holding the last token's logits
         self.eval_serial = 0               # counts decodes: a row read before one may be stale
@@ -84,6 +88,16 @@ class Sequence:
         self._out: Any = None              # what the last decode returned (get_logits(i))
 
     # ---------------------------------------------------------------- state
+    @property
+    def n_tokens(self) -> int:
+        """How many rows are evaluated."""
+        return self._n_tokens
+
+    @n_tokens.setter
+    def n_tokens(self, n: int) -> None:
+        self._n_tokens = n
+        self.version += 1
+
     def ensure_usable(self) -> None:
         if self.closed:
             raise ValueError("this Llama has been closed")
@@ -105,6 +119,7 @@ class Sequence:
         self.n_tokens = 0
         self.logits_row = -1
         self.pos_shifts = []
+        self.version += 1
 
     def truncate(self, n: int) -> None:
         """Keep the first ``n`` evaluated rows (the cells past them are cleared lazily)."""
@@ -210,6 +225,7 @@ class Sequence:
             self.perf.add_decode(len(want), time.perf_counter() - t0)
         self._out = out
         self.eval_serial += 1
+        self.version += 1
         return out
 
 

@@ -41,6 +41,9 @@ from .llama_cache import (
 
 logger = logging.getLogger("llamapy")
 
+# generate()'s marker for an image prompt evaluated after earlier rows (reset=False).
+_NOT_RESTORABLE: Any = object()
+
 
 def _metadata_string(value: Union[bool, int, float, str]) -> str:
     if isinstance(value, bool):
@@ -567,44 +570,52 @@ class Llama(_sequence.SequenceAttributes):
                 repeat_penalty=repeat_penalty, frequency_penalty=frequency_penalty,
                 presence_penalty=presence_penalty, tfs_z=tfs_z, mirostat_mode=mirostat_mode,
                 mirostat_tau=mirostat_tau, mirostat_eta=mirostat_eta, logit_bias=logit_bias, grammar=grammar)
-        sampler = self._make_sampler(sampling)
-        chunked = tokens if isinstance(tokens, ChunkedPrompt) else None
-        tokens = list(tokens)
-        offset = 0
-        if reset:
-            prefix = longest_token_prefix(self._input_ids.tolist(), tokens) if self.n_tokens > 0 else 0
-            if prefix == len(tokens) and prefix > 0:
-                prefix -= 1  # re-evaluate the last token to get its logits
-            if chunked is not None:
-                prefix = chunked.chunk_start_at_or_before(prefix)  # an image is reused whole or not at all
-            if prefix > 0 and not self._seq.swa_resumable(prefix):
-                # The sliding-window layers' cache has moved past what the
-                # reused prefix's end needs (swa_full=False): evaluate it all.
-                prefix = 0
-            self._truncate(prefix)
-            tokens = tokens[prefix:]
-            offset = prefix
-            if prefix > 0:
-                emit(self.verbose, logging.DEBUG, "Llama.generate: %d prefix-match hit, remaining %d prompt tokens "
-                     "to eval", prefix, len(tokens))
-        if chunked is not None:
-            with self._lock:
-                self._eval_chunked(chunked, offset)
-            tokens = []
+        # No lock is held while suspended at a yield, so the generator can be
+        # resumed from any thread (a web framework's worker pool). Another
+        # user of this Llama may evaluate in between (a second generator,
+        # consumed alternately): the sequence's version tells, and the rows
+        # this generation holds (``history``) are then restored before going on.
+        seq = self._seq
+        with self._lock:
+            sampler = self._make_sampler(sampling)
+            chunked = tokens if isinstance(tokens, ChunkedPrompt) else None
+            prompt = list(tokens)
+            if reset:
+                history = prompt
+                tokens = self._reuse_prefix(history, chunked)
+            else:
+                history = self.input_ids[: self.n_tokens].tolist() + prompt
+                tokens = prompt
+                if chunked is not None:
+                    self._eval_chunked(chunked, 0)
+                    tokens = []
+                    chunked = _NOT_RESTORABLE  # its rows start after others: not re-made from ids
+            history = history[: len(history) - len(tokens)]  # the rows before `tokens`
+            mine = seq.version
         while True:
             with self._lock:
+                if seq.version != mine:
+                    tokens = self._reuse_prefix(history, chunked, tail=tokens)
+                    history = history[: self.n_tokens]  # the rows now held; the rest is in `tokens`
                 drafts = self._draft(tokens)
                 n0 = self.n_tokens
                 # With drafts, every row's logits are kept: row 0 continues
                 # the sampled token, row i + 1 the i-th draft.
                 self._eval(tokens + drafts, all_logits=bool(drafts) or self._logits_all)
+                mine = seq.version
             for i in range(len(drafts) + 1):
                 with self._lock:
+                    if seq.version != mine:
+                        # Evaluated over while draft rows waited: restore the accepted ones.
+                        history = history + tokens + drafts[:i]
+                        self._eval(self._reuse_prefix(history, chunked), all_logits=self._logits_all)
+                        tokens, drafts = [], []
                     if drafts:
                         self.n_tokens = n0 + len(tokens) + i  # rows after this one are unverified drafts
                         self._last_logits_row = len(tokens) - 1 + i
                     token = self._sample_with(sampler, logits_processor)
                     sampler.accept(token)
+                    mine = seq.version
                 if stopping_criteria is not None:
                     logits = self._last_logits()
                     if stopping_criteria(self._input_ids, logits):
@@ -612,10 +623,38 @@ class Llama(_sequence.SequenceAttributes):
                 extra = yield token
                 if i < len(drafts) and token == drafts[i] and not extra:
                     continue  # the draft was right: its logits are the next row
+                history.extend(tokens + drafts[:i])
                 tokens = [token]
                 if extra:
                     tokens.extend(extra)
                 break
+
+    def _reuse_prefix(self, history: List[int], chunked: Optional[ChunkedPrompt],
+                      tail: Sequence[int] = ()) -> List[int]:
+        """Make the sequence hold a prefix of ``history`` (the longest it already holds,
+        an image kept whole or not at all) and return what is left to evaluate:
+        the rest of ``history``, then ``tail``. At least one id is left, so that
+        its evaluation gives the logits to sample from."""
+        if chunked is _NOT_RESTORABLE:
+            raise RuntimeError("another generation used this Llama while a generation with images, continuing "
+                               "earlier rows (reset=False), was suspended: its rows cannot be restored")
+        prefix = longest_token_prefix(self._input_ids.tolist(), history) if self.n_tokens > 0 else 0
+        if prefix == len(history) and prefix > 0 and not tail:
+            prefix -= 1  # re-evaluate the last token to get its logits
+        if chunked is not None and prefix < len(chunked):
+            prefix = chunked.chunk_start_at_or_before(prefix)
+        if prefix > 0 and not self._seq.swa_resumable(prefix):
+            # The sliding-window layers' cache has moved past what the
+            # reused prefix's end needs (swa_full=False): evaluate it all.
+            prefix = 0
+        self._truncate(prefix)
+        if prefix > 0:
+            emit(self.verbose, logging.DEBUG, "Llama.generate: %d prefix-match hit, remaining %d prompt tokens "
+                 "to eval", prefix, len(history) - prefix)
+        if chunked is not None and prefix < len(chunked):
+            self._eval_chunked(chunked, prefix)
+            prefix = len(chunked)
+        return list(history[prefix:]) + list(tail)
 
     def _draft(self, tokens: List[int]) -> List[int]:
         """Tokens the draft model proposes after the evaluated ones and
