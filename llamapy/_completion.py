@@ -121,9 +121,16 @@ def _prompt_tokens(llama: Llama, req: CompletionRequest) -> List[int]:
     raise TypeError("prompt must be a str or a list of token ids")
 
 
+def _optional_int(name: str, value: Any) -> None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, np.integer))):
+        raise TypeError(f"{name} must be an int or None, got {type(value).__name__} {value!r}")
+
+
 def _check_request(req: CompletionRequest) -> List[str]:
     if req.suffix is not None and not isinstance(req.suffix, str):
         raise TypeError("suffix must be a str or None")
+    _optional_int("max_tokens", req.max_tokens)
+    _optional_int("seed", req.seed)
     if req.logprobs is not None and (not isinstance(req.logprobs, int) or req.logprobs < 0):
         raise ValueError("logprobs must be a non-negative int or None")
     stop = req.stop
@@ -131,7 +138,7 @@ def _check_request(req: CompletionRequest) -> List[str]:
         return []
     if isinstance(stop, str):
         return [stop]
-    if not all(isinstance(s, str) for s in stop):
+    if not isinstance(stop, (list, tuple)) or not all(isinstance(s, str) for s in stop):
         raise TypeError("stop must be a str or a list of str")
     return list(stop)
 

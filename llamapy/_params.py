@@ -46,12 +46,13 @@ def _fits_in_memory(path: str) -> bool:
     page-cache mappings stream slower, see gguf.cpp read_into_memory) when it
     takes at most half of the memory available now (Linux MemAvailable);
     otherwise, or where that is unknown, map it."""
+    from .system import memory_available
+
     try:
         size = os.path.getsize(path)
-        with open("/proc/meminfo") as f:
-            avail = next((int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:")), None)
     except (OSError, ValueError, TypeError):
         return False  # a bad path is reported by the engine
+    avail = memory_available()
     return avail is not None and size <= avail // 2
 
 

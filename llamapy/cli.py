@@ -147,42 +147,46 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("-ngl", "--n-gpu-layers", type=int, default=0, help="layers on the GPU (CPU-only build: none move)")
     plan.add_argument("-b", "--batch-size", type=int, default=None, help="logical batch (default 512)")
     plan.add_argument("-ub", "--ubatch-size", type=int, default=None, help="physical batch (default 512)")
-    plan.add_argument("-fa", "--flash-attn", default="auto", choices=("on", "off", "auto"))
+    plan.add_argument("-fa", "--flash-attn", default="auto", choices=("on", "off", "auto"),
+                      help="flash attention (default: %(default)s)")
     plan.add_argument("-t", "--threads", type=int, default=0, help="threads (default: physical cores)")
     plan.add_argument("-mm", "--mmproj", default=None, help="multimodal projector GGUF to count too")
     sp.set_defaults(func=_cmd_inspect)
 
     def model_opts(sp: argparse.ArgumentParser) -> None:
         sp.add_argument("-m", "--model", help="GGUF file (default: Gemma 3 270M from the demo extra)")
-        sp.add_argument("-c", "--ctx-size", type=int, default=2048, help="context size (0: the model's)")
+        sp.add_argument("-c", "--ctx-size", type=int, default=2048,
+                        help="context size in tokens; 0: the model's trained length (default: %(default)s)")
         sp.add_argument("-t", "--threads", type=int, default=0, help="threads (default: physical cores)")
-        sp.add_argument("-b", "--batch-size", type=int, default=512)
+        sp.add_argument("-b", "--batch-size", type=int, default=512,
+                        help="prompt tokens evaluated per batch (default: %(default)s)")
+
+    def sampling_opts(sp: argparse.ArgumentParser, temp: float) -> None:
+        sp.add_argument("--temp", type=float, default=temp, help="temperature; 0: greedy (default: %(default)s)")
+        sp.add_argument("--top-k", type=int, default=40, help="top-k; 0: off (default: %(default)s)")
+        sp.add_argument("--top-p", type=float, default=0.95, help="top-p; 1: off (default: %(default)s)")
+        sp.add_argument("--min-p", type=float, default=0.05, help="min-p; 0: off (default: %(default)s)")
+        sp.add_argument("--repeat-penalty", type=float, default=1.0,
+                        help="repetition penalty; 1: off (default: %(default)s)")
+        sp.add_argument("--seed", type=int, default=None, help="sampling seed (default: a new one per start)")
 
     sp = sub.add_parser("run", help="complete a prompt, streaming the text")
     sp.add_argument("prompt", help='the prompt text, or "-" to read it from standard input')
     model_opts(sp)
-    sp.add_argument("-n", "--n-predict", type=int, default=128, help="tokens to generate (<= 0: until the context is full)")
-    sp.add_argument("--temp", type=float, default=0.8)
-    sp.add_argument("--top-k", type=int, default=40)
-    sp.add_argument("--top-p", type=float, default=0.95)
-    sp.add_argument("--min-p", type=float, default=0.05)
-    sp.add_argument("--repeat-penalty", type=float, default=1.0)
-    sp.add_argument("--seed", type=int, default=None)
-    sp.add_argument("--stop", action="append", help="stop string (repeatable)")
+    sp.add_argument("-n", "--n-predict", type=int, default=128,
+                    help="tokens to generate; <= 0: until the context is full (default: %(default)s)")
+    sampling_opts(sp, temp=0.8)
+    sp.add_argument("--stop", action="append", help="stop string (repeatable; default: none)")
     sp.add_argument("--no-echo", dest="echo", action="store_false", help="do not print the prompt first")
     sp.set_defaults(func=_cmd_run)
 
     sp = sub.add_parser("chat", help="chat with a model in the terminal (history, streaming)")
     model_opts(sp)
     sp.add_argument("--chat-format", help="named chat format (default: the model's template, else a guess)")
-    sp.add_argument("-s", "--system", help="system prompt")
-    sp.add_argument("-n", "--n-predict", type=int, default=512, help="most tokens per answer (<= 0: no limit)")
-    sp.add_argument("--temp", type=float, default=0.7)
-    sp.add_argument("--top-k", type=int, default=40)
-    sp.add_argument("--top-p", type=float, default=0.95)
-    sp.add_argument("--min-p", type=float, default=0.05)
-    sp.add_argument("--repeat-penalty", type=float, default=1.0)
-    sp.add_argument("--seed", type=int, default=None)
+    sp.add_argument("-s", "--system", help="system prompt (default: none)")
+    sp.add_argument("-n", "--n-predict", type=int, default=512,
+                    help="most tokens per answer; <= 0: no limit (default: %(default)s)")
+    sampling_opts(sp, temp=0.7)
     sp.add_argument("--mmproj", help="projector GGUF of a vision-language model: enables /image PATH")
     sp.set_defaults(func=_cmd_chat)
 
@@ -190,13 +194,13 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("images", nargs="+", help="image files or folders")
     sp.add_argument("-m", "--model", required=True, help="the language model's GGUF")
     sp.add_argument("--mmproj", required=True, help="the projector GGUF (mmproj)")
-    sp.add_argument("-p", "--prompt", default="Describe this image.")
+    sp.add_argument("-p", "--prompt", default="Describe this image.", help="the instruction (default: %(default)r)")
     sp.add_argument("--jsonl", help="write results here, one JSON object per line; resumed if it exists")
     sp.add_argument("-n", "--n-predict", type=int, default=128, help="most tokens per caption")
     sp.add_argument("-t", "--threads", type=int, default=0, help="threads (default: physical cores)")
-    sp.add_argument("-c", "--ctx-size", type=int, default=4096, help="context size")
+    sp.add_argument("-c", "--ctx-size", type=int, default=4096, help="context size (default: %(default)s)")
     sp.add_argument("--temp", type=float, default=0.0, help="temperature (default 0: greedy)")
-    sp.add_argument("--seed", type=int, default=0)
+    sp.add_argument("--seed", type=int, default=0, help="sampling seed (default: %(default)s)")
     sp.add_argument("--chat-format", help="multimodal chat format (llava-1-5, llava-1-6, mtmd, ...)")
     sp.set_defaults(func=_cmd_caption)
 
@@ -220,7 +224,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="context size (default 0: depth + the largest -p + the largest -n, per test)")
     sp.add_argument("-b", "--batch-size", type=int, default=512, help="n_batch (default 512)")
     sp.add_argument("-ub", "--ubatch-size", type=int, default=None, help="n_ubatch (default: the batch size)")
-    sp.add_argument("-r", "--repetitions", type=int, default=3)
+    sp.add_argument("-r", "--repetitions", type=int, default=3, help="runs per test (default: %(default)s)")
     sp.add_argument("-v", "--verbose", action="store_true", help="report progress on standard error")
     sp.add_argument("--json", action="store_true", help="print the results as JSON")
     sp.set_defaults(func=_cmd_bench)
@@ -259,7 +263,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return _reader_gone()
     except KeyboardInterrupt:
         return 130
-    except (ValueError, OSError, NotImplementedError) as e:
+    except (ValueError, OSError, NotImplementedError, MemoryError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
 

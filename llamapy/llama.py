@@ -64,6 +64,26 @@ def _metadata_strings(gguf: GGUFFile) -> Dict[str, str]:
     return out
 
 
+def _context_memory_message(model_path: str, resolved: Any, cp: ContextParams) -> str:
+    """What an allocation failure of the context asked for, against what the machine has."""
+    from .inspect_cmd import format_bytes
+    from .memory_plan import plan_memory
+    from .system import memory_available
+
+    head = f"n_ctx={int(resolved.n_ctx)}: the context could not be allocated"
+    try:
+        plan = plan_memory(model_path, n_ctx=int(resolved.n_ctx), n_batch=int(resolved.n_batch),
+                           n_ubatch=int(resolved.n_ubatch), embedding=cp.embedding)
+        head += (f": it needs about {format_bytes(plan.kv_bytes + plan.compute_bytes)} "
+                 f"({format_bytes(plan.kv_bytes)} of KV cache)")
+    except (ValueError, TypeError, OSError):
+        pass
+    avail = memory_available()
+    if avail is not None:
+        head += f", and this machine has {format_bytes(avail)} available"
+    return head + "; lower n_ctx (or use a quantized KV cache: type_k / type_v)"
+
+
 def _read_by_python(key: str) -> bool:
     """Metadata keys the Python layer reads itself (the engine never does)."""
     return key == "tokenizer.chat_template" or key.startswith("tokenizer.chat_template.")
@@ -166,6 +186,8 @@ class Llama(_sequence.SequenceAttributes):
         self.model_path = mp.model_path
         if not os.path.exists(self.model_path):
             raise ValueError(f"Model path does not exist: {self.model_path}")
+        if os.path.isdir(self.model_path):
+            raise ValueError(f"Model path is a directory, not a GGUF file: {self.model_path}")
 
         self._gguf = GGUFFile(self.model_path)
         overrides = mp.kv_overrides or None
@@ -212,7 +234,10 @@ class Llama(_sequence.SequenceAttributes):
         engine_ctx_params.pooling_type = pooling
         self._ctx = None
         if not mp.vocab_only:
-            self._ctx = _engine.Context(model, engine_ctx_params)
+            try:
+                self._ctx = _engine.Context(model, engine_ctx_params)
+            except MemoryError:
+                raise MemoryError(_context_memory_message(self.model_path, resolved, cp)) from None
             resolved = self._ctx.params
             if mp.n_gpu_layers != 0:
                 self._report_gpu_placement(verbose)
@@ -258,6 +283,11 @@ class Llama(_sequence.SequenceAttributes):
                 from .multimodal.mmproj import check_compatible, read_mmproj
 
                 check_compatible(read_mmproj(mmproj), self.n_embd())
+        if chat_format is not None and self.chat_handler is None:
+            # An unknown name fails here, not at the first chat.
+            from .chat.completion import get_chat_completion_handler, token_text
+
+            get_chat_completion_handler(chat_format, self.metadata, token_text(self, self.token_eos()))
         # Load time: from the constructor's start to a usable context (llama.cpp
         # stops its clock at the first decode; ours does not wait for one).
         self._perf = PerfCounters(t_load_ms=(time.perf_counter() - t_start) * 1e3)
@@ -466,6 +496,8 @@ class Llama(_sequence.SequenceAttributes):
         self.cache = cache
 
     def set_seed(self, seed: int) -> None:
+        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+            raise TypeError(f"seed must be an int, got {type(seed).__name__} {seed!r}")
         self._seed = int(seed)
 
     def reset(self) -> None:

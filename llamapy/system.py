@@ -1,7 +1,7 @@
 """System information: what this build of llamapy can do on this machine."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
 from . import _engine
 
@@ -20,3 +20,12 @@ def system_info() -> dict[str, Any]:
     ``default_n_threads``.
     """
     return dict(_engine.system_info())
+
+
+def memory_available() -> Optional[int]:
+    """Bytes of memory available now (Linux MemAvailable), or None where unknown."""
+    try:
+        with open("/proc/meminfo") as f:
+            return next((int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:")), None)
+    except (OSError, ValueError, IndexError):
+        return None

@@ -22,6 +22,7 @@ import weakref
 from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
+from .._verbose import emit
 from .formats import (ChatFormat, format_from_template, get_format, guess_format_name, template_names,
                       FORMATS)
 from .named_formats import guess_chat_format_from_gguf_metadata
@@ -494,21 +495,27 @@ def resolve_chat_handler(llama: Any, tools_requested: bool = False) -> ChatHandl
         return get_chat_completion_handler(llama.chat_format, metadata, eos)
     guessed = guess_chat_format_from_gguf_metadata(metadata)  # as llama-cpp-python: a known template's named format
     if guessed is not None:
+        _say_guess(llama, "Guessed chat format: %s (the model's chat template is a known one)", guessed)
         return FormatHandler(get_format(guessed))
     for name in (["chat_template.tool_use"] if tools_requested else []) + ["chat_template.default"]:
         key = "tokenizer.chat_template" + ("" if name == "chat_template.default" else ".tool_use")
         if isinstance(metadata.get(key), str):
             return FormatHandler(format_from_template(metadata[key], name, eos))
     name = guess_format_name(metadata)
+    _say_guess(llama, "the model has no chat template; using chat format %r (guessed from general.architecture %r)",
+               name, metadata.get("general.architecture"))
+    return FormatHandler(get_format(name))
+
+
+def _say_guess(llama: Any, msg: str, *args: Any) -> None:
+    """Once per Llama: on stderr with verbose=True (as llama-cpp-python), else logged."""
     try:
         first = llama not in _logged_guess
         _logged_guess.add(llama)
     except TypeError:
         first = True
     if first:
-        logger.info("llamapy: the model has no chat template; using chat format %r (from general.architecture %r)",
-                    name, metadata.get("general.architecture"))
-    return FormatHandler(get_format(name))
+        emit(bool(getattr(llama, "verbose", False)), logging.INFO, msg, *args)
 
 
 def create_chat_completion(
