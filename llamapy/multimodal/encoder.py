@@ -71,7 +71,9 @@ class VisionEncoder:
             import sys
             print(f"vision encoder: {os.path.basename(path)}: {self.projector_type}, "
                   f"{self.info.image_size}px, patch {self.info.patch_size}, {self._model.n_layer_run}/"
-                  f"{self.info.n_layer} blocks run, {self.n_tokens} tokens x {self.n_embd} per chunk, "
+                  f"{self.info.n_layer} blocks run, "
+                  + (f"feature layers {list(self._model.feature_layers)} stacked, " if self._model.feature_layers else "")
+                  + f"{self.n_tokens} tokens x {self.n_embd} per chunk, "
                   + (f"on Vulkan device {self.gpu}" if self.gpu is not None else
                      f"{self.n_threads} threads, attention {self._describe_path()}"), file=sys.stderr)
 

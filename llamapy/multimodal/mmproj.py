@@ -20,6 +20,14 @@ with a ``ValueError`` naming the key where llama.cpp would abort:
   ``projector.scale_factor`` / ``spatial_merge_size`` (n_merge, with llama.cpp's per-type
   defaults), ``preproc_image_size``, ``n_wa_pattern`` (required for qwen2.5vl),
   ``window_size``, ``wa_layer_indexes``.
+- ``feature_layer`` (i32, none above block_count; written by llama.cpp's legacy LLaVA
+  converter) names the encoder hidden states an ``mlp`` projector takes, as llama.cpp's llava
+  graph reads it: layer k is the input of block k (0: the embeddings after the pre-LayerNorm;
+  block_count: the last block's output), the deepest one is the tower's output (the
+  post-LayerNorm applies to it alone) and the selected layers are concatenated along the
+  features in ascending order, whatever the listed order and repeats; negative values select
+  nothing. Other types ignore it, as llama.cpp does. The engine stacks them
+  (vendor/engine/vision/vit.cpp) and refuses an ``mm.0.weight`` of another input width.
 - the projector output width comes from the tensor llama.cpp's ``clip_n_mmproj_embd`` reads
   (the last projection); ``check_compatible`` compares it with the language model's n_embd.
 
@@ -95,7 +103,7 @@ class MmprojInfo:
     image_std: Tuple[float, float, float]
     ffn_op: str                    # "gelu_quick" (CLIP default), "gelu" or "silu"
     n_merge: int                   # patch merges per side (gemma3 pooling, idefics3 shuffle, qwen merge)
-    feature_layers: Tuple[int, ...] = ()
+    feature_layers: Tuple[int, ...] = ()   # as the file lists them; see the module docstring
     image_grid_pinpoints: Tuple[Tuple[int, int], ...] = ()   # (width, height) candidates, llava 1.6
     mm_patch_merge_type: str = "flat"                        # or "spatial_unpad" (llava 1.6)
     image_min_pixels: int = -1     # dynamic-size types: pixel budget, as llama.cpp derives it
@@ -292,11 +300,12 @@ def _parse(gguf: GGUFFile) -> MmprojInfo:
             raise ValueError(f"{meta.where}: {image_size // patch_size} patches per side do not divide into "
                              f"groups of {merge_key} = {n_merge}")
 
-    feature_layers = meta.array(v + "feature_layer", ("i32", "u32"), "integers")
+    # llama.cpp's loader takes i32 only and values up to block_count (layer k is the input of
+    # block k, so block_count is the last block's output); negative values are its "unset" marker.
+    feature_layers = meta.array(v + "feature_layer", ("i32",), "i32")
     for layer in feature_layers:
-        if not 0 <= layer <= n_layer:
-            raise ValueError(f"{meta.where}: {v}feature_layer holds {layer}, outside 0..{n_layer} "
-                             f"({v}block_count = {n_layer})")
+        if layer > n_layer:
+            raise ValueError(f"{meta.where}: {v}feature_layer holds {layer}, above {v}block_count = {n_layer}")
 
     merge_type = meta.str(v + "mm_patch_merge_type", "flat")
     if merge_type not in ("flat", "spatial_unpad"):

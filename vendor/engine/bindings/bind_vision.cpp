@@ -79,6 +79,9 @@ void bind_vision(py::module_& m) {
         .def_property_readonly("n_layer", [](const vision_model& v) { return v.model().hp().n_layer; })
         .def_property_readonly("n_layer_run", [](const vision_model& v) { return v.model().hp().n_layer_run; },
                                "vision blocks the forward pass runs")
+        .def_property_readonly("feature_layers", [](const vision_model& v) { return v.model().hp().feature_layers; },
+                               "the hidden states stacked before the projector (clip.vision.feature_layer), "
+                               "ascending; [] when it takes the tower's output")
         .def_property_readonly("n_threads", [](const vision_model& v) { return v.n_threads(); })
         .def_property_readonly("flash_attn", [](const vision_model& v) { return v.flash_attn(); },
                                "the flash_attn option: -1 auto, 0 off, 1 on")

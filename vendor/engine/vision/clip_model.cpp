@@ -4,6 +4,7 @@
 // tensors to the type's projector_def.
 #include "clip_model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -47,6 +48,27 @@ int64_t req_int(const gguf_file& f, const std::string& key, int64_t lo, int64_t 
 }
 
 }  // namespace
+
+std::vector<int64_t> read_feature_layers(const gguf_file& f, int64_t n_layer) {
+    const std::string key = "clip.vision.feature_layer";
+    std::vector<int64_t> layers;
+    const gguf_kv* kv = f.find_kv(key);
+    if (!kv) return layers;
+    if (kv->type != gguf_type::ARRAY || kv->array.elem_type != gguf_type::I32)
+        throw value_error("mmproj: " + key + " must be an array of i32, got " +
+                          (kv->type == gguf_type::ARRAY ? "an array of " + std::string(gguf_type_name(kv->array.elem_type))
+                                                        : std::string(gguf_type_name(kv->type))));
+    for (uint64_t i = 0; i < kv->array.count; ++i) {
+        const int64_t layer = f.scalar_at<int32_t>(f.array_elem_pos(kv->array, i));
+        if (layer > n_layer)
+            throw value_error("mmproj: " + key + " holds " + std::to_string(layer) + ", above clip.vision.block_count " +
+                              std::to_string(n_layer) + " (the deepest hidden state is the output of the last block)");
+        if (layer >= 0) layers.push_back(layer);
+    }
+    std::sort(layers.begin(), layers.end());
+    layers.erase(std::unique(layers.begin(), layers.end()), layers.end());
+    return layers;
+}
 
 const gguf_tensor_info& clip_model::tensor(const std::string& name) const {
     const gguf_tensor_info* t = file_->find_tensor(name);
@@ -160,6 +182,10 @@ std::shared_ptr<clip_model> clip_model::load(const std::string& path) {
     const bool gelu = f.get_bool("clip.use_gelu", false), silu = f.get_bool("clip.use_silu", false);
     if (gelu && silu) throw value_error("mmproj: clip.use_gelu and clip.use_silu are both true");
     hp.n_layer_run = hp.n_layer;
+    // Checked for every type, as llama.cpp's loader does; only the types whose
+    // graph stacks them keep them.
+    std::vector<int64_t> feature_layers = read_feature_layers(f, hp.n_layer);
+    if (m->proj_->stacks_feature_layers) hp.feature_layers = std::move(feature_layers);
 
     // The view of the shared blocks (model/blocks.h): a bidirectional
     // pre-norm encoder with layer norms, biases and one ungated FFN.
@@ -232,7 +258,9 @@ std::shared_ptr<clip_model> clip_model::load(const std::string& path) {
         L.ffn_down_b = m->floats_opt(p + down + ".bias", E);
     }
     m->proj_->load(*m);
-    if (hp.n_layer_run < 1 || hp.n_layer_run > hp.n_layer)
+    // Feature layer 0 (the embeddings) runs no block at all; otherwise a
+    // tower needs at least one.
+    if (hp.n_layer_run < (hp.feature_layers.empty() ? 1 : 0) || hp.n_layer_run > hp.n_layer)
         throw value_error("mmproj: no vision block left to run (" + v + "block_count " + std::to_string(hp.n_layer) + ")");
     return m;
 }

@@ -35,6 +35,14 @@ struct clip_hparams {
     int64_t n_ff = 0;
     int64_t n_layer = 0;         // blocks in the file
     int64_t n_layer_run = 0;     // blocks the forward pass runs (llava: all but the last)
+    // The hidden states the projector takes, from clip.vision.feature_layer
+    // (llava-type projectors; see read_feature_layers): layer k is the input
+    // of block k, so 0 is the embeddings after the pre-LayerNorm and k the
+    // output of block k - 1. Ascending without repeats; concatenated along
+    // the features in that order. n_layer_run is then the deepest one, and
+    // only that one passes the post-LayerNorm (it is the tower's output).
+    // Empty: the projector takes the output of the last block run.
+    std::vector<int64_t> feature_layers;
     int64_t n_head = 0;
     int64_t head_dim = 0;
     int64_t image_size = 0;      // square input side (px)
@@ -58,6 +66,8 @@ struct clip_hparams {
 
     int64_t n_side() const { return image_size / patch_size; }  // patches per side (fixed-size types)
     int64_t n_patches() const { return n_side() * n_side(); }
+    // Width of the rows the projector reads: n_embd per feature layer.
+    int64_t n_embd_proj() const { return n_embd * (feature_layers.empty() ? 1 : (int64_t)feature_layers.size()); }
 };
 
 struct clip_weights {
@@ -97,9 +107,19 @@ struct projector_def {
     int64_t (*n_tokens)(const clip_model& m, patch_grid g);
     // Widest intermediate row the projector needs (floats), for projector_work.
     int64_t (*work_width)(const clip_model& m);
-    // out (n_tokens, n_out) from the ViT's output rows feats (n_pos, n_embd).
+    // out (n_tokens, n_out) from the ViT's output rows feats (n_pos, n_embd_proj()).
     void (*project)(pass& p, const clip_model& m, patch_grid g, rows feats, projector_work& w, float* out);
+    // The type takes clip.vision.feature_layer (llama.cpp's llava graph does;
+    // its other graphs ignore the key): clip_model::load fills feature_layers.
+    bool stacks_feature_layers = false;
 };
+
+// clip.vision.feature_layer as llama.cpp's clip loader reads it: an array of
+// i32, no value above block_count (value_error otherwise). Negative values
+// are llama.cpp's "unset" and select nothing. Returned ascending without
+// repeats, because llama.cpp's graph asks "is layer k listed?" while walking
+// the blocks: the listed order and repeats do not change what it stacks.
+std::vector<int64_t> read_feature_layers(const gguf_file& f, int64_t n_layer);
 
 const std::vector<const projector_def*>& supported_projectors();
 std::string supported_projector_names();  // "mlp, gemma3, idefics3, qwen2vl_merger"

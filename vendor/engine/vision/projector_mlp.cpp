@@ -5,6 +5,12 @@
 // patch. LLaVA 1.6's anyres tiles are separate image chunks in mtmd, each
 // encoded like a 1.5 image; model.image_newline is not used by that path.
 //
+// Files with clip.vision.feature_layer (the legacy converter writes it from
+// the checkpoint's vision_feature_layer; Granite Vision lists several) run
+// blocks up to the deepest listed layer and feed the projector the listed
+// hidden states side by side (clip_hparams::feature_layers), so mm.0 takes
+// n_embd per layer. The converter already cut the file to that many blocks.
+//
 // The rows kept are llama.cpp's: with a class token, rows 1..n_patches of
 // the tower (its graph appends the class token after the patches and then
 // skips row 0, so the class token's row is projected and patch 0's is not).
@@ -22,16 +28,29 @@ void load_mlp(clip_model& m) {
     if (w.pos_embd.empty()) throw value_error("mmproj: tensor v.position_embd.weight is missing (needed by projector " + hp.projector + ")");
     if (m.has("mm.3.weight"))
         throw not_implemented_error("mmproj: Yi-style LLaVA projector (mlp_norm: mm.3.weight) has no encoder in this build");
-    if (m.file().has_key("clip.vision.feature_layer"))
-        throw not_implemented_error("mmproj: clip.vision.feature_layer (stacked feature layers, granite) is not supported");
-    const int64_t E = hp.n_embd;
-    const int64_t n_mid = m.tensor("mm.0.weight").ne[1];
+    const int64_t n_in = hp.n_embd_proj();
+    const gguf_tensor_info& mm0 = m.tensor("mm.0.weight");
+    if (mm0.ne[0] != n_in) {
+        std::string from = "the vision tower's output (clip.vision.embedding_length)";
+        if (!hp.feature_layers.empty()) {
+            from = "the hidden states of feature layers";
+            for (size_t i = 0; i < hp.feature_layers.size(); ++i)
+                from += (i ? ", " : " ") + std::to_string(hp.feature_layers[i]);
+            from += " (clip.vision.feature_layer) side by side, " + std::to_string(hp.n_embd) +
+                    " each (clip.vision.embedding_length)";
+        }
+        throw value_error("mmproj: tensor mm.0.weight takes rows of " + std::to_string(mm0.ne[0]) +
+                          " features, but the projector's input is " + std::to_string(n_in) + " wide: " + from);
+    }
+    const int64_t n_mid = mm0.ne[1];
     hp.n_out = m.tensor("mm.2.weight").ne[1];
-    w.mm0 = m.matrix("mm.0.weight", E, n_mid);
+    w.mm0 = m.matrix("mm.0.weight", n_in, n_mid);
     w.mm0_b = m.floats("mm.0.bias", n_mid);
     w.mm2 = m.matrix("mm.2.weight", n_mid, hp.n_out);
     w.mm2_b = m.floats("mm.2.bias", hp.n_out);
-    hp.n_layer_run = hp.n_layer - 1;
+    // Without feature layers llama.cpp's llava graph stops one block before
+    // the file's last; with them, at the deepest one.
+    hp.n_layer_run = hp.feature_layers.empty() ? hp.n_layer - 1 : hp.feature_layers.back();
 }
 
 int64_t n_tokens_mlp(const clip_model& m, patch_grid) { return m.hp().n_patches(); }
@@ -57,6 +76,7 @@ void project_mlp(pass& p, const clip_model& m, patch_grid g, rows feats, project
 
 }  // namespace
 
-extern const projector_def projector_mlp = {"mlp", load_mlp, n_tokens_mlp, work_width_mlp, project_mlp};
+extern const projector_def projector_mlp = {"mlp", load_mlp, n_tokens_mlp, work_width_mlp, project_mlp,
+                                            /*stacks_feature_layers=*/true};
 
 }  // namespace lp

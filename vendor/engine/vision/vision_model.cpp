@@ -122,8 +122,8 @@ void vision_model::encode(const float* pixels, int64_t h, int64_t w, float* out)
     }
     pass p(*s_->be, s_->rs, nullptr, m_->n_pos(g));
     try {
-        vit_forward(p, *m_, s_->st, pixels);
-        m_->projector().project(p, *m_, g, rows{s_->rs.x.f32(), m_->hp().n_embd}, s_->work, out);
+        const rows feats = vit_forward(p, *m_, s_->st, pixels);
+        m_->projector().project(p, *m_, g, feats, s_->work, out);
         p.finish();  // a device's results are in `out`
     } catch (...) {
         s_->be->discard();

@@ -101,6 +101,7 @@ vit_state::vit_state(const clip_model& m, patch_grid g, run_state& rs_) : grid(g
             rope_2d_row(hp.head_dim, (int32_t)py, (int32_t)px, rope_cs.data() + t * hp.head_dim);
         }
     }
+    if (!hp.feature_layers.empty()) stacked = float_buffer(rs.x.where(), (size_t)(n * hp.n_embd_proj()));
     k16.resize((size_t)(n * E));
     v16.resize((size_t)(n * E));
     cells.resize((size_t)n);
@@ -125,7 +126,7 @@ vit_state::vit_state(const clip_model& m, patch_grid g, run_state& rs_) : grid(g
     }
 }
 
-void vit_forward(pass& p, const clip_model& m, vit_state& st, const float* pixels) {
+rows vit_forward(pass& p, const clip_model& m, vit_state& st, const float* pixels) {
     const clip_hparams& hp = m.hp();
     const hparams& bh = hp.blocks;
     const clip_weights& W = m.weights();
@@ -174,12 +175,22 @@ void vit_forward(pass& p, const clip_model& m, vit_state& st, const float* pixel
     const norm_kind nk = bh.v.norm;
     uint8_t* k16 = reinterpret_cast<uint8_t*>(st.k16.data());
     uint8_t* v16 = reinterpret_cast<uint8_t*>(st.v16.data());
+    // Feature layer k is the residual stream entering block k (k = n_layer_run:
+    // the tower's output, after the post-LN below); slot j of a stacked row
+    // holds the j-th of the layers, ascending.
+    const std::vector<int64_t>& layers = hp.feature_layers;
+    const rows stacked{st.stacked.f32(), hp.n_embd_proj()};
+    size_t slot = 0;
+    auto keep_if_listed = [&](int64_t layer) {
+        if (slot < layers.size() && layers[slot] == layer) p.copy(stacked.at((int64_t)slot++ * E), x, E);
+    };
     rope_params rp;  // 2-D RoPE: the table holds every pair's angle, applied neox-style over the whole head
     rp.n_rot = (int)hp.head_dim;
     rp.style = rope_style::neox;
 
     for (int il = 0; il < (int)hp.n_layer_run; ++il) {
         const layer_weights& L = W.layers[(size_t)il];
+        keep_if_listed(il);
         // ---- x += wo · attn(LN(x)) ----
         p.norm(nk, xb, x, L.attn_norm, L.attn_norm_b, E, hp.eps);
         qkv_block(p, bh, L, il, xb, qkv, nullptr);
@@ -204,7 +215,12 @@ void vit_forward(pass& p, const clip_model& m, vit_state& st, const float* pixel
         p.norm(nk, x, x, W.post_ln, W.post_ln_b, E, hp.eps);
         p.tap("post_ln", -1, x, E);
     }
+    keep_if_listed(hp.n_layer_run);
     p.finish();  // the projectors may read the rows on the host
+    if (layers.empty()) return x;
+    if (slot != layers.size())  // load() sets n_layer_run to the deepest layer, so every one was met
+        throw std::logic_error("vit_forward: feature layer " + std::to_string(layers[slot]) + " was not reached");
+    return stacked;
 }
 
 }  // namespace lp

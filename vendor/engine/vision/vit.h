@@ -4,6 +4,9 @@
 // pre-LayerNorm (CLIP), then per block LN -> self-attention over every row
 // (no mask) -> residual, LN -> FFN -> residual, and the post-LayerNorm where
 // the file has one. The blocks are model/blocks.h's, run on the backend seam.
+// With feature layers (llava files carrying clip.vision.feature_layer) the
+// hidden state entering each listed block, and the output, are copied side
+// by side into one wider row per position.
 //
 // Row order follows llama.cpp's graph: the patches in raster order and, for
 // CLIP, the class token appended after them (position n_patches); Qwen2-VL
@@ -41,10 +44,13 @@ struct vit_state {
     window_layout windows;           // Qwen2.5-VL: token order and the windowed layers' mask (rs.mask[1])
     std::vector<uint16_t> k16, v16;  // (n_pos, n_embd) keys and values as F16, as llama.cpp's attention reads them
     std::vector<int32_t> cells;      // (n_pos) 0, 1, ...: where each row's key / value goes
+    device_buffer stacked;           // (n_pos, n_embd_proj) the feature layers side by side, on rs's device; empty without them
 };
 
 // The tower over one image: pixels (3, ny·patch, nx·patch) float32,
-// normalised. Leaves the output rows (n_pos, n_embd) in st.rs.x.
-void vit_forward(pass& p, const clip_model& m, vit_state& st, const float* pixels);
+// normalised. Returns the rows the projector reads, (n_pos, n_embd_proj()):
+// the tower's output in st.rs.x, or with feature layers (clip_hparams::
+// feature_layers) their hidden states side by side in st.stacked.
+rows vit_forward(pass& p, const clip_model& m, vit_state& st, const float* pixels);
 
 }  // namespace lp
