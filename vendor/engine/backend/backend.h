@@ -21,6 +21,8 @@
 // in place; a backend on another device keeps its own copies of the layers
 // the placement plan (placement.h) gives it, keyed by the weight_view, as
 // lora_set keys adapters by the matrix they modify.
+// The argument structs (weight_view, rope_params, attention_args) are in
+// op_args.h.
 // Not here: the kernels (cpu/, quants/), what runs the ops in which order
 // (model/blocks.h), which device holds which layer (placement.h).
 #pragma once
@@ -28,11 +30,9 @@
 #include <cstdint>
 #include <vector>
 
-#include "../cpu/attention.h"
-#include "../cpu/matmul.h"
-#include "../cpu/ops.h"
 #include "../lora.h"
 #include "buffer.h"
+#include "op_args.h"
 
 namespace lp {
 

@@ -6,6 +6,8 @@
 // Not here: the kernels themselves, the order of the ops (model/blocks.h).
 #pragma once
 
+#include "../cpu/attention.h"
+#include "../cpu/matmul.h"
 #include "../cpu/threadpool.h"
 #include "../model/model.h"
 #include "backend.h"

@@ -18,45 +18,11 @@
 #include <utility>
 #include <vector>
 
+#include "../backend/op_args.h"
 #include "../ggml_type.h"
 #include "threadpool.h"
 
 namespace lp {
-
-enum class attention_path : int { explicit_softmax = 0, flash = 1 };
-const char* attention_path_name(attention_path p);  // "explicit" / "flash"
-
-struct attention_args {
-    int n_tok = 0;               // query rows
-    int n_head = 0, n_head_kv = 0;
-    int head_dim_k = 0, head_dim_v = 0;
-    const float* q = nullptr;    // (n_tok, n_head, head_dim_k), row stride q_stride floats
-    int64_t q_stride = 0;
-    float* out = nullptr;        // (n_tok, n_head, head_dim_v), row stride out_stride floats
-    int64_t out_stride = 0;
-    // The cache of one layer: cell j's keys are row j of k (n_head_kv heads of
-    // head_dim_k elements of type_k), likewise values. Any kv_cache_type_ok
-    // type (float or block-quantized).
-    ggml_type type_k = ggml_type::F16, type_v = ggml_type::F16;
-    const uint8_t* k = nullptr;
-    size_t k_row_bytes = 0;
-    const uint8_t* v = nullptr;
-    size_t v_row_bytes = 0;
-    // Which cells each query row sees: bit j of row t of `mask`
-    // ((n_tok, mask_words) 64-bit words), all inside [lo[t], hi[t]).
-    const uint64_t* mask = nullptr;
-    int64_t mask_words = 0;
-    const int32_t* lo = nullptr;  // (n_tok)
-    const int32_t* hi = nullptr;  // (n_tok)
-    // Position of each cell: the explicit path takes visible cells in
-    // position order, so its results do not depend on which cells a cache
-    // happened to use. The flash path takes them in cell order (tiles aligned
-    // to cell indices); there the cells' order changes results in rounding only.
-    const int32_t* cell_pos = nullptr;
-    float scale = 1.0f;          // applied to q·k after soft-capping
-    float softcap = 0.0f;        // 0: none; else s = tanh(s / softcap) * softcap
-    attention_path path = attention_path::explicit_softmax;
-};
 
 // The cells [lo, hi) that any of rows [t0, t0 + nb) sees, from the rows'
 // mask_lo / mask_hi (lo == hi when none sees any): both paths walk this span.

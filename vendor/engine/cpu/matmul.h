@@ -6,20 +6,11 @@
 #include <cstdint>
 #include <vector>
 
+#include "../backend/op_args.h"
 #include "../ggml_type.h"
 #include "threadpool.h"
 
 namespace lp {
-
-// A weight matrix as stored in GGUF: n_rows rows of n_cols elements, each row
-// row_stride bytes (normally row_size(type, n_cols)).
-struct weight_view {
-    ggml_type type = ggml_type::F32;
-    int64_t n_rows = 0;
-    int64_t n_cols = 0;
-    const void* data = nullptr;
-    size_t row_stride = 0;
-};
 
 // Reusable scratch memory for the quantized or packed activations.
 struct matmul_scratch {

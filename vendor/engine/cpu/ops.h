@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "../backend/op_args.h"
 
 namespace lp {
 
@@ -51,33 +52,6 @@ void hadamard_blocks(float* x, int64_t n, int block);
 // ---------------------------------------------------------------------------
 // Rotary position embedding
 // ---------------------------------------------------------------------------
-
-// normal: rotate adjacent pairs (x[2i], x[2i+1]) (llama.cpp's "norm" type,
-// used with the converter's permuted Q/K weights); neox: rotate x[i] with
-// x[i + n_rot/2].
-enum class rope_style : int { normal = 0, neox = 2 };
-
-struct rope_params {
-    int n_rot = 0;                      // rotated dims per head (even, <= head_dim)
-    rope_style style = rope_style::normal;
-    float freq_base = 10000.0f;
-    float freq_scale = 1.0f;            // 1 / linear scaling factor
-    const float* freq_factors = nullptr;  // (n_rot/2) divisors of the frequencies (llama3, longrope) or null
-    // YaRN (ext_factor 0 disables it)
-    float ext_factor = 0.0f;
-    float attn_factor = 1.0f;           // multiplies cos and sin
-    float beta_fast = 32.0f, beta_slow = 1.0f;
-    int n_ctx_orig = 0;
-    // M-RoPE (Qwen2-VL, llama.cpp's rope type "mrope"): a row has 4 positions
-    // (temporal, height, width, extra) and pair i of the rotated dims turns
-    // by the position of the component its sector i % sum(sections) falls
-    // in: the first sections[0] sectors temporal, the next sections[1]
-    // height, then sections[2] width, the rest extra. All zero: plain RoPE,
-    // one position per row. The angle schedule (base^(-2i/n_rot), YaRN,
-    // freq_factors) is the plain one; only the position differs per pair.
-    int sections[4] = {0, 0, 0, 0};
-    bool mrope() const { return sections[0] + sections[1] + sections[2] + sections[3] > 0; }
-};
 
 // cos_sin: (n_rot/2, 2) — the cosine and sine of each pair's angle at `pos`.
 void rope_cos_sin(const rope_params& p, int32_t pos, float* cos_sin);

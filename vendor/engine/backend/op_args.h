@@ -1,0 +1,96 @@
+// op_args.h — the argument types of the seam (backend.h): what the forward
+// pass hands every backend — a weight matrix as the file stores it, the RoPE
+// parameters of a rotation table, and one attention call over a layer's cache.
+// They belong to no backend: the CPU's kernels (cpu/) and a GPU backend take
+// the same structs, so these live beside the interface, not in cpu/.
+// Not here: the operations (backend.h), the memory they run on (buffer.h).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "../ggml_type.h"
+
+namespace lp {
+
+// A weight matrix as stored in GGUF: n_rows rows of n_cols elements, each row
+// row_stride bytes (normally row_size(type, n_cols)).
+struct weight_view {
+    ggml_type type = ggml_type::F32;
+    int64_t n_rows = 0;
+    int64_t n_cols = 0;
+    const void* data = nullptr;
+    size_t row_stride = 0;
+};
+
+// ---------------------------------------------------------------------------
+// Rotary position embedding
+// ---------------------------------------------------------------------------
+
+// normal: rotate adjacent pairs (x[2i], x[2i+1]) (llama.cpp's "norm" type,
+// used with the converter's permuted Q/K weights); neox: rotate x[i] with
+// x[i + n_rot/2].
+enum class rope_style : int { normal = 0, neox = 2 };
+
+struct rope_params {
+    int n_rot = 0;                      // rotated dims per head (even, <= head_dim)
+    rope_style style = rope_style::normal;
+    float freq_base = 10000.0f;
+    float freq_scale = 1.0f;            // 1 / linear scaling factor
+    const float* freq_factors = nullptr;  // (n_rot/2) divisors of the frequencies (llama3, longrope) or null
+    // YaRN (ext_factor 0 disables it)
+    float ext_factor = 0.0f;
+    float attn_factor = 1.0f;           // multiplies cos and sin
+    float beta_fast = 32.0f, beta_slow = 1.0f;
+    int n_ctx_orig = 0;
+    // M-RoPE (Qwen2-VL, llama.cpp's rope type "mrope"): a row has 4 positions
+    // (temporal, height, width, extra) and pair i of the rotated dims turns
+    // by the position of the component its sector i % sum(sections) falls
+    // in: the first sections[0] sectors temporal, the next sections[1]
+    // height, then sections[2] width, the rest extra. All zero: plain RoPE,
+    // one position per row. The angle schedule (base^(-2i/n_rot), YaRN,
+    // freq_factors) is the plain one; only the position differs per pair.
+    int sections[4] = {0, 0, 0, 0};
+    bool mrope() const { return sections[0] + sections[1] + sections[2] + sections[3] > 0; }
+};
+
+// ---------------------------------------------------------------------------
+// Attention
+// ---------------------------------------------------------------------------
+
+enum class attention_path : int { explicit_softmax = 0, flash = 1 };
+const char* attention_path_name(attention_path p);  // "explicit" / "flash"
+
+struct attention_args {
+    int n_tok = 0;               // query rows
+    int n_head = 0, n_head_kv = 0;
+    int head_dim_k = 0, head_dim_v = 0;
+    const float* q = nullptr;    // (n_tok, n_head, head_dim_k), row stride q_stride floats
+    int64_t q_stride = 0;
+    float* out = nullptr;        // (n_tok, n_head, head_dim_v), row stride out_stride floats
+    int64_t out_stride = 0;
+    // The cache of one layer: cell j's keys are row j of k (n_head_kv heads of
+    // head_dim_k elements of type_k), likewise values. Any kv_cache_type_ok
+    // type (float or block-quantized).
+    ggml_type type_k = ggml_type::F16, type_v = ggml_type::F16;
+    const uint8_t* k = nullptr;
+    size_t k_row_bytes = 0;
+    const uint8_t* v = nullptr;
+    size_t v_row_bytes = 0;
+    // Which cells each query row sees: bit j of row t of `mask`
+    // ((n_tok, mask_words) 64-bit words), all inside [lo[t], hi[t]).
+    const uint64_t* mask = nullptr;
+    int64_t mask_words = 0;
+    const int32_t* lo = nullptr;  // (n_tok)
+    const int32_t* hi = nullptr;  // (n_tok)
+    // Position of each cell: the explicit path takes visible cells in
+    // position order, so its results do not depend on which cells a cache
+    // happened to use. The flash path takes them in cell order (tiles aligned
+    // to cell indices); there the cells' order changes results in rounding only.
+    const int32_t* cell_pos = nullptr;
+    float scale = 1.0f;          // applied to q·k after soft-capping
+    float softcap = 0.0f;        // 0: none; else s = tanh(s / softcap) * softcap
+    attention_path path = attention_path::explicit_softmax;
+};
+
+}  // namespace lp
