@@ -15,6 +15,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Dict, Optional, Union
 
+from . import _engine
+
 logger = logging.getLogger("llamapy")
 
 DEFAULT_SEED = 0xFFFFFFFF  # llama.cpp's LLAMA_DEFAULT_SEED: "pick a random seed"
@@ -35,9 +37,9 @@ def random_seed() -> int:
 
     return random.SystemRandom().randint(0, DEFAULT_SEED - 1)
 
-# KV cache element types by ggml type id (llama_cpp.GGML_TYPE_*). Unlike
-# llama.cpp, quantized values do not require flash_attn=True.
-KV_TYPES = {0: "F32", 1: "F16", 30: "BF16", 8: "Q8_0", 2: "Q4_0", 3: "Q4_1", 6: "Q5_0", 7: "Q5_1", 20: "IQ4_NL"}
+# KV cache element types by ggml type id (llama_cpp.GGML_TYPE_*): the engine's
+# list (kv_cache.h). Unlike llama.cpp, quantized values do not require flash_attn=True.
+KV_TYPES = _engine.kv_cache_types()
 
 
 def _fits_in_memory(path: str) -> bool:

@@ -143,14 +143,15 @@ def load_report(llama: Any) -> str:
     ]
     if llama._seq.ctx is not None:
         cp = llama.context_params
-        from ._params import KV_TYPES
+        from . import _engine
 
+        kv_types = _engine.kv_cache_types()
         lines += [
             f"n_ctx       = {llama.n_ctx()}",
             f"n_batch     = {llama.n_batch}",
             f"n_ubatch    = {llama.n_ubatch}",
             f"flash_attn  = {({-1: 'auto', 0: 'off', 1: 'on'}[cp.flash_attn])} -> {llama._ctx.attention_path}",
-            f"type_k      = {KV_TYPES[cp.type_k].lower()}, type_v = {KV_TYPES[cp.type_v].lower()}",
+            f"type_k      = {kv_types[cp.type_k].lower()}, type_v = {kv_types[cp.type_v].lower()}",
             f"n_threads   = {llama.n_threads} (batch {llama.n_threads_batch})",
         ]
         lines += placement_lines(llama._ctx, format_bytes)

@@ -55,8 +55,6 @@ _ENCODERS = ("bert", "nomic-bert")
 # in every `period` layers the last is global. The others ignore the window.
 _SWA_PERIOD = {"gemma2": 2, "gemma3": 6}
 _MAX_SEQUENCES = 256  # kv_cache.h kMaxSequences; Llama's embedding contexts use min(n_batch, 256)
-_KV_TYPE_NAMES = {"f32": "F32", "f16": "F16", "bf16": "BF16", "q8_0": "Q8_0", "q4_0": "Q4_0", "q4_1": "Q4_1",
-                  "q5_0": "Q5_0", "q5_1": "Q5_1", "iq4_nl": "IQ4_NL"}
 
 
 @dataclass(frozen=True)
@@ -91,16 +89,16 @@ class MemoryPlan:
 
 
 def _kv_type(what: str, name: Union[str, int]) -> str:
+    types = _engine.kv_cache_types()  # {ggml id: name}, the engine's list (kv_cache.h)
     if isinstance(name, int) and not isinstance(name, bool):
-        from ._params import KV_TYPES
-
-        if name not in KV_TYPES:
-            raise ValueError(f"{what}: KV cache type id {name} is not supported (ids: {sorted(KV_TYPES)})")
-        return KV_TYPES[name]
+        if name not in types:
+            raise ValueError(f"{what}: KV cache type id {name} is not supported (ids: {sorted(types)})")
+        return types[name]
+    by_name = {v.lower(): v for v in types.values()}
     key = str(name).strip().lower()
-    if key not in _KV_TYPE_NAMES:
-        raise ValueError(f"{what}: KV cache type {name!r} is not supported ({', '.join(_KV_TYPE_NAMES)})")
-    return _KV_TYPE_NAMES[key]
+    if key not in by_name:
+        raise ValueError(f"{what}: KV cache type {name!r} is not supported ({', '.join(by_name)})")
+    return by_name[key]
 
 
 class _Shape:

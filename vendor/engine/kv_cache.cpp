@@ -11,6 +11,18 @@
 
 namespace lp {
 
+std::string kv_cache_type_names() {
+    std::string out;
+    for (ggml_type t : kKvCacheTypes) out += std::string(out.empty() ? "" : ", ") + type_name(t);
+    return out;
+}
+
+std::string kv_cache_type_ids() {
+    std::string out;
+    for (ggml_type t : kKvCacheTypes) out += std::string(out.empty() ? "" : ", ") + std::to_string((int)t);
+    return out;
+}
+
 namespace {
 
 constexpr uint32_t kStateMagic = 0x564b504c;  // "LPKV"
@@ -73,7 +85,7 @@ kv_cache::kv_cache(int n_layer, int64_t n_cells, int64_t n_embd_k, int64_t n_emb
     for (ggml_type t : {type_k, type_v})
         if (!kv_cache_type_ok(t))
             throw value_error(std::string("KV cache type ") + type_name(t) + " is not supported (" +
-                              kKvCacheTypeNames + ")");
+                              kv_cache_type_names() + ")");
     if (n_layer <= 0 || n_cells <= 0 || n_held_ == 0) throw value_error("KV cache needs at least one layer and one cell");
     k_row_ = row_size(type_k, n_embd_k);
     v_row_ = row_size(type_v, n_embd_v);

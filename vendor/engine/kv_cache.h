@@ -16,6 +16,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "backend/buffer.h"
@@ -27,18 +28,20 @@ constexpr int kMaxSequences = 256;  // sequence ids are 0 .. n_seq_max-1 < kMaxS
 
 // Element types a cache may hold (llama.cpp's choices for its cache): float
 // ones, and block-quantized ones whose blocks (32 elements) must divide the
-// head sizes.
-inline bool kv_cache_type_ok(ggml_type t) {
-    switch (t) {
-        case ggml_type::F32: case ggml_type::F16: case ggml_type::BF16: case ggml_type::Q8_0:
-        case ggml_type::Q4_0: case ggml_type::Q4_1: case ggml_type::Q5_0: case ggml_type::Q5_1:
-        case ggml_type::IQ4_NL:
-            return true;
-        default:
-            return false;
-    }
+// head sizes. The one list: the bindings (_engine.kv_cache_types()), Python's
+// option parsing and the memory planner read it.
+constexpr ggml_type kKvCacheTypes[] = {
+    ggml_type::F32,  ggml_type::F16,  ggml_type::BF16, ggml_type::Q8_0,   ggml_type::Q4_0,
+    ggml_type::Q4_1, ggml_type::Q5_0, ggml_type::Q5_1, ggml_type::IQ4_NL,
+};
+constexpr bool kv_cache_type_ok(ggml_type t) {
+    for (ggml_type k : kKvCacheTypes)
+        if (k == t) return true;
+    return false;
 }
-constexpr const char* kKvCacheTypeNames = "F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL";
+// "F32, F16, ...": the list above for messages; ids: "0, 1, 30, ...".
+std::string kv_cache_type_names();
+std::string kv_cache_type_ids();
 
 class kv_cache {
 public:

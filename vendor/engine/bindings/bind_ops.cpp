@@ -48,7 +48,7 @@ ggml_type cache_type_arg(const std::string& name, const char* what) {
     for (char& c : s) c = (char)std::toupper((unsigned char)c);
     for (int v = 0; v < (int)ggml_type::COUNT; ++v)
         if (type_is_valid(v) && kv_cache_type_ok((ggml_type)v) && s == type_name((ggml_type)v)) return (ggml_type)v;
-    throw value_error(std::string(what) + " '" + name + "' is not a KV cache type (" + kKvCacheTypeNames + ")");
+    throw value_error(std::string(what) + " '" + name + "' is not a KV cache type (" + kv_cache_type_names() + ")");
 }
 
 attention_path path_arg(const std::string& s) {

@@ -6,6 +6,8 @@
 // quantized cache, ...) are context.h's resolve_params, reachable as
 // ContextParams.resolved(model). Model(...) and Context(...) take one of
 // these, or keyword arguments with the same names (params_from below).
+// _engine.kv_cache_types(): the KV cache types ({ggml id: name}, kv_cache.h's
+// one list), which Python's option parsing and memory planner read.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -30,7 +32,7 @@ ggml_type cache_type(const py::object& t) {
         for (char& c : s) c = (char)std::toupper((unsigned char)c);
         for (int v = 0; v < (int)ggml_type::COUNT; ++v)
             if (type_is_valid(v) && kv_cache_type_ok((ggml_type)v) && s == type_name((ggml_type)v)) return (ggml_type)v;
-        throw value_error("KV cache type '" + t.cast<std::string>() + "' is not supported (" + kKvCacheTypeNames + ")");
+        throw value_error("KV cache type '" + t.cast<std::string>() + "' is not supported (" + kv_cache_type_names() + ")");
     }
     int v = -1;
     try {
@@ -41,8 +43,8 @@ ggml_type cache_type(const py::object& t) {
                              std::string(py::str(py::type::of(t).attr("__name__"))));
     }
     if (!type_is_valid(v) || !kv_cache_type_ok((ggml_type)v))
-        throw value_error("KV cache type " + std::to_string(v) + " is not supported (" + kKvCacheTypeNames +
-                          ": ggml type ids 0, 1, 30, 8, 2, 3, 6, 7, 20)");
+        throw value_error("KV cache type " + std::to_string(v) + " is not supported (" + kv_cache_type_names() +
+                          ": ggml type ids " + kv_cache_type_ids() + ")");
     return (ggml_type)v;
 }
 
@@ -125,6 +127,11 @@ context_params context_params_from(const py::object& params, const py::kwargs& k
 using namespace lp;
 
 void bind_params(py::module_& m) {
+    m.def("kv_cache_types", []() {
+        py::dict out;  // in kv_cache.h's order (messages list them so)
+        for (ggml_type t : kKvCacheTypes) out[py::int_((int)t)] = type_name(t);
+        return out;
+    }, "The KV cache element types, {ggml type id: name}, in the engine's order.");
     py::class_<model_params> mp(m, "ModelParams", "Options of Model(path, params): model/model.h's model_params.");
     mp.def(py::init([](const py::kwargs& kw) { return model_params_from(py::none(), kw); }),
            "ModelParams(**options): the defaults with the options given")
