@@ -28,7 +28,7 @@ set(_lp_vk_out ${CMAKE_CURRENT_BINARY_DIR}/vk_shaders)
 file(MAKE_DIRECTORY ${_lp_vk_out})
 # name;source;defines — one SPIR-V module each. The WTYPE numbers are ggml's type ids.
 # The shaders with reductions come twice: portable (shared-memory trees) and
-# "_sg" (subgroup operations), picked at run time per device (vulkan_backend).
+# "_sg" (subgroup operations), picked at run time per device (vulkan/vulkan_backend.cpp).
 set(_lp_vk_shaders
   "row_ops|row_ops.comp|"
   "attention|attention.comp|"
@@ -102,9 +102,12 @@ configure_file(${_lp_vk_cpp}.in ${_lp_vk_cpp} COPYONLY)
 set_source_files_properties(${_lp_vk_cpp} PROPERTIES OBJECT_DEPENDS "${_lp_vk_incs}")
 add_custom_target(lp_vk_shaders DEPENDS ${_lp_vk_incs})
 
+# The backend's whole folder: the runtime, the ops, the factory the engine's
+# registry (backend/registry.cpp) lists, and the embedded shaders.
 set(LP_VULKAN_SOURCES
   vendor/engine/vulkan/vk_runtime.cpp
-  vendor/engine/backend/vulkan_backend.cpp
+  vendor/engine/vulkan/vulkan_backend.cpp
+  vendor/engine/vulkan/vulkan_factory.cpp
   ${_lp_vk_cpp})
 set(LP_VULKAN_INCLUDE ${_lp_vk_out})
 set(LP_VULKAN_LIBS Vulkan::Vulkan)

@@ -166,13 +166,7 @@ def gpu_layers(value: Any) -> int:
 
 def gpu_unavailable() -> Optional[str]:
     """Why layers cannot go to a GPU in this process, or None when they can."""
-    from . import _engine
-
-    if "vulkan" not in _engine.backends():
-        return "no GPU backend in this build (build with CMAKE_ARGS=\"-DLLAMAPY_VULKAN=ON\")"
-    if not _engine.gpu_devices():
-        return f"no Vulkan device found ({_engine.vulkan_error() or 'the loader reports none'})"
-    return None
+    return _engine.gpu_unavailable() or None  # the engine's backend registry knows
 
 
 def kv_type(name: str, value: Any) -> int:

@@ -427,15 +427,15 @@ class Llama(_sequence.SequenceAttributes):
              int(self._ctx.params.n_gpu_layers), per_device, kv_note)
         if not on_gpu:
             return
-        shaders = set(_engine.vulkan_matmul_types())
+        kernels = {p["name"]: set(_engine.matmul_types(p["device"])) for p in parts if p["name"] in on_gpu}
         slow = set()
         for t in self._gguf.tensors:
             part = ("blk." + t.name.split(".")[1]) if t.name.startswith("blk.") else (
                 "output" if t.name.startswith("output") else "input")
-            if part in on_gpu and len(t.shape) >= 2 and t.type_name not in shaders:
+            if part in on_gpu and len(t.shape) >= 2 and t.type_name not in kernels[part]:
                 slow.add(t.type_name)
         if slow:
-            emit(verbose, logging.WARNING, "the Vulkan backend has no matmul shader for %s weights: they are "
+            emit(verbose, logging.WARNING, "the GPU backend has no matmul kernel for %s weights: they are "
                  "dequantized to F16 on the GPU (results differ slightly from the CPU's)", ", ".join(sorted(slow)))
 
     def device_map(self) -> List[Dict[str, Any]]:

@@ -10,12 +10,9 @@
 #include <tuple>
 #include <unordered_set>
 
+#include "backend/registry.h"
 #include "common.h"
 #include "cpu/features.h"
-#if defined(LP_ENABLE_VULKAN)
-#include "backend/vulkan_backend.h"
-#include "vulkan/vk_runtime.h"
-#endif
 
 namespace lp {
 
@@ -120,169 +117,12 @@ rope_params scaled_rope(rope_params r, const context_params& p) {
     return r;
 }
 
-// Cells of a separate cache for the sliding-window layers: enough for every
-// sequence's window plus one batch (whose rows are all placed before any is
-// evaluated); 0 when there is no such layer, swa_full asks for full size, or
-// the window cache would not be smaller.
-int64_t window_cells(const hparams& hp, const context_params& p) {
-    if (hp.v.encoder || hp.n_swa <= 0 || p.swa_full) return 0;
-    bool any = false, all = true;
-    for (uint8_t f : hp.swa_layers) any = any || f, all = all && f;
-    if (!any || all) return 0;
-    const int64_t n = (int64_t)hp.n_swa * p.n_seq_max + p.n_batch;
-    return n < p.n_ctx ? n : 0;
-}
-
 // Layer flags of the main cache: all layers (empty), or the global ones.
 std::vector<uint8_t> main_cache_layers(const hparams& hp, const context_params& p) {
-    if (window_cells(hp, p) == 0) return {};
+    if (window_cache_cells(hp, p) == 0) return {};
     std::vector<uint8_t> f(hp.swa_layers.size());
     for (size_t i = 0; i < f.size(); ++i) f[i] = !hp.swa_layers[i];
     return f;
-}
-
-// Bytes a context of m with p holds on GPU device `dev` when its parts are
-// on the devices `parts` (wbytes: each part's weights): the weights of its
-// parts; the KV cache rows of its layers (unless offload_kqv=false); and
-// once any part is there the activation buffers (the activations' own, or
-// the staging copy a second device makes of them) and the work memory of a
-// step (staged inputs, converted activations, attention scores, logits of
-// the rows of a micro-batch when the output part is there).
-struct gpu_need {
-    uint64_t weights = 0, kv = 0, work = 0;
-    uint64_t total() const { return weights + kv + work; }
-};
-gpu_need gpu_bytes(const model& m, const context_params& p, const std::vector<device>& parts,
-                   const std::vector<uint64_t>& wbytes, device dev) {
-    const hparams& hp = m.hp();
-    gpu_need need;
-    bool any = false;
-    for (size_t i = 0; i < parts.size(); ++i)
-        if (parts[i] == dev) {
-            need.weights += wbytes[i];
-            any = true;
-        }
-    if (!any) return need;
-    const bool kv_on_gpu = !hp.v.encoder && p.offload_kqv;
-    if (kv_on_gpu) {
-        const uint64_t rows = row_size(p.type_k, hp.n_embd_k()) + row_size(p.type_v, hp.n_embd_v());
-        const int64_t wc = window_cells(hp, p);
-        for (int64_t il = 0; il < hp.n_layer; ++il)
-            if (parts[(size_t)il + 1] == dev)
-                need.kv += rows * (uint64_t)((wc && hp.swa_layers[(size_t)il]) ? wc : p.n_ctx);
-    }
-    const uint64_t ub = (uint64_t)p.n_ubatch;
-    need.work = run_state::activation_bytes(hp, p.n_ubatch);
-    need.work += 32ull << 20;
-    if (kv_on_gpu) need.work += sizeof(float) * ub * (uint64_t)hp.n_head * (uint64_t)p.n_ctx;  // attention scores
-    if (parts.back() == dev && !hp.v.encoder) need.work += sizeof(float) * ub * (uint64_t)hp.n_vocab;
-    return need;
-}
-
-std::string mib(uint64_t b) {
-    char s[48];
-    std::snprintf(s, sizeof s, "%.1f MiB", (double)b / (1 << 20));
-    return s;
-}
-
-#if defined(LP_ENABLE_VULKAN)
-// Bytes of device i's memory (LLAMAPY_VULKAN_MEMORY=<bytes> stands in for
-// every device's size) and what is still free on it.
-uint64_t device_heap(int i) {
-    if (const char* e = std::getenv("LLAMAPY_VULKAN_MEMORY")) {
-        char* end = nullptr;
-        const unsigned long long v = std::strtoull(e, &end, 10);
-        if (end == e || *end) throw value_error(std::string("LLAMAPY_VULKAN_MEMORY must be a number of bytes, got '") + e + "'");
-        return v;
-    }
-    return vulkan_heap_bytes(i);
-}
-uint64_t device_free(int i) {
-    const uint64_t heap = device_heap(i), used = vulkan_allocated(i);
-    return heap > used ? heap - used : 0;
-}
-
-// The Vulkan devices the GPU parts spread over and their shares
-// (placement.h part_devices): main_gpu alone (split_mode 0, or one device),
-// else every device, in proportion to tensor_split or, without shares, to
-// each device's free memory (as llama.cpp's layer split). value_error for a
-// main_gpu that does not exist.
-void split_devices(const context_params& p, std::vector<device>& gpus, std::vector<double>& shares) {
-    const auto& devs = vk::devices();
-    if (p.main_gpu >= (int)devs.size())
-        throw value_error("main_gpu=" + std::to_string(p.main_gpu) + " but there are " + std::to_string(devs.size()) +
-                          " Vulkan device(s)");
-    gpus.clear();
-    shares.clear();
-    if (p.split_mode == 0 || devs.size() == 1) {
-        gpus.push_back(device{device::kind::gpu, p.main_gpu});
-        shares.push_back(1.0);
-        return;
-    }
-    bool given = false;
-    for (size_t i = 0; i < p.tensor_split.size() && i < devs.size(); ++i) given = given || p.tensor_split[i] > 0;
-    for (size_t i = 0; i < devs.size(); ++i) {
-        gpus.push_back(device{device::kind::gpu, (int)i});
-        shares.push_back(given ? (i < p.tensor_split.size() ? p.tensor_split[i] : 0.0) : (double)device_free((int)i));
-    }
-}
-#endif
-
-// The device of each part (placement.h: part_devices; empty: all on the
-// host), n_gpu_layers resolved ("auto": the most that fit) and checked
-// against each device's free memory before anything is allocated.
-std::vector<device> choose_parts(const model& m, context_params& p) {
-    if (p.n_gpu_layers == 0) return {};
-    const int64_t n_layer = m.hp().n_layer;
-#if !defined(LP_ENABLE_VULKAN)
-    (void)n_layer;
-    throw value_error("n_gpu_layers=" + std::to_string(p.n_gpu_layers) +
-                      ": this build has no GPU backend (build with CMAKE_ARGS=\"-DLLAMAPY_VULKAN=ON\")");
-#else
-    const auto& devs = vk::devices();
-    if (devs.empty())
-        throw value_error("n_gpu_layers=" + std::to_string(p.n_gpu_layers) + ": no Vulkan device (" + vk::last_error() +
-                          ")");
-    if (!m.hp().v.encoder && p.offload_kqv)
-        for (ggml_type t : {p.type_k, p.type_v})
-            if (!vulkan_backend::has_kv_store(t))
-                throw value_error(std::string("n_gpu_layers: a ") + type_name(t) +
-                                  " KV cache is not supported on the Vulkan backend yet (F32, F16, BF16, Q8_0, Q4_0, "
-                                  "Q4_1, Q5_0, Q5_1 are; offload_kqv=False keeps the cache on the CPU)");
-    std::vector<device> gpus;
-    std::vector<double> shares;
-    split_devices(p, gpus, shares);
-    const std::vector<uint64_t> wb = part_weight_bytes(m);
-    // The first device a plan does not fit (-1: it fits everywhere).
-    auto misfit = [&](const std::vector<device>& parts) {
-        for (size_t g = 0; g < gpus.size(); ++g) {
-            const uint64_t heap = device_heap(gpus[g].id);
-            if (gpu_bytes(m, p, parts, wb, gpus[g]).total() + heap / 20 > device_free(gpus[g].id)) return (int)g;
-        }
-        return -1;
-    };
-    if (p.n_gpu_layers == -2) {
-        int n = (int)n_layer + 1;
-        while (n > 0 && misfit(part_devices(n_layer, n, gpus, shares)) >= 0) --n;
-        p.n_gpu_layers = n;
-        if (n == 0) return {};
-    } else {
-        const std::vector<device> parts = part_devices(n_layer, p.n_gpu_layers, gpus, shares);
-        if (const int g = misfit(parts); g >= 0) {
-            const device d = gpus[(size_t)g];
-            const gpu_need need = gpu_bytes(m, p, parts, wb, d);
-            const uint64_t heap = device_heap(d.id);
-            throw value_error("n_gpu_layers=" + std::to_string(p.n_gpu_layers) + " needs " + mib(need.total()) + " on " +
-                              devs[(size_t)d.id].name + (gpus.size() > 1 ? " (gpu" + std::to_string(d.id) + ")" : "") +
-                              " (weights " + mib(need.weights) + ", KV cache " + mib(need.kv) +
-                              ", activations and work memory " + mib(need.work) + ") plus a margin of " +
-                              mib(heap / 20) + ", but " + mib(device_free(d.id)) + " of " + mib(heap) +
-                              " are free; offload fewer layers (n_gpu_layers='auto' picks the most that fit) or use a "
-                              "smaller n_ctx");
-        }
-    }
-    return part_devices(n_layer, p.n_gpu_layers, gpus, shares);
-#endif
 }
 
 device gpu_of(const std::vector<device>& parts) {
@@ -310,24 +150,10 @@ template <class T> void put(std::vector<uint8_t>& out, T v) {
 
 }  // namespace
 
-std::vector<device> planned_part_devices(int64_t n_layer, const context_params& p) {
-    std::vector<device> host((size_t)n_layer + 2, device::host());
-    if (p.n_gpu_layers == 0) return host;
-#if defined(LP_ENABLE_VULKAN)
-    if (vk::devices().empty()) return host;
-    std::vector<device> gpus;
-    std::vector<double> shares;
-    split_devices(p, gpus, shares);
-    return part_devices(n_layer, p.n_gpu_layers == -2 ? -1 : p.n_gpu_layers, gpus, shares);
-#else
-    return host;
-#endif
-}
-
 context::context(std::shared_ptr<const model> m, const context_params& params)
     : model_(std::move(m)),
       p_(for_context(*model_, params)),
-      parts_(choose_parts(*model_, p_)),
+      parts_(place_parts(*model_, p_)),
       gpu_(gpu_of(parts_)),
       kv_((int)model_->hp().n_layer, model_->hp().v.encoder ? 1 : p_.n_ctx, model_->hp().n_embd_k(),
           model_->hp().n_embd_v(), p_.type_k, p_.type_v, main_cache_layers(model_->hp(), p_),
@@ -338,13 +164,12 @@ context::context(std::shared_ptr<const model> m, const context_params& params)
       backend_(model_->hp(), p_.n_ubatch, p_.n_ctx, std::max(p_.n_threads, p_.n_threads_batch), attention_path()) {
     const hparams& hp = model_->hp();
     rope_[0] = scaled_rope(hp.rope, p_);
-    if (const int64_t wc = window_cells(hp, p_)) {
+    if (const int64_t wc = window_cache_cells(hp, p_)) {
         kv_swa_.reset(new kv_cache((int)hp.n_layer, wc, hp.n_embd_k(), hp.n_embd_v(), p_.type_k, p_.type_v,
                                    hp.swa_layers, kv_devices()));
         cells_swa_.resize((size_t)p_.n_batch);
     }
     swa_dropped_.assign((size_t)p_.n_seq_max, -1);
-#if defined(LP_ENABLE_VULKAN)
     if (!gpu_.is_host()) {
         // One backend per device, in the order the parts meet them.
         std::vector<device> made;
@@ -359,13 +184,12 @@ context::context(std::shared_ptr<const model> m, const context_params& params)
             while (g < made.size() && !(made[g] == d)) ++g;
             if (g == made.size()) {
                 made.push_back(d);
-                gpu_backends_.push_back(std::make_unique<vulkan_backend>(d.id));
+                gpu_backends_.push_back(create_gpu_backend(d));
             }
             part_be_[i] = gpu_backends_[g].get();
         }
         if (!p_.offload_kqv) kv_be_ = &backend_;
     }
-#endif
     if (p_.kv_rotation) {
         const int rk = rotation_block(p_.type_k, hp.head_dim_k, false), rv = rotation_block(p_.type_v, hp.head_dim_v, true);
         kv_.set_rotation(rk, rv);

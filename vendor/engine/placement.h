@@ -2,8 +2,11 @@
 // each repeating layer, the output norm and head), the device that runs it
 // and holds its weights, the device of its KV cache rows, and from that the
 // bytes each device needs (weights + KV cache + activation buffers).
-// n_gpu_layers fills it as llama.cpp means it (part_devices); the context
-// allocates and runs each part where it says.
+// n_gpu_layers fills it as llama.cpp means it (part_devices); place_parts
+// checks a plan against the devices' memory before the context allocates
+// anything; the context then allocates and runs each part where it says.
+// Devices and their memory come from the backend registry
+// (backend/registry.h): nothing here names a backend.
 //
 // Weights are counted from the file's tensors: "blk.<il>.*" belong to layer
 // il; "output*" (output norm and head) to the output part; everything else
@@ -18,6 +21,7 @@
 #include <vector>
 
 #include "backend/buffer.h"
+#include "context_params.h"
 #include "model/model.h"
 
 namespace lp {
@@ -70,5 +74,25 @@ std::vector<uint64_t> part_weight_bytes(const model& m);
 // compute: where the activation buffers live.
 placement_plan plan_parts(const model& m, const std::vector<device>& part_dev, const kv_cache& kv_main,
                           const kv_cache* kv_swa, uint64_t activation_bytes, device compute);
+
+// Cells of a separate cache for the sliding-window layers: enough for every
+// sequence's window plus one batch (whose rows are all placed before any is
+// evaluated); 0 when there is no such layer, swa_full asks for full size, or
+// the window cache would not be smaller.
+int64_t window_cache_cells(const hparams& hp, const context_params& p);
+
+// The device of each part for a context of m with p (empty: all on the
+// host), n_gpu_layers resolved ("auto": the most that fit) and checked
+// against each device's free memory before anything is allocated:
+// value_error naming the bytes needed and free when the plan does not fit,
+// or why there is no GPU. p: resolved (context.h resolve_params).
+std::vector<device> place_parts(const model& m, context_params& p);
+
+// The device of each part (input, blk.0 .. blk.<n_layer-1>, output) that a
+// context with p would place on this process's GPU devices (n_gpu_layers
+// "auto" taken as all; no memory check): what llamapy.plan_memory predicts
+// from, by the same rule the context uses. All host without a GPU backend or
+// device; value_error for a main_gpu that does not exist.
+std::vector<device> planned_part_devices(int64_t n_layer, const context_params& p);
 
 }  // namespace lp

@@ -4,10 +4,8 @@
 #include <new>
 #include <utility>
 
-#include "../model/model.h"
-#if defined(LP_ENABLE_VULKAN)
-#include "vulkan_backend.h"
-#endif
+#include "../common.h"
+#include "registry.h"
 
 namespace lp {
 
@@ -17,14 +15,13 @@ constexpr std::align_val_t kHostAlign{64};
 
 device_buffer::device_buffer(device where, size_t n_bytes) : where_(where) {
     if (!where.is_host()) {
-#if defined(LP_ENABLE_VULKAN)
+        // The device's backend allocates (registry.h); a device that does
+        // not exist is a value_error naming it.
+        const gpu_slot& s = gpu_slot_of(where);
         if (n_bytes == 0) return;
-        data_ = vulkan_alloc(where.id, n_bytes, &handle_);
+        data_ = s.factory->allocate(s.index, n_bytes, &handle_);
         bytes_ = n_bytes;
         return;
-#else
-        throw not_implemented_error("device " + where.name() + ": this build has no backend that allocates there");
-#endif
     }
     if (n_bytes == 0) return;
     data_ = ::operator new(n_bytes, kHostAlign);
@@ -34,13 +31,11 @@ device_buffer::device_buffer(device where, size_t n_bytes) : where_(where) {
 device_buffer::~device_buffer() { release(); }
 
 void device_buffer::release() {
-#if defined(LP_ENABLE_VULKAN)
     if (handle_) {
-        vulkan_free(handle_);
+        gpu_slot_of(where_).factory->release(handle_);
         handle_ = nullptr;
         data_ = nullptr;
     }
-#endif
     if (data_) ::operator delete(data_, kHostAlign);
     data_ = nullptr;
     bytes_ = 0;

@@ -3,10 +3,10 @@
 // activations of a context (run_state) and its KV cache are device_buffers,
 // so a backend that computes elsewhere finds them on its own device.
 //
-// GPU memory exists in a build with the Vulkan backend (vulkan_backend.h):
-// a mapped, host-visible Vulkan buffer, so the host reads and writes it in
-// place once the device's work on it has finished (backend::sync). In other
-// builds asking for a GPU throws not_implemented_error.
+// GPU memory is allocated by the device's backend (registry.h): mapped,
+// host-visible memory, so the host reads and writes it in place once the
+// device's work on it has finished (backend::sync). Asking for a GPU device
+// that does not exist (none in a CPU-only build) throws value_error.
 // Not here: the operations (backend.h), what is placed where (placement.h).
 #pragma once
 
@@ -56,7 +56,7 @@ private:
     void release();
     device where_;
     void* data_ = nullptr;
-    void* handle_ = nullptr;  // the GPU allocation (null for host memory)
+    void* handle_ = nullptr;  // the GPU allocation, as its backend's allocate() made it (null for host memory)
     size_t bytes_ = 0;
 };
 

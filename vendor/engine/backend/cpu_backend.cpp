@@ -6,6 +6,8 @@
 
 #include "../common.h"
 #include "../cpu/features.h"
+#include "../kv_cache.h"
+#include "registry.h"
 
 namespace lp {
 
@@ -114,5 +116,28 @@ void cpu_backend::run_rows(const row_op* ops, int n_ops, int64_t n) {
 }
 
 size_t cpu_backend::scratch_bytes() const { return mm_.act.capacity() + attn_.bytes(); }
+
+namespace {
+
+// The host backend in the registry (registry.h): no devices of its own (its
+// memory is the host's), every readable weight type, every KV cache type.
+class cpu_factory final : public backend_factory {
+public:
+    const char* name() const override { return "cpu"; }
+    const char* title() const override { return "CPU"; }
+    std::unique_ptr<backend> create(int index, thread_pool* pool) const override {
+        if (index != 0 || !pool) throw value_error("the cpu backend runs on the host, over a thread pool");
+        return std::make_unique<cpu_backend>(*pool);
+    }
+    bool has_matmul(ggml_type t) const override { return traits(t).vec_dot != nullptr; }
+    bool has_kv_store(ggml_type t) const override { return kv_cache_type_ok(t); }
+};
+
+}  // namespace
+
+const backend_factory& cpu_backend_factory() {
+    static const cpu_factory f;
+    return f;
+}
 
 }  // namespace lp

@@ -1,7 +1,16 @@
-// bind_backend.cpp — single backend ops from Python, for the cross-backend
-// op test (tests/test_backend_ops.py): every op of every compiled backend
-// against numpy and against the CPU backend, the reference.
+// bind_backend.cpp — the backend registry (backend/registry.h) and single
+// backend ops from Python. The registry's answers: which backends this build
+// has and which GPU devices they find, why no layer can go to a GPU, which
+// weight types a device multiplies with kernels of its own. The single ops
+// serve the cross-backend op test (tests/test_backend_ops.py): every op of
+// every compiled backend against numpy and against the CPU backend, the
+// reference. Nothing here names a backend but the CPU (the reference).
 //   _engine.backends()                      names of the compiled backends
+//   _engine.gpu_devices()                   the GPU devices, one dict each
+//   _engine.gpu_unavailable()               why no GPU can be used, or ""
+//   _engine.matmul_types(device)            weight types with a kernel on "cpu" / "gpu<i>"
+//   _engine.<backend>_error(), _engine.<backend>_matmul_types()
+//                                           per GPU backend, for its own tests
 //   _engine.backend_row_op(backend, kind, y, x=None, ...) -> y after the op
 //   _engine.backend_matmul(backend, raw, type, n_rows, n_cols, x) -> x · wᵀ
 //   _engine.backend_get_rows(backend, raw, type, n_rows, n_cols, ids) -> rows
@@ -17,10 +26,7 @@
 #include <string>
 #include <vector>
 
-#include "backend/cpu_backend.h"
-#if defined(LP_ENABLE_VULKAN)
-#include "backend/vulkan_backend.h"
-#endif
+#include "backend/registry.h"
 #include "common.h"
 #include "py_common.h"
 
@@ -31,14 +37,26 @@ namespace {
 
 using farray = py::array_t<float, py::array::c_style | py::array::forcecast>;
 
+std::string backend_names() {
+    std::string out;
+    for (const backend_factory* f : backend_factories()) out += std::string(out.empty() ? "" : ", ") + f->name();
+    return out;
+}
+
+// A backend for single ops: the CPU's on a pool of n_threads, a GPU
+// backend on its first device.
 std::unique_ptr<backend> make_backend(const std::string& name, int n_threads) {
-    if (name == "cpu") return std::make_unique<cpu_backend>(pool_for(n_threads));
-#if defined(LP_ENABLE_VULKAN)
-    if (name == "vulkan") return std::make_unique<vulkan_backend>(0);
-    throw value_error("backend '" + name + "' is not compiled in (backends: cpu, vulkan)");
-#else
-    throw value_error("backend '" + name + "' is not compiled in (backends: cpu)");
-#endif
+    const backend_factory* f = find_backend(name);
+    if (!f) throw value_error("backend '" + name + "' is not compiled in (backends: " + backend_names() + ")");
+    return f->create(0, &pool_for(n_threads));
+}
+
+// The weight types (names) that factory f multiplies with kernels of its own.
+std::vector<std::string> matmul_type_names(const backend_factory& f) {
+    std::vector<std::string> out;
+    for (int t = 0; t < (int)ggml_type::COUNT; ++t)
+        if (type_is_valid(t) && f.has_matmul((ggml_type)t)) out.push_back(type_name((ggml_type)t));
+    return out;
 }
 
 row_op::kind parse_kind(const std::string& k) {
@@ -204,14 +222,59 @@ farray gather_rows_py(const std::string& be_name, farray data, const std::vector
 
 }  // namespace
 
+py::tuple backend_name_tuple() {
+    py::list out;
+    for (const backend_factory* f : backend_factories()) out.append(f->name());
+    return py::tuple(out);
+}
+
+py::list gpu_device_list() {
+    py::list out;
+    for (const gpu_slot& s : gpu_slots()) {
+        const gpu_device_desc& v = *s.desc;
+        py::dict d;
+        d["backend"] = s.factory->name();
+        d["index"] = s.index;
+        d["name"] = v.name;
+        d["type"] = v.type;
+        d["driver"] = v.driver;
+        d["api_version"] = v.api_version;
+        d["memory"] = v.memory;
+        d["fp16"] = v.fp16;
+        d["int8"] = v.int8;
+        d["subgroup_size"] = v.subgroup_size;
+        d["subgroup_ops"] = v.subgroup_ops;  // the backend's subgroup kernels run on it
+        out.append(d);
+    }
+    return out;
+}
+
 void bind_backend(py::module_& m) {
     m.def("backends", []() {
-#if defined(LP_ENABLE_VULKAN)
-        return std::vector<std::string>{"cpu", "vulkan"};
-#else
-        return std::vector<std::string>{"cpu"};
-#endif
-    }, "names of the compiled backends");
+        std::vector<std::string> out;
+        for (const backend_factory* f : backend_factories()) out.push_back(f->name());
+        return out;
+    }, "names of the compiled backends, the CPU first");
+    m.def("gpu_devices", &gpu_device_list, "The GPU devices the compiled GPU backends find (a list of dicts).");
+    m.def("gpu_unavailable", &no_gpu_reason,
+          "Why no layer can go to a GPU in this process (no GPU backend in this build, or no device found), or "
+          "an empty string.");
+    m.def("matmul_types", [](const std::string& dev) {
+        if (dev == "cpu") return matmul_type_names(*find_backend("cpu"));
+        if (dev.compare(0, 3, "gpu") != 0 || dev.size() == 3 || dev.find_first_not_of("0123456789", 3) != std::string::npos)
+            throw value_error("device must be 'cpu' or 'gpu<i>', got '" + dev + "'");
+        return matmul_type_names(*gpu_slot_of(device{device::kind::gpu, std::stoi(dev.substr(3))}).factory);
+    }, py::arg("device"),
+       "Weight types device ('cpu', 'gpu0', ...) multiplies with kernels of its own (a GPU backend dequantizes "
+       "the others to F16 on upload).");
+    // Each GPU backend's own questions, named after it, for its own tests.
+    for (const backend_factory* f : backend_factories()) {
+        if (f == find_backend("cpu")) continue;
+        m.def((std::string(f->name()) + "_error").c_str(), [f]() { return f->why_no_device(); },
+              "Why this backend found no device, or an empty string.");
+        m.def((std::string(f->name()) + "_matmul_types").c_str(), [f]() { return matmul_type_names(*f); },
+              "Weight types this backend has matmul kernels for (others are dequantized to F16 on upload).");
+    }
     m.def("backend_row_op", &row_op_py, py::arg("backend"), py::arg("kind"), py::arg("y"), py::arg("x") = py::none(),
           py::arg("w") = py::none(), py::arg("b") = py::none(), py::arg("f") = 0.0f, py::arg("groups") = 1,
           py::arg("a") = 0, py::arg("neox") = false, py::arg("n_threads") = 1,

@@ -21,10 +21,8 @@
 #include "cpu/ops.h"
 #include "cpu/threadpool.h"
 #include "ggml_type.h"
+#include "backend/registry.h"
 #include "kv_cache.h"
-#if defined(LP_ENABLE_VULKAN)
-#include "backend/vulkan_backend.h"
-#endif
 
 namespace py = pybind11;
 using namespace lp;
@@ -72,11 +70,10 @@ py::array_t<float> attention_op(f32_array q, u8_array k, u8_array v, const std::
                                 const std::string& type_v, int n_head_kv, py::array_t<bool, py::array::c_style | py::array::forcecast> visible,
                                 const std::string& path, float scale, float softcap, int n_threads,
                                 const py::object& cell_pos, int n_repeat, const std::string& backend_name) {
-    if (backend_name != "cpu"
-#if defined(LP_ENABLE_VULKAN)
-        && backend_name != "vulkan"
-#endif
-    )
+    // The CPU runs the kernel directly (with scratch sized here); another
+    // backend is asked for through the registry.
+    const backend_factory* other = backend_name == "cpu" ? nullptr : find_backend(backend_name);
+    if (backend_name != "cpu" && !other)
         throw value_error("attention: backend '" + backend_name + "' is not compiled in");
     if (q.ndim() != 3) throw value_error("attention: q must have shape (n_tok, n_head, head_dim_k)");
     if (k.ndim() != 2 || v.ndim() != 2 || k.shape(0) != v.shape(0))
@@ -145,14 +142,11 @@ py::array_t<float> attention_op(f32_array q, u8_array k, u8_array v, const std::
         py::gil_scoped_release nogil;
         thread_pool& pool = ops_pool(n_threads);
         attention_scratch scratch;
-#if defined(LP_ENABLE_VULKAN)
-        if (backend_name == "vulkan") {
-            vulkan_backend be(0);
-            for (int r = 0; r < n_repeat; ++r) be.attention(a);
-            be.sync();
-        } else
-#endif
-        {
+        if (other) {
+            std::unique_ptr<backend> be = other->create(0, &pool);
+            for (int r = 0; r < n_repeat; ++r) be->attention(a);
+            be->sync();
+        } else {
             scratch.reserve(a.path, n_threads, n_cells, n_head / n_head_kv, dk, dv, n_head_kv);
             for (int r = 0; r < n_repeat; ++r) attention(a, pool, scratch);
         }
@@ -205,7 +199,7 @@ void bind_ops(py::module_& m) {
             "Attention of q (n_tok, n_head, head_dim_k) float32 over a cache: k / v (n_cells, row bytes) uint8 rows of\n"
             "n_head_kv heads of type_k / type_v (as _engine.quantize writes them), visible (n_tok, n_cells) bools.\n"
             "Scores are soft-capped (softcap > 0), then scaled. path: 'flash' or 'explicit'. n_repeat runs it that\n"
-            "many times (benchmarks). backend: 'cpu' or a compiled GPU backend ('vulkan').\n"
+            "many times (benchmarks). backend: 'cpu' or another compiled backend (_engine.backends()).\n"
             "Returns (n_tok, n_head, head_dim_v) float32.");
     ops.def("attention_scratch_bytes", [](const std::string& path, int n_threads, int64_t n_cells, int n_gqa,
                                           int head_dim_k, int head_dim_v, int n_head_kv) {

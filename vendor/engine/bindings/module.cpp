@@ -12,10 +12,8 @@
 #include "cpu/threadpool.h"
 #include "ggml_type.h"
 #include "model/model.h"
-#if defined(LP_ENABLE_VULKAN)
-#include "backend/vulkan_backend.h"
-#include "vulkan/vk_runtime.h"
-#endif
+#include "placement.h"
+#include "py_common.h"
 
 #ifndef LLAMAPY_VERSION
 #define LLAMAPY_VERSION "0.0.0"
@@ -36,42 +34,12 @@ void bind_vision(py::module_& m);
 
 namespace {
 
-// The GPU devices of the compiled GPU backends: name, type, memory, fp16 /
-// int8 arithmetic. Empty in a CPU-only build or where no device is found.
-py::list gpu_devices() {
-    py::list out;
-#if defined(LP_ENABLE_VULKAN)
-    for (const lp::vk::device_info& v : lp::vk::devices()) {
-        py::dict d;
-        d["backend"] = "vulkan";
-        d["index"] = v.index;
-        d["name"] = v.name;
-        d["type"] = v.type;
-        d["driver"] = v.driver;
-        d["api_version"] = std::to_string(VK_API_VERSION_MAJOR(v.api_version)) + "." +
-                           std::to_string(VK_API_VERSION_MINOR(v.api_version)) + "." +
-                           std::to_string(VK_API_VERSION_PATCH(v.api_version));
-        d["memory"] = v.memory;
-        d["fp16"] = v.fp16;
-        d["int8"] = v.int8;
-        d["subgroup_size"] = v.subgroup_size;
-        d["subgroup_ops"] = v.subgroup_ops;  // the shaders' subgroup variants run on it
-        out.append(d);
-    }
-#endif
-    return out;
-}
-
 py::dict system_info() {
     const lp::cpu_features& c = lp::cpu();
     py::dict d;
     d["version"] = LLAMAPY_VERSION;
-#if defined(LP_ENABLE_VULKAN)
-    d["backends"] = py::make_tuple("cpu", "vulkan");
-#else
-    d["backends"] = py::make_tuple("cpu");
-#endif
-    d["devices"] = gpu_devices();
+    d["backends"] = backend_name_tuple();
+    d["devices"] = gpu_device_list();
     py::list compiled, supported;
     for (lp::isa level : lp::compiled_isas()) {
         compiled.append(lp::isa_name(level));
@@ -115,7 +83,6 @@ PYBIND11_MODULE(_engine, m) {
     // already translates to ValueError.
     m.def("isa_cap_error", []() { return lp::isa_cap_error(); },
           "Why LLAMAPY_ISA's value was refused, or an empty string.");
-    m.def("gpu_devices", &gpu_devices, "The GPU devices the compiled GPU backends find (a list of dicts).");
     m.def("planned_part_devices", [](int64_t n_layer, int n_gpu_layers, int main_gpu, int split_mode,
                                      const std::vector<float>& tensor_split) {
               lp::context_params p;
@@ -130,22 +97,6 @@ PYBIND11_MODULE(_engine, m) {
           py::arg("tensor_split") = std::vector<float>{},
           "Device names ('cpu', 'gpu0', ...) of the parts input, blk.0 .. blk.<n_layer-1>, output that a context "
           "would place (context.h planned_part_devices).");
-    m.def("vulkan_error", []() {
-#if defined(LP_ENABLE_VULKAN)
-        return lp::vk::last_error();
-#else
-        return std::string("this build has no Vulkan backend (build with CMAKE_ARGS=\"-DLLAMAPY_VULKAN=ON\")");
-#endif
-    }, "Why no Vulkan device was found, or an empty string.");
-    m.def("vulkan_matmul_types", []() {
-        std::vector<std::string> out;
-#if defined(LP_ENABLE_VULKAN)
-        for (int t = 0; t < (int)lp::ggml_type::COUNT; ++t)
-            if (lp::type_name((lp::ggml_type)t) && lp::vulkan_backend::has_matmul((lp::ggml_type)t))
-                out.push_back(lp::type_name((lp::ggml_type)t));
-#endif
-        return out;
-    }, "Weight types the Vulkan backend has matmul shaders for (others are dequantized to F16 on upload).");
     m.def("system_info", &system_info, "Version, compiled backends and kernels, CPU features, default threads.");
     m.def("read_bandwidth", [](size_t nbytes, int n_reps, int n_threads) {
         if (n_threads < 1) n_threads = lp::default_n_threads();

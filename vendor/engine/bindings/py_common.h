@@ -1,4 +1,5 @@
-// py_common.h — helpers the binding files share (defined in bind_quants.cpp).
+// py_common.h — helpers the binding files share (defined in bind_quants.cpp,
+// the registry's in bind_backend.cpp).
 #pragma once
 
 #include <pybind11/pybind11.h>
@@ -11,3 +12,6 @@
 lp::ggml_type parse_type(const pybind11::object& t);
 // One pool per thread count (0: the default), created on first use and kept.
 lp::thread_pool& pool_for(int n_threads);
+// The compiled backends' names, and the GPU devices as dicts (system_info).
+pybind11::tuple backend_name_tuple();
+pybind11::list gpu_device_list();

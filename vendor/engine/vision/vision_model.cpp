@@ -1,11 +1,8 @@
 // vision_model.cpp — see vision_model.h.
 #include "vision_model.h"
 
+#include "../backend/registry.h"
 #include "../common.h"
-#if defined(LP_ENABLE_VULKAN)
-#include "../backend/vulkan_backend.h"
-#include "../vulkan/vk_runtime.h"
-#endif
 
 namespace lp {
 
@@ -18,11 +15,7 @@ std::unique_ptr<backend> make_backend(const clip_model& m, patch_grid g, thread_
         be->use_pool(pool);
         return be;
     }
-#if defined(LP_ENABLE_VULKAN)
-    return std::make_unique<vulkan_backend>(gpu);
-#else
-    throw value_error("vision encoder: gpu=" + std::to_string(gpu) + " but this build has no GPU backend");
-#endif
+    return create_gpu_backend(device{device::kind::gpu, gpu});
 }
 
 device device_of(int gpu) { return gpu < 0 ? device::host() : device{device::kind::gpu, gpu}; }
@@ -57,20 +50,14 @@ constexpr int64_t kAutoFlashRows = 128;
 }  // namespace
 
 static int checked_gpu(int gpu) {
-    if (gpu < -1) throw value_error("vision encoder: gpu must be -1 (the CPU) or a Vulkan device number, got " +
+    if (gpu < -1) throw value_error("vision encoder: gpu must be -1 (the CPU) or a GPU device number, got " +
                                     std::to_string(gpu));
     if (gpu < 0) return gpu;
-#if defined(LP_ENABLE_VULKAN)
-    const auto& devs = vk::devices();
-    if (gpu >= (int)devs.size())
-        throw value_error("vision encoder: gpu=" + std::to_string(gpu) + " but there are " +
-                          std::to_string(devs.size()) + " Vulkan device(s)" +
-                          (devs.empty() ? " (" + vk::last_error() + ")" : std::string()));
+    if (const std::string why = no_gpu_reason(); !why.empty())
+        throw value_error("vision encoder: gpu=" + std::to_string(gpu) + ": " + why);
+    if (gpu >= (int)gpu_slots().size())
+        throw value_error("vision encoder: gpu=" + std::to_string(gpu) + " but there are " + gpu_count_phrase());
     return gpu;
-#else
-    throw value_error("vision encoder: gpu=" + std::to_string(gpu) +
-                      ": this build has no GPU backend (build with CMAKE_ARGS=\"-DLLAMAPY_VULKAN=ON\")");
-#endif
 }
 
 vision_model::vision_model(const std::string& path, int n_threads, int flash_attn, int gpu)

@@ -7,9 +7,9 @@
 // (flash_attn: -1 auto, 0 off, 1 on; auto: see path_for). Both are
 // non-causal over the image's rows; Qwen2.5-VL's windowed layers are the
 // same call with a block-diagonal mask.
-// gpu >= 0 (a build with the Vulkan backend): the tower and the projector
-// run on that Vulkan device instead (its fused attention; the weights are
-// uploaded on first use; the activations live in its mapped memory).
+// gpu >= 0 (a build with a GPU backend, backend/registry.h): the tower and
+// the projector run on that GPU device instead (its attention; the weights
+// are uploaded on first use; the activations live in its mapped memory).
 // Not here: loading (clip_model.h), the tower (vit.h), the projectors.
 #pragma once
 
@@ -40,7 +40,7 @@ public:
     int64_t n_out() const { return m_->hp().n_out; }
     int n_threads() const { return pool_.n_threads(); }
     int flash_attn() const { return flash_attn_; }  // the option: -1 auto, 0 off, 1 on
-    int gpu() const { return gpu_; }                 // the Vulkan device, or -1: the CPU
+    int gpu() const { return gpu_; }                 // the GPU device, or -1: the CPU
     // The attention path an image of grid g runs.
     attention_path path_for(patch_grid g) const;
 

@@ -10,7 +10,7 @@
 #include "../common.h"
 #include "../cpu/ops.h"
 #include "../model/model.h"
-#include "../vulkan/vk_runtime.h"
+#include "vk_runtime.h"
 
 namespace lp {
 

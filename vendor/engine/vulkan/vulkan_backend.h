@@ -26,14 +26,15 @@
 // an earlier op of the step wrote there), and copied back at sync when an
 // op wrote it. Weights are uploaded once per weight_view (keyed by its data)
 // and kept for the backend's life.
-// Not here: the Vulkan plumbing (vulkan/vk_runtime.h), shaders (vulkan/shaders).
+// Not here: the Vulkan plumbing (vk_runtime.h), shaders (shaders/), how the
+// engine finds this backend (vulkan_factory.cpp, backend/registry.h).
 #pragma once
 
 #include <map>
 #include <memory>
 #include <vector>
 
-#include "backend.h"
+#include "../backend/backend.h"
 
 namespace lp {
 
@@ -43,7 +44,8 @@ class buffer;
 struct dispatch;
 }  // namespace vk
 
-// device_buffer's allocator for Vulkan device `index` (buffer.cpp): a mapped,
+// device_buffer's allocator for Vulkan device `index` (through the factory,
+// vulkan_factory.cpp): a mapped,
 // host-visible buffer, registered so the backend binds pointers into it in
 // place. *handle receives what vulkan_free takes.
 void* vulkan_alloc(int index, size_t bytes, void** handle);
