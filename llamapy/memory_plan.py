@@ -49,11 +49,6 @@ from .gguf_file import GGUFFile
 
 __all__ = ["MemoryPlan", "plan_memory"]
 
-_ENCODERS = ("bert", "nomic-bert")
-# Architectures whose loader keeps the file's attention.sliding_window, with
-# the default period of their window layers (model/<arch>.cpp set_swa_pattern):
-# in every `period` layers the last is global. The others ignore the window.
-_SWA_PERIOD = {"gemma2": 2, "gemma3": 6}
 _MAX_SEQUENCES = 256  # kv_cache.h kMaxSequences; Llama's embedding contexts use min(n_batch, 256)
 
 
@@ -127,12 +122,15 @@ class _Shape:
         self.head_dim_k = int(key("attention.key_length", self.n_embd // self.n_head))
         self.head_dim_v = int(key("attention.value_length", self.head_dim_k))
         self.n_rot = 0 if arch == "bert" else int(key("rope.dimension_count", self.head_dim_k))
-        self.encoder = arch in _ENCODERS
+        # The architecture's facts as the engine's loader applies them (model.h arch_def).
+        facts = _engine.architectures()[arch]
+        self.encoder = facts["encoder"]
         self.pooling = int(md.get(f"{arch}.pooling_type", -1))
-        self.n_swa = int(md.get(f"{arch}.attention.sliding_window", 0)) if arch in _SWA_PERIOD else 0
+        swa_period = facts["swa_period"]  # None: the architecture ignores the file's window
+        self.n_swa = int(md.get(f"{arch}.attention.sliding_window", 0)) if swa_period is not None else 0
         self.swa_layers = [False] * self.n_layer
         if self.n_swa > 0:
-            pattern = md.get(f"{arch}.attention.sliding_window_pattern", _SWA_PERIOD[arch])
+            pattern = md.get(f"{arch}.attention.sliding_window_pattern", swa_period)
             if isinstance(pattern, (int, float)) and not isinstance(pattern, bool):
                 period = int(pattern)
                 self.swa_layers = [period == 0 or (il % period) < period - 1 for il in range(self.n_layer)]

@@ -16,6 +16,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from .. import _engine
 from .named_formats import NAMED_FORMATS, stop_strings
 from .template import compile_template
 
@@ -152,9 +153,11 @@ FORMATS.update({f.name: f for f in [
 ]})
 
 # Formats guessed from general.architecture when a model has no chat template.
-_ARCH_FORMATS = {"gemma": "gemma", "gemma2": "gemma", "gemma3": "gemma", "gemma3n": "gemma", "qwen": "qwen",
-                 "qwen2": "qwen", "qwen2moe": "qwen", "qwen3": "qwen", "qwen3moe": "qwen", "phi3": "phi-3",
-                 "chatglm": "chatglm3", "baichuan": "baichuan-2"}
+# The architectures the engine runs declare theirs (model/<arch>.cpp:
+# _engine.architectures()); these are families it does not run, whose
+# tokenizers still load (vocab_only).
+_OTHER_ARCH_FORMATS = {"gemma": "gemma", "gemma3n": "gemma", "qwen": "qwen", "qwen2moe": "qwen", "qwen3moe": "qwen",
+                       "chatglm": "chatglm3", "baichuan": "baichuan-2"}
 FALLBACK_FORMAT = "llama-2"  # llama-cpp-python's last resort
 
 
@@ -168,7 +171,10 @@ def get_format(name: str) -> ChatFormat:
 def guess_format_name(metadata: Mapping[str, Any]) -> str:
     """The named format for a model without a chat template, from its architecture."""
     arch = str(metadata.get("general.architecture", ""))
-    return _ARCH_FORMATS.get(arch, FALLBACK_FORMAT)
+    engine_arch = _engine.architectures().get(arch)
+    if engine_arch is not None:
+        return engine_arch["chat_format"] or FALLBACK_FORMAT
+    return _OTHER_ARCH_FORMATS.get(arch, FALLBACK_FORMAT)
 
 
 def template_names(metadata: Mapping[str, Any]) -> List[str]:

@@ -1,6 +1,7 @@
 // bind_model.cpp — Python access to models and inference contexts:
 //   _engine.Model     a loaded GGUF model (hyperparameters, sizes)
 //   _engine.Context   KV cache + decode(batch) + outputs + state
+//   _engine.architectures()  the architectures and their facts (archs.def)
 // Arguments are validated here or in the engine (ValueError / TypeError);
 // an unsupported architecture or tensor type raises NotImplementedError.
 // decode() releases the GIL. Logits come back as numpy views into the
@@ -283,6 +284,20 @@ void bind_model(py::module_& m) {
             for (const arch_def* a : supported_archs()) v.push_back(a->name);
             return v;
         });
+    m.def("architectures", []() {
+        py::dict out;  // in the table's order (model/archs.def)
+        for (const arch_def* a : supported_archs()) {
+            py::dict d;
+            d["swa_period"] = a->swa_period < 0 ? py::object(py::none()) : py::object(py::int_(a->swa_period));
+            d["encoder"] = a->encoder;
+            d["chat_format"] = *a->chat_format ? py::object(py::str(a->chat_format)) : py::object(py::none());
+            out[py::str(a->name)] = d;
+        }
+        return out;
+    }, "The architectures the engine runs and their facts (model/model.h arch_def): {name: {'swa_period': the "
+       "default period of sliding-window layers (in every period layers all but the last use the window; 0: "
+       "all), or None when the architecture ignores a window its files declare; 'encoder': bool; "
+       "'chat_format': the named chat format of its models without a template, or None}}.");
 
     py::class_<lora_adapter, std::shared_ptr<lora_adapter>>(m, "LoraAdapter",
                                                           "A LoRA adapter (GGUF) for a model, applied by Context.set_adapters.")

@@ -11,16 +11,14 @@ namespace lp {
 namespace {
 
 void setup(const gguf_file& f, hparams& hp) {
-    hp.v.encoder = true;
     hp.v.norm = norm_kind::layer;
     hp.v.act = ffn_act::gelu;
     hp.rope.n_rot = 0;  // positions come from position_embd
-    hp.n_swa = 0;
     if (!arch_has(f, hp, "attention.causal")) hp.causal = false;
 }
 
 }  // namespace
 
-extern const arch_def arch_bert = {"bert", setup};
+extern const arch_def arch_bert = {"bert", setup, /*swa_period=*/-1, /*encoder=*/true, /*chat_format=*/""};
 
 }  // namespace lp

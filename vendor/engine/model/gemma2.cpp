@@ -17,7 +17,6 @@ void setup(const gguf_file& f, hparams& hp) {
     hp.v.post_ffn_norm = true;
     hp.v.scale_q = true;
     hp.v.embd_scale = std::sqrt((float)hp.n_embd);
-    set_swa_pattern(f, hp, 2);
     if (!arch_has(f, hp, "attn_logit_softcapping")) hp.attn_softcap = 50.0f;
     if (!arch_has(f, hp, "final_logit_softcapping")) hp.final_softcap = 30.0f;
     // Gemma 2 27B (46 layers) scales queries by 1/sqrt(n_embd / n_head), the others by 1/sqrt(head_dim).
@@ -27,6 +26,6 @@ void setup(const gguf_file& f, hparams& hp) {
 
 }  // namespace
 
-extern const arch_def arch_gemma2 = {"gemma2", setup};
+extern const arch_def arch_gemma2 = {"gemma2", setup, /*swa_period=*/2, /*encoder=*/false, /*chat_format=*/"gemma"};
 
 }  // namespace lp

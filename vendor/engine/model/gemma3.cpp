@@ -22,7 +22,6 @@ void setup(const gguf_file& f, hparams& hp) {
     hp.v.post_ffn_norm = true;
     hp.v.scale_q = true;
     hp.v.embd_scale = std::sqrt((float)hp.n_embd);
-    set_swa_pattern(f, hp, 6);
     hp.mm_non_causal = true;  // mtmd: PROJECTOR_TYPE_GEMMA3 decodes images non-causally
     hp.rope_freq_base_swa = (float)arch_float(f, hp, "rope.freq_base_swa", 10000.0);
     hp.rope_freq_scale_swa = 1.0f;
@@ -35,6 +34,6 @@ void setup(const gguf_file& f, hparams& hp) {
 
 }  // namespace
 
-extern const arch_def arch_gemma3 = {"gemma3", setup};
+extern const arch_def arch_gemma3 = {"gemma3", setup, /*swa_period=*/6, /*encoder=*/false, /*chat_format=*/"gemma"};
 
 }  // namespace lp

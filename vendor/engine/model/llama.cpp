@@ -12,13 +12,10 @@ namespace {
 void setup(const gguf_file& f, hparams& hp) {
     hp.rope.style = rope_style::normal;
     hp.v.act = ffn_act::silu;
-    // llama.cpp ignores a sliding window for this architecture; so do we.
-    hp.n_swa = 0;
-    set_swa_pattern(f, hp, 0);
 }
 
 }  // namespace
 
-extern const arch_def arch_llama = {"llama", setup};
+extern const arch_def arch_llama = {"llama", setup, /*swa_period=*/-1, /*encoder=*/false, /*chat_format=*/""};
 
 }  // namespace lp

@@ -11,21 +11,16 @@
 
 namespace lp {
 
-// One line per architecture (defined in model/<arch>.cpp).
-extern const arch_def arch_llama;
-extern const arch_def arch_gemma3;
-extern const arch_def arch_gemma2;
-extern const arch_def arch_qwen2;
-extern const arch_def arch_qwen2vl;
-extern const arch_def arch_qwen3;
-extern const arch_def arch_phi3;
-extern const arch_def arch_bert;
-extern const arch_def arch_nomic_bert;
+// The declarations and the table, from the one list (archs.def).
+#define LP_ARCH(stem) extern const arch_def arch_##stem;
+#include "archs.def"
+#undef LP_ARCH
 
 const std::vector<const arch_def*>& supported_archs() {
     static const std::vector<const arch_def*> archs = {
-        &arch_llama, &arch_gemma3, &arch_gemma2, &arch_qwen2, &arch_qwen2vl, &arch_qwen3, &arch_phi3,
-        &arch_bert, &arch_nomic_bert,
+#define LP_ARCH(stem) &arch_##stem,
+#include "archs.def"
+#undef LP_ARCH
     };
     return archs;
 }
@@ -402,7 +397,10 @@ std::shared_ptr<model> model::load(const std::string& path, const model_params& 
         throw not_implemented_error("model architecture '" + hp.arch + "' is not supported (supported: " + names + ")");
     }
     read_common_hparams(f, hp);
-    hp.swa_layers.assign((size_t)hp.n_layer, 0);
+    // The architecture's facts first (model.h arch_def), then its own keys.
+    hp.v.encoder = a->encoder;
+    if (a->swa_period < 0) hp.n_swa = 0;  // it ignores a window the file declares
+    set_swa_pattern(f, hp, a->swa_period < 0 ? 0 : a->swa_period);
     a->setup(f, hp);
     if (hp.attn_scale == 0.0f) hp.attn_scale = 1.0f / std::sqrt((float)hp.head_dim_k);
     if (hp.rope_freq_base_swa == 0.0f) hp.rope_freq_base_swa = hp.rope.freq_base;

@@ -126,12 +126,23 @@ struct model_weights {
     std::vector<float> token_embd_norm, token_embd_norm_b;  // (n_embd) norm of the summed input embeddings
 };
 
-// One supported architecture: its GGUF name and the function that reads its
-// specific hyperparameters and sets its block variant (after the common keys
-// have been read into hp).
+// One supported architecture (model/<stem>.cpp, listed in archs.def): its
+// GGUF name, the facts the loader applies before setup and that Python reads
+// (_engine.architectures(): the memory planner, the chat-format guess), and
+// the function that reads its specific hyperparameters and sets its block
+// variant (after the common keys have been read into hp).
 struct arch_def {
-    const char* name;
+    const char* name;  // general.architecture
     void (*setup)(const gguf_file& f, hparams& hp);
+    // Sliding-window layers: in every `swa_period` layers all but the last
+    // attend to the file's attention.sliding_window, unless the file gives
+    // attention.sliding_window_pattern (0: every layer); -1: the
+    // architecture ignores a window its files declare (as llama.cpp does).
+    int swa_period;
+    bool encoder;             // a bidirectional encoder: embeddings, no output head
+    // The named chat format (llamapy/chat/formats.py) of its models that
+    // carry no chat template; "" for llama-cpp-python's fallback.
+    const char* chat_format;
 };
 
 // The architectures this build runs, and the one named `name` (nullptr if none).

@@ -9,17 +9,15 @@ namespace lp {
 namespace {
 
 void setup(const gguf_file& f, hparams& hp) {
-    hp.v.encoder = true;
     hp.v.norm = norm_kind::layer;
     hp.v.act = ffn_act::silu;
     hp.v.qkv_fused = true;
     hp.rope.style = rope_style::neox;
-    hp.n_swa = 0;
     if (!arch_has(f, hp, "attention.causal")) hp.causal = false;
 }
 
 }  // namespace
 
-extern const arch_def arch_nomic_bert = {"nomic-bert", setup};
+extern const arch_def arch_nomic_bert = {"nomic-bert", setup, /*swa_period=*/-1, /*encoder=*/true, /*chat_format=*/""};
 
 }  // namespace lp

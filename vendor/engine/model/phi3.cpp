@@ -15,12 +15,10 @@ void setup(const gguf_file& f, hparams& hp) {
     hp.v.qkv_fused = f.find_tensor("blk.0.attn_qkv.weight") != nullptr;
     hp.v.gate_up_fused = true;
     hp.v.scale_q = true;
-    hp.n_swa = 0;
-    set_swa_pattern(f, hp, 0);
 }
 
 }  // namespace
 
-extern const arch_def arch_phi3 = {"phi3", setup};
+extern const arch_def arch_phi3 = {"phi3", setup, /*swa_period=*/-1, /*encoder=*/false, /*chat_format=*/"phi-3"};
 
 }  // namespace lp

@@ -10,12 +10,10 @@ void setup(const gguf_file& f, hparams& hp) {
     hp.rope.style = rope_style::neox;
     hp.v.act = ffn_act::silu;
     hp.v.qkv_bias = true;
-    hp.n_swa = 0;  // Qwen 2 declares no window that llama.cpp honours
-    set_swa_pattern(f, hp, 0);
 }
 
 }  // namespace
 
-extern const arch_def arch_qwen2 = {"qwen2", setup};
+extern const arch_def arch_qwen2 = {"qwen2", setup, /*swa_period=*/-1, /*encoder=*/false, /*chat_format=*/"qwen"};
 
 }  // namespace lp

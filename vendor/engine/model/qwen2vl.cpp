@@ -17,8 +17,6 @@ void setup(const gguf_file& f, hparams& hp) {
     hp.rope.style = rope_style::neox;  // ggml rotates M-RoPE pairs as NeoX halves
     hp.v.act = ffn_act::silu;
     hp.v.qkv_bias = true;
-    hp.n_swa = 0;
-    set_swa_pattern(f, hp, 0);
 
     const std::string key = hp.arch + ".rope.dimension_sections";
     const gguf_kv* kv = f.find_kv(key);
@@ -40,6 +38,6 @@ void setup(const gguf_file& f, hparams& hp) {
 
 }  // namespace
 
-extern const arch_def arch_qwen2vl = {"qwen2vl", setup};
+extern const arch_def arch_qwen2vl = {"qwen2vl", setup, /*swa_period=*/-1, /*encoder=*/false, /*chat_format=*/""};
 
 }  // namespace lp

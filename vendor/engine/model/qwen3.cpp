@@ -10,12 +10,10 @@ void setup(const gguf_file& f, hparams& hp) {
     hp.rope.style = rope_style::neox;
     hp.v.act = ffn_act::silu;
     hp.v.qk_norm = true;
-    hp.n_swa = 0;
-    set_swa_pattern(f, hp, 0);
 }
 
 }  // namespace
 
-extern const arch_def arch_qwen3 = {"qwen3", setup};
+extern const arch_def arch_qwen3 = {"qwen3", setup, /*swa_period=*/-1, /*encoder=*/false, /*chat_format=*/"qwen"};
 
 }  // namespace lp
