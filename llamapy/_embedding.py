@@ -19,8 +19,10 @@ from typing import Any, Dict, List, Sequence, Tuple, Union
 
 import numpy as np
 
+from . import _engine
+
 POOLING_NONE = 0
-MAX_SEQUENCES = 256  # llama.cpp's LLAMA_MAX_SEQ: sequences one decode may hold
+MAX_SEQUENCES = _engine.max_sequences  # the engine's (kv_cache.h; llama.cpp's LLAMA_MAX_SEQ): sequences one decode may hold
 
 Vector = List[float]
 

@@ -49,7 +49,7 @@ from .gguf_file import GGUFFile
 
 __all__ = ["MemoryPlan", "plan_memory"]
 
-_MAX_SEQUENCES = 256  # kv_cache.h kMaxSequences; Llama's embedding contexts use min(n_batch, 256)
+_MAX_SEQUENCES = _engine.max_sequences  # kv_cache.h kMaxSequences; Llama's embedding contexts use min(n_batch, it)
 
 
 @dataclass(frozen=True)

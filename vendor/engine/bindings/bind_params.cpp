@@ -7,7 +7,8 @@
 // ContextParams.resolved(model). Model(...) and Context(...) take one of
 // these, or keyword arguments with the same names (params_from below).
 // _engine.kv_cache_types(): the KV cache types ({ggml id: name}, kv_cache.h's
-// one list), which Python's option parsing and memory planner read.
+// one list), which Python's option parsing and memory planner read, and
+// _engine.max_sequences (kv_cache.h kMaxSequences).
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -132,6 +133,7 @@ void bind_params(py::module_& m) {
         for (ggml_type t : kKvCacheTypes) out[py::int_((int)t)] = type_name(t);
         return out;
     }, "The KV cache element types, {ggml type id: name}, in the engine's order.");
+    m.attr("max_sequences") = kMaxSequences;  // sequence ids a context takes are below it (n_seq_max <= it)
     py::class_<model_params> mp(m, "ModelParams", "Options of Model(path, params): model/model.h's model_params.");
     mp.def(py::init([](const py::kwargs& kw) { return model_params_from(py::none(), kw); }),
            "ModelParams(**options): the defaults with the options given")
