@@ -23,7 +23,8 @@ from . import _engine
 from ._sampling import SamplingParams
 from ._sequence import ContextFull
 from ._text import StopMatcher, Utf8Stream, drop_invalid
-from ._verbose import emit, print_timings
+from ._log import emit
+from ._verbose import print_timings
 from .llama_cache import LogitsProcessorList, StoppingCriteriaList, longest_token_prefix
 from .multimodal.chunks import ChunkedPrompt
 

@@ -41,6 +41,7 @@ from . import llama_cpp as _c
 from ._params import ContextParams, engine_params, parse_params
 from ._sampling import SamplingParams, grammar_vocab, native_sampler
 from ._tokenizer import LlamaTokenizer
+from .gguf_file import GGUFFile, metadata_strings
 
 __all__ = ["LlamaModel", "LlamaContext", "LlamaBatch", "LlamaSampler", "normalize_embedding"]
 
@@ -268,14 +269,8 @@ class LlamaModel:
         return self._tokenizer.detokenize(tokens, special=special)
 
     def metadata(self) -> Dict[str, str]:
-        from .gguf_file import GGUFFile
-        from .llama import _metadata_string, _metadata_strings
-
         self._open()
-        out = _metadata_strings(GGUFFile(self.path_model))
-        for key, value in (self._model_params.kv_overrides or {}).items():
-            out[key] = _metadata_string(value)
-        return out
+        return metadata_strings(GGUFFile(self.path_model), self._model_params.kv_overrides)
 
     @staticmethod
     def default_params() -> Any:

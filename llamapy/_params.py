@@ -15,6 +15,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Dict, Optional, Union
 
+from ._log import emit
+
 logger = logging.getLogger("llamapy")
 
 DEFAULT_SEED = 0xFFFFFFFF  # llama.cpp's LLAMA_DEFAULT_SEED: "pick a random seed"
@@ -242,8 +244,6 @@ def parse_params(model_path: str, kw: Dict[str, Any], verbose: bool = False) -> 
     """Validates the keyword arguments of ``Llama.__init__`` (minus those the
     Python layer keeps for itself) and returns the engine parameters. Notes
     about options without effect are printed with ``verbose``, else logged."""
-    from ._verbose import emit
-
     if not isinstance(model_path, (str, os.PathLike)):
         raise TypeError("model_path must be a path")
     model_path = os.fspath(model_path)

@@ -23,14 +23,25 @@ import numpy.typing as npt
 from . import _engine
 from ._embedding import embedding_context_options
 from ._scores import LazyRows
-from ._verbose import PerfCounters, emit, load_report
+from ._log import emit
+from ._verbose import PerfCounters, load_report
 from ._sampling import SamplingParams, grammar_vocab, native_sampler
 from . import _sequence
 from ._params import DEFAULT_SEED, ContextParams, ModelParams, engine_params, parse_params
 from ._internals import LlamaModel, _VocabOnlyContext
 from ._tokenizer import LlamaTokenizer
-from .gguf_file import GGUFFile
+from .gguf_file import GGUFFile, metadata_strings
 from .multimodal.chunks import ChunkedPrompt
+from ._completion import CompletionRequest, run_completion, stream_completion
+from . import _embedding
+from ._units import format_bytes
+from .chat import completion as _chat
+from .debug import TensorDump
+from .multimodal.evaluate import eval_chunked
+from .multimodal.handlers import handler_for_mmproj
+from .multimodal.mmproj import check_compatible, read_mmproj
+from .memory_plan import plan_memory
+from .system import memory_available
 from .llama_cache import (
     BaseLlamaCache,
     LlamaState,
@@ -45,31 +56,8 @@ logger = logging.getLogger("llamapy")
 _NOT_RESTORABLE: Any = object()
 
 
-def _metadata_string(value: Union[bool, int, float, str]) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, float):
-        return f"{value:.6f}"
-    return str(value)
-
-
-def _metadata_strings(gguf: GGUFFile) -> Dict[str, str]:
-    """GGUF metadata as llama.cpp reports it (llama_model_meta_*): every
-    scalar as a string (bools as true/false, floats with six decimals);
-    arrays (token lists, tags) are left out, as llama.cpp leaves them out."""
-    out: Dict[str, str] = {}
-    for key, value in gguf.metadata.items():
-        if isinstance(value, (bool, float, int, str)):
-            out[key] = _metadata_string(value)
-    return out
-
-
 def _context_memory_message(model_path: str, resolved: Any, cp: ContextParams) -> str:
     """What an allocation failure of the context asked for, against what the machine has."""
-    from .inspect_cmd import format_bytes
-    from .memory_plan import plan_memory
-    from .system import memory_available
-
     head = f"n_ctx={int(resolved.n_ctx)}: the context could not be allocated"
     try:
         plan = plan_memory(model_path, n_ctx=int(resolved.n_ctx), n_batch=int(resolved.n_batch),
@@ -222,10 +210,8 @@ class Llama(_sequence.SequenceAttributes):
         # derives its per-call seeds (random.Random(seed).randint) as there.
         seed_value = cp.seed or DEFAULT_SEED
         self.cache: Optional[BaseLlamaCache] = None
-        self.metadata = _metadata_strings(self._gguf)
-        for key, value in mp.kv_overrides.items():
-            # Effective values, so that e.g. an overridden tokenizer.chat_template is the one used.
-            self.metadata[key] = _metadata_string(value)
+        # Effective values, so that e.g. an overridden tokenizer.chat_template is the one used.
+        self.metadata = metadata_strings(self._gguf, mp.kv_overrides)
 
         # The engine resolves what the options leave to the model (n_ctx 0, batch caps).
         resolved = engine_ctx_params.resolved(model)
@@ -276,18 +262,14 @@ class Llama(_sequence.SequenceAttributes):
             if not mmproj or not os.path.exists(mmproj):
                 raise ValueError(f"mmproj path does not exist: {mmproj}")
             if chat_handler is None:
-                from .multimodal.handlers import handler_for_mmproj
-
                 self.chat_handler = handler_for_mmproj(self, mmproj, chat_format)
             else:
-                from .multimodal.mmproj import check_compatible, read_mmproj
-
                 check_compatible(read_mmproj(mmproj), self.n_embd())
-        if chat_format is not None and self.chat_handler is None:
-            # An unknown name fails here, not at the first chat.
-            from .chat.completion import get_chat_completion_handler, token_text
-
-            get_chat_completion_handler(chat_format, self.metadata, token_text(self, self.token_eos()))
+        if chat_format is not None and self.chat_handler is None and chat_format not in _chat.PROJECTOR_CHAT_FORMATS:
+            # An unknown name fails here, not at the first chat (a multimodal
+            # format is known: its handler may still be set, else the chat says
+            # it needs a projector).
+            _chat.get_chat_completion_handler(chat_format, self.metadata, _chat.token_text(self, self.token_eos()))
         # Load time: from the constructor's start to a usable context (llama.cpp
         # stops its clock at the first decode; ours does not wait for one).
         self._perf = PerfCounters(t_load_ms=(time.perf_counter() - t_start) * 1e3)
@@ -531,8 +513,6 @@ class Llama(_sequence.SequenceAttributes):
 
     def _eval_chunked(self, prompt: ChunkedPrompt, offset: int) -> None:
         """Evaluate a text + image prompt from id ``offset`` on (llamapy/multimodal/evaluate.py)."""
-        from .multimodal.evaluate import eval_chunked
-
         eval_chunked(self, prompt, offset)
 
     # ---------------------------------------------------------------- sampling
@@ -718,8 +698,6 @@ class Llama(_sequence.SequenceAttributes):
                           logit_bias: Optional[Dict[int, float]] = None) -> Any:
         """Complete ``prompt`` (text or token ids). Returns an OpenAI-shaped
         ``text_completion`` dict, or an iterator of chunks with ``stream=True``."""
-        from ._completion import CompletionRequest, run_completion, stream_completion
-
         req = CompletionRequest(
             prompt=prompt, suffix=suffix, max_tokens=max_tokens, temperature=temperature, top_p=top_p,
             min_p=min_p, typical_p=typical_p, logprobs=logprobs, echo=echo, stop=stop,
@@ -739,9 +717,7 @@ class Llama(_sequence.SequenceAttributes):
         """Embed a string or a list of strings: an OpenAI-shaped
         ``{"object": "list", "data": [{"object": "embedding", "embedding": [...],
         "index": i}], "model": ..., "usage": {...}}``. Needs ``embedding=True``."""
-        from ._embedding import create_embedding
-
-        return create_embedding(self, input, model)
+        return _embedding.create_embedding(self, input, model)
 
     def embed(self, input: Union[str, List[str]], normalize: bool = False, truncate: bool = True,
               return_count: bool = False) -> Any:
@@ -750,9 +726,7 @@ class Llama(_sequence.SequenceAttributes):
         input. ``truncate`` cuts inputs to n_batch tokens (else they raise
         ValueError); ``normalize`` L2-normalises; ``return_count`` also
         returns the number of tokens. Needs ``embedding=True``."""
-        from ._embedding import embed
-
-        return embed(self, input, normalize=normalize, truncate=truncate, return_count=return_count)
+        return _embedding.embed(self, input, normalize=normalize, truncate=truncate, return_count=return_count)
 
     # -------------------------------------------------------------------- chat
     def create_chat_completion(
@@ -771,18 +745,14 @@ class Llama(_sequence.SequenceAttributes):
         dict, or an iterator of ``chat.completion.chunk`` dicts with
         ``stream=True``. The prompt comes from ``chat_handler``, else
         ``chat_format``, else the GGUF's chat template (see llamapy.chat)."""
-        from .chat.completion import create_chat_completion
-
         kwargs = dict(locals())
-        del kwargs["self"], kwargs["create_chat_completion"]
-        return create_chat_completion(self, **kwargs)
+        del kwargs["self"]
+        return _chat.create_chat_completion(self, **kwargs)
 
     def create_chat_completion_openai_v1(self, *args: Any, **kwargs: Any) -> Any:
         """create_chat_completion returning the ``openai`` package's
         ``ChatCompletion`` / ``ChatCompletionChunk`` (needs ``pip install openai``)."""
-        from .chat.completion import create_chat_completion_openai_v1
-
-        return create_chat_completion_openai_v1(self, *args, **kwargs)
+        return _chat.create_chat_completion_openai_v1(self, *args, **kwargs)
 
     # ------------------------------------------------------------------ state
     def _check_whole_context(self, what: str) -> None:
@@ -825,8 +795,6 @@ class Llama(_sequence.SequenceAttributes):
         """A context manager that records the named intermediates of the
         evaluations inside it (``llamapy.debug.TensorDump``); names: None
         (all), a collection of names, or a predicate."""
-        from .debug import TensorDump
-
         return TensorDump(self, names)
 
     # --------------------------------------------------------------- lifecycle

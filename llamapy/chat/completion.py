@@ -22,7 +22,7 @@ import weakref
 from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
-from .._verbose import emit
+from .._log import emit
 from .formats import (ChatFormat, format_from_template, get_format, guess_format_name, template_names,
                       FORMATS)
 from .named_formats import guess_chat_format_from_gguf_metadata
@@ -459,6 +459,16 @@ def register_chat_completion_handler(name: str, handler: Optional[ChatHandler] =
     return add(handler) if handler is not None else add
 
 
+# Chat formats that need a projector file, with the handler class that takes
+# one: multimodal/handlers.py registers its formats here, so that asking for
+# one without a projector names the way to give it.
+PROJECTOR_CHAT_FORMATS: Dict[str, type] = {}
+
+
+def register_projector_chat_format(name: str, handler_class: type) -> None:
+    PROJECTOR_CHAT_FORMATS[name] = handler_class
+
+
 def get_chat_completion_handler(name: str, metadata: Optional[Dict[str, Any]] = None,
                                 eos_token: str = "") -> ChatHandler:
     """The handler for a ``chat_format`` name: a registered handler, a GGUF
@@ -472,12 +482,10 @@ def get_chat_completion_handler(name: str, metadata: Optional[Dict[str, Any]] = 
             return FormatHandler(format_from_template(metadata[key], name, eos_token))
     if name in FORMATS:
         return FormatHandler(FORMATS[name])
-    from ..multimodal.handlers import MULTIMODAL_CHAT_FORMATS
-
-    if name in MULTIMODAL_CHAT_FORMATS:
+    if name in PROJECTOR_CHAT_FORMATS:
         raise ValueError(f"chat format {name!r} is multimodal: it needs a projector file; load the model with "
                          f"Llama(..., chat_format={name!r}, mmproj=PATH) or pass "
-                         f"chat_handler={MULTIMODAL_CHAT_FORMATS[name].__name__}(clip_model_path=PATH)")
+                         f"chat_handler={PROJECTOR_CHAT_FORMATS[name].__name__}(clip_model_path=PATH)")
     known = sorted(set(FORMATS) | set(_user_handlers) | set(template_names(metadata)))
     raise ValueError(f"unknown chat format {name!r}; known formats: {', '.join(known)}")
 
