@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, TextIO
 
 from ._log import PREFIX, emit, logger  # noqa: F401 - PREFIX/logger: the reports print with them
-from ._params import KV_TYPES
 from ._units import format_bytes, format_count
 from .inspect_cmd import quantization_mix
 from .system import system_info
@@ -134,7 +133,7 @@ def load_report(llama: Any) -> str:
             f"n_batch     = {llama.n_batch}",
             f"n_ubatch    = {llama.n_ubatch}",
             f"flash_attn  = {({-1: 'auto', 0: 'off', 1: 'on'}[cp.flash_attn])} -> {llama._ctx.attention_path}",
-            f"type_k      = {KV_TYPES[cp.type_k].lower()}, type_v = {KV_TYPES[cp.type_v].lower()}",
+            f"type_k      = {cp.type_k}, type_v = {cp.type_v}",
             f"n_threads   = {llama.n_threads} (batch {llama.n_threads_batch})",
         ]
         lines += placement_lines(llama._ctx, format_bytes)
