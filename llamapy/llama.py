@@ -700,14 +700,14 @@ class Llama(_sequence.SequenceAttributes):
                           logit_bias: Optional[Dict[int, float]] = None) -> Any:
         """Complete ``prompt`` (text or token ids). Returns an OpenAI-shaped
         ``text_completion`` dict, or an iterator of chunks with ``stream=True``."""
-        req = CompletionRequest(
-            prompt=prompt, suffix=suffix, max_tokens=max_tokens, temperature=temperature, top_p=top_p,
-            min_p=min_p, typical_p=typical_p, logprobs=logprobs, echo=echo, stop=stop,
-            frequency_penalty=frequency_penalty, presence_penalty=presence_penalty, repeat_penalty=repeat_penalty,
-            top_k=top_k, seed=seed, tfs_z=tfs_z, mirostat_mode=mirostat_mode, mirostat_tau=mirostat_tau,
-            mirostat_eta=mirostat_eta, model=model, stopping_criteria=stopping_criteria,
-            logits_processor=logits_processor, grammar=grammar, logit_bias=logit_bias,
-        )
+        sampling = SamplingParams(
+            temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, typical_p=typical_p,
+            repeat_penalty=repeat_penalty, frequency_penalty=frequency_penalty, presence_penalty=presence_penalty,
+            tfs_z=tfs_z, mirostat_mode=mirostat_mode, mirostat_tau=mirostat_tau, mirostat_eta=mirostat_eta,
+            logit_bias=logit_bias, grammar=grammar)
+        req = CompletionRequest(prompt=prompt, suffix=suffix, max_tokens=max_tokens, logprobs=logprobs, echo=echo,
+                                stop=stop, seed=seed, model=model, stopping_criteria=stopping_criteria,
+                                logits_processor=logits_processor, sampling=sampling)
         if stream:
             return stream_completion(self, req)
         return run_completion(self, req)
