@@ -284,10 +284,14 @@ class Llama(_sequence.SequenceAttributes):
 
                 check_compatible(read_mmproj(mmproj), self.n_embd())
         if chat_format is not None and self.chat_handler is None:
-            # An unknown name fails here, not at the first chat.
+            # An unknown name fails here, not at the first chat (a multimodal
+            # format is known: its handler may still be set, else the chat says
+            # it needs a projector).
             from .chat.completion import get_chat_completion_handler, token_text
+            from .multimodal.handlers import MULTIMODAL_CHAT_FORMATS
 
-            get_chat_completion_handler(chat_format, self.metadata, token_text(self, self.token_eos()))
+            if chat_format not in MULTIMODAL_CHAT_FORMATS:
+                get_chat_completion_handler(chat_format, self.metadata, token_text(self, self.token_eos()))
         # Load time: from the constructor's start to a usable context (llama.cpp
         # stops its clock at the first decode; ours does not wait for one).
         self._perf = PerfCounters(t_load_ms=(time.perf_counter() - t_start) * 1e3)
