@@ -9,7 +9,6 @@ import time
 from typing import Any, AsyncIterator, Callable, Dict, Optional
 
 from fastapi import FastAPI
-from starlette.middleware.cors import CORSMiddleware
 
 from .._params import random_seed
 from . import errors, security
@@ -200,15 +199,7 @@ def create_app(settings: Settings, load: Optional[Callable[[], Any]] = None) -> 
     errors.install(app)
     app.include_router(openai_routes.router)
     app.include_router(ollama_routes.router)
-    # Middleware: the last added is the outermost. CORS answers preflights
-    # before the key check; the body limit applies before any route reads.
-    app.add_middleware(security.AuthMiddleware, keys=keys)
-    app.add_middleware(security.BodyLimitMiddleware, limit=settings.max_body)
-    origins = settings.cors_origins
-    if origins:
-        app.add_middleware(CORSMiddleware, allow_origins=origins, allow_methods=["*"], allow_headers=["*"])
-    else:
-        app.add_middleware(CORSMiddleware, allow_origin_regex=security.DEFAULT_CORS_REGEX, allow_methods=["*"],
-                           allow_headers=["*"])
+    # Host, Origin/CORS, body limit, API key (security.py); the access log outermost.
+    security.install_middleware(app, settings, keys)
     app.add_middleware(AccessLog)
     return app

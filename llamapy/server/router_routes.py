@@ -23,7 +23,6 @@ from typing import Any, AsyncIterator, Callable, Dict, Optional
 
 from fastapi import FastAPI, Request
 from starlette.background import BackgroundTask
-from starlette.middleware.cors import CORSMiddleware
 from starlette.responses import Response, StreamingResponse
 
 from . import errors, security
@@ -269,14 +268,9 @@ def create_router_app(settings: Settings, environ: Optional[Dict[str, str]] = No
     for path in PROXY_GET:
         app.add_api_route(path, proxied_get, methods=["GET"])
 
-    app.add_middleware(security.AuthMiddleware, keys=keys)
-    app.add_middleware(security.BodyLimitMiddleware, limit=settings.max_body)
-    if settings.cors_origins:
-        app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origins, allow_methods=["*"],
-                           allow_headers=["*"])
-    else:
-        app.add_middleware(CORSMiddleware, allow_origin_regex=security.DEFAULT_CORS_REGEX, allow_methods=["*"],
-                           allow_headers=["*"])
+    # The single-model server's checks (Host, Origin, body limit, key): loading and
+    # unloading models is state a web page must not change either.
+    security.install_middleware(app, settings, keys)
     app.add_middleware(AccessLog)
     return app
 
