@@ -89,7 +89,10 @@ class SlotScheduler:
 
     # ------------------------------------------------------------ the loop's side
     def start(self) -> None:
-        self._thread.start()
+        """Starts the load, on the dispatcher thread; a no-op once started (the
+        command line loads before it serves, then the app's startup calls it)."""
+        if self._thread.ident is None:
+            self._thread.start()
 
     def count(self, key: str, n: float = 1) -> None:
         with self._lock:
