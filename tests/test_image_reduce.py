@@ -26,7 +26,7 @@ import pytest
 
 Image = pytest.importorskip("PIL.Image")
 
-from llamapy.multimodal import preprocess_params, preprocess_u8, read_mmproj  # noqa: E402
+from llamapy.multimodal import image_input, preprocess_params, preprocess_u8, read_mmproj  # noqa: E402
 from llamapy.multimodal.image_input import (DEFAULT_MAX_PIXELS, REDUCED_FROM_KEY, REDUCING_GAP,  # noqa: E402
                                             image_hash, load_image)
 from llamapy.multimodal.preprocess import source_size_needed  # noqa: E402
@@ -200,9 +200,11 @@ def _layout(pre):
 
 @pytest.mark.parametrize("fmt", ["JPEG", "PNG"])
 @pytest.mark.parametrize("vtype", FIXTURE_TYPES)
-def test_reduced_decode_is_close_to_a_full_decode(vtype, fmt):
+def test_reduced_decode_is_close_to_a_full_decode(vtype, fmt, monkeypatch):
     """Same layout as decoding everything; pixels within a few levels (JPEG: libjpeg's DCT
-    scaling, then a box reduce; PNG: a box reduce), though each reduction here is large."""
+    scaling, then a box reduce; PNG: a box reduce, here made to apply to a small image), though
+    each reduction here is large."""
+    monkeypatch.setattr(image_input, "EXACT_DECODE_PIXELS", 0)
     # Qwen reads up to 4096 merged tokens (3.2 MP) by default: a smaller budget makes it reduce
     p = params(vtype, **({"image_max_tokens": 16} if vtype == "qwen2vl" else {}))
     data = encode(photo(), fmt, **({"quality": 90} if fmt == "JPEG" else {}))
@@ -252,8 +254,10 @@ def test_no_reduction_needed_decodes_exactly_as_before(vtype, size, fmt):
     np.testing.assert_array_equal(preprocess_u8(for_p, p).tiles[0], preprocess_u8(plain, p).tiles[0])
 
 
-def test_pil_image_input_is_reduced_not_drafted():
-    """A PIL image the caller opened is theirs: it is decoded as is (no draft) and reduced after."""
+def test_pil_image_input_is_reduced_not_drafted(monkeypatch):
+    """A PIL image the caller opened is theirs: it is decoded as is (no draft) and reduced after
+    (past EXACT_DECODE_PIXELS, made 0 here)."""
+    monkeypatch.setattr(image_input, "EXACT_DECODE_PIXELS", 0)
     p = params("llava15")
     src = Image.open(io.BytesIO(encode(photo(), "JPEG", quality=90)))
     out = load_image(src, reduce_for=p)
@@ -262,6 +266,18 @@ def test_pil_image_input_is_reduced_not_drafted():
     # handing the result back (a caller's loop) keeps it and what it was reduced from
     again = load_image(out, reduce_for=p)
     assert again.size == (91, 69) and again.info[REDUCED_FROM_KEY] == (1000, 750, 11)
+
+
+@pytest.mark.parametrize("fmt", ["PNG", "BMP"])
+def test_lossless_images_below_the_exact_limit_are_decoded_exactly(fmt):
+    """A 1000 x 750 PNG for the LLaVA 1.5 fixture (28 px tiles) could be box-reduced 11x, but below
+    EXACT_DECODE_PIXELS it is not: its pixels stay those llama.cpp decodes. A JPEG of the same
+    size is drafted (its decoders never agreed bit for bit)."""
+    p = params("llava15")
+    data = encode(photo(), fmt)
+    assert REDUCED_FROM_KEY not in load_image(data, reduce_for=p).info
+    np.testing.assert_array_equal(np.asarray(load_image(data, reduce_for=p)), np.asarray(load_image(data)))
+    assert REDUCED_FROM_KEY in load_image(encode(photo(), "JPEG", quality=90), reduce_for=p).info
 
 
 def test_bad_original_size_key():

@@ -40,9 +40,10 @@ claiming 65500 px costs what its reduced size costs) and any image is then box-r
 ``REDUCING_GAP`` times what the preprocessing reads. Such an image carries its original size
 and the factor in ``info[REDUCED_FROM_KEY]``, from which ``preprocess`` computes the layout and
 resamples exactly the original's extent, so sizes, tiles and token counts stay those of the
-full image and only pixel values move, by a level or two on average. For those large images
-PNG, WebP, GIF and BMP thereby lose their bit-exact match with llama.cpp (JPEG never had one);
-an image that needs no reduction decodes exactly as without ``reduce_for``. Pillow's own bomb check (``PIL.Image.MAX_IMAGE_PIXELS``) still refuses headers claiming more
+full image and only pixel values move, by a level or two on average. PNG, WebP, GIF and BMP
+are box-reduced only past ``EXACT_DECODE_PIXELS`` (16 MP): below it they keep their bit-exact
+match with llama.cpp (JPEG never had one: its decoders differ); an image that needs no
+reduction decodes exactly as without ``reduce_for``. Pillow's own bomb check (``PIL.Image.MAX_IMAGE_PIXELS``) still refuses headers claiming more
 than twice its value; its warning below that is silenced, the budget deciding instead.
 
 Not here: resizing and normalisation for a projector (``preprocess.py``).
@@ -79,6 +80,10 @@ DEFAULT_MAX_PIXELS = 8192 * 8192
 # Pillow's resize documents a reducing_gap of 3 as indistinguishable from a full resample in
 # most cases (tests/test_image_reduce.py measures it).
 REDUCING_GAP = 3
+# Decoded images up to this size are box-reduced only after a reduced JPEG decode: PNG, WebP,
+# GIF and BMP decode bit-exactly as llama.cpp's stb_image does, so their pixels (and tokens)
+# match it there; past it (4096 x 4096, 48 MiB as RGB) the preprocessing's cost wins.
+EXACT_DECODE_PIXELS = 4096 * 4096
 # info key of an image decoded reduced: (width, height, factor), the original upright size and
 # the reduction (pixel i stands for original pixels [i * factor, (i + 1) * factor)), for preprocess.
 REDUCED_FROM_KEY = "llamapy.reduced_from"
@@ -380,7 +385,7 @@ def _finish(im, max_pixels: int, background, apply_exif: bool, what: str, reduce
     original = (stored[1], stored[0]) if turned else stored
     need_w, need_h = _reduced_need(reduce_for, original)
     factor = min(out.width // need_w, out.height // need_h)
-    if factor >= 2:
+    if factor >= 2 and (drafted > 1 or out.width * out.height > EXACT_DECODE_PIXELS):
         out = out.reduce(factor)  # box averages; the last row and column average what is left
     else:
         factor = 1
