@@ -219,12 +219,17 @@ class SlotScheduler:
             job = self._next_job()
             if job is None:
                 break
-            if self.state != "ready":  # failed: every request hears why
-                end_job(job, self._not_loaded())
-            elif getattr(job.work, "kind", "slot") == "exclusive":
-                self._run_exclusive(job)
-            else:
-                self._assign(job)
+            try:
+                if self.state != "ready":  # failed: every request hears why
+                    end_job(job, self._not_loaded())
+                elif getattr(job.work, "kind", "slot") == "exclusive":
+                    self._run_exclusive(job)
+                else:
+                    self._assign(job)
+            except Exception as e:  # that request's answer: the dispatcher serves the others on
+                logger.exception("a request failed in the dispatcher")
+                self.count("requests_failed")
+                end_job(job, e)
         failed = self.state == "failed"
         with self.cond:
             preparing = list(self._preparing.values())
