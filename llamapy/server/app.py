@@ -47,36 +47,6 @@ def llama_kwargs(s: Settings) -> Dict[str, Any]:
     return kw
 
 
-def embedding_limit(llama: Any) -> "Tuple[int, str]":
-    """Tokens one embedding input may have, and why: the model's positions
-    (its learned position embeddings, else the context it was trained for:
-    BERT's 512), and no more than one batch (-b), which holds an input whole.
-    The library, by default, cuts longer inputs to fit (llama-cpp-python's
-    ``truncate=True``); the server refuses them instead."""
-    model = getattr(llama, "model", None)
-    positions = int(getattr(model, "n_pos_embd", 0) or 0) or int(getattr(model, "n_ctx_train", 0) or 0)
-    n_batch = int(llama.n_batch)
-    if positions and positions <= n_batch:
-        return positions, f"the model's {positions} positions"
-    return n_batch, f"the batch size, -b {n_batch}"
-
-
-def check_embedding_inputs(llama: Any, inputs: Any, field: str = "input") -> None:
-    """400 naming the input, its token count and the limit, for an input over ``embedding_limit``."""
-    from .work import check_text_size
-
-    limit, why = embedding_limit(llama)
-    items = [inputs] if isinstance(inputs, str) else list(inputs)
-    for i, text in enumerate(items):
-        name = field if isinstance(inputs, str) else f"{field}[{i}]"
-        data = text.encode("utf-8")
-        check_text_size(len(data), limit, llama, name, f"an embedding input's limit is {why}")  # before tokenizing
-        n = len(llama.tokenize(data))
-        if n > limit:
-            raise errors.APIError(400, f"{name} has {n} tokens; an embedding input may have at most {limit} ({why}); "
-                                       "shorten it or split it", "context_length_exceeded")
-
-
 class ServerState:
     """What the routes share: the settings, the runner, the model's name."""
 
@@ -178,28 +148,10 @@ class ServerState:
         return capped
 
     def embedding_work(self, inputs: Any, field: str = "input", truncate: bool = False) -> Callable[[Any, Job], Any]:
-        """work.py's embedding work, refusing (400) an input longer than the
-        model takes (``embedding_limit``) instead of letting the library cut
-        it; ``truncate`` (Ollama's, asked for explicitly) lets the library cut."""
+        """work.py's embedding work for this model (``field`` names the inputs in errors)."""
         from . import work
 
-        inner = work.embedding_work(inputs, self.model_name)
-        if truncate:
-            return inner
-        memo: List[bool] = []
-
-        def prepare(llama: Any, n_ctx: int) -> Any:
-            if not memo:
-                check_embedding_inputs(llama, inputs, field)
-                memo.append(True)
-            return inner.prepare(llama, n_ctx)  # type: ignore[attr-defined]
-
-        def checked(llama: Any, job: Job) -> Any:
-            prepare(llama, llama.n_ctx())
-            return inner(llama, job)
-        checked.__dict__.update(inner.__dict__)  # kind "exclusive"
-        checked.prepare = prepare  # type: ignore[attr-defined]
-        return checked
+        return work.embedding_work(inputs, self.model_name, field, truncate)
 
     async def start_job(self, work: Callable[[Any, Job], Any]) -> "tuple[Job, Meta]":
         """Queue ``work`` and wait for its Meta: errors raised before any

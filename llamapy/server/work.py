@@ -23,7 +23,7 @@ from __future__ import annotations
 import threading
 import weakref
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Iterator, List, Optional
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from .errors import APIError
 from .runner import Job
@@ -230,17 +230,14 @@ def completion_work(params: Dict[str, Any]) -> Callable[[Any, Job], Iterator[Any
     return work
 
 
-def embedding_work(inputs: Any, model: str) -> Callable[[Any, Job], Iterator[Any]]:
+def embedding_work(inputs: Any, model: str, field: str = "input",
+                   truncate: bool = False) -> Callable[[Any, Job], Iterator[Any]]:
+    """Embeddings of ``inputs``; an input longer than the model takes (``embedding_limit``)
+    is a 400 before any work, unless ``truncate`` (Ollama's, asked for explicitly) lets the
+    library cut it, as llama-cpp-python does by default."""
     def check_inputs(llama: Any, n_ctx: int) -> None:
-        """Each input fits one batch (n_ctx does not bound an embedding input)."""
-        limit = llama.n_batch
-        for i, text in enumerate([inputs] if isinstance(inputs, str) else list(inputs)):
-            data = text.encode("utf-8")
-            check_text_size(len(data), limit, llama, f"input[{i}]", "an embedding input's limit is the batch size, -b")
-            n = len(llama.tokenize(data))
-            if n > limit:
-                raise APIError(400, f"input[{i}] has {n} tokens; an embedding input may have at most {limit} "
-                                    "(the batch size, -b)", "context_length_exceeded")
+        if not truncate:
+            check_embedding_inputs(llama, inputs, field)
 
     prepare = _once(check_inputs)
 
@@ -251,6 +248,34 @@ def embedding_work(inputs: Any, model: str) -> Callable[[Any, Job], Iterator[Any
     work.prepare = prepare  # type: ignore[attr-defined]
     work.kind = "exclusive"  # type: ignore[attr-defined]
     return work
+
+
+def embedding_limit(llama: Any) -> "Tuple[int, str]":
+    """Tokens one embedding input may have, and why: the model's positions
+    (its learned position embeddings, else the context it was trained for:
+    BERT's 512), and no more than one batch (-b), which holds an input whole.
+    The library, by default, cuts longer inputs to fit (llama-cpp-python's
+    ``truncate=True``); the server refuses them instead."""
+    model = getattr(llama, "model", None)
+    positions = int(getattr(model, "n_pos_embd", 0) or 0) or int(getattr(model, "n_ctx_train", 0) or 0)
+    n_batch = int(llama.n_batch)
+    if positions and positions <= n_batch:
+        return positions, f"the model's {positions} positions"
+    return n_batch, f"the batch size, -b {n_batch}"
+
+
+def check_embedding_inputs(llama: Any, inputs: Any, field: str = "input") -> None:
+    """400 naming the input, its token count and the limit, for an input over ``embedding_limit``."""
+    limit, why = embedding_limit(llama)
+    items = [inputs] if isinstance(inputs, str) else list(inputs)
+    for i, text in enumerate(items):
+        name = field if isinstance(inputs, str) else f"{field}[{i}]"
+        data = text.encode("utf-8")
+        check_text_size(len(data), limit, llama, name, f"an embedding input's limit is {why}")  # before tokenizing
+        n = len(llama.tokenize(data))
+        if n > limit:
+            raise APIError(400, f"{name} has {n} tokens; an embedding input may have at most {limit} ({why}); "
+                                       "shorten it or split it", "context_length_exceeded")
 
 
 def call_work(fn: Callable[[Any], Any]) -> Callable[[Any, Job], Iterator[Any]]:
