@@ -269,7 +269,9 @@ class Llama(_sequence.SequenceAttributes):
             self._ctx.set_adapters([(self._lora, self.lora_scale)])
         # Sequence 0 of the context: the evaluated tokens, positions, logits row, seed (_sequence.py).
         self._seq = _sequence.Sequence(self._ctx, 0, self._n_ctx, self.n_batch, self._n_vocab, seed)
-        self._seq.is_encoder = not self._embedding and bool(model.is_encoder)
+        # Generation needs an output head, which an encoder has not, embedding=True or not
+        # (its embeddings are computed on the context directly, _embedding.py).
+        self._seq.is_encoder = bool(model.is_encoder)
         self._seq.arch = str(model.arch)
         self._seq.observer = self._record_scores
         if self.model_params.vocab_only:

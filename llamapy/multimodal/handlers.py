@@ -500,7 +500,8 @@ class MTMDChatHandler(FormatHandler):
         images = []
         for i, src in enumerate(sources):
             try:
-                images.append(load_image(src))
+                # decoded reduced where the projector reads far fewer pixels than the image has
+                images.append(load_image(src, reduce_for=self.params))
             except ValueError as e:
                 raise ValueError(f"image {i + 1} of the conversation: {e}") from e
         vocab = self._vocab(llama)
