@@ -47,6 +47,8 @@ class SamplingParams:
                 except (AttributeError, TypeError):
                     raise ValueError(f"{f} must be an int, got {v!r}") from None
             object.__setattr__(self, f, int(v))
+        if not -2 ** 31 <= self.top_k < 2 ** 31:  # the engine's C int
+            raise ValueError(f"top_k is {self.top_k}; it must be between {-2 ** 31} and {2 ** 31 - 1}")
         if self.mirostat_mode not in (0, 1, 2):
             raise ValueError(f"mirostat_mode must be 0 (off), 1 or 2, got {self.mirostat_mode}")
         if self.logit_bias is not None:

@@ -54,6 +54,8 @@ _OPTION_MAP = {"num_predict": "max_tokens", "temperature": "temperature", "top_k
                "repeat_penalty": "repeat_penalty", "presence_penalty": "presence_penalty",
                "frequency_penalty": "frequency_penalty", "mirostat": "mirostat_mode", "mirostat_tau": "mirostat_tau",
                "mirostat_eta": "mirostat_eta"}
+# Ollama's default temperature, for /api/chat too (where the library's chat default is 0.2).
+OLLAMA_TEMPERATURE = 0.8
 _INT_OPTIONS = {"num_predict", "top_k", "seed", "mirostat"}
 _NUMBER_OPTIONS = set(_OPTION_MAP) - _INT_OPTIONS - {"stop"}
 _OPTIONS_IGNORED = {"num_keep", "repeat_last_n", "penalize_newline", "numa", "num_batch", "num_gpu", "main_gpu",
@@ -336,7 +338,7 @@ async def api_chat(body: ChatBody, request: Request) -> Any:
     check_tools(body.tools)
     params = dict(messages=msgs, tools=body.tools,
                   response_format=_format(body.format), model=state.model_name, stream=body.stream,
-                  **{"temperature": 0.8, **opts})
+                  **{"temperature": OLLAMA_TEMPERATURE, **opts})
     t0 = time.monotonic()
     job, _ = await state.start_job(state.cap_generation(work.chat_work(params, {}), params))
     name = body.model or state.model_name
@@ -398,7 +400,7 @@ async def api_generate(body: GenerateBody, request: Request) -> Any:
         if body.images:
             raise bad_request("raw mode with images is not supported")
         params = dict(prompt=body.prompt, suffix=body.suffix, model=state.model_name, stream=body.stream,
-                      **{"temperature": 0.8, **opts})
+                      **{"temperature": OLLAMA_TEMPERATURE, **opts})
         if fmt is not None:
             from ..chat.completion import response_format_grammar
 
@@ -412,7 +414,7 @@ async def api_generate(body: GenerateBody, request: Request) -> Any:
         msgs.append({"role": "user", "content": body.prompt, "images": body.images})
         msgs = _messages(msgs, bool(state.settings.mmproj), state.settings.media_path)
         params = dict(messages=msgs, response_format=fmt,
-                      model=state.model_name, stream=body.stream, **{"temperature": 0.8, **opts})
+                      model=state.model_name, stream=body.stream, **{"temperature": OLLAMA_TEMPERATURE, **opts})
         job, _ = await state.start_job(state.cap_generation(work.chat_work(params, {}), params))
         text_of = (lambda c: (c["choices"][0].get("delta") or {}).get("content") or "") if body.stream else \
             (lambda c: c["choices"][0]["message"].get("content") or "")

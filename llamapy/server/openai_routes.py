@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import json
 import logging
+import typing
 from typing import Any, Dict, List, Optional, Union
 
 import anyio
 from fastapi import APIRouter, Request
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, create_model
 from sse_starlette.sse import EventSourceResponse
 from starlette.responses import JSONResponse, PlainTextResponse
 
@@ -28,24 +30,27 @@ class _Body(BaseModel):
     model_config = ConfigDict(extra="ignore", strict=True)
 
 
-class Sampling(_Body):
+def _sampling_fields() -> Any:
+    """A body's sampling fields: SamplingParams' own, with its types and defaults (one
+    declaration; llama-server's "mirostat" as the alias of mirostat_mode), less those a
+    client does not set this way: grammar (an object), logit_bias (typed for JSON in
+    Sampling), tfs_z (gone from llama.cpp)."""
+    hints = typing.get_type_hints(SamplingParams)
+    fields: Dict[str, Any] = {}
+    for f in dataclasses.fields(SamplingParams):
+        if f.name not in ("grammar", "logit_bias", "tfs_z"):
+            fields[f.name] = (hints[f.name], Field(f.default, alias="mirostat") if f.name == "mirostat_mode"
+                              else f.default)
+    return create_model("SamplingFields", __base__=_Body, **fields)
+
+
+class Sampling(_sampling_fields()):  # type: ignore[misc]
     model: Optional[str] = None
     stream: bool = False
     stream_options: Optional[Dict[str, Any]] = None
     max_tokens: Optional[int] = None
-    temperature: float = 0.8
-    top_p: float = 0.95
-    top_k: int = 40
-    min_p: float = 0.05
-    typical_p: float = 1.0
     stop: Optional[Union[str, List[str]]] = None
     seed: Optional[int] = None
-    presence_penalty: float = 0.0
-    frequency_penalty: float = 0.0
-    repeat_penalty: float = 1.0
-    mirostat_mode: int = Field(0, alias="mirostat")
-    mirostat_tau: float = 5.0
-    mirostat_eta: float = 0.1
     logit_bias: Optional[Dict[str, float]] = None
     n: int = 1
 
@@ -98,7 +103,6 @@ def _state(request: Request) -> Any:
 # One check per field, shared by the OpenAI and Ollama routes: a malformed
 # value is a 400 naming the field before any work, never a KeyError (500) or
 # a library message about its internals.
-_INT32 = (-(2 ** 31), 2 ** 31 - 1)
 
 
 def _logit_bias(bias: Optional[Dict[str, float]]) -> Optional[Dict[int, float]]:
@@ -115,12 +119,9 @@ def _logit_bias(bias: Optional[Dict[str, float]]) -> Optional[Dict[int, float]]:
 
 def check_sampling(kw: Dict[str, Any], field: str = "") -> None:
     """The sampling options under the library's names (SamplingParams' fields),
-    checked by SamplingParams itself (its checks are the library's only ones)
-    and for the ranges the engine's C ints take. ``field`` prefixes the names
+    checked by SamplingParams itself (its checks are the library's only ones).
+    ``field`` prefixes the names
     (Ollama's "options.")."""
-    v = kw.get("top_k")  # SamplingParams takes any int; the engine's Sampler a C int (else a pybind error)
-    if isinstance(v, int) and not isinstance(v, bool) and not _INT32[0] <= v <= _INT32[1]:
-        raise bad_request(f"{field}top_k is {v}; it must be between {_INT32[0]} and {_INT32[1]}")
     try:
         SamplingParams(**{k: v for k, v in kw.items() if k in SamplingParams.names()})
     except (TypeError, ValueError) as e:
