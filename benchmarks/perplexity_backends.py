@@ -75,7 +75,8 @@ def worker(cfg: str, text_path: str, n_tokens: int, n_ctx: int, out: str) -> Non
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--configs", default="cpu,cpu:flash,vulkan:18")
-    ap.add_argument("--text", default=os.path.join(REPO, "README.md"))
+    # A fixed text (the README of 2026-12-06), so perplexities stay comparable across runs.
+    ap.add_argument("--text", default=os.path.join(REPO, "benchmarks", "data", "perplexity_text.md"))
     ap.add_argument("--tokens", type=int, default=1024)
     ap.add_argument("--ctx", type=int, default=512)
     ap.add_argument("--json", help="write the results here")

@@ -14,7 +14,7 @@ import random
 import time
 import uuid
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
 
 import numpy as np
@@ -23,7 +23,8 @@ from . import _engine
 from ._sampling import SamplingParams
 from ._sequence import ContextFull
 from ._text import StopMatcher, Utf8Stream, drop_invalid
-from ._verbose import emit, print_timings
+from ._log import emit
+from ._verbose import print_timings
 from .llama_cache import LogitsProcessorList, StoppingCriteriaList, longest_token_prefix
 from .multimodal.chunks import ChunkedPrompt
 
@@ -37,34 +38,25 @@ Llama = Any
 
 @dataclass
 class CompletionRequest:
+    """One create_completion call's arguments; the sampling options as one SamplingParams."""
+
     prompt: Union[str, List[int]]
     suffix: Optional[str] = None
     max_tokens: Optional[int] = 16
-    temperature: float = 0.8
-    top_p: float = 0.95
-    min_p: float = 0.05
-    typical_p: float = 1.0
     logprobs: Optional[int] = None
     echo: bool = False
     stop: Optional[Union[str, List[str]]] = None
-    frequency_penalty: float = 0.0
-    presence_penalty: float = 0.0
-    repeat_penalty: float = 1.0
-    top_k: int = 40
     seed: Optional[int] = None
-    tfs_z: float = 1.0
-    mirostat_mode: int = 0
-    mirostat_tau: float = 5.0
-    mirostat_eta: float = 0.1
     model: Optional[str] = None
     stopping_criteria: Optional[StoppingCriteriaList] = None
     logits_processor: Optional[LogitsProcessorList] = None
-    grammar: Optional[Any] = None
-    logit_bias: Optional[Dict[int, float]] = None
+    sampling: SamplingParams = field(default_factory=SamplingParams)
 
-    def __post_init__(self) -> None:
-        # The sampling options, checked once, before any work.
-        self.sampling = SamplingParams.of(self)
+    @classmethod
+    def of(cls, prompt: Any, **kwargs: Any) -> "CompletionRequest":
+        """From create_completion's keywords (the sampling ones gathered, checked once)."""
+        sampling = SamplingParams.take(kwargs)
+        return cls(prompt=prompt, sampling=sampling, **kwargs)
 
 
 @dataclass

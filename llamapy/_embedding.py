@@ -79,7 +79,7 @@ def _decode_batch(ctx: Any, token_lists: Sequence[Sequence[int]], members: Seque
 def embed(llama: Any, input: Union[str, List[str]], normalize: bool = False, truncate: bool = True,
           return_count: bool = False) -> Any:
     """See ``Llama.embed``."""
-    if not llama.context_params.embedding:
+    if not llama.context_params.embeddings:
         raise RuntimeError("Llama model must be created with embedding=True to call this method")
     ctx = llama._require_ctx()
     inputs = [input] if isinstance(input, str) else input

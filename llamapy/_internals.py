@@ -38,9 +38,10 @@ import numpy as np
 
 from . import _engine
 from . import llama_cpp as _c
-from ._params import ContextParams, engine_params, parse_params
+from . import _params
 from ._sampling import SamplingParams, grammar_vocab, native_sampler
 from ._tokenizer import LlamaTokenizer
+from .gguf_file import GGUFFile, metadata_strings
 
 __all__ = ["LlamaModel", "LlamaContext", "LlamaBatch", "LlamaSampler", "normalize_embedding"]
 
@@ -55,33 +56,39 @@ _VOCAB_TYPES = {"no_vocab": _c.LLAMA_VOCAB_TYPE_NONE, "none": _c.LLAMA_VOCAB_TYP
                 "plamo2": _c.LLAMA_VOCAB_TYPE_PLAMO2}  # type: ignore[attr-defined]
 
 
-def _model_options(params: Any) -> Dict[str, Any]:
-    """Llama() keyword options for a ``llama_model_params`` record."""
+def _engine_model_params(path: str, params: Any) -> Any:
+    """The engine's ModelParams for a ``llama_model_params`` record."""
     load_mode = getattr(params, "load_mode", _c.LLAMA_LOAD_MODE_AUTO)  # type: ignore[attr-defined]
     mapped = (_c.LLAMA_LOAD_MODE_MMAP, _c.LLAMA_LOAD_MODE_MMAP_MLOCK)  # type: ignore[attr-defined]
-    locked = (_c.LLAMA_LOAD_MODE_MLOCK, _c.LLAMA_LOAD_MODE_MMAP_MLOCK)  # type: ignore[attr-defined]
-    opts: Dict[str, Any] = dict(
-        n_gpu_layers=getattr(params, "n_gpu_layers", 0), split_mode=getattr(params, "split_mode", 1),
-        main_gpu=getattr(params, "main_gpu", 0), tensor_split=getattr(params, "tensor_split", None),
-        vocab_only=bool(getattr(params, "vocab_only", False)), kv_overrides=getattr(params, "kv_overrides", None),
-        # AUTO keeps llamapy's default (read into memory where it fits, else map)
-        use_mmap=None if load_mode == _c.LLAMA_LOAD_MODE_AUTO else load_mode in mapped,  # type: ignore[attr-defined]
-        use_mlock=load_mode in locked)
-    return opts
+    vocab_only = bool(getattr(params, "vocab_only", False))
+    # AUTO keeps llamapy's default (read into memory where it fits, else map)
+    use_mmap = None if load_mode == _c.LLAMA_LOAD_MODE_AUTO else load_mode in mapped  # type: ignore[attr-defined]
+    return _engine.ModelParams(vocab_only=vocab_only, kv_overrides=getattr(params, "kv_overrides", None),
+                               use_mmap=_params.use_mmap_value(path, use_mmap, vocab_only))
 
 
-def _context_options(params: Any) -> Dict[str, Any]:
-    """Llama() keyword options for a ``llama_context_params`` record."""
-    names = ("n_ctx", "n_batch", "n_ubatch", "n_threads", "n_threads_batch", "rope_scaling_type", "pooling_type",
-             "rope_freq_base", "rope_freq_scale", "yarn_ext_factor", "yarn_attn_factor", "yarn_beta_fast",
-             "yarn_beta_slow", "yarn_orig_ctx", "type_k", "type_v", "offload_kqv", "swa_full")
-    opts = {n: getattr(params, n) for n in names if hasattr(params, n)}
-    for n in ("yarn_attn_factor", "yarn_beta_fast", "yarn_beta_slow"):
-        if n in opts and opts[n] < 0:
-            del opts[n]  # llama.cpp's -1: the model's or the scaling type's value, Llama()'s default
-    opts["embedding"] = bool(getattr(params, "embeddings", False))
-    opts["flash_attn"] = getattr(params, "flash_attn_type", _c.LLAMA_FLASH_ATTN_TYPE_AUTO)  # type: ignore[attr-defined]
-    return opts
+# llama.h keeps the GPU placement in the model's params; the engine, in the context's.
+_PLACEMENT = ("n_gpu_layers", "split_mode", "main_gpu", "tensor_split")
+
+
+def _engine_context_params(params: Any, model_params: Any, verbose: bool) -> Any:
+    """The engine's ContextParams for a ``llama_context_params`` record: every field
+    the two share by name (llama.h's -1 for a YaRN factor means the model's value,
+    the engine's default), flash_attn_type as flash_attn, and the placement of the
+    model's record."""
+    cp = _engine.ContextParams()
+    for name, value in vars(params).items():
+        if hasattr(_engine.ContextParams, name) and name not in _PLACEMENT \
+                and not (name.startswith("yarn_") and name != "yarn_ext_factor" and value < 0):
+            setattr(cp, name, value)
+    cp.flash_attn = getattr(params, "flash_attn_type", _c.LLAMA_FLASH_ATTN_TYPE_AUTO)  # type: ignore[attr-defined]
+    cp.n_seq_max = max(1, int(getattr(params, "n_seq_max", 1) or 1))
+    for name in _PLACEMENT:
+        if getattr(model_params, name, None) is not None:
+            setattr(cp, name, getattr(model_params, name))
+    _params.place_on_gpu(cp, verbose, bool(getattr(model_params, "vocab_only", False)),
+                         getattr(model_params, "split_mode", 1), None)
+    return cp
 
 
 class LlamaModel:
@@ -94,10 +101,10 @@ class LlamaModel:
         self._setup(path_model, params, verbose)
         if not os.path.exists(path_model):
             raise ValueError(f"Model path does not exist: {path_model}")
-        mp, _ = parse_params(path_model, _model_options(params), verbose=verbose)
+        mp = _engine_model_params(_params.model_file(path_model), params)
         self._model_params = mp
-        self.model = _engine.Model(mp.model_path, engine_params(mp, ContextParams())[0])
-        self._vocab = _engine.Vocab.from_file(mp.model_path, kv_overrides=mp.kv_overrides or None)
+        self.model = _engine.Model(path_model, mp)
+        self._vocab = _engine.Vocab.from_file(path_model, kv_overrides=mp.kv_overrides or None)
 
     def _setup(self, path_model: str, params: Any, verbose: bool) -> None:
         self.path_model = path_model
@@ -111,10 +118,10 @@ class LlamaModel:
         self._contexts: "weakref.WeakSet[LlamaContext]" = weakref.WeakSet()
 
     @classmethod
-    def _of(cls, model: Any, model_params: Any, vocab: Any = None, verbose: bool = False) -> "LlamaModel":
+    def _of(cls, model: Any, path: str, model_params: Any, vocab: Any = None, verbose: bool = False) -> "LlamaModel":
         """The wrapper of a model Llama has loaded (vocab None: read when first needed)."""
         self = cls.__new__(cls)
-        self._setup(model_params.model_path, _c.llama_model_default_params(), verbose)
+        self._setup(path, _c.llama_model_default_params(), verbose)
         self._model_params = model_params
         self.model = model
         self._vocab = vocab
@@ -268,14 +275,8 @@ class LlamaModel:
         return self._tokenizer.detokenize(tokens, special=special)
 
     def metadata(self) -> Dict[str, str]:
-        from .gguf_file import GGUFFile
-        from .llama import _metadata_string, _metadata_strings
-
         self._open()
-        out = _metadata_strings(GGUFFile(self.path_model))
-        for key, value in (self._model_params.kv_overrides or {}).items():
-            out[key] = _metadata_string(value)
-        return out
+        return metadata_strings(GGUFFile(self.path_model), self._model_params.kv_overrides)
 
     @staticmethod
     def default_params() -> Any:
@@ -310,9 +311,7 @@ class LlamaContext:
         self.verbose = verbose
         self.sampler = None
         self.ctx: Any = None
-        _, cp = parse_params(model.path_model, _context_options(params), verbose=verbose)
-        engine_cp = engine_params(model._model_params, cp)[1]
-        engine_cp.n_seq_max = max(1, int(getattr(params, "n_seq_max", 1) or 1))
+        engine_cp = _engine_context_params(params, model.params, verbose)
         if model._open().vocab_only:
             resolved = engine_cp.resolved(model.model)
             self.ctx = _VocabOnlyContext(int(resolved.n_ctx), int(resolved.n_batch), int(resolved.n_ubatch))

@@ -47,6 +47,8 @@ class SamplingParams:
                 except (AttributeError, TypeError):
                     raise ValueError(f"{f} must be an int, got {v!r}") from None
             object.__setattr__(self, f, int(v))
+        if not -2 ** 31 <= self.top_k < 2 ** 31:  # the engine's C int
+            raise ValueError(f"top_k is {self.top_k}; it must be between {-2 ** 31} and {2 ** 31 - 1}")
         if self.mirostat_mode not in (0, 1, 2):
             raise ValueError(f"mirostat_mode must be 0 (off), 1 or 2, got {self.mirostat_mode}")
         if self.logit_bias is not None:
@@ -73,6 +75,16 @@ class SamplingParams:
         whose fields use these names; missing ones take the defaults)."""
         return cls(**{n: getattr(obj, n) for n in cls.names() if hasattr(obj, n)})
 
+    @classmethod
+    def take(cls, kw: Dict[str, Any], **defaults: Any) -> "SamplingParams":
+        """The sampling options among the keywords ``kw`` (removed from it);
+        ``defaults`` for missing ones where a caller's differ (chat's temperature)."""
+        return cls(**{**defaults, **{n: kw.pop(n) for n in cls.names() if n in kw}})
+
+    def as_kwargs(self) -> Dict[str, Any]:
+        """The options as llama-cpp-python's keywords (create_completion's)."""
+        return {n: getattr(self, n) for n in self.names()}
+
 
 def native_sampler(p: SamplingParams, n_vocab: int, *, penalty_last_n: int, seed: int,
                    grammar_vocab: Callable[[], Any], min_keep: int = 1) -> Any:
@@ -82,11 +94,9 @@ def native_sampler(p: SamplingParams, n_vocab: int, *, penalty_last_n: int, seed
     is set (building the token texts costs a pass over the vocabulary)."""
     from . import _engine
 
-    s = _engine.Sampler(
-        n_vocab, temperature=p.temperature, top_k=p.top_k, top_p=p.top_p, min_p=p.min_p, typical_p=p.typical_p,
-        repeat_penalty=p.repeat_penalty, frequency_penalty=p.frequency_penalty, presence_penalty=p.presence_penalty,
-        penalty_last_n=int(penalty_last_n), mirostat=p.mirostat_mode, mirostat_tau=p.mirostat_tau,
-        mirostat_eta=p.mirostat_eta, min_keep=int(min_keep), seed=int(seed) & 0xFFFFFFFF)
+    # The engine reads the options it knows from p by name (bind_sampling.cpp).
+    s = _engine.Sampler(n_vocab, p, penalty_last_n=int(penalty_last_n), min_keep=int(min_keep),
+                        seed=int(seed) & 0xFFFFFFFF)
     if p.logit_bias:
         s.set_logit_bias(list(p.logit_bias.items()))
     if p.grammar is not None:

@@ -157,8 +157,8 @@ class Sequence:
         self.ensure_usable()
         if self.is_encoder:
             # The engine's own message names its keyword (embeddings); Llama's is embedding.
-            raise ValueError(f"model architecture {self.arch!r} is an encoder: it computes embeddings only; "
-                             "load it with Llama(..., embedding=True) and use embed() or create_embedding()")
+            raise ValueError(f"model architecture {self.arch!r} is an encoder: it computes embeddings only "
+                             "(embed() or create_embedding(), on a Llama(..., embedding=True)); it cannot generate")
         toks = np.asarray(tokens, dtype=np.int32).reshape(-1)
         if len(toks) == 0:
             return

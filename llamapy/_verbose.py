@@ -7,12 +7,8 @@ reports: a load summary (file, metadata, tensor types, model and context
 sizes, system info) and per-completion timings in the shape of
 ``llama_perf_context_print`` (load, prompt eval, eval, total).
 
-Messages that are not part of those reports (warnings about options that
-have no effect, cache hits) go to the "llamapy" logger when ``verbose`` is
-False, so an application sees them only through its own logging set-up; a
-NullHandler keeps Python's last-resort handler from printing them. With
-``verbose=True`` they are printed with the reports instead (not both, so an
-application with logging on stderr does not see them twice).
+Other messages go through ``_log.emit`` (stderr with verbose, else the
+"llamapy" logger).
 """
 from __future__ import annotations
 
@@ -22,19 +18,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, TextIO
 
-logger = logging.getLogger("llamapy")
-if not any(isinstance(h, logging.NullHandler) for h in logger.handlers):
-    logger.addHandler(logging.NullHandler())
-
-PREFIX = "llamapy: "
-
-
-def emit(verbose: bool, level: int, msg: str, *args: Any) -> None:
-    """A message for the user: printed to stderr with verbose, else logged."""
-    if verbose:
-        print(PREFIX + (msg % args if args else msg), file=sys.stderr, flush=True)
-    else:
-        logger.log(level, msg, *args)
+from ._log import PREFIX, emit, logger  # noqa: F401 - PREFIX/logger: the reports print with them
+from ._units import format_bytes, format_count
+from .inspect_cmd import quantization_mix
+from .system import system_info
 
 
 # ------------------------------------------------------------------ timings
@@ -116,9 +103,6 @@ def placement_lines(ctx: Any, format_bytes: Any) -> List[str]:
 
 def load_report(llama: Any) -> str:
     """The load summary ``Llama(verbose=True)`` prints."""
-    from .inspect_cmd import format_bytes, format_count, quantization_mix
-    from .system import system_info
-
     gguf = llama._gguf
     md: Dict[str, Any] = gguf.metadata
     tensors = gguf.tensors
@@ -143,15 +127,12 @@ def load_report(llama: Any) -> str:
     ]
     if llama._seq.ctx is not None:
         cp = llama.context_params
-        from . import _engine
-
-        kv_types = _engine.kv_cache_types()
         lines += [
             f"n_ctx       = {llama.n_ctx()}",
             f"n_batch     = {llama.n_batch}",
             f"n_ubatch    = {llama.n_ubatch}",
             f"flash_attn  = {({-1: 'auto', 0: 'off', 1: 'on'}[cp.flash_attn])} -> {llama._ctx.attention_path}",
-            f"type_k      = {kv_types[cp.type_k].lower()}, type_v = {kv_types[cp.type_v].lower()}",
+            f"type_k      = {cp.type_k}, type_v = {cp.type_v}",
             f"n_threads   = {llama.n_threads} (batch {llama.n_threads_batch})",
         ]
         lines += placement_lines(llama._ctx, format_bytes)

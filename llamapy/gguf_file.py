@@ -264,3 +264,26 @@ class GGUFFile:
     def __repr__(self) -> str:
         state = "closed" if self.closed else f"v{self.version}"
         return f"GGUFFile({self.path!r}, {state})"
+
+
+def metadata_string(value: Union[bool, int, float, str]) -> str:
+    """One metadata value as llama.cpp prints it: bools as true/false, floats
+    with six decimals."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return f"{value:.6f}"
+    return str(value)
+
+
+def metadata_strings(gguf: "GGUFFile", overrides: Optional[Dict[str, Any]] = None) -> Dict[str, str]:
+    """GGUF metadata as llama.cpp reports it (llama_model_meta_*): every
+    scalar as a string; arrays (token lists, tags) are left out, as llama.cpp
+    leaves them out. ``overrides`` (kv_overrides) replace the file's values."""
+    out: Dict[str, str] = {}
+    for key, value in gguf.metadata.items():
+        if isinstance(value, (bool, float, int, str)):
+            out[key] = metadata_string(value)
+    for key, value in (overrides or {}).items():
+        out[key] = metadata_string(value)
+    return out

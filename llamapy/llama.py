@@ -23,14 +23,26 @@ import numpy.typing as npt
 from . import _engine
 from ._embedding import embedding_context_options
 from ._scores import LazyRows
-from ._verbose import PerfCounters, emit, load_report
+from ._log import emit
+from ._verbose import PerfCounters, load_report
 from ._sampling import SamplingParams, grammar_vocab, native_sampler
 from . import _sequence
-from ._params import DEFAULT_SEED, ContextParams, ModelParams, engine_params, parse_params
+from . import _params
+from ._params import DEFAULT_SEED
 from ._internals import LlamaModel, _VocabOnlyContext
 from ._tokenizer import LlamaTokenizer
-from .gguf_file import GGUFFile
+from .gguf_file import GGUFFile, metadata_strings
 from .multimodal.chunks import ChunkedPrompt
+from ._completion import CompletionRequest, run_completion, stream_completion
+from . import _embedding
+from ._units import format_bytes
+from .chat import completion as _chat
+from .debug import TensorDump
+from .multimodal.evaluate import eval_chunked
+from .multimodal.handlers import handler_for_mmproj
+from .multimodal.mmproj import check_compatible, read_mmproj
+from .memory_plan import plan_memory
+from .system import memory_available
 from .llama_cache import (
     BaseLlamaCache,
     LlamaState,
@@ -45,35 +57,12 @@ logger = logging.getLogger("llamapy")
 _NOT_RESTORABLE: Any = object()
 
 
-def _metadata_string(value: Union[bool, int, float, str]) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, float):
-        return f"{value:.6f}"
-    return str(value)
-
-
-def _metadata_strings(gguf: GGUFFile) -> Dict[str, str]:
-    """GGUF metadata as llama.cpp reports it (llama_model_meta_*): every
-    scalar as a string (bools as true/false, floats with six decimals);
-    arrays (token lists, tags) are left out, as llama.cpp leaves them out."""
-    out: Dict[str, str] = {}
-    for key, value in gguf.metadata.items():
-        if isinstance(value, (bool, float, int, str)):
-            out[key] = _metadata_string(value)
-    return out
-
-
-def _context_memory_message(model_path: str, resolved: Any, cp: ContextParams) -> str:
+def _context_memory_message(model_path: str, resolved: Any) -> str:
     """What an allocation failure of the context asked for, against what the machine has."""
-    from .inspect_cmd import format_bytes
-    from .memory_plan import plan_memory
-    from .system import memory_available
-
     head = f"n_ctx={int(resolved.n_ctx)}: the context could not be allocated"
     try:
         plan = plan_memory(model_path, n_ctx=int(resolved.n_ctx), n_batch=int(resolved.n_batch),
-                           n_ubatch=int(resolved.n_ubatch), embedding=cp.embedding)
+                           n_ubatch=int(resolved.n_ubatch), embedding=bool(resolved.embeddings))
         head += (f": it needs about {format_bytes(plan.kv_bytes + plan.compute_bytes)} "
                  f"({format_bytes(plan.kv_bytes)} of KV cache)")
     except (ValueError, TypeError, OSError):
@@ -106,6 +95,8 @@ class Llama(_sequence.SequenceAttributes):
     the named intermediate tensors of the forward passes (llama.cpp's graph
     names, e.g. ``dump["attn_norm-0"]``); see llamapy/debug.py.
     """
+
+    cache: Optional[BaseLlamaCache]  # set_cache
 
     def __init__(
         self,
@@ -157,47 +148,83 @@ class Llama(_sequence.SequenceAttributes):
         verbose: bool = True,
         **kwargs: Any,
     ) -> None:
-        # Beyond llama-cpp-python (kept out of the signature, which matches its own):
-        # ``mmproj=PATH``, a projector GGUF; the chat handler is picked from it.
+        # The arguments as given, for pickling (__getstate__).
+        self._init_options = {**{k: v for k, v in locals().items() if k not in ("self", "kwargs")}, **kwargs}
+        t_start, self.verbose, self._closed = time.perf_counter(), verbose, True  # closed until built
+        # Beyond llama-cpp-python's signature: ``mmproj=PATH``, a projector GGUF that picks the chat
+        # handler; ``n_seq_max=N``, room for N sequences (the server's slots, sequence_view).
         mmproj: Optional[str] = kwargs.pop("mmproj", None)
-        # ``n_seq_max=N``: room for N sequences in the context (the server's slots, sequence_view).
-        n_seq_max_arg = kwargs.pop("n_seq_max", 1)
-        if isinstance(n_seq_max_arg, bool) or not isinstance(n_seq_max_arg, int) or n_seq_max_arg < 1:
-            raise ValueError(f"n_seq_max must be a positive int, got {n_seq_max_arg!r}")
-        t_start = time.perf_counter()
-        self.verbose = verbose
-        self._closed = True  # until everything is built
-        options = dict(
-            n_gpu_layers=n_gpu_layers, split_mode=split_mode, main_gpu=main_gpu, tensor_split=tensor_split,
-            vocab_only=vocab_only, use_mmap=use_mmap, use_mlock=use_mlock, kv_overrides=kv_overrides, seed=seed,
-            n_ctx=n_ctx, n_batch=n_batch, n_ubatch=n_ubatch, n_threads=n_threads, n_threads_batch=n_threads_batch,
-            rope_scaling_type=rope_scaling_type, pooling_type=pooling_type, attention_type=attention_type,
+        n_seq_max: int = kwargs.pop("n_seq_max", 1)
+        _params.refuse_unknown(kwargs, verbose)
+        _params.python_options(verbose, vocab_only, lora_base, lora_path, lora_scale, numa, draft_model,
+                               last_n_tokens_size)
+        self.model_path = _params.model_file(model_path)
+        # The engine's option carriers parse every engine option (bind_params.cpp).
+        self.model_params = _engine.ModelParams(
+            vocab_only=vocab_only, kv_overrides=kv_overrides,
+            use_mmap=_params.use_mmap_value(self.model_path, use_mmap, vocab_only))
+        self.context_params = cp = _engine.ContextParams(
+            n_ctx=n_ctx, n_batch=n_batch, n_ubatch=n_ubatch, n_seq_max=n_seq_max, n_threads=n_threads,
+            n_threads_batch=n_threads_batch, type_k=type_k, type_v=type_v, flash_attn=flash_attn,
+            embeddings=embedding, pooling_type=pooling_type, rope_scaling_type=rope_scaling_type,
             rope_freq_base=rope_freq_base, rope_freq_scale=rope_freq_scale, yarn_ext_factor=yarn_ext_factor,
             yarn_attn_factor=yarn_attn_factor, yarn_beta_fast=yarn_beta_fast, yarn_beta_slow=yarn_beta_slow,
-            yarn_orig_ctx=yarn_orig_ctx, logits_all=logits_all, embedding=embedding, offload_kqv=offload_kqv,
-            flash_attn=flash_attn, op_offload=op_offload, swa_full=swa_full, no_perf=no_perf,
-            last_n_tokens_size=last_n_tokens_size, lora_base=lora_base, lora_scale=lora_scale, lora_path=lora_path,
-            numa=numa, draft_model=draft_model, type_k=type_k, type_v=type_v, **kwargs,
-        )
-        self._init_options = {k: v for k, v in options.items() if k not in kwargs}
-        self.model_params, self.context_params = parse_params(model_path, dict(options), verbose=verbose)
-        mp: ModelParams = self.model_params
-        cp: ContextParams = self.context_params
-        self.model_path = mp.model_path
-        if not os.path.exists(self.model_path):
-            raise ValueError(f"Model path does not exist: {self.model_path}")
-        if os.path.isdir(self.model_path):
-            raise ValueError(f"Model path is a directory, not a GGUF file: {self.model_path}")
+            yarn_orig_ctx=yarn_orig_ctx, swa_full=swa_full, n_gpu_layers=n_gpu_layers, main_gpu=main_gpu,
+            split_mode=split_mode, tensor_split=tensor_split, offload_kqv=offload_kqv)
+        _params.place_on_gpu(cp, verbose, vocab_only, split_mode, op_offload)
+        # Python's own: llama-cpp-python's seed rule (``seed or LLAMA_DEFAULT_SEED``: 0 and
+        # the default keep 0xFFFFFFFF, which draws with a random seed, and from which
+        # create_completion derives its per-call seeds as there), scores, sampling history.
+        seed = _params.seed_value(seed) or _params.DEFAULT_SEED
+        self._logits_all = bool(logits_all)
+        self._embedding = bool(embedding)
+        self.last_n_tokens_size = last_n_tokens_size
+        self.lora_path, self.lora_scale, self.lora_base = lora_path, float(lora_scale), lora_base
+        self.chat_format, self.chat_handler, self.draft_model = chat_format, chat_handler, draft_model
+        self.spm_infill, self.cache = spm_infill, None
+        model = self._load_model(tokenizer)
+        self._make_context(model, seed)
+        # llama-cpp-python's flags for state-space and hybrid models (another prompt-cache
+        # path there): every architecture llamapy runs is a plain transformer.
+        self._is_recurrent = self._is_hybrid = False
+        self._closed = False
+        self._attach_chat(mmproj)
+        # Load time: from the constructor's start to a usable context (llama.cpp
+        # stops its clock at the first decode; ours does not wait for one).
+        self._perf = PerfCounters(t_load_ms=(time.perf_counter() - t_start) * 1e3)
+        if verbose:
+            print(load_report(self), file=sys.stderr, flush=True)
 
+    def _attach_chat(self, mmproj: Optional[str]) -> None:
+        """The projector's chat handler (mmproj), and chat_format checked."""
+        self.mmproj = mmproj
+        if mmproj is not None:
+            # Beyond llama-cpp-python: the projector picks its chat handler (llamapy.multimodal.handlers).
+            if not mmproj or not os.path.exists(mmproj):
+                raise ValueError(f"mmproj path does not exist: {mmproj}")
+            if self.chat_handler is None:
+                self.chat_handler = handler_for_mmproj(self, mmproj, self.chat_format)
+            else:
+                check_compatible(read_mmproj(mmproj), self.n_embd())
+        name = self.chat_format
+        if name is not None and self.chat_handler is None and name not in _chat.PROJECTOR_CHAT_FORMATS:
+            # An unknown name fails here, not at the first chat (a multimodal
+            # format is known: its handler may still be set, else the chat says
+            # it needs a projector).
+            _chat.get_chat_completion_handler(name, self.metadata, _chat.token_text(self, self.token_eos()))
+
+    def _load_model(self, tokenizer: Optional[Any]) -> Any:
+        """The engine Model, the tokenizer and the metadata, as the model params say."""
+        mp = self.model_params
         self._gguf = GGUFFile(self.model_path)
         overrides = mp.kv_overrides or None
-        engine_model_params, engine_ctx_params = engine_params(mp, cp)
-        model = _engine.Model(self.model_path, engine_model_params)
+        model = _engine.Model(self.model_path, mp)
         self.tokenizer_ = (tokenizer if tokenizer is not None
                            else LlamaTokenizer(_engine.Vocab.from_file(self.model_path, kv_overrides=overrides)))
         # llama-cpp-python's Llama._model (an _internals.LlamaModel: token_get_text, token_eos, ...);
-        # its .model is the engine's Model, which everything below uses.
-        self._model = LlamaModel._of(model, mp, getattr(self.tokenizer_, "_vocab", None), verbose)
+        # its .model is the engine's Model, which everything else uses.
+        self._model = LlamaModel._of(model, self.model_path, mp, getattr(self.tokenizer_, "_vocab", None),
+                                     self.verbose)
         if overrides:
             # A key neither the model loader nor the tokenizer reads changes nothing: say so.
             unread = set(model.unread_overrides)
@@ -206,93 +233,52 @@ class Llama(_sequence.SequenceAttributes):
             # Chat templates are read on the Python side (self.metadata, by llamapy.chat).
             unread = {k for k in unread if not _read_by_python(k)}
             if unread:
-                emit(verbose, logging.WARNING, "kv_overrides keys not used by this model: %s",
+                emit(self.verbose, logging.WARNING, "kv_overrides keys not used by this model: %s",
                      ", ".join(sorted(unread)))
         self._n_vocab = int(self.tokenizer_.n_vocab if tokenizer is None else model.n_vocab)
+        # Effective values, so that e.g. an overridden tokenizer.chat_template is the one used.
+        self.metadata = metadata_strings(self._gguf, mp.kv_overrides)
+        return model
 
-        self.chat_format = chat_format
-        self.chat_handler = chat_handler
-        self.spm_infill = spm_infill
-        self.draft_model = draft_model
-        self.last_n_tokens_size = cp.last_n_tokens_size
-        self._logits_all = cp.logits_all
-        self._embedding = cp.embedding
-        # llama-cpp-python's rule (``seed or LLAMA_DEFAULT_SEED``): 0 and the default keep
-        # 0xFFFFFFFF, which draws with a random seed, and from which create_completion
-        # derives its per-call seeds (random.Random(seed).randint) as there.
-        seed_value = cp.seed or DEFAULT_SEED
-        self.cache: Optional[BaseLlamaCache] = None
-        self.metadata = _metadata_strings(self._gguf)
-        for key, value in mp.kv_overrides.items():
-            # Effective values, so that e.g. an overridden tokenizer.chat_template is the one used.
-            self.metadata[key] = _metadata_string(value)
-
+    def _make_context(self, model: Any, seed: int) -> None:
+        """The engine Context (none with vocab_only), the LoRA adapter and sequence 0."""
+        cp = self.context_params
         # The engine resolves what the options leave to the model (n_ctx 0, batch caps).
-        resolved = engine_ctx_params.resolved(model)
-        n_seq_max, pooling = embedding_context_options(resolved.n_batch, cp.embedding, cp.pooling_type)
-        engine_ctx_params.n_seq_max = max(n_seq_max, n_seq_max_arg)
-        engine_ctx_params.pooling_type = pooling
+        resolved = cp.resolved(model)
+        n_seq_max, cp.pooling_type = embedding_context_options(resolved.n_batch, cp.embeddings, cp.pooling_type)
+        cp.n_seq_max = max(n_seq_max, cp.n_seq_max)
         self._ctx = None
-        if not mp.vocab_only:
+        if not self.model_params.vocab_only:
             try:
-                self._ctx = _engine.Context(model, engine_ctx_params)
+                self._ctx = _engine.Context(model, cp)
             except MemoryError:
-                raise MemoryError(_context_memory_message(self.model_path, resolved, cp)) from None
+                raise MemoryError(_context_memory_message(self.model_path, resolved)) from None
             resolved = self._ctx.params
-            if mp.n_gpu_layers != 0:
-                self._report_gpu_placement(verbose)
+            if cp.n_gpu_layers != 0:
+                self._report_gpu_placement(self.verbose)
         self._n_ctx = int(resolved.n_ctx)
         self.n_batch = int(resolved.n_batch)
         self.n_ubatch = int(resolved.n_ubatch)
-        self.n_threads = cp.n_threads
-        self.n_threads_batch = cp.n_threads_batch
-        self.lora_path, self.lora_scale = mp.lora_path, mp.lora_scale
-        self.lora_base = options.get("lora_base")
+        self.n_threads = int(resolved.n_threads)
+        self.n_threads_batch = int(resolved.n_threads_batch)
         self._lora = None
-        if mp.lora_path is not None and self._ctx is not None:
-            if not os.path.exists(mp.lora_path):
-                raise ValueError(f"LoRA adapter path does not exist: {mp.lora_path}")
-            self._lora = _engine.LoraAdapter(model, mp.lora_path)
-            self._ctx.set_adapters([(self._lora, mp.lora_scale)])
+        if self.lora_path is not None and self._ctx is not None:
+            if not os.path.exists(self.lora_path):
+                raise ValueError(f"LoRA adapter path does not exist: {self.lora_path}")
+            self._lora = _engine.LoraAdapter(model, os.fspath(self.lora_path))
+            self._ctx.set_adapters([(self._lora, self.lora_scale)])
         # Sequence 0 of the context: the evaluated tokens, positions, logits row, seed (_sequence.py).
-        self._seq = _sequence.Sequence(self._ctx, 0, self._n_ctx, self.n_batch, self._n_vocab, seed_value)
-        self._seq.is_encoder = not cp.embedding and bool(model.is_encoder)
+        self._seq = _sequence.Sequence(self._ctx, 0, self._n_ctx, self.n_batch, self._n_vocab, seed)
+        # Generation needs an output head, which an encoder has not, embedding=True or not
+        # (its embeddings are computed on the context directly, _embedding.py).
+        self._seq.is_encoder = bool(model.is_encoder)
         self._seq.arch = str(model.arch)
         self._seq.observer = self._record_scores
-        if mp.vocab_only:
+        if self.model_params.vocab_only:
             self.__dict__["_vocab_only_ctx"] = _VocabOnlyContext(self._n_ctx, self.n_batch, self.n_ubatch)
         self._scores_all: Optional[npt.NDArray[np.single]] = None  # (n_ctx, n_vocab), logits_all only
         self._scores_lazy: Optional[LazyRows] = None  # ``scores`` without logits_all
         self._scores_key: Optional[tuple] = None  # (row, logits row, eval serial) written into _scores_lazy
-        self._closed = False
-        # llama-cpp-python's flags for state-space and hybrid models, which take a
-        # different prompt-cache path there. Every architecture llamapy runs is a
-        # plain transformer (others are refused at load), so both are False.
-        self._is_recurrent = False
-        self._is_hybrid = False
-        self.mmproj = mmproj
-        if mmproj is not None:
-            # Beyond llama-cpp-python: the projector picks its chat handler (llamapy.multimodal.handlers).
-            if not mmproj or not os.path.exists(mmproj):
-                raise ValueError(f"mmproj path does not exist: {mmproj}")
-            if chat_handler is None:
-                from .multimodal.handlers import handler_for_mmproj
-
-                self.chat_handler = handler_for_mmproj(self, mmproj, chat_format)
-            else:
-                from .multimodal.mmproj import check_compatible, read_mmproj
-
-                check_compatible(read_mmproj(mmproj), self.n_embd())
-        if chat_format is not None and self.chat_handler is None:
-            # An unknown name fails here, not at the first chat.
-            from .chat.completion import get_chat_completion_handler, token_text
-
-            get_chat_completion_handler(chat_format, self.metadata, token_text(self, self.token_eos()))
-        # Load time: from the constructor's start to a usable context (llama.cpp
-        # stops its clock at the first decode; ours does not wait for one).
-        self._perf = PerfCounters(t_load_ms=(time.perf_counter() - t_start) * 1e3)
-        if verbose:
-            print(load_report(self), file=sys.stderr, flush=True)
 
     # ------------------------------------------------------------------ basics
     def _check_open(self) -> None:
@@ -531,8 +517,6 @@ class Llama(_sequence.SequenceAttributes):
 
     def _eval_chunked(self, prompt: ChunkedPrompt, offset: int) -> None:
         """Evaluate a text + image prompt from id ``offset`` on (llamapy/multimodal/evaluate.py)."""
-        from .multimodal.evaluate import eval_chunked
-
         eval_chunked(self, prompt, offset)
 
     # ---------------------------------------------------------------- sampling
@@ -718,16 +702,14 @@ class Llama(_sequence.SequenceAttributes):
                           logit_bias: Optional[Dict[int, float]] = None) -> Any:
         """Complete ``prompt`` (text or token ids). Returns an OpenAI-shaped
         ``text_completion`` dict, or an iterator of chunks with ``stream=True``."""
-        from ._completion import CompletionRequest, run_completion, stream_completion
-
-        req = CompletionRequest(
-            prompt=prompt, suffix=suffix, max_tokens=max_tokens, temperature=temperature, top_p=top_p,
-            min_p=min_p, typical_p=typical_p, logprobs=logprobs, echo=echo, stop=stop,
-            frequency_penalty=frequency_penalty, presence_penalty=presence_penalty, repeat_penalty=repeat_penalty,
-            top_k=top_k, seed=seed, tfs_z=tfs_z, mirostat_mode=mirostat_mode, mirostat_tau=mirostat_tau,
-            mirostat_eta=mirostat_eta, model=model, stopping_criteria=stopping_criteria,
-            logits_processor=logits_processor, grammar=grammar, logit_bias=logit_bias,
-        )
+        sampling = SamplingParams(
+            temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, typical_p=typical_p,
+            repeat_penalty=repeat_penalty, frequency_penalty=frequency_penalty, presence_penalty=presence_penalty,
+            tfs_z=tfs_z, mirostat_mode=mirostat_mode, mirostat_tau=mirostat_tau, mirostat_eta=mirostat_eta,
+            logit_bias=logit_bias, grammar=grammar)
+        req = CompletionRequest(prompt=prompt, suffix=suffix, max_tokens=max_tokens, logprobs=logprobs, echo=echo,
+                                stop=stop, seed=seed, model=model, stopping_criteria=stopping_criteria,
+                                logits_processor=logits_processor, sampling=sampling)
         if stream:
             return stream_completion(self, req)
         return run_completion(self, req)
@@ -739,9 +721,7 @@ class Llama(_sequence.SequenceAttributes):
         """Embed a string or a list of strings: an OpenAI-shaped
         ``{"object": "list", "data": [{"object": "embedding", "embedding": [...],
         "index": i}], "model": ..., "usage": {...}}``. Needs ``embedding=True``."""
-        from ._embedding import create_embedding
-
-        return create_embedding(self, input, model)
+        return _embedding.create_embedding(self, input, model)
 
     def embed(self, input: Union[str, List[str]], normalize: bool = False, truncate: bool = True,
               return_count: bool = False) -> Any:
@@ -750,9 +730,7 @@ class Llama(_sequence.SequenceAttributes):
         input. ``truncate`` cuts inputs to n_batch tokens (else they raise
         ValueError); ``normalize`` L2-normalises; ``return_count`` also
         returns the number of tokens. Needs ``embedding=True``."""
-        from ._embedding import embed
-
-        return embed(self, input, normalize=normalize, truncate=truncate, return_count=return_count)
+        return _embedding.embed(self, input, normalize=normalize, truncate=truncate, return_count=return_count)
 
     # -------------------------------------------------------------------- chat
     def create_chat_completion(
@@ -771,18 +749,14 @@ class Llama(_sequence.SequenceAttributes):
         dict, or an iterator of ``chat.completion.chunk`` dicts with
         ``stream=True``. The prompt comes from ``chat_handler``, else
         ``chat_format``, else the GGUF's chat template (see llamapy.chat)."""
-        from .chat.completion import create_chat_completion
-
         kwargs = dict(locals())
-        del kwargs["self"], kwargs["create_chat_completion"]
-        return create_chat_completion(self, **kwargs)
+        del kwargs["self"]
+        return _chat.create_chat_completion(self, **kwargs)
 
     def create_chat_completion_openai_v1(self, *args: Any, **kwargs: Any) -> Any:
         """create_chat_completion returning the ``openai`` package's
         ``ChatCompletion`` / ``ChatCompletionChunk`` (needs ``pip install openai``)."""
-        from .chat.completion import create_chat_completion_openai_v1
-
-        return create_chat_completion_openai_v1(self, *args, **kwargs)
+        return _chat.create_chat_completion_openai_v1(self, *args, **kwargs)
 
     # ------------------------------------------------------------------ state
     def _check_whole_context(self, what: str) -> None:
@@ -825,8 +799,6 @@ class Llama(_sequence.SequenceAttributes):
         """A context manager that records the named intermediates of the
         evaluations inside it (``llamapy.debug.TensorDump``); names: None
         (all), a collection of names, or a predicate."""
-        from .debug import TensorDump
-
         return TensorDump(self, names)
 
     # --------------------------------------------------------------- lifecycle
@@ -862,9 +834,9 @@ class Llama(_sequence.SequenceAttributes):
             pass
 
     def __getstate__(self) -> Dict[str, Any]:
-        state = dict(model_path=self.model_path, chat_format=self.chat_format, chat_handler=self.chat_handler,
-                     spm_infill=self.spm_infill, verbose=self.verbose,
-                     **{k: v for k, v in self._init_options.items() if k != "seed"}, seed=self._seed)
+        state = dict(self._init_options)  # the arguments as given
+        state.update(model_path=self.model_path, chat_format=self.chat_format, chat_handler=self.chat_handler,
+                     seed=self._seed)
         if getattr(self, "mmproj", None) is not None:
             state.update(mmproj=self.mmproj, chat_handler=None)  # the copy picks its handler again
         return state

@@ -141,10 +141,11 @@ class ScriptedLlama:
 
     def create_completion(self, prompt: Any, stream: bool = False, grammar: Any = None, **kwargs: Any) -> Any:
         self.calls.append(dict(kwargs, prompt=list(prompt), stream=stream, grammar=grammar))
-        req = CompletionRequest(prompt=prompt, **kwargs)
+        req = CompletionRequest.of(prompt, grammar=grammar, **kwargs)
         return stream_completion(self, req) if stream else run_completion(self, req)
 
     def create_chat_completion(self, *args: Any, **kwargs: Any) -> Any:
-        from llamapy.chat.completion import create_chat_completion
+        # Llama's method (its signature declares the chat keywords and their defaults) on this stand-in.
+        from llamapy import Llama
 
-        return create_chat_completion(self, *args, **kwargs)
+        return Llama.create_chat_completion(self, *args, **kwargs)

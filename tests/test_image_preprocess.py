@@ -106,6 +106,22 @@ def test_resize_matches_pillow_one_axis_at_a_time(algo):
 
 
 @pytest.mark.parametrize("algo", [BILINEAR, BICUBIC, LANCZOS])
+def test_resize_extent_matches_pillows_box(algo):
+    """``extent`` (a reduced decode's span of its original) is Pillow's resize box from the corner."""
+    for _ in range(12):
+        w, h = (int(v) for v in RNG.integers(2, 120, 2))
+        tw, th = (int(v) for v in RNG.integers(1, 60, 2))
+        # float32 values: Pillow's C resize takes its box as floats
+        ew, eh = (float(np.float32(RNG.uniform(n / 2, n))) for n in (w, h))
+        a = rand_image(w, h)
+        im = Image.fromarray(a).resize((tw, h), PIL_FILTERS[algo], box=(0, 0, ew, h), reducing_gap=None)
+        im = im.resize((tw, th), PIL_FILTERS[algo], box=(0, 0, tw, eh), reducing_gap=None)
+        np.testing.assert_array_equal(resize_u8(a, (tw, th), algo, extent=(ew, eh)), np.asarray(im))
+    a = rand_image(9, 7)  # the same size, but less than all of it: still resampled
+    assert not np.array_equal(resize_u8(a, (9, 7), BICUBIC, extent=(8.5, 7)), a)
+
+
+@pytest.mark.parametrize("algo", [BILINEAR, BICUBIC, LANCZOS])
 @pytest.mark.parametrize("src,dst", [((7, 5), (9, 3)), ((5, 9), (3, 4)), ((1, 1), (4, 3)), ((6, 2), (1, 1))])
 def test_resize_matches_scalar_reference(algo, src, dst):
     a = rand_image(*src)

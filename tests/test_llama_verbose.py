@@ -102,17 +102,18 @@ class GGMLType(enum.IntEnum):  # what llama_cpp.GGML_TYPE_* constants are: ints
 @pytest.mark.parametrize("value, want", [("q8_0", 8), ("Q8_0", 8), (" f16 ", 1), ("F32", 0), ("bf16", 30),
                                          ("GGML_TYPE_Q4_0", 2), (8, 8), (GGMLType.Q8_0, 8), (None, 1)])
 def test_kv_cache_types_by_name_or_id(value, want):
-    from llamapy._params import kv_type
+    # Parsed by the engine's option carrier, as Llama(type_k=...) is.
+    from llamapy import _engine
 
-    assert kv_type("type_k", value) == want
+    assert int(_engine.ContextParams(type_k=value).type_k) == want
 
 
 @pytest.mark.parametrize("value, exc", [("q9_0", ValueError), (99, ValueError), (8.5, TypeError), ([8], TypeError)])
 def test_bad_kv_cache_types_name_the_option(value, exc):
-    from llamapy._params import kv_type
+    from llamapy import _engine
 
     with pytest.raises(exc, match="type_v"):
-        kv_type("type_v", value)
+        _engine.ContextParams(type_v=value)
 
 
 def test_kv_cache_type_name_reaches_the_context(model_path):

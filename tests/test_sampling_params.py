@@ -68,3 +68,22 @@ def test_generate_with_sampling_equals_keywords(tiny):
     a = run(temp=0.9, top_k=20, top_p=0.8, repeat_penalty=1.1, logit_bias={7: 3.0})
     b = run(sampling=SamplingParams(temperature=0.9, top_k=20, top_p=0.8, repeat_penalty=1.1, logit_bias={7: 3.0}))
     assert a == b
+
+
+def test_top_k_must_fit_the_engines_int():
+    with pytest.raises(ValueError, match="top_k is 1099511627776"):
+        SamplingParams(top_k=2 ** 40)
+
+
+def test_server_bodies_take_the_sampling_defaults():
+    # The request bodies derive their sampling fields from SamplingParams (one declaration).
+    import dataclasses
+
+    pytest.importorskip("fastapi")
+    from llamapy.server.openai_routes import ChatBody, CompletionBody
+
+    for body in (ChatBody, CompletionBody):
+        shared = [f for f in dataclasses.fields(SamplingParams) if f.name in body.model_fields]
+        assert len(shared) >= 10
+        for f in shared:
+            assert body.model_fields[f.name].default == f.default, f.name

@@ -340,3 +340,30 @@ def test_logits_views_survive_later_steps(tiny_path):
     llm2.eval(ids(4, 5))
     np.testing.assert_array_equal(view, before)
     assert not np.array_equal(np.array(llm2.ctx.get_logits(-1)), before)
+
+
+def test_a_request_failing_in_the_dispatcher_fails_alone(tiny_path, no_eos, monkeypatch):
+    """An exception while the dispatcher places a request is that request's error (500);
+    the dispatcher thread lives on and serves the next one (before, it died and every
+    later request waited forever)."""
+    from llamapy.server import slots
+
+    real = slots.SlotScheduler._assign
+    failures = []
+
+    def assign_once_failing(self, job):
+        if not failures:
+            failures.append(job)
+            raise RuntimeError("placement failed")
+        return real(self, job)
+
+    monkeypatch.setattr(slots.SlotScheduler, "_assign", assign_once_failing)
+    srv = LiveServer(["-m", tiny_path, "-c", "128", "-np", "2"]).start()
+    try:
+        body = {"prompt": ids(1, 2, 3), "max_tokens": 3, "temperature": 0, "logit_bias": no_eos}
+        r = httpx.post(srv.url + "/v1/completions", json=body, timeout=60)
+        assert r.status_code == 500 and failures
+        r = httpx.post(srv.url + "/v1/completions", json=body, timeout=60)
+        assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 3
+    finally:
+        srv.stop()

@@ -86,3 +86,17 @@ def test_chat_with_an_unknown_format_fails_at_start(gemma_path):
     assert r.returncode == 1
     assert "unknown chat format 'nosuch'" in r.stderr
     assert r.stdout == ""
+
+
+def test_an_encoder_with_embedding_true_refuses_to_generate(tmp_path):
+    # Loaded for embeddings, an encoder still has no output head: a completion is a clear
+    # error, not text from the wrong tensors (issue 31 item 2, the library side).
+    import encoder_ref as ER
+
+    path, _, _ = ER.make_model(tmp_path, "bert", "F32", 1)
+    with Llama(model_path=str(path), embedding=True, verbose=False) as m:
+        assert len(m.embed("hello")) == m.n_embd()
+        with pytest.raises(ValueError, match="is an encoder"):
+            m.create_completion("hello", max_tokens=1)
+        with pytest.raises(ValueError, match="cannot generate"):
+            list(m.create_completion("hello", max_tokens=1, stream=True))

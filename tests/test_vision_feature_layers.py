@@ -407,3 +407,17 @@ def test_other_projector_types_ignore_the_key(tmp_path):
     np.testing.assert_array_equal(with_key.encode(pix), VisionEncoder(src).encode(pix))
     with pytest.raises(ValueError, match="feature_layer holds 7"):
         VisionEncoder(_copy_with_key(src, tmp_path / "h.gguf", "clip.vision.feature_layer", [7]))
+
+
+def test_on_the_vulkan_device(tmp_path):
+    """The stacked rows live in the device's memory there; same results as the CPU (lavapipe
+    in tools/vulkan_check.sh; skipped in builds without the backend)."""
+    from llamapy import _engine
+    if "vulkan" not in _engine.backends() or not _engine.gpu_devices():
+        pytest.skip("built without the Vulkan backend, or no Vulkan device")
+    path = tmp_path / "p.gguf"
+    stored = write_legacy_mmproj(path, checkpoint(seed=7, n_in=3 * E), [-4, -2, -1], post_ln=True)
+    x = pixels(7)
+    gpu = VisionEncoder(path, n_threads=2, gpu=0).encode(x)
+    assert rel_err(gpu, VisionEncoder(path, n_threads=2).encode(x)) <= TOL
+    assert rel_err(gpu, reference(stored, x, [2, 4, 5])) <= TOL

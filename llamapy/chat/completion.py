@@ -22,7 +22,8 @@ import weakref
 from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
-from .._verbose import emit
+from .._log import emit
+from .._sampling import SamplingParams
 from .formats import (ChatFormat, format_from_template, get_format, guess_format_name, template_names,
                       FORMATS)
 from .named_formats import guess_chat_format_from_gguf_metadata
@@ -41,6 +42,11 @@ _MULTIMODAL_PARTS = ("image_url", "image", "input_image", "input_audio", "audio"
 
 
 # ------------------------------------------------------------------ requests
+# llama-cpp-python's chat default (create_chat_completion and its handlers),
+# where completions default to SamplingParams' 0.8.
+CHAT_TEMPERATURE = 0.2
+
+
 @dataclass
 class ChatRequest:
     """One create_chat_completion call's arguments, checked once."""
@@ -50,30 +56,27 @@ class ChatRequest:
     function_call: Any = None
     tools: Optional[List[Dict[str, Any]]] = None
     tool_choice: Any = None
-    temperature: float = 0.2
-    top_p: float = 0.95
-    top_k: int = 40
-    min_p: float = 0.05
-    typical_p: float = 1.0
     stream: bool = False
     stop: Any = field(default_factory=list)
     seed: Optional[int] = None
     response_format: Optional[Dict[str, Any]] = None
     max_tokens: Optional[int] = None
-    presence_penalty: float = 0.0
-    frequency_penalty: float = 0.0
-    repeat_penalty: float = 1.0
-    tfs_z: float = 1.0
-    mirostat_mode: int = 0
-    mirostat_tau: float = 5.0
-    mirostat_eta: float = 0.1
     model: Optional[str] = None
     logits_processor: Any = None
-    grammar: Any = None
-    logit_bias: Optional[Dict[Any, float]] = None
     logprobs: Optional[bool] = None
     top_logprobs: Optional[int] = None
     template_kwargs: Dict[str, Any] = field(default_factory=dict)  # extra variables for Jinja templates
+    sampling: SamplingParams = field(default_factory=lambda: SamplingParams(temperature=CHAT_TEMPERATURE))
+
+    @classmethod
+    def of(cls, messages: Any, kwargs: Dict[str, Any]) -> "ChatRequest":
+        """From a chat handler's keywords: the sampling options gathered (and
+        checked) into a SamplingParams, the request's own fields, and the rest as
+        variables for the template."""
+        kw = dict(kwargs)
+        sampling = SamplingParams.take(kw, temperature=CHAT_TEMPERATURE)
+        extra = {k: kw.pop(k) for k in list(kw) if k not in _REQUEST_FIELDS}
+        return cls(messages=list(messages), template_kwargs=extra, sampling=sampling, **kw)
 
     def __post_init__(self) -> None:
         if not isinstance(self.messages, (list, tuple)) or not self.messages:
@@ -102,15 +105,15 @@ class ChatRequest:
         raise ValueError(f"tool_choice must be 'none', 'auto', 'required' or a named function, not {choice!r}")
 
     def completion_kwargs(self) -> Dict[str, Any]:
-        keys = ("temperature", "top_p", "top_k", "min_p", "typical_p", "stream", "seed", "max_tokens",
-                "presence_penalty", "frequency_penalty", "repeat_penalty", "tfs_z", "mirostat_mode", "mirostat_tau",
-                "mirostat_eta", "model", "logits_processor", "grammar", "logit_bias")
-        kw = {k: getattr(self, k) for k in keys}
+        """create_completion's keywords for this request (the prompt and stop strings aside)."""
+        kw = self.sampling.as_kwargs()
+        kw.update(stream=self.stream, seed=self.seed, max_tokens=self.max_tokens, model=self.model,
+                  logits_processor=self.logits_processor)
         kw["logprobs"] = (self.top_logprobs or 0) if self.logprobs else None
         return kw
 
 
-_REQUEST_FIELDS = {f.name for f in fields(ChatRequest)} - {"template_kwargs"}
+_REQUEST_FIELDS = {f.name for f in fields(ChatRequest)} - {"template_kwargs", "sampling"}
 
 
 # ------------------------------------------------------------------ messages
@@ -401,8 +404,7 @@ class FormatHandler:
         return f"FormatHandler({self.format.name!r})"
 
     def __call__(self, *, llama: Any, messages: List[Dict[str, Any]], **kwargs: Any) -> Any:
-        extra = {k: kwargs.pop(k) for k in list(kwargs) if k not in _REQUEST_FIELDS}
-        req = ChatRequest(messages=list(messages), template_kwargs=extra, **kwargs)
+        req = ChatRequest.of(messages, kwargs)
         mode, forced = req.tool_mode()
         tools = req.tools if mode != "none" else None
         prompt = self.prompt(llama, req, tools)
@@ -415,7 +417,7 @@ class FormatHandler:
         elif mode == "required":
             kw["grammar"] = json_grammar(_required_call_schema(tools))  # type: ignore[arg-type]
         elif req.response_format:
-            kw["grammar"] = response_format_grammar(req.response_format) or req.grammar
+            kw["grammar"] = response_format_grammar(req.response_format) or req.sampling.grammar
         result = llama.create_completion(prompt.tokens, **kw)
         names, legacy, n_top = tool_names(tools), bool(req.functions), req.top_logprobs or 0
         if req.stream:
@@ -459,6 +461,16 @@ def register_chat_completion_handler(name: str, handler: Optional[ChatHandler] =
     return add(handler) if handler is not None else add
 
 
+# Chat formats that need a projector file, with the handler class that takes
+# one: multimodal/handlers.py registers its formats here, so that asking for
+# one without a projector names the way to give it.
+PROJECTOR_CHAT_FORMATS: Dict[str, type] = {}
+
+
+def register_projector_chat_format(name: str, handler_class: type) -> None:
+    PROJECTOR_CHAT_FORMATS[name] = handler_class
+
+
 def get_chat_completion_handler(name: str, metadata: Optional[Dict[str, Any]] = None,
                                 eos_token: str = "") -> ChatHandler:
     """The handler for a ``chat_format`` name: a registered handler, a GGUF
@@ -472,12 +484,10 @@ def get_chat_completion_handler(name: str, metadata: Optional[Dict[str, Any]] = 
             return FormatHandler(format_from_template(metadata[key], name, eos_token))
     if name in FORMATS:
         return FormatHandler(FORMATS[name])
-    from ..multimodal.handlers import MULTIMODAL_CHAT_FORMATS
-
-    if name in MULTIMODAL_CHAT_FORMATS:
+    if name in PROJECTOR_CHAT_FORMATS:
         raise ValueError(f"chat format {name!r} is multimodal: it needs a projector file; load the model with "
                          f"Llama(..., chat_format={name!r}, mmproj=PATH) or pass "
-                         f"chat_handler={MULTIMODAL_CHAT_FORMATS[name].__name__}(clip_model_path=PATH)")
+                         f"chat_handler={PROJECTOR_CHAT_FORMATS[name].__name__}(clip_model_path=PATH)")
     known = sorted(set(FORMATS) | set(_user_handlers) | set(template_names(metadata)))
     raise ValueError(f"unknown chat format {name!r}; known formats: {', '.join(known)}")
 
@@ -518,26 +528,15 @@ def _say_guess(llama: Any, msg: str, *args: Any) -> None:
         emit(bool(getattr(llama, "verbose", False)), logging.INFO, msg, *args)
 
 
-def create_chat_completion(
-    llama: Any, messages: List[Dict[str, Any]], functions: Optional[List[Dict[str, Any]]] = None,
-    function_call: Any = None, tools: Optional[List[Dict[str, Any]]] = None, tool_choice: Any = None,
-    temperature: float = 0.2, top_p: float = 0.95, top_k: int = 40, min_p: float = 0.05, typical_p: float = 1.0,
-    stream: bool = False, stop: Optional[Union[str, List[str]]] = [], seed: Optional[int] = None,
-    response_format: Optional[Dict[str, Any]] = None, max_tokens: Optional[int] = None,
-    presence_penalty: float = 0.0, frequency_penalty: float = 0.0, repeat_penalty: float = 1.0, tfs_z: float = 1.0,
-    mirostat_mode: int = 0, mirostat_tau: float = 5.0, mirostat_eta: float = 0.1, model: Optional[str] = None,
-    logits_processor: Any = None, grammar: Any = None, logit_bias: Optional[Dict[Any, float]] = None,
-    logprobs: Optional[bool] = None, top_logprobs: Optional[int] = None,
-) -> Any:
+def create_chat_completion(llama: Any, messages: List[Dict[str, Any]], **kwargs: Any) -> Any:
     """A chat completion (``chat.completion`` dict, or an iterator of
-    ``chat.completion.chunk`` dicts with ``stream=True``) for ``messages``."""
+    ``chat.completion.chunk`` dicts with ``stream=True``) for ``messages``;
+    ``kwargs`` are Llama.create_chat_completion's, which declares them."""
     if isinstance(messages, (str, bytes)) or not isinstance(messages, (list, tuple)) or \
             not all(isinstance(m, dict) for m in messages):
         raise ValueError("messages must be a list of message dicts such as {'role': 'user', 'content': 'Hi'}")
-    kwargs = dict(locals())
-    del kwargs["llama"]
-    handler = resolve_chat_handler(llama, tools_requested=bool(tools or functions))
-    return handler(llama=llama, **kwargs)
+    handler = resolve_chat_handler(llama, tools_requested=bool(kwargs.get("tools") or kwargs.get("functions")))
+    return handler(llama=llama, messages=messages, **kwargs)
 
 
 def create_chat_completion_openai_v1(llama: Any, *args: Any, **kwargs: Any) -> Any:

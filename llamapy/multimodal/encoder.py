@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, List, Optional, Union
 
 import numpy as np
 
+from .. import _engine
 from .mmproj import SUPPORTED_PROJECTOR_TYPES, MmprojInfo, read_mmproj
 
 if TYPE_CHECKING:
@@ -56,12 +57,11 @@ class VisionEncoder:
         if n_threads is not None and (not isinstance(n_threads, int) or isinstance(n_threads, bool)
                                       or n_threads < 1):
             raise ValueError(f"n_threads must be a positive integer or None, got {n_threads!r}")
-        from .._engine import VisionModel
-        from .._params import flash_attn_mode
-        self.flash_attn: int = flash_attn_mode(flash_attn)  # -1 auto, 0 off, 1 on
+        # -1 auto, 0 off, 1 on: parsed as the context option of the same name
+        self.flash_attn: int = _engine.ContextParams(flash_attn=flash_attn).flash_attn
         if gpu is not None and (not isinstance(gpu, int) or isinstance(gpu, bool) or gpu < 0):
             raise ValueError(f"gpu must be a Vulkan device number (>= 0) or None (the CPU), got {gpu!r}")
-        self._model = VisionModel(path, n_threads or 0, self.flash_attn, -1 if gpu is None else gpu)
+        self._model = _engine.VisionModel(path, n_threads or 0, self.flash_attn, -1 if gpu is None else gpu)
         self.gpu: Optional[int] = None if self._model.gpu < 0 else int(self._model.gpu)
         self.n_embd: int = int(self._model.n_embd)
         self.n_tokens: int = int(self._model.n_tokens)   # embeddings per image chunk; 0: size-dependent

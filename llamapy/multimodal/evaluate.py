@@ -31,7 +31,7 @@ def eval_chunked(llama: Any, prompt: ChunkedPrompt, offset: int) -> None:
         if isinstance(chunk, ImageChunk):
             eval_image(llama, chunk)
         else:
-            seq.eval(chunk.tokens, all_logits=llama.context_params.logits_all)
+            seq.eval(chunk.tokens, all_logits=llama._logits_all)
 
 
 def eval_image(llama: Any, chunk: ImageChunk) -> None:

@@ -35,7 +35,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 from .._text import gpt2_byte_chars
-from ..chat.completion import ChatRequest, FormatHandler, Prompt, stop_list
+from ..chat.completion import ChatRequest, FormatHandler, Prompt, register_projector_chat_format, stop_list
 from ..chat.template import ChatTemplate, raise_exception, strftime_now
 from .chunks import ChunkedPrompt, ImageChunk, TextChunk
 from .embed_cache import DEFAULT_CACHE_BYTES, EmbeddingCache, projector_identity
@@ -500,7 +500,8 @@ class MTMDChatHandler(FormatHandler):
         images = []
         for i, src in enumerate(sources):
             try:
-                images.append(load_image(src))
+                # decoded reduced where the projector reads far fewer pixels than the image has
+                images.append(load_image(src, reduce_for=self.params))
             except ValueError as e:
                 raise ValueError(f"image {i + 1} of the conversation: {e}") from e
         vocab = self._vocab(llama)
@@ -634,6 +635,8 @@ MULTIMODAL_CHAT_FORMATS: Dict[str, type] = {
     "nanollava": NanoLlavaChatHandler, "llama-3-vision-alpha": Llama3VisionAlphaChatHandler,
     "minicpm-v-2.6": MiniCPMv26ChatHandler, "qwen2.5-vl": Qwen25VLChatHandler,
 }
+for _name, _cls in MULTIMODAL_CHAT_FORMATS.items():
+    register_projector_chat_format(_name, _cls)
 
 
 def handler_for_mmproj(llama: Any, mmproj: str, chat_format: Optional[str] = None, **kwargs: Any) -> MTMDChatHandler:

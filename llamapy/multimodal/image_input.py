@@ -30,6 +30,22 @@ that are no image of a supported format, a 0-pixel side, a decompression bomb (t
 checked from the header, before any pixel is decoded), an unreadable path, an unreachable or
 failing URL, an oversized download, an unsupported URL scheme.
 
+Pixel budget and reduced decoding. ``max_pixels`` caps the pixels actually decoded, checked
+from the header before decoding (Pillow opens lazily). ``reduce_for=PreprocessParams`` (the
+chat handlers pass their projector's) lets a large image decode smaller when the projector
+reads far fewer pixels (``preprocess.source_size_needed``): a JPEG decodes at 1/2, 1/4 or 1/8
+scale (Pillow's ``draft``: libjpeg's DCT scaling, before the budget check, so a header
+claiming 65500 px costs what its reduced size costs) and any image is then box-reduced
+(``Image.reduce``) by an integer factor, each step only while every side keeps at least
+``REDUCING_GAP`` times what the preprocessing reads. Such an image carries its original size
+and the factor in ``info[REDUCED_FROM_KEY]``, from which ``preprocess`` computes the layout and
+resamples exactly the original's extent, so sizes, tiles and token counts stay those of the
+full image and only pixel values move, by a level or two on average. PNG, WebP, GIF and BMP
+are box-reduced only past ``EXACT_DECODE_PIXELS`` (16 MP): below it they keep their bit-exact
+match with llama.cpp (JPEG never had one: its decoders differ); an image that needs no
+reduction decodes exactly as without ``reduce_for``. Pillow's own bomb check (``PIL.Image.MAX_IMAGE_PIXELS``) still refuses headers claiming more
+than twice its value; its warning below that is silenced, the budget deciding instead.
+
 Not here: resizing and normalisation for a projector (``preprocess.py``).
 """
 from __future__ import annotations
@@ -50,13 +66,28 @@ from typing import Any, Mapping, Optional, Tuple, Union
 import numpy as np
 
 __all__ = [
-    "DEFAULT_MAX_BYTES", "DEFAULT_MAX_PIXELS", "DEFAULT_TIMEOUT", "SUPPORTED_FORMATS",
-    "decode_image", "image_hash", "image_url_from_part", "load_image", "read_image_bytes",
+    "DEFAULT_MAX_BYTES", "DEFAULT_MAX_PIXELS", "DEFAULT_TIMEOUT", "REDUCED_FROM_KEY", "REDUCING_GAP",
+    "SUPPORTED_FORMATS", "decode_image", "image_hash", "image_url_from_part", "load_image", "read_image_bytes",
 ]
 
 DEFAULT_TIMEOUT = 30.0                 # seconds, for a whole http(s) download
 DEFAULT_MAX_BYTES = 64 * 1024 * 1024   # encoded size cap (files, URLs, data: URIs)
-DEFAULT_MAX_PIXELS = 100_000_000       # width * height cap, checked from the header
+# Width * height of what is decoded, checked from the header before decoding: 8192 x 8192, 192 MiB
+# as RGB, above the largest common camera sensors (61 MP); larger JPEGs still load where a
+# projector needs fewer pixels, decoded reduced.
+DEFAULT_MAX_PIXELS = 8192 * 8192
+# A reduced decode keeps at least this many times, per side, the pixels the preprocessing reads:
+# Pillow's resize documents a reducing_gap of 3 as indistinguishable from a full resample in
+# most cases (tests/test_image_reduce.py measures it).
+REDUCING_GAP = 3
+# Decoded images up to this size are box-reduced only after a reduced JPEG decode: PNG, WebP,
+# GIF and BMP decode bit-exactly as llama.cpp's stb_image does, so their pixels (and tokens)
+# match it there; past it (4096 x 4096, 48 MiB as RGB) the preprocessing's cost wins.
+EXACT_DECODE_PIXELS = 4096 * 4096
+# info key of an image decoded reduced: (width, height, factor), the original upright size and
+# the reduction (pixel i stands for original pixels [i * factor, (i + 1) * factor)), for preprocess.
+REDUCED_FROM_KEY = "llamapy.reduced_from"
+_ROTATING_ORIENTATIONS = (5, 6, 7, 8)  # EXIF orientations that swap width and height
 
 # Pillow format names we decode (MPO is how Pillow names many camera JPEGs).
 SUPPORTED_FORMATS = ("JPEG", "MPO", "PNG", "WEBP", "GIF", "BMP")
@@ -205,13 +236,22 @@ def read_image_bytes(src: Union[str, "os.PathLike[str]", bytes, bytearray, memor
 
 # -- bytes -> RGB image ----------------------------------------------------------------------
 
-def _check_size(size: Tuple[int, int], max_pixels: int, what: str) -> None:
+def _check_sides(size: Tuple[int, int], what: str) -> None:
     w, h = size
     if w <= 0 or h <= 0:
         raise ValueError(f"{what} is {w}x{h}: an image needs at least one pixel on each side")
-    if w * h > max_pixels:
-        raise ValueError(f"{what} is {w}x{h} = {w * h} pixels, over the {max_pixels}-pixel limit "
-                         f"(a decompression bomb?)")
+
+
+def _check_size(size: Tuple[int, int], max_pixels: int, what: str,
+                decoded: Optional[Tuple[int, int]] = None) -> None:
+    """``size``: the image's; ``decoded``: what a reduced decode makes of it (default: the same)."""
+    _check_sides(size, what)
+    w, h = size
+    dw, dh = decoded or size
+    if dw * dh > max_pixels:
+        reduced = "" if (dw, dh) == (w, h) else f", decoded reduced to {dw}x{dh}"
+        raise ValueError(f"{what} is {w}x{h}{reduced} = {dw * dh} pixels, over the {max_pixels}-pixel limit "
+                         f"(max_pixels; a decompression bomb?)")
 
 
 _SIGNATURES = ((b"\x89PNG\r\n\x1a\n", "PNG"), (b"\xff\xd8\xff", "JPEG"), (b"GIF87a", "GIF"),
@@ -287,70 +327,129 @@ def _to_rgb(im, background: Optional[Tuple[int, int, int]], fmt: Optional[str] =
     return rgb
 
 
-def _finish(im, max_pixels: int, background, apply_exif: bool, what: str):
-    """Decode the pixels of an opened image and return it upright, in RGB."""
+def _orientation(im) -> int:
+    """The EXIF orientation, 1 (as stored) when absent or unreadable."""
+    try:
+        value = im.getexif().get(0x0112, 1)
+    except Exception:  # a broken EXIF block
+        return 1
+    return value if isinstance(value, int) and 1 <= value <= 8 else 1
+
+
+def _reduced_need(reduce_for, size: Tuple[int, int]) -> Tuple[int, int]:
+    """(width, height) a reduced decode of an upright ``size`` image must keep: REDUCING_GAP
+    times what the preprocessing ``reduce_for`` reads of it."""
+    from .preprocess import source_size_needed
+    w, h = source_size_needed(size, reduce_for)
+    return max(1, w) * REDUCING_GAP, max(1, h) * REDUCING_GAP
+
+
+def _finish(im, max_pixels: int, background, apply_exif: bool, what: str, reduce_for=None, own: bool = False):
+    """Decode the pixels of an opened image and return it upright, in RGB (see the module
+    docstring for ``reduce_for``). ``own``: ``im`` was opened here, so it may be drafted."""
     Image, ImageOps = _pil()
-    _check_size(im.size, max_pixels, what)
+    stored = im.size
+    _check_sides(stored, what)
+    drafted = 1
+    if reduce_for is not None and own and im.format in ("JPEG", "MPO"):
+        # A JPEG has its EXIF at hand before decoding (other formats may need a load for it).
+        turned = apply_exif and _orientation(im) in _ROTATING_ORIENTATIONS
+        need_w, need_h = _reduced_need(reduce_for, stored[::-1] if turned else stored)
+        need = (need_h, need_w) if turned else (need_w, need_h)
+        if min(stored[0] // need[0], stored[1] // need[1]) >= 2:  # else draft would not reduce
+            # libjpeg's DCT scaling by 2, 4 or 8: the box it returns is the original's extent in
+            # the reduced pixels
+            result = im.draft(im.mode, need)
+            if result is not None:
+                drafted = round(stored[0] / result[1][2])
+    _check_size(stored, max_pixels, what, decoded=im.size)
     try:
         im.load()
+    except Image.DecompressionBombError as e:  # a GIF frame larger than the header's screen
+        raise ValueError(f"{what} is a decompression bomb: {e}") from None
     except (OSError, SyntaxError, ValueError, EOFError, IndexError) as e:
         raise ValueError(f"{what} is truncated or corrupt: {e}") from None
     fmt = im.format
+    turned = False
     if apply_exif:
         try:
+            orientation = _orientation(im)
             im = ImageOps.exif_transpose(im)
+            turned = orientation in _ROTATING_ORIENTATIONS
         except Exception:  # a broken EXIF block: keep the stored orientation
             pass
     out = _to_rgb(im, background, fmt)
     _check_size(out.size, max_pixels, what)
+    if reduce_for is None or REDUCED_FROM_KEY in out.info:  # (a PIL image this function reduced before)
+        return out
+    original = (stored[1], stored[0]) if turned else stored
+    need_w, need_h = _reduced_need(reduce_for, original)
+    factor = min(out.width // need_w, out.height // need_h)
+    if factor >= 2 and (drafted > 1 or out.width * out.height > EXACT_DECODE_PIXELS):
+        out = out.reduce(factor)  # box averages; the last row and column average what is left
+    else:
+        factor = 1
+    if drafted * factor > 1:
+        out.info[REDUCED_FROM_KEY] = original + (drafted * factor,)
     return out
 
 
 def decode_image(data: bytes, *, max_pixels: int = DEFAULT_MAX_PIXELS,
-                 background: Optional[Tuple[int, int, int]] = None, apply_exif: bool = True):
+                 background: Optional[Tuple[int, int, int]] = None, apply_exif: bool = True,
+                 reduce_for: Any = None):
     """Encoded JPEG / PNG / WebP / GIF (first frame) / BMP bytes -> an RGB ``PIL.Image``."""
     Image, _ = _pil()
     background = _check_background(background)
     if not data:
         raise ValueError("image data is empty")
     with warnings.catch_warnings():
-        warnings.simplefilter("error", Image.DecompressionBombWarning)
+        # Pillow warns from PIL.Image.MAX_IMAGE_PIXELS on; max_pixels decides instead, on the
+        # size actually decoded (a JPEG may decode reduced).
+        warnings.simplefilter("ignore", Image.DecompressionBombWarning)
         try:
             im = Image.open(io.BytesIO(data), formats=_OPEN_FORMATS)
-        except (Image.DecompressionBombError, Image.DecompressionBombWarning) as e:
-            raise ValueError(f"image is a decompression bomb: {e}") from None
+        except Image.DecompressionBombError as e:
+            fmt = _sniff(data) or "the"
+            raise ValueError(f"{fmt} image is too large for Pillow to open: {e} (PIL.Image.MAX_IMAGE_PIXELS = "
+                             f"{Image.MAX_IMAGE_PIXELS}; llamapy's limit, max_pixels, is {max_pixels})") from None
         except (OSError, SyntaxError, ValueError, EOFError, IndexError) as e:  # UnidentifiedImageError too
             raise _unreadable(data, e) from None
         if im.format not in SUPPORTED_FORMATS:
             raise ValueError(f"unsupported image format {im.format} (supported: {', '.join(SUPPORTED_FORMATS)})")
-        return _finish(im, max_pixels, background, apply_exif, f"{im.format} image")
+        return _finish(im, max_pixels, background, apply_exif, f"{im.format} image", reduce_for, own=True)
 
 
 def load_image(src: ImageSource, *, timeout: float = DEFAULT_TIMEOUT, max_bytes: int = DEFAULT_MAX_BYTES,
                max_pixels: int = DEFAULT_MAX_PIXELS, background: Optional[Tuple[int, int, int]] = None,
-               apply_exif: bool = True):
+               apply_exif: bool = True, reduce_for: Any = None):
     """Any accepted image source (see the module docstring) -> an RGB ``PIL.Image``.
 
     ``timeout`` bounds an http(s) download; ``max_bytes`` caps the encoded size;
     ``max_pixels`` caps width*height before decoding; ``background`` composites
     transparency on that colour (default: drop alpha, as llama.cpp does);
-    ``apply_exif`` rotates by the EXIF orientation (llama.cpp does not).
+    ``apply_exif`` rotates by the EXIF orientation (llama.cpp does not); ``reduce_for``
+    (a ``PreprocessParams`` or ``MmprojInfo``) decodes a much larger image than that
+    preprocessing reads reduced (module docstring). A PIL image passed in is reduced after
+    decoding, never drafted (it is the caller's object).
     """
     Image, _ = _pil()
     if isinstance(src, Mapping):
         src = image_url_from_part(src)
     if isinstance(src, Image.Image):
-        return _finish(src, max_pixels, _check_background(background), apply_exif, "PIL image")
+        return _finish(src, max_pixels, _check_background(background), apply_exif, "PIL image", reduce_for)
     data = read_image_bytes(src, timeout=timeout, max_bytes=max_bytes)
-    return decode_image(data, max_pixels=max_pixels, background=background, apply_exif=apply_exif)
+    return decode_image(data, max_pixels=max_pixels, background=background, apply_exif=apply_exif,
+                        reduce_for=reduce_for)
 
 
 def image_hash(image: Any) -> str:
     """sha256 hex digest of an image's decoded RGB pixels and size: the image-embedding cache key.
 
     Takes an RGB ``PIL.Image`` (other modes are converted as ``load_image`` converts them) or
-    an ``(height, width, 3)`` uint8 array. Equal pixels give equal keys, however they were encoded.
+    an ``(height, width, 3)`` uint8 array. Equal pixels give equal keys, however they were encoded;
+    an image decoded reduced also keys its original size (its layout depends on it).
     """
+    original = None
     if isinstance(image, np.ndarray):
         arr = image
     else:
@@ -358,8 +457,11 @@ def image_hash(image: Any) -> str:
         if not isinstance(image, Image.Image):
             raise ValueError(f"image_hash takes a PIL image or a uint8 array, got {type(image).__name__}")
         arr = np.asarray(image if image.mode == "RGB" else _to_rgb(image, None))
+        original = image.info.get(REDUCED_FROM_KEY)
     if arr.dtype != np.uint8 or arr.ndim != 3 or arr.shape[2] != 3:
         raise ValueError(f"image_hash needs (height, width, 3) uint8 pixels, got {arr.dtype} {arr.shape}")
     h = hashlib.sha256(b"rgb8:%dx%d:" % (arr.shape[1], arr.shape[0]))
+    if original is not None:  # a reduced decode: preprocess lays it out as the original size
+        h.update(b"of:%dx%dx%d:" % tuple(original))
     h.update(np.ascontiguousarray(arr).tobytes())
     return h.hexdigest()

@@ -35,7 +35,10 @@ Checked bit for bit (float32 output) against the vendored mtmd-image.cpp built i
 harness, on about 400 (image size, projector setting) cases (tests keep digests of nine),
 and against llama.cpp's recorded encoder input for the converted models in tests/data/vlm.
 The one deliberate difference is noted under idefics3. Input is the RGB image ``load_image``
-returns; any difference in JPEG decoding (see image_input.py) carries through.
+returns; any difference in JPEG decoding (see image_input.py) carries through. An image it
+decoded reduced for this projector (``reduce_for``; ``source_size_needed`` says how many pixels
+the resizes read) is laid out from its original size (``info[REDUCED_FROM_KEY]``) and resampled
+over exactly the original's extent (Pillow's resize ``box``), so only pixel values differ.
 
 Not here: the token layout around tiles (mtmd's slice templates) and the encoders.
 """
@@ -47,12 +50,13 @@ from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from .image_input import REDUCED_FROM_KEY
 from .mmproj import MmprojInfo
 
 __all__ = [
     "BICUBIC", "BILINEAR", "LANCZOS", "PAD_CEIL", "PAD_NONE", "PreprocessParams", "Preprocessed",
     "normalize", "preprocess", "preprocess_params", "preprocess_u8", "resize_pad_u8", "resize_u8",
-    "select_best_resolution", "smart_resize_size",
+    "select_best_resolution", "smart_resize_size", "source_size_needed",
 ]
 
 BILINEAR, BICUBIC, LANCZOS = "bilinear", "bicubic", "lanczos"
@@ -82,9 +86,13 @@ def _filter(algo: str, x: np.ndarray) -> np.ndarray:
     return np.where(x < 1.0, near, np.where(x < 2.0, far, 0.0))
 
 
-def _coefficients(in_size: int, out_size: int, algo: str) -> Tuple[np.ndarray, np.ndarray]:
-    """Fixed-point filter taps for one axis: (first input index (out,), weights (out, ksize) int32)."""
-    scale = in_size / out_size
+def _coefficients(in_size: int, out_size: int, algo: str,
+                  extent: Optional[float] = None) -> Tuple[np.ndarray, np.ndarray]:
+    """Fixed-point filter taps for one axis: (first input index (out,), weights (out, ksize) int32).
+
+    ``extent``: the input span the output covers, from 0 (Pillow's resize box); default in_size.
+    """
+    scale = (in_size if extent is None else extent) / out_size
     filterscale = max(scale, 1.0)
     support = _SUPPORT[algo] * filterscale
     ksize = int(math.ceil(support)) * 2 + 1
@@ -104,7 +112,8 @@ def _coefficients(in_size: int, out_size: int, algo: str) -> Tuple[np.ndarray, n
     return xmin, fixed
 
 
-def _resample_axis(src: np.ndarray, out_size: int, algo: str, axis: int) -> np.ndarray:
+def _resample_axis(src: np.ndarray, out_size: int, algo: str, axis: int,
+                   extent: Optional[float] = None) -> np.ndarray:
     """One separable pass over ``axis`` (0: rows, 1: columns) of an (H, W, 3) uint8 array.
 
     The resampled axis is moved to the front so each filter tap gathers whole contiguous
@@ -112,7 +121,7 @@ def _resample_axis(src: np.ndarray, out_size: int, algo: str, axis: int) -> np.n
     """
     lines = src if axis == 0 else np.ascontiguousarray(src.transpose(1, 0, 2))   # (in_size, n, 3)
     in_size = lines.shape[0]
-    xmin, weights = _coefficients(in_size, out_size, algo)
+    xmin, weights = _coefficients(in_size, out_size, algo, extent)
     shape = (out_size,) + lines.shape[1:]
     acc = np.full(shape, 1 << (_PRECISION_BITS - 1), dtype=np.int32)
     gathered = np.empty(shape, np.uint8)
@@ -138,38 +147,60 @@ def _as_u8(image) -> np.ndarray:
     return arr
 
 
-def resize_u8(image, size: Tuple[int, int], algo: str = BICUBIC) -> np.ndarray:
-    """(H, W, 3) uint8 -> resized to ``size = (width, height)`` with Pillow's arithmetic."""
+def resize_u8(image, size: Tuple[int, int], algo: str = BICUBIC,
+              extent: Optional[Tuple[float, float]] = None) -> np.ndarray:
+    """(H, W, 3) uint8 -> resized to ``size = (width, height)`` with Pillow's arithmetic.
+
+    ``extent``: (width, height), fractional if need be, of the part of the image from its
+    top-left corner that becomes the output (Pillow's ``box=(0, 0, *extent)``); default all of it.
+    """
     src = _as_u8(image)
     width, height = size
     if algo not in _SUPPORT:
         raise ValueError(f"unknown resize filter {algo!r} (known: {', '.join(_SUPPORT)})")
     if not (0 < width <= 65536 and 0 < height <= 65536):
         raise ValueError(f"resize target {width}x{height} is out of range (1..65536)")
+    ext_w, ext_h = (None, None) if extent is None else extent
     out = src
-    if width != src.shape[1]:
-        out = _resample_axis(out, width, algo, axis=1)
-    if height != src.shape[0]:
-        out = _resample_axis(out, height, algo, axis=0)
+    if width != src.shape[1] or ext_w not in (None, src.shape[1]):
+        out = _resample_axis(out, width, algo, axis=1, extent=ext_w)
+    if height != src.shape[0] or ext_h not in (None, src.shape[0]):
+        out = _resample_axis(out, height, algo, axis=0, extent=ext_h)
     return out if out is not src else src.copy()
 
 
+def _fit_size(src_size: Tuple[int, int], size: Tuple[int, int]) -> Tuple[int, int]:
+    """PAD_CEIL's inner size: ``src_size`` scaled to fit inside ``size``, aspect kept, float32 as the C++."""
+    (src_w, src_h), (width, height) = src_size, size
+    scale = min(_F32(width) / _F32(src_w), _F32(height) / _F32(src_h))
+    return min(int(math.ceil(_F32(src_w) * scale)), width), min(int(math.ceil(_F32(src_h) * scale)), height)
+
+
 def resize_pad_u8(image, size: Tuple[int, int], algo: str, pad: str = PAD_CEIL,
-                  pad_color: Sequence[int] = (0, 0, 0)) -> np.ndarray:
-    """``img_tool::resize``: stretch (PAD_NONE) or fit inside ``size`` keeping the aspect, centred on ``pad_color``."""
+                  pad_color: Sequence[int] = (0, 0, 0),
+                  reduced_from: Optional[Tuple[int, int, int]] = None) -> np.ndarray:
+    """``img_tool::resize``: stretch (PAD_NONE) or fit inside ``size`` keeping the aspect, centred on ``pad_color``.
+
+    ``reduced_from``: (width, height, factor) when ``image`` is that image decoded reduced by
+    ``factor`` (``load_image(..., reduce_for=...)``; its last row and column may stand for fewer
+    pixels). The layout is computed from the original size and the resampling covers exactly
+    the original's extent, so a reduced decode changes pixel values a little but never sizes.
+    """
     src = _as_u8(image)
     width, height = size
     src_h, src_w = src.shape[:2]
-    if (src_w, src_h) == (width, height):
+    orig, extent = (src_w, src_h), None
+    if reduced_from is not None:
+        orig_w, orig_h, factor = reduced_from
+        orig, extent = (orig_w, orig_h), (orig_w / factor, orig_h / factor)
+    if orig == (width, height) == (src_w, src_h):
         return src.copy()
     if pad == PAD_NONE:
-        return resize_u8(src, size, algo)
+        return resize_u8(src, size, algo, extent)
     if pad != PAD_CEIL:
         raise ValueError(f"unknown padding {pad!r}")
-    scale = min(_F32(width) / _F32(src_w), _F32(height) / _F32(src_h))
-    new_w = min(int(math.ceil(_F32(src_w) * scale)), width)
-    new_h = min(int(math.ceil(_F32(src_h) * scale)), height)
-    inner = resize_u8(src, (new_w, new_h), algo)
+    new_w, new_h = _fit_size(orig, size)
+    inner = resize_u8(src, (new_w, new_h), algo, extent)
     out = np.empty((height, width, 3), np.uint8)
     out[:] = np.asarray(pad_color, np.uint8)
     x0, y0 = (width - new_w) // 2, (height - new_h) // 2
@@ -313,45 +344,99 @@ def _crop_grid(img: np.ndarray, tile: int) -> Tuple[List[np.ndarray], Tuple[int,
     return tiles, (w // tile, h // tile)
 
 
-def _anyres(src: np.ndarray, p: PreprocessParams) -> Preprocessed:
-    h, w = src.shape[:2]
-    size = p.image_size
-    overview = resize_pad_u8(src, (size, size), p.algo_overview, p.pad_overview)
-    if w <= size and h <= size:
-        return Preprocessed(tiles=[], overview=overview, original_size=(w, h))
-    refined_size = select_best_resolution((w, h), p.pinpoints)
-    refined = resize_pad_u8(src, refined_size, p.algo_refined, p.pad_refined, p.pad_color_refined)
-    tiles, grid = _crop_grid(refined, size)
-    return Preprocessed(tiles=tiles, overview=overview, grid=grid, original_size=(w, h),
-                        extra={"refined_size": refined_size})
+@dataclass(frozen=True)
+class _Resize:
+    """One resize that reads the source image: to ``size`` with ``algo``, stretched or padded."""
+
+    size: Tuple[int, int]
+    algo: str
+    pad: str = PAD_NONE
+    pad_color: Tuple[int, int, int] = (0, 0, 0)
+
+    def content(self, src_size: Tuple[int, int]) -> Tuple[int, int]:
+        """The part of the output the source fills (the rest is padding)."""
+        return self.size if self.pad == PAD_NONE else _fit_size(src_size, self.size)
 
 
-def _idefics3(src: np.ndarray, p: PreprocessParams) -> Preprocessed:
-    h, w = src.shape[:2]
+def _idefics3_resized_size(p: PreprocessParams, size: Tuple[int, int]) -> Optional[Tuple[int, int]]:
+    """The longest-edge resize of idefics3's own path, or None on llama.cpp's generic path."""
+    if not (p.longest_edge > 0 and p.min_pixels <= 0 and p.max_pixels <= 0):
+        return None
+    w, h = size
+    aspect = w / h
+    # llama.cpp throws when the short side truncates to 0 px (aspect > longest_edge); we keep 1 px.
+    if w >= h:
+        rw, rh = p.longest_edge, max(1, int(p.longest_edge / aspect))
+        rh += rh % 2
+    else:
+        rw, rh = max(1, int(p.longest_edge * aspect)), p.longest_edge
+        rw += rw % 2
+    return rw, rh
+
+
+def _source_resizes(p: PreprocessParams, size: Tuple[int, int]) -> List[_Resize]:
+    """Every resize ``preprocess_u8`` makes of the source image of ``size`` = (width, height), in order.
+
+    The layout (sizes, tiles, tokens) depends on ``size`` alone; only these resizes read the
+    source's pixels (idefics3 resizes its first result further).
+    """
+    w, h = size
+    if p.kind == "fixed":
+        return [_Resize((p.image_size, p.image_size), p.algo, p.pad, p.pad_color)]
+    if p.kind == "dynamic":
+        return [_Resize(smart_resize_size(size, p.align, p.min_pixels, p.max_pixels), p.algo, p.pad, p.pad_color)]
+    if p.kind == "anyres":
+        overview = _Resize((p.image_size, p.image_size), p.algo_overview, p.pad_overview)
+        if w <= p.image_size and h <= p.image_size:
+            return [overview]
+        return [overview, _Resize(select_best_resolution(size, p.pinpoints), p.algo_refined, p.pad_refined,
+                                  p.pad_color_refined)]
+    if p.kind == "idefics3":
+        resized = _idefics3_resized_size(p, size)
+        if resized is not None:
+            return [_Resize(resized, p.algo)]
+        # llama.cpp's generic path (no preproc_image_size, or token limits given): llava-uhd slicing.
+        tile = p.image_size
+        refined = smart_resize_size(size, tile, max(0, p.min_pixels), max(0, p.max_pixels), p.longest_edge)
+        return [_Resize((tile, tile), p.algo_overview, p.pad_overview),
+                _Resize(refined, p.algo_refined, p.pad_refined, p.pad_color_refined)]
+    raise ValueError(f"unknown preprocessing kind {p.kind!r}")
+
+
+def source_size_needed(size: Tuple[int, int], info_or_params, **overrides) -> Tuple[int, int]:
+    """(width, height): per axis, the largest extent the preprocessing resizes an image of
+    ``size`` to. A source much larger than this is averaged down by those resizes anyway;
+    ``load_image(..., reduce_for=...)`` decodes it reduced while it keeps several times this.
+    """
+    p = _params(info_or_params, overrides)
+    contents = [r.content(size) for r in _source_resizes(p, size)]
+    return max(c[0] for c in contents), max(c[1] for c in contents)
+
+
+def _anyres(resized: List[np.ndarray], p: PreprocessParams, size: Tuple[int, int]) -> Preprocessed:
+    overview = resized[0]
+    if len(resized) == 1:
+        return Preprocessed(tiles=[], overview=overview, original_size=size)
+    refined = resized[1]
+    tiles, grid = _crop_grid(refined, p.image_size)
+    return Preprocessed(tiles=tiles, overview=overview, grid=grid, original_size=size,
+                        extra={"refined_size": (refined.shape[1], refined.shape[0])})
+
+
+def _idefics3(resized: List[np.ndarray], p: PreprocessParams, size: Tuple[int, int]) -> Preprocessed:
     tile = p.image_size
-    if p.longest_edge > 0 and p.min_pixels <= 0 and p.max_pixels <= 0:
-        aspect = w / h
-        # llama.cpp throws when the short side truncates to 0 px (aspect > longest_edge); we keep 1 px.
-        if w >= h:
-            rw, rh = p.longest_edge, max(1, int(p.longest_edge / aspect))
-            rh += rh % 2
-        else:
-            rw, rh = max(1, int(p.longest_edge * aspect)), p.longest_edge
-            rw += rw % 2
+    if len(resized) == 1:  # the longest-edge path
+        rh, rw = resized[0].shape[:2]
         grid_x, grid_y = (rw + tile - 1) // tile, (rh + tile - 1) // tile
-        resized = resize_u8(src, (rw, rh), p.algo)
-        refined = resize_u8(resized, (grid_x * tile, grid_y * tile), p.algo)
+        refined = resize_u8(resized[0], (grid_x * tile, grid_y * tile), p.algo)
         overview = resize_u8(refined, (tile, tile), p.algo)
         tiles, _ = _crop_grid(refined, tile)
-        return Preprocessed(tiles=tiles, overview=overview, grid=(grid_x, grid_y), original_size=(w, h),
+        return Preprocessed(tiles=tiles, overview=overview, grid=(grid_x, grid_y), original_size=size,
                             extra={"resized_size": (rw, rh)})
-    # llama.cpp's generic path (no preproc_image_size, or token limits given): llava-uhd slicing.
-    refined_size = smart_resize_size((w, h), tile, max(0, p.min_pixels), max(0, p.max_pixels), p.longest_edge)
-    overview = resize_pad_u8(src, (tile, tile), p.algo_overview, p.pad_overview)
-    refined = resize_pad_u8(src, refined_size, p.algo_refined, p.pad_refined, p.pad_color_refined)
+    overview, refined = resized
     tiles, _ = _crop_grid(refined, tile)
-    grid = (int(math.ceil(_F32(refined_size[0]) / _F32(tile))), int(math.ceil(_F32(refined_size[1]) / _F32(tile))))
-    return Preprocessed(tiles=tiles, overview=overview, grid=grid, original_size=(w, h))
+    grid = (int(math.ceil(_F32(refined.shape[1]) / _F32(tile))), int(math.ceil(_F32(refined.shape[0]) / _F32(tile))))
+    return Preprocessed(tiles=tiles, overview=overview, grid=grid, original_size=size)
 
 
 def _params(info_or_params, overrides) -> PreprocessParams:
@@ -362,22 +447,38 @@ def _params(info_or_params, overrides) -> PreprocessParams:
     return preprocess_params(info_or_params, **overrides)
 
 
+def _reduced_from(image, src: np.ndarray) -> Optional[Tuple[int, int, int]]:
+    """(width, height, factor) of the image ``image`` is a reduced decode of (its
+    REDUCED_FROM_KEY), checked against its pixels; None for any other image."""
+    info = getattr(image, "info", None)
+    value = info.get(REDUCED_FROM_KEY) if isinstance(info, dict) else None
+    if value is None:
+        return None
+    h, w = src.shape[:2]
+    ok = isinstance(value, tuple) and len(value) == 3 and all(isinstance(v, int) and v > 0 for v in value)
+    if not ok or -(-value[0] // value[2]) != w or -(-value[1] // value[2]) != h:
+        raise ValueError(f"image.info[{REDUCED_FROM_KEY!r}] = {value!r} is not the (width, height, factor) of an "
+                         f"image that reduces to {w}x{h}")
+    return value
+
+
 def preprocess_u8(image, info_or_params, **overrides) -> Preprocessed:
-    """The uint8 images llama.cpp hands to the encoder for ``image``, before normalisation."""
+    """The uint8 images llama.cpp hands to the encoder for ``image``, before normalisation.
+
+    An image ``load_image(..., reduce_for=...)`` decoded reduced is laid out as its original
+    (``Preprocessed.original_size`` is that one); only its pixels come from fewer samples.
+    """
     p = _params(info_or_params, overrides)
     src = _as_u8(image)
-    h, w = src.shape[:2]
-    if p.kind == "fixed":
-        size = p.image_size
-        return Preprocessed(tiles=[resize_pad_u8(src, (size, size), p.algo, p.pad, p.pad_color)], original_size=(w, h))
-    if p.kind == "dynamic":
-        target = smart_resize_size((w, h), p.align, p.min_pixels, p.max_pixels)
-        return Preprocessed(tiles=[resize_pad_u8(src, target, p.algo, p.pad, p.pad_color)], original_size=(w, h))
+    reduced_from = _reduced_from(image, src)
+    size = (src.shape[1], src.shape[0]) if reduced_from is None else reduced_from[:2]
+    resizes = _source_resizes(p, size)
+    resized = [resize_pad_u8(src, r.size, r.algo, r.pad, r.pad_color, reduced_from) for r in resizes]
+    if p.kind in ("fixed", "dynamic"):
+        return Preprocessed(tiles=resized, original_size=size)
     if p.kind == "anyres":
-        return _anyres(src, p)
-    if p.kind == "idefics3":
-        return _idefics3(src, p)
-    raise ValueError(f"unknown preprocessing kind {p.kind!r}")
+        return _anyres(resized, p, size)
+    return _idefics3(resized, p, size)
 
 
 def normalize(pixels: np.ndarray, mean: Sequence[float], std: Sequence[float]) -> np.ndarray:

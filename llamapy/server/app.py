@@ -6,10 +6,9 @@ import contextlib
 import logging
 import os
 import time
-from typing import Any, AsyncIterator, Callable, Dict, Optional
+from typing import Any, AsyncIterator, Callable, Dict, List, Optional, Tuple
 
 from fastapi import FastAPI
-from starlette.middleware.cors import CORSMiddleware
 
 from .._params import random_seed
 from . import errors, security
@@ -85,12 +84,74 @@ class ServerState:
         lim = self.settings.max_tokens_limit
         return n_ctx if lim is None else min(lim, n_ctx)
 
-    def check_limits(self, max_tokens: Optional[int], n_probs: Optional[int], what: str = "max_tokens") -> None:
-        if max_tokens is not None and max_tokens > self.max_tokens_limit():
-            raise errors.bad_request(f"{what} is {max_tokens}; this server allows at most {self.max_tokens_limit()}")
+    def require_generator(self) -> None:
+        """400 unless the model can generate text: an encoder (BERT and the
+        like) computes embeddings only. Run with --embedding, the library
+        would otherwise sample from whatever its output rows hold."""
+        llm = self.llama
+        if llm is not None and bool(getattr(getattr(llm, "model", None), "is_encoder", False)):
+            arch = (getattr(llm, "metadata", None) or {}).get("general.architecture")
+            raise errors.bad_request(f"model {self.model_name!r} is an encoder{f' ({arch})' if arch else ''}: it "
+                                     "computes embeddings only and cannot generate text; use /v1/embeddings or "
+                                     "/api/embed", "model_is_encoder")
+
+    def max_tokens(self, value: Any, field: str = "max_tokens", unlimited: Tuple[int, ...] = (-1, 0)) -> Optional[int]:
+        """A request's generation limit: None for "until the context ends"
+        (the field omitted, or one of the ``unlimited`` values: -1 and 0 as
+        llama-cpp-python reads max_tokens; the Ollama routes add num_predict's
+        -2), else the number, checked against --max-tokens-limit and the
+        context. Other negative values are refused, as OpenAI refuses them.
+        With --max-tokens-limit, None is capped by ``cap_generation``: no
+        value escapes the limit."""
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise errors.bad_request(f"{field} must be an integer, not {value!r}")
+        if value in unlimited:
+            return None
+        if value < 0:
+            allowed = " or ".join(str(v) for v in unlimited)
+            raise errors.bad_request(f"{field} is {value}; it must be positive (or {allowed}: until the context ends)")
+        if value > self.max_tokens_limit():
+            raise errors.bad_request(f"{field} is {value}; this server allows at most {self.max_tokens_limit()}")
+        return value
+
+    def check_n_probs(self, n_probs: Optional[int]) -> None:
         if n_probs is not None and (n_probs < 0 or n_probs > self.settings.n_probs_max):
             raise errors.bad_request(f"top_logprobs/logprobs is {n_probs}; this server allows 0 to "
                                      f"{self.settings.n_probs_max} (--n-probs-max)")
+
+    def cap_generation(self, work_fn: Callable[[Any, Job], Any], params: Dict[str, Any]) -> Callable[[Any, Job], Any]:
+        """``work_fn`` (work.py's chat or completion work, reading ``params``)
+        with "until the context ends" (``params["max_tokens"]`` None) held to
+        --max-tokens-limit: the limit, or the room the context has after the
+        prompt where that is less (the client asked for no more than the
+        context). The prompt's size is known once prepared, so the cap is set
+        there, before the work reads ``params``."""
+        lim = self.settings.max_tokens_limit
+        if lim is None or params.get("max_tokens") is not None:
+            return work_fn
+        memo: List[Any] = []
+
+        def prepare(llama: Any, n_ctx: int) -> Any:
+            if not memo:
+                tokens = work_fn.prepare(llama, n_ctx)  # type: ignore[attr-defined]
+                params["max_tokens"] = lim if tokens is None else max(1, min(lim, n_ctx - len(tokens)))
+                memo.append(tokens)
+            return memo[0]
+
+        def capped(llama: Any, job: Job) -> Any:
+            prepare(llama, llama.n_ctx())  # a no-op once the scheduler has prepared it
+            return work_fn(llama, job)
+        capped.__dict__.update(work_fn.__dict__)  # kind, task
+        capped.prepare = prepare  # type: ignore[attr-defined]
+        return capped
+
+    def embedding_work(self, inputs: Any, field: str = "input", truncate: bool = False) -> Callable[[Any, Job], Any]:
+        """work.py's embedding work for this model (``field`` names the inputs in errors)."""
+        from . import work
+
+        return work.embedding_work(inputs, self.model_name, field, truncate)
 
     async def start_job(self, work: Callable[[Any, Job], Any]) -> "tuple[Job, Meta]":
         """Queue ``work`` and wait for its Meta: errors raised before any
@@ -200,15 +261,7 @@ def create_app(settings: Settings, load: Optional[Callable[[], Any]] = None) -> 
     errors.install(app)
     app.include_router(openai_routes.router)
     app.include_router(ollama_routes.router)
-    # Middleware: the last added is the outermost. CORS answers preflights
-    # before the key check; the body limit applies before any route reads.
-    app.add_middleware(security.AuthMiddleware, keys=keys)
-    app.add_middleware(security.BodyLimitMiddleware, limit=settings.max_body)
-    origins = settings.cors_origins
-    if origins:
-        app.add_middleware(CORSMiddleware, allow_origins=origins, allow_methods=["*"], allow_headers=["*"])
-    else:
-        app.add_middleware(CORSMiddleware, allow_origin_regex=security.DEFAULT_CORS_REGEX, allow_methods=["*"],
-                           allow_headers=["*"])
+    # Host, Origin/CORS, body limit, API key (security.py); the access log outermost.
+    security.install_middleware(app, settings, keys)
     app.add_middleware(AccessLog)
     return app

@@ -1,12 +1,13 @@
 """``python -m llamapy serve`` / ``python -m llamapy.server``: parse the
-settings, build the app, serve it with uvicorn (which handles SIGTERM: it
-stops accepting, lets open streams end, then the app's shutdown cancels
-what still runs)."""
+settings, build the app, load the model, then serve it with uvicorn (which
+handles SIGTERM: it stops accepting, lets open streams end, then the app's
+shutdown cancels what still runs). A model that cannot load ends the
+command before it listens, with the reason and exit status 1."""
 from __future__ import annotations
 
 import logging
+import os
 import sys
-import threading
 from typing import Optional, Sequence
 
 _MISSING = ("the server needs its extra: pip install 'llamapy-engine[server]' "
@@ -40,22 +41,38 @@ def main(argv: Optional[Sequence[str]] = None, prog: str = "python -m llamapy.se
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    server = uvicorn.Server(uvicorn.Config(app, host=settings.host, port=settings.port, log_level="info",
-                                           access_log=False, timeout_graceful_shutdown=10))
-    runner = app.state.server.runner
-
-    def exit_if_load_fails() -> None:
-        # As llama-server: a model that cannot load ends the server (with the reason logged).
-        runner.loaded.wait()
-        if runner.state == "failed":
-            server.should_exit = True
-
-    threading.Thread(target=exit_if_load_fails, daemon=True).start()
-    server.run()
-    if runner.state == "failed" or (runner.state == "stopped" and runner.error):
-        print(f"error: the model failed to load: {runner.error}", file=sys.stderr)
+    problem = _model_file_problem(settings.model)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
         return 1
+    runner = app.state.server.runner
+    # Load before listening: a client (or the router, waiting for /health) sees a
+    # server only once it can serve, and a failure is the command's own error.
+    runner.start()
+    try:
+        runner.loaded.wait()
+    except KeyboardInterrupt:
+        runner.stop()
+        return 130
+    if runner.state != "ready":
+        print(f"error: the model {settings.model} failed to load: {runner.error or runner.state}", file=sys.stderr)
+        runner.stop()
+        return 1
+    uvicorn.Server(uvicorn.Config(app, host=settings.host, port=settings.port, log_level="info",
+                                  access_log=False, timeout_graceful_shutdown=10)).run()
     return 0
+
+
+def _model_file_problem(path: str) -> Optional[str]:
+    """Why ``path`` cannot be a model file (missing, a directory, unreadable), or None."""
+    if os.path.isdir(path):
+        return f"the model path {path} is a directory, not a GGUF file"
+    try:
+        with open(path, "rb") as f:
+            f.read(4)
+    except OSError as e:
+        return f"cannot read the model file {path}: {e.strerror or e}"
+    return None
 
 
 def _serve_router(settings: "object") -> int:

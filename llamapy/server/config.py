@@ -52,7 +52,11 @@ OPTIONS: List[Opt] = [
         "API key; repeat, or comma-separate, for several"),
     Opt(("--api-key-file",), "api_key_file", "LLAMA_ARG_API_KEY_FILE", help="file with one API key per line"),
     Opt(("--cors-origins",), "cors_origins", "LLAMA_ARG_CORS_ORIGINS", "list", None,
-        "allowed CORS origins, comma-separated (default: http(s)://localhost and 127.0.0.1 on any port)"),
+        "allowed CORS origins, comma-separated (default: http(s)://localhost and 127.0.0.1 on any port); a "
+        "request from a web page of another origin is refused (403)"),
+    Opt(("--allowed-hosts",), "allowed_hosts", "LLAMA_ARG_ALLOWED_HOSTS", "list", None,
+        "Host header names to answer besides loopback ones (and, with a non-loopback --host, its address and this "
+        "machine's name), comma-separated; '*' for any. Others get 403 (DNS rebinding)"),
     Opt(("--embedding", "--embeddings"), "embedding", "LLAMA_ARG_EMBEDDINGS", "bool", False,
         "serve /v1/embeddings"),
     Opt(("--pooling",), "pooling", "LLAMA_ARG_POOLING", str, None, "embedding pooling (default: the model's)",

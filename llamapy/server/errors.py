@@ -53,6 +53,36 @@ def validation_message(errors: Any) -> str:
     return "; ".join(msgs)
 
 
+# pybind11's words for arguments of the wrong type or range: the engine was
+# handed a request value the server failed to check. Its text is a dump of
+# C++ signatures, which says nothing to the client.
+_BINDING_ERRORS = ("incompatible function arguments", "incompatible constructor arguments")
+
+INTERNAL_MESSAGE = "internal error: the server could not answer this request (its log has the details)"
+
+
+def public_error(exc: BaseException) -> "tuple[int, str, str]":
+    """(status, message, code) a client is told for ``exc``: the HTTP answer of
+    a route, or the error event that ends a stream. Request errors are 400s
+    with the library's own message (it names the value); anything else is a
+    500 whose message carries nothing from inside the server."""
+    if isinstance(exc, APIError):
+        return exc.status, exc.message, exc.code
+    if isinstance(exc, UnicodeError):
+        # A JSON string may hold a lone surrogate ("\ud800"), which no UTF-8 text has.
+        return 400, ("the request has text that is not valid Unicode (a lone surrogate such as \\ud800); "
+                     "send UTF-8 text"), "invalid_request_error"
+    if isinstance(exc, (ValueError, TypeError)):  # llamapy's checks of request values
+        text = str(exc)
+        if any(b in text for b in _BINDING_ERRORS):
+            logger.warning("a request value reached the engine unchecked: %s", text)
+            return 400, "a request value has a type or range the engine cannot take", "invalid_request_error"
+        return 400, text, "invalid_request_error"
+    if isinstance(exc, NotImplementedError):
+        return 501, str(exc), "not_supported"
+    return 500, INTERNAL_MESSAGE, "internal_error"
+
+
 def install(app: Any) -> None:
     from fastapi.exceptions import RequestValidationError
 
@@ -68,20 +98,12 @@ def install(app: Any) -> None:
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         return error_response(exc.status_code, str(exc.detail), None, getattr(exc, "headers", None))
 
-    @app.exception_handler(ValueError)
-    async def _value(request: Request, exc: ValueError) -> JSONResponse:
-        return error_response(400, str(exc), "invalid_request_error")
+    async def _public(request: Request, exc: Exception) -> JSONResponse:
+        status, message, code = public_error(exc)
+        if status == 500:
+            logger.exception("internal error on %s", request.url.path, exc_info=exc)
+        return error_response(status, message, code)
 
-    @app.exception_handler(Exception)
-    async def _other(request: Request, exc: Exception) -> JSONResponse:
-        logger.exception("internal error on %s", request.url.path, exc_info=exc)
-        return error_response(500, f"internal error: {type(exc).__name__}: {exc}", "internal_error")
-
-    @app.exception_handler(TypeError)
-    async def _type(request: Request, exc: TypeError) -> JSONResponse:
-        # llamapy raises TypeError for a value of the wrong type inside a request (a message's content ...)
-        return error_response(400, str(exc), "invalid_request_error")
-
-    @app.exception_handler(NotImplementedError)
-    async def _not_impl(request: Request, exc: NotImplementedError) -> JSONResponse:
-        return error_response(501, str(exc), "not_supported")
+    # ValueError and TypeError: llamapy raises them for a request value it cannot take (a message's content ...).
+    for kind in (ValueError, TypeError, NotImplementedError, Exception):
+        app.add_exception_handler(kind, _public)

@@ -7,20 +7,45 @@ import asyncio
 import base64
 import datetime as _dt
 import json
+import logging
+import math
 import re
 import time
-from typing import Any, Dict, List, Optional, Union
+from typing import Any, Callable, Dict, List, Optional, Union
 
 from fastapi import APIRouter, Request
+from fastapi.routing import APIRoute
 from pydantic import BaseModel, ConfigDict, Field
-from starlette.responses import StreamingResponse
+from starlette.responses import Response, StreamingResponse
 
 from . import work
-from .errors import APIError, bad_request
+from .errors import APIError, bad_request, public_error
+from .openai_routes import check_messages, check_sampling, check_stop, check_tools
 from .runner import Cancelled
 from .security import check_messages_media
 
-router = APIRouter()
+logger = logging.getLogger("llamapy.server")
+
+
+class _JSONBodyRoute(APIRoute):
+    """A route that reads its body as JSON whatever the Content-Type says, as
+    Ollama does: its docs' ``curl .../api/generate -d '{...}'`` sends
+    application/x-www-form-urlencoded. A body that is not JSON stays a 400
+    ("the body is not valid JSON")."""
+
+    def get_route_handler(self) -> Callable[[Request], Any]:
+        handler = super().get_route_handler()
+
+        async def as_json(request: Request) -> Response:
+            if request.method == "POST":
+                headers = [(k, v) for k, v in request.scope["headers"] if k.lower() != b"content-type"]
+                request.scope["headers"] = headers + [(b"content-type", b"application/json")]
+                request.__dict__.pop("_headers", None)  # Starlette caches the headers it has read
+            return await handler(request)
+        return as_json
+
+
+router = APIRouter(route_class=_JSONBodyRoute)
 
 OLLAMA_VERSION = "0.6.0"  # the API version these routes follow
 
@@ -29,6 +54,10 @@ _OPTION_MAP = {"num_predict": "max_tokens", "temperature": "temperature", "top_k
                "repeat_penalty": "repeat_penalty", "presence_penalty": "presence_penalty",
                "frequency_penalty": "frequency_penalty", "mirostat": "mirostat_mode", "mirostat_tau": "mirostat_tau",
                "mirostat_eta": "mirostat_eta"}
+# Ollama's default temperature, for /api/chat too (where the library's chat default is 0.2).
+OLLAMA_TEMPERATURE = 0.8
+_INT_OPTIONS = {"num_predict", "top_k", "seed", "mirostat"}
+_NUMBER_OPTIONS = set(_OPTION_MAP) - _INT_OPTIONS - {"stop"}
 _OPTIONS_IGNORED = {"num_keep", "repeat_last_n", "penalize_newline", "numa", "num_batch", "num_gpu", "main_gpu",
                     "use_mmap", "num_thread", "low_vram", "vocab_only", "use_mlock", "tfs_z"}
 
@@ -66,7 +95,17 @@ class GenerateBody(_Body):
 class EmbedBody(_Body):
     model: str = ""
     input: Union[str, List[str]]
-    truncate: bool = True
+    # Ollama cuts over-long inputs unless told false; here an input over the
+    # model's limit is a 400 unless the client asks for the cut (true).
+    truncate: Optional[bool] = None
+    options: Optional[Dict[str, Any]] = None
+    keep_alive: Optional[Union[str, int, float]] = None
+
+
+class EmbeddingsBody(_Body):
+    """The older /api/embeddings: one ``prompt``, one ``embedding``."""
+    model: str = ""
+    prompt: str = ""
     options: Optional[Dict[str, Any]] = None
     keep_alive: Optional[Union[str, int, float]] = None
 
@@ -78,11 +117,16 @@ class ShowBody(_Body):
 
 _DURATION = re.compile(r"(-?\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)")
 _UNIT = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+# Ollama's keep_alive is a Go time.Duration: int64 nanoseconds, about 292 years.
+# Longer is not a duration Ollama takes (and far past what a date can say).
+KEEP_ALIVE_MAX_S = (2 ** 63 - 1) / 1e9
 
 
 def parse_keep_alive(value: Any) -> Optional[float]:
     """Seconds to keep the model (None: forever, for a negative value), as
-    Ollama reads keep_alive: a number of seconds or a Go duration string ("5m", "1h30m")."""
+    Ollama reads keep_alive: a number of seconds or a Go duration string
+    ("5m", "1h30m"). NaN, infinities and durations over KEEP_ALIVE_MAX_S are
+    400s here, so that no later use (/api/ps's expiry date) can fail on them."""
     if value is None:
         return 300.0
     if isinstance(value, bool):
@@ -106,6 +150,11 @@ def parse_keep_alive(value: Any) -> Optional[float]:
                 raise bad_request(f"keep_alive: {value!r} is not a duration (such as '5m', '1h', '30s', 0, -1)") \
                     from None
             secs *= sign
+    if not math.isfinite(secs):
+        raise bad_request(f"keep_alive: {value!r} is not a finite duration")
+    if secs > KEEP_ALIVE_MAX_S:
+        raise bad_request(f"keep_alive: {value!r} is over the longest duration Ollama takes (about 292 years, "
+                          f"{KEEP_ALIVE_MAX_S:.0f} s); a negative value keeps the model loaded for good")
     return None if secs < 0 else secs
 
 
@@ -114,6 +163,10 @@ def _now() -> str:
 
 
 def _options(state: Any, options: Optional[Dict[str, Any]]) -> Dict[str, Any]:
+    """Ollama's options under the library's names, each checked by the check
+    the OpenAI routes use for the same field. ``max_tokens`` is always set:
+    num_predict -1 or -2 (Ollama's "until the context is full"), 0 or none
+    is None, which --max-tokens-limit caps (ServerState.cap_generation)."""
     out: Dict[str, Any] = {}
     for key, value in (options or {}).items():
         if key in _OPTION_MAP:
@@ -125,18 +178,14 @@ def _options(state: Any, options: Optional[Dict[str, Any]]) -> Dict[str, Any]:
                                   "(set it with -c at startup)")
         elif key not in _OPTIONS_IGNORED:
             raise bad_request(f"options.{key} is not a known option")
-    for key, kind in (("max_tokens", int), ("top_k", int), ("seed", int), ("mirostat_mode", int)):
-        if key in out and (not isinstance(out[key], int) or isinstance(out[key], bool)):
-            raise bad_request(f"options: {key} must be an integer")
-    for key in ("temperature", "top_p", "min_p", "typical_p", "repeat_penalty", "presence_penalty",
-                "frequency_penalty", "mirostat_tau", "mirostat_eta"):
-        if key in out and (not isinstance(out[key], (int, float)) or isinstance(out[key], bool)):
-            raise bad_request(f"options: {key} must be a number")
-    if out.get("max_tokens") is not None and out["max_tokens"] < 0:
-        out["max_tokens"] = None  # Ollama: -1 = until the context is full
-    if isinstance(out.get("stop"), str):
-        out["stop"] = [out["stop"]]
-    state.check_limits(out.get("max_tokens"), None, "options.num_predict")
+        if key in _INT_OPTIONS and (not isinstance(value, int) or isinstance(value, bool)):
+            raise bad_request(f"options.{key} must be an integer")
+        if key in _NUMBER_OPTIONS and (not isinstance(value, (int, float)) or isinstance(value, bool)):
+            raise bad_request(f"options.{key} must be a number")
+    out["max_tokens"] = state.max_tokens(out.get("max_tokens"), "options.num_predict", unlimited=(-1, -2, 0))
+    if "stop" in out:
+        out["stop"] = check_stop(out["stop"], "options.stop")
+    check_sampling(out, "options.")
     return out
 
 
@@ -153,12 +202,14 @@ def _format(fmt: Any) -> Optional[Dict[str, Any]]:
 def _messages(messages: List[Dict[str, Any]], has_projector: bool,
               media_path: Optional[str] = None) -> List[Dict[str, Any]]:
     """Ollama messages (``images``: base64 strings) -> OpenAI-shaped ones."""
+    # Ollama's tool calls are OpenAI's without "type" and "id", the arguments an object: the same check.
+    check_messages(messages)
     out = []
     for i, m in enumerate(messages):
-        if not isinstance(m.get("role"), str):
-            raise bad_request(f"messages[{i}].role: a string is required")
         images = m.get("images") or []
         msg = {k: v for k, v in m.items() if k != "images"}
+        if not isinstance(images, list):
+            raise bad_request(f"messages[{i}].images must be a list of base64 strings")
         if images:
             if not has_projector:
                 raise bad_request(f"messages[{i}] has images, but the server has no projector (--mmproj)")
@@ -175,11 +226,16 @@ def _messages(messages: List[Dict[str, Any]], has_projector: bool,
         if msg.get("tool_calls"):
             msg["tool_calls"] = [{"id": f"call_{i}_{j}", "type": "function",
                                   "function": {"name": c["function"]["name"],
-                                               "arguments": json.dumps(c["function"].get("arguments", {}))}}
+                                               "arguments": _arguments_json(c["function"].get("arguments"))}}
                                  for j, c in enumerate(msg["tool_calls"])]
         out.append(msg)
     # Content given as OpenAI parts gets the same image-source rules as /v1.
     return check_messages_media(out, media_path, has_projector)
+
+
+def _arguments_json(args: Any) -> str:
+    """A tool call's arguments as OpenAI's JSON string (Ollama sends an object)."""
+    return args if isinstance(args, str) else json.dumps(args if args is not None else {})
 
 
 def _durations(t0: float, job: Any, usage: Optional[Dict[str, Any]]) -> Dict[str, Any]:
@@ -229,6 +285,16 @@ def _tool_calls(message: Dict[str, Any]) -> Optional[List[Dict[str, Any]]]:
     return out
 
 
+def _stream_error(state: Any, job: Any, e: Exception) -> str:
+    """The error line's text for a stream that fails midway (as the OpenAI
+    routes' error event says it): the stream ends with it, never cut."""
+    err = state.cancel_error(job, e) if isinstance(e, Cancelled) else e
+    status, message, _ = public_error(err)
+    if status == 500:
+        logger.error("a stream failed: %s: %s", type(err).__name__, err, exc_info=err)
+    return message
+
+
 def _record_keep_alive(state: Any, keep_alive: Any) -> None:
     secs = parse_keep_alive(keep_alive)
     # One model, loaded for the server's life: keep_alive is parsed and
@@ -262,17 +328,19 @@ async def _stream_choices(state: Any, job: Any, end: _StreamEnd) -> Any:
 async def api_chat(body: ChatBody, request: Request) -> Any:
     state = request.app.state.server
     state.require_ready()
+    state.require_generator()
     _record_keep_alive(state, body.keep_alive)
     if not body.messages:  # Ollama: an empty chat loads the model and answers done
         return {"model": body.model or state.model_name, "created_at": _now(),
                 "message": {"role": "assistant", "content": ""}, "done": True, "done_reason": "load"}
     opts = _options(state, body.options)
     msgs = _messages(body.messages, bool(state.settings.mmproj), state.settings.media_path)
+    check_tools(body.tools)
     params = dict(messages=msgs, tools=body.tools,
                   response_format=_format(body.format), model=state.model_name, stream=body.stream,
-                  **{"temperature": 0.8, **opts})
+                  **{"temperature": OLLAMA_TEMPERATURE, **opts})
     t0 = time.monotonic()
-    job, _ = await state.start_job(work.chat_work(params, {}))
+    job, _ = await state.start_job(state.cap_generation(work.chat_work(params, {}), params))
     name = body.model or state.model_name
     if not body.stream:
         r = await state.result(job, request)
@@ -298,9 +366,8 @@ async def api_chat(body: ChatBody, request: Request) -> Any:
                 if delta.get("content"):
                     yield {"model": name, "created_at": _now(),
                            "message": {"role": "assistant", "content": delta["content"]}, "done": False}
-        except (Cancelled, APIError, ValueError) as e:
-            err = state.cancel_error(job, e) if isinstance(e, Cancelled) else e
-            yield {"error": getattr(err, "message", str(err))}
+        except Exception as e:
+            yield {"error": _stream_error(state, job, e)}
             return
         last: Dict[str, Any] = {"role": "assistant", "content": ""}
         if calls:
@@ -315,6 +382,7 @@ async def api_chat(body: ChatBody, request: Request) -> Any:
 async def api_generate(body: GenerateBody, request: Request) -> Any:
     state = request.app.state.server
     state.require_ready()
+    state.require_generator()
     _record_keep_alive(state, body.keep_alive)
     name = body.model or state.model_name
     if not body.prompt and not body.images:  # Ollama: an empty prompt loads the model
@@ -332,12 +400,12 @@ async def api_generate(body: GenerateBody, request: Request) -> Any:
         if body.images:
             raise bad_request("raw mode with images is not supported")
         params = dict(prompt=body.prompt, suffix=body.suffix, model=state.model_name, stream=body.stream,
-                      **{"temperature": 0.8, **opts})
+                      **{"temperature": OLLAMA_TEMPERATURE, **opts})
         if fmt is not None:
             from ..chat.completion import response_format_grammar
 
             params["grammar"] = response_format_grammar(fmt)
-        job, _ = await state.start_job(work.completion_work(params))
+        job, _ = await state.start_job(state.cap_generation(work.completion_work(params), params))
         text_of = lambda c: c["choices"][0].get("text") or ""  # noqa: E731
     else:
         msgs: List[Dict[str, Any]] = []
@@ -346,8 +414,8 @@ async def api_generate(body: GenerateBody, request: Request) -> Any:
         msgs.append({"role": "user", "content": body.prompt, "images": body.images})
         msgs = _messages(msgs, bool(state.settings.mmproj), state.settings.media_path)
         params = dict(messages=msgs, response_format=fmt,
-                      model=state.model_name, stream=body.stream, **{"temperature": 0.8, **opts})
-        job, _ = await state.start_job(work.chat_work(params, {}))
+                      model=state.model_name, stream=body.stream, **{"temperature": OLLAMA_TEMPERATURE, **opts})
+        job, _ = await state.start_job(state.cap_generation(work.chat_work(params, {}), params))
         text_of = (lambda c: (c["choices"][0].get("delta") or {}).get("content") or "") if body.stream else \
             (lambda c: c["choices"][0]["message"].get("content") or "")
     if not body.stream:
@@ -362,9 +430,8 @@ async def api_generate(body: GenerateBody, request: Request) -> Any:
                 text = text_of({"choices": [ch]})
                 if text:
                     yield {"model": name, "created_at": _now(), "response": text, "done": False}
-        except (Cancelled, APIError, ValueError) as e:
-            err = state.cancel_error(job, e) if isinstance(e, Cancelled) else e
-            yield {"error": getattr(err, "message", str(err))}
+        except Exception as e:
+            yield {"error": _stream_error(state, job, e)}
             return
         yield {"model": name, "created_at": _now(), "response": "", "done": True, "done_reason": end.finish,
                **_durations(t0, job, end.usage)}
@@ -379,11 +446,27 @@ async def api_embed(body: EmbedBody, request: Request) -> Any:
         raise APIError(501, "this server does not serve embeddings: start it with --embedding", "not_supported")
     state.require_ready()
     _record_keep_alive(state, body.keep_alive)
+    if isinstance(body.input, list) and not body.input:
+        raise bad_request("input: the list is empty")
     t0 = time.monotonic()
-    r = await state.run_job(work.embedding_work(body.input, state.model_name))
+    r = await state.run_job(state.embedding_work(body.input, "input", truncate=body.truncate is True))
     return {"model": body.model or state.model_name, "embeddings": [d["embedding"] for d in r["data"]],
             "total_duration": int((time.monotonic() - t0) * 1e9), "load_duration": 0,
             "prompt_eval_count": r.get("usage", {}).get("prompt_tokens", 0)}
+
+
+@router.post("/api/embeddings")
+async def api_embeddings(body: EmbeddingsBody, request: Request) -> Any:
+    """Ollama's older embedding endpoint (still what some clients call)."""
+    state = request.app.state.server
+    if not state.settings.embedding:
+        raise APIError(501, "this server does not serve embeddings: start it with --embedding", "not_supported")
+    state.require_ready()
+    _record_keep_alive(state, body.keep_alive)
+    if not body.prompt:  # as Ollama answers an empty prompt
+        return {"embedding": []}
+    r = await state.run_job(state.embedding_work(body.prompt, "prompt"))
+    return {"embedding": r["data"][0]["embedding"]}
 
 
 def _details(state: Any) -> Dict[str, Any]:
@@ -392,7 +475,25 @@ def _details(state: Any) -> Dict[str, Any]:
     arch = md.get("general.architecture", "")
     return {"parent_model": "", "format": "gguf", "family": arch, "families": [arch] if arch else None,
             "parameter_size": md.get("general.size_label", ""),
-            "quantization_level": str(md.get("general.file_type", ""))}
+            "quantization_level": quantization_level(md.get("general.file_type"))}
+
+
+def quantization_level(file_type: Any) -> str:
+    """The name of a GGUF's general.file_type (llama.cpp's enum llama_ftype, whose
+    table is llamapy.llama_cpp's LLAMA_FTYPE_*), as Ollama reports it: "Q4_K_M",
+    "Q8_0", "F16". "" when the file does not say; "unknown" for a number not in the table."""
+    if file_type is None or file_type == "":
+        return ""
+    try:
+        value = int(file_type) & ~1024  # LLAMA_FTYPE_GUESSED: a flag on the type, not a type
+    except (TypeError, ValueError):
+        return "unknown"
+    from .. import llama_cpp
+
+    for name in llama_cpp.__all__:
+        if name.startswith("LLAMA_FTYPE_") and name != "LLAMA_FTYPE_GUESSED" and getattr(llama_cpp, name) == value:
+            return name[len("LLAMA_FTYPE_"):].replace("MOSTLY_", "").replace("ALL_", "")
+    return "unknown"
 
 
 def _entry(state: Any) -> Dict[str, Any]:
@@ -430,8 +531,11 @@ async def api_show(body: ShowBody, request: Request) -> Any:
     state.require_ready()
     llm = state.llama
     md = llm.metadata
-    caps = ["completion"] + (["vision"] if state.settings.mmproj else []) + \
-        (["embedding"] if state.settings.embedding else []) + ["tools"]
+    if bool(getattr(llm.model, "is_encoder", False)):  # embeddings only (require_generator)
+        caps = ["embedding"] if state.settings.embedding else []
+    else:
+        caps = ["completion"] + (["vision"] if state.settings.mmproj else []) + \
+            (["embedding"] if state.settings.embedding else []) + ["tools"]
     info = {k: v for k, v in md.items() if not k.startswith("tokenizer.ggml.") and k != "tokenizer.chat_template"}
     return {"modelfile": f"FROM {state.model_path}\n", "parameters": f"num_ctx {state.request_limit()}",
             "template": md.get("tokenizer.chat_template", ""), "details": _details(state), "model_info": info,

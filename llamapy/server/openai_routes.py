@@ -3,46 +3,54 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import functools
 import json
+import logging
+import typing
 from typing import Any, Dict, List, Optional, Union
 
 import anyio
 from fastapi import APIRouter, Request
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, create_model
 from sse_starlette.sse import EventSourceResponse
 from starlette.responses import JSONResponse, PlainTextResponse
 
 from .._sampling import SamplingParams
 from . import work
-from .errors import APIError, bad_request, error_body
+from .errors import APIError, bad_request, error_body, public_error
 from .runner import Cancelled
 from .security import check_messages_media
 
 router = APIRouter()
+logger = logging.getLogger("llamapy.server")
 
 
 class _Body(BaseModel):
     model_config = ConfigDict(extra="ignore", strict=True)
 
 
-class Sampling(_Body):
+def _sampling_fields() -> Any:
+    """A body's sampling fields: SamplingParams' own, with its types and defaults (one
+    declaration; llama-server's "mirostat" as the alias of mirostat_mode), less those a
+    client does not set this way: grammar (an object), logit_bias (typed for JSON in
+    Sampling), tfs_z (gone from llama.cpp)."""
+    hints = typing.get_type_hints(SamplingParams)
+    fields: Dict[str, Any] = {}
+    for f in dataclasses.fields(SamplingParams):
+        if f.name not in ("grammar", "logit_bias", "tfs_z"):
+            fields[f.name] = (hints[f.name], Field(f.default, alias="mirostat") if f.name == "mirostat_mode"
+                              else f.default)
+    return create_model("SamplingFields", __base__=_Body, **fields)
+
+
+class Sampling(_sampling_fields()):  # type: ignore[misc]
     model: Optional[str] = None
     stream: bool = False
     stream_options: Optional[Dict[str, Any]] = None
     max_tokens: Optional[int] = None
-    temperature: float = 0.8
-    top_p: float = 0.95
-    top_k: int = 40
-    min_p: float = 0.05
-    typical_p: float = 1.0
     stop: Optional[Union[str, List[str]]] = None
     seed: Optional[int] = None
-    presence_penalty: float = 0.0
-    frequency_penalty: float = 0.0
-    repeat_penalty: float = 1.0
-    mirostat_mode: int = Field(0, alias="mirostat")
-    mirostat_tau: float = 5.0
-    mirostat_eta: float = 0.1
     logit_bias: Optional[Dict[str, float]] = None
     n: int = 1
 
@@ -87,11 +95,14 @@ class TemplateBody(_Body):
     chat_template_kwargs: Optional[Dict[str, Any]] = None
 
 
-_RESERVED_TEMPLATE_VARS = {"messages", "add_generation_prompt", "tools", "bos_token", "eos_token"}
-
-
 def _state(request: Request) -> Any:
     return request.app.state.server
+
+
+# ------------------------------------------------------------------ request checks
+# One check per field, shared by the OpenAI and Ollama routes: a malformed
+# value is a 400 naming the field before any work, never a KeyError (500) or
+# a library message about its internals.
 
 
 def _logit_bias(bias: Optional[Dict[str, float]]) -> Optional[Dict[int, float]]:
@@ -106,6 +117,17 @@ def _logit_bias(bias: Optional[Dict[str, float]]) -> Optional[Dict[int, float]]:
     return out
 
 
+def check_sampling(kw: Dict[str, Any], field: str = "") -> None:
+    """The sampling options under the library's names (SamplingParams' fields),
+    checked by SamplingParams itself (its checks are the library's only ones).
+    ``field`` prefixes the names
+    (Ollama's "options.")."""
+    try:
+        SamplingParams(**{k: v for k, v in kw.items() if k in SamplingParams.names()})
+    except (TypeError, ValueError) as e:
+        raise bad_request(f"{field}{e}" if field else str(e)) from None
+
+
 def sampling_params(body: Sampling) -> Dict[str, Any]:
     """The request's sampling options under the library's names (SamplingParams'
     fields the body has), checked here so a bad value is a 400 naming it."""
@@ -113,15 +135,155 @@ def sampling_params(body: Sampling) -> Dict[str, Any]:
         raise bad_request("n: only n=1 is supported")
     kw = {n: getattr(body, n) for n in SamplingParams.names() if n in type(body).model_fields and n != "logit_bias"}
     kw["logit_bias"] = _logit_bias(body.logit_bias)
-    try:
-        SamplingParams(**kw)
-    except (TypeError, ValueError) as e:
-        raise bad_request(str(e)) from None
+    check_sampling(kw)
     return dict(kw, stop=body.stop or [], seed=body.seed, stream=body.stream)
 
 
+def check_stop(stop: Any, field: str = "stop") -> List[str]:
+    """stop as a list of strings (a string alone is one stop)."""
+    if stop is None:
+        return []
+    if isinstance(stop, str):
+        return [stop]
+    if not isinstance(stop, list) or not all(isinstance(x, str) for x in stop):
+        raise bad_request(f"{field} must be a string or a list of strings")
+    return stop
+
+
+def check_tools(tools: Any, field: str = "tools") -> None:
+    """OpenAI's (and Ollama's) tool list: {"type": "function", "function": {"name", "parameters"}}."""
+    if tools is None:
+        return
+    if not isinstance(tools, list):
+        raise bad_request(f"{field} must be a list of tools")
+    for i, t in enumerate(tools):
+        where = f"{field}[{i}]"
+        if not isinstance(t, dict):
+            raise bad_request(f"{where} must be an object")
+        if t.get("type", "function") != "function":
+            raise bad_request(f"{where}.type must be 'function'")
+        fn = t.get("function")
+        if not isinstance(fn, dict):
+            raise bad_request(f"{where}.function must be an object with a name")
+        if not isinstance(fn.get("name"), str) or not fn["name"]:
+            raise bad_request(f"{where}.function.name must be a non-empty string")
+        if fn.get("parameters") is not None and not isinstance(fn["parameters"], dict):
+            raise bad_request(f"{where}.function.parameters must be a JSON schema object")
+
+
+def _check_tool_calls(calls: Any, where: str) -> None:
+    if not isinstance(calls, list):
+        raise bad_request(f"{where} must be a list of tool calls")
+    for j, c in enumerate(calls):
+        at = f"{where}[{j}]"
+        if not isinstance(c, dict):
+            raise bad_request(f"{at} must be an object")
+        if c.get("type", "function") != "function":
+            raise bad_request(f"{at}.type must be 'function'")
+        if c.get("id") is not None and not isinstance(c["id"], str):
+            raise bad_request(f"{at}.id must be a string")
+        fn = c.get("function")
+        if not isinstance(fn, dict):
+            raise bad_request(f"{at}.function must be an object with a name and arguments")
+        if not isinstance(fn.get("name"), str) or not fn["name"]:
+            raise bad_request(f"{at}.function.name must be a non-empty string")
+        if fn.get("arguments") is not None and not isinstance(fn["arguments"], (str, dict)):
+            raise bad_request(f"{at}.function.arguments must be a JSON string (or an object)")
+
+
+def check_messages(messages: Any, field: str = "messages") -> None:
+    """OpenAI-shaped messages: a role, content (a string, null or a list of
+    parts), well-formed tool_calls. Image sources are security.py's check."""
+    for i, m in enumerate(messages):
+        where = f"{field}[{i}]"
+        if not isinstance(m, dict):
+            raise bad_request(f"{where} must be an object")
+        if not isinstance(m.get("role"), str):
+            raise bad_request(f"{where}.role: a string is required")
+        content = m.get("content")
+        if isinstance(content, list):
+            for j, part in enumerate(content):
+                if not isinstance(part, (dict, str)):
+                    raise bad_request(f"{where}.content[{j}] must be a content part object")
+                if isinstance(part, dict) and part.get("type") == "text" and not isinstance(part.get("text"), str):
+                    raise bad_request(f"{where}.content[{j}].text must be a string")
+        elif content is not None and not isinstance(content, str):
+            raise bad_request(f"{where}.content must be a string, a list of content parts or null")
+        for key in ("name", "tool_call_id"):
+            if m.get(key) is not None and not isinstance(m[key], str):
+                raise bad_request(f"{where}.{key} must be a string")
+        if m.get("tool_calls") is not None:
+            _check_tool_calls(m["tool_calls"], f"{where}.tool_calls")
+
+
+def check_response_format(fmt: Optional[Dict[str, Any]], field: str = "response_format") -> None:
+    if fmt is None:
+        return
+    if fmt.get("type") not in ("text", "json_object", "json_schema"):
+        raise bad_request(f"{field}.type must be 'text', 'json_object' or 'json_schema'")
+    if fmt.get("schema") is not None and not isinstance(fmt["schema"], dict):
+        raise bad_request(f"{field}.schema must be a JSON schema object")
+    if fmt["type"] == "json_schema":
+        js = fmt.get("json_schema")
+        if not isinstance(js, dict):
+            raise bad_request(f"{field}.json_schema must be an object with a schema")
+        if js.get("schema") is not None and not isinstance(js["schema"], dict):
+            raise bad_request(f"{field}.json_schema.schema must be a JSON schema object")
+
+
+@functools.lru_cache(maxsize=1)
+def _library_keywords() -> frozenset:
+    """Every keyword of the library's chat and completion calls (and a chat
+    request's fields): a chat handler takes these as arguments, not as
+    template variables, and some take code or objects (logits_processor,
+    stopping_criteria, grammar)."""
+    import dataclasses
+    import inspect
+
+    from ..chat.completion import ChatRequest
+    from ..llama import Llama
+
+    names = {f.name for f in dataclasses.fields(ChatRequest)}
+    for fn in (Llama.create_chat_completion, Llama.create_completion):
+        names |= set(inspect.signature(fn).parameters)
+    return frozenset(names - {"self", "template_kwargs"}) | {"llama"}
+
+
+# What the server's templates get from the server itself (the multimodal handlers' too).
+_RESERVED_TEMPLATE_VARS = {"messages", "add_generation_prompt", "tools", "bos_token", "eos_token", "tool_choice",
+                           "functions", "function_call", "raise_exception", "strftime_now"}
+
+
+def check_template_kwargs(kwargs: Optional[Dict[str, Any]], field: str = "chat_template_kwargs") -> Dict[str, Any]:
+    """chat_template_kwargs: variables for the chat template, nothing else. A
+    name the library takes as a keyword would reach the call (work.py passes
+    them to the handler), so those are refused with the variables the server
+    sets itself."""
+    kwargs = kwargs or {}
+    for key in kwargs:
+        if key in _RESERVED_TEMPLATE_VARS:
+            raise bad_request(f"{field}.{key}: the server sets this template variable itself")
+        if key in _library_keywords():
+            raise bad_request(f"{field}.{key}: {field} holds chat template variables only; {key!r} is a keyword "
+                              "of the library's chat API, not a template variable")
+    return kwargs
+
+
+def check_prompt_tokens(prompt: Any, n_vocab: int, field: str = "prompt") -> None:
+    """A prompt given as token ids: at least one, each in the vocabulary."""
+    if isinstance(prompt, list):
+        if not prompt:
+            raise bad_request(f"{field}: the list of token ids is empty")
+        bad = next((t for t in prompt if not 0 <= t < n_vocab), None)
+        if bad is not None:
+            raise bad_request(f"{field}: {bad} is not a token id of this model (0 to {n_vocab - 1})")
+
+
 def _include_usage(body: Sampling) -> bool:
-    return bool(body.stream_options and body.stream_options.get("include_usage"))
+    usage = (body.stream_options or {}).get("include_usage", False)
+    if not isinstance(usage, bool):
+        raise bad_request("stream_options.include_usage must be true or false")
+    return usage
 
 
 def _sse(state: Any, job: Any, include_usage: bool) -> EventSourceResponse:
@@ -151,10 +313,12 @@ def _sse(state: Any, job: Any, include_usage: bool) -> EventSourceResponse:
             if include_usage and usage is not None:
                 yield json.dumps({**{k: chunk[k] for k in ("id", "object", "created", "model")},
                                   "choices": [], "usage": usage})
-        except (Cancelled, APIError, ValueError, RuntimeError) as e:  # mid-stream: an error event, then the end
+        except Exception as e:  # mid-stream: an error event, then the end (never a cut connection)
             err = state.cancel_error(job, e) if isinstance(e, Cancelled) else e
-            status = err.status if isinstance(err, APIError) else 400 if isinstance(err, ValueError) else 500
-            yield json.dumps(error_body(status, getattr(err, "message", str(err)), getattr(err, "code", None)))
+            status, message, code = public_error(err)
+            if status == 500:
+                logger.error("a stream failed: %s: %s", type(err).__name__, err, exc_info=err)
+            yield json.dumps(error_body(status, message, code))
         finally:
             watcher.cancel()
         yield "[DONE]"
@@ -167,21 +331,24 @@ def _sse(state: Any, job: Any, include_usage: bool) -> EventSourceResponse:
 async def chat_completions(body: ChatBody, request: Request) -> Any:
     state = _state(request)
     state.require_ready()
-    max_tokens = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
-    state.check_limits(max_tokens, body.top_logprobs if body.logprobs else None)
+    state.require_generator()
+    if body.max_completion_tokens is not None:  # the newer name wins, as in OpenAI's API
+        max_tokens = state.max_tokens(body.max_completion_tokens, "max_completion_tokens")
+    else:
+        max_tokens = state.max_tokens(body.max_tokens)
+    state.check_n_probs(body.top_logprobs if body.logprobs else None)
+    check_messages(body.messages)
     messages = check_messages_media(body.messages, state.settings.media_path, bool(state.settings.mmproj))
-    if body.response_format is not None and body.response_format.get("type") not in ("text", "json_object",
-                                                                                      "json_schema"):
-        raise bad_request("response_format.type must be 'text', 'json_object' or 'json_schema'")
-    reserved = sorted(set(body.chat_template_kwargs or {}) & _RESERVED_TEMPLATE_VARS)
-    if reserved:
-        raise bad_request(f"chat_template_kwargs.{reserved[0]}: the server sets this template variable itself")
+    check_tools(body.tools)
+    check_response_format(body.response_format)
+    template_kwargs = check_template_kwargs(body.chat_template_kwargs)
+    include_usage = _include_usage(body)
     params = dict(messages=messages, tools=body.tools, tool_choice=body.tool_choice,
                   response_format=body.response_format, max_tokens=max_tokens, logprobs=body.logprobs,
                   top_logprobs=body.top_logprobs, model=state.model_name, **sampling_params(body))
-    job, _ = await state.start_job(work.chat_work(params, body.chat_template_kwargs or {}))
+    job, _ = await state.start_job(state.cap_generation(work.chat_work(params, template_kwargs), params))
     if body.stream:
-        return _sse(state, job, _include_usage(body))
+        return _sse(state, job, include_usage)
     return await state.result(job, request)
 
 
@@ -190,13 +357,16 @@ async def chat_completions(body: ChatBody, request: Request) -> Any:
 async def completions(body: CompletionBody, request: Request) -> Any:
     state = _state(request)
     state.require_ready()
-    state.check_limits(body.max_tokens, body.logprobs)
-    max_tokens = 16 if body.max_tokens is None else body.max_tokens  # OpenAI's default
+    state.require_generator()
+    max_tokens = 16 if body.max_tokens is None else state.max_tokens(body.max_tokens)  # 16: OpenAI's default
+    state.check_n_probs(body.logprobs)
+    check_prompt_tokens(body.prompt, state.llama.n_vocab())
+    include_usage = _include_usage(body)
     params = dict(prompt=body.prompt, suffix=body.suffix, echo=body.echo, logprobs=body.logprobs,
                   max_tokens=max_tokens, model=state.model_name, **sampling_params(body))
-    job, _ = await state.start_job(work.completion_work(params))
+    job, _ = await state.start_job(state.cap_generation(work.completion_work(params), params))
     if body.stream:
-        return _sse(state, job, _include_usage(body))
+        return _sse(state, job, include_usage)
     return await state.result(job, request)
 
 
@@ -210,7 +380,7 @@ async def embeddings(body: EmbeddingBody, request: Request) -> Any:
         raise bad_request("encoding_format must be 'float' or 'base64'")
     if isinstance(body.input, list) and not body.input:
         raise bad_request("input: the list is empty")
-    r = await state.run_job(work.embedding_work(body.input, state.model_name))
+    r = await state.run_job(state.embedding_work(body.input))
     if r["data"] and r["data"][0]["embedding"] and isinstance(r["data"][0]["embedding"][0], list):
         raise bad_request("this model's pooling type is 'none' (one vector per token), which the OpenAI "
                           "embeddings API cannot carry; start the server with --pooling mean (or cls, last)")
@@ -351,7 +521,27 @@ async def detokenize(body: DetokenizeBody, request: Request) -> Any:
 @router.post("/apply-template")
 async def apply_template(body: TemplateBody, request: Request) -> Any:
     state = _state(request)
+    check_messages(body.messages)
+    check_tools(body.tools)
+    template_kwargs = check_template_kwargs(body.chat_template_kwargs)
     prompt = await state.run_job(work.call_work(
-        lambda llm: work.render_chat(llm, body.messages, body.tools, body.chat_template_kwargs or {})))
+        lambda llm: _render_template(llm, body.messages, body.tools, template_kwargs)))
     return {"prompt": prompt}
+
+
+def _render_template(llama: Any, messages: List[Dict[str, Any]], tools: Any, template_kwargs: Dict[str, Any]) -> str:
+    """The prompt text of ``messages``: work.render_chat, or, with --mmproj, the
+    multimodal handler's own rendering (one media marker per image, as the
+    prompt it builds has). Such a handler is a FormatHandler without a chat
+    format, so work.render_chat's render_text fails on it (AttributeError)."""
+    from ..chat.completion import ChatRequest, resolve_chat_handler
+    from ..multimodal.handlers import MTMDChatHandler
+
+    handler = resolve_chat_handler(llama, tools_requested=bool(tools))
+    if not isinstance(handler, MTMDChatHandler):
+        return work.render_chat(llama, messages, tools, template_kwargs)
+    req = ChatRequest(messages=list(messages), tools=tools, template_kwargs=dict(template_kwargs))
+    mode, _ = req.tool_mode()
+    req.messages = handler._with_default_system(list(req.messages))  # as its prompt() does
+    return handler.render(llama, req, req.tools if mode != "none" else None)
 

@@ -342,11 +342,11 @@ class Router:
                 except asyncio.TimeoutError:
                     pass
         if slot.proc is proc and slot.state == "loading" and proc.returncode is not None and not slot.stopping:
-            self._fail(slot, self._exit_reason(slot, proc.returncode, loading=True), load_failed=True)
+            self._fail(slot, self.exit_reason(slot, proc.returncode, loading=True), load_failed=True)
         self._settle(slot)
         await proc.wait()
         if slot.proc is proc and not slot.stopping and slot.state == "loaded":
-            self._fail(slot, self._exit_reason(slot, proc.returncode, loading=False), load_failed=False)
+            self._fail(slot, self.exit_reason(slot, proc.returncode, loading=False), load_failed=False)
             logger.warning("model %s: %s", slot.name, slot.reason)
 
     def _settle(self, slot: ModelSlot) -> None:
@@ -357,7 +357,7 @@ class Router:
         slot.state, slot.reason, slot.load_failed = "failed", reason, load_failed
         self._settle(slot)
 
-    def _exit_reason(self, slot: ModelSlot, code: Optional[int], loading: bool) -> str:
+    def exit_reason(self, slot: ModelSlot, code: Optional[int], loading: bool) -> str:
         how = (f"was killed by {signal.Signals(-code).name}" if code is not None and code < 0
                else f"exited with status {code}")
         tail = ""

@@ -9,6 +9,9 @@ for that request. Ollama's ``keep_alive`` (on /api/chat, /api/generate,
 never); without a prompt such a request only loads or unloads, as in Ollama.
 OpenAI requests leave a model's keep_alive as it is (loaded until evicted). A request's model counts as in use (never evicted) from
 the moment the request arrives until its response has been sent in full.
+A child that dies mid-stream (its status line long sent) ends the stream as
+the single-model server ends one that fails midway: an error event and
+[DONE] (SSE), or an error line (NDJSON).
 Not here: the model states and the room-making (router.py).
 """
 from __future__ import annotations
@@ -23,7 +26,6 @@ from typing import Any, AsyncIterator, Callable, Dict, Optional
 
 from fastapi import FastAPI, Request
 from starlette.background import BackgroundTask
-from starlette.middleware.cors import CORSMiddleware
 from starlette.responses import Response, StreamingResponse
 
 from . import errors, security
@@ -35,9 +37,9 @@ logger = logging.getLogger("llamapy.server.router")
 # Child routes reached through the router, by the request's "model" field.
 PROXY_POST = ("/v1/chat/completions", "/chat/completions", "/v1/completions", "/completions", "/v1/embeddings",
               "/embeddings", "/tokenize", "/detokenize", "/apply-template", "/api/chat", "/api/generate",
-              "/api/embed", "/api/show")
+              "/api/embed", "/api/embeddings", "/api/show")
 PROXY_GET = ("/props", "/slots", "/metrics")  # ?model=NAME
-OLLAMA_KEEP_ALIVE = ("/api/chat", "/api/generate", "/api/embed")  # requests that may carry keep_alive
+OLLAMA_KEEP_ALIVE = ("/api/chat", "/api/generate", "/api/embed", "/api/embeddings")  # requests that may carry keep_alive
 _PASS_HEADERS = ("content-type", "cache-control", "retry-after", "x-accel-buffering")
 
 
@@ -90,6 +92,7 @@ class Proxy:
 
         try:
             await self.router.ensure_loaded(slot, _autoload(request))
+            proc = slot.proc
             query = [(k, v) for k, v in request.query_params.multi_items() if k != "autoload"]
             headers = {k: v for k, v in request.headers.items() if k.lower() in ("content-type", "accept")}
             req = self.client.build_request(request.method, slot.url + request.url.path, params=query,
@@ -103,12 +106,26 @@ class Proxy:
             release()
             raise
 
+        fmt = _stream_format(upstream.headers.get("content-type", ""))
+
         async def chunks() -> AsyncIterator[bytes]:
+            held = b""  # the start of an event (line) not yet complete: a cut stream ends between events
             try:
                 async for chunk in upstream.aiter_raw():
-                    yield chunk
+                    if fmt is None:
+                        yield chunk
+                        continue
+                    held += chunk
+                    end = _complete_part(held, fmt)
+                    if end:
+                        yield held[:end]
+                        held = held[end:]
+                if held:
+                    yield held
             except httpx.HTTPError as e:
                 logger.warning("model %s: the stream broke off: %s", slot.name, e)
+                if fmt is not None:  # the status line went out with the first chunk: say so in the stream
+                    yield _stream_error(fmt, await self._broken_off(slot, proc, e))
             finally:
                 await upstream.aclose()
                 release()
@@ -120,6 +137,48 @@ class Proxy:
         out_headers = {k: v for k, v in upstream.headers.items() if k.lower() in _PASS_HEADERS}
         return StreamingResponse(chunks(), status_code=upstream.status_code, headers=out_headers,
                                  background=BackgroundTask(close))
+
+    async def _broken_off(self, slot: ModelSlot, proc: Any, e: Exception) -> str:
+        """Why a child's stream broke off: its exit (waited for a moment: the
+        connection closes as the process dies), else the connection error."""
+        import asyncio
+
+        if proc is not None:
+            try:
+                await asyncio.wait_for(asyncio.shield(proc.wait()), 2.0)
+            except asyncio.TimeoutError:
+                pass
+        if proc is not None and proc.returncode is not None:
+            why = self.router.exit_reason(slot, proc.returncode, loading=False)
+        else:
+            why = f"the connection broke ({type(e).__name__}: {e})"
+        return f"model {slot.name!r} stopped mid-stream: {why}; the answer is incomplete"
+
+
+def _stream_format(content_type: str) -> Optional[str]:
+    """"sse" or "ndjson" for the child's streamed answers, None for others."""
+    return {"text/event-stream": "sse", "application/x-ndjson": "ndjson"}.get(
+        content_type.split(";")[0].strip().lower())
+
+
+def _complete_part(buf: bytes, fmt: str) -> int:
+    """The length of buf's complete events (SSE: each ends with a blank line) or lines (NDJSON)."""
+    end = 0
+    for sep in ((b"\n\n", b"\r\n\r\n") if fmt == "sse" else (b"\n",)):
+        i = buf.rfind(sep)
+        if i >= 0:
+            end = max(end, i + len(sep))
+    return end
+
+
+def _stream_error(fmt: str, message: str) -> bytes:
+    """The end the single-model server gives a stream that fails midway: an
+    error event and [DONE] (openai_routes._sse), or an error line (the
+    Ollama NDJSON streams of ollama_routes)."""
+    if fmt == "sse":
+        event = json.dumps(errors.error_body(503, message, "model_unavailable"))
+        return f"data: {event}\n\ndata: [DONE]\n\n".encode()
+    return (json.dumps({"error": message}) + "\n").encode()
 
 
 def _card(slot: ModelSlot) -> Dict[str, Any]:
@@ -269,14 +328,9 @@ def create_router_app(settings: Settings, environ: Optional[Dict[str, str]] = No
     for path in PROXY_GET:
         app.add_api_route(path, proxied_get, methods=["GET"])
 
-    app.add_middleware(security.AuthMiddleware, keys=keys)
-    app.add_middleware(security.BodyLimitMiddleware, limit=settings.max_body)
-    if settings.cors_origins:
-        app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origins, allow_methods=["*"],
-                           allow_headers=["*"])
-    else:
-        app.add_middleware(CORSMiddleware, allow_origin_regex=security.DEFAULT_CORS_REGEX, allow_methods=["*"],
-                           allow_headers=["*"])
+    # The single-model server's checks (Host, Origin, body limit, key): loading and
+    # unloading models is state a web page must not change either.
+    security.install_middleware(app, settings, keys)
     app.add_middleware(AccessLog)
     return app
 

@@ -17,7 +17,7 @@ import asyncio
 import logging
 import threading
 import time
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 logger = logging.getLogger("llamapy.server")
 
@@ -46,6 +46,7 @@ class Job:
         self.usage: Optional[Dict[str, Any]] = None  # set by the work function; counted by /metrics
         self.note: Optional[str] = None  # why the context ended the generation (a pool ran out)
         self.slot: Optional[int] = None  # the slot that runs it
+        self.prompt: Optional[List[int]] = None  # its prompt's tokens, once prepared (slots.py picks a slot by them)
 
     # ---- worker side
     def check(self) -> None:

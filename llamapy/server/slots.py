@@ -7,11 +7,17 @@ work calls the library's ordinary API (chat handlers, ``create_completion``,
 The view's sequence evaluates through the batch step (batch.py): every step decodes
 one token of each generating slot plus prompt chunks of new requests, in ONE decode.
 
-Dispatch: requests wait in a bounded queue (``--queue-max``: a full one is 503 with
-Retry-After); a request goes to the free slot whose cached tokens share the longest
-prefix with its prompt (weighed against the cached tokens it would overwrite), which
-then evaluates only the rest. Cancelled or disconnected
-requests free their slot at once (the step drops their rows).
+Preparation: a request's work before a slot (the prompt rendered and tokenized, its fit
+checked: work.py's ``prepare``), and all of a "call" job (/tokenize ...), run on a thread
+of its own as the request arrives, never on the dispatcher: a prompt of megabytes
+takes seconds to tokenize and holds up no other request, and one that cannot fit is
+refused without waiting for a slot.
+
+Dispatch: prepared requests wait in a bounded queue (``--queue-max``, counting those
+being prepared: a full one is 503 with Retry-After); a request goes to the free slot
+whose cached tokens share the longest prefix with its prompt (weighed against the
+cached tokens it would overwrite), which then evaluates only the rest. Cancelled or
+disconnected requests free their slot at once (the step drops their rows).
 
 Context: by default the KV cells are one pool of ``-c`` that every slot draws from, and
 a request may have up to ``-c`` tokens; ``--ctx-per-slot`` gives each slot its own hard
@@ -35,6 +41,7 @@ from typing import Any, Callable, Deque, Dict, List, Optional
 from .._sequence import Sequence
 from .batch import BatchDecoder, Stepper
 from .runner import Cancelled, Job, QueueFull, end_job, run_job
+from .work import max_token_bytes
 
 logger = logging.getLogger("llamapy.server")
 
@@ -71,6 +78,7 @@ class SlotScheduler:
         self.n_cells = 0
         self.cond = threading.Condition()
         self._queue: Deque[Job] = deque()
+        self._preparing: Dict[Job, threading.Thread] = {}  # jobs on their preparation thread (_prepare)
         self._stopping = False
         self._lock = threading.Lock()
         self.counters: Dict[str, float] = {"requests_total": 0, "requests_cancelled": 0, "requests_failed": 0,
@@ -81,7 +89,10 @@ class SlotScheduler:
 
     # ------------------------------------------------------------ the loop's side
     def start(self) -> None:
-        self._thread.start()
+        """Starts the load, on the dispatcher thread; a no-op once started (the
+        command line loads before it serves, then the app's startup calls it)."""
+        if self._thread.ident is None:
+            self._thread.start()
 
     def count(self, key: str, n: float = 1) -> None:
         with self._lock:
@@ -92,20 +103,31 @@ class SlotScheduler:
         loop = asyncio.get_running_loop()
         deadline = None if self.timeout is None else time.monotonic() + self.timeout
         job = Job(work, loop, deadline)
+        prepared = hasattr(work, "prepare") or getattr(work, "kind", "slot") == "call"
         with self.cond:
+            if self._stopping:  # nothing would run it
+                job.cancel("shutdown")
+                end_job(job, Cancelled("the server is shutting down"))
+                return job
             n_free = sum(1 for s in self.slots if s.job is None) if self.slots else 1
+            waiting = len(self._queue) + len(self._preparing)
             # A request an idle slot takes at once does not wait, even with --queue-max 0.
-            if len(self._queue) >= self.queue_max and len(self._queue) >= n_free:
+            if waiting >= self.queue_max and waiting >= n_free:
                 self.count("queue_rejected_total")
-                raise QueueFull(f"{len(self._queue)} requests are waiting (--queue-max {self.queue_max})")
-            self._queue.append(job)
-            self.cond.notify_all()
+                raise QueueFull(f"{waiting} requests are waiting (--queue-max {self.queue_max})")
+            if not prepared:
+                self._queue.append(job)
+                self.cond.notify_all()
+                return job
+            thread = threading.Thread(target=self._prepare, args=(job,), name="llamapy-prepare", daemon=True)
+            self._preparing[job] = thread
+        thread.start()
         return job
 
     def stats(self) -> Dict[str, Any]:
         with self.cond:
             busy = sum(1 for s in self.slots if s.job is not None)
-            waiting = len(self._queue)
+            waiting = len(self._queue) + len(self._preparing)
         used = int(self.llama.ctx.kv_n_used) if self.state == "ready" and self.llama is not None else 0
         with self._lock:
             return {"state": self.state, "waiting": waiting, "busy": busy, "slots": self.n_slots,
@@ -136,12 +158,12 @@ class SlotScheduler:
             self._stopping = True
             pending = list(self._queue)
             self._queue.clear()
-            running = [s.job for s in self.slots if s.job is not None]
+            running = [s.job for s in self.slots if s.job is not None] + list(self._preparing)
             self.cond.notify_all()
         for job in pending:
             job.cancel("shutdown")
             end_job(job, reason)
-        for job in running:
+        for job in running:  # a job being prepared is ended by its thread once prepared
             job.cancel("shutdown")
         if self.stepper is not None:
             self.stepper.stop(reason)
@@ -181,6 +203,7 @@ class SlotScheduler:
         self.stepper.start()
         for s in self.slots:
             s.thread.start()
+        max_token_bytes(llama)  # a pass over the vocabulary: now, not in the first request
 
     def _dispatch(self) -> None:
         try:
@@ -196,16 +219,22 @@ class SlotScheduler:
             job = self._next_job()
             if job is None:
                 break
-            kind = getattr(job.work, "kind", "slot")
-            if self.state != "ready":  # failed: every request hears why
-                end_job(job, RuntimeError(f"the model is not loaded: {self.error or self.state}"))
-            elif kind == "call":  # tokenize, templates: no decoding, no slot
-                run_job(job, self.llama, self.count)
-            elif kind == "exclusive":
-                self._run_exclusive(job)
-            else:
-                self._assign(job)
+            try:
+                if self.state != "ready":  # failed: every request hears why
+                    end_job(job, self._not_loaded())
+                elif getattr(job.work, "kind", "slot") == "exclusive":
+                    self._run_exclusive(job)
+                else:
+                    self._assign(job)
+            except Exception as e:  # that request's answer: the dispatcher serves the others on
+                logger.exception("a request failed in the dispatcher")
+                self.count("requests_failed")
+                end_job(job, e)
         failed = self.state == "failed"
+        with self.cond:
+            preparing = list(self._preparing.values())
+        for t in preparing:  # they may be tokenizing with the model about to close
+            t.join(5)
         for s in self.slots:
             if s.thread is not None:
                 s.thread.join(5)
@@ -213,6 +242,40 @@ class SlotScheduler:
         if self.llama is not None:
             self.llama.close()
         self.state = "failed" if failed else "stopped"
+
+    def _not_loaded(self) -> Exception:
+        return RuntimeError(f"the model is not loaded: {self.error or self.state}")
+
+    def _prepare(self, job: Job) -> None:
+        """On the job's own thread: its work's ``prepare`` (then it joins the queue;
+        what it raises is the request's answer, without a slot), or the whole of a
+        "call" job."""
+        work = job.work
+        prepared = False
+        try:
+            self.loaded.wait()
+            if self.state != "ready":
+                end_job(job, self._not_loaded())
+            elif getattr(work, "kind", "slot") == "call":  # tokenize, templates: no decoding, no slot
+                run_job(job, self.llama, self.count)
+            elif job.cancelled.is_set():
+                end_job(job, Cancelled(job.reason or "cancelled"))
+            else:
+                try:
+                    job.prompt = work.prepare(self.llama, self.request_limit)
+                    prepared = True
+                except Exception as e:  # too long, a template error ...: counted as run_job counts it
+                    self.count("requests_total")
+                    self.count("requests_failed")
+                    end_job(job, e)
+        finally:
+            with self.cond:
+                del self._preparing[job]
+                if prepared and self._stopping:
+                    end_job(job, Cancelled("the server is shutting down"))
+                elif prepared:
+                    self._queue.append(job)
+                self.cond.notify_all()
 
     def _next_job(self) -> Optional[Job]:
         """The first queued job once it can run (a slot job needs a free slot)."""
@@ -222,20 +285,14 @@ class SlotScheduler:
                     head = self._queue[0]
                     kind = getattr(head.work, "kind", "slot")
                     idle = all(s.job is None for s in self.slots)
-                    if (self.state != "ready" or kind == "call" or (kind == "exclusive" and idle) or
+                    if (self.state != "ready" or (kind == "exclusive" and idle) or
                             (kind == "slot" and any(s.job is None for s in self.slots))):
                         return self._queue.popleft()
                 self.cond.wait()
             return None
 
     def _assign(self, job: Job) -> None:
-        tokens = None
-        prompt_of = getattr(job.work, "prompt_tokens", None)
-        if prompt_of is not None:
-            try:
-                tokens = prompt_of(self.llama)
-            except Exception:
-                tokens = None  # the work raises it again, as the request's error
+        tokens = job.prompt  # prepared: the dispatcher tokenizes nothing
         with self.cond:
             free = [s for s in self.slots if s.job is None]
             if tokens:

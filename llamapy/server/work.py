@@ -8,14 +8,22 @@ generation, so that a request that cannot fit is refused with 400 before
 work and before a stream's headers go out.
 
 Attributes on a work function tell the scheduler how to run it:
-``prompt_tokens(llama)`` (the prompt, to pick the slot with the longest
-cached prefix), ``kind`` ("slot" by default; "call" needs no slot and no
-decoding; "exclusive" needs the whole context) and ``task`` (shown by /slots).
+``prepare(llama, n_ctx)`` (what needs no slot: the prompt rendered and
+tokenized, its fit checked; run before the request waits for a slot, on a
+thread of its own, so a long tokenization holds up no other request; it
+returns the prompt's tokens, by which the scheduler picks the slot with the
+longest cached prefix), ``kind`` ("slot" by default; "call" needs no slot and
+no decoding; "exclusive" needs the whole context) and ``task`` (shown by /slots).
+
+A text too long to fit is refused before it is tokenized (tokenizing
+megabytes takes seconds): ``check_text_size``.
 """
 from __future__ import annotations
 
+import threading
+import weakref
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Iterator, List, Optional
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from .errors import APIError
 from .runner import Job
@@ -35,6 +43,63 @@ def check_fit(n_prompt: int, max_tokens: Optional[int], n_ctx: int) -> None:
     if max_tokens is not None and max_tokens > 0 and n_prompt + max_tokens > n_ctx:
         raise APIError(400, f"the prompt has {n_prompt} tokens and max_tokens is {max_tokens}: {n_prompt + max_tokens} "
                             f"tokens, over this server's context of {n_ctx}", "context_length_exceeded")
+
+
+_STRIP_ATTRS = (1 << 7) | (1 << 8)  # llama_token_attr lstrip, rstrip: the token swallows the whitespace beside it
+_token_bytes: "weakref.WeakKeyDictionary[Any, Optional[int]]" = weakref.WeakKeyDictionary()  # per tokenizer
+_token_bytes_lock = threading.Lock()
+
+
+def max_token_bytes(llama: Any) -> Optional[int]:
+    """The most bytes of input text one token of this model can stand for, or
+    None where no such bound holds. In a SentencePiece or byte-level BPE
+    vocabulary (tokenizer.ggml.model "llama", "gpt2") with a token for every
+    byte, each input byte ends up in the piece of some token, so a text of B
+    bytes makes at least B / (the longest piece) tokens. Vocabularies that
+    normalise text (WordPiece, Unigram's whitespace merging) or tokens that
+    swallow whitespace (Phi-3's specials) can drop input: no bound. Computed
+    once per tokenizer (a pass over the vocabulary)."""
+    tok = getattr(llama, "tokenizer_", None)
+    vocab = getattr(tok, "_vocab", None)
+    if vocab is None:
+        return None
+    with _token_bytes_lock:
+        if tok not in _token_bytes:
+            _token_bytes[tok] = _longest_piece(vocab)
+        return _token_bytes[tok]
+
+
+def _longest_piece(vocab: Any) -> Optional[int]:
+    if vocab.model not in ("llama", "gpt2"):
+        return None
+    longest, single = 0, set()
+    for i in range(int(vocab.n_vocab)):
+        if vocab.token_attr(i) & _STRIP_ATTRS:
+            return None
+        piece = vocab.token_to_piece(i, True)
+        longest = max(longest, len(piece))
+        if len(piece) == 1:
+            single.add(piece)
+    return longest if len(single) == 256 else None
+
+
+def check_text_size(n_bytes: int, n_tokens: int, llama: Any, what: str, limit: str) -> None:
+    """400 for a text of ``n_bytes`` that cannot make ``n_tokens`` tokens or
+    fewer (``max_token_bytes``), before any work on it; ``limit`` says where
+    the token limit comes from."""
+    per = max_token_bytes(llama)
+    if per is not None and n_bytes > n_tokens * per:
+        raise APIError(400, f"{what} is {n_bytes} bytes, more than {n_tokens} tokens can hold: no token of this "
+                            f"model stands for more than {per} bytes of text, so {n_tokens} tokens hold at most "
+                            f"{n_tokens * per} bytes ({limit})", "context_length_exceeded")
+
+
+def _prompt_size(text: str, llama: Any, n_ctx: int) -> bytes:
+    """The prompt's UTF-8 bytes, refused (400) when they cannot fit the context."""
+    data = text.encode("utf-8")
+    check_text_size(len(data), n_ctx - 1, llama, "the prompt",
+                    f"this server's context holds {n_ctx} tokens, one of them for the answer")
+    return data
 
 
 def _cached(llama: Any, tokens: List[int]) -> int:
@@ -89,20 +154,20 @@ def _with_usage(result: Any, stream: bool, meta: Meta, job: Job, n_ctx: int) -> 
         yield chunk
 
 
-def _once(fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
-    """``fn(llama)`` computed once per request (the scheduler asks to pick a slot, then
-    the work asks again; every slot's view has the same model)."""
+def _once(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn(llama, ...)``'s value computed once per request (the scheduler prepares the
+    request, then the work asks again; every slot's view has the same model)."""
     memo: List[Any] = []
 
-    def get(llama: Any) -> Any:
+    def get(*args: Any) -> Any:
         if not memo:
-            memo.append(fn(llama))
+            memo.append(fn(*args))
         return memo[0]
     return get
 
 
 def chat_work(params: Dict[str, Any], template_kwargs: Dict[str, Any]) -> Callable[[Any, Job], Iterator[Any]]:
-    def prompt_tokens(llama: Any) -> Optional[List[int]]:
+    def prompt_tokens(llama: Any, n_ctx: int) -> Optional[List[int]]:
         """The rendered prompt's tokens; None for handlers that build it themselves (images)."""
         from ..chat.completion import ChatRequest, FormatHandler, resolve_chat_handler
         from ..multimodal.handlers import MTMDChatHandler
@@ -113,59 +178,104 @@ def chat_work(params: Dict[str, Any], template_kwargs: Dict[str, Any]) -> Callab
         req = ChatRequest(messages=list(params["messages"]), tools=params.get("tools"),
                           tool_choice=params.get("tool_choice"), template_kwargs=dict(template_kwargs))
         mode, _ = req.tool_mode()
-        return list(handler.prompt(llama, req, req.tools if mode != "none" else None).tokens)
+        tools = req.tools if mode != "none" else None
+        # The rendered text is what must fit (a template may drop parts of the messages).
+        _prompt_size(handler.render_text(llama, req, tools), llama, n_ctx)
+        return list(handler.prompt(llama, req, tools).tokens)
 
     prompt_of = _once(prompt_tokens)
+
+    def prepare(llama: Any, n_ctx: int) -> Optional[List[int]]:
+        tokens = prompt_of(llama, n_ctx)
+        if tokens is not None:
+            check_fit(len(tokens), params.get("max_tokens"), n_ctx)
+        return tokens
 
     def work(llama: Any, job: Job) -> Iterator[Any]:
         from ..chat.completion import resolve_chat_handler
 
         handler = resolve_chat_handler(llama, tools_requested=bool(params.get("tools")))
         meta = Meta(None, None)
-        tokens = prompt_of(llama)
+        tokens = prepare(llama, llama.n_ctx())
         if tokens is not None:
-            check_fit(len(tokens), params.get("max_tokens"), llama.n_ctx())
             meta = Meta(len(tokens), _cached(llama, tokens))
         yield meta
         result = handler(llama=llama, **params, **template_kwargs)
         yield from _with_usage(result, bool(params.get("stream")), meta, job, llama.n_ctx())
-    work.prompt_tokens = prompt_of  # type: ignore[attr-defined]
+    work.prepare = prepare  # type: ignore[attr-defined]
     work.task = "chat"  # type: ignore[attr-defined]
     return work
 
 
 def completion_work(params: Dict[str, Any]) -> Callable[[Any, Job], Iterator[Any]]:
-    def prompt_tokens(llama: Any) -> List[int]:
+    def prompt_tokens(llama: Any, n_ctx: int) -> List[int]:
         prompt = params["prompt"]
-        return llama.tokenize(prompt.encode("utf-8")) if isinstance(prompt, str) else list(prompt)
+        return llama.tokenize(_prompt_size(prompt, llama, n_ctx)) if isinstance(prompt, str) else list(prompt)
 
     prompt_of = _once(prompt_tokens)
 
+    def prepare(llama: Any, n_ctx: int) -> List[int]:
+        tokens = prompt_of(llama, n_ctx)
+        check_fit(len(tokens), params.get("max_tokens"), n_ctx)
+        return tokens
+
     def work(llama: Any, job: Job) -> Iterator[Any]:
-        tokens = prompt_of(llama)
-        check_fit(len(tokens), params.get("max_tokens"), llama.n_ctx())
+        tokens = prepare(llama, llama.n_ctx())
         meta = Meta(len(tokens), _cached(llama, tokens))
         yield meta
         result = llama.create_completion(**params)
         yield from _with_usage(result, bool(params.get("stream")), meta, job, llama.n_ctx())
-    work.prompt_tokens = prompt_of  # type: ignore[attr-defined]
+    work.prepare = prepare  # type: ignore[attr-defined]
     work.task = "completion"  # type: ignore[attr-defined]
     return work
 
 
-def embedding_work(inputs: Any, model: str) -> Callable[[Any, Job], Iterator[Any]]:
+def embedding_work(inputs: Any, model: str, field: str = "input",
+                   truncate: bool = False) -> Callable[[Any, Job], Iterator[Any]]:
+    """Embeddings of ``inputs``; an input longer than the model takes (``embedding_limit``)
+    is a 400 before any work, unless ``truncate`` (Ollama's, asked for explicitly) lets the
+    library cut it, as llama-cpp-python does by default."""
+    def check_inputs(llama: Any, n_ctx: int) -> None:
+        if not truncate:
+            check_embedding_inputs(llama, inputs, field)
+
+    prepare = _once(check_inputs)
+
     def work(llama: Any, job: Job) -> Iterator[Any]:
-        items = [inputs] if isinstance(inputs, str) else list(inputs)
-        limit = llama.n_batch
-        for i, text in enumerate(items):
-            n = len(llama.tokenize(text.encode("utf-8")))
-            if n > limit:
-                raise APIError(400, f"input[{i}] has {n} tokens; an embedding input may have at most {limit} "
-                                    "(the batch size, -b)", "context_length_exceeded")
+        prepare(llama, llama.n_ctx())
         yield Meta(None, None)
         yield llama.create_embedding(inputs, model=model)
+    work.prepare = prepare  # type: ignore[attr-defined]
     work.kind = "exclusive"  # type: ignore[attr-defined]
     return work
+
+
+def embedding_limit(llama: Any) -> "Tuple[int, str]":
+    """Tokens one embedding input may have, and why: the model's positions
+    (its learned position embeddings, else the context it was trained for:
+    BERT's 512), and no more than one batch (-b), which holds an input whole.
+    The library, by default, cuts longer inputs to fit (llama-cpp-python's
+    ``truncate=True``); the server refuses them instead."""
+    model = getattr(llama, "model", None)
+    positions = int(getattr(model, "n_pos_embd", 0) or 0) or int(getattr(model, "n_ctx_train", 0) or 0)
+    n_batch = int(llama.n_batch)
+    if positions and positions <= n_batch:
+        return positions, f"the model's {positions} positions"
+    return n_batch, f"the batch size, -b {n_batch}"
+
+
+def check_embedding_inputs(llama: Any, inputs: Any, field: str = "input") -> None:
+    """400 naming the input, its token count and the limit, for an input over ``embedding_limit``."""
+    limit, why = embedding_limit(llama)
+    items = [inputs] if isinstance(inputs, str) else list(inputs)
+    for i, text in enumerate(items):
+        name = field if isinstance(inputs, str) else f"{field}[{i}]"
+        data = text.encode("utf-8")
+        check_text_size(len(data), limit, llama, name, f"an embedding input's limit is {why}")  # before tokenizing
+        n = len(llama.tokenize(data))
+        if n > limit:
+            raise APIError(400, f"{name} has {n} tokens; an embedding input may have at most {limit} ({why}); "
+                                       "shorten it or split it", "context_length_exceeded")
 
 
 def call_work(fn: Callable[[Any], Any]) -> Callable[[Any, Job], Iterator[Any]]:

@@ -22,29 +22,79 @@ const float* logits_ptr(const farray& logits, int32_t n_vocab) {
     return logits.data();
 }
 
+// One sampler_params field: its keyword, the attribute it is read from on an
+// options object (llamapy's SamplingParams says mirostat_mode), and the member
+// (a float or an int32 one; the seed is read on its own).
+struct sampler_field {
+    const char* name;
+    const char* attr;
+    float sampler_params::*real;
+    int32_t sampler_params::*integer;
+};
+
+const sampler_field kSamplerFields[] = {
+    {"temperature", "temperature", &sampler_params::temperature, nullptr},
+    {"top_k", "top_k", nullptr, &sampler_params::top_k},
+    {"top_p", "top_p", &sampler_params::top_p, nullptr},
+    {"min_p", "min_p", &sampler_params::min_p, nullptr},
+    {"typical_p", "typical_p", &sampler_params::typical_p, nullptr},
+    {"repeat_penalty", "repeat_penalty", &sampler_params::repeat_penalty, nullptr},
+    {"frequency_penalty", "frequency_penalty", &sampler_params::frequency_penalty, nullptr},
+    {"presence_penalty", "presence_penalty", &sampler_params::presence_penalty, nullptr},
+    {"penalty_last_n", "penalty_last_n", nullptr, &sampler_params::penalty_last_n},
+    {"mirostat", "mirostat_mode", nullptr, &sampler_params::mirostat},
+    {"mirostat_tau", "mirostat_tau", &sampler_params::mirostat_tau, nullptr},
+    {"mirostat_eta", "mirostat_eta", &sampler_params::mirostat_eta, nullptr},
+    {"min_keep", "min_keep", nullptr, &sampler_params::min_keep},
+};
+
+template <class T>
+T as(const py::handle& v, const char* name) {
+    try {
+        return v.cast<T>();
+    } catch (const py::cast_error&) {
+        throw py::type_error(std::string("Sampler: ") + name + " must be a number, got " +
+                             std::string(py::str(py::type::of(v).attr("__name__"))));
+    }
+}
+
+void set_field(sampler_params& p, const sampler_field& f, const py::handle& v) {
+    if (f.real) p.*f.real = as<float>(v, f.name);
+    else p.*f.integer = as<int32_t>(v, f.name);
+}
+
+sampler_params sampler_params_from(const py::object& options, const py::kwargs& kw) {
+    for (auto item : kw) {
+        const std::string name = py::str(item.first);
+        bool known = name == "seed";
+        for (const sampler_field& f : kSamplerFields) known |= name == f.name;
+        if (!known) throw py::type_error("Sampler has no option '" + name + "'");
+    }
+    sampler_params p;
+    for (const sampler_field& f : kSamplerFields) {
+        if (kw.contains(f.name)) set_field(p, f, kw[f.name]);
+        else if (!options.is_none() && py::hasattr(options, f.attr)) set_field(p, f, options.attr(f.attr));
+    }
+    if (kw.contains("seed")) p.seed = as<uint64_t>(kw["seed"], "seed");
+    else if (!options.is_none() && py::hasattr(options, "seed")) p.seed = as<uint64_t>(options.attr("seed"), "seed");
+    if (p.mirostat < 0 || p.mirostat > 2) throw value_error("mirostat_mode must be 0, 1 or 2");
+    if (p.penalty_last_n < -1) throw value_error("penalty_last_n must be >= -1");
+    return p;
+}
+
 }  // namespace
 
 void bind_sampling(py::module_& m) {
     py::class_<sampler>(m, "Sampler")
-        .def(py::init([](int32_t n_vocab, float temperature, int32_t top_k, float top_p, float min_p, float typical_p,
-                         float repeat_penalty, float frequency_penalty, float presence_penalty,
-                         int32_t penalty_last_n, int32_t mirostat, float mirostat_tau, float mirostat_eta,
-                         int32_t min_keep, uint64_t seed) {
-                 if (mirostat < 0 || mirostat > 2) throw value_error("mirostat_mode must be 0, 1 or 2");
-                 if (penalty_last_n < -1) throw value_error("penalty_last_n must be >= -1");
-                 sampler_params p;
-                 p.temperature = temperature; p.top_k = top_k; p.top_p = top_p; p.min_p = min_p;
-                 p.typical_p = typical_p; p.repeat_penalty = repeat_penalty;
-                 p.frequency_penalty = frequency_penalty; p.presence_penalty = presence_penalty;
-                 p.penalty_last_n = penalty_last_n; p.mirostat = mirostat; p.mirostat_tau = mirostat_tau;
-                 p.mirostat_eta = mirostat_eta; p.min_keep = min_keep; p.seed = seed;
-                 return new sampler(p, n_vocab);
+        .def(py::init([](int32_t n_vocab, const py::object& options, const py::kwargs& kw) {
+                 return new sampler(sampler_params_from(options, kw), n_vocab);
              }),
-             py::arg("n_vocab"), py::arg("temperature") = 0.8f, py::arg("top_k") = 40, py::arg("top_p") = 0.95f,
-             py::arg("min_p") = 0.05f, py::arg("typical_p") = 1.0f, py::arg("repeat_penalty") = 1.0f,
-             py::arg("frequency_penalty") = 0.0f, py::arg("presence_penalty") = 0.0f,
-             py::arg("penalty_last_n") = 64, py::arg("mirostat") = 0, py::arg("mirostat_tau") = 5.0f,
-             py::arg("mirostat_eta") = 0.1f, py::arg("min_keep") = 1, py::arg("seed") = 0xFFFFFFFFu)
+             py::arg("n_vocab"), py::arg("options") = py::none(),
+             "Sampler(n_vocab, options=None, **fields): the chain for sampler_params (sampling/sampler.h). Each "
+             "field is read by name from the keywords, else from options (any object with those attributes, such "
+             "as llamapy's SamplingParams), else keeps its default: temperature, top_k, top_p, min_p, typical_p, "
+             "repeat_penalty, frequency_penalty, presence_penalty, penalty_last_n, mirostat (an options object's "
+             "mirostat_mode), mirostat_tau, mirostat_eta, min_keep, seed")
         .def("sample", [](sampler& s, const farray& logits) {
                  const float* p = logits_ptr(logits, s.n_vocab());
                  py::gil_scoped_release nogil;
