@@ -65,6 +65,8 @@ from typing import Any, Mapping, Optional, Tuple, Union
 
 import numpy as np
 
+from .preprocess import REDUCED_FROM_KEY, source_size_needed
+
 __all__ = [
     "DEFAULT_MAX_BYTES", "DEFAULT_MAX_PIXELS", "DEFAULT_TIMEOUT", "REDUCED_FROM_KEY", "REDUCING_GAP",
     "SUPPORTED_FORMATS", "decode_image", "image_hash", "image_url_from_part", "load_image", "read_image_bytes",
@@ -84,9 +86,6 @@ REDUCING_GAP = 3
 # GIF and BMP decode bit-exactly as llama.cpp's stb_image does, so their pixels (and tokens)
 # match it there; past it (4096 x 4096, 48 MiB as RGB) the preprocessing's cost wins.
 EXACT_DECODE_PIXELS = 4096 * 4096
-# info key of an image decoded reduced: (width, height, factor), the original upright size and
-# the reduction (pixel i stands for original pixels [i * factor, (i + 1) * factor)), for preprocess.
-REDUCED_FROM_KEY = "llamapy.reduced_from"
 _ROTATING_ORIENTATIONS = (5, 6, 7, 8)  # EXIF orientations that swap width and height
 
 # Pillow format names we decode (MPO is how Pillow names many camera JPEGs).
@@ -339,7 +338,6 @@ def _orientation(im) -> int:
 def _reduced_need(reduce_for, size: Tuple[int, int]) -> Tuple[int, int]:
     """(width, height) a reduced decode of an upright ``size`` image must keep: REDUCING_GAP
     times what the preprocessing ``reduce_for`` reads of it."""
-    from .preprocess import source_size_needed
     w, h = source_size_needed(size, reduce_for)
     return max(1, w) * REDUCING_GAP, max(1, h) * REDUCING_GAP
 

@@ -50,8 +50,11 @@ from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from .image_input import REDUCED_FROM_KEY
 from .mmproj import MmprojInfo
+
+# info key of an image decoded reduced (image_input.py): (width, height, factor), the original
+# upright size and the reduction (pixel i stands for original pixels [i * factor, (i + 1) * factor)).
+REDUCED_FROM_KEY = "llamapy.reduced_from"
 
 __all__ = [
     "BICUBIC", "BILINEAR", "LANCZOS", "PAD_CEIL", "PAD_NONE", "PreprocessParams", "Preprocessed",
