@@ -189,8 +189,6 @@ class LlamaModel:
 
     def rope_freq_scale_train(self) -> float:
         """1 / the GGUF's rope scaling factor (1.0 without one), as llama.cpp reads it."""
-        from .gguf_file import GGUFFile
-
         arch = str(self._open().arch)
         meta = GGUFFile(self.path_model).metadata
         factor = meta.get(f"{arch}.rope.scaling.factor", meta.get(f"{arch}.rope.scale_linear", 0.0))

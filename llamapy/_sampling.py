@@ -12,6 +12,8 @@ import math
 from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Dict, Mapping, Optional
 
+from . import _engine
+
 
 @dataclass(frozen=True)
 class SamplingParams:
@@ -92,8 +94,6 @@ def native_sampler(p: SamplingParams, n_vocab: int, *, penalty_last_n: int, seed
     _internals.LlamaSampler's stages alike). ``seed`` is llama.cpp's uint32_t
     (0xFFFFFFFF: a random one); ``grammar_vocab`` is called only when a grammar
     is set (building the token texts costs a pass over the vocabulary)."""
-    from . import _engine
-
     # The engine reads the options it knows from p by name (bind_sampling.cpp).
     s = _engine.Sampler(n_vocab, p, penalty_last_n=int(penalty_last_n), min_keep=int(min_keep),
                         seed=int(seed) & 0xFFFFFFFF)
@@ -107,7 +107,5 @@ def native_sampler(p: SamplingParams, n_vocab: int, *, penalty_last_n: int, seed
 def grammar_vocab(tokenizer: Any, n_vocab: int) -> Any:
     """Token texts for grammar matching (control tokens have no text, so a
     grammar can only end them via the end-of-generation ids)."""
-    from . import _engine
-
     piece = tokenizer.token_to_piece
     return _engine.GrammarVocab([piece(i, False) for i in range(n_vocab)], tokenizer.eog_ids)

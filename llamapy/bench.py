@@ -24,6 +24,8 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Union
 
 import numpy as np
 
+from .llama import Llama
+
 FlashAttn = Union[bool, str]
 
 _FLASH_WORDS = {"0": False, "off": False, "false": False, "no": False,
@@ -102,8 +104,6 @@ def bench_records(model_path: str, n_prompt: Union[int, Sequence[int]] = 512,
     depth was filled (depth_n_tokens, depth_kv_cells_used). n_ctx 0 sizes
     each context to depth + max(n_prompt) + max(n_gen); a larger one is used
     as given, a smaller one is an error."""
-    from .llama import Llama
-
     prompts = [int(p) for p in _as_list(n_prompt)]
     gens = [int(n) for n in _as_list(n_gen)]
     depths = [int(d) for d in _as_list(depth)]

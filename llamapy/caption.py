@@ -21,6 +21,9 @@ import sys
 import time
 from typing import Any, Callable, Iterable, Iterator, List, Optional, Set, TextIO
 
+from .llama import Llama
+from .multimodal.handlers import handler_for_mmproj
+
 ENCODER_FACTORY: Optional[Callable[..., Any]] = None
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".webp", ".gif", ".bmp")
@@ -114,9 +117,6 @@ def caption_images(llm: Any, images: List[str], prompt: str, max_tokens: int, te
 
 
 def run_caption(args: argparse.Namespace) -> int:
-    from .llama import Llama
-    from .multimodal.handlers import handler_for_mmproj
-
     if not args.model:
         raise ValueError("caption needs -m MODEL (a vision-language model's GGUF)")
     images = expand_images(args.images)

@@ -15,6 +15,7 @@ from typing import Any, Dict, List, Optional, TextIO, Tuple
 from ._engine import GGUFError
 from .gguf_file import GGUFFile, TensorInfo
 from ._units import format_bytes, format_count
+from .memory_plan import plan_memory
 
 
 def _format_value(v: Any) -> str:
@@ -103,7 +104,6 @@ def run_inspect(path: str, out: Optional[TextIO] = None, show_tensors: bool = Tr
 
 def run_plan(path: str, out: Optional[TextIO] = None, **options: Any) -> int:
     """Print ``llamapy.plan_memory(path, **options)``; return an exit status."""
-    from .memory_plan import plan_memory
 
     out = out if out is not None else sys.stdout
     try:

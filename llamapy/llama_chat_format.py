@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Protocol, Union
 
+from .chat import completion as _completion
 from .chat.completion import (ChatRequest, FormatHandler, Prompt, get_chat_completion_handler as _get_handler,
                               normalize_messages, register_chat_completion_handler as _register_handler, stop_list)
 from .chat.formats import FORMATS, ChatFormat
@@ -30,6 +31,7 @@ from .chat.named_formats import (CHATML_BOS_TOKEN, CHATML_CHAT_TEMPLATE, CHATML_
                                   MIXTRAL_INSTRUCT_CHAT_TEMPLATE, NAMED_FORMATS,
                                   guess_chat_format_from_gguf_metadata)
 from .chat.template import ChatTemplate
+from .llama_cache import StoppingCriteriaList
 from .multimodal.handlers import (Gemma3ChatHandler, Gemma4ChatHandler, Llama3VisionAlpha,  # noqa: F401
                                   Llama3VisionAlphaChatHandler, Llava15ChatHandler, Llava16ChatHandler,
                                   MiniCPMv26ChatHandler, MoondreamChatHandler, MTMDChatHandler,
@@ -87,8 +89,6 @@ class ChatFormatter(Protocol):
 
 # --- Jinja formatters -------------------------------------------------------------------------------------------
 def _stop_on_ids(ids: Any) -> Any:
-    from .llama_cache import StoppingCriteriaList
-
     return StoppingCriteriaList([lambda tokens, logits: len(tokens) > 0 and int(tokens[-1]) in ids])
 
 
@@ -232,10 +232,8 @@ class LlamaChatCompletionHandlerRegistry:
         _register_handler(name, chat_handler, overwrite=overwrite)
 
     def unregister_chat_handler(self, name: str) -> None:
-        from .chat import completion
-
-        if name in completion._user_handlers:
-            del completion._user_handlers[name]
+        if name in _completion._user_handlers:
+            del _completion._user_handlers[name]
         elif name in FORMATS:
             del FORMATS[name]
         else:

@@ -19,6 +19,9 @@ from __future__ import annotations
 import time
 from typing import Any, Dict
 
+from ._params import gpu_unavailable
+from .system import system_info
+
 __all__ = [  # the constants are added below
     "GGML_DEFAULT_N_THREADS", "llama_backend_free", "llama_backend_init", "llama_context_default_params",
     "llama_context_params", "llama_max_devices", "llama_model_default_params", "llama_model_params",
@@ -169,9 +172,7 @@ def llama_supports_mlock() -> bool:
 
 
 def llama_supports_gpu_offload() -> bool:
-    # a build with the Vulkan backend and a device it can open
-    from ._params import gpu_unavailable
-
+    # a build with a GPU backend and a device it can open
     return gpu_unavailable() is None
 
 
@@ -191,8 +192,6 @@ def llama_time_us() -> int:
 def llama_print_system_info() -> bytes:
     """llama.cpp's one-line summary, ``CPU : AVX2 = 1 | ... |``, of the SIMD
     levels this build uses here (details: ``llamapy.system_info()``)."""
-    from .system import system_info
-
     info = system_info()
     isas = [isa for isa in info.get("cpu_isas") or [] if str(isa).lower() != "scalar"]
     return ("CPU : " + "".join(f"{str(isa).upper()} = 1 | " for isa in isas)).encode()

@@ -22,6 +22,7 @@ import weakref
 from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
+from .. import grammar as _grammar
 from .._log import emit
 from .._sampling import SamplingParams
 from .formats import (ChatFormat, format_from_template, get_format, guess_format_name, template_names,
@@ -249,20 +250,11 @@ def stop_list(user_stop: Any, extra: Sequence[str]) -> List[str]:
 
 
 # ------------------------------------------------------------------ grammars
-def _grammar_module() -> Any:
-    try:
-        from .. import grammar
-    except ImportError as e:
-        raise NotImplementedError("JSON output constraints (response_format, tool_choice) need llamapy.grammar, "
-                                  "which is not available in this build") from e
-    return grammar
-
-
 def json_grammar(schema: Any) -> Any:
     """A grammar for JSON matching ``schema``. A tool's parameter schema the
     converter cannot handle falls back to any JSON object (with a warning),
     as in llama-cpp-python."""
-    grammar = _grammar_module()
+    grammar = _grammar
     try:
         return grammar.LlamaGrammar.from_json_schema(json.dumps(schema))
     except (ValueError, TypeError, KeyError, NotImplementedError) as e:
@@ -275,7 +267,7 @@ def response_format_grammar(response_format: Optional[Dict[str, Any]]) -> Any:
     ``schema``; json_schema), or None for text."""
     if not response_format or response_format.get("type") == "text":
         return None
-    return _grammar_module().grammar_for_response_format(response_format)
+    return _grammar.grammar_for_response_format(response_format)
 
 
 def _required_call_schema(tools: Sequence[Dict[str, Any]]) -> Dict[str, Any]:

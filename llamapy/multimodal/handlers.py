@@ -38,6 +38,7 @@ from .._text import gpt2_byte_chars
 from ..chat.completion import ChatRequest, FormatHandler, Prompt, register_projector_chat_format, stop_list
 from ..chat.template import ChatTemplate, raise_exception, strftime_now
 from .chunks import ChunkedPrompt, ImageChunk, TextChunk
+from .encoder import VisionEncoder
 from .embed_cache import DEFAULT_CACHE_BYTES, EmbeddingCache, projector_identity
 from .image_input import image_hash, load_image, read_image_bytes
 from .mmproj import SUPPORTED_PROJECTOR_TYPES, MmprojInfo, check_compatible, read_mmproj
@@ -58,8 +59,6 @@ _MROPE_TYPES = ("qwen2vl_merger", "qwen2.5vl_merger")
 def default_encoder_factory(clip_model_path: str, n_threads: Optional[int] = None, verbose: bool = False,
                             flash_attn: Any = "auto", gpu: Optional[int] = None) -> Any:
     """The C++ vision encoder (``llamapy.multimodal.encoder.VisionEncoder``)."""
-    from .encoder import VisionEncoder
-
     return VisionEncoder(clip_model_path, n_threads=n_threads, verbose=verbose, flash_attn=flash_attn, gpu=gpu)
 
 
