@@ -174,8 +174,8 @@ ggml_type cache_type(const char* what, const py::object& t) {
         if (s.rfind("GGML_TYPE_", 0) == 0) s = s.substr(10);
         for (int v = 0; v < (int)ggml_type::COUNT; ++v)
             if (type_is_valid(v) && kv_cache_type_ok((ggml_type)v) && s == type_name((ggml_type)v)) return (ggml_type)v;
-        throw value_error(std::string(what) + "=" + std::string(py::repr(t)) + " is not a KV cache type; supported: " +
-                          kv_cache_type_names());
+        throw value_error(std::string(what) + "=" + std::string(py::repr(t)) +
+                          " is not supported as a KV cache type (supported: " + kv_cache_type_names() + ")");
     }
     int v = -1;
     try {
@@ -186,8 +186,9 @@ ggml_type cache_type(const char* what, const py::object& t) {
                              type_of(t));
     }
     if (!type_is_valid(v) || !kv_cache_type_ok((ggml_type)v))
-        throw value_error(std::string(what) + "=" + std::to_string(v) + " is not a supported KV cache type; supported: " +
-                          kv_cache_type_names() + " (ggml type ids " + kv_cache_type_ids() + ")");
+        throw value_error(std::string(what) + "=" + std::to_string(v) +
+                          " is not supported as a KV cache type (supported: " + kv_cache_type_names() +
+                          "; ggml type ids " + kv_cache_type_ids() + ")");
     return (ggml_type)v;
 }
 
