@@ -51,7 +51,9 @@ long long int_value(const char* name, const py::handle& v) {
 
 long long int_at_least(const char* name, const py::handle& v, long long lo) {
     const long long x = int_value(name, v);
-    if (x < lo) throw value_error(std::string(name) + " must be >= " + std::to_string(lo) + ", got " + std::to_string(x));
+    if (x < lo)
+        throw value_error(std::string(name) + (lo == 1 ? " must be a positive int" : " must be >= " + std::to_string(lo)) +
+                          ", got " + std::to_string(x));
     return x;
 }
 
