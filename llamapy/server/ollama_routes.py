@@ -439,13 +439,19 @@ async def api_generate(body: GenerateBody, request: Request) -> Any:
     return _ndjson(gen(), job)
 
 
-@router.post("/api/embed")
-async def api_embed(body: EmbedBody, request: Request) -> Any:
+def _embedding_server(request: Request, keep_alive: Any) -> Any:
+    """The server state of an embedding request: 501 unless it serves embeddings; keep_alive noted."""
     state = request.app.state.server
     if not state.settings.embedding:
         raise APIError(501, "this server does not serve embeddings: start it with --embedding", "not_supported")
     state.require_ready()
-    _record_keep_alive(state, body.keep_alive)
+    _record_keep_alive(state, keep_alive)
+    return state
+
+
+@router.post("/api/embed")
+async def api_embed(body: EmbedBody, request: Request) -> Any:
+    state = _embedding_server(request, body.keep_alive)
     if isinstance(body.input, list) and not body.input:
         raise bad_request("input: the list is empty")
     t0 = time.monotonic()
@@ -458,11 +464,7 @@ async def api_embed(body: EmbedBody, request: Request) -> Any:
 @router.post("/api/embeddings")
 async def api_embeddings(body: EmbeddingsBody, request: Request) -> Any:
     """Ollama's older embedding endpoint (still what some clients call)."""
-    state = request.app.state.server
-    if not state.settings.embedding:
-        raise APIError(501, "this server does not serve embeddings: start it with --embedding", "not_supported")
-    state.require_ready()
-    _record_keep_alive(state, body.keep_alive)
+    state = _embedding_server(request, body.keep_alive)
     if not body.prompt:  # as Ollama answers an empty prompt
         return {"embedding": []}
     r = await state.run_job(state.embedding_work(body.prompt, "prompt"))
