@@ -12,6 +12,7 @@ count, grouping of rows into blocks) are checked bit for bit."""
 from __future__ import annotations
 
 import functools
+import zlib
 
 import numpy as np
 import pytest
@@ -107,9 +108,10 @@ def tolerance(path, type_k, type_v):
         return 1.5e-2
     # Flash takes q·k from the type's vec_dot: against Q4_1 / Q5_1 keys that
     # uses the Q8_1 block sums, stored in F16 (the reference multiplies the
-    # dequantized queries instead).
+    # dequantized queries instead): up to ~1.4e-3 over random draws (1e-3 was
+    # passed by 99% of them), where a wrong kernel is off by 1e-1 or more.
     if path == "flash" and type_k in ("Q4_1", "Q5_1"):
-        return 1e-3
+        return 2e-3
     return 2e-5
 
 
@@ -128,7 +130,8 @@ def check(backend, path, q, k_raw, k_seen, v_raw, v_seen, vis, n_head_kv, type_k
 @pytest.mark.parametrize("type_k,type_v", [(t, t) for t in FLOAT_TYPES + QUANT_TYPES]
                          + [("Q8_0", "Q4_0"), ("F16", "Q8_0"), ("Q4_1", "BF16"), ("F32", "F16")])
 def test_every_cache_type(backend, path, type_k, type_v):
-    rng = np.random.default_rng(abs(hash((type_k, type_v))) % 2**32)
+    # A seed fixed by the names (Python's str hash changes per process: the data did too).
+    rng = np.random.default_rng(zlib.crc32(f"{type_k}/{type_v}".encode()))
     n_tok, n_cells = 7, 203
     q, kr, ks, vr, vs = case(rng, n_tok, 8, 2, 64, 64, n_cells, type_k, type_v)
     vis = causal(n_tok, n_cells)
