@@ -99,6 +99,13 @@ def pip_fetch(spec: str, filename: str, *, sdist: bool = False):
     return path
 
 
+def _pip_env() -> dict:
+    """The environment for the pip interpreter: without the PYTHONHOME / PYTHONPATH
+    that point the interpreter under test at another Python (the aarch64 one under
+    qemu), which would hide pip's own modules from it."""
+    return {k: v for k, v in os.environ.items() if k not in ("PYTHONHOME", "PYTHONPATH")}
+
+
 def _pip_download(spec: str, path) -> None:
     """A wheel through pip (its resolver picks the file; wheels need no build)."""
     import subprocess
@@ -109,7 +116,7 @@ def _pip_download(spec: str, path) -> None:
     # here is platform-independent (pure-Python wheels).
     python = os.environ.get("LLAMAPY_TEST_PIP_PYTHON") or sys.executable
     cmd = [python, "-m", "pip", "download", "-q", "--no-deps", "--only-binary", ":all:", "-d", str(path.parent), spec]
-    r = subprocess.run(cmd, capture_output=True, text=True)
+    r = subprocess.run(cmd, capture_output=True, text=True, env=_pip_env())
     if r.returncode != 0 or not path.exists():
         raise RuntimeError(f"pip download exited {r.returncode}: {r.stderr[-2000:]}")
 
@@ -125,7 +132,8 @@ def _index_urls() -> list:
     if env:
         urls.append(env)
     python = os.environ.get("LLAMAPY_TEST_PIP_PYTHON") or sys.executable
-    r = subprocess.run([python, "-m", "pip", "config", "get", "global.index-url"], capture_output=True, text=True)
+    r = subprocess.run([python, "-m", "pip", "config", "get", "global.index-url"], capture_output=True, text=True,
+                       env=_pip_env())
     if r.returncode == 0 and r.stdout.strip():
         urls.append(r.stdout.strip())
     urls.append("https://pypi.org/simple")
