@@ -12,8 +12,10 @@ Steps, all seeded: shared tiny byte-level BPE (tools/moe/tokenizer.py) and the V
 SentencePiece model (tools/vlm/hf_models.py, for Mixtral) -> one HF checkpoint per family
 (tools/moe/hf_models.py) -> convert_hf_to_gguf.py --outtype f16 (through
 tools/moe/tokpre_shim.py for the BPE families) -> llama_model_quantize (Q8_0, Q4_K_M, and
-MXFP4_MOE for gpt-oss) -> recordings (tools/moe/record.py) -> manifest.json with size and
-sha256 of every file. This script is a fixture generator, not part of llamapy.
+MXFP4_MOE for gpt-oss) -> recordings (tools/moe/record.py) -> a cross-check of the F16
+recording against transformers on the same checkpoint (tools/moe/hf_check.py) ->
+manifest.json with size and sha256 of every file. This script is a fixture generator, not
+part of llamapy.
 """
 from __future__ import annotations
 
@@ -194,6 +196,15 @@ def main() -> None:
             np.savez_compressed(out / "logits.npz", **arrays)
             (out / "record.json").write_text(json.dumps(result, indent=1, ensure_ascii=False)
                                              + "\n")
+            if "F16" in files:
+                import hf_check
+
+                try:
+                    chk = hf_check.check(hf_dir, out, fam)
+                except Exception as e:
+                    chk = {"error": repr(e)}
+                    traceback.print_exc()
+                (out / "transformers_check.json").write_text(json.dumps(chk, indent=1) + "\n")
     write_manifest()
 
 
