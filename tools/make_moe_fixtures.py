@@ -38,7 +38,8 @@ import tokenizer as moe_tok  # noqa: E402
 
 REPO = HERE.parent
 DATA = REPO / "tests" / "data" / "moe"
-FAMILIES = ["qwen3moe", "qwen3moe_nonorm", "qwen3moe_kquant", "mixtral", "gptoss", "deepseek2", "glm4moe"]
+FAMILIES = ["qwen3moe", "qwen3moe_nonorm", "qwen3moe_kquant", "mixtral", "gptoss", "deepseek2",
+            "glm4moe"]
 # llama_ftype values (llama.h): name -> (ftype, file suffix)
 QUANTS = {"Q8_0": (7, "q8_0"), "Q4_K_M": (15, "q4_k_m"), "MXFP4_MOE": (38, "mxfp4_moe")}
 FAMILY_QUANTS = {f: ["Q8_0", "Q4_K_M"] for f in FAMILIES}

@@ -59,7 +59,7 @@ def train(work: pathlib.Path) -> pathlib.Path:
 
 
 def write(family: str, base: pathlib.Path, out: pathlib.Path) -> int:
-    """Writes tokenizer.json/tokenizer_config.json for `family` into out/; returns the vocab size."""
+    """Writes tokenizer.json + tokenizer_config.json for `family` into out/; returns n_vocab."""
     from tokenizers import AddedToken, Tokenizer
 
     tok = Tokenizer.from_file(str(base))
