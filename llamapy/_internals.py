@@ -84,8 +84,9 @@ def _engine_context_params(params: Any, model_params: Any, verbose: bool) -> Any
     cp.flash_attn = getattr(params, "flash_attn_type", _c.LLAMA_FLASH_ATTN_TYPE_AUTO)  # type: ignore[attr-defined]
     cp.n_seq_max = max(1, int(getattr(params, "n_seq_max", 1) or 1))
     for name in _PLACEMENT:
-        if getattr(model_params, name, None) is not None:
-            setattr(cp, name, getattr(model_params, name))
+        value = getattr(model_params, name, None)
+        if value is not None:
+            setattr(cp, name, _params.gpu_layers_value(value) if name == "n_gpu_layers" else value)
     _params.place_on_gpu(cp, verbose, bool(getattr(model_params, "vocab_only", False)),
                          getattr(model_params, "split_mode", 1), None)
     return cp

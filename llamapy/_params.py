@@ -92,10 +92,20 @@ def gpu_unavailable() -> Optional[str]:
     return _engine.gpu_unavailable() or None  # the engine's backend registry knows
 
 
+def gpu_layers_value(n_gpu_layers: Any) -> Any:
+    """llama-cpp-python's n_gpu_layers: any negative int means all layers (the
+    engine's -1; its -2 is "auto", which Llama users write as a string)."""
+    if isinstance(n_gpu_layers, int) and not isinstance(n_gpu_layers, bool) and n_gpu_layers < 0:
+        return -1
+    return n_gpu_layers
+
+
 def place_on_gpu(cp: Any, verbose: bool, vocab_only: bool, split_mode: Any, op_offload: Any) -> None:
     """Notes for the options that only place work on a GPU (cp holds them parsed).
     When nothing can go to one, each such option given is named with the reason
-    (as llama.cpp warns without a device) and every layer stays on the CPU."""
+    (as llama.cpp warns without a device) and every layer stays on the CPU.
+    split_mode 2 (row) runs as 1 (layer), with a note where it matters."""
+    cp.split_mode = min(cp.split_mode, 1)
     given = [f"{name}={value}" for name, value, default in (
         ("n_gpu_layers", {-1: "-1 (all)", -2: "'auto'"}.get(cp.n_gpu_layers, cp.n_gpu_layers), 0),
         ("main_gpu", cp.main_gpu, 0), ("split_mode", split_mode, 1),

@@ -169,7 +169,8 @@ class Llama(_sequence.SequenceAttributes):
             embeddings=embedding, pooling_type=pooling_type, rope_scaling_type=rope_scaling_type,
             rope_freq_base=rope_freq_base, rope_freq_scale=rope_freq_scale, yarn_ext_factor=yarn_ext_factor,
             yarn_attn_factor=yarn_attn_factor, yarn_beta_fast=yarn_beta_fast, yarn_beta_slow=yarn_beta_slow,
-            yarn_orig_ctx=yarn_orig_ctx, swa_full=swa_full, n_gpu_layers=n_gpu_layers, main_gpu=main_gpu,
+            yarn_orig_ctx=yarn_orig_ctx, swa_full=swa_full, main_gpu=main_gpu,
+            n_gpu_layers=_params.gpu_layers_value(n_gpu_layers),
             split_mode=split_mode, tensor_split=tensor_split, offload_kqv=offload_kqv)
         _params.place_on_gpu(cp, verbose, vocab_only, split_mode, op_offload)
         # Python's own: llama-cpp-python's seed rule (``seed or LLAMA_DEFAULT_SEED``: 0 and

@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Union
 
 from . import _engine
-from ._params import gpu_unavailable
+from ._params import gpu_layers_value, gpu_unavailable
 from .gguf_file import GGUFFile
 
 __all__ = ["MemoryPlan", "plan_memory"]
@@ -220,12 +220,13 @@ def _part_devices(s: _Shape, n_gpu_layers: Any, main_gpu: int, split_mode: int,
     a context would place them on this process's Vulkan devices (the
     engine's own rule: context.h planned_part_devices); all "cpu" without."""
     # Parsed as Llama's options are: by the context option carrier.
-    p = _engine.ContextParams(n_gpu_layers=n_gpu_layers, main_gpu=main_gpu, split_mode=split_mode,
-                              tensor_split=tensor_split)
+    p = _engine.ContextParams(n_gpu_layers=gpu_layers_value(n_gpu_layers), main_gpu=main_gpu,
+                              split_mode=split_mode, tensor_split=tensor_split)
     if p.n_gpu_layers == 0 or gpu_unavailable() is not None:
         return ["cpu"] * (s.n_layer + 2)
-    return [str(d) for d in _engine.planned_part_devices(s.n_layer, p.n_gpu_layers, p.main_gpu, p.split_mode,
-                                                           list(p.tensor_split))]
+    # split_mode 2 (row) places layers whole, as 1 (Llama notes it)
+    return [str(d) for d in _engine.planned_part_devices(s.n_layer, p.n_gpu_layers, p.main_gpu,
+                                                           min(p.split_mode, 1), list(p.tensor_split))]
 
 
 def _devices(s: _Shape, per_layer_kv: List[int], compute: int, runtime: int, mmproj: int, parts: List[str],

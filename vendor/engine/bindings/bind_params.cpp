@@ -107,8 +107,9 @@ float yarn_value(const char* name, const py::handle& v, double python_default) {
     return x == python_default ? 0.0f : (float)x;
 }
 
-// n_gpu_layers as llama.cpp counts it: 0 none, N the last N, any negative
-// all; or "all" / "auto" (as many as fit). Stored as >= 0, -1 all, -2 auto.
+// n_gpu_layers: 0 none, N the last N, -1 or "all" all, -2 or "auto" as many as
+// fit (resolve_params refuses other negatives; Llama maps llama-cpp-python's
+// "any negative means all" before it gets here).
 int gpu_layers_value(const py::handle& v) {
     if (py::isinstance<py::str>(v)) {
         std::string s = v.cast<std::string>();
@@ -123,14 +124,15 @@ int gpu_layers_value(const py::handle& v) {
     } catch (const py::type_error&) {
         throw py::type_error("n_gpu_layers must be an int, 'all' or 'auto', got " + type_of(v));
     }
-    return x < 0 ? -1 : (int)std::min<long long>(x, 1 << 20);
+    return (int)std::max<long long>(std::min<long long>(x, 1 << 20), -(1 << 20));
 }
 
-// split_mode: 0 none, 1 layer, 2 row (taken as layer: rows are not split).
+// split_mode: 0 none, 1 layer, 2 row as llama.cpp numbers them; a context
+// refuses 2 (rows are not split: resolve_params), which Llama notes and maps to 1.
 int split_mode_value(const py::handle& v) {
     const long long x = int_value("split_mode", v);
     if (x < 0 || x > 2) throw value_error("split_mode must be 0 (none), 1 (layer) or 2 (row), got " + std::to_string(x));
-    return (int)std::min<long long>(x, 1);
+    return (int)x;
 }
 
 // tensor_split: at most 16 finite shares >= 0, one per device; None: by free memory.
@@ -381,12 +383,12 @@ void bind_params(py::module_& m) {
            "full-size caches for sliding-window layers (None: window-sized)");
     option(cp, "kv_rotation", &context_params::kv_rotation, truth, "Hadamard rotation of a quantized cache");
     option(cp, "n_gpu_layers", &context_params::n_gpu_layers, gpu_layers_value,
-           "layers on the GPU as llama.cpp counts them: 0 none, N the last N, > n_layer the output too, any "
-           "negative or 'all': all, 'auto': as many as fit (read back: -1 all, -2 auto)");
+           "layers on the GPU as llama.cpp counts them: 0 none, N the last N, > n_layer the output too, -1 or "
+           "'all': all, -2 or 'auto': as many as fit");
     option(cp, "main_gpu", &context_params::main_gpu, at_least("main_gpu", 0), "the device of the GPU layers");
     option(cp, "split_mode", &context_params::split_mode, split_mode_value,
-           "0: every GPU layer on main_gpu; 1 (or 2, rows not being split): layers split across the devices "
-           "(tensor_split)");
+           "0: every GPU layer on main_gpu; 1: layers split across the devices (tensor_split); 2 (row) is "
+           "refused by a context");
     option(cp, "tensor_split", &context_params::tensor_split, tensor_split_value,
            "each device's share of the GPU layers (None, empty or all zero: in proportion to free memory)");
     option(cp, "offload_kqv", &context_params::offload_kqv, truth,
