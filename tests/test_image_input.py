@@ -18,6 +18,7 @@ import pytest
 
 Image = pytest.importorskip("PIL.Image")
 
+from corrupt_bytes import corrupted  # noqa: E402
 from llamapy.multimodal.image_input import (decode_image, image_hash, image_url_from_part, load_image,
                                             read_image_bytes)
 
@@ -356,17 +357,9 @@ def test_corrupted_files_raise_only_value_error():
                [("PNG", {}), ("JPEG", {}), ("JPEG", {"progressive": True}), ("GIF", {}),
                 ("WEBP", {}), ("BMP", {})]]
     for i in range(600):
-        data = bytearray(sources[i % len(sources)])
-        if i % 3 == 0:
-            for _ in range(int(rng.integers(1, 8))):
-                data[int(rng.integers(0, len(data)))] = int(rng.integers(0, 256))
-        elif i % 3 == 1:
-            data = data[:int(rng.integers(0, len(data)))]
-        else:
-            at = int(rng.integers(0, len(data)))
-            data[at:at] = rng.integers(0, 256, int(rng.integers(1, 50)), dtype=np.uint8).tobytes()
+        data = corrupted(sources[i % len(sources)], rng, i)
         try:
-            im = load_image(bytes(data))
+            im = load_image(data)
         except ValueError:
             continue
         assert im.mode == "RGB" and im.width > 0 and im.height > 0

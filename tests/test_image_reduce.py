@@ -30,6 +30,7 @@ from llamapy.multimodal import image_input, preprocess_params, preprocess_u8, re
 from llamapy.multimodal.image_input import (DEFAULT_MAX_PIXELS, REDUCED_FROM_KEY, REDUCING_GAP,  # noqa: E402
                                             image_hash, load_image)
 from llamapy.multimodal.preprocess import source_size_needed  # noqa: E402
+from corrupt_bytes import corrupted  # noqa: E402
 
 VLM = Path(__file__).parent / "data" / "vlm"
 FIXTURE_TYPES = ("llava15", "llava16", "gemma3", "idefics3", "qwen2vl")
@@ -132,17 +133,9 @@ def test_corrupted_files_reduced_raise_only_value_error():
     sources = [encode(photo(400, 300), "JPEG"), encode(photo(400, 300), "JPEG", progressive=True),
                encode(photo(400, 300), "PNG")]
     for i in range(150):
-        data = bytearray(sources[i % len(sources)])
-        if i % 3 == 0:
-            for _ in range(int(rng.integers(1, 8))):
-                data[int(rng.integers(0, len(data)))] = int(rng.integers(0, 256))
-        elif i % 3 == 1:
-            data = data[:int(rng.integers(0, len(data)))]
-        else:
-            at = int(rng.integers(0, len(data)))
-            data[at:at] = rng.integers(0, 256, int(rng.integers(1, 50)), dtype=np.uint8).tobytes()
+        data = corrupted(sources[i % len(sources)], rng, i)
         try:
-            im = load_image(bytes(data), reduce_for=p)
+            im = load_image(data, reduce_for=p)
         except ValueError:
             continue
         assert im.mode == "RGB" and preprocess_u8(im, p).tiles[0].shape == (28, 28, 3)
