@@ -8,7 +8,7 @@ import functools
 import json
 import logging
 import typing
-from typing import Any, Dict, List, Optional, Union
+from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
 
 import anyio
 from fastapi import APIRouter, Request
@@ -150,43 +150,38 @@ def check_stop(stop: Any, field: str = "stop") -> List[str]:
     return stop
 
 
+def _functions(items: Any, field: str, kind: str, needs: str) -> Iterator[Tuple[str, Dict[str, Any], Dict[str, Any]]]:
+    """The shape a tool list and a tool-call list share: a list of {"type": "function",
+    "function": {"name": ..., ...}}. Yields (where, item, function) for each, checked."""
+    if not isinstance(items, list):
+        raise bad_request(f"{field} must be a list of {kind}")
+    for i, item in enumerate(items):
+        where = f"{field}[{i}]"
+        if not isinstance(item, dict):
+            raise bad_request(f"{where} must be an object")
+        if item.get("type", "function") != "function":
+            raise bad_request(f"{where}.type must be 'function'")
+        fn = item.get("function")
+        if not isinstance(fn, dict):
+            raise bad_request(f"{where}.function must be an object with {needs}")
+        if not isinstance(fn.get("name"), str) or not fn["name"]:
+            raise bad_request(f"{where}.function.name must be a non-empty string")
+        yield where, item, fn
+
+
 def check_tools(tools: Any, field: str = "tools") -> None:
     """OpenAI's (and Ollama's) tool list: {"type": "function", "function": {"name", "parameters"}}."""
     if tools is None:
         return
-    if not isinstance(tools, list):
-        raise bad_request(f"{field} must be a list of tools")
-    for i, t in enumerate(tools):
-        where = f"{field}[{i}]"
-        if not isinstance(t, dict):
-            raise bad_request(f"{where} must be an object")
-        if t.get("type", "function") != "function":
-            raise bad_request(f"{where}.type must be 'function'")
-        fn = t.get("function")
-        if not isinstance(fn, dict):
-            raise bad_request(f"{where}.function must be an object with a name")
-        if not isinstance(fn.get("name"), str) or not fn["name"]:
-            raise bad_request(f"{where}.function.name must be a non-empty string")
+    for where, _, fn in _functions(tools, field, "tools", "a name"):
         if fn.get("parameters") is not None and not isinstance(fn["parameters"], dict):
             raise bad_request(f"{where}.function.parameters must be a JSON schema object")
 
 
 def _check_tool_calls(calls: Any, where: str) -> None:
-    if not isinstance(calls, list):
-        raise bad_request(f"{where} must be a list of tool calls")
-    for j, c in enumerate(calls):
-        at = f"{where}[{j}]"
-        if not isinstance(c, dict):
-            raise bad_request(f"{at} must be an object")
-        if c.get("type", "function") != "function":
-            raise bad_request(f"{at}.type must be 'function'")
+    for at, c, fn in _functions(calls, where, "tool calls", "a name and arguments"):
         if c.get("id") is not None and not isinstance(c["id"], str):
             raise bad_request(f"{at}.id must be a string")
-        fn = c.get("function")
-        if not isinstance(fn, dict):
-            raise bad_request(f"{at}.function must be an object with a name and arguments")
-        if not isinstance(fn.get("name"), str) or not fn["name"]:
-            raise bad_request(f"{at}.function.name must be a non-empty string")
         if fn.get("arguments") is not None and not isinstance(fn["arguments"], (str, dict)):
             raise bad_request(f"{at}.function.arguments must be a JSON string (or an object)")
 
