@@ -10,6 +10,7 @@ that only place work on a GPU when nothing can go to one.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import random
 from typing import Any, Dict, Optional
@@ -137,8 +138,7 @@ def python_options(verbose: bool, vocab_only: bool, lora_base: Any, lora_path: A
         raise ValueError(f"last_n_tokens_size must be an int >= 0, got {last_n_tokens_size!r}")
     if lora_path is not None and not isinstance(lora_path, (str, os.PathLike)):
         raise TypeError("lora_path must be a path")
-    if isinstance(lora_scale, bool) or not isinstance(lora_scale, (int, float)) or lora_scale != lora_scale \
-            or lora_scale in (float("inf"), float("-inf")):
+    if isinstance(lora_scale, bool) or not isinstance(lora_scale, (int, float)) or not math.isfinite(lora_scale):
         raise ValueError(f"lora_scale must be a finite number, got {lora_scale!r}")
     if lora_base is not None:
         # llama.cpp applies adapters on the fly to the (possibly quantized)
