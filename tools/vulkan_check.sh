@@ -7,7 +7,8 @@
 # and the forward pass on it: every architecture, every n_gpu_layers split,
 # encoders, the placement plan and its errors, layer splits over two logical
 # devices, offload_kqv=False, LoRA, Gemma 3 270M offloaded
-# (tests/test_vulkan_models.py); the vision encoder (tests/test_vulkan_vision.py).
+# (tests/test_vulkan_models.py); the vision encoder (tests/test_vulkan_vision.py,
+# tests/test_vision_feature_layers.py).
 # Installs Debian's libvulkan-dev, glslc and mesa-vulkan-drivers when they
 # are missing and this runs as root; otherwise says what to install.
 set -euo pipefail
@@ -35,7 +36,8 @@ export VK_ICD_FILENAMES
 VK_ICD_FILENAMES=$(ls /usr/share/vulkan/icd.d/lvp_icd*.json | head -1)
 PYTHONPATH="$pkg" python -c "import llamapy; i = llamapy.system_info(); print('vulkan build:', i['backends'], [d['name'] for d in i['devices']])"
 PYTHONPATH="$pkg" python -m pytest -q -p no:cacheprovider "$root/tests/test_vulkan.py" "$root/tests/test_backend_ops.py" \
-  "$root/tests/test_attention_ops.py" "$root/tests/test_vulkan_models.py" "$root/tests/test_vulkan_vision.py"
+  "$root/tests/test_attention_ops.py" "$root/tests/test_vulkan_models.py" "$root/tests/test_vulkan_vision.py" \
+  "$root/tests/test_vision_feature_layers.py"
 # The portable shaders (shared-memory reductions), which devices without
 # subgroup shuffles run: the op tests again with the subgroup variants off.
 LLAMAPY_VULKAN_SUBGROUPS=0 PYTHONPATH="$pkg" python -m pytest -q -p no:cacheprovider "$root/tests/test_backend_ops.py" \
