@@ -122,21 +122,20 @@ class _Shape:
         self.n_head_kv = int(key("attention.head_count_kv", self.n_head))
         self.head_dim_k = int(key("attention.key_length", self.n_embd // self.n_head))
         self.head_dim_v = int(key("attention.value_length", self.head_dim_k))
-        self.n_rot = 0 if arch == "bert" else int(key("rope.dimension_count", self.head_dim_k))
-        # The architecture's facts as the engine's loader applies them (model.h arch_def).
-        facts = _engine.architectures()[arch]
-        self.encoder = facts["encoder"]
         self.pooling = int(md.get(f"{arch}.pooling_type", -1))
-        swa_period = facts["swa_period"]  # None: the architecture ignores the file's window
-        self.n_swa = int(md.get(f"{arch}.attention.sliding_window", 0)) if swa_period is not None else 0
-        self.swa_layers = [False] * self.n_layer
-        if self.n_swa > 0:
-            pattern = md.get(f"{arch}.attention.sliding_window_pattern", swa_period)
-            if isinstance(pattern, (int, float)) and not isinstance(pattern, bool):
-                period = int(pattern)
-                self.swa_layers = [period == 0 or (il % period) < period - 1 for il in range(self.n_layer)]
-            else:
-                self.swa_layers = [bool(x) for x in pattern]
+        # What the engine's loader derives (model.h read_hparams: the
+        # architecture's facts and setup, the window's layers, the experts,
+        # the activation rows), asked of it rather than repeated here.
+        shape = _engine.model_shape(str(f.path))
+        self.n_rot = int(shape["n_rot"])
+        self.encoder = bool(shape["encoder"])
+        self.n_swa = int(shape["n_swa"])
+        self.swa_layers = [bool(x) for x in shape["swa_layers"]]
+        self.n_expert = int(shape["n_expert"])
+        self.n_expert_used = int(shape["n_expert_used"])
+        self.n_ff_exp = int(shape["n_ff_exp"])
+        self.n_ff_shexp = int(shape["n_ff_shexp"])
+        self.activation_bytes_per_row = int(shape["activation_bytes_per_row"])
         tensors = {t.name: t for t in f.tensors}
         if "token_embd.weight" not in tensors:
             raise ValueError(f"{f.path}: the file lacks tensor token_embd.weight")
@@ -197,16 +196,16 @@ def _compute_bytes(s: _Shape, n_ctx: int, n_ubatch: int, n_threads: int, flash: 
     """run_state + cpu_backend scratch + the pooled-hidden rows, as
     Context.device_memory() counts them ("activation_bytes")."""
     E, ub = s.n_embd, n_ubatch
-    n_q = s.n_head * s.head_dim_k
-    floats = 3 * ub * E + ub * (n_q + s.n_embd_k + s.n_embd_v) + ub * s.n_head * s.head_dim_v + ub * 2 * s.n_ff
-    run = 4 * floats
+    run = s.activation_bytes_per_row * ub
     mask_words = (n_ctx + 63) // 64
     for _ in range(2 if any(s.swa_layers) else 1):
         run += 4 * ub * max(s.n_rot, 2) + 8 * ub * mask_words + 2 * 4 * ub
-    widest = max(s.n_embd, s.n_ff, s.n_head * s.head_dim_v)
+    widest = max(s.n_embd, s.n_ff, s.n_ff_shexp, s.n_head * s.head_dim_v)
     # the engine's own reserve (float products pack their activations in
     # tiles; quantized ones need at most 4 bytes an element)
     matmul_act = int(_engine.packed_act_bytes_max(ub, widest)) + 1024
+    if s.n_expert:
+        matmul_act += int(_engine.moe_scratch_bytes(ub * s.n_expert_used, s.n_expert, max(E, s.n_ff_exp)))
     attn = _engine.ops.attention_scratch_bytes("flash" if flash else "explicit", n_threads, n_ctx,
                                                s.n_head // s.n_head_kv, s.head_dim_k, s.head_dim_v,
                                                n_head_kv=s.n_head_kv)

@@ -52,6 +52,12 @@ class ArchSpec:
     rope_freqs: bool = False     # a llama3-style rope_freqs.weight tensor
     tied_output: bool = False    # no output.weight
     rope_sections: tuple | None = None  # M-RoPE rope.dimension_sections (qwen2vl); text positions make it NeoX RoPE
+    # Mixture of experts (Config.n_expert > 0): a softmax router and the top
+    # n_expert_used experts, weights divided by their sum; expert_ff_key: the
+    # width is written as expert_feed_forward_length (qwen3moe) rather than
+    # feed_forward_length (llama); moe_gate: the experts have ffn_gate_exps.
+    expert_ff_key: bool = False
+    moe_gate: bool = True
 
 
 @dataclasses.dataclass
@@ -69,6 +75,9 @@ class Config:
     n_swa: int = 0
     # RoPE scaling metadata, e.g. {"type": "yarn", "factor": 4.0, "original_context_length": 64}
     rope_scaling: dict | None = None
+    n_expert: int = 0        # experts per MoE layer (0: dense)
+    n_expert_used: int = 0
+    n_ff_exp: int = 0        # width of one expert
 
 
 SPECS = {
@@ -89,6 +98,16 @@ SPECS = {
     "qwen2vl": (ArchSpec("qwen2vl", rope_neox=True, qkv_bias=True, rope_sections=(2, 3, 3, 0)), Config()),
     "qwen3": (ArchSpec("qwen3", rope_neox=True, qk_norm=True), Config(head_dim=32, eps=1e-6)),
     "phi3": (ArchSpec("phi3", rope_neox=True, qkv_fused=True, gate_up_fused=True, scale_q=True), Config()),
+    # Mixtures of experts: more experts than tokens choose in a short prompt,
+    # so some experts get several tokens, some none.
+    "qwen3moe": (
+        ArchSpec("qwen3moe", rope_neox=True, qk_norm=True, expert_ff_key=True),
+        Config(head_dim=32, eps=1e-6, n_expert=8, n_expert_used=3, n_ff_exp=32),
+    ),
+    # Mixtral: llama files with experts of width feed_forward_length.
+    "llama_moe": (ArchSpec("llama"), Config(n_ff=64, n_expert=4, n_expert_used=2, n_ff_exp=64)),
+    # Experts without a gate (llama.cpp's loader allows it): silu(up).
+    "llama_moe_nogate": (ArchSpec("llama", moe_gate=False), Config(n_ff=32, n_expert=6, n_expert_used=2, n_ff_exp=32)),
 }
 
 
@@ -142,6 +161,14 @@ def make_weights(spec: ArchSpec, cfg: Config, seed: int = 0) -> dict[str, np.nda
             w[p + "post_attention_norm.weight"] = normw(E)
             w[p + "post_ffw_norm.weight"] = normw(E)
         w[p + "ffn_norm.weight"] = normw(E)
+        if cfg.n_expert:
+            X, FE = cfg.n_expert, cfg.n_ff_exp
+            w[p + "ffn_gate_inp.weight"] = mat(X, E, 3.0)
+            if spec.moe_gate:
+                w[p + "ffn_gate_exps.weight"] = np.stack([mat(FE, E, 2.0) for _ in range(X)])
+            w[p + "ffn_up_exps.weight"] = np.stack([mat(FE, E) for _ in range(X)])
+            w[p + "ffn_down_exps.weight"] = np.stack([mat(E, FE) for _ in range(X)])
+            continue
         gate, up = mat(F, E, 2.0), mat(F, E)
         if spec.gate_up_fused:
             w[p + "ffn_up.weight"] = np.concatenate([gate, up], axis=0)
@@ -182,6 +209,11 @@ def write_gguf(path: Path, spec: ArchSpec, cfg: Config, weights: dict[str, np.nd
     wr.add_uint32(f"{a}.rope.dimension_count", cfg.head_dim)
     if cfg.n_swa:
         wr.add_uint32(f"{a}.attention.sliding_window", cfg.n_swa)
+    if cfg.n_expert:
+        wr.add_uint32(f"{a}.expert_count", cfg.n_expert)
+        wr.add_uint32(f"{a}.expert_used_count", cfg.n_expert_used)
+        if spec.expert_ff_key:
+            wr.add_uint32(f"{a}.expert_feed_forward_length", cfg.n_ff_exp)
     if spec.rope_sections:
         wr.add_array(f"{a}.rope.dimension_sections", list(spec.rope_sections))
     if cfg.rope_scaling:
@@ -390,6 +422,39 @@ def rotation_blocks(kv_type: str | None, head_dim: int) -> tuple[int, int]:
     return b, 64
 
 
+def moe_route(logits: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Softmax routing as llama.cpp's build_moe_ffn does it for qwen3moe and
+    Mixtral: (ids, weights) of each row's k most probable experts (ties: the
+    lower index), the weights divided by their sum."""
+    z = np.exp(logits - logits.max(axis=1, keepdims=True))
+    probs = z / z.sum(axis=1, keepdims=True)
+    ids = np.argsort(-probs, axis=1, kind="stable")[:, :k]
+    wts = np.take_along_axis(probs, ids, axis=1)
+    return ids, wts / wts.sum(axis=1, keepdims=True)
+
+
+def moe_ffn(spec: ArchSpec, cfg: Config, w: dict[str, np.ndarray], p: str, h: np.ndarray, wtype,
+            tap=lambda name, val: None) -> np.ndarray:
+    """The mixture-of-experts FFN of the rows h: each row's chosen experts'
+    gated FFNs, weighted and summed. tap(name, value) receives the router's
+    logits ("ffn_moe_logits")."""
+    logits = matmul(h, w[p + "ffn_gate_inp.weight"], dot_input(wtype, p + "ffn_gate_inp.weight"))
+    tap("ffn_moe_logits", logits)
+    ids, wts = moe_route(logits, cfg.n_expert_used)
+    out = np.zeros_like(h, dtype=np.float64)
+    for t in range(h.shape[0]):
+        for j in range(cfg.n_expert_used):
+            e = ids[t, j]
+            up = matmul(h[t:t + 1], w[p + "ffn_up_exps.weight"][e], dot_input(wtype, p + "ffn_up_exps.weight"))
+            if spec.moe_gate:
+                gate = matmul(h[t:t + 1], w[p + "ffn_gate_exps.weight"][e], dot_input(wtype, p + "ffn_gate_exps.weight"))
+                a = silu(gate) * up
+            else:
+                a = silu(up)
+            out[t] += wts[t, j] * matmul(a, w[p + "ffn_down_exps.weight"][e], dot_input(wtype, p + "ffn_down_exps.weight"))[0]
+    return out
+
+
 def forward(spec: ArchSpec, cfg: Config, w: dict[str, np.ndarray], tokens, wtype: str = "F32",
             kv_f16: bool = True, pos0: int = 0, rope_scaling: dict | None = None, kv_type: str | None = None,
             rotate_kv: bool = True, flash: bool = False, trace: dict | None = None):
@@ -487,6 +552,13 @@ def forward(spec: ArchSpec, cfg: Config, w: dict[str, np.ndarray], tokens, wtype
         tap("sa_out" if spec.post_norms else "ffn_inp", il, x)
         h = rms_norm(x, w[p + "ffn_norm.weight"], cfg.eps)
         tap("ffn_norm", il, h)
+        if cfg.n_expert:
+            o = moe_ffn(spec, cfg, w, p, h, wtype, lambda name, val: tap(name, il, val))
+            tap("ffn_moe_out", il, o)
+            tap("ffn_out", il, o)
+            x = x + o
+            tap("l_out", il, x)
+            continue
         if spec.gate_up_fused:
             gu = matmul(h, w[p + "ffn_up.weight"], dot_input(wtype, p + "ffn_up.weight"))
             gate, up = gu[:, :F], gu[:, F:]

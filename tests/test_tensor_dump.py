@@ -42,7 +42,8 @@ def decoder_names(spec: R.ArchSpec, cfg: R.Config) -> list[str]:
         layer += ["Qcur_normed", "Kcur_normed"] if spec.qk_norm else []
         layer += ["Qcur", "Kcur", "Vcur", "kqv_out", "attn_out"]
         layer += ["attn_post_norm", "sa_out"] if spec.post_norms else ["ffn_inp"]
-        layer += ["ffn_norm", "ffn_out"] + (["ffn_post_norm"] if spec.post_norms else []) + ["l_out"]
+        layer += ["ffn_norm"] + (["ffn_moe_logits", "ffn_moe_out"] if cfg.n_expert else [])
+        layer += ["ffn_out"] + (["ffn_post_norm"] if spec.post_norms else []) + ["l_out"]
         names += [f"{s}-{il}" for s in layer]
     return names + ["result_norm", "result_output"]
 
@@ -56,7 +57,7 @@ def test_decoder_names_shapes_and_values(tiny, arch):
     assert [name for name, _ in dump.calls] == decoder_names(spec, cfg)
     n, H, KV, D = len(PROMPT), cfg.n_head, cfg.n_head_kv, cfg.head_dim
     cols = {"Qcur": H * D, "Qcur_normed": H * D, "Kcur": KV * D, "Kcur_normed": KV * D, "Vcur": KV * D,
-            "kqv_out": H * D, "result_output": cfg.n_vocab}
+            "kqv_out": H * D, "result_output": cfg.n_vocab, "ffn_moe_logits": cfg.n_expert}
     for name, a in dump.calls:
         assert a.dtype == np.float32 and a.shape == (n, cols.get(name.split("-")[0], cfg.n_embd)), name
 

@@ -53,13 +53,14 @@ struct row_op {
         hadamard,    // y = y · H in blocks of a (a power of two dividing n)
         copy,        // y = x
         kv_store,    // row x (n elements) stored as `type` into row cells[t] of the cache `dst`
+        weighted_sum,  // y = sum over g < groups of w[t * groups + g] * (x + g * n)   (mixture-of-experts outputs)
     };
     kind k = kind::copy;
     float* y = nullptr;
     int64_t y_stride = 0;
     const float* x = nullptr;
     int64_t x_stride = 0;
-    const float* w = nullptr;  // norm weight
+    const float* w = nullptr;  // norm weight; weighted_sum: the rows' weights (groups per row)
     const float* b = nullptr;  // norm bias
     int64_t n = 0;             // elements (per group for rms_norm, per head for rope)
     int64_t groups = 1;
@@ -99,6 +100,18 @@ public:
     // pos[t]; for M-RoPE (p.mrope()) of the positions pos[t + k * pos_stride],
     // k = 0..3 (section-major, as llama_batch holds them).
     virtual void rope_table(const rope_params& p, const int32_t* pos, int64_t pos_stride, float* out, int64_t n) = 0;
+    // Mixture of experts: the chosen experts and their weights of a.n_tok
+    // rows from the router's logits (op_args.h moe_route_args).
+    virtual void moe_route(const moe_route_args& a) = 0;
+    // The expert products of n_slots (token, expert) slots: y row s =
+    // x row (s / x_div) · (expert ids[s] of w)ᵀ, plus bias row ids[s] when
+    // bias is given ((n_expert, w.rows()) floats). x_div = k when x holds one
+    // row per token (gate and up: every slot of a token reads its row), 1
+    // when it holds one per slot (down). Row strides xs, ys floats. Only the
+    // chosen experts' rows are read; a backend groups the slots by expert so
+    // each expert's rows meet all of its tokens in one product.
+    virtual void moe_matmul(const experts_view& w, const float* x, int64_t xs, int x_div, const int32_t* ids,
+                            int64_t n_slots, float* y, int64_t ys, const float* bias) = 0;
     // Attention of a.n_tok query rows over a layer's cached keys and values.
     virtual void attention(const attention_args& a) = 0;
     // ops[0..n_ops) over rows [0, n) (see the file comment).

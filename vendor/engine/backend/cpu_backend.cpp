@@ -41,6 +41,16 @@ LP_INLINE void apply(const row_op& o, int64_t t) {
         case row_op::kind::rope: rope_apply(y, (int)o.groups, (int)o.n, o.a, o.style, x); break;
         case row_op::kind::hadamard: hadamard_blocks(y, o.n, o.a); break;
         case row_op::kind::copy: std::memcpy(y, x, sizeof(float) * (size_t)o.n); break;
+        case row_op::kind::weighted_sum: {
+            // each product rounded, then summed in slot order (llama.cpp: mul, then add the views)
+            const float* w = o.w + t * o.groups;
+            for (int64_t i = 0; i < o.n; ++i) y[i] = w[0] * x[i];
+            for (int64_t g = 1; g < o.groups; ++g) {
+                const float* xg = x + g * o.n;
+                for (int64_t i = 0; i < o.n; ++i) y[i] += w[g] * xg[i];
+            }
+            break;
+        }
         case row_op::kind::kv_store: {
             uint8_t* d = o.dst + (size_t)o.cells[t] * o.dst_row_bytes;
             if (o.type == ggml_type::F32) std::memcpy(d, x, sizeof(float) * (size_t)o.n);
@@ -54,8 +64,10 @@ LP_INLINE void apply(const row_op& o, int64_t t) {
 
 cpu_backend::cpu_backend(const hparams& hp, int64_t n_ub, int64_t n_cells, int n_threads, attention_path path) {
     // Quantized or packed activations of the widest input.
-    const int64_t widest = std::max({hp.n_embd, hp.n_ff, hp.n_head * hp.head_dim_v});
+    const int64_t widest = std::max({hp.n_embd, hp.ffn_width() / 2, hp.n_head * hp.head_dim_v});
     mm_.act.reserve(packed_act_bytes_max(n_ub, widest) + 1024);
+    if (hp.moe.n_expert > 0)
+        moe_.reserve(n_ub * hp.moe.n_expert_used, hp.moe.n_expert, std::max(hp.n_embd, hp.moe.n_ff_exp));
     attn_.reserve(path, n_threads, n_cells, (int)(hp.n_head / hp.n_head_kv), (int)hp.head_dim_k, (int)hp.head_dim_v,
                   (int)hp.n_head_kv);
 }
@@ -103,6 +115,13 @@ void cpu_backend::rope_table(const rope_params& p, const int32_t* pos, int64_t p
     for_rows(n, [&](int64_t t) { rope_table_row(p, pos, pos_stride, t, out + t * p.n_rot); });
 }
 
+void cpu_backend::moe_route(const moe_route_args& a) { lp::moe_route(a, *pool_); }
+
+void cpu_backend::moe_matmul(const experts_view& w, const float* x, int64_t xs, int x_div, const int32_t* ids,
+                             int64_t n_slots, float* y, int64_t ys, const float* bias) {
+    lp::moe_matmul(w, x, xs, x_div, ids, n_slots, y, ys, bias, *pool_, moe_, best_isa());
+}
+
 void cpu_backend::attention(const attention_args& a) {
     attention_args b = a;
     b.path = attn_.path;  // the path the scratch was reserved for (the context's flash_attn)
@@ -115,7 +134,7 @@ void cpu_backend::run_rows(const row_op* ops, int n_ops, int64_t n) {
     });
 }
 
-size_t cpu_backend::scratch_bytes() const { return mm_.act.capacity() + attn_.bytes(); }
+size_t cpu_backend::scratch_bytes() const { return mm_.act.capacity() + moe_.bytes() + attn_.bytes(); }
 
 namespace {
 

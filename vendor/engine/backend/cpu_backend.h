@@ -8,6 +8,7 @@
 
 #include "../cpu/attention.h"
 #include "../cpu/matmul.h"
+#include "../cpu/moe.h"
 #include "../cpu/threadpool.h"
 #include "../model/model.h"
 #include "backend.h"
@@ -34,6 +35,9 @@ public:
     void get_rows(const weight_view& table, const int32_t* ids, float* y, int64_t ys, int64_t n) override;
     void gather_rows(float* data, int64_t stride, int64_t n_cols, const int32_t* idx, int64_t n) override;
     void rope_table(const rope_params& p, const int32_t* pos, int64_t pos_stride, float* out, int64_t n) override;
+    void moe_route(const moe_route_args& a) override;
+    void moe_matmul(const experts_view& w, const float* x, int64_t xs, int x_div, const int32_t* ids, int64_t n_slots,
+                    float* y, int64_t ys, const float* bias) override;
     void attention(const attention_args& a) override;
     void run_rows(const row_op* ops, int n_ops, int64_t n) override;
     size_t scratch_bytes() const override;
@@ -45,6 +49,7 @@ private:
 
     thread_pool* pool_ = nullptr;
     matmul_scratch mm_;
+    moe_scratch moe_;
     attention_scratch attn_;
 };
 

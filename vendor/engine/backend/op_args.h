@@ -23,6 +23,44 @@ struct weight_view {
     size_t row_stride = 0;
 };
 
+// The experts of one mixture-of-experts layer as GGUF stores them: one
+// tensor of n_expert matrices of the same shape, back to back. Seen as one
+// weight_view of n_expert * rows_per_expert rows (expert e's rows start at
+// row e * rows_per_expert), which is how a backend that copies weights to its
+// device uploads it: once, as any other matrix.
+struct experts_view {
+    weight_view all;       // (n_expert * rows, n_cols)
+    int64_t n_expert = 0;
+    int64_t rows() const { return n_expert ? all.n_rows / n_expert : 0; }
+    bool present() const { return all.data != nullptr; }
+};
+
+// How a mixture-of-experts layer picks its experts (llama.cpp's build_moe_ffn):
+// from the router's logits of a row, probabilities by `gating`; the selection
+// scores are the probabilities plus `bias` (DeepSeek V3's correction, null:
+// none); with n_group > 1 the experts are in n_group equal groups, each scored
+// by the sum of its two best selection scores, and only the n_group_used best
+// groups compete; the k best selection scores name the experts, whose
+// weights are their probabilities (softmax_weight: a softmax over the k
+// logits), divided by their sum when `norm` (the sum clamped below at F16's
+// smallest normal), times `scale` when it is neither 0 nor 1.
+enum class moe_gating : int { softmax = 0, sigmoid = 1, softmax_weight = 2 };
+
+struct moe_route_args {
+    int64_t n_tok = 0;
+    int64_t n_expert = 0;
+    int k = 0;                      // experts per row
+    const float* logits = nullptr;  // (n_tok, n_expert), row stride logits_stride floats
+    int64_t logits_stride = 0;
+    const float* bias = nullptr;    // (n_expert) selection bias, or null
+    moe_gating gating = moe_gating::softmax;
+    int n_group = 0, n_group_used = 0;
+    bool norm = false;
+    float scale = 0.0f;
+    int32_t* ids = nullptr;         // out: (n_tok, k) chosen experts, best first
+    float* weights = nullptr;       // out: (n_tok, k) their weights
+};
+
 // ---------------------------------------------------------------------------
 // Rotary position embedding
 // ---------------------------------------------------------------------------

@@ -21,6 +21,7 @@
 
 #include "common.h"
 #include "context.h"
+#include "cpu/moe.h"
 #include "gguf/gguf.h"
 #include "lora.h"
 #include "model/model.h"
@@ -284,6 +285,41 @@ void bind_model(py::module_& m) {
             for (const arch_def* a : supported_archs()) v.push_back(a->name);
             return v;
         });
+    m.def("model_shape", [](const std::string& path) {
+        hparams hp;
+        {
+            py::gil_scoped_release unlocked;
+            hp = model::read_hparams(*gguf_file::open(path, false));
+        }
+        py::dict d;
+        d["arch"] = hp.arch;
+        d["n_embd"] = hp.n_embd;
+        d["n_layer"] = hp.n_layer;
+        d["n_ff"] = hp.n_ff;
+        d["n_head"] = hp.n_head;
+        d["n_head_kv"] = hp.n_head_kv;
+        d["head_dim_k"] = hp.head_dim_k;
+        d["head_dim_v"] = hp.head_dim_v;
+        d["n_rot"] = hp.rope.n_rot;
+        d["n_swa"] = hp.n_swa;
+        std::vector<bool> swa(hp.swa_layers.begin(), hp.swa_layers.end());
+        d["swa_layers"] = swa;
+        d["encoder"] = hp.v.encoder;
+        d["n_expert"] = hp.moe.n_expert;
+        d["n_expert_used"] = hp.moe.n_expert_used;
+        d["n_ff_exp"] = hp.moe.n_ff_exp;
+        d["n_ff_shexp"] = hp.moe.n_ff_shexp;
+        d["n_layer_dense_lead"] = hp.moe.n_layer_dense_lead;
+        d["activation_bytes_per_row"] = run_state::activation_bytes(hp, 1);
+        return d;
+    }, py::arg("path"),
+       "The hyperparameters Model(path) would read (metadata only, no weights), as a dict: sizes, n_rot, "
+       "the sliding window and its layers, the experts (n_expert 0: dense), and activation_bytes_per_row (the "
+       "run_state bytes one micro-batch row takes).");
+    m.def("moe_scratch_bytes", &moe_scratch::reserve_bytes, py::arg("n_slots"), py::arg("n_expert"),
+          py::arg("widest"),
+          "Bytes the CPU backend reserves for expert products of up to n_slots (token, expert) slots "
+          "(cpu/moe.h moe_scratch::reserve).");
     m.def("architectures", []() {
         py::dict out;  // in the table's order (model/archs.def)
         for (const arch_def* a : supported_archs()) {

@@ -34,8 +34,6 @@ ggml_type parse_type(const py::object& t) {
     return (ggml_type)v;
 }
 
-namespace {
-
 isa parse_isa(const std::string& s) {
     if (s == "scalar") return isa::scalar;
     if (s == "avx2") return isa::avx2;
@@ -45,6 +43,8 @@ isa parse_isa(const std::string& s) {
     if (s == "best") return best_isa();
     throw value_error("unknown ISA level '" + s + "' (scalar, avx2, avx512, neon, neon_dot, best)");
 }
+
+namespace {
 
 int64_t count_elements(const std::vector<int64_t>& shape) {
     int64_t n = 1;

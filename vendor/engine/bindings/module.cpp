@@ -30,6 +30,7 @@ void bind_params(py::module_& m);
 void bind_model(py::module_& m);
 void bind_backend(py::module_& m);
 void bind_ops(py::module_& m);
+void bind_moe(py::module_& m);
 void bind_vision(py::module_& m);
 
 namespace {
@@ -121,5 +122,6 @@ PYBIND11_MODULE(_engine, m) {
     bind_model(m);
     bind_backend(m);
     bind_ops(m);
+    bind_moe(m);
     bind_vision(m);
 }

@@ -4,12 +4,16 @@
 
 #include <pybind11/pybind11.h>
 
+#include <string>
+
 #include "cpu/threadpool.h"
 #include "ggml_type.h"
 
 // A ggml type from its name ("Q4_K", case-insensitive) or number (an int or
 // gguf.GGMLQuantizationType); ValueError when there is none.
 lp::ggml_type parse_type(const pybind11::object& t);
+// An ISA level by name (scalar, avx2, avx512, neon, neon_dot, best); ValueError otherwise.
+lp::isa parse_isa(const std::string& s);
 // One pool per thread count (0: the default), created on first use and kept.
 lp::thread_pool& pool_for(int n_threads);
 // The compiled backends' names, and the GPU devices as dicts (system_info).

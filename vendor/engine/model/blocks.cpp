@@ -16,7 +16,15 @@ run_state::run_state(const hparams& hp, int64_t n_ub, int64_t n_cells, device wh
     xb2 = float_buffer(where, (size_t)(n_ub * E));
     qkv = float_buffer(where, (size_t)(n_ub * (hp.n_q() + hp.n_embd_k() + hp.n_embd_v())));
     att = float_buffer(where, (size_t)(n_ub * hp.n_head * hp.head_dim_v));
-    ffn = float_buffer(where, (size_t)(n_ub * 2 * hp.n_ff));
+    ffn = float_buffer(where, (size_t)(n_ub * hp.ffn_width()));
+    if (hp.moe.n_expert > 0) {
+        const int64_t k = hp.moe.n_expert_used;
+        moe_logits = float_buffer(where, (size_t)(n_ub * hp.moe.n_expert));
+        moe_ids = device_buffer(where, sizeof(int32_t) * (size_t)(n_ub * k));
+        moe_weights = float_buffer(where, (size_t)(n_ub * k));
+        moe_ffn = float_buffer(where, (size_t)(n_ub * k * 2 * hp.moe.n_ff_exp));
+        moe_out = float_buffer(where, (size_t)(n_ub * k * E));
+    }
     const bool any_swa = std::find(hp.swa_layers.begin(), hp.swa_layers.end(), 1) != hp.swa_layers.end();
     for (int r = 0; r < (any_swa ? 2 : 1); ++r) {
         rope_cs[r].resize((size_t)(n_ub * std::max(hp.rope.n_rot, 2)));
@@ -28,13 +36,16 @@ run_state::run_state(const hparams& hp, int64_t n_ub, int64_t n_cells, device wh
 
 size_t run_state::activation_bytes(const hparams& hp, int64_t n_ub) {
     const int64_t E = hp.n_embd;
+    const int64_t k = hp.moe.n_expert > 0 ? hp.moe.n_expert_used : 0;
+    const int64_t moe = hp.moe.n_expert > 0 ? hp.moe.n_expert + 2 * k + k * (2 * hp.moe.n_ff_exp + E) : 0;
     return sizeof(float) * (size_t)(n_ub * (3 * E + hp.n_q() + hp.n_embd_k() + hp.n_embd_v() +
-                                            hp.n_head * hp.head_dim_v + 2 * hp.n_ff));
+                                            hp.n_head * hp.head_dim_v + hp.ffn_width() + moe));
 }
 
 size_t run_state::bytes() const {
     size_t b = x.bytes() + xb.bytes() + xb2.bytes() + qkv.bytes() + att.bytes() + ffn.bytes() + lora_ax.bytes() +
-               lora_bax.bytes();
+               lora_bax.bytes() + moe_logits.bytes() + moe_ids.bytes() + moe_weights.bytes() + moe_ffn.bytes() +
+               moe_out.bytes();
     for (int r = 0; r < 2; ++r)
         b += sizeof(float) * rope_cs[r].size() + sizeof(uint64_t) * mask[r].size() +
              sizeof(int32_t) * (mask_lo[r].size() + mask_hi[r].size());
@@ -219,6 +230,26 @@ void pass::attention(const attention_args& a) {
     be_->attention(a);
 }
 
+void pass::moe_route(const moe_route_args& a) {
+    flush();
+    be_->moe_route(a);
+}
+
+void pass::moe_matmul(const experts_view& w, rows x, int x_div, const int32_t* ids, int64_t n_slots, rows y,
+                      const std::vector<float>& bias) {
+    flush();
+    be_->moe_matmul(w, x.p, x.s, x_div, ids, n_slots, y.p, y.s, opt(bias));
+}
+
+void pass::weighted_sum(rows y, const float* x, const float* weights, int groups, int64_t n) {
+    row_op o = op(row_op::kind::weighted_sum, y, n);
+    o.x = x;
+    o.x_stride = groups * n;
+    o.w = weights;
+    o.groups = groups;
+    queue(o);
+}
+
 void pass::emit(const char* name, int il, rows r, int64_t n_cols) {
     finish();
     char full[96];
@@ -369,6 +400,57 @@ void ffn_block(pass& p, const hparams& hp, const layer_weights& L, int il, rows 
     p.matmul(L.ffn_down, g, out);
     p.add_bias(out, L.ffn_down_b);
     p.tap("ffn_out", il, out, hp.n_embd);
+}
+
+void moe_ffn_block(pass& p, const hparams& hp, const layer_weights& L, int il, rows in, run_state& rs, rows out) {
+    const moe_hparams& m = hp.moe;
+    const int64_t n = p.n(), E = hp.n_embd, F = m.n_ff_exp, k = m.n_expert_used;
+    const rows logits{rs.moe_logits.f32(), m.n_expert};
+    auto* ids = static_cast<int32_t*>(rs.moe_ids.data());
+    float* weights = rs.moe_weights.f32();
+    p.matmul(L.ffn_gate_inp, in, logits);
+    p.add_bias(logits, L.ffn_gate_inp_b);
+    p.tap("ffn_moe_logits", il, logits, m.n_expert);
+    moe_route_args a;
+    a.n_tok = n;
+    a.n_expert = m.n_expert;
+    a.k = (int)k;
+    a.logits = logits.p;
+    a.logits_stride = logits.s;
+    a.bias = L.exp_probs_b.empty() ? nullptr : L.exp_probs_b.data();
+    a.gating = m.gating;
+    a.n_group = m.n_group;
+    a.n_group_used = m.n_group_used;
+    a.norm = m.norm_w;
+    a.scale = m.w_scale;
+    a.ids = ids;
+    a.weights = weights;
+    p.moe_route(a);
+
+    // Every (token, expert) slot: gate and up read the token's row, down the slot's.
+    const rows ffn{rs.moe_ffn.f32(), 2 * F}, g = ffn, u = ffn.at(F);
+    const rows down{rs.moe_out.f32(), E};
+    const bool gated = L.ffn_gate_exps.present();
+    if (gated) p.moe_matmul(L.ffn_gate_exps, in, (int)k, ids, n * k, g, L.ffn_gate_exps_b);
+    p.moe_matmul(L.ffn_up_exps, in, (int)k, ids, n * k, gated ? u : g, L.ffn_up_exps_b);
+    p.over_rows(n * k, [&] { p.act_mul(hp.v.act, g, gated ? u.p : nullptr, u.s, F); });
+    p.moe_matmul(L.ffn_down_exps, g, 1, ids, n * k, down, L.ffn_down_exps_b);
+    p.weighted_sum(out, down.p, weights, (int)k, E);
+    p.tap("ffn_moe_out", il, out, E);
+
+    if (L.ffn_up_shexp.data) {
+        // The shared expert: a dense gated FFN every token runs, added to the experts' sum.
+        const int64_t S = m.n_ff_shexp;
+        const rows sg{rs.ffn.f32(), 2 * S}, su = sg.at(S);
+        const rows shared = down;  // the slot rows are summed already: reuse their first n rows
+        p.matmul(L.ffn_gate_shexp, in, sg);
+        p.matmul(L.ffn_up_shexp, in, su);
+        p.act_mul(hp.v.act, sg, su.p, su.s, S);
+        p.matmul(L.ffn_down_shexp, sg, shared);
+        p.tap("ffn_shexp", il, shared, E);
+        p.add(out, shared, E);
+    }
+    p.tap("ffn_out", il, out, E);
 }
 
 void output_head(pass& p, const model& m, rows h, float* logits) {

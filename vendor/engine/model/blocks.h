@@ -52,7 +52,15 @@ struct run_state {
     device_buffer xb2;             // (n_ubatch, n_embd) output of a sub-block
     device_buffer qkv;             // (n_ubatch, n_q + n_k + n_v) queries | keys | values
     device_buffer att;             // (n_ubatch, n_head * head_dim_v) attention output
-    device_buffer ffn;             // (n_ubatch, 2 * n_ff) gate | up
+    device_buffer ffn;             // (n_ubatch, hp.ffn_width()) gate | up
+    // Mixture-of-experts layers (empty for a dense model): the router's
+    // logits, the chosen experts and their weights, the experts' gate | up
+    // rows and output rows of every (token, expert) slot.
+    device_buffer moe_logits;      // (n_ubatch, n_expert)
+    device_buffer moe_ids;         // (n_ubatch, n_expert_used) int32
+    device_buffer moe_weights;     // (n_ubatch, n_expert_used)
+    device_buffer moe_ffn;         // (n_ubatch * n_expert_used, 2 * n_ff_exp) gate | up
+    device_buffer moe_out;         // (n_ubatch * n_expert_used, n_embd)
     std::vector<float> rope_cs[2];      // (n_ubatch, n_rot) cos/sin pairs: [0] global layers, [1] sliding-window layers
     std::vector<uint64_t> mask[2];      // (n_ubatch, mask_words) visible cells: [0] global, [1] sliding window
     std::vector<int32_t> mask_lo[2];    // (n_ubatch) first visible cell
@@ -136,6 +144,20 @@ public:
     // pos_stride: distance between a row's M-RoPE components (backend.h), 0 otherwise.
     void rope_table(const rope_params& rp, const int32_t* pos, int64_t pos_stride, float* out);
     void attention(const attention_args& a);
+    // Mixture of experts (backend.h): routing of the pass's rows, expert
+    // products over n_slots slots, and y = the weighted sum of each row's
+    // `groups` slot rows of x (n elements each, x row t at x + t * groups * n).
+    void moe_route(const moe_route_args& a);
+    void moe_matmul(const experts_view& w, rows x, int x_div, const int32_t* ids, int64_t n_slots, rows y,
+                    const std::vector<float>& bias);
+    void weighted_sum(rows y, const float* x, const float* weights, int groups, int64_t n);
+    // Runs fn with the pass over n rows (row ops over every expert slot), then back.
+    template <class F> void over_rows(int64_t n, const F& fn) {
+        const int64_t keep = n_;
+        set_n(n);
+        fn();
+        set_n(keep);
+    }
 
     // Hands rows (n, n_cols) of an intermediate to the tensor callback as
     // "<name>-<il>" (il < 0: "<name>").
@@ -197,6 +219,9 @@ void attn_output(pass& p, const hparams& hp, const layer_weights& L, int il, row
 // out = down(act(gate) * up) (+ biases), or down(act(up)) without a gate;
 // ffn: (n, 2 n_ff) work rows.  [ffn_out]
 void ffn_block(pass& p, const hparams& hp, const layer_weights& L, int il, rows in, rows ffn, rows out);
+// A mixture-of-experts FFN (layer_weights::moe()): route, the chosen experts'
+// gated FFNs, their weighted sum, plus the shared expert.  [ffn_moe_logits, ffn_moe_out, ffn_shexp, ffn_out]
+void moe_ffn_block(pass& p, const hparams& hp, const layer_weights& L, int il, rows in, run_state& rs, rows out);
 // logits (n, n_vocab) of final normalised states h, soft-capped where the model asks.  [result_output]
 void output_head(pass& p, const model& m, rows h, float* logits);
 

@@ -19,7 +19,7 @@ void decoder_forward(const model& m, const rope_params rope[2], kv_cache& kv_mai
     const rows xb2{rs.xb2.f32(), E};   // (n, E) sub-block output
     const rows qkv{rs.qkv.f32(), nqkv};  // (n, nqkv) q | k | v
     const rows att{rs.att.f32(), n_att};  // (n, n_att)
-    const rows ffn{rs.ffn.f32(), 2 * hp.n_ff};  // (n, 2 n_ff) gate | up
+    const rows ffn{rs.ffn.f32(), 2 * hp.n_ff};  // (n, 2 n_ff) gate | up (dense layers)
 
     // RoPE angles of this batch's positions, for global and sliding-window layers.
     p.part(0);
@@ -61,7 +61,8 @@ void decoder_forward(const model& m, const rope_params rope[2], kv_cache& kv_mai
         // ---- FFN sub-block ----
         p.norm(V.norm, xb, x, L.ffn_norm, L.ffn_norm_b, E, hp.norm_eps);
         p.tap("ffn_norm", il, xb, E);
-        ffn_block(p, hp, L, il, xb, ffn, xb2);
+        if (L.moe()) moe_ffn_block(p, hp, L, il, xb, rs, xb2);
+        else ffn_block(p, hp, L, il, xb, ffn, xb2);
         if (V.post_ffn_norm) {
             p.norm(norm_kind::rms, xb2, xb2, L.post_ffn_norm, {}, E, hp.norm_eps);
             p.tap("ffn_post_norm", il, xb2, E);

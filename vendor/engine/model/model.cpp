@@ -115,6 +115,12 @@ void read_common_hparams(const gguf_file& f, hparams& hp) {
     hp.final_softcap = (float)arch_float(f, hp, "final_logit_softcapping", 0.0);
     if (hp.attn_softcap < 0 || hp.final_softcap < 0) throw gguf_error("model metadata: negative soft-capping");
 
+    // Experts: every architecture's files may declare them (its setup reads the rest).
+    hp.moe.n_expert = arch_int(f, hp, "expert_count", 0);
+    hp.moe.n_expert_used = arch_int(f, hp, "expert_used_count", 0);
+    hp.moe.n_group = (int)arch_int(f, hp, "expert_group_count", 0);
+    hp.moe.n_group_used = (int)arch_int(f, hp, "expert_group_used_count", 0);
+
     hp.causal = f.get_bool(hp.arch + ".attention.causal", true);
     hp.pooling = (int32_t)arch_int(f, hp, "pooling_type", -1);
     if (hp.pooling < -1 || hp.pooling > 4) throw gguf_error("model metadata: pooling_type " + std::to_string(hp.pooling) + " is out of range");
@@ -136,10 +142,7 @@ public:
         if (t.ne[0] != n_cols || t.ne[1] != n_rows || t.ne[2] != 1 || t.ne[3] != 1)
             throw gguf_error("tensor " + name + " has shape " + shape(t) + ", expected [" + std::to_string(n_cols) +
                              ", " + std::to_string(n_rows) + "]");
-        const type_traits& tr = traits(t.type);
-        if (!tr.supported || (!tr.vec_dot && !tr.vec_dot_ref))
-            throw not_implemented_error("tensor " + name + " has type " + type_name(t.type) +
-                                        ", which this build cannot compute with");
+        check_computable(name, t);
         weight_view w;
         w.type = t.type;
         w.n_rows = n_rows;
@@ -150,6 +153,44 @@ public:
     }
     weight_view matrix_opt(const std::string& name, int64_t n_cols, int64_t n_rows) const {
         return has(name) ? matrix(name, n_cols, n_rows) : weight_view{};
+    }
+
+    // The n_expert matrices of n_rows × n_cols of a mixture-of-experts layer
+    // (a 3-D tensor [n_cols, n_rows, n_expert]).
+    experts_view experts(const std::string& name, int64_t n_cols, int64_t n_rows, int64_t n_expert) const {
+        const gguf_tensor_info& t = get(name);
+        if (t.ne[0] != n_cols || t.ne[1] != n_rows || t.ne[2] != n_expert || t.ne[3] != 1)
+            throw gguf_error("tensor " + name + " has shape " + shape(t) + ", expected [" + std::to_string(n_cols) +
+                             ", " + std::to_string(n_rows) + ", " + std::to_string(n_expert) + "]");
+        check_computable(name, t);
+        experts_view v;
+        v.all.type = t.type;
+        v.all.n_rows = n_rows * n_expert;
+        v.all.n_cols = n_cols;
+        v.all.data = f_.tensor_data(t);
+        v.all.row_stride = row_size(t.type, n_cols);
+        v.n_expert = n_expert;
+        return v;
+    }
+    experts_view experts_opt(const std::string& name, int64_t n_cols, int64_t n_rows, int64_t n_expert) const {
+        return has(name) ? experts(name, n_cols, n_rows, n_expert) : experts_view{};
+    }
+
+    // A matrix of n_rows × n_cols converted to float, row after row (per-expert biases).
+    std::vector<float> floats(const std::string& name, int64_t n_cols, int64_t n_rows) const {
+        const gguf_tensor_info& t = get(name);
+        if (t.ne[0] != n_cols || t.ne[1] != n_rows || t.ne[2] != 1 || t.ne[3] != 1)
+            throw gguf_error("tensor " + name + " has shape " + shape(t) + ", expected [" + std::to_string(n_cols) +
+                             ", " + std::to_string(n_rows) + "]");
+        const type_traits& tr = traits(t.type);
+        if (!tr.to_float || n_cols % tr.block_size != 0)
+            throw not_implemented_error("tensor " + name + " has type " + type_name(t.type) + ", which cannot be read");
+        std::vector<float> v((size_t)(n_cols * n_rows));
+        tr.to_float(f_.tensor_data(t), v.data(), n_cols * n_rows);
+        return v;
+    }
+    std::vector<float> floats_opt(const std::string& name, int64_t n_cols, int64_t n_rows) const {
+        return has(name) ? floats(name, n_cols, n_rows) : std::vector<float>{};
     }
 
     // A vector of n elements, converted to float.
@@ -169,6 +210,12 @@ public:
     }
 
 private:
+    static void check_computable(const std::string& name, const gguf_tensor_info& t) {
+        const type_traits& tr = traits(t.type);
+        if (!tr.supported || (!tr.vec_dot && !tr.vec_dot_ref))
+            throw not_implemented_error("tensor " + name + " has type " + type_name(t.type) +
+                                        ", which this build cannot compute with");
+    }
     const gguf_tensor_info& get(const std::string& name) const {
         const gguf_tensor_info* t = f_.find_tensor(name);
         if (!t) throw gguf_error("model file lacks tensor " + name + " (needed by architecture " + arch_ + ")");
@@ -182,6 +229,27 @@ private:
     const gguf_file& f_;
     std::string arch_;
 };
+
+// The FFN of a mixture-of-experts layer: router, experts, shared expert.
+void load_moe_ffn(const weight_loader& L, const hparams& hp, const std::string& p, layer_weights& l) {
+    const moe_hparams& m = hp.moe;
+    const int64_t E = hp.n_embd, F = m.n_ff_exp, X = m.n_expert;
+    l.ffn_gate_inp = L.matrix(p + "ffn_gate_inp.weight", E, X);
+    l.ffn_gate_inp_b = L.vec_opt(p + "ffn_gate_inp.bias", X);
+    l.exp_probs_b = L.vec_opt(p + "exp_probs_b.bias", X);
+    l.ffn_gate_exps = m.gate_optional ? L.experts_opt(p + "ffn_gate_exps.weight", E, F, X)
+                                      : L.experts(p + "ffn_gate_exps.weight", E, F, X);
+    l.ffn_up_exps = L.experts(p + "ffn_up_exps.weight", E, F, X);
+    l.ffn_down_exps = L.experts(p + "ffn_down_exps.weight", F, E, X);
+    l.ffn_gate_exps_b = L.floats_opt(p + "ffn_gate_exps.bias", F, X);
+    l.ffn_up_exps_b = L.floats_opt(p + "ffn_up_exps.bias", F, X);
+    l.ffn_down_exps_b = L.floats_opt(p + "ffn_down_exps.bias", E, X);
+    if (m.n_ff_shexp > 0) {
+        l.ffn_gate_shexp = L.matrix(p + "ffn_gate_shexp.weight", E, m.n_ff_shexp);
+        l.ffn_up_shexp = L.matrix(p + "ffn_up_shexp.weight", E, m.n_ff_shexp);
+        l.ffn_down_shexp = L.matrix(p + "ffn_down_shexp.weight", m.n_ff_shexp, E);
+    }
+}
 
 void load_weights(const gguf_file& f, hparams& hp, model_weights& w) {
     weight_loader L(f, hp.arch);
@@ -236,13 +304,17 @@ void load_weights(const gguf_file& f, hparams& hp, model_weights& w) {
         if (v.post_attn_norm) l.post_attn_norm = L.vec(p + "post_attention_norm.weight", E);
         l.ffn_norm = L.vec(p + "ffn_norm.weight", E);
         if (ln) l.ffn_norm_b = L.vec_opt(p + "ffn_norm.bias", E);
-        if (v.gate_up_fused) {
-            l.ffn_up = L.matrix(p + "ffn_up.weight", E, 2 * hp.n_ff);
+        if (hp.moe.n_expert > 0 && il >= hp.moe.n_layer_dense_lead) {
+            load_moe_ffn(L, hp, p, l);
         } else {
-            l.ffn_gate = L.matrix(p + "ffn_gate.weight", E, hp.n_ff);
-            l.ffn_up = L.matrix(p + "ffn_up.weight", E, hp.n_ff);
+            if (v.gate_up_fused) {
+                l.ffn_up = L.matrix(p + "ffn_up.weight", E, 2 * hp.n_ff);
+            } else {
+                l.ffn_gate = L.matrix(p + "ffn_gate.weight", E, hp.n_ff);
+                l.ffn_up = L.matrix(p + "ffn_up.weight", E, hp.n_ff);
+            }
+            l.ffn_down = L.matrix(p + "ffn_down.weight", hp.n_ff, E);
         }
-        l.ffn_down = L.matrix(p + "ffn_down.weight", hp.n_ff, E);
         if (v.post_ffn_norm) l.post_ffn_norm = L.vec(p + "post_ffw_norm.weight", E);
     }
 }
@@ -297,6 +369,36 @@ void load_encoder_weights(const gguf_file& f, hparams& hp, model_weights& w) {
         l.layer_out_norm = L.vec(p + "layer_output_norm.weight", E);
         l.layer_out_norm_b = L.vec_opt(p + "layer_output_norm.bias", E);
     }
+}
+
+// The expert settings after the architecture's setup, as llama.cpp's loader
+// checks them.
+void check_moe(hparams& hp) {
+    moe_hparams& m = hp.moe;
+    auto bad = [&](const std::string& what) { throw gguf_error("model metadata: " + what); };
+    if (m.n_expert < 0 || m.n_expert > 4096) bad("expert_count " + std::to_string(m.n_expert) + " is out of range");
+    if (m.n_expert == 0) {
+        if (m.n_expert_used != 0) bad("expert_used_count without expert_count");
+        return;
+    }
+    if (m.n_expert_used <= 0 || m.n_expert_used > m.n_expert)
+        bad("expert_used_count " + std::to_string(m.n_expert_used) + " must be in 1.." + std::to_string(m.n_expert));
+    if (m.n_ff_exp <= 0 || m.n_ff_exp > ((int64_t)1 << 24))
+        bad("expert_feed_forward_length " + std::to_string(m.n_ff_exp) + " is out of range");
+    if (m.n_ff_shexp < 0 || m.n_ff_shexp > ((int64_t)1 << 24)) bad("shared expert width is out of range");
+    if (m.n_layer_dense_lead < 0 || m.n_layer_dense_lead > hp.n_layer)
+        bad("leading_dense_block_count " + std::to_string(m.n_layer_dense_lead) + " is out of range");
+    if (m.n_group > 1) {
+        if (m.n_group > 256 || m.n_expert % m.n_group != 0)
+            bad("expert_group_count " + std::to_string(m.n_group) + " does not divide expert_count " +
+                std::to_string(m.n_expert));
+        if (m.n_group_used <= 0 || m.n_group_used >= m.n_group)
+            bad("expert_group_used_count " + std::to_string(m.n_group_used) + " must be in 1.." +
+                std::to_string(m.n_group - 1));
+        if (m.n_group_used * (m.n_expert / m.n_group) < m.n_expert_used)
+            bad("the expert groups used hold fewer experts than expert_used_count");
+    }
+    if (!std::isfinite(m.w_scale)) bad("expert_weights_scale is not finite");
 }
 
 const char* ftype_name(int64_t ft) {
@@ -366,6 +468,30 @@ void set_swa_pattern(const gguf_file& f, hparams& hp, int period) {
         hp.swa_layers[(size_t)il] = period == 0 || (il % period) < (period - 1);
 }
 
+hparams model::read_hparams(const gguf_file& f) {
+    hparams hp;
+    hp.arch = f.get_string("general.architecture", "");
+    hp.name = f.get_string("general.name", "");
+    if (hp.arch.empty()) throw gguf_error("model file lacks general.architecture");
+    const arch_def* a = find_arch(hp.arch);
+    if (!a) {
+        std::string names;
+        for (const arch_def* s : supported_archs()) names += (names.empty() ? "" : ", ") + std::string(s->name);
+        throw not_implemented_error("model architecture '" + hp.arch + "' is not supported (supported: " + names + ")");
+    }
+    read_common_hparams(f, hp);
+    // The architecture's facts first (model.h arch_def), then its own keys.
+    hp.v.encoder = a->encoder;
+    if (a->swa_period < 0) hp.n_swa = 0;  // it ignores a window the file declares
+    set_swa_pattern(f, hp, a->swa_period < 0 ? 0 : a->swa_period);
+    a->setup(f, hp);
+    check_moe(hp);
+    if (hp.attn_scale == 0.0f) hp.attn_scale = 1.0f / std::sqrt((float)hp.head_dim_k);
+    if (hp.rope_freq_base_swa == 0.0f) hp.rope_freq_base_swa = hp.rope.freq_base;
+    if (hp.rope_freq_scale_swa == 0.0f) hp.rope_freq_scale_swa = hp.rope.freq_scale;
+    return hp;
+}
+
 std::shared_ptr<model> model::load(const std::string& path, const model_params& p) {
     const bool vocab_only = p.vocab_only, use_mmap = p.use_mmap;
     std::shared_ptr<model> m(new model());
@@ -389,22 +515,7 @@ std::shared_ptr<model> model::load(const std::string& path, const model_params& 
         hp.n_ctx_train = std::max<int64_t>(0, f.get_int(hp.arch + ".context_length", 0));
         return m;
     }
-    if (hp.arch.empty()) throw gguf_error("model file lacks general.architecture");
-    const arch_def* a = find_arch(hp.arch);
-    if (!a) {
-        std::string names;
-        for (const arch_def* s : supported_archs()) names += (names.empty() ? "" : ", ") + std::string(s->name);
-        throw not_implemented_error("model architecture '" + hp.arch + "' is not supported (supported: " + names + ")");
-    }
-    read_common_hparams(f, hp);
-    // The architecture's facts first (model.h arch_def), then its own keys.
-    hp.v.encoder = a->encoder;
-    if (a->swa_period < 0) hp.n_swa = 0;  // it ignores a window the file declares
-    set_swa_pattern(f, hp, a->swa_period < 0 ? 0 : a->swa_period);
-    a->setup(f, hp);
-    if (hp.attn_scale == 0.0f) hp.attn_scale = 1.0f / std::sqrt((float)hp.head_dim_k);
-    if (hp.rope_freq_base_swa == 0.0f) hp.rope_freq_base_swa = hp.rope.freq_base;
-    if (hp.rope_freq_scale_swa == 0.0f) hp.rope_freq_scale_swa = hp.rope.freq_scale;
+    hp = read_hparams(f);
     if (hp.v.encoder) load_encoder_weights(f, hp, m->w_);
     else load_weights(f, hp, m->w_);
     hp.rope.freq_factors = nullptr;  // set per context from weights().rope_freqs

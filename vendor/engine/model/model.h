@@ -13,6 +13,7 @@
 // Not here: running the model (context.h, decoder.h), the tokenizer (vocab/).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <stdexcept>
@@ -50,6 +51,24 @@ struct block_variant {
     bool encoder = false;          // bidirectional post-norm encoder (bert family): encoder.h runs it
 };
 
+// Mixture of experts (llama.cpp's build_moe_ffn): the FFN of a layer with a
+// router (ffn_gate_inp) is n_expert gated FFNs of width n_ff_exp, of which
+// each token runs the n_expert_used its router picks (op_args.h
+// moe_route_args: gating, norm_w, w_scale, groups), weighted and summed,
+// plus the shared expert(s) every token runs when the file has them.
+struct moe_hparams {
+    int64_t n_expert = 0;         // expert_count (0: a dense model)
+    int64_t n_expert_used = 0;    // expert_used_count: experts per token
+    int64_t n_ff_exp = 0;         // rows of one expert's gate and up (expert_feed_forward_length)
+    int64_t n_ff_shexp = 0;       // width of the shared expert FFN (0: none)
+    int64_t n_layer_dense_lead = 0;  // the first layers have a dense FFN (leading_dense_block_count)
+    moe_gating gating = moe_gating::softmax;
+    bool norm_w = false;          // weights divided by their sum
+    float w_scale = 0.0f;         // expert_weights_scale (0 or 1: none)
+    int n_group = 0, n_group_used = 0;  // group-limited routing (expert_group_count, expert_group_used_count)
+    bool gate_optional = false;   // experts without ffn_gate_exps run act(up) (llama); else it is required
+};
+
 struct hparams {
     std::string arch;            // general.architecture
     std::string name;            // general.name
@@ -81,6 +100,7 @@ struct hparams {
     // model (Gemma 3's; of its list only Gemma 3 has a text side here).
     bool mm_non_causal = false;
     block_variant v;
+    moe_hparams moe;
 
     // Positions per row: 4 for M-RoPE (rope.sections set; llama.cpp's
     // n_pos_per_embd), else 1.
@@ -89,6 +109,8 @@ struct hparams {
     int64_t n_embd_k() const { return n_head_kv * head_dim_k; }  // keys of one token in one layer
     int64_t n_embd_v() const { return n_head_kv * head_dim_v; }
     int64_t n_q() const { return n_head * head_dim_k; }
+    // Floats of the widest dense FFN row (gate | up): a dense layer's or the shared expert's.
+    int64_t ffn_width() const { return 2 * std::max(n_ff, moe.n_ff_shexp); }
 };
 
 struct layer_weights {
@@ -111,6 +133,16 @@ struct layer_weights {
     std::vector<float> layer_out_norm, layer_out_norm_b;  // (n_embd)
     std::vector<float> ffn_up_b, ffn_down_b;              // (n_ff), (n_embd) or empty
     std::vector<float> ffn_gate_b;                        // (n_ff) or empty (Qwen2.5-VL's vision FFN)
+    // mixture of experts: a layer with a router runs these instead of ffn_gate / up / down
+    weight_view ffn_gate_inp;     // (n_expert, n_embd) router
+    std::vector<float> ffn_gate_inp_b;  // (n_expert) router bias, or empty
+    std::vector<float> exp_probs_b;     // (n_expert) expert selection bias, or empty
+    experts_view ffn_gate_exps;   // n_expert × (n_ff_exp, n_embd); absent: no gate (act(up))
+    experts_view ffn_up_exps;     // n_expert × (n_ff_exp, n_embd)
+    experts_view ffn_down_exps;   // n_expert × (n_embd, n_ff_exp)
+    std::vector<float> ffn_gate_exps_b, ffn_up_exps_b, ffn_down_exps_b;  // per-expert biases, or empty
+    weight_view ffn_gate_shexp, ffn_up_shexp, ffn_down_shexp;  // the shared expert, or absent
+    bool moe() const { return ffn_gate_inp.data != nullptr; }
 };
 
 struct model_weights {
@@ -160,6 +192,10 @@ class model {
 public:
     // Opens and validates a model (see model_params).
     static std::shared_ptr<model> load(const std::string& path, const model_params& p = {});
+    // The hyperparameters load() reads from f's metadata (common keys, the
+    // architecture's facts and setup, the expert settings), without the
+    // weights: n_vocab stays 0. Throws as load() does.
+    static hparams read_hparams(const gguf_file& f);
 
     const hparams& hp() const { return hp_; }
     const model_weights& weights() const { return w_; }

@@ -417,6 +417,13 @@ void vulkan_backend::rope_table(const rope_params& p, const int32_t* pos, int64_
     for (int64_t t = 0; t < n; ++t) rope_table_row(p, pos, pos_stride, t, out + t * p.n_rot);
 }
 
+void vulkan_backend::moe_route(const moe_route_args& a) { missing("mixture-of-experts routing"); }
+
+void vulkan_backend::moe_matmul(const experts_view& w, const float* x, int64_t xs, int x_div, const int32_t* ids,
+                                int64_t n_slots, float* y, int64_t ys, const float* bias) {
+    missing("expert products");
+}
+
 void vulkan_backend::attention(const attention_args& a) {
     if (a.n_tok <= 0) return;
     const int dk = a.head_dim_k, dv = a.head_dim_v;
