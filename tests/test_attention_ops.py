@@ -46,7 +46,7 @@ def queries_as_seen(q: np.ndarray, type_k: str) -> np.ndarray:
     return back.reshape(q.shape).astype(np.float64)
 
 
-def reference(q, k, v, visible, n_head_kv, scale=1.0, softcap=0.0):
+def reference(q, k, v, visible, n_head_kv, scale=1.0, softcap=0.0, sinks=None):
     n_tok, n_head, _ = q.shape
     g = n_head // n_head_kv
     kh = k.reshape(len(k), n_head_kv, -1)
@@ -61,8 +61,10 @@ def reference(q, k, v, visible, n_head_kv, scale=1.0, softcap=0.0):
             if softcap > 0:
                 s = np.tanh(s / softcap) * softcap
             s = s * scale
-            p = np.exp(s - s.max())
-            out[t, h] = (p / p.sum()) @ vh[idx, h // g]
+            m = s.max() if sinks is None else max(s.max(), sinks[h])
+            p = np.exp(s - m)
+            total = p.sum() + (0.0 if sinks is None else np.exp(sinks[h] - m))
+            out[t, h] = (p / total) @ vh[idx, h // g]
     return out
 
 
@@ -193,6 +195,23 @@ def test_softcap(backend, path, type_kv):
                    softcap=3.0)
     uncapped = backend(q, kr, vr, type_kv, type_kv, 2, causal(n_tok, n_cells), path=path, scale=0.5)
     assert np.abs(uncapped - got).max() > 0.05
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("n_tok,n_cells", [(1, 40), (6, 333), (3, 1000)])
+def test_sinks(backend, path, n_tok, n_cells):
+    """gpt-oss's attention sinks: one more logit per head in the softmax, without
+    a value; large sinks take most of the weight, the max moves to the sink."""
+    rng = np.random.default_rng(n_cells)
+    q, kr, ks, vr, vs = case(rng, n_tok, 8, 2, 64, 64, n_cells)
+    vis = causal(n_tok, n_cells, window=128 if n_cells > 500 else 0)
+    sinks = np.array([-3.0, 0.0, 1.5, 4.0, 12.0, -30.0, 2.0, 0.5], np.float32)
+    got = backend(q, kr, vr, "F16", "F16", 2, vis, path=path, scale=0.125, n_threads=2, sinks=sinks)
+    ref = reference(queries_as_seen(q, "F16"), ks, vs, vis, 2, 0.125, sinks=sinks.astype(np.float64))
+    err = np.abs(got - ref).max() / max(np.abs(ref).max(), 1e-30)
+    assert err < tolerance(path, "F16", "F16"), err
+    plain = backend(q, kr, vr, "F16", "F16", 2, vis, path=path, scale=0.125, n_threads=2)
+    assert np.abs(plain[:, 4] - got[:, 4]).max() > 0.1 * np.abs(plain[:, 4]).max()  # the sink of 12 matters
 
 
 def test_the_check_can_fail(backend):

@@ -54,6 +54,7 @@ struct row_op {
         copy,        // y = x
         kv_store,    // row x (n elements) stored as `type` into row cells[t] of the cache `dst`
         weighted_sum,  // y = sum over g < groups of w[t * groups + g] * (x + g * n)   (mixture-of-experts outputs)
+        swiglu_oai,  // y = g * sigmoid(f2 * g) * (u + 1), g = min(y, f), u = clamp(x, -f, f)   (gpt-oss)
     };
     kind k = kind::copy;
     float* y = nullptr;
@@ -64,7 +65,8 @@ struct row_op {
     const float* b = nullptr;  // norm bias
     int64_t n = 0;             // elements (per group for rms_norm, per head for rope)
     int64_t groups = 1;
-    float f = 0.0f;            // eps, scale factor or cap
+    float f = 0.0f;            // eps, scale factor or cap; swiglu_oai: the limit
+    float f2 = 0.0f;           // swiglu_oai: alpha
     int a = 0;                 // rope: rotated dims; hadamard: block size
     rope_style style = rope_style::normal;
     // kv_store

@@ -2,6 +2,7 @@
 #include "cpu_backend.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "../common.h"
@@ -51,6 +52,12 @@ LP_INLINE void apply(const row_op& o, int64_t t) {
             }
             break;
         }
+        case row_op::kind::swiglu_oai:
+            for (int64_t i = 0; i < o.n; ++i) {
+                const float g = std::min(y[i], o.f), u = std::clamp(x[i], -o.f, o.f);
+                y[i] = g / (1.0f + std::exp(o.f2 * (-g))) * (u + 1.0f);
+            }
+            break;
         case row_op::kind::kv_store: {
             uint8_t* d = o.dst + (size_t)o.cells[t] * o.dst_row_bytes;
             if (o.type == ggml_type::F32) std::memcpy(d, x, sizeof(float) * (size_t)o.n);

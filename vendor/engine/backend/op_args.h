@@ -128,6 +128,10 @@ struct attention_args {
     const int32_t* cell_pos = nullptr;
     float scale = 1.0f;          // applied to q·k after soft-capping
     float softcap = 0.0f;        // 0: none; else s = tanh(s / softcap) * softcap
+    // Attention sinks (gpt-oss): a learned logit per query head that joins
+    // its softmax (in the max and the sum) without a value: the weights of
+    // the cells sum to less than 1. Null: none.
+    const float* sinks = nullptr;  // (n_head)
     attention_path path = attention_path::explicit_softmax;
 };
 

@@ -69,7 +69,8 @@ int head_dim_of(ggml_type t, size_t row_bytes, int n_head_kv, const char* what) 
 py::array_t<float> attention_op(f32_array q, u8_array k, u8_array v, const std::string& type_k,
                                 const std::string& type_v, int n_head_kv, py::array_t<bool, py::array::c_style | py::array::forcecast> visible,
                                 const std::string& path, float scale, float softcap, int n_threads,
-                                const py::object& cell_pos, int n_repeat, const std::string& backend_name) {
+                                const py::object& cell_pos, int n_repeat, const std::string& backend_name,
+                                const py::object& sinks) {
     // The CPU runs the kernel directly (with scratch sized here); another
     // backend is asked for through the registry.
     const backend_factory* other = backend_name == "cpu" ? nullptr : find_backend(backend_name);
@@ -96,6 +97,12 @@ py::array_t<float> attention_op(f32_array q, u8_array k, u8_array v, const std::
         py::array_t<int32_t, py::array::c_style | py::array::forcecast> cp(cell_pos);
         if (cp.ndim() != 1 || cp.shape(0) != n_cells) throw value_error("attention: cell_pos must have n_cells entries");
         pos.assign(cp.data(), cp.data() + n_cells);
+    }
+    std::vector<float> sink;
+    if (!sinks.is_none()) {
+        f32_array sk(sinks);
+        if (sk.ndim() != 1 || sk.shape(0) != n_head) throw value_error("attention: sinks must have n_head entries");
+        sink.assign(sk.data(), sk.data() + n_head);
     }
     // Mask words and bounds, as kv_cache::build_mask lays them out.
     const int64_t words = (n_cells + 63) / 64;
@@ -137,6 +144,7 @@ py::array_t<float> attention_op(f32_array q, u8_array k, u8_array v, const std::
     a.cell_pos = pos.empty() ? nullptr : pos.data();
     a.scale = scale;
     a.softcap = softcap;
+    a.sinks = sink.empty() ? nullptr : sink.data();
     a.path = path_arg(path);
     {
         py::gil_scoped_release nogil;
@@ -196,10 +204,12 @@ void bind_ops(py::module_& m) {
             py::arg("type_v"), py::arg("n_head_kv"), py::arg("visible"), py::arg("path") = "flash",
             py::arg("scale") = 1.0f, py::arg("softcap") = 0.0f, py::arg("n_threads") = 1,
             py::arg("cell_pos") = py::none(), py::arg("n_repeat") = 1, py::arg("backend") = "cpu",
+            py::arg("sinks") = py::none(),
             "Attention of q (n_tok, n_head, head_dim_k) float32 over a cache: k / v (n_cells, row bytes) uint8 rows of\n"
             "n_head_kv heads of type_k / type_v (as _engine.quantize writes them), visible (n_tok, n_cells) bools.\n"
             "Scores are soft-capped (softcap > 0), then scaled. path: 'flash' or 'explicit'. n_repeat runs it that\n"
             "many times (benchmarks). backend: 'cpu' or another compiled backend (_engine.backends()).\n"
+            "sinks: (n_head) float32 attention-sink logits (gpt-oss), or None.\n"
             "Returns (n_tok, n_head, head_dim_v) float32.");
     ops.def("attention_scratch_bytes", [](const std::string& path, int n_threads, int64_t n_cells, int n_gqa,
                                           int head_dim_k, int head_dim_v, int n_head_kv) {

@@ -340,7 +340,8 @@ void weights(const block& b, const kernels& kf, const int32_t* idx, float* score
             scale_row(sc, b.m, a.scale);
             for (int64_t i = 0; i < b.m; ++i)
                 if (!cell_visible(bits, idx[i])) sc[i] = -INFINITY;
-            softmax_row(sc, b.m);
+            if (a.sinks) softmax_row_sink(sc, b.m, a.sinks[b.hk * b.n_gqa + g]);
+            else softmax_row(sc, b.m);
             round_weights(kf, a.type_v, sc, b.m);
         }
     }

@@ -369,14 +369,35 @@ void merge(const partial& total, const partial& part, int qi, int dv) {
     total.m[qi] = M;
 }
 
-// out (query qi) = acc / sum, or zeros for a query that saw nothing.
-void finish(const float* acc, float l, int dv, float* out) {
+// out (query qi) = acc / sum, or zeros for a query that saw nothing. With
+// an attention sink (sink not null), its logit joins the max and the sum
+// first, as one more cell without a value (llama.cpp rescales acc when the
+// sink is the new max).
+void finish(const float* acc, float m, float l, int dv, const float* sink, float* out) {
+    float rescale = 1.0f;
+    if (sink) {
+        const float s = *sink;
+        if (m == kNegInf || s > m) {
+            rescale = m == kNegInf ? 0.0f : std::exp(m - s);
+            l = l * rescale + 1.0f;
+        } else {
+            l += std::exp(s - m);
+        }
+    }
     if (!(l > 0.0f)) {
         std::fill(out, out + dv, 0.0f);
         return;
     }
     const float inv = 1.0f / l;
-    for (int e = 0; e < dv; ++e) out[e] = acc[e] * inv;
+    if (sink)
+        for (int e = 0; e < dv; ++e) out[e] = (acc[e] * rescale) * inv;
+    else
+        for (int e = 0; e < dv; ++e) out[e] = acc[e] * inv;
+}
+
+// The sink of query qi of key head hk, or null.
+const float* sink_of(const attention_args& a, int n_gqa, int hk, int qi) {
+    return a.sinks ? a.sinks + hk * n_gqa + qi % n_gqa : nullptr;
 }
 
 float* out_row(const plan& P, const block_range& br, int hk, int qi) {
@@ -427,7 +448,8 @@ void run_group(const plan& P, int64_t g, int hk, attention_scratch::flash_thread
     for (int i = 0; i < ng; ++i) {
         const float* t = s.total.data() + i * t_floats;
         for (int qi = 0; qi < br[i].nb * P.n_gqa; ++qi)
-            finish(t + (size_t)qi * ps, t[(size_t)P.nq_max * ps + P.nq_max + qi], P.dv, out_row(P, br[i], hk, qi));
+            finish(t + (size_t)qi * ps, t[(size_t)P.nq_max * ps + qi], t[(size_t)P.nq_max * ps + P.nq_max + qi], P.dv,
+                   sink_of(P.a, P.n_gqa, hk, qi), out_row(P, br[i], hk, qi));
     }
 }
 
@@ -537,7 +559,7 @@ void run_split(const plan& P, thread_pool& pool, attention_scratch& sc) {
         const float* ml = sc.split_ml.data() + (size_t)pr * 2 * P.nq_max;
         for (int qi = 0; qi < br.nb * P.n_gqa; ++qi) {
             float* row = out_row(P, br, hk, qi);
-            finish(row, ml[P.nq_max + qi], P.dv, row);
+            finish(row, ml[qi], ml[P.nq_max + qi], P.dv, sink_of(P.a, P.n_gqa, hk, qi), row);
         }
     }
 }

@@ -456,6 +456,13 @@ void softmax_row(float* x, int64_t n) {
     scale_row(x, n, (float)(1.0 / sum));
 }
 
+void softmax_row_sink(float* x, int64_t n, float sink) {
+    if (n <= 0) return;
+    const float m = std::max(max_of(x, n), sink);
+    const double sum = exp_sum(x, n, m) + (double)std::exp(sink - m);
+    scale_row(x, n, (float)(1.0 / sum));
+}
+
 // ---------------------------------------------------------------------------
 // RoPE
 // ---------------------------------------------------------------------------

@@ -43,6 +43,9 @@ void add_row(float* y, const float* x, int64_t n);
 void scale_row(float* x, int64_t n, float s);
 // In place softmax over n values; returns nothing, sums in double.
 void softmax_row(float* x, int64_t n);
+// The same with an attention sink: one more logit in the max and the sum,
+// whose weight is dropped (the n weights sum to less than 1).
+void softmax_row_sink(float* x, int64_t n, float sink);
 // Each consecutive block of `block` values (a power of two dividing n) times
 // the orthonormal Walsh-Hadamard matrix of that size (Sylvester order,
 // scaled by 1/sqrt(block)). The matrix is symmetric and its own inverse.
