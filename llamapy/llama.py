@@ -744,12 +744,15 @@ class Llama(_sequence.SequenceAttributes):
         tfs_z: float = 1.0, mirostat_mode: int = 0, mirostat_tau: float = 5.0, mirostat_eta: float = 0.1,
         model: Optional[str] = None, logits_processor: Optional[LogitsProcessorList] = None,
         grammar: Optional[Any] = None, logit_bias: Optional[Dict[int, float]] = None,
-        logprobs: Optional[bool] = None, top_logprobs: Optional[int] = None,
+        logprobs: Optional[bool] = None, top_logprobs: Optional[int] = None, reasoning_format: str = "auto",
     ) -> Any:
         """Answer a chat (OpenAI-shaped ``messages``): a ``chat.completion``
         dict, or an iterator of ``chat.completion.chunk`` dicts with
         ``stream=True``. The prompt comes from ``chat_handler``, else
-        ``chat_format``, else the GGUF's chat template (see llamapy.chat)."""
+        ``chat_format``, else the GGUF's chat template (see llamapy.chat).
+        ``reasoning_format`` (llamapy's, llama-server's names): "auto" puts a
+        reasoning model's thinking into ``reasoning_content``, "none" leaves
+        it in ``content``."""
         kwargs = dict(locals())
         del kwargs["self"]
         return _chat.create_chat_completion(self, **kwargs)

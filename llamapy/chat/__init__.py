@@ -5,6 +5,8 @@ chat handlers and tool calls, behind ``Llama.create_chat_completion``.
 - ``formats.py``    — the named formats (``chat_format=``) and format guessing;
 - ``named_formats.py`` — llama-cpp-python's named formats, rendered as it renders them;
 - ``tools.py``      — tool prompts, tool-call parsing, streaming around calls;
+- ``reasoning.py``  — reasoning in replies (``<think>`` tags) split from the answer;
+- ``harmony.py``    — gpt-oss's harmony replies: channels and tool calls;
 - ``completion.py`` — handlers, handler selection, chat responses and chunks;
 - ``cli.py``        — ``python -m llamapy chat``.
 

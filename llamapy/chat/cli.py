@@ -1,7 +1,8 @@
 """``python -m llamapy chat``: an interactive chat in the terminal.
 
-Keeps the conversation, streams each answer, and drops the oldest turns when
-the conversation no longer fits the context. Commands: ``/reset`` forgets the
+Keeps the conversation, streams each answer (a reasoning model's thinking
+first, after "[thinking]"; the history keeps the answers), and drops the
+oldest turns when the conversation no longer fits the context. Commands: ``/reset`` forgets the
 conversation (the system prompt stays), ``/exit`` (or end of input) quits.
 Ctrl-C stops the answer being written.
 
@@ -81,10 +82,17 @@ def _answer(llm: Any, history: List[Dict[str, Any]], base: List[Dict[str, Any]],
                 return None
             del history[len(base): len(base) + 2]  # forget the oldest exchange
     pieces: List[str] = []
+    thinking = False  # a reasoning model's thinking is shown after "[thinking] ", the answer on a line of its own
     try:
         for chunk in stream:
             delta = chunk["choices"][0]["delta"]
+            if delta.get("reasoning_content"):
+                stdout.write(("" if thinking else "[thinking] ") + delta["reasoning_content"])
+                stdout.flush()
+                thinking = True
             if delta.get("content"):
+                if thinking and not pieces:
+                    stdout.write("\n")
                 pieces.append(delta["content"])
                 stdout.write(delta["content"])
                 stdout.flush()

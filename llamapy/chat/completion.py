@@ -9,10 +9,11 @@ so any such handler (a multimodal one, a user's) plugs in unchanged.
 tokenizes it with exactly one BOS, adds the format's stop strings, builds
 grammars for ``response_format`` and forced tool calls, runs one completion and
 turns it into a ``chat.completion`` or a stream of ``chat.completion.chunk``s,
-with tool calls parsed out of the text.
+with reasoning (``reasoning_content``) and tool calls parsed out of the text.
 
 Not here: the generation loop (``_completion.py``), the template sandbox
-(``template.py``), tool-call syntaxes (``tools.py``).
+(``template.py``), tool-call syntaxes (``tools.py``), reasoning syntaxes
+(``reasoning.py``, ``harmony.py``).
 """
 from __future__ import annotations
 
@@ -25,9 +26,11 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tupl
 from .. import grammar as _grammar
 from .._log import emit
 from .._sampling import SamplingParams
+from . import harmony
 from .formats import (ChatFormat, format_from_template, get_format, guess_format_name, template_names,
                       FORMATS)
 from .named_formats import guess_chat_format_from_gguf_metadata
+from .reasoning import check_reasoning_format, reply_splitter, reply_syntax, split_reply
 from .tools import ToolCallStream, make_call, new_call_id, parse_tool_calls, tool_names, tools_system_prompt, \
     call_as_text
 
@@ -66,6 +69,7 @@ class ChatRequest:
     logits_processor: Any = None
     logprobs: Optional[bool] = None
     top_logprobs: Optional[int] = None
+    reasoning_format: str = "auto"  # "auto" / "deepseek": reasoning into reasoning_content; "none": left in content
     template_kwargs: Dict[str, Any] = field(default_factory=dict)  # extra variables for Jinja templates
     sampling: SamplingParams = field(default_factory=lambda: SamplingParams(temperature=CHAT_TEMPERATURE))
 
@@ -87,6 +91,7 @@ class ChatRequest:
         if self.function_call is not None and self.tool_choice is None:
             fc = self.function_call
             self.tool_choice = fc if isinstance(fc, str) else {"type": "function", "function": {"name": fc["name"]}}
+        check_reasoning_format(self.reasoning_format)
 
     def tool_mode(self) -> Tuple[str, Optional[Dict[str, Any]]]:
         """("none" | "auto" | "required" | "forced", the forced tool)."""
@@ -306,8 +311,22 @@ def _finish_calls(mode: str, text: str, names: List[str], forced: Optional[Dict[
     return text, []
 
 
-def _message(content: Optional[str], calls: List[Dict[str, Any]], legacy: bool) -> Dict[str, Any]:
+def _reply_parts(mode: str, syntax: Optional[str], text: str, names: List[str], forced: Optional[Dict[str, Any]]
+                 ) -> Tuple[str, Optional[str], List[Dict[str, Any]]]:
+    """A whole reply as (reasoning, content, tool calls): the reasoning syntax
+    first (harmony gives its own calls), then calls written in the content."""
+    reasoning, content, calls = split_reply(syntax, text)
+    if syntax == "harmony":
+        return reasoning, (content or None) if calls else content, calls
+    content_or_none, calls = _finish_calls(mode, content, names, forced)
+    return reasoning, content_or_none, calls
+
+
+def _message(content: Optional[str], calls: List[Dict[str, Any]], legacy: bool, reasoning: str = ""
+             ) -> Dict[str, Any]:
     message: Dict[str, Any] = {"role": "assistant", "content": content}
+    if reasoning:
+        message["reasoning_content"] = reasoning
     if calls:
         message["tool_calls"] = calls
         if legacy and len(calls) == 1:
@@ -321,18 +340,35 @@ def _chunk(head: Dict[str, Any], delta: Dict[str, Any], finish: Optional[str] = 
             "choices": [{"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish}]}
 
 
-def _call_deltas(calls: List[Dict[str, Any]]) -> Dict[str, Any]:
-    return {"tool_calls": [{"index": i, "id": c["id"], "type": "function",
+def _call_deltas(calls: List[Dict[str, Any]], first: int = 0) -> Dict[str, Any]:
+    return {"tool_calls": [{"index": first + i, "id": c["id"], "type": "function",
                             "function": {"name": c["function"]["name"], "arguments": c["function"]["arguments"]}}
                            for i, c in enumerate(calls)]}
 
 
 def _stream_chat(chunks: Iterator[Dict[str, Any]], mode: str, names: List[str], forced: Optional[Dict[str, Any]],
-                 legacy: bool, n_top: int) -> Iterator[Dict[str, Any]]:
-    """Completion chunks -> chat chunks: the role first, content (or tool
-    call argument) deltas, then a last chunk with finish_reason and usage."""
+                 legacy: bool, n_top: int, syntax: Optional[str] = None) -> Iterator[Dict[str, Any]]:
+    """Completion chunks -> chat chunks: the role first, reasoning, content (or
+    tool call argument) deltas, then a last chunk with finish_reason and usage."""
     head: Dict[str, Any] = {}
-    held = ToolCallStream(names) if mode == "auto" else None
+    splitter = reply_splitter(syntax)
+    held = ToolCallStream(names) if mode == "auto" and syntax != "harmony" else None
+    syntax_calls: List[Dict[str, Any]] = []  # harmony's calls, each streamed as its message ends
+
+    def deltas(pieces: List[Tuple[str, Any]]) -> List[Dict[str, Any]]:
+        out = []
+        for kind, value in pieces:
+            if kind == "reasoning":
+                out.append({"reasoning_content": value})
+            elif kind == "call":
+                out.append(_call_deltas([value], len(syntax_calls)))
+                syntax_calls.append(value)
+            else:
+                text = held.push(value) if held is not None else value
+                if text:
+                    out.append({"content": text})
+        return out
+
     texts: List[str] = []
     finish, usage = "stop", None
     call_id = new_call_id()
@@ -356,9 +392,11 @@ def _stream_chat(chunks: Iterator[Dict[str, Any]], mode: str, names: List[str], 
             continue
         if mode == "required":
             continue
-        out = held.push(text) if held is not None else text
-        if out or lp:
-            yield _chunk(head, {"content": out}, logprobs=lp)
+        step = deltas(splitter.push(text)) or ([{"content": ""}] if lp else [])
+        for i, delta in enumerate(step):
+            yield _chunk(head, delta, logprobs=lp if i == 0 else None)
+    for delta in deltas(splitter.finish()):
+        yield _chunk(head, delta)
     calls: List[Dict[str, Any]] = []
     if held is not None:
         rest, calls = held.finish()
@@ -370,7 +408,7 @@ def _stream_chat(chunks: Iterator[Dict[str, Any]], mode: str, names: List[str], 
             yield _chunk(head, {"content": content})
     if calls:
         yield _chunk(head, _call_deltas(calls))
-    if (calls or mode == "forced") and finish == "stop":
+    if (calls or syntax_calls or mode == "forced") and finish == "stop":
         finish = "tool_calls"
     last = _chunk(head, {}, finish)
     if usage is not None:
@@ -384,6 +422,7 @@ class Prompt:
     tokens: List[int]
     stop: List[str]
     stopping_criteria: Any = None
+    reply: Optional[str] = None  # the reply's reasoning syntax (reasoning.reply_syntax), None: plain text
 
 
 class FormatHandler:
@@ -410,16 +449,18 @@ class FormatHandler:
             kw["grammar"] = json_grammar(_required_call_schema(tools))  # type: ignore[arg-type]
         elif req.response_format:
             kw["grammar"] = response_format_grammar(req.response_format) or req.sampling.grammar
+        # A grammar decides the shape of the text; "none" leaves the reasoning in it.
+        syntax = prompt.reply if req.reasoning_format != "none" and kw.get("grammar") is None else None
         result = llama.create_completion(prompt.tokens, **kw)
         names, legacy, n_top = tool_names(tools), bool(req.functions), req.top_logprobs or 0
         if req.stream:
-            return _stream_chat(result, mode, names, forced, legacy, n_top)
+            return _stream_chat(result, mode, names, forced, legacy, n_top, syntax)
         choice = result["choices"][0]
-        content, calls = _finish_calls(mode, choice["text"], names, forced)
+        reasoning, content, calls = _reply_parts(mode, syntax, choice["text"], names, forced)
         finish = "tool_calls" if calls and choice["finish_reason"] == "stop" else choice["finish_reason"]
         return {"id": "chat" + result["id"], "object": "chat.completion", "created": result["created"],
                 "model": result["model"],
-                "choices": [{"index": 0, "message": _message(content, calls, legacy),
+                "choices": [{"index": 0, "message": _message(content, calls, legacy, reasoning),
                              "logprobs": chat_logprobs(choice["logprobs"], n_top), "finish_reason": finish}],
                 "usage": result["usage"]}
 
@@ -438,7 +479,11 @@ class FormatHandler:
         """The prompt's tokens and the stop strings (the request's, the format's, EOS)."""
         text = self.render_text(llama, req, tools)
         bos_text, eos_text = token_text(llama, llama.token_bos()), token_text(llama, llama.token_eos())
-        return Prompt(tokenize_prompt(llama, text, bos_text), stop_list(req.stop, self.format.stop + (eos_text,)))
+        # A harmony model's <|end|> ends one message of the reply, whatever its EOS is.
+        ends_message = self.format.reasoning == "harmony" and eos_text == harmony.END
+        stop = self.format.stop + (() if ends_message else (eos_text,))
+        return Prompt(tokenize_prompt(llama, text, bos_text), stop_list(req.stop, stop),
+                      reply=reply_syntax(self.format.reasoning, text))
 
 
 # ------------------------------------------------------------------ selection
@@ -528,6 +573,8 @@ def create_chat_completion(llama: Any, messages: List[Dict[str, Any]], **kwargs:
             not all(isinstance(m, dict) for m in messages):
         raise ValueError("messages must be a list of message dicts such as {'role': 'user', 'content': 'Hi'}")
     handler = resolve_chat_handler(llama, tools_requested=bool(kwargs.get("tools") or kwargs.get("functions")))
+    if kwargs.get("reasoning_format", "auto") == "auto":
+        kwargs.pop("reasoning_format", None)  # a handler of llama-cpp-python's kind need not know the keyword
     return handler(llama=llama, messages=messages, **kwargs)
 
 

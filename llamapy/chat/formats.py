@@ -17,7 +17,9 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from .. import _engine
+from . import harmony
 from .named_formats import NAMED_FORMATS, stop_strings
+from .reasoning import template_syntax
 from .template import compile_template
 
 logger = logging.getLogger("llamapy")
@@ -36,12 +38,14 @@ class ChatFormat:
 
     ``render(messages, *, add_generation_prompt, tools, bos_token, eos_token, **extra) -> str``;
     ``native_tools``: the prompt shows ``tools`` itself (otherwise llamapy
-    describes them in the system message)."""
+    describes them in the system message); ``reasoning``: the syntax the
+    model's replies put their reasoning in (``reasoning.template_syntax``)."""
 
     name: str
     render: Callable[..., str]
     stop: Tuple[str, ...] = ()
     native_tools: bool = False
+    reasoning: Optional[str] = None
 
 
 @dataclass(frozen=True)
@@ -118,11 +122,16 @@ class JinjaFormat:
 
 def format_from_template(source: str, name: str = "chat_template.default", eos_token: str = "") -> ChatFormat:
     """A ChatFormat for a Jinja template: its stop strings are the end-of-turn
-    markers it contains plus the EOS text."""
-    stop = [m for m in END_OF_TURN_MARKERS if m in source]
-    if eos_token and eos_token not in stop:
+    markers it contains plus the EOS text; a harmony template's are
+    ``<|return|>`` and ``<|call|>`` (its ``<|end|>`` ends a message, not the reply)."""
+    reasoning = template_syntax(source)
+    if reasoning == "harmony":
+        stop = list(harmony.STOP)
+    else:
+        stop = [m for m in END_OF_TURN_MARKERS if m in source]
+    if eos_token and eos_token not in stop and not (reasoning == "harmony" and eos_token == harmony.END):
         stop.append(eos_token)
-    return ChatFormat(name, JinjaFormat(source), tuple(stop), native_tools="tools" in source)
+    return ChatFormat(name, JinjaFormat(source), tuple(stop), native_tools="tools" in source, reasoning=reasoning)
 
 
 # The chat handler's stop strings where they are not llama-cpp-python's: the

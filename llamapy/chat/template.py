@@ -228,7 +228,8 @@ class _SandboxEnvironment(ImmutableSandboxedEnvironment):
     code_generator_class = _GuardedCodeGenerator
 
     def __init__(self, dialect: str = "transformers") -> None:
-        super().__init__(trim_blocks=True, lstrip_blocks=True, finalize=_finalize,
+        super().__init__(trim_blocks=True, lstrip_blocks=True,
+                         finalize=_finalize_none_empty if dialect == "transformers" else _finalize,
                          extensions=[jinja2.ext.loopcontrols, _GenerationTag])
         if dialect == "transformers":
             self.filters["tojson"] = tojson
@@ -296,6 +297,14 @@ def _finalize(value: Any) -> Any:
     return value
 
 
+def _finalize_none_empty(value: Any) -> Any:
+    """transformers' dialect: ``{{ x }}`` of a None prints nothing, as the
+    message key transformers 5 leaves out does (``{{ message.content }}`` of
+    a tool call without content), where Jinja prints "None" (so does
+    transformers for its other None values, ``{{ tools }}`` without tools)."""
+    return "" if value is None else _finalize(value)
+
+
 def raise_exception(message: str) -> None:
     raise ChatTemplateError(str(message))
 
@@ -310,6 +319,36 @@ def tojson(value: Any, ensure_ascii: bool = False, indent: Optional[int] = None,
     seps = tuple(separators) if separators is not None else None
     return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=seps,  # type: ignore[arg-type]
                       sort_keys=sort_keys)
+
+
+# A message's reasoning, under the names clients and templates use for it:
+# OpenAI-style APIs and most templates say reasoning_content, gpt-oss's says thinking.
+REASONING_KEYS = ("reasoning_content", "thinking", "reasoning")
+
+
+def template_messages(messages: Sequence[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """Messages as transformers (5.x) hands them to a template: keys whose
+    value is None left out (templates test "is defined": ``tool_calls: null``
+    is no tool calls), and a message's reasoning under both
+    ``reasoning_content`` and ``thinking`` (gpt-oss's template reads the
+    latter). A None content is kept, as transformers 4 kept it: templates
+    of its time test ``content is none``."""
+    out = []
+    for m in messages:
+        if not isinstance(m, dict):
+            out.append(m)
+            continue
+        m = {k: v for k, v in m.items() if v is not None or k == "content"}
+        reasoning = next((m[k] for k in REASONING_KEYS if k in m), None)
+        if reasoning is not None:
+            m = {"thinking": reasoning, **m, "reasoning_content": reasoning}
+        out.append(m)
+    return out
+
+
+def _empty_call(message: Any) -> bool:
+    return isinstance(message, dict) and message.get("role") == "assistant" and \
+        message.get("content", "") is None and bool(message.get("tool_calls"))
 
 
 DIALECTS = ("transformers", "jinja")
@@ -340,14 +379,29 @@ class ChatTemplate:
     def render(self, messages: Sequence[Dict[str, Any]], *, add_generation_prompt: bool = True,
                tools: Optional[Sequence[Dict[str, Any]]] = None, documents: Optional[Sequence[Any]] = None,
                bos_token: str = "", eos_token: str = "", **extra: Any) -> str:
-        """Render ``messages`` (OpenAI-shaped dicts). ``tools`` and
-        ``documents`` are passed as None when absent, as transformers does;
-        ``extra`` variables (``enable_thinking``, ``date_string``, ...) reach
-        the template as they are."""
-        context = dict(extra, messages=list(messages), add_generation_prompt=add_generation_prompt,
+        """Render ``messages`` (OpenAI-shaped dicts), prepared as transformers'
+        ``apply_chat_template`` prepares them (``template_messages``).
+        ``tools`` and ``documents`` are passed as None when absent, as
+        transformers does; ``extra`` variables (``enable_thinking``,
+        ``date_string``, ...) reach the template as they are.
+
+        An assistant's tool-call message often has no content (null from
+        OpenAI clients). Templates written for it test ``content is none``
+        (DeepSeek-R1-Distill's); others use it as a string (Qwen3's,
+        gpt-oss's) and fail on None: for those it is rendered again with ""."""
+        msgs = template_messages(messages)
+        context = dict(extra, messages=msgs, add_generation_prompt=add_generation_prompt,
                        tools=list(tools) if tools else None, documents=list(documents) if documents else None,
                        bos_token=bos_token, eos_token=eos_token)
-        return self.render_variables(context)
+        try:
+            return self.render_variables(context)
+        except (ChatTemplateSecurityError, ChatTemplateLimitError):
+            raise
+        except ChatTemplateError:
+            with_text = [dict(m, content="") if _empty_call(m) else m for m in msgs]
+            if with_text == msgs:
+                raise
+            return self.render_variables(dict(context, messages=with_text))
 
     def render_variables(self, context: Dict[str, Any]) -> str:
         """Render with exactly these template variables (nothing added), for

@@ -147,7 +147,7 @@ class ToolCallStream:
             self.holding_all = True
             out, self.held = self.held[:cut], self.held[cut:]
         else:
-            keep = _partial_marker_len(self.held)
+            keep = partial_marker_len(self.held, CALL_MARKERS)
             out, self.held = self.held[: len(self.held) - keep], self.held[len(self.held) - keep:]
         self.released += out
         return out
@@ -162,10 +162,11 @@ class ToolCallStream:
         return full[len(self.released):max(cut, len(self.released))].rstrip(), calls
 
 
-def _partial_marker_len(text: str) -> int:
-    """Length of the longest suffix of ``text`` that begins a call marker."""
+def partial_marker_len(text: str, markers: Sequence[str]) -> int:
+    """Length of the longest suffix of ``text`` that begins one of ``markers``
+    (what a stream holds back: the marker may be completed by the next piece)."""
     best = 0
-    for m in CALL_MARKERS:
+    for m in markers:
         for n in range(min(len(m) - 1, len(text)), best, -1):
             if text.endswith(m[:n]):
                 best = n

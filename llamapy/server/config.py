@@ -14,6 +14,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence
 
+from ..chat.reasoning import REASONING_FORMATS
+
 _UNSET = object()
 
 
@@ -66,6 +68,10 @@ OPTIONS: List[Opt] = [
         help="a chat format name (e.g. chatml) or a Jinja template string"),
     Opt(("--jinja",), "jinja", "LLAMA_ARG_JINJA", "bool", True,
         "use the model's Jinja chat template (always on: templates render in a sandbox)"),
+    Opt(("--reasoning-format",), "reasoning_format", "LLAMA_ARG_THINK", str, "auto",
+        "a reasoning model's thinking (<think> tags, gpt-oss's analysis channel): auto or deepseek put it into "
+        "message.reasoning_content, none leaves it in message.content; a request's reasoning_format wins",
+        REASONING_FORMATS),
     Opt(("--metrics",), "metrics", "LLAMA_ARG_ENDPOINT_METRICS", "bool", False, "serve /metrics"),
     Opt(("--slots",), "slots", "LLAMA_ARG_ENDPOINT_SLOTS", "bool", True, "serve /slots (--no-slots: off)"),
     Opt(("-to", "--timeout"), "timeout", "LLAMA_ARG_TIMEOUT", float, 600.0,

@@ -1,6 +1,7 @@
 """Ollama's native API (/api/*), so that Ollama clients work unchanged:
 NDJSON streaming (the default, as in Ollama), ``options``, ``format``
-("json" or a JSON schema) and ``keep_alive``."""
+("json" or a JSON schema), ``keep_alive`` and ``think`` (a reasoning
+model's thinking comes back in ``thinking``, as Ollama returns it)."""
 from __future__ import annotations
 
 import asyncio
@@ -90,6 +91,7 @@ class GenerateBody(_Body):
     keep_alive: Optional[Union[str, int, float]] = None
     template: Optional[str] = None
     context: Optional[List[int]] = None
+    think: Optional[Union[bool, str]] = None
 
 
 class EmbedBody(_Body):
@@ -187,6 +189,27 @@ def _options(state: Any, options: Optional[Dict[str, Any]]) -> Dict[str, Any]:
         out["stop"] = check_stop(out["stop"], "options.stop")
     check_sampling(out, "options.")
     return out
+
+
+_THINK_LEVELS = ("low", "medium", "high")
+
+
+def _think(think: Any) -> Dict[str, Any]:
+    """Ollama's ``think`` as the template variables reasoning templates read:
+    true/false is ``enable_thinking`` (Qwen3, GLM, DeepSeek-V3.1), a level is
+    gpt-oss's ``reasoning_effort``."""
+    if think is None:
+        return {}
+    if isinstance(think, bool):
+        return {"enable_thinking": think}
+    if think in _THINK_LEVELS:
+        return {"reasoning_effort": think}
+    raise bad_request(f"think must be true, false or one of {', '.join(_THINK_LEVELS)}")
+
+
+def _thinking(message: Dict[str, Any]) -> Dict[str, Any]:
+    """A chat message's or delta's reasoning as Ollama's ``thinking`` field (or nothing)."""
+    return {"thinking": message["reasoning_content"]} if message.get("reasoning_content") else {}
 
 
 def _format(fmt: Any) -> Optional[Dict[str, Any]]:
@@ -338,14 +361,14 @@ async def api_chat(body: ChatBody, request: Request) -> Any:
     check_tools(body.tools)
     params = dict(messages=msgs, tools=body.tools,
                   response_format=_format(body.format), model=state.model_name, stream=body.stream,
-                  **{"temperature": OLLAMA_TEMPERATURE, **opts})
+                  reasoning_format=state.settings.reasoning_format, **{"temperature": OLLAMA_TEMPERATURE, **opts})
     t0 = time.monotonic()
-    job, _ = await state.start_job(state.cap_generation(work.chat_work(params, {}), params))
+    job, _ = await state.start_job(state.cap_generation(work.chat_work(params, _think(body.think)), params))
     name = body.model or state.model_name
     if not body.stream:
         r = await state.result(job, request)
         msg = r["choices"][0]["message"]
-        out_msg: Dict[str, Any] = {"role": "assistant", "content": msg.get("content") or ""}
+        out_msg: Dict[str, Any] = {"role": "assistant", "content": msg.get("content") or "", **_thinking(msg)}
         calls = _tool_calls(msg)
         if calls:
             out_msg["tool_calls"] = calls
@@ -363,9 +386,10 @@ async def api_chat(body: ChatBody, request: Request) -> Any:
                         calls.append({"function": {"name": tc["function"]["name"], "arguments": ""}})
                     if calls and tc.get("function", {}).get("arguments"):
                         calls[-1]["function"]["arguments"] += tc["function"]["arguments"]
-                if delta.get("content"):
-                    yield {"model": name, "created_at": _now(),
-                           "message": {"role": "assistant", "content": delta["content"]}, "done": False}
+                if delta.get("content") or delta.get("reasoning_content"):
+                    yield {"model": name, "created_at": _now(), "done": False,
+                           "message": {"role": "assistant", "content": delta.get("content") or "",
+                                       **_thinking(delta)}}
         except Exception as e:
             yield {"error": _stream_error(state, job, e)}
             return
@@ -413,23 +437,26 @@ async def api_generate(body: GenerateBody, request: Request) -> Any:
             msgs.append({"role": "system", "content": body.system})
         msgs.append({"role": "user", "content": body.prompt, "images": body.images})
         msgs = _messages(msgs, bool(state.settings.mmproj), state.settings.media_path)
-        params = dict(messages=msgs, response_format=fmt,
-                      model=state.model_name, stream=body.stream, **{"temperature": OLLAMA_TEMPERATURE, **opts})
-        job, _ = await state.start_job(state.cap_generation(work.chat_work(params, {}), params))
+        params = dict(messages=msgs, response_format=fmt, model=state.model_name, stream=body.stream,
+                      reasoning_format=state.settings.reasoning_format,
+                      **{"temperature": OLLAMA_TEMPERATURE, **opts})
+        job, _ = await state.start_job(state.cap_generation(work.chat_work(params, _think(body.think)), params))
         text_of = (lambda c: (c["choices"][0].get("delta") or {}).get("content") or "") if body.stream else \
             (lambda c: c["choices"][0]["message"].get("content") or "")
+    # The chat's reasoning (none in raw mode): Ollama's "thinking" field.
+    thinking_of = (lambda c: _thinking(c["choices"][0].get("delta") or c["choices"][0].get("message") or {}))
     if not body.stream:
         r = await state.result(job, request)
-        return {"model": name, "created_at": _now(), "response": text_of(r), "done": True,
+        return {"model": name, "created_at": _now(), "response": text_of(r), **thinking_of(r), "done": True,
                 "done_reason": r["choices"][0]["finish_reason"], **_durations(t0, job, r.get("usage"))}
 
     async def gen() -> Any:
         end = _StreamEnd()
         try:
             async for ch in _stream_choices(state, job, end):
-                text = text_of({"choices": [ch]})
-                if text:
-                    yield {"model": name, "created_at": _now(), "response": text, "done": False}
+                text, thinking = text_of({"choices": [ch]}), thinking_of({"choices": [ch]})
+                if text or thinking:
+                    yield {"model": name, "created_at": _now(), "response": text, **thinking, "done": False}
         except Exception as e:
             yield {"error": _stream_error(state, job, e)}
             return

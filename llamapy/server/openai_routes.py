@@ -17,6 +17,7 @@ from sse_starlette.sse import EventSourceResponse
 from starlette.responses import JSONResponse, PlainTextResponse
 
 from .._sampling import SamplingParams
+from ..chat.reasoning import check_reasoning_format
 from . import work
 from .errors import APIError, bad_request, error_body, public_error
 from .runner import Cancelled
@@ -64,6 +65,7 @@ class ChatBody(Sampling):
     tool_choice: Optional[Union[str, Dict[str, Any]]] = None
     response_format: Optional[Dict[str, Any]] = None
     chat_template_kwargs: Optional[Dict[str, Any]] = None
+    reasoning_format: Optional[str] = None
 
 
 class CompletionBody(Sampling):
@@ -264,6 +266,14 @@ def check_template_kwargs(kwargs: Optional[Dict[str, Any]], field: str = "chat_t
     return kwargs
 
 
+def reasoning_format(state: Any, value: Optional[str], field: str = "reasoning_format") -> str:
+    """The request's reasoning_format, else the server's (--reasoning-format)."""
+    try:
+        return check_reasoning_format(state.settings.reasoning_format if value is None else value)
+    except ValueError as e:
+        raise bad_request(f"{field}: {e}") from None
+
+
 def check_prompt_tokens(prompt: Any, n_vocab: int, field: str = "prompt") -> None:
     """A prompt given as token ids: at least one, each in the vocabulary."""
     if isinstance(prompt, list):
@@ -340,7 +350,8 @@ async def chat_completions(body: ChatBody, request: Request) -> Any:
     include_usage = _include_usage(body)
     params = dict(messages=messages, tools=body.tools, tool_choice=body.tool_choice,
                   response_format=body.response_format, max_tokens=max_tokens, logprobs=body.logprobs,
-                  top_logprobs=body.top_logprobs, model=state.model_name, **sampling_params(body))
+                  top_logprobs=body.top_logprobs, model=state.model_name,
+                  reasoning_format=reasoning_format(state, body.reasoning_format), **sampling_params(body))
     job, _ = await state.start_job(state.cap_generation(work.chat_work(params, template_kwargs), params))
     if body.stream:
         return _sse(state, job, include_usage)

@@ -30,7 +30,7 @@ from .config import OPTIONS, ConfigError, Opt, Settings, _convert
 MODEL_SETTINGS = ("ctx_size", "parallel", "n_gpu_layers", "flash_attn", "cache_type_k", "cache_type_v", "batch_size",
                   "ubatch_size", "threads", "alias", "embedding", "pooling", "mmproj", "chat_template", "jinja",
                   "metrics", "slots", "timeout", "queue_max", "max_body", "max_tokens_limit", "n_probs_max",
-                  "media_path", "seed")
+                  "media_path", "seed", "reasoning_format")
 _SHARD = re.compile(r"^(?P<stem>.+)-(?P<i>\d{5})-of-(?P<n>\d{5})\.gguf$", re.IGNORECASE)
 _PATH_SETTINGS = ("mmproj", "media_path")
 

@@ -1,0 +1,159 @@
+"""Reasoning in chat replies: where a model's thinking ends and its answer begins.
+
+Reasoning models write their thinking before the answer in one of two
+syntaxes, which chat replies take apart into ``reasoning_content`` and
+``content`` (as llama-server's default ``reasoning_format`` does):
+
+- think tags (Qwen3, DeepSeek-R1/V3.1, GLM-4.5/4.6): ``<think>thinking</think>answer``,
+  where the generation prompt may already have opened ``<think>``;
+- harmony (gpt-oss): messages on channels (``harmony.py``), tool calls included.
+
+``template_syntax`` tells a chat template's syntax from its text and
+``reply_syntax`` the syntax of the reply to one rendered prompt: the one
+place that decides. ``reply_splitter`` gives the splitter for a syntax: it
+takes the reply piece by piece as it streams (``push``) and says what each
+piece is, ("reasoning", text), ("content", text) or ("call", tool call),
+holding back only what may be the start of a marker; ``finish`` gives the
+rest. ``split_reply`` runs one over a whole reply, so a streamed reply and a
+whole one are split by the same code.
+
+Not here: tool calls written in the content (``tools.py``); chunks and
+messages (``completion.py``).
+"""
+from __future__ import annotations
+
+from typing import Any, List, Optional, Tuple, Union
+
+from .harmony import CHANNEL, HarmonySplitter, Piece
+from .tools import ToolCall, partial_marker_len
+
+THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
+
+# llama-server's --reasoning-format values that llamapy takes: "auto" and
+# "deepseek" put the reasoning into reasoning_content, "none" leaves the raw
+# text in content.
+REASONING_FORMATS = ("auto", "deepseek", "none")
+
+
+def check_reasoning_format(value: Any) -> str:
+    if value not in REASONING_FORMATS:
+        raise ValueError(f"reasoning_format must be one of {', '.join(REASONING_FORMATS)}, not {value!r}")
+    return value
+
+
+def template_syntax(source: str) -> Optional[str]:
+    """The reasoning syntax of a chat template's model: "harmony" (the
+    template writes ``<|channel|>``), "think" (it knows ``</think>``: it
+    writes think blocks, or cuts them out of earlier answers, as
+    DeepSeek-R1-Distill's first template does), else None."""
+    if CHANNEL in source:
+        return "harmony"
+    if THINK_CLOSE in source:
+        return "think"
+    return None
+
+
+def reply_syntax(template: Optional[str], prompt: str) -> Optional[str]:
+    """The syntax of the reply to ``prompt``: the template's, "think"
+    becoming "think-open" when the prompt ends inside a think block (its
+    generation prompt opened one)."""
+    if template == "think" and prompt.rstrip().endswith(THINK_OPEN):
+        return "think-open"
+    return template
+
+
+class PlainReply:
+    """A reply with no reasoning syntax: all of it is content."""
+
+    def push(self, text: str) -> List[Piece]:
+        return [("content", text)] if text else []
+
+    def finish(self) -> List[Piece]:
+        return []
+
+
+class ThinkSplitter:
+    """``<think>reasoning</think>content``. The reasoning loses the
+    whitespace around it, the content the whitespace before it. A reply that
+    does not begin with ``<think>`` (after whitespace) is all content, unless
+    the prompt opened the block (``opened``: a ``<think>`` the model writes
+    again is dropped); a block never closed is all reasoning."""
+
+    def __init__(self, opened: bool = False) -> None:
+        self.opened = opened
+        self.state = "start"  # start | reasoning | content
+        self.buf = ""         # text not yet given out
+        self.lead = True      # the whitespace at the head of the current part is still to be dropped
+
+    def push(self, text: str) -> List[Piece]:
+        self.buf += text
+        out: List[Piece] = []
+        while True:
+            if self.state == "start":
+                head = self.buf.lstrip()
+                if not head or (len(head) < len(THINK_OPEN) and THINK_OPEN.startswith(head)):
+                    return out
+                if head.startswith(THINK_OPEN):
+                    self.buf, self.state, self.lead = head[len(THINK_OPEN):], "reasoning", True
+                elif self.opened:
+                    self.state = "reasoning"
+                else:
+                    self.state, self.lead = "content", False  # no think block: the text as it is
+                continue
+            if self.lead:
+                self.buf = self.buf.lstrip()
+                if not self.buf:
+                    return out
+                self.lead = False
+            if self.state == "content":
+                if self.buf:
+                    out.append(("content", self.buf))
+                    self.buf = ""
+                return out
+            end = self.buf.find(THINK_CLOSE)
+            if end >= 0:
+                _add(out, "reasoning", self.buf[:end].rstrip())
+                self.buf, self.state, self.lead = self.buf[end + len(THINK_CLOSE):], "content", True
+                continue
+            # Held back: what may begin </think>, and trailing whitespace (it may end the reasoning).
+            keep = partial_marker_len(self.buf, (THINK_CLOSE,))
+            sure = self.buf[: len(self.buf) - keep].rstrip()
+            _add(out, "reasoning", sure)
+            self.buf = self.buf[len(sure):]
+            return out
+
+    def finish(self) -> List[Piece]:
+        out: List[Piece] = []
+        if self.state == "reasoning":
+            _add(out, "reasoning", (self.buf.lstrip() if self.lead else self.buf).rstrip())
+        elif self.state == "start":
+            _add(out, "reasoning" if self.opened else "content", self.buf.strip() if self.opened else self.buf)
+        elif not self.lead:
+            _add(out, "content", self.buf)
+        self.buf = ""
+        return out
+
+
+def _add(out: List[Piece], kind: str, text: str) -> None:
+    if text:
+        out.append((kind, text))
+
+
+Splitter = Union[PlainReply, ThinkSplitter, HarmonySplitter]
+
+
+def reply_splitter(syntax: Optional[str]) -> Splitter:
+    """The splitter for a reply of this syntax (``reply_syntax``; None: plain)."""
+    if syntax == "harmony":
+        return HarmonySplitter()
+    if syntax in ("think", "think-open"):
+        return ThinkSplitter(opened=syntax == "think-open")
+    return PlainReply()
+
+
+def split_reply(syntax: Optional[str], text: str) -> Tuple[str, str, List[ToolCall]]:
+    """A whole reply as (reasoning, content, tool calls of the syntax itself)."""
+    splitter = reply_splitter(syntax)
+    pieces = splitter.push(text) + splitter.finish()
+    return ("".join(v for k, v in pieces if k == "reasoning"), "".join(v for k, v in pieces if k == "content"),
+            [v for k, v in pieces if k == "call"])
