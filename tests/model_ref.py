@@ -58,6 +58,11 @@ class ArchSpec:
     # feed_forward_length (llama); moe_gate: the experts have ffn_gate_exps.
     expert_ff_key: bool = False
     moe_gate: bool = True
+    # gpt-oss: a softmax over the chosen experts' logits (no renormalisation),
+    # biases on the router and the experts, the clamped SwiGLU, attention
+    # sinks, a bias on the attention output, the FFN norm stored as
+    # post_attention_norm.
+    gpt_oss: bool = False
 
 
 @dataclasses.dataclass
@@ -108,6 +113,11 @@ SPECS = {
     "llama_moe": (ArchSpec("llama"), Config(n_ff=64, n_expert=4, n_expert_used=2, n_ff_exp=64)),
     # Experts without a gate (llama.cpp's loader allows it): silu(up).
     "llama_moe_nogate": (ArchSpec("llama", moe_gate=False), Config(n_ff=32, n_expert=6, n_expert_used=2, n_ff_exp=32)),
+    # gpt-oss: window layers 0 and 2 (of every 2 layers the first).
+    "gpt-oss": (
+        ArchSpec("gpt-oss", rope_neox=True, qkv_bias=True, swa_period=2, expert_ff_key=True, gpt_oss=True),
+        Config(n_layer=3, n_swa=4, n_expert=6, n_expert_used=2, n_ff_exp=32),
+    ),
 }
 
 
@@ -154,13 +164,16 @@ def make_weights(spec: ArchSpec, cfg: Config, seed: int = 0) -> dict[str, np.nda
             w[p + "attn_k.bias"] = (0.3 * rng.standard_normal(KV * D)).astype(np.float32)
             w[p + "attn_v.bias"] = (0.3 * rng.standard_normal(KV * D)).astype(np.float32)
         w[p + "attn_output.weight"] = mat(E, H * D)
+        if spec.gpt_oss:
+            w[p + "attn_output.bias"] = (0.3 * rng.standard_normal(E)).astype(np.float32)
+            w[p + "attn_sinks.weight"] = (2.0 * rng.standard_normal(H)).astype(np.float32)
         if spec.qk_norm:
             w[p + "attn_q_norm.weight"] = normw(D)
             w[p + "attn_k_norm.weight"] = normw(D)
         if spec.post_norms:
             w[p + "post_attention_norm.weight"] = normw(E)
             w[p + "post_ffw_norm.weight"] = normw(E)
-        w[p + "ffn_norm.weight"] = normw(E)
+        w[p + ("post_attention_norm.weight" if spec.gpt_oss else "ffn_norm.weight")] = normw(E)
         if cfg.n_expert:
             X, FE = cfg.n_expert, cfg.n_ff_exp
             w[p + "ffn_gate_inp.weight"] = mat(X, E, 3.0)
@@ -168,6 +181,10 @@ def make_weights(spec: ArchSpec, cfg: Config, seed: int = 0) -> dict[str, np.nda
                 w[p + "ffn_gate_exps.weight"] = np.stack([mat(FE, E, 2.0) for _ in range(X)])
             w[p + "ffn_up_exps.weight"] = np.stack([mat(FE, E) for _ in range(X)])
             w[p + "ffn_down_exps.weight"] = np.stack([mat(E, FE) for _ in range(X)])
+            if spec.gpt_oss:
+                w[p + "ffn_gate_inp.bias"] = (0.5 * rng.standard_normal(X)).astype(np.float32)
+                for part, rows in (("gate", FE), ("up", FE), ("down", E)):
+                    w[p + f"ffn_{part}_exps.bias"] = (0.3 * rng.standard_normal((X, rows))).astype(np.float32)
             continue
         gate, up = mat(F, E, 2.0), mat(F, E)
         if spec.gate_up_fused:
@@ -179,8 +196,8 @@ def make_weights(spec: ArchSpec, cfg: Config, seed: int = 0) -> dict[str, np.nda
 
 
 def store_type(name: str, arr: np.ndarray, wtype: str) -> str:
-    """The type a tensor is written with: 1-D tensors stay F32, as converters do."""
-    if arr.ndim == 1:
+    """The type a tensor is written with: 1-D tensors and biases stay F32, as converters do."""
+    if arr.ndim == 1 or name.endswith(".bias"):
         return "F32"
     return wtype
 
@@ -440,18 +457,32 @@ def moe_ffn(spec: ArchSpec, cfg: Config, w: dict[str, np.ndarray], p: str, h: np
     logits ("ffn_moe_logits")."""
     logits = matmul(h, w[p + "ffn_gate_inp.weight"], dot_input(wtype, p + "ffn_gate_inp.weight"))
     tap("ffn_moe_logits", logits)
-    ids, wts = moe_route(logits, cfg.n_expert_used)
+    if spec.gpt_oss:
+        logits = logits + w[p + "ffn_gate_inp.bias"]
+        ids = np.argsort(-logits, axis=1, kind="stable")[:, :cfg.n_expert_used]
+        z = np.take_along_axis(logits, ids, axis=1)
+        z = np.exp(z - z.max(axis=1, keepdims=True))
+        wts = z / z.sum(axis=1, keepdims=True)
+    else:
+        ids, wts = moe_route(logits, cfg.n_expert_used)
+    bias = (lambda part, e: w[p + f"ffn_{part}_exps.bias"][e]) if spec.gpt_oss else (lambda part, e: 0.0)
     out = np.zeros_like(h, dtype=np.float64)
     for t in range(h.shape[0]):
         for j in range(cfg.n_expert_used):
             e = ids[t, j]
             up = matmul(h[t:t + 1], w[p + "ffn_up_exps.weight"][e], dot_input(wtype, p + "ffn_up_exps.weight"))
-            if spec.moe_gate:
+            up = up + bias("up", e)
+            if spec.gpt_oss:
+                gate = matmul(h[t:t + 1], w[p + "ffn_gate_exps.weight"][e], dot_input(wtype, p + "ffn_gate_exps.weight"))
+                g = np.minimum(gate + bias("gate", e), 7.0)
+                a = g / (1.0 + np.exp(-1.702 * g)) * (np.clip(up, -7.0, 7.0) + 1.0)
+            elif spec.moe_gate:
                 gate = matmul(h[t:t + 1], w[p + "ffn_gate_exps.weight"][e], dot_input(wtype, p + "ffn_gate_exps.weight"))
                 a = silu(gate) * up
             else:
                 a = silu(up)
-            out[t] += wts[t, j] * matmul(a, w[p + "ffn_down_exps.weight"][e], dot_input(wtype, p + "ffn_down_exps.weight"))[0]
+            down = matmul(a, w[p + "ffn_down_exps.weight"][e], dot_input(wtype, p + "ffn_down_exps.weight"))[0]
+            out[t] += wts[t, j] * (down + bias("down", e))
     return out
 
 
@@ -537,20 +568,29 @@ def forward(spec: ArchSpec, cfg: Config, w: dict[str, np.ndarray], tokens, wtype
                 if spec.attn_softcap:
                     s = np.tanh(s / spec.attn_softcap) * spec.attn_softcap
                 s = s * kq_scale
-                e = np.exp(s - s.max())
-                pr = e / e.sum() if (kv_type or flash) else kvr(e / e.sum())
+                if spec.gpt_oss:
+                    sink = float(w[p + "attn_sinks.weight"][hh])
+                    m = max(s.max(), sink)
+                    e = np.exp(s - m)
+                    tot = e.sum() + math.exp(sink - m)
+                else:
+                    e = np.exp(s - s.max())
+                    tot = e.sum()
+                pr = e / tot if (kv_type or flash) else kvr(e / tot)
                 out[t, hh, :] = pr @ v[vis, g, :]
         if rot_v:
             out = rotate_blocks(out, rot_v)
         tap("kqv_out", il, out)
         o = matmul(out.reshape(n, H * D), w[p + "attn_output.weight"], dot_input(wtype, p + "attn_output.weight"))
+        if p + "attn_output.bias" in w:
+            o = o + w[p + "attn_output.bias"]
         tap("attn_out", il, o)
         if spec.post_norms:
             o = rms_norm(o, w[p + "post_attention_norm.weight"], cfg.eps)
             tap("attn_post_norm", il, o)
         x = x + o
         tap("sa_out" if spec.post_norms else "ffn_inp", il, x)
-        h = rms_norm(x, w[p + "ffn_norm.weight"], cfg.eps)
+        h = rms_norm(x, w[p + ("post_attention_norm.weight" if spec.gpt_oss else "ffn_norm.weight")], cfg.eps)
         tap("ffn_norm", il, h)
         if cfg.n_expert:
             o = moe_ffn(spec, cfg, w, p, h, wtype, lambda name, val: tap(name, il, val))

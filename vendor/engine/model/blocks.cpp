@@ -156,7 +156,17 @@ void pass::softcap(rows y, int64_t n, float cap) {
     queue(o);
 }
 
+void pass::swiglu_oai(rows g, const float* up, int64_t up_stride, int64_t n, float alpha, float limit) {
+    row_op o = op(row_op::kind::swiglu_oai, g, n);
+    o.x = up;
+    o.x_stride = up_stride;
+    o.f = limit;
+    o.f2 = alpha;
+    queue(o);
+}
+
 void pass::act_mul(ffn_act act, rows g, const float* up, int64_t up_stride, int64_t n) {
+    if (act == ffn_act::swiglu_oai) throw value_error("swiglu_oai needs its alpha and limit (pass::swiglu_oai)");
     const row_op::kind k = act == ffn_act::gelu         ? row_op::kind::gelu_mul
                            : act == ffn_act::gelu_quick ? row_op::kind::gelu_quick_mul
                                                         : row_op::kind::silu_mul;
@@ -351,7 +361,7 @@ attention_args attention_setup(const hparams& hp, const run_state& rs, int mask,
 }
 
 void cached_attention(pass& p, const hparams& hp, kv_cache& kv, int il, const int32_t* cells, const run_state& rs,
-                      int mask, rows qkv, rows out) {
+                      int mask, rows qkv, rows out, const std::vector<float>& sinks) {
     const int64_t nq = hp.n_q(), nk = hp.n_embd_k(), nv = hp.n_embd_v(), n_att = hp.n_head * hp.head_dim_v;
     const rows q = qkv, k = qkv.at(nq), v = qkv.at(nq + nk);
     p.enter_kv();
@@ -370,7 +380,9 @@ void cached_attention(pass& p, const hparams& hp, kv_cache& kv, int il, const in
     src.v = kv.v(il);
     src.v_row_bytes = kv.v_row_bytes();
     src.cell_pos = kv.positions();
-    p.attention(attention_setup(hp, rs, mask, qkv, out, p.n(), src));
+    attention_args a = attention_setup(hp, rs, mask, qkv, out, p.n(), src);
+    a.sinks = sinks.empty() ? nullptr : sinks.data();
+    p.attention(a);
     if (kv.rot_v()) p.hadamard(out, n_att, kv.rot_v());
     p.leave_kv();
     p.tap("kqv_out", il, out, n_att);
@@ -409,8 +421,8 @@ void moe_ffn_block(pass& p, const hparams& hp, const layer_weights& L, int il, r
     auto* ids = static_cast<int32_t*>(rs.moe_ids.data());
     float* weights = rs.moe_weights.f32();
     p.matmul(L.ffn_gate_inp, in, logits);
-    p.add_bias(logits, L.ffn_gate_inp_b);
     p.tap("ffn_moe_logits", il, logits, m.n_expert);
+    p.add_bias(logits, L.ffn_gate_inp_b);  // (llama.cpp names the sum ffn_moe_logits_biased)
     moe_route_args a;
     a.n_tok = n;
     a.n_expert = m.n_expert;
@@ -433,7 +445,10 @@ void moe_ffn_block(pass& p, const hparams& hp, const layer_weights& L, int il, r
     const bool gated = L.ffn_gate_exps.present();
     if (gated) p.moe_matmul(L.ffn_gate_exps, in, (int)k, ids, n * k, g, L.ffn_gate_exps_b);
     p.moe_matmul(L.ffn_up_exps, in, (int)k, ids, n * k, gated ? u : g, L.ffn_up_exps_b);
-    p.over_rows(n * k, [&] { p.act_mul(hp.v.act, g, gated ? u.p : nullptr, u.s, F); });
+    p.over_rows(n * k, [&] {
+        if (m.act == ffn_act::swiglu_oai) p.swiglu_oai(g, u.p, u.s, F, m.swiglu_alpha, m.swiglu_limit);
+        else p.act_mul(m.act, g, gated ? u.p : nullptr, u.s, F);
+    });
     p.moe_matmul(L.ffn_down_exps, g, 1, ids, n * k, down, L.ffn_down_exps_b);
     p.weighted_sum(out, down.p, weights, (int)k, E);
     p.tap("ffn_moe_out", il, out, E);

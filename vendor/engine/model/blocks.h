@@ -132,6 +132,7 @@ public:
     void scale(rows y, int64_t n, float f);
     void softcap(rows y, int64_t n, float cap);
     void act_mul(ffn_act act, rows g, const float* up, int64_t up_stride, int64_t n);  // up null: no gate
+    void swiglu_oai(rows g, const float* up, int64_t up_stride, int64_t n, float alpha, float limit);
     void rope(rows y, int64_t n_head, int64_t head_dim, const rope_params& rp, const float* cos_sin);
     void hadamard(rows y, int64_t n, int block);
     void copy(rows y, rows x, int64_t n);
@@ -212,8 +213,9 @@ attention_args attention_setup(const hparams& hp, const run_state& rs, int mask,
 // Stores the batch's keys and values in layer il of kv (rotated first when
 // the cache rotates) and attends over the cache: out = attention output,
 // rotated back.  [kqv_out]
+// sinks: the layer's attention sinks (block_variant::attn_sinks), or empty.
 void cached_attention(pass& p, const hparams& hp, kv_cache& kv, int il, const int32_t* cells, const run_state& rs,
-                      int mask, rows qkv, rows out);
+                      int mask, rows qkv, rows out, const std::vector<float>& sinks = {});
 // out = wo · att + bo.  [attn_out]
 void attn_output(pass& p, const hparams& hp, const layer_weights& L, int il, rows att, rows out);
 // out = down(act(gate) * up) (+ biases), or down(act(up)) without a gate;

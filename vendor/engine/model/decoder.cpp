@@ -39,7 +39,7 @@ void decoder_forward(const model& m, const rope_params rope[2], kv_cache& kv_mai
         p.norm(V.norm, xb, x, L.attn_norm, L.attn_norm_b, E, hp.norm_eps);
         p.tap("attn_norm", il, xb, E);
         qkv_block(p, hp, L, il, xb, qkv, rs.rope_cs[r].data());
-        cached_attention(p, hp, kv, il, cells, rs, r, qkv, att);
+        cached_attention(p, hp, kv, il, cells, rs, r, qkv, att, L.attn_sinks);
         if (il == (int)hp.n_layer - 1) {
             // Only the requested rows go on: gather them to the front.
             p.gather_rows(att, n_att, ub.out_rows, ub.n_out);

@@ -20,6 +20,7 @@ void setup(const gguf_file& f, hparams& hp) {
     if (m.n_expert > 0) {
         m.n_ff_exp = hp.n_ff;
         m.gating = moe_gating::softmax;
+        m.act = ffn_act::silu;
         m.norm_w = true;
         m.gate_optional = true;
     }

@@ -302,7 +302,8 @@ void load_weights(const gguf_file& f, hparams& hp, model_weights& w) {
             l.k_norm = L.vec(p + "attn_k_norm.weight", hp.head_dim_k);
         }
         if (v.post_attn_norm) l.post_attn_norm = L.vec(p + "post_attention_norm.weight", E);
-        l.ffn_norm = L.vec(p + "ffn_norm.weight", E);
+        if (v.attn_sinks) l.attn_sinks = L.vec(p + "attn_sinks.weight", hp.n_head);
+        l.ffn_norm = L.vec(p + v.ffn_norm_tensor + ".weight", E);
         if (ln) l.ffn_norm_b = L.vec_opt(p + "ffn_norm.bias", E);
         if (hp.moe.n_expert > 0 && il >= hp.moe.n_layer_dense_lead) {
             load_moe_ffn(L, hp, p, l);
@@ -435,6 +436,7 @@ const char* ftype_name(int64_t ft) {
         case 32: return "BF16";
         case 36: return "TQ1_0 - 1.69 bpw ternary";
         case 37: return "TQ2_0 - 2.06 bpw ternary";
+        case 38: return "MXFP4 MoE";
         default: return "unknown type";
     }
 }

@@ -33,7 +33,9 @@ struct not_implemented_error : std::logic_error {
 };
 
 enum class norm_kind { rms, layer };
-enum class ffn_act { silu, gelu, gelu_quick };  // gelu_quick: CLIP vision towers
+// gelu_quick: CLIP vision towers; swiglu_oai: gpt-oss's clamped SwiGLU
+// (moe_hparams swiglu_alpha / swiglu_limit), its experts only
+enum class ffn_act { silu, gelu, gelu_quick, swiglu_oai };
 
 // How an architecture's decoder block differs from the pre-norm transformer
 // (norm -> attention -> residual, norm -> gated FFN -> residual).
@@ -49,6 +51,10 @@ struct block_variant {
     bool scale_q = false;          // multiply q by attn_scale before attention instead of scaling scores (gemma)
     float embd_scale = 1.0f;       // token embeddings are multiplied by this (gemma: sqrt(n_embd))
     bool encoder = false;          // bidirectional post-norm encoder (bert family): encoder.h runs it
+    bool attn_sinks = false;       // a learned softmax sink per head (attn_sinks.weight; gpt-oss)
+    // The FFN's input norm tensor, "blk.N.<ffn_norm_tensor>.weight" (gpt-oss
+    // stores it as post_attention_norm).
+    const char* ffn_norm_tensor = "ffn_norm";
 };
 
 // Mixture of experts (llama.cpp's build_moe_ffn): the FFN of a layer with a
@@ -67,6 +73,8 @@ struct moe_hparams {
     float w_scale = 0.0f;         // expert_weights_scale (0 or 1: none)
     int n_group = 0, n_group_used = 0;  // group-limited routing (expert_group_count, expert_group_used_count)
     bool gate_optional = false;   // experts without ffn_gate_exps run act(up) (llama); else it is required
+    ffn_act act = ffn_act::silu;  // the experts' activation (the shared expert uses block_variant::act)
+    float swiglu_alpha = 1.702f, swiglu_limit = 7.0f;  // ffn_act::swiglu_oai
 };
 
 struct hparams {
@@ -123,6 +131,7 @@ struct layer_weights {
     std::vector<float> bo;        // (n_embd) or empty
     std::vector<float> q_norm, k_norm;  // (head_dim_k) when qk_norm
     std::vector<float> post_attn_norm;  // (n_embd) when post_attn_norm
+    std::vector<float> attn_sinks;      // (n_head) when attn_sinks
     std::vector<float> ffn_norm, ffn_norm_b;  // (n_embd)
     weight_view ffn_gate;         // (n_ff, n_embd); absent when gate_up_fused
     weight_view ffn_up;           // (n_ff, n_embd), or (2*n_ff, n_embd) gate then up when gate_up_fused

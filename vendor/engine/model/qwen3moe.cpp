@@ -20,6 +20,7 @@ void setup(const gguf_file& f, hparams& hp) {
     m.n_ff_exp = arch_int(f, hp, "expert_feed_forward_length", 0);
     if (m.n_ff_exp == 0) m.n_ff_exp = hp.n_ff / m.n_expert_used;
     m.gating = moe_gating::softmax;
+    m.act = ffn_act::silu;
     m.norm_w = true;
 }
 
