@@ -116,7 +116,6 @@ class _Shape:
 
         self.n_ctx_train = int(key("context_length"))
         self.n_embd = int(key("embedding_length"))
-        self.n_layer = int(key("block_count"))
         self.n_ff = int(key("feed_forward_length"))
         self.n_head = int(key("attention.head_count"))
         self.n_head_kv = int(key("attention.head_count_kv", self.n_head))
@@ -127,6 +126,7 @@ class _Shape:
         # architecture's facts and setup, the window's layers, the experts,
         # the activation rows), asked of it rather than repeated here.
         shape = _engine.model_shape(str(f.path))
+        self.n_layer = int(shape["n_layer"])  # without next-token-prediction layers
         self.n_rot = int(shape["n_rot"])
         self.encoder = bool(shape["encoder"])
         self.n_swa = int(shape["n_swa"])

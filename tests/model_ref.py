@@ -63,6 +63,11 @@ class ArchSpec:
     # sinks, a bias on the attention output, the FFN norm stored as
     # post_attention_norm.
     gpt_oss: bool = False
+    # glm4moe: sigmoid router with a selection bias, weights normalised and
+    # scaled by 2.5, one shared expert, the first layer dense, the FFN norm
+    # stored as post_attention_norm, and a next-token-prediction layer after
+    # the model's own (in the block count, skipped).
+    glm: bool = False
 
 
 @dataclasses.dataclass
@@ -113,6 +118,10 @@ SPECS = {
     "llama_moe": (ArchSpec("llama"), Config(n_ff=64, n_expert=4, n_expert_used=2, n_ff_exp=64)),
     # Experts without a gate (llama.cpp's loader allows it): silu(up).
     "llama_moe_nogate": (ArchSpec("llama", moe_gate=False), Config(n_ff=32, n_expert=6, n_expert_used=2, n_ff_exp=32)),
+    "glm4moe": (
+        ArchSpec("glm4moe", rope_neox=True, qkv_bias=True, expert_ff_key=True, glm=True),
+        Config(n_layer=3, n_ff=96, n_expert=8, n_expert_used=3, n_ff_exp=32),
+    ),
     # gpt-oss: window layers 0 and 2 (of every 2 layers the first).
     "gpt-oss": (
         ArchSpec("gpt-oss", rope_neox=True, qkv_bias=True, swa_period=2, expert_ff_key=True, gpt_oss=True),
@@ -173,14 +182,19 @@ def make_weights(spec: ArchSpec, cfg: Config, seed: int = 0) -> dict[str, np.nda
         if spec.post_norms:
             w[p + "post_attention_norm.weight"] = normw(E)
             w[p + "post_ffw_norm.weight"] = normw(E)
-        w[p + ("post_attention_norm.weight" if spec.gpt_oss else "ffn_norm.weight")] = normw(E)
-        if cfg.n_expert:
+        w[p + ("post_attention_norm.weight" if (spec.gpt_oss or spec.glm) else "ffn_norm.weight")] = normw(E)
+        if cfg.n_expert and not (spec.glm and il == 0):
             X, FE = cfg.n_expert, cfg.n_ff_exp
             w[p + "ffn_gate_inp.weight"] = mat(X, E, 3.0)
             if spec.moe_gate:
                 w[p + "ffn_gate_exps.weight"] = np.stack([mat(FE, E, 2.0) for _ in range(X)])
             w[p + "ffn_up_exps.weight"] = np.stack([mat(FE, E) for _ in range(X)])
             w[p + "ffn_down_exps.weight"] = np.stack([mat(E, FE) for _ in range(X)])
+            if spec.glm:
+                w[p + "exp_probs_b.bias"] = (0.3 * rng.standard_normal(X)).astype(np.float32)
+                w[p + "ffn_gate_shexp.weight"] = mat(FE, E, 2.0)
+                w[p + "ffn_up_shexp.weight"] = mat(FE, E)
+                w[p + "ffn_down_shexp.weight"] = mat(E, FE)
             if spec.gpt_oss:
                 w[p + "ffn_gate_inp.bias"] = (0.5 * rng.standard_normal(X)).astype(np.float32)
                 for part, rows in (("gate", FE), ("up", FE), ("down", E)):
@@ -192,6 +206,12 @@ def make_weights(spec: ArchSpec, cfg: Config, seed: int = 0) -> dict[str, np.nda
         else:
             w[p + "ffn_gate.weight"], w[p + "ffn_up.weight"] = gate, up
         w[p + "ffn_down.weight"] = mat(E, F)
+    if spec.glm:
+        # the next-token-prediction layer: present in the file, never run
+        p = f"blk.{cfg.n_layer}."
+        w[p + "attn_norm.weight"] = normw(E)
+        w[p + "nextn.eh_proj.weight"] = mat(E, 2 * E)
+        w[p + "nextn.enorm.weight"] = normw(E)
     return w
 
 
@@ -216,8 +236,8 @@ def as_stored(arr: np.ndarray, t: str) -> np.ndarray:
 def write_gguf(path: Path, spec: ArchSpec, cfg: Config, weights: dict[str, np.ndarray], wtype: str = "F32") -> None:
     a = spec.arch
     wr = gguf.GGUFWriter(str(path), a)
-    add_common_hparams(wr, a, n_ctx_train=cfg.n_ctx_train, n_embd=cfg.n_embd, n_layer=cfg.n_layer, n_ff=cfg.n_ff,
-                       n_head=cfg.n_head)
+    add_common_hparams(wr, a, n_ctx_train=cfg.n_ctx_train, n_embd=cfg.n_embd, n_layer=cfg.n_layer + (1 if spec.glm else 0),
+                       n_ff=cfg.n_ff, n_head=cfg.n_head)
     wr.add_uint32(f"{a}.attention.head_count_kv", cfg.n_head_kv)
     wr.add_uint32(f"{a}.attention.key_length", cfg.head_dim)
     wr.add_uint32(f"{a}.attention.value_length", cfg.head_dim)
@@ -226,6 +246,13 @@ def write_gguf(path: Path, spec: ArchSpec, cfg: Config, weights: dict[str, np.nd
     wr.add_uint32(f"{a}.rope.dimension_count", cfg.head_dim)
     if cfg.n_swa:
         wr.add_uint32(f"{a}.attention.sliding_window", cfg.n_swa)
+    if spec.glm:
+        wr.add_uint32(f"{a}.nextn_predict_layers", 1)
+        wr.add_uint32(f"{a}.leading_dense_block_count", 1)
+        wr.add_uint32(f"{a}.expert_shared_count", 1)
+        wr.add_bool(f"{a}.expert_weights_norm", True)
+        wr.add_float32(f"{a}.expert_weights_scale", 2.5)
+        wr.add_uint32(f"{a}.expert_gating_func", 2)
     if cfg.n_expert:
         wr.add_uint32(f"{a}.expert_count", cfg.n_expert)
         wr.add_uint32(f"{a}.expert_used_count", cfg.n_expert_used)
@@ -457,7 +484,13 @@ def moe_ffn(spec: ArchSpec, cfg: Config, w: dict[str, np.ndarray], p: str, h: np
     logits ("ffn_moe_logits")."""
     logits = matmul(h, w[p + "ffn_gate_inp.weight"], dot_input(wtype, p + "ffn_gate_inp.weight"))
     tap("ffn_moe_logits", logits)
-    if spec.gpt_oss:
+    if spec.glm:
+        probs = 1.0 / (1.0 + np.exp(-logits))
+        sel = probs + w[p + "exp_probs_b.bias"]
+        ids = np.argsort(-sel, axis=1, kind="stable")[:, :cfg.n_expert_used]
+        wts = np.take_along_axis(probs, ids, axis=1)
+        wts = 2.5 * wts / np.maximum(wts.sum(axis=1, keepdims=True), 6.103515625e-5)
+    elif spec.gpt_oss:
         logits = logits + w[p + "ffn_gate_inp.bias"]
         ids = np.argsort(-logits, axis=1, kind="stable")[:, :cfg.n_expert_used]
         z = np.take_along_axis(logits, ids, axis=1)
@@ -483,6 +516,13 @@ def moe_ffn(spec: ArchSpec, cfg: Config, w: dict[str, np.ndarray], p: str, h: np
                 a = silu(up)
             down = matmul(a, w[p + "ffn_down_exps.weight"][e], dot_input(wtype, p + "ffn_down_exps.weight"))[0]
             out[t] += wts[t, j] * (down + bias("down", e))
+    if p + "ffn_up_shexp.weight" in w:
+        g = matmul(h, w[p + "ffn_gate_shexp.weight"], dot_input(wtype, p + "ffn_gate_shexp.weight"))
+        u = matmul(h, w[p + "ffn_up_shexp.weight"], dot_input(wtype, p + "ffn_up_shexp.weight"))
+        shared = matmul(silu(g) * u, w[p + "ffn_down_shexp.weight"], dot_input(wtype, p + "ffn_down_shexp.weight"))
+        tap("ffn_moe_out", out)
+        tap("ffn_shexp_out", shared)
+        out = out + shared
     return out
 
 
@@ -590,11 +630,13 @@ def forward(spec: ArchSpec, cfg: Config, w: dict[str, np.ndarray], tokens, wtype
             tap("attn_post_norm", il, o)
         x = x + o
         tap("sa_out" if spec.post_norms else "ffn_inp", il, x)
-        h = rms_norm(x, w[p + ("post_attention_norm.weight" if spec.gpt_oss else "ffn_norm.weight")], cfg.eps)
+        h = rms_norm(x, w[p + ("post_attention_norm.weight" if (spec.gpt_oss or spec.glm) else "ffn_norm.weight")],
+                     cfg.eps)
         tap("ffn_norm", il, h)
-        if cfg.n_expert:
+        if cfg.n_expert and p + "ffn_gate_inp.weight" in w:
             o = moe_ffn(spec, cfg, w, p, h, wtype, lambda name, val: tap(name, il, val))
-            tap("ffn_moe_out", il, o)
+            if p + "ffn_up_shexp.weight" not in w:
+                tap("ffn_moe_out", il, o)
             tap("ffn_out", il, o)
             x = x + o
             tap("l_out", il, x)

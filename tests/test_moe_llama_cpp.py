@@ -5,8 +5,9 @@ produced on them, recorded by tools/make_moe_fixtures.py (see that folder's
 README for the recordings and llama.cpp's own noise).
 
 F16 files: the 16 greedy tokens equal llama.cpp's and every step's top-10
-logits (teacher-forced along llama.cpp's path) agree within its own
-flash-off/on noise. Quantized files: activations are rounded to 8 bits before
+logits (teacher-forced along llama.cpp's path) agree within TOL_F16, or
+within 1.5 times llama.cpp's own flash-off/on difference at that step where
+that is larger (a router near a tie). Quantized files: activations are rounded to 8 bits before
 every product, so a one-ulp difference in summation order can flip a
 rounding, and where two experts' router scores nearly tie, flip the chosen
 pair: the logits of that position then jump by 1-5 while the others stay
@@ -29,7 +30,7 @@ from llamapy import Llama
 
 DATA = Path(__file__).parent / "data" / "moe"
 # The families this engine runs (the folder also holds later ones).
-FAMILIES = ["qwen3moe", "qwen3moe_nonorm", "qwen3moe_kquant", "mixtral", "gptoss"]
+FAMILIES = ["qwen3moe", "qwen3moe_nonorm", "qwen3moe_kquant", "mixtral", "gptoss", "glm4moe"]
 PENDING = {("gptoss", "MXFP4_MOE")}  # the MXFP4 type is being added
 TOL_F16 = 0.05   # llama.cpp's own: batch vs step 0.01, flash off vs on 0.03 on these files
 TOL_Q = 0.4      # quantized: llama.cpp's flash off/on is up to ~0.3 away from routing flips
@@ -86,9 +87,12 @@ def test_matches_llama_cpp(family, ftype):
         last = npz[f"{ftype}.p{pi}.last_logits"]
         full = float(np.abs(steps[0] - last).max())
         where = f"{family} {ftype} prompt {pi}"
+        own = pr["flash_off"]["top10_delta_vs_flash_on_per_position"][len(pr["prompt_ids"]) - 1:]
         if exact:
-            assert max(deltas) < TOL_F16 and full < TOL_F16, f"{where}: top-10 {max(deltas):.4f}, all {full:.4f}"
-            assert all(argmax_ok), where
+            # where llama.cpp's own two paths differ by more (a near-tie in a router), so may we
+            off = [i for i, d in enumerate(deltas) if d >= TOL_F16 and d > 1.5 * own[i]]
+            assert not off and full < TOL_F16, f"{where}: top-10 off at {off} ({max(deltas):.4f}), all {full:.4f}"
+            assert all(ok or gaps[i] <= 2 * own[i] for i, ok in enumerate(argmax_ok)), where
             # free-running greedy generation gives llama.cpp's tokens
             llm.reset()
             got = []
@@ -98,7 +102,6 @@ def test_matches_llama_cpp(family, ftype):
                     break
             assert got == pr["ids"], where
         else:
-            own = pr["flash_off"]["top10_delta_vs_flash_on_per_position"][len(pr["prompt_ids"]) - 1:]
             flips = [i for i, d in enumerate(deltas) if d > TOL_Q]
             unexplained = [i for i in flips if own[i] <= TOL_Q / 2]
             assert len(unexplained) <= 2, \

@@ -42,7 +42,9 @@ def decoder_names(spec: R.ArchSpec, cfg: R.Config) -> list[str]:
         layer += ["Qcur_normed", "Kcur_normed"] if spec.qk_norm else []
         layer += ["Qcur", "Kcur", "Vcur", "kqv_out", "attn_out"]
         layer += ["attn_post_norm", "sa_out"] if spec.post_norms else ["ffn_inp"]
-        layer += ["ffn_norm"] + (["ffn_moe_logits", "ffn_moe_out"] if cfg.n_expert else [])
+        moe = cfg.n_expert and not (spec.glm and il == 0)  # glm4moe's first layer is dense
+        layer += ["ffn_norm"] + (["ffn_moe_logits", "ffn_moe_out"] if moe else [])
+        layer += ["ffn_shexp_out"] if moe and spec.glm else []
         layer += ["ffn_out"] + (["ffn_post_norm"] if spec.post_norms else []) + ["l_out"]
         names += [f"{s}-{il}" for s in layer]
     return names + ["result_norm", "result_output"]

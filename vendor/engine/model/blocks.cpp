@@ -316,7 +316,7 @@ void qkv_block(pass& p, const hparams& hp, const layer_weights& L, int il, rows 
     p.add_bias(q, L.bq);
     p.add_bias(k, L.bk);
     p.add_bias(v, L.bv);
-    if (hp.v.qk_norm) {
+    if (!L.q_norm.empty()) {  // qk_norm, or qk_norm_optional with the norms in the file
         p.head_norm(q, hp.n_head, hp.head_dim_k, L.q_norm, hp.norm_eps);
         p.head_norm(k, hp.n_head_kv, hp.head_dim_k, L.k_norm, hp.norm_eps);
         p.tap("Qcur_normed", il, q, nq);
@@ -462,7 +462,7 @@ void moe_ffn_block(pass& p, const hparams& hp, const layer_weights& L, int il, r
         p.matmul(L.ffn_up_shexp, in, su);
         p.act_mul(hp.v.act, sg, su.p, su.s, S);
         p.matmul(L.ffn_down_shexp, sg, shared);
-        p.tap("ffn_shexp", il, shared, E);
+        p.tap("ffn_shexp_out", il, shared, E);
         p.add(out, shared, E);
     }
     p.tap("ffn_out", il, out, E);

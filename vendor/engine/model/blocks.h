@@ -222,7 +222,7 @@ void attn_output(pass& p, const hparams& hp, const layer_weights& L, int il, row
 // ffn: (n, 2 n_ff) work rows.  [ffn_out]
 void ffn_block(pass& p, const hparams& hp, const layer_weights& L, int il, rows in, rows ffn, rows out);
 // A mixture-of-experts FFN (layer_weights::moe()): route, the chosen experts'
-// gated FFNs, their weighted sum, plus the shared expert.  [ffn_moe_logits, ffn_moe_out, ffn_shexp, ffn_out]
+// gated FFNs, their weighted sum, plus the shared expert.  [ffn_moe_logits, ffn_moe_out, ffn_shexp_out, ffn_out]
 void moe_ffn_block(pass& p, const hparams& hp, const layer_weights& L, int il, rows in, run_state& rs, rows out);
 // logits (n, n_vocab) of final normalised states h, soft-capped where the model asks.  [result_output]
 void output_head(pass& p, const model& m, rows h, float* logits);

@@ -68,6 +68,13 @@ void read_common_hparams(const gguf_file& f, hparams& hp) {
     hp.n_ctx_train = required_int(f, hp, "context_length");
     hp.n_embd = required_int(f, hp, "embedding_length");
     hp.n_layer = required_int(f, hp, "block_count");
+    // Next-token-prediction (MTP) layers come after the model's own in the
+    // block count (GLM-4.5, DeepSeek V3): loaded by llama.cpp only for
+    // speculative decoding, skipped here, as in its normal graph.
+    const int64_t n_nextn = arch_int(f, hp, "nextn_predict_layers", 0);
+    if (n_nextn != 0 && (n_nextn < 0 || n_nextn >= hp.n_layer))
+        throw gguf_error("model metadata: nextn_predict_layers " + std::to_string(n_nextn) + " is out of range");
+    hp.n_layer -= n_nextn;
     hp.n_ff = required_int(f, hp, "feed_forward_length");
     hp.n_head = required_int(f, hp, "attention.head_count");
     hp.n_head_kv = arch_int(f, hp, "attention.head_count_kv", hp.n_head);
@@ -300,6 +307,11 @@ void load_weights(const gguf_file& f, hparams& hp, model_weights& w) {
         if (v.qk_norm) {
             l.q_norm = L.vec(p + "attn_q_norm.weight", hp.head_dim_k);
             l.k_norm = L.vec(p + "attn_k_norm.weight", hp.head_dim_k);
+        } else if (v.qk_norm_optional) {
+            l.q_norm = L.vec_opt(p + "attn_q_norm.weight", hp.head_dim_k);
+            l.k_norm = L.vec_opt(p + "attn_k_norm.weight", hp.head_dim_k);
+            if (l.q_norm.empty() != l.k_norm.empty())
+                throw gguf_error("model file has only one of " + p + "attn_q_norm.weight and " + p + "attn_k_norm.weight");
         }
         if (v.post_attn_norm) l.post_attn_norm = L.vec(p + "post_attention_norm.weight", E);
         if (v.attn_sinks) l.attn_sinks = L.vec(p + "attn_sinks.weight", hp.n_head);
@@ -442,6 +454,40 @@ const char* ftype_name(int64_t ft) {
 }
 
 }  // namespace
+
+moe_gating gating_of(const gguf_file& f, const hparams& hp, moe_gating def) {
+    const int64_t g = arch_int(f, hp, "expert_gating_func", 0);
+    switch (g) {
+        case 0: return def;
+        case 1: return moe_gating::softmax;
+        case 2: return moe_gating::sigmoid;
+        case 3: return moe_gating::softmax_weight;
+        case 4: throw not_implemented_error(hp.arch + ".expert_gating_func 4 (sqrt-softplus) is not supported");
+        default: throw gguf_error("model metadata: " + hp.arch + ".expert_gating_func " + std::to_string(g) +
+                                  " is not a gating function (1 softmax, 2 sigmoid, 3 softmax over the chosen)");
+    }
+}
+
+bool read_rope_sections(const gguf_file& f, hparams& hp) {
+    const std::string key = hp.arch + ".rope.dimension_sections";
+    const gguf_kv* kv = f.find_kv(key);
+    if (!kv) return false;
+    if (kv->type != gguf_type::ARRAY) throw gguf_error(key + " must be an array");
+    const gguf_array& a = kv->array;
+    if (a.elem_type != gguf_type::I32 && a.elem_type != gguf_type::U32)
+        throw gguf_error(key + " must hold 32-bit integers");
+    if (a.count < 3 || a.count > 4) throw gguf_error(key + " must have 3 or 4 entries, has " + std::to_string(a.count));
+    int sum = 0;
+    for (uint64_t i = 0; i < a.count; ++i) {
+        int32_t x = 0;
+        std::memcpy(&x, f.bytes() + f.array_elem_pos(a, i), 4);
+        if (x < 0 || x > 4096) throw gguf_error(key + " has an out-of-range entry " + std::to_string(x));
+        hp.rope.sections[i] = x;
+        sum += x;
+    }
+    if (sum == 0) throw gguf_error(key + " is all zero");
+    return true;
+}
 
 void set_swa_pattern(const gguf_file& f, hparams& hp, int period) {
     hp.swa_layers.assign((size_t)hp.n_layer, 0);

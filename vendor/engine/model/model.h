@@ -46,6 +46,7 @@ struct block_variant {
     bool qkv_fused = false;        // one attn_qkv matrix (phi3)
     bool gate_up_fused = false;    // ffn_up holds gate then up (phi3)
     bool qk_norm = false;          // per-head RMS norm of q and k before RoPE (qwen3, gemma3)
+    bool qk_norm_optional = false; // the same where the file has the norms (glm4moe)
     bool post_attn_norm = false;   // norm of the attention output before the residual add (gemma2/3)
     bool post_ffn_norm = false;    // likewise for the FFN output
     bool scale_q = false;          // multiply q by attn_scale before attention instead of scaling scores (gemma)
@@ -231,6 +232,13 @@ private:
 int64_t arch_int(const gguf_file& f, const hparams& hp, const std::string& key, int64_t def);
 double arch_float(const gguf_file& f, const hparams& hp, const std::string& key, double def);
 bool arch_has(const gguf_file& f, const hparams& hp, const std::string& key);
+// The router's gating function from "<arch>.expert_gating_func" (llama.cpp's
+// numbering: 1 softmax, 2 sigmoid, 3 softmax over the chosen), `def` when
+// absent or 0.
+moe_gating gating_of(const gguf_file& f, const hparams& hp, moe_gating def);
+// Reads "<arch>.rope.dimension_sections" (M-RoPE) into hp.rope.sections;
+// false when the file has no such key.
+bool read_rope_sections(const gguf_file& f, hparams& hp);
 // Sets hp.swa_layers: from "<arch>.attention.sliding_window_pattern" when the
 // file has it (a period, or one flag per layer), else from `period`: in each
 // group of `period` layers all but the last use the window (0: every layer).
