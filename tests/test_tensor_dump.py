@@ -39,8 +39,11 @@ def decoder_names(spec: R.ArchSpec, cfg: R.Config) -> list[str]:
     names = ["inp_embd"] + (["inp_scaled"] if spec.embd_scale else [])
     for il in range(cfg.n_layer):
         layer = ["attn_norm"]
-        layer += ["Qcur_normed", "Kcur_normed"] if spec.qk_norm else []
-        layer += ["Qcur", "Kcur", "Vcur", "kqv_out", "attn_out"]
+        if spec.mla:
+            layer += ["q", "Qcur", "Kcur", "kqv_out", "kqv_out_v", "attn_out"]
+        else:
+            layer += ["Qcur_normed", "Kcur_normed"] if spec.qk_norm else []
+            layer += ["Qcur", "Kcur", "Vcur", "kqv_out", "attn_out"]
         layer += ["attn_post_norm", "sa_out"] if spec.post_norms else ["ffn_inp"]
         moe = cfg.n_expert and not (spec.glm and il == 0)  # glm4moe's first layer is dense
         layer += ["ffn_norm"] + (["ffn_moe_logits", "ffn_moe_out"] if moe else [])
@@ -60,6 +63,9 @@ def test_decoder_names_shapes_and_values(tiny, arch):
     n, H, KV, D = len(PROMPT), cfg.n_head, cfg.n_head_kv, cfg.head_dim
     cols = {"Qcur": H * D, "Qcur_normed": H * D, "Kcur": KV * D, "Kcur_normed": KV * D, "Vcur": KV * D,
             "kqv_out": H * D, "result_output": cfg.n_vocab, "ffn_moe_logits": cfg.n_expert}
+    if spec.mla:
+        C = cfg.kv_lora
+        cols.update(q=H * cfg.head_k_mla, Qcur=H * (C + D), Kcur=C + D, kqv_out=H * C, kqv_out_v=H * cfg.head_v_mla)
     for name, a in dump.calls:
         assert a.dtype == np.float32 and a.shape == (n, cols.get(name.split("-")[0], cfg.n_embd)), name
 

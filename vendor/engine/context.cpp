@@ -157,7 +157,7 @@ context::context(std::shared_ptr<const model> m, const context_params& params)
       gpu_(gpu_of(parts_)),
       kv_((int)model_->hp().n_layer, model_->hp().v.encoder ? 1 : p_.n_ctx, model_->hp().n_embd_k(),
           model_->hp().n_embd_v(), p_.type_k, p_.type_v, main_cache_layers(model_->hp(), p_),
-          kv_devices()),
+          kv_devices(), model_->hp().is_mla()),
       pool_(new thread_pool(p_.n_threads)),
       pool_batch_(p_.n_threads_batch != p_.n_threads ? new thread_pool(p_.n_threads_batch) : nullptr),
       rs_(model_->hp(), p_.n_ubatch, p_.n_ctx, gpu_),
@@ -166,7 +166,7 @@ context::context(std::shared_ptr<const model> m, const context_params& params)
     rope_[0] = scaled_rope(hp.rope, p_);
     if (const int64_t wc = window_cache_cells(hp, p_)) {
         kv_swa_.reset(new kv_cache((int)hp.n_layer, wc, hp.n_embd_k(), hp.n_embd_v(), p_.type_k, p_.type_v,
-                                   hp.swa_layers, kv_devices()));
+                                   hp.swa_layers, kv_devices(), hp.is_mla()));
         cells_swa_.resize((size_t)p_.n_batch);
     }
     swa_dropped_.assign((size_t)p_.n_seq_max, -1);
@@ -190,7 +190,8 @@ context::context(std::shared_ptr<const model> m, const context_params& params)
         }
         if (!p_.offload_kqv) kv_be_ = &backend_;
     }
-    if (p_.kv_rotation) {
+    // (Multi-head latent attention reads its values from the keys: no rotation of either.)
+    if (p_.kv_rotation && !hp.is_mla()) {
         const int rk = rotation_block(p_.type_k, hp.head_dim_k, false), rv = rotation_block(p_.type_v, hp.head_dim_v, true);
         kv_.set_rotation(rk, rv);
         if (kv_swa_) kv_swa_->set_rotation(rk, rv);

@@ -60,9 +60,13 @@ struct reader {
 }  // namespace
 
 kv_cache::kv_cache(int n_layer, int64_t n_cells, int64_t n_embd_k, int64_t n_embd_v, ggml_type type_k,
-                   ggml_type type_v, const std::vector<uint8_t>& layers, const std::vector<device>& where)
+                   ggml_type type_v, const std::vector<uint8_t>& layers, const std::vector<device>& where,
+                   bool values_in_keys)
     : n_layer_(n_layer), n_cells_(n_cells), n_embd_k_(n_embd_k), n_embd_v_(n_embd_v), type_k_(type_k),
-      type_v_(type_v) {
+      type_v_(values_in_keys ? type_k : type_v), v_in_k_(values_in_keys) {
+    if (values_in_keys && (n_embd_v > n_embd_k || row_size(type_k, n_embd_v) == 0))
+        throw value_error("KV cache: values in keys need whole blocks of " + std::string(type_name(type_k)) +
+                          " within the keys");
     if (!layers.empty() && (int)layers.size() != n_layer) throw value_error("KV cache: layer flags do not match n_layer");
     if (!where.empty() && (int)where.size() != n_layer) throw value_error("KV cache: layer devices do not match n_layer");
     slot_.assign((size_t)std::max(n_layer, 0), -1);
@@ -88,7 +92,7 @@ kv_cache::kv_cache(int n_layer, int64_t n_cells, int64_t n_embd_k, int64_t n_emb
                               kv_cache_type_names() + ")");
     if (n_layer <= 0 || n_cells <= 0 || n_held_ == 0) throw value_error("KV cache needs at least one layer and one cell");
     k_row_ = row_size(type_k, n_embd_k);
-    v_row_ = row_size(type_v, n_embd_v);
+    v_row_ = v_in_k_ ? 0 : row_size(type_v, n_embd_v);
     layer_bytes_ = (size_t)n_cells * (k_row_ + v_row_);
     // Not zeroed: a cell's rows are always written before any token can see it.
     for (size_t b = 0; b < devs.size(); ++b) data_.emplace_back(devs[b], (size_t)n_on[b] * layer_bytes_);

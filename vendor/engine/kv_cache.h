@@ -51,8 +51,12 @@ public:
     // all); a model with sliding-window layers may keep those in a second,
     // smaller cache. where: the device holding each layer's keys and values
     // (n_layer entries; empty: the host), one allocation per device.
+    // values_in_keys: a cell's values are the first n_embd_v elements of its
+    // keys and take no room of their own (multi-head latent attention: the
+    // compressed latent is both); type_v is then type_k.
     kv_cache(int n_layer, int64_t n_cells, int64_t n_embd_k, int64_t n_embd_v, ggml_type type_k, ggml_type type_v,
-             const std::vector<uint8_t>& layers = {}, const std::vector<device>& where = {});
+             const std::vector<uint8_t>& layers = {}, const std::vector<device>& where = {},
+             bool values_in_keys = false);
 
     int n_layer() const { return n_layer_; }
     int64_t n_cells() const { return n_cells_; }
@@ -67,16 +71,17 @@ public:
     void set_rotation(int k_block, int v_block) { rot_k_ = k_block; rot_v_ = v_block; }
     ggml_type type_k() const { return type_k_; }
     ggml_type type_v() const { return type_v_; }
+    bool values_in_keys() const { return v_in_k_; }
     size_t k_row_bytes() const { return k_row_; }
-    size_t v_row_bytes() const { return v_row_; }
+    size_t v_row_bytes() const { return v_in_k_ ? k_row_ : v_row_; }
     // Keys / values of layer il (a held one): (n_cells, n_embd_k) / (n_cells, n_embd_v).
     bool holds(int il) const { return slot_[(size_t)il] >= 0; }
     uint8_t* k(int il) { return data_[(size_t)buf_[(size_t)il]].u8() + (size_t)slot_[(size_t)il] * layer_bytes_; }
-    uint8_t* v(int il) { return k(il) + (size_t)n_cells_ * k_row_; }
+    uint8_t* v(int il) { return v_in_k_ ? k(il) : k(il) + (size_t)n_cells_ * k_row_; }
     const uint8_t* k(int il) const {
         return data_[(size_t)buf_[(size_t)il]].u8() + (size_t)slot_[(size_t)il] * layer_bytes_;
     }
-    const uint8_t* v(int il) const { return k(il) + (size_t)n_cells_ * k_row_; }
+    const uint8_t* v(int il) const { return v_in_k_ ? k(il) : k(il) + (size_t)n_cells_ * k_row_; }
     size_t bytes() const { return (size_t)n_held_ * layer_bytes_; }
     size_t layer_bytes() const { return layer_bytes_; }  // keys and values of one held layer
     device where(int il) const { return data_[(size_t)buf_[(size_t)il]].where(); }  // a held layer's device
@@ -142,7 +147,8 @@ private:
     int64_t n_embd_k_, n_embd_v_;
     int rot_k_ = 0, rot_v_ = 0;
     ggml_type type_k_, type_v_;
-    size_t k_row_, v_row_;         // bytes of one cell's keys / values in one layer
+    bool v_in_k_ = false;          // values_in_keys
+    size_t k_row_, v_row_;         // bytes of one cell's keys / values in one layer (values in keys: 0)
     size_t layer_bytes_;           // n_cells * (k_row + v_row)
     // One per device: (its held layers, [keys (n_cells, k_row) | values (n_cells, v_row)])
     std::vector<device_buffer> data_;

@@ -51,7 +51,7 @@ struct row_op {
         gelu_quick_mul,  // y = quick_gelu(y) * x       (x null: no gate; CLIP)
         rope,        // rotate the first a dims of each of `groups` heads (n apart) of y; x: the row's cos/sin table
         hadamard,    // y = y · H in blocks of a (a power of two dividing n)
-        copy,        // y = x
+        copy,        // y = x; with groups > 1: n elements of each group g, from x + g * x_group to y + g * y_group
         kv_store,    // row x (n elements) stored as `type` into row cells[t] of the cache `dst`
         weighted_sum,  // y = sum over g < groups of w[t * groups + g] * (x + g * n)   (mixture-of-experts outputs)
         swiglu_oai,  // y = g * sigmoid(f2 * g) * (u + 1), g = min(y, f), u = clamp(x, -f, f)   (gpt-oss)
@@ -65,6 +65,7 @@ struct row_op {
     const float* b = nullptr;  // norm bias
     int64_t n = 0;             // elements (per group for rms_norm, per head for rope)
     int64_t groups = 1;
+    int64_t x_group = 0, y_group = 0;  // copy: distance between groups in x and in y (floats)
     float f = 0.0f;            // eps, scale factor or cap; swiglu_oai: the limit
     float f2 = 0.0f;           // swiglu_oai: alpha
     int a = 0;                 // rope: rotated dims; hadamard: block size

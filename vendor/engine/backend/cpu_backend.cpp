@@ -41,7 +41,10 @@ LP_INLINE void apply(const row_op& o, int64_t t) {
         case row_op::kind::gelu_quick_mul: gelu_quick_mul_row(y, x, o.n); break;
         case row_op::kind::rope: rope_apply(y, (int)o.groups, (int)o.n, o.a, o.style, x); break;
         case row_op::kind::hadamard: hadamard_blocks(y, o.n, o.a); break;
-        case row_op::kind::copy: std::memcpy(y, x, sizeof(float) * (size_t)o.n); break;
+        case row_op::kind::copy:
+            for (int64_t g = 0; g < o.groups; ++g)
+                std::memcpy(y + g * o.y_group, x + g * o.x_group, sizeof(float) * (size_t)o.n);
+            break;
         case row_op::kind::weighted_sum: {
             // each product rounded, then summed in slot order (llama.cpp: mul, then add the views)
             const float* w = o.w + t * o.groups;

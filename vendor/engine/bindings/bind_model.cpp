@@ -311,6 +311,8 @@ void bind_model(py::module_& m) {
         d["n_ff_shexp"] = hp.moe.n_ff_shexp;
         d["n_layer_dense_lead"] = hp.moe.n_layer_dense_lead;
         d["activation_bytes_per_row"] = run_state::activation_bytes(hp, 1);
+        d["kv_values_in_keys"] = hp.is_mla();  // the cache's values are the keys' first elements
+        d["mla_kv_lora"] = hp.mla.kv_lora;
         return d;
     }, py::arg("path"),
        "The hyperparameters Model(path) would read (metadata only, no weights), as a dict: sizes, n_rot, "

@@ -25,6 +25,16 @@ run_state::run_state(const hparams& hp, int64_t n_ub, int64_t n_cells, device wh
         moe_ffn = float_buffer(where, (size_t)(n_ub * k * 2 * hp.moe.n_ff_exp));
         moe_out = float_buffer(where, (size_t)(n_ub * k * E));
     }
+    if (hp.is_mla()) {
+        const int64_t H = hp.n_head;
+        mla_q = float_buffer(where, (size_t)(n_ub * H * hp.mla.head_k));
+        mla_qa = float_buffer(where, (size_t)(n_ub * std::max<int64_t>(hp.mla.q_lora, 1)));
+        mla_out = float_buffer(where, (size_t)(n_ub * H * hp.mla.head_v));
+        mla_qcur = float_buffer(where, (size_t)(n_ub * hp.n_q()));
+        mla_heads = device_buffer(where, sizeof(int32_t) * (size_t)(n_ub * H));
+        auto* h = static_cast<int32_t*>(mla_heads.data());  // host-visible memory, written once
+        for (int64_t i = 0; i < n_ub * H; ++i) h[i] = (int32_t)(i % H);
+    }
     const bool any_swa = std::find(hp.swa_layers.begin(), hp.swa_layers.end(), 1) != hp.swa_layers.end();
     for (int r = 0; r < (any_swa ? 2 : 1); ++r) {
         rope_cs[r].resize((size_t)(n_ub * std::max(hp.rope.n_rot, 2)));
@@ -38,14 +48,17 @@ size_t run_state::activation_bytes(const hparams& hp, int64_t n_ub) {
     const int64_t E = hp.n_embd;
     const int64_t k = hp.moe.n_expert > 0 ? hp.moe.n_expert_used : 0;
     const int64_t moe = hp.moe.n_expert > 0 ? hp.moe.n_expert + 2 * k + k * (2 * hp.moe.n_ff_exp + E) : 0;
+    const int64_t mla = hp.is_mla() ? hp.n_head * (hp.mla.head_k + hp.mla.head_v + 1) + hp.n_q() +
+                                          std::max<int64_t>(hp.mla.q_lora, 1)
+                                    : 0;
     return sizeof(float) * (size_t)(n_ub * (3 * E + hp.n_q() + hp.n_embd_k() + hp.n_embd_v() +
-                                            hp.n_head * hp.head_dim_v + hp.ffn_width() + moe));
+                                            hp.n_head * hp.head_dim_v + hp.ffn_width() + moe + mla));
 }
 
 size_t run_state::bytes() const {
     size_t b = x.bytes() + xb.bytes() + xb2.bytes() + qkv.bytes() + att.bytes() + ffn.bytes() + lora_ax.bytes() +
                lora_bax.bytes() + moe_logits.bytes() + moe_ids.bytes() + moe_weights.bytes() + moe_ffn.bytes() +
-               moe_out.bytes();
+               moe_out.bytes() + mla_q.bytes() + mla_qa.bytes() + mla_out.bytes() + mla_qcur.bytes() + mla_heads.bytes();
     for (int r = 0; r < 2; ++r)
         b += sizeof(float) * rope_cs[r].size() + sizeof(uint64_t) * mask[r].size() +
              sizeof(int32_t) * (mask_lo[r].size() + mask_hi[r].size());
@@ -196,6 +209,16 @@ void pass::copy(rows y, rows x, int64_t n) {
     row_op o = op(row_op::kind::copy, y, n);
     o.x = x.p;
     o.x_stride = x.s;
+    queue(o);
+}
+
+void pass::copy_groups(rows y, int64_t y_group, rows x, int64_t x_group, int64_t n, int64_t groups) {
+    row_op o = op(row_op::kind::copy, y, n);
+    o.x = x.p;
+    o.x_stride = x.s;
+    o.groups = groups;
+    o.x_group = x_group;
+    o.y_group = y_group;
     queue(o);
 }
 
@@ -386,6 +409,54 @@ void cached_attention(pass& p, const hparams& hp, kv_cache& kv, int il, const in
     if (kv.rot_v()) p.hadamard(out, n_att, kv.rot_v());
     p.leave_kv();
     p.tap("kqv_out", il, out, n_att);
+}
+
+void mla_attention(pass& p, const hparams& hp, const layer_weights& L, int il, kv_cache& kv, const int32_t* cells,
+                   run_state& rs, int mask, rows in, rows qkv, rows att, const float* cos_sin, rows out) {
+    const mla_hparams& m = hp.mla;
+    const int64_t n = p.n(), H = hp.n_head, R = hp.rope.n_rot, C = m.kv_lora;
+    const int64_t dk = hp.head_dim_k;  // C + R: one absorbed query head, one cache row
+    const int64_t nope = m.head_k - R;
+    const rows q{rs.mla_q.f32(), H * m.head_k};        // (n, H, nope | R)
+    const rows qcur{rs.mla_qcur.f32(), H * dk};        // (n, H, C | R) absorbed queries
+    const rows kcur = qkv.at(hp.n_q());                // (n, C | R) the cache row
+    const auto* heads = static_cast<const int32_t*>(rs.mla_heads.data());
+    // q, through its low-rank bottleneck where the model has one
+    if (L.wq_a.data) {
+        const rows qa{rs.mla_qa.f32(), m.q_lora};
+        p.matmul(L.wq_a, in, qa);
+        p.norm(norm_kind::rms, qa, qa, L.q_a_norm, {}, m.q_lora, hp.norm_eps);
+        p.matmul(L.wq_b, qa, q);
+    } else {
+        p.matmul(L.wq, in, q);
+    }
+    p.tap("q", il, q, H * m.head_k);
+    // the latent (normed) and the shared RoPE part: the cache row itself
+    p.matmul(L.wkv_a, in, kcur);
+    p.norm(norm_kind::rms, kcur, kcur, L.kv_a_norm, {}, C, hp.norm_eps);
+    // absorbed queries: each head's no-RoPE part times its attn_k_b, then its RoPE part beside it
+    p.moe_matmul(L.wk_b, rows{q.p, m.head_k}, 1, heads, n * H, rows{qcur.p, dk}, {});
+    p.copy_groups(qcur.at(C), dk, q.at(nope), m.head_k, R, H);
+    if (cos_sin && R > 0) {
+        p.rope(qcur.at(C), H, dk, hp.rope, cos_sin);
+        p.rope(kcur.at(C), 1, dk, hp.rope, cos_sin);
+    }
+    p.tap("Qcur", il, qcur, H * dk);
+    p.tap("Kcur", il, kcur, dk);
+    // one cache row per token; the values are its first C elements
+    p.enter_kv();
+    p.kv_store(kv.k(il), kv.k_row_bytes(), kv.type_k(), kcur, dk, cells);
+    kv_source src;
+    src.type_k = src.type_v = kv.type_k();
+    src.k = src.v = kv.k(il);
+    src.k_row_bytes = src.v_row_bytes = kv.k_row_bytes();
+    src.cell_pos = kv.positions();
+    p.attention(attention_setup(hp, rs, mask, qcur, att, n, src));
+    p.leave_kv();
+    p.tap("kqv_out", il, att, H * C);
+    // each head's output from the latent: attn_v_b per head
+    p.moe_matmul(L.wv_b, rows{att.p, C}, 1, heads, n * H, rows{out.p, m.head_v}, {});
+    p.tap("kqv_out_v", il, out, H * m.head_v);
 }
 
 void attn_output(pass& p, const hparams& hp, const layer_weights& L, int il, rows att, rows out) {

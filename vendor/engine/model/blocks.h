@@ -61,6 +61,14 @@ struct run_state {
     device_buffer moe_weights;     // (n_ubatch, n_expert_used)
     device_buffer moe_ffn;         // (n_ubatch * n_expert_used, 2 * n_ff_exp) gate | up
     device_buffer moe_out;         // (n_ubatch * n_expert_used, n_embd)
+    // Multi-head latent attention (empty otherwise): q before absorption,
+    // q's low-rank input, the heads' outputs after attn_v_b, and the head
+    // index of every (token, head) slot (the per-head products' "experts").
+    device_buffer mla_q;           // (n_ubatch, n_head * head_k)
+    device_buffer mla_qa;          // (n_ubatch, q_lora)
+    device_buffer mla_out;         // (n_ubatch, n_head * head_v)
+    device_buffer mla_qcur;        // (n_ubatch, n_head * head_dim_k) absorbed queries | their RoPE part
+    device_buffer mla_heads;       // (n_ubatch * n_head) int32: 0, 1, .., n_head-1, 0, 1, ..
     std::vector<float> rope_cs[2];      // (n_ubatch, n_rot) cos/sin pairs: [0] global layers, [1] sliding-window layers
     std::vector<uint64_t> mask[2];      // (n_ubatch, mask_words) visible cells: [0] global, [1] sliding window
     std::vector<int32_t> mask_lo[2];    // (n_ubatch) first visible cell
@@ -136,6 +144,8 @@ public:
     void rope(rows y, int64_t n_head, int64_t head_dim, const rope_params& rp, const float* cos_sin);
     void hadamard(rows y, int64_t n, int block);
     void copy(rows y, rows x, int64_t n);
+    // n elements of each of `groups` groups: from x + g * x_group to y + g * y_group.
+    void copy_groups(rows y, int64_t y_group, rows x, int64_t x_group, int64_t n, int64_t groups);
     void kv_store(uint8_t* cache, size_t row_bytes, ggml_type type, rows x, int64_t n, const int32_t* cells);
 
     // Whole-batch ops.
@@ -216,6 +226,14 @@ attention_args attention_setup(const hparams& hp, const run_state& rs, int mask,
 // sinks: the layer's attention sinks (block_variant::attn_sinks), or empty.
 void cached_attention(pass& p, const hparams& hp, kv_cache& kv, int il, const int32_t* cells, const run_state& rs,
                       int mask, rows qkv, rows out, const std::vector<float>& sinks = {});
+// Multi-head latent attention (model.h mla_hparams) of the rows `in`: q and
+// the latent, RoPE on their last n_rot elements, the latent | RoPE row
+// stored in layer il of kv (values in keys), absorbed queries attending over
+// it, each head's output through attn_v_b: out (n, n_head * head_v) is
+// attn_output's input. qkv: work rows whose n_q .. n_q + n_embd_k columns take the cache row.
+// [q, kv_cmpr, Qcur, Kcur, kqv_out]
+void mla_attention(pass& p, const hparams& hp, const layer_weights& L, int il, kv_cache& kv, const int32_t* cells,
+                   run_state& rs, int mask, rows in, rows qkv, rows att, const float* cos_sin, rows out);
 // out = wo · att + bo.  [attn_out]
 void attn_output(pass& p, const hparams& hp, const layer_weights& L, int il, rows att, rows out);
 // out = down(act(gate) * up) (+ biases), or down(act(up)) without a gate;

@@ -19,6 +19,9 @@ void decoder_forward(const model& m, const rope_params rope[2], kv_cache& kv_mai
     const rows xb2{rs.xb2.f32(), E};   // (n, E) sub-block output
     const rows qkv{rs.qkv.f32(), nqkv};  // (n, nqkv) q | k | v
     const rows att{rs.att.f32(), n_att};  // (n, n_att)
+    // MLA: the heads' outputs after attn_v_b; the output projection's input
+    const rows heads_out{hp.is_mla() ? rs.mla_out.f32() : nullptr, hp.n_head * hp.mla.head_v};
+    const rows wo_in = hp.is_mla() ? heads_out : att;
     const rows ffn{rs.ffn.f32(), 2 * hp.n_ff};  // (n, 2 n_ff) gate | up (dense layers)
 
     // RoPE angles of this batch's positions, for global and sliding-window layers.
@@ -38,11 +41,15 @@ void decoder_forward(const model& m, const rope_params rope[2], kv_cache& kv_mai
         // ---- attention sub-block ----
         p.norm(V.norm, xb, x, L.attn_norm, L.attn_norm_b, E, hp.norm_eps);
         p.tap("attn_norm", il, xb, E);
-        qkv_block(p, hp, L, il, xb, qkv, rs.rope_cs[r].data());
-        cached_attention(p, hp, kv, il, cells, rs, r, qkv, att, L.attn_sinks);
+        if (hp.is_mla()) {
+            mla_attention(p, hp, L, il, kv, cells, rs, r, xb, qkv, att, rs.rope_cs[r].data(), heads_out);
+        } else {
+            qkv_block(p, hp, L, il, xb, qkv, rs.rope_cs[r].data());
+            cached_attention(p, hp, kv, il, cells, rs, r, qkv, att, L.attn_sinks);
+        }
         if (il == (int)hp.n_layer - 1) {
             // Only the requested rows go on: gather them to the front.
-            p.gather_rows(att, n_att, ub.out_rows, ub.n_out);
+            p.gather_rows(wo_in, wo_in.s, ub.out_rows, ub.n_out);
             p.gather_rows(x, E, ub.out_rows, ub.n_out);
             p.set_n(ub.n_out);
             if (ub.n_out == 0) {
@@ -50,7 +57,7 @@ void decoder_forward(const model& m, const rope_params rope[2], kv_cache& kv_mai
                 return;
             }
         }
-        attn_output(p, hp, L, il, att, xb2);
+        attn_output(p, hp, L, il, wo_in, xb2);
         if (V.post_attn_norm) {
             p.norm(norm_kind::rms, xb2, xb2, L.post_attn_norm, {}, E, hp.norm_eps);
             p.tap("attn_post_norm", il, xb2, E);

@@ -237,6 +237,27 @@ private:
     std::string arch_;
 };
 
+// The attention projections of multi-head latent attention (model.h mla_hparams).
+void load_mla(const weight_loader& L, const hparams& hp, const std::string& p, layer_weights& l) {
+    const mla_hparams& m = hp.mla;
+    const int64_t E = hp.n_embd, H = hp.n_head, R = hp.rope.n_rot;
+    if (m.q_lora > 0) {
+        l.wq_a = L.matrix(p + "attn_q_a.weight", E, m.q_lora);
+        l.q_a_norm = L.vec(p + "attn_q_a_norm.weight", m.q_lora);
+        l.wq_b = L.matrix(p + "attn_q_b.weight", m.q_lora, H * m.head_k);
+    } else {
+        l.wq = L.matrix(p + "attn_q.weight", E, H * m.head_k);
+    }
+    l.wkv_a = L.matrix(p + "attn_kv_a_mqa.weight", E, m.kv_lora + R);
+    l.kv_a_norm = L.vec(p + "attn_kv_a_norm.weight", m.kv_lora);
+    if (!L.has(p + "attn_k_b.weight") && L.has(p + "attn_kv_b.weight"))
+        throw not_implemented_error("tensor " + p + "attn_kv_b.weight: this " + hp.arch + " file was converted "
+                                    "before llama.cpp split it into attn_k_b / attn_v_b (multi-head latent "
+                                    "attention); convert the model again with a current convert_hf_to_gguf.py");
+    l.wk_b = L.experts(p + "attn_k_b.weight", m.head_k - R, m.kv_lora, H);
+    l.wv_b = L.experts(p + "attn_v_b.weight", m.kv_lora, m.head_v, H);
+}
+
 // The FFN of a mixture-of-experts layer: router, experts, shared expert.
 void load_moe_ffn(const weight_loader& L, const hparams& hp, const std::string& p, layer_weights& l) {
     const moe_hparams& m = hp.moe;
@@ -285,7 +306,9 @@ void load_weights(const gguf_file& f, hparams& hp, model_weights& w) {
         const std::string p = "blk." + std::to_string(il) + ".";
         l.attn_norm = L.vec(p + "attn_norm.weight", E);
         if (ln) l.attn_norm_b = L.vec_opt(p + "attn_norm.bias", E);
-        if (v.qkv_fused) {
+        if (hp.is_mla()) {
+            load_mla(L, hp, p, l);
+        } else if (v.qkv_fused) {
             l.wqkv = L.matrix(p + "attn_qkv.weight", E, nq + nk + nv);
             l.bqkv = L.vec_opt(p + "attn_qkv.bias", nq + nk + nv);
         } else {
@@ -302,7 +325,8 @@ void load_weights(const gguf_file& f, hparams& hp, model_weights& w) {
                 l.bv = L.vec_opt(p + "attn_v.bias", nv);
             }
         }
-        l.wo = L.matrix(p + "attn_output.weight", hp.n_head * hp.head_dim_v, E);
+        const int64_t wo_cols = hp.is_mla() ? hp.n_head * hp.mla.head_v : hp.n_head * hp.head_dim_v;
+        l.wo = L.matrix(p + "attn_output.weight", wo_cols, E);
         l.bo = L.vec_opt(p + "attn_output.bias", E);
         if (v.qk_norm) {
             l.q_norm = L.vec(p + "attn_q_norm.weight", hp.head_dim_k);

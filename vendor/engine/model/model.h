@@ -78,6 +78,21 @@ struct moe_hparams {
     float swiglu_alpha = 1.702f, swiglu_limit = 7.0f;  // ffn_act::swiglu_oai
 };
 
+// Multi-head latent attention (DeepSeek V2/V3, kv_lora > 0): keys and values
+// come from one compressed latent of kv_lora elements per token (normed)
+// plus n_rot RoPE elements shared by all heads; the cache holds only that
+// (n_head_kv 1, head_dim_k = kv_lora + n_rot, values = the keys' first
+// kv_lora elements: kv_cache values_in_keys). Queries are absorbed: each
+// head's no-RoPE part times attn_k_b becomes kv_lora wide, so attention
+// runs over the latent directly; its output goes through attn_v_b per head
+// (kv_lora -> head_v) before attn_output.
+struct mla_hparams {
+    int64_t q_lora = 0;    // attention.q_lora_rank (0: one q projection, V2-Lite)
+    int64_t kv_lora = 0;   // attention.kv_lora_rank
+    int64_t head_k = 0;    // attention.key_length_mla: q's no-RoPE + RoPE part of one head
+    int64_t head_v = 0;    // attention.value_length_mla: a head's output after attn_v_b
+};
+
 struct hparams {
     std::string arch;            // general.architecture
     std::string name;            // general.name
@@ -110,6 +125,8 @@ struct hparams {
     bool mm_non_causal = false;
     block_variant v;
     moe_hparams moe;
+    mla_hparams mla;
+    bool is_mla() const { return mla.kv_lora > 0; }
 
     // Positions per row: 4 for M-RoPE (rope.sections set; llama.cpp's
     // n_pos_per_embd), else 1.
@@ -133,6 +150,13 @@ struct layer_weights {
     std::vector<float> q_norm, k_norm;  // (head_dim_k) when qk_norm
     std::vector<float> post_attn_norm;  // (n_embd) when post_attn_norm
     std::vector<float> attn_sinks;      // (n_head) when attn_sinks
+    // multi-head latent attention (hparams::is_mla) in place of wq / wk / wv
+    weight_view wq_a, wq_b;       // (q_lora, n_embd), (n_head * head_k, q_lora); or wq (n_head * head_k, n_embd)
+    std::vector<float> q_a_norm;  // (q_lora)
+    weight_view wkv_a;            // (kv_lora + n_rot, n_embd): latent | RoPE part
+    std::vector<float> kv_a_norm; // (kv_lora)
+    experts_view wk_b;            // n_head × (kv_lora, head_k - n_rot): a head's q absorption
+    experts_view wv_b;            // n_head × (head_v, kv_lora): a head's output from the latent
     std::vector<float> ffn_norm, ffn_norm_b;  // (n_embd)
     weight_view ffn_gate;         // (n_ff, n_embd); absent when gate_up_fused
     weight_view ffn_up;           // (n_ff, n_embd), or (2*n_ff, n_embd) gate then up when gate_up_fused
