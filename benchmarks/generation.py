@@ -46,6 +46,15 @@ def model_paths(names):
             os.makedirs(OUT, exist_ok=True)
             mix = "Q4_K_M" if n.endswith("q4_k_m") else "Q8_0"
             paths[n] = write_llama_1b(os.path.join(OUT, f"{n}.gguf"), mix)
+        elif n.startswith(("qwen3moe-30b-a3b", "gptoss-20b", "deepseek-v2-lite")):
+            # mixture-of-experts perf models (synthetic_moe_models.py); "-L<n>" picks the layer count
+            from synthetic_moe_models import SHAPES, write_moe
+
+            base, _, layers = n.partition("-L")
+            if base not in SHAPES:
+                raise SystemExit(f"unknown model {n}")
+            os.makedirs(OUT, exist_ok=True)
+            paths[n] = write_moe(os.path.join(OUT, f"{n}.gguf"), base, int(layers) if layers else None)
         else:
             raise SystemExit(f"unknown model {n}")
     return paths

@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, TextIO
 
+from .experts import expert_summary
 from ._log import PREFIX, emit, logger  # noqa: F401 - PREFIX/logger: the reports print with them
 from ._units import format_bytes, format_count
 from .inspect_cmd import quantization_mix
@@ -125,6 +126,15 @@ def load_report(llama: Any) -> str:
         f"n_vocab     = {llama.n_vocab()}",
         f"n_ctx_train = {model.n_ctx_train}",
     ]
+    ex = expert_summary(llama.model_path, gguf)
+    if ex is not None:
+        lines += [
+            f"n_expert    = {ex.n_expert}, {ex.n_expert_used} per token, width {ex.n_ff_exp}"
+            + (f", shared width {ex.n_ff_shared}" if ex.n_ff_shared else "")
+            + (f", {ex.n_dense_layers} dense layers first" if ex.n_dense_layers else ""),
+            f"active      = {format_count(ex.params_active)} of {format_count(ex.params_total)} parameters per "
+            f"token; weights read per token {format_bytes(ex.bytes_read_per_token)}",
+        ]
     if llama._seq.ctx is not None:
         cp = llama.context_params
         lines += [

@@ -46,6 +46,7 @@ from typing import Any, Dict, List, Optional, Union
 
 from . import _engine
 from ._params import gpu_layers_value, gpu_unavailable
+from .experts import expert_summary
 from .gguf_file import GGUFFile
 
 __all__ = ["MemoryPlan", "plan_memory"]
@@ -73,6 +74,9 @@ class MemoryPlan:
     kv_cells: int = 0          # cells of the main cache
     kv_swa_cells: int = 0      # cells of the sliding-window cache (0: none)
     devices: List[Dict[str, Any]] = field(default_factory=list)
+    # A mixture-of-experts model's experts, total / active parameters and the
+    # weight bytes a decode step reads (llamapy.experts.ExpertSummary); None: dense.
+    experts: Optional[Dict[str, Any]] = None
 
     @property
     def total_bytes(self) -> int:
@@ -286,6 +290,7 @@ def plan_memory(model_path: Union[str, "os.PathLike[str]"], n_ctx: Optional[int]
     with GGUFFile(path) as f:
         s = _Shape(f)
         runtime = _header_bytes(f) + _vocab_bytes(f)
+        experts = expert_summary(path, f)
     # The engine's resolve_params (context.cpp).
     ctx = s.n_ctx_train if not n_ctx else int(n_ctx)
     if ctx < 0 or ctx > (1 << 24):
@@ -342,4 +347,4 @@ def plan_memory(model_path: Union[str, "os.PathLike[str]"], n_ctx: Optional[int]
     return MemoryPlan(model_path=path, n_ctx=ctx, n_parallel=n_parallel, n_batch=nb, n_ubatch=nub, flash_attn=flash,
                       type_k=tk, type_v=tv, weights_bytes=s.weight_bytes, kv_bytes=kv, compute_bytes=compute,
                       runtime_bytes=runtime, mmproj_bytes=mm, kv_cells=main_cells, kv_swa_cells=swa_cells,
-                      devices=devices)
+                      devices=devices, experts=experts.as_dict() if experts else None)
