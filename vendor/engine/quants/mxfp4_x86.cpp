@@ -1,0 +1,426 @@
+// mxfp4_x86.cpp — the x86 kernels of MXFP4 against Q8_0 activations
+// (format, reference and registration: mxfp4.cpp, mxfp4.h), at the AVX2 and
+// the AVX-512 level. A portable build without LP_ENABLE_AVX2 compiles this
+// file to the empty registration.
+//
+// Each level has one kernel, an NR x NC tile (NR weight rows against NC
+// activation rows), and vec_dot (1 x 1), gemm_tile and matvec_cols are that
+// tile: every (row, column) pair goes through the same operations in the
+// same order whatever the call, so a row's result does not depend on the
+// batch it came in (tests/test_mxfp4.py checks it). Against the reference
+// the results differ by float summation order only. gemm_tile (4 x 4 at
+// most) prepares its activation blocks as it goes; matvec_cols (a group of
+// rows against up to 4 columns: small batches, an expert's few tokens)
+// prepares them once for all its rows.
+//
+// The codes become their table values with one byte shuffle (vpshufb) per 16.
+// The table is looked up offset by +12 (0..24, unsigned), the unsigned
+// operand maddubs and vpdpbusd want, and each activation block's int32 lanes
+// start from -12 · (sum of its 4 bytes), computed once per activation block
+// for all rows: the lanes hold the exact signed dot product (|lane| <=
+// 4 · 12 · 127; maddubs' int16 pairs at most 2 · 24 · 127, no saturation).
+// The weight scale 2^(e - 128) is exact, and d_a · 2^(e - 128) is the
+// reference's product; each block adds its lanes times that product into a
+// float accumulator (8 lanes at AVX2, 16 = two blocks at AVX-512), summed
+// across the lanes at the end.
+//
+// Not here: an AVX-VNNI variant of the AVX2 level (the legacy types have
+// one; Alder Lake-class CPUs without AVX-512 would gain from it).
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "../common.h"
+#include "blocks.h"
+#include "mxfp4.h"
+
+#if defined(LP_X86)
+// GCC 12 reports the self-initialised placeholder inside its own AVX-512
+// intrinsics (_mm512_undefined_*) as uninitialised at -O3 (GCC bug 105593).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+#pragma GCC diagnostic pop
+#endif
+
+#include "simd_x86.h"
+#include "tiles_avx2_common.h"
+
+namespace lp {
+
+#if defined(LP_HAVE_AVX2)
+
+namespace {
+
+constexpr int kOffset = 12;  // -min(kvalues_mxfp4): the offset table is unsigned
+
+struct offset_table {
+    alignas(16) uint8_t v[16];
+};
+constexpr offset_table make_offset_table() {
+    offset_table t{};
+    for (int i = 0; i < 16; ++i) t.v[i] = (uint8_t)(kvalues_mxfp4[i] + kOffset);
+    return t;
+}
+constexpr offset_table kvalues_u8 = make_offset_table();
+
+// 2^(e - 128) for every exponent byte, so a kernel takes a block's scale
+// with one load (vbroadcastss) instead of building its bits. The powers of
+// two are exact in double and as floats (e = 0, 1: subnormal floats), so
+// entry e is e8m0_half(e) bit for bit.
+struct scale_table {
+    float v[256];
+};
+constexpr scale_table make_scale_table() {
+    scale_table t{};
+    double p = 0x1p-128;
+    for (int e = 0; e < 256; ++e, p *= 2) t.v[e] = (float)p;
+    return t;
+}
+constexpr scale_table kscale = make_scale_table();
+
+// The blocks of weight row r / activation row c.
+inline const block_mxfp4* w_row(const uint8_t* w, size_t ws, int r) {
+    return reinterpret_cast<const block_mxfp4*>(w + (size_t)r * ws);
+}
+inline const block_q8_0* a_row(const uint8_t* a, size_t as, int c) {
+    return reinterpret_cast<const block_q8_0*>(a + (size_t)c * as);
+}
+
+// ===========================================================================
+// AVX2: one block per step, 8 int32 lanes of 4 products each
+// ===========================================================================
+namespace avx2 {
+
+using x86::half_to_float;
+using x86::hsum_f32x8;
+
+// A weight block's 32 codes as table value + 12, in element order: the 16
+// code bytes in both halves, the upper half's dwords shifted right by 4 (so
+// each byte's low nibble is its own high nibble; a neighbour's bits land
+// above it and are masked off).
+LP_TARGET_AVX2 LP_INLINE __m256i codes_u8(const block_mxfp4& b) {
+    const __m256i table = _mm256_broadcastsi128_si256(_mm_load_si128((const __m128i*)kvalues_u8.v));
+    const __m256i q = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i*)b.qs));
+    const __m256i idx = _mm256_and_si256(_mm256_srlv_epi32(q, _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4)),
+                                         _mm256_set1_epi8(0x0f));
+    return _mm256_shuffle_epi8(table, idx);
+}
+
+// The 8 int32 lanes of sum(u · a), 4 bytes a lane, added to init.
+LP_TARGET_AVX2 LP_INLINE __m256i dot_lanes(__m256i init, __m256i u, __m256i a) {
+    return _mm256_add_epi32(init, _mm256_madd_epi16(_mm256_maddubs_epi16(u, a), _mm256_set1_epi16(1)));
+}
+
+// An activation block as every row uses it: its bytes, -12 · sum per lane,
+// d_a in every lane.
+struct act_block {
+    __m256i a, init;
+    __m256 d;
+};
+LP_TARGET_AVX2 LP_INLINE act_block load_act(const block_q8_0& y) {
+    act_block r;
+    r.a = _mm256_loadu_si256((const __m256i*)y.qs);
+    r.init = _mm256_sub_epi32(_mm256_setzero_si256(), dot_lanes(_mm256_setzero_si256(), _mm256_set1_epi8(kOffset), r.a));
+    r.d = _mm256_set1_ps(half_to_float(y.d));
+    return r;
+}
+
+// Where a tile's activation blocks come from: prepared as it goes, or read
+// back from a call's buffer (load_act's values either way).
+struct acts_direct {
+    const uint8_t* a;
+    size_t as;
+    LP_TARGET_AVX2 LP_INLINE act_block at(int c, int64_t ib) const { return load_act(a_row(a, as, c)[ib]); }
+};
+template <int NC>
+struct acts_prepared {
+    const act_block* p;  // [block][column]
+    LP_TARGET_AVX2 LP_INLINE const act_block& at(int c, int64_t ib) const { return p[ib * NC + c]; }
+};
+
+// NR rows x NC columns (NR·NC <= 8 accumulators, so they, the columns'
+// operands and a decoded row fit the 16 ymm registers). pf: the linear
+// prefetch stream over the rows (mat-vec), or nullptr. The block's scale
+// d_a · d_w is a lane-wise product of broadcasts: the scalar product's bits.
+template <int NR, int NC, class Acts>
+LP_TARGET_AVX2 void tile(int64_t n, const uint8_t* w, size_t ws, const Acts& acts, float* out, size_t os,
+                         const char* pf) {
+    static_assert(NR * NC <= 8, "accumulators must fit the registers");
+    __m256 acc[NR][NC];
+    for (int r = 0; r < NR; ++r)
+        for (int c = 0; c < NC; ++c) acc[r][c] = _mm256_setzero_ps();
+    for (int64_t ib = 0; ib < n / QK_MXFP4; ++ib) {
+        if (pf) tiles_avx2::prefetch_step(pf, NR * sizeof(block_mxfp4));
+        act_block act[NC];
+        for (int c = 0; c < NC; ++c) act[c] = acts.at(c, ib);
+        for (int r = 0; r < NR; ++r) {
+            const block_mxfp4& b = w_row(w, ws, r)[ib];
+            const __m256i u = codes_u8(b);
+            const __m256 dw = _mm256_broadcast_ss(&kscale.v[b.e]);
+            for (int c = 0; c < NC; ++c) {
+                const __m256 lanes = _mm256_cvtepi32_ps(dot_lanes(act[c].init, u, act[c].a));
+                acc[r][c] = _mm256_fmadd_ps(lanes, _mm256_mul_ps(act[c].d, dw), acc[r][c]);
+            }
+        }
+    }
+    for (int c = 0; c < NC; ++c)
+        for (int r = 0; r < NR; ++r) out[(size_t)c * os + r] = hsum_f32x8(acc[r][c]);
+}
+
+template <int NR>
+LP_TARGET_AVX2 void tile_cols(int64_t n, const uint8_t* w, size_t ws, const uint8_t* a, size_t as, float* out,
+                              size_t os, int nc, const char* pf) {
+    // column pairs; the first pass over the rows streams them (pf)
+    int c = 0;
+    for (; c + 2 <= nc; c += 2) tile<NR, 2>(n, w, ws, acts_direct{a + c * as, as}, out + c * os, os, c ? nullptr : pf);
+    if (c < nc) tile<NR, 1>(n, w, ws, acts_direct{a + c * as, as}, out + c * os, os, c ? nullptr : pf);
+}
+
+// gemm_tile_fn: nr <= 4 rows x nc <= 4 columns.
+LP_TARGET_AVX2 void gemm_tile(int64_t n, const void* w, size_t ws, const void* a, size_t as, float* out, size_t os,
+                              int nr, int nc) {
+    const auto* wb = static_cast<const uint8_t*>(w);
+    const auto* ab = static_cast<const uint8_t*>(a);
+    const char* pf = tiles_avx2::prefetch_start(wb, ws, nr);
+    switch (nr) {
+        case 4: tile_cols<4>(n, wb, ws, ab, as, out, os, nc, pf); return;
+        case 3: tile_cols<3>(n, wb, ws, ab, as, out, os, nc, pf); return;
+        case 2: tile_cols<2>(n, wb, ws, ab, as, out, os, nc, pf); return;
+        default: tile_cols<1>(n, wb, ws, ab, as, out, os, nc, pf); return;
+    }
+}
+
+// matvec_cols: the columns' blocks prepared once, then the rows two at a
+// time against all of them, so each weight block is decoded once.
+template <int NC>
+LP_TARGET_AVX2 void row_pairs(int64_t n, const uint8_t* w, size_t ws, const uint8_t* a, size_t as, float* out,
+                              size_t os, int nr) {
+    const int64_t nb = n / QK_MXFP4;
+    thread_local std::vector<act_block> prep;
+    if (prep.size() < (size_t)(nb * NC)) prep.resize((size_t)(nb * NC));
+    for (int64_t ib = 0; ib < nb; ++ib)
+        for (int c = 0; c < NC; ++c) prep[ib * NC + c] = load_act(a_row(a, as, c)[ib]);
+    const acts_prepared<NC> acts{prep.data()};
+    int r = 0;
+    for (; r + 2 <= nr; r += 2)
+        tile<2, NC>(n, w + (size_t)r * ws, ws, acts, out + r, os, tiles_avx2::prefetch_start(w + r * ws, ws, 2));
+    if (r < nr) tile<1, NC>(n, w + (size_t)r * ws, ws, acts, out + r, os, tiles_avx2::prefetch_start(w + r * ws, ws, 1));
+}
+
+LP_TARGET_AVX2 void matvec_cols(int64_t n, const void* w, size_t ws, const void* a, size_t as, float* out, size_t os,
+                                int nr, int nc) {
+    const auto* wb = static_cast<const uint8_t*>(w);
+    const auto* ab = static_cast<const uint8_t*>(a);
+    switch (nc) {
+        case 4: row_pairs<4>(n, wb, ws, ab, as, out, os, nr); return;
+        case 3: row_pairs<3>(n, wb, ws, ab, as, out, os, nr); return;
+        case 2: row_pairs<2>(n, wb, ws, ab, as, out, os, nr); return;
+        default: row_pairs<1>(n, wb, ws, ab, as, out, os, nr); return;
+    }
+}
+
+LP_TARGET_AVX2 void vec_dot(int64_t n, float* out, const void* w, const void* a) {
+    tile<1, 1>(n, static_cast<const uint8_t*>(w), 0, acts_direct{static_cast<const uint8_t*>(a), 0}, out, 0, nullptr);
+}
+
+}  // namespace avx2
+
+// ===========================================================================
+// AVX-512: two blocks per step in one 512-bit vector, 16 int32 lanes
+// ===========================================================================
+#if defined(LP_HAVE_AVX512)
+namespace avx512 {
+
+// Two blocks' codes (blocks x0, x1) as table value + 12, in the order of
+// two Q8_0 blocks loaded side by side: 128-bit lanes [x0 elements 0-15,
+// x0 16-31, x1 0-15, x1 16-31]. Each block's 16 code bytes are broadcast
+// to two lanes, of which the second takes the high nibbles.
+LP_TARGET_AVX512 LP_INLINE __m512i codes_u8(const block_mxfp4& x0, const block_mxfp4& x1) {
+    const __m512i table = _mm512_broadcast_i32x4(_mm_load_si128((const __m128i*)kvalues_u8.v));
+    const __m256i q0 = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i*)x0.qs));
+    const __m256i q1 = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i*)x1.qs));
+    __m512i q = _mm512_inserti64x4(_mm512_castsi256_si512(q0), q1, 1);
+    q = _mm512_mask_srli_epi16(q, (__mmask32)0xff00ff00u, q, 4);  // lanes 1 and 3: high nibbles
+    return _mm512_shuffle_epi8(table, _mm512_and_si512(q, _mm512_set1_epi8(0x0f)));
+}
+
+// Two blocks' weight scales, x0's in lanes 0-7 and x1's in lanes 8-15 (two
+// broadcast loads from the table).
+LP_TARGET_AVX512 LP_INLINE __m512 weight_scales(const block_mxfp4& x0, const block_mxfp4& x1) {
+    return _mm512_insertf32x8(_mm512_set1_ps(kscale.v[x0.e]), _mm256_set1_ps(kscale.v[x1.e]), 1);
+}
+
+// Two activation blocks (or one, the other half zero) as every row uses them.
+struct act_pair {
+    __m512i a, init;  // bytes; -12 · sum per int32 lane
+    __m512 d;         // d_a of each block over its 8 lanes (0 for a missing block)
+};
+template <bool TWO>
+LP_TARGET_AVX512 LP_INLINE act_pair load_act(const block_q8_0* y) {
+    act_pair r;
+    // the two fp16 scales broadcast over 8 words each, converted at once
+    const __m256i d0 = _mm256_set1_epi16((short)y[0].d);
+    if constexpr (TWO) {
+        r.a = x86::load_pair_32(y[0].qs, y[1].qs);
+        r.d = _mm512_cvtph_ps(_mm256_mask_set1_epi16(d0, (__mmask16)0xff00, (short)y[1].d));
+    } else {
+        r.a = _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i*)y[0].qs));
+        r.d = _mm512_cvtph_ps(_mm256_maskz_mov_epi16((__mmask16)0x00ff, d0));
+    }
+    r.init = _mm512_sub_epi32(_mm512_setzero_si512(),
+                              _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(kOffset), r.a));
+    return r;
+}
+
+// Where a tile's activation pairs come from (as at AVX2): prepared as it
+// goes, or read back from a call's buffer, one entry per pair and column
+// (the lone last block of an odd count in the last one).
+struct acts_direct {
+    const uint8_t* a;
+    size_t as;
+    template <bool TWO>
+    LP_TARGET_AVX512 LP_INLINE act_pair at(int c, int64_t ib) const {
+        return load_act<TWO>(a_row(a, as, c) + ib);
+    }
+};
+template <int NC>
+struct acts_prepared {
+    const act_pair* p;  // [pair][column]
+    template <bool TWO>
+    LP_TARGET_AVX512 LP_INLINE const act_pair& at(int c, int64_t ib) const {
+        return p[ib / 2 * NC + c];
+    }
+};
+
+// One step of NR rows x NC columns over the blocks ib, ib + 1 (TWO) or ib
+// alone: a missing second block enters as zero bytes (its codes repeat the
+// first block's, which stays in bounds) with zero scales, so its lanes add
+// +0 to the accumulators.
+template <int NR, int NC, bool TWO, class Acts>
+LP_TARGET_AVX512 LP_INLINE void step(__m512 (&acc)[NR][NC], int64_t ib, const uint8_t* w, size_t ws,
+                                     const Acts& acts) {
+    act_pair act[NC];
+    for (int c = 0; c < NC; ++c) act[c] = acts.template at<TWO>(c, ib);
+    for (int r = 0; r < NR; ++r) {
+        const block_mxfp4* x = w_row(w, ws, r) + ib;
+        const block_mxfp4& x1 = TWO ? x[1] : x[0];
+        const __m512i u = codes_u8(x[0], x1);
+        const __m512 dw = weight_scales(x[0], x1);
+        for (int c = 0; c < NC; ++c) {
+            const __m512 lanes = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(act[c].init, u, act[c].a));
+            acc[r][c] = _mm512_fmadd_ps(lanes, _mm512_mul_ps(dw, act[c].d), acc[r][c]);
+        }
+    }
+}
+
+// NR <= 4 rows x NC <= 4 columns. pf: the linear prefetch stream over the
+// rows (weights from memory), or nullptr.
+template <int NR, int NC, class Acts>
+LP_TARGET_AVX512 void tile(int64_t n, const uint8_t* w, size_t ws, const Acts& acts, float* out, size_t os,
+                           const char* pf) {
+    const int64_t nb = n / QK_MXFP4;
+    __m512 acc[NR][NC];
+    for (int r = 0; r < NR; ++r)
+        for (int c = 0; c < NC; ++c) acc[r][c] = _mm512_setzero_ps();
+    int64_t ib = 0;
+    for (; ib + 2 <= nb; ib += 2) {
+        if (pf) x86::prefetch_step<NR * 2 * (int)sizeof(block_mxfp4)>(pf);
+        step<NR, NC, true>(acc, ib, w, ws, acts);
+    }
+    if (ib < nb) step<NR, NC, false>(acc, ib, w, ws, acts);
+    for (int c = 0; c < NC; ++c)
+        for (int r = 0; r < NR; ++r) out[(size_t)c * os + r] = _mm512_reduce_add_ps(acc[r][c]);
+}
+
+template <int NR, class Acts>
+LP_TARGET_AVX512 void tile_cols(int64_t n, const uint8_t* w, size_t ws, const Acts& acts, float* out, size_t os,
+                                int nc, const char* pf) {
+    switch (nc) {
+        case 4: tile<NR, 4>(n, w, ws, acts, out, os, pf); return;
+        case 3: tile<NR, 3>(n, w, ws, acts, out, os, pf); return;
+        case 2: tile<NR, 2>(n, w, ws, acts, out, os, pf); return;
+        default: tile<NR, 1>(n, w, ws, acts, out, os, pf); return;
+    }
+}
+
+template <class Acts>
+LP_TARGET_AVX512 void tile_rows(int64_t n, const uint8_t* w, size_t ws, const Acts& acts, float* out, size_t os,
+                                int nr, int nc) {
+    const char* pf = x86::prefetch_start(w, ws, nr);
+    switch (nr) {
+        case 4: tile_cols<4>(n, w, ws, acts, out, os, nc, pf); return;
+        case 3: tile_cols<3>(n, w, ws, acts, out, os, nc, pf); return;
+        case 2: tile_cols<2>(n, w, ws, acts, out, os, nc, pf); return;
+        default: tile_cols<1>(n, w, ws, acts, out, os, nc, pf); return;
+    }
+}
+
+LP_TARGET_AVX512 void gemm_tile(int64_t n, const void* w, size_t ws, const void* a, size_t as, float* out, size_t os,
+                                int nr, int nc) {
+    tile_rows(n, static_cast<const uint8_t*>(w), ws, acts_direct{static_cast<const uint8_t*>(a), as}, out, os, nr, nc);
+}
+
+// matvec_cols: the columns' pairs prepared once, then the rows 4 at a time.
+template <int NC>
+LP_TARGET_AVX512 void rows_by_fours(int64_t n, const uint8_t* w, size_t ws, const uint8_t* a, size_t as, float* out,
+                                    size_t os, int nr) {
+    const int64_t nb = n / QK_MXFP4, n_pairs = (nb + 1) / 2;
+    thread_local std::vector<act_pair> prep;
+    if (prep.size() < (size_t)(n_pairs * NC)) prep.resize((size_t)(n_pairs * NC));
+    for (int c = 0; c < NC; ++c) {
+        const block_q8_0* y = a_row(a, as, c);
+        for (int64_t ib = 0; ib < nb; ib += 2)
+            prep[ib / 2 * NC + c] = ib + 2 <= nb ? load_act<true>(y + ib) : load_act<false>(y + ib);
+    }
+    const acts_prepared<NC> acts{prep.data()};
+    for (int r = 0; r < nr; r += 4) tile_rows(n, w + (size_t)r * ws, ws, acts, out + r, os, nr - r < 4 ? nr - r : 4, NC);
+}
+
+LP_TARGET_AVX512 void matvec_cols(int64_t n, const void* w, size_t ws, const void* a, size_t as, float* out,
+                                  size_t os, int nr, int nc) {
+    const auto* wb = static_cast<const uint8_t*>(w);
+    const auto* ab = static_cast<const uint8_t*>(a);
+    switch (nc) {
+        case 4: rows_by_fours<4>(n, wb, ws, ab, as, out, os, nr); return;
+        case 3: rows_by_fours<3>(n, wb, ws, ab, as, out, os, nr); return;
+        case 2: rows_by_fours<2>(n, wb, ws, ab, as, out, os, nr); return;
+        default: rows_by_fours<1>(n, wb, ws, ab, as, out, os, nr); return;
+    }
+}
+
+LP_TARGET_AVX512 void vec_dot(int64_t n, float* out, const void* w, const void* a) {
+    tile<1, 1>(n, static_cast<const uint8_t*>(w), 0, acts_direct{static_cast<const uint8_t*>(a), 0}, out, 0, nullptr);
+}
+
+}  // namespace avx512
+#endif  // LP_HAVE_AVX512
+
+}  // namespace
+
+void register_mxfp4_x86(type_traits* table, isa level) {
+    type_traits& t = table[(int)ggml_type::MXFP4];
+    if (level == isa::avx2) {
+        t.vec_dot = avx2::vec_dot;
+        t.gemm_tile = avx2::gemm_tile;
+        t.matvec_cols = avx2::matvec_cols;
+        t.vec_dot_isa = isa::avx2;
+    }
+#if defined(LP_HAVE_AVX512)
+    if (level == isa::avx512) {
+        t.vec_dot = avx512::vec_dot;
+        t.gemm_tile = avx512::gemm_tile;
+        t.matvec_cols = avx512::matvec_cols;
+        t.vec_dot_isa = isa::avx512;
+    }
+#endif
+}
+
+#else
+
+void register_mxfp4_x86(type_traits*, isa) {}
+
+#endif  // LP_HAVE_AVX2
+
+}  // namespace lp
