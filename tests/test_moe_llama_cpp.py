@@ -31,7 +31,6 @@ from llamapy import Llama
 DATA = Path(__file__).parent / "data" / "moe"
 # The families this engine runs (the folder also holds later ones).
 FAMILIES = ["qwen3moe", "qwen3moe_nonorm", "qwen3moe_kquant", "mixtral", "gptoss", "glm4moe", "deepseek2"]
-PENDING = {("gptoss", "MXFP4_MOE")}  # the MXFP4 type is being added
 TOL_F16 = 0.05   # llama.cpp's own: batch vs step 0.01, flash off vs on 0.03 on these files
 TOL_Q = 0.4      # quantized: llama.cpp's flash off/on is up to ~0.3 away from routing flips
 
@@ -43,8 +42,6 @@ def record(family):
 def cases():
     for fam in FAMILIES:
         for ftype in record(fam)["files"]:
-            if (fam, ftype) in PENDING:
-                continue
             yield pytest.param(fam, ftype, id=f"{fam}-{ftype}")
 
 
