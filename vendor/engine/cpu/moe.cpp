@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <string>
 
@@ -203,13 +204,13 @@ void moe_scratch::reserve(int64_t n_slots, int64_t n_expert, int64_t widest) {
     count.reserve((size_t)n_expert);
     start.reserve((size_t)n_expert + 1);
     order.reserve((size_t)n_slots);
-    act.reserve(sizeof(float) * (size_t)(n_slots * widest));  // F32 is the widest activation format
+    act.reserve(sizeof(float) * (size_t)(2 * n_slots * widest));  // F32 is the widest format; slots + tokens
     out.reserve((size_t)(n_slots * widest));
     jobs.reserve((size_t)max_jobs(n_slots, n_expert, widest));
 }
 
 size_t moe_scratch::reserve_bytes(int64_t n_slots, int64_t n_expert, int64_t widest) {
-    return sizeof(int32_t) * (size_t)(2 * n_expert + 1 + n_slots) + 2 * sizeof(float) * (size_t)(n_slots * widest) +
+    return sizeof(int32_t) * (size_t)(2 * n_expert + 1 + n_slots) + 3 * sizeof(float) * (size_t)(n_slots * widest) +
            sizeof(int64_t) * (size_t)max_jobs(n_slots, n_expert, widest);
 }
 
@@ -244,13 +245,29 @@ void moe_matmul(const experts_view& w, const float* x, int64_t xs, int x_div, co
     if (at != ggml_type::F32 && !conv) throw value_error(std::string("no activation conversion to ") + type_name(at));
     const size_t a_stride = at == ggml_type::F32 ? sizeof(float) * (size_t)K : row_size(at, K);
     s.act.resize(a_stride * (size_t)n_slots);
+    // With one x row per token (x_div k), each row is converted once, into
+    // the room after the slots' rows, then copied to its k slots.
+    const int64_t n_src = x_div > 1 && conv ? (n_slots + x_div - 1) / x_div : 0;
+    if (n_src) {
+        s.act.resize(a_stride * (size_t)(n_slots + n_src));
+        uint8_t* tok = s.act.data() + a_stride * (size_t)n_slots;
+        auto convert_token = [&](int64_t t, int) { conv(x + t * xs, tok + (size_t)t * a_stride, K); };
+        if (n_src > 1 && pool.n_threads() > 1) pool.parallel_for(n_src, convert_token);
+        else
+            for (int64_t t = 0; t < n_src; ++t) convert_token(t, 0);
+    }
     auto convert = [&](int64_t i, int) {
-        const float* src = x + (int64_t)(s.order[(size_t)i] / x_div) * xs;
+        const int64_t src_row = (int64_t)(s.order[(size_t)i] / x_div);
         uint8_t* dst = s.act.data() + (size_t)i * a_stride;
+        if (n_src) {
+            std::memcpy(dst, s.act.data() + a_stride * (size_t)(n_slots + src_row), a_stride);
+            return;
+        }
+        const float* src = x + src_row * xs;
         if (conv) conv(src, dst, K);
         else std::copy(src, src + K, reinterpret_cast<float*>(dst));
     };
-    if (n_slots > 1 && pool.n_threads() > 1) pool.parallel_for(n_slots, convert);
+    if (n_slots > 1 && pool.n_threads() > 1 && !n_src) pool.parallel_for(n_slots, convert);
     else
         for (int64_t i = 0; i < n_slots; ++i) convert(i, 0);
 
