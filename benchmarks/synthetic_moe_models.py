@@ -82,6 +82,8 @@ def write_moe(path: str, name: str, n_layer: int | None = None) -> str:
         w.add_key_length(C + R)
         w.add_value_length(C)
         w.add_uint32(f"{arch}.attention.kv_lora_rank", C)
+        # 0: no q bottleneck (V2-Lite; llama.cpp asks for the key unless the layer count is Lite's)
+        w.add_uint32(f"{arch}.attention.q_lora_rank", 0)
         w.add_uint32(f"{arch}.attention.key_length_mla", D)
         w.add_uint32(f"{arch}.attention.value_length_mla", s["head_v"])
         w.add_rope_dimension_count(R)
@@ -148,7 +150,9 @@ def write_moe(path: str, name: str, n_layer: int | None = None) -> str:
         if arch == "deepseek2" and i < s["dense_lead"]:
             add(p + "ffn_gate.weight", "Q4_K", s["ff"], E)
             add(p + "ffn_up.weight", "Q4_K", s["ff"], E)
-            add(p + "ffn_down.weight", "Q6_K" if more else "Q4_K", E, s["ff"])
+            # 10944 is not whole 256-blocks: llama.cpp's K-quant fallback (Q6_K -> Q8_0, Q4_K -> Q5_0)
+            add(p + "ffn_down.weight", ("Q6_K" if more else "Q4_K") if s["ff"] % 256 == 0 else ("Q8_0" if more else "Q5_0"),
+                E, s["ff"])
             continue
         f32(p + "ffn_gate_inp.weight", X, E, scale=0.05)
         et = "MXFP4" if mxfp4 else "Q4_K"
@@ -156,7 +160,7 @@ def write_moe(path: str, name: str, n_layer: int | None = None) -> str:
         add(p + "ffn_up_exps.weight", et, F, E, X)
         down_t = "MXFP4" if mxfp4 else ("Q6_K" if more else "Q4_K")
         if arch == "deepseek2" and F % 256:
-            down_t = "Q8_0"  # 1408 is not whole 256-blocks: llama.cpp's K-quant fallback
+            down_t = "Q8_0" if more else "Q5_0"  # 1408 is not whole 256-blocks: llama.cpp's K-quant fallback
         add(p + "ffn_down_exps.weight", down_t, E, F, X)
         if arch == "gpt-oss":
             f32(p + "ffn_gate_inp.bias", X, scale=0.1)
@@ -166,7 +170,7 @@ def write_moe(path: str, name: str, n_layer: int | None = None) -> str:
             S = F * s["shared"]
             add(p + "ffn_gate_shexp.weight", "Q4_K", S, E)
             add(p + "ffn_up_shexp.weight", "Q4_K", S, E)
-            add(p + "ffn_down_shexp.weight", "Q8_0" if S % 256 else "Q4_K", E, S)
+            add(p + "ffn_down_shexp.weight", ("Q8_0" if more else "Q5_0") if S % 256 else "Q4_K", E, S)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()

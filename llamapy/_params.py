@@ -17,6 +17,7 @@ from typing import Any, Dict, Optional
 
 from . import _engine
 from ._log import emit
+from .gguf_file import split_part_paths
 from .system import memory_available
 
 DEFAULT_SEED = 0xFFFFFFFF  # llama.cpp's LLAMA_DEFAULT_SEED: "pick a random seed"
@@ -60,11 +61,12 @@ def _fits_in_memory(path: str) -> bool:
     token generation: the engine streams every weight once per token, and
     page-cache mappings stream slower, see gguf.cpp read_into_memory) when it
     takes at most half of the memory available now (Linux MemAvailable);
-    otherwise, or where that is unknown, map it."""
+    otherwise, or where that is unknown, map it. A split model counts all
+    its parts."""
     try:
-        size = os.path.getsize(path)
+        size = sum(os.path.getsize(p) for p in split_part_paths(path))
     except (OSError, ValueError, TypeError):
-        return False  # a bad path is reported by the engine
+        return False  # a bad path (or a missing part) is reported by the engine
     avail = memory_available()
     return avail is not None and size <= avail // 2
 
@@ -111,7 +113,8 @@ def place_on_gpu(cp: Any, verbose: bool, vocab_only: bool, split_mode: Any, op_o
         ("n_gpu_layers", {-1: "-1 (all)", -2: "'auto'"}.get(cp.n_gpu_layers, cp.n_gpu_layers), 0),
         ("main_gpu", cp.main_gpu, 0), ("split_mode", split_mode, 1),
         ("tensor_split", list(cp.tensor_split) or None, None), ("offload_kqv", cp.offload_kqv, True),
-        ("op_offload", op_offload, None)) if value != default]
+        ("op_offload", op_offload, None), ("n_cpu_moe", cp.n_cpu_moe, 0),
+        ("override_tensor", list(cp.override_tensor) or None, None)) if value != default]
     why = None
     if cp.n_gpu_layers != 0:
         why = "vocab_only=True loads no weights" if vocab_only else gpu_unavailable()

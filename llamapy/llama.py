@@ -155,6 +155,12 @@ class Llama(_sequence.SequenceAttributes):
         # handler; ``n_seq_max=N``, room for N sequences (the server's slots, sequence_view).
         mmproj: Optional[str] = kwargs.pop("mmproj", None)
         n_seq_max: int = kwargs.pop("n_seq_max", 1)
+        # And llama.cpp's way of running a big mixture of experts on a small GPU: weights
+        # kept in host memory, their products on the CPU, although their layer is on the GPU:
+        # ``n_cpu_moe=N`` (the experts of the first N layers, its --n-cpu-moe) and
+        # ``override_tensor="<regex>=CPU,..."`` (its -ot / --override-tensor).
+        n_cpu_moe: int = kwargs.pop("n_cpu_moe", 0)
+        override_tensor: Any = kwargs.pop("override_tensor", None)
         _params.refuse_unknown(kwargs, verbose)
         _params.python_options(verbose, vocab_only, lora_base, lora_path, lora_scale, numa, draft_model,
                                last_n_tokens_size)
@@ -171,7 +177,8 @@ class Llama(_sequence.SequenceAttributes):
             yarn_attn_factor=yarn_attn_factor, yarn_beta_fast=yarn_beta_fast, yarn_beta_slow=yarn_beta_slow,
             yarn_orig_ctx=yarn_orig_ctx, swa_full=swa_full, main_gpu=main_gpu,
             n_gpu_layers=_params.gpu_layers_value(n_gpu_layers),
-            split_mode=split_mode, tensor_split=tensor_split, offload_kqv=offload_kqv)
+            split_mode=split_mode, tensor_split=tensor_split, offload_kqv=offload_kqv, n_cpu_moe=n_cpu_moe,
+            override_tensor=override_tensor)
         _params.place_on_gpu(cp, verbose, vocab_only, split_mode, op_offload)
         # Python's own: llama-cpp-python's seed rule (``seed or LLAMA_DEFAULT_SEED``: 0 and
         # the default keep 0xFFFFFFFF, which draws with a random seed, and from which

@@ -146,6 +146,7 @@ class _Shape:
             raise ValueError(f"{f.path}: the file lacks tensor token_embd.weight")
         self.n_vocab = int(tensors["token_embd.weight"].ne[1])
         self.weight_bytes = sum(t.nbytes for t in f.tensors)
+        self.tensor_bytes = [(t.name, t.nbytes) for t in f.tensors]
         self.layer_weight_bytes = [0] * self.n_layer
         self.output_weight_bytes = 0  # "output*": the final norm and head (placement.h's output part)
         for t in f.tensors:
@@ -233,8 +234,28 @@ def _part_devices(s: _Shape, n_gpu_layers: Any, main_gpu: int, split_mode: int,
                                                            min(p.split_mode, 1), list(p.tensor_split))]
 
 
+def _host_kept_bytes(s: _Shape, n_cpu_moe: int, override_tensor: Any) -> List[int]:
+    """Each part's weight bytes kept in host memory (n_cpu_moe, override_tensor),
+    by the engine's rule (placement.h host_kept), in part order."""
+    p = _engine.ContextParams(n_cpu_moe=n_cpu_moe, override_tensor=override_tensor)
+    kept = _engine.host_kept([name for name, _ in s.tensor_bytes], s.n_layer, p)
+    out = [0] * (s.n_layer + 2)
+    for (name, nbytes), k in zip(s.tensor_bytes, kept):
+        if k:
+            out[_part_of(name, s.n_layer)] += nbytes
+    return out
+
+
+def _part_of(name: str, n_layer: int) -> int:
+    """The part index of a tensor: 1 + il for blk.<il>.*, the last for output*, else 0 (input)."""
+    parts = name.split(".")
+    if parts[0] == "blk" and len(parts) > 2 and parts[1].isdigit() and int(parts[1]) < n_layer:
+        return int(parts[1]) + 1
+    return n_layer + 1 if name.startswith("output") else 0
+
+
 def _devices(s: _Shape, per_layer_kv: List[int], compute: int, runtime: int, mmproj: int, parts: List[str],
-             offload_kqv: bool) -> List[Dict[str, Any]]:
+             offload_kqv: bool, host_kept: Optional[List[int]] = None) -> List[Dict[str, Any]]:
     """Bytes per device, in order of first appearance (placement_plan::totals)."""
     out: Dict[str, Dict[str, Any]] = {}
 
@@ -244,12 +265,20 @@ def _devices(s: _Shape, per_layer_kv: List[int], compute: int, runtime: int, mmp
         return out[dev]
 
     input_bytes = s.weight_bytes - sum(s.layer_weight_bytes) - s.output_weight_bytes
-    at(parts[0])["weight_bytes"] += input_bytes
+    kept = host_kept or [0] * (s.n_layer + 2)
+
+    def place(i: int, nbytes: int) -> None:  # what part i keeps on the host goes there
+        k = kept[i] if parts[i] != "cpu" else 0
+        at(parts[i])["weight_bytes"] += nbytes - k
+        if k:
+            at("cpu")["weight_bytes"] += k
+
+    place(0, input_bytes)
     for il in range(s.n_layer):
-        at(parts[il + 1])["weight_bytes"] += s.layer_weight_bytes[il]
+        place(il + 1, s.layer_weight_bytes[il])
         kv_dev = parts[il + 1] if (offload_kqv or parts[il + 1] == "cpu") else "cpu"
         at(kv_dev)["kv_bytes"] += per_layer_kv[il]
-    at(parts[-1])["weight_bytes"] += s.output_weight_bytes
+    place(s.n_layer + 1, s.output_weight_bytes)
     compute_dev = next((d for d in parts if d != "cpu"), "cpu")
     at(compute_dev)["compute_bytes"] += compute
     at("cpu")["other_bytes"] += runtime  # the tokenizer, outputs, Llama's buffers: host memory
@@ -265,7 +294,7 @@ def plan_memory(model_path: Union[str, "os.PathLike[str]"], n_ctx: Optional[int]
                 n_ubatch: Optional[int] = None, flash_attn: Union[str, bool] = "auto",
                 n_threads: Optional[int] = None, embedding: bool = False, main_gpu: int = 0,
                 split_mode: int = 1, tensor_split: Optional[List[float]] = None,
-                offload_kqv: bool = True) -> MemoryPlan:
+                offload_kqv: bool = True, n_cpu_moe: int = 0, override_tensor: Any = None) -> MemoryPlan:
     """Predict the memory of ``Llama(model_path, n_ctx=..., ...)`` with
     ``n_parallel`` sequences, from the file alone.
 
@@ -343,7 +372,8 @@ def plan_memory(model_path: Union[str, "os.PathLike[str]"], n_ctx: Optional[int]
             mm = sum(t.nbytes for t in g.tensors) + _header_bytes(g)
 
     devices = _devices(s, per_layer_kv, compute, runtime, mm,
-                       _part_devices(s, n_gpu_layers, main_gpu, split_mode, tensor_split), offload_kqv)
+                       _part_devices(s, n_gpu_layers, main_gpu, split_mode, tensor_split), offload_kqv,
+                       _host_kept_bytes(s, n_cpu_moe, override_tensor))
     return MemoryPlan(model_path=path, n_ctx=ctx, n_parallel=n_parallel, n_batch=nb, n_ubatch=nub, flash_attn=flash,
                       type_k=tk, type_v=tv, weights_bytes=s.weight_bytes, kv_bytes=kv, compute_bytes=compute,
                       runtime_bytes=runtime, mmproj_bytes=mm, kv_cells=main_cells, kv_swa_cells=swa_cells,

@@ -29,6 +29,10 @@ def llama_kwargs(s: Settings) -> Dict[str, Any]:
                               n_threads=s.threads, n_gpu_layers=s.n_gpu_layers, flash_attn=_FLASH[s.flash_attn],
                               type_k=s.cache_type_k, type_v=s.cache_type_v, embedding=bool(s.embedding),
                               n_seq_max=max(1, s.parallel), verbose=False)
+    if s.cpu_moe or s.n_cpu_moe:
+        kw["n_cpu_moe"] = (1 << 30) if s.cpu_moe else s.n_cpu_moe  # every layer's, or the first N
+    if s.override_tensor:
+        kw["override_tensor"] = s.override_tensor
     if s.pooling is not None:
         kw["pooling_type"] = ["none", "mean", "cls", "last", "rank"].index(s.pooling)
     # Without --seed, each server start draws its own base seed (llama-server samples

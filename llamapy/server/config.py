@@ -42,6 +42,13 @@ OPTIONS: List[Opt] = [
         "-c tokens that all slots share)"),
     Opt(("-ngl", "--n-gpu-layers", "--gpu-layers"), "n_gpu_layers", "LLAMA_ARG_N_GPU_LAYERS", int, 0,
         "layers to offload to the GPU"),
+    Opt(("-ncmoe", "--n-cpu-moe"), "n_cpu_moe", "LLAMA_ARG_N_CPU_MOE", int, 0,
+        "keep the expert weights of the first N layers in host memory, run on the CPU (a big mixture of experts "
+        "on a small GPU)"),
+    Opt(("-cmoe", "--cpu-moe"), "cpu_moe", "LLAMA_ARG_CPU_MOE", "bool", False,
+        "keep every layer's expert weights in host memory, run on the CPU"),
+    Opt(("-ot", "--override-tensor"), "override_tensor", "LLAMA_ARG_OVERRIDE_TENSOR", str, None,
+        "<tensor name regex>=CPU,...: keep the matching weights in host memory, run on the CPU"),
     Opt(("-fa", "--flash-attn"), "flash_attn", "LLAMA_ARG_FLASH_ATTN", str, "auto", "flash attention",
         ("on", "off", "auto")),
     Opt(("-ctk", "--cache-type-k"), "cache_type_k", "LLAMA_ARG_CACHE_TYPE_K", default="f16", help="K cache type"),

@@ -189,6 +189,13 @@ context::context(std::shared_ptr<const model> m, const context_params& params)
             part_be_[i] = gpu_backends_[g].get();
         }
         if (!p_.offload_kqv) kv_be_ = &backend_;
+        // Weights kept on the host (override_tensor, n_cpu_moe) of the parts on a GPU.
+        const std::vector<gguf_tensor_info>& ts = model_->file().tensors();
+        std::vector<std::string> names;
+        for (const gguf_tensor_info& t : ts) names.push_back(t.name);
+        const std::vector<bool> kept = host_kept(names, hp.n_layer, p_);
+        for (size_t i = 0; i < ts.size(); ++i)
+            if (kept[i]) host_weights_.insert(model_->file().tensor_data(ts[i]));
     }
     // (Multi-head latent attention reads its values from the keys: no rotation of either.)
     if (p_.kv_rotation && !hp.is_mla()) {
@@ -390,6 +397,7 @@ void context::decode(const batch_view& b) {
             pass ps(backend_, rs_, &tensor_cb_, ub.n_tok);
             if (!part_be_.empty()) ps.set_parts(&part_be_);
             ps.set_kv_backend(kv_be_);
+            if (!host_weights_.empty()) ps.set_host_weights(&host_weights_, &backend_);
             if (pooled) {
                 // Every row's state into hidden_, pooled, then the rows asked for are kept.
                 for (int64_t i = 0; i < ub.n_tok; ++i) out_rows_[(size_t)i] = (int32_t)i;
@@ -401,6 +409,7 @@ void context::decode(const batch_view& b) {
                 if (out_done > first_kept) {
                     pass head(backend_, rs_, &tensor_cb_, out_done - first_kept);
                     if (!part_be_.empty()) head.set_parts(&part_be_);
+                    if (!host_weights_.empty()) head.set_host_weights(&host_weights_, &backend_);
                     decoder_logits(*model_, embd_->data() + first_kept * hp.n_embd, head,
                                    logits_->data() + first_kept * hp.n_vocab);
                 }
@@ -668,7 +677,7 @@ placement_plan context::placement() const {
     std::unique_lock<std::mutex> lock = guard();
     uint64_t act = rs_.bytes() + backend_.scratch_bytes() + sizeof(float) * hidden_.size();
     for (const auto& g : gpu_backends_) act += g->scratch_bytes();
-    return plan_parts(*model_, parts_, kv_, kv_swa_.get(), act, rs_.x.where());
+    return plan_parts(*model_, parts_, kv_, kv_swa_.get(), act, rs_.x.where(), part_host_bytes(*model_, p_));
 }
 
 }  // namespace lp

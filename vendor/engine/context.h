@@ -33,6 +33,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <unordered_set>
 #include <vector>
 
 #include "backend/cpu_backend.h"
@@ -173,6 +174,9 @@ private:
     std::vector<std::unique_ptr<backend>> gpu_backends_;  // one per GPU device of the parts (empty: none)
     std::vector<backend*> part_be_;    // the backend of each part (empty: backend_ for all)
     backend* kv_be_ = nullptr;         // attends over the cache when not the part's backend (offload_kqv=false)
+    // The data of the weights kept in host memory although their part is on
+    // a GPU (override_tensor, n_cpu_moe): their products run on backend_.
+    std::unordered_set<const void*> host_weights_;
     // Where each layer's KV cache rows live: on the layer's device, or the
     // host with offload_kqv=false; encoders keep no cache (host).
     std::vector<device> kv_devices() const;

@@ -39,6 +39,7 @@ void context::decode_encoder(const batch_view& b) {
     backend_.use_pool((b.n > 1 && pool_batch_) ? *pool_batch_ : *pool_);
     pass ps(backend_, rs_, &tensor_cb_, b.n);
     if (!part_be_.empty()) ps.set_parts(&part_be_);
+    if (!host_weights_.empty()) ps.set_host_weights(&host_weights_, &backend_);
     n_out_ = 0;
     if (pooling_ != 0) pool_begin();
     try {

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "ggml_type.h"
@@ -67,6 +68,14 @@ struct context_params {
     // all zero: each device's free memory), as llama.cpp's layer split.
     int split_mode = 1;
     std::vector<float> tensor_split;
+    // Weights kept in host memory, their products run on the CPU, although
+    // their layer is on a GPU (llama.cpp's way of running a big mixture of
+    // experts on a small GPU): override_tensor holds the regular expressions
+    // (ECMAScript, searched in the tensor name) of llama.cpp's
+    // --override-tensor "<regex>=CPU"; n_cpu_moe keeps the expert tensors of
+    // the first n_cpu_moe layers (its --n-cpu-moe). placement.h host_kept.
+    std::vector<std::string> override_tensor;
+    int n_cpu_moe = 0;
 };
 
 }  // namespace lp

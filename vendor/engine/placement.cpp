@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <regex>
 
 #include "backend/registry.h"
 #include "common.h"
@@ -37,6 +38,7 @@ std::vector<placement_plan::device_total> placement_plan::totals() const {
     };
     for (const part& p : parts) {
         at(p.weights).weight_bytes += p.weight_bytes;
+        if (p.host_weight_bytes) at(device::host()).weight_bytes += p.host_weight_bytes;
         if (p.kv_bytes) at(p.kv).kv_bytes += p.kv_bytes;
     }
     at(compute).activation_bytes += activation_bytes;
@@ -78,8 +80,42 @@ std::vector<uint64_t> part_weight_bytes(const model& m) {
     return b;
 }
 
+std::vector<bool> host_kept(const std::vector<std::string>& names, int64_t n_layer, const context_params& p) {
+    std::vector<bool> kept(names.size(), false);
+    if (p.override_tensor.empty() && p.n_cpu_moe <= 0) return kept;
+    std::vector<std::regex> res;
+    for (const std::string& pat : p.override_tensor) res.emplace_back(pat, std::regex::ECMAScript);
+    static const std::regex expert(R"(^blk\.(\d+)\.ffn_(up|down|gate|gate_up)_(ch)?exps\.)");
+    for (size_t i = 0; i < names.size(); ++i) {
+        for (const std::regex& r : res)
+            if (std::regex_search(names[i], r)) kept[i] = true;
+        std::smatch mt;
+        if (!kept[i] && p.n_cpu_moe > 0 && std::regex_search(names[i], mt, expert) &&
+            std::stoll(mt[1].str()) < std::min<int64_t>(p.n_cpu_moe, n_layer))
+            kept[i] = true;
+    }
+    return kept;
+}
+
+std::vector<uint64_t> part_host_bytes(const model& m, const context_params& p) {
+    const int64_t n_layer = m.hp().n_layer;
+    const std::vector<gguf_tensor_info>& ts = m.file().tensors();
+    std::vector<std::string> names;
+    for (const gguf_tensor_info& t : ts) names.push_back(t.name);
+    const std::vector<bool> kept = host_kept(names, n_layer, p);
+    std::vector<uint64_t> b((size_t)n_layer + 2, 0);
+    for (size_t i = 0; i < ts.size(); ++i) {
+        if (!kept[i]) continue;
+        const int il = layer_of(ts[i].name, n_layer);
+        const size_t at = il >= 0 ? (size_t)il + 1 : ts[i].name.compare(0, 6, "output") == 0 ? b.size() - 1 : 0;
+        b[at] += ts[i].nbytes;
+    }
+    return b;
+}
+
 placement_plan plan_parts(const model& m, const std::vector<device>& part_dev, const kv_cache& kv_main,
-                          const kv_cache* kv_swa, uint64_t activation_bytes, device compute) {
+                          const kv_cache* kv_swa, uint64_t activation_bytes, device compute,
+                          const std::vector<uint64_t>& host_bytes) {
     const hparams& hp = m.hp();
     placement_plan plan;
     plan.compute = compute;
@@ -91,6 +127,11 @@ placement_plan plan_parts(const model& m, const std::vector<device>& part_dev, c
     for (size_t i = 0; i < plan.parts.size(); ++i) {
         plan.parts[i].weight_bytes = bytes[i];
         if (!part_dev.empty()) plan.parts[i].weights = part_dev[i];
+        // what stays on the host of a part elsewhere (on the host it is all there anyway)
+        if (i < host_bytes.size() && !plan.parts[i].weights.is_host()) {
+            plan.parts[i].weight_bytes -= host_bytes[i];
+            plan.parts[i].host_weight_bytes = host_bytes[i];
+        }
     }
     for (int il = 0; il < (int)hp.n_layer; ++il) {
         placement_plan::part& p = plan.parts[(size_t)il + 1];
@@ -131,19 +172,19 @@ struct gpu_need {
     uint64_t total() const { return weights + kv + work; }
 };
 gpu_need gpu_bytes(const model& m, const context_params& p, const std::vector<device>& parts,
-                   const std::vector<uint64_t>& wbytes, device dev) {
+                   const std::vector<uint64_t>& wbytes, device dev, const std::vector<uint64_t>& host_bytes) {
     const hparams& hp = m.hp();
     gpu_need need;
     bool any = false;
     for (size_t i = 0; i < parts.size(); ++i)
         if (parts[i] == dev) {
-            need.weights += wbytes[i];
+            need.weights += wbytes[i] - host_bytes[i];
             any = true;
         }
     if (!any) return need;
     const bool kv_on_gpu = !hp.v.encoder && p.offload_kqv;
     if (kv_on_gpu) {
-        const uint64_t rows = row_size(p.type_k, hp.n_embd_k()) + row_size(p.type_v, hp.n_embd_v());
+        const uint64_t rows = row_size(p.type_k, hp.n_embd_k()) + (hp.is_mla() ? 0 : row_size(p.type_v, hp.n_embd_v()));
         const int64_t wc = window_cache_cells(hp, p);
         for (int64_t il = 0; il < hp.n_layer; ++il)
             if (parts[(size_t)il + 1] == dev)
@@ -229,12 +270,12 @@ std::vector<device> place_parts(const model& m, context_params& p) {
     std::vector<double> shares;
     split_devices(p, gpus, shares);
     check_kv_types(m, p, gpus);
-    const std::vector<uint64_t> wb = part_weight_bytes(m);
+    const std::vector<uint64_t> wb = part_weight_bytes(m), hb = part_host_bytes(m, p);
     // The first device a plan does not fit (-1: it fits everywhere).
     auto misfit = [&](const std::vector<device>& parts) {
         for (size_t g = 0; g < gpus.size(); ++g) {
             const uint64_t heap = device_heap(gpus[g]);
-            if (gpu_bytes(m, p, parts, wb, gpus[g]).total() + heap / 20 > device_free(gpus[g])) return (int)g;
+            if (gpu_bytes(m, p, parts, wb, gpus[g], hb).total() + heap / 20 > device_free(gpus[g])) return (int)g;
         }
         return -1;
     };
@@ -247,7 +288,7 @@ std::vector<device> place_parts(const model& m, context_params& p) {
         const std::vector<device> parts = part_devices(n_layer, p.n_gpu_layers, gpus, shares);
         if (const int g = misfit(parts); g >= 0) {
             const device d = gpus[(size_t)g];
-            const gpu_need need = gpu_bytes(m, p, parts, wb, d);
+            const gpu_need need = gpu_bytes(m, p, parts, wb, d, hb);
             const uint64_t heap = device_heap(d);
             throw value_error("n_gpu_layers=" + std::to_string(p.n_gpu_layers) + " needs " + mib(need.total()) + " on " +
                               gpu_slot_of(d).desc->name + (gpus.size() > 1 ? " (" + d.name() + ")" : "") +

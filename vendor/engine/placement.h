@@ -34,7 +34,8 @@ struct placement_plan {
         int layer = -1;        // il, or -1 for input / output
         device weights;        // where its weights live
         device kv;             // where its KV cache rows live (layers only)
-        uint64_t weight_bytes = 0;
+        uint64_t weight_bytes = 0;       // on `weights`, minus what stays on the host:
+        uint64_t host_weight_bytes = 0;  // weights kept in host memory (override_tensor, n_cpu_moe)
         uint64_t kv_bytes = 0;
     };
     struct device_total {
@@ -68,12 +69,22 @@ inline std::vector<device> part_devices(int64_t n_layer, int n_gpu_layers, devic
 // Tensor bytes of each part, in part order (the file's tensors: see above).
 std::vector<uint64_t> part_weight_bytes(const model& m);
 
+// Which of the tensors `names` of a model with n_layer layers stay in host
+// memory whatever their part's device (context_params override_tensor and
+// n_cpu_moe): a name matching one of the patterns, or an expert tensor
+// (blk.<il>.ffn_{gate,up,down,gate_up}_exps) of a layer il < n_cpu_moe.
+std::vector<bool> host_kept(const std::vector<std::string>& names, int64_t n_layer, const context_params& p);
+// The bytes of each part that host_kept keeps on the host, in part order.
+std::vector<uint64_t> part_host_bytes(const model& m, const context_params& p);
+
 // The plan: part i runs on part_dev[i] (n_layer + 2 entries; empty: all on
 // the host). kv_main holds the layers it holds; kv_swa (or null) the
 // sliding-window ones; each layer's cache rows are where its cache keeps them.
 // compute: where the activation buffers live.
+// host_bytes: each part's bytes kept on the host (part_host_bytes; empty: none).
 placement_plan plan_parts(const model& m, const std::vector<device>& part_dev, const kv_cache& kv_main,
-                          const kv_cache* kv_swa, uint64_t activation_bytes, device compute);
+                          const kv_cache* kv_swa, uint64_t activation_bytes, device compute,
+                          const std::vector<uint64_t>& host_bytes = {});
 
 // Cells of a separate cache for the sliding-window layers: enough for every
 // sequence's window plus one batch (whose rows are all placed before any is

@@ -27,6 +27,8 @@
 #include "model/model.h"
 #include "overrides.h"
 #include "params.h"
+#include "placement.h"
+#include "py_common.h"
 
 namespace py = pybind11;
 using namespace lp;
@@ -318,6 +320,9 @@ void bind_model(py::module_& m) {
        "The hyperparameters Model(path) would read (metadata only, no weights), as a dict: sizes, n_rot, "
        "the sliding window and its layers, the experts (n_expert 0: dense), and activation_bytes_per_row (the "
        "run_state bytes one micro-batch row takes).");
+    m.def("host_kept", &host_kept, py::arg("names"), py::arg("n_layer"), py::arg("params"),
+          "Which tensor names stay in host memory whatever their layer's device, for a ContextParams' "
+          "override_tensor patterns and n_cpu_moe (placement.h host_kept): a list of bools.");
     m.def("moe_scratch_bytes", &moe_scratch::reserve_bytes, py::arg("n_slots"), py::arg("n_expert"),
           py::arg("widest"),
           "Bytes the CPU backend reserves for expert products of up to n_slots (token, expert) slots "

@@ -17,6 +17,7 @@
 
 #include <cctype>
 #include <cmath>
+#include <regex>
 #include <string>
 
 #include "common.h"
@@ -154,6 +155,62 @@ std::vector<float> tensor_split_value(const py::handle& v) {
             throw value_error("tensor_split must hold at most 16 finite shares >= 0 (one per device), got " +
                               std::string(py::repr(v)));
         out.push_back((float)x);
+    }
+    return out;
+}
+
+// override_tensor: llama.cpp's --override-tensor entries "<regex>=<buffer
+// type>", as one comma-separated string (its command-line form), a sequence
+// of such strings, or a mapping {regex: buffer type}. The buffer type must
+// be CPU (the host): the patterns kept. Each regex must compile.
+std::vector<std::string> override_tensor_value(const py::handle& v) {
+    std::vector<std::pair<std::string, std::string>> items;
+    auto split_one = [&](const std::string& e) {
+        const size_t eq = e.rfind('=');
+        if (eq == std::string::npos || eq == 0)
+            throw value_error("override_tensor entry '" + e + "' is not <tensor name regex>=<buffer type>");
+        items.emplace_back(e.substr(0, eq), e.substr(eq + 1));
+    };
+    if (v.is_none()) return {};
+    if (py::isinstance<py::str>(v)) {
+        const std::string all = v.cast<std::string>();
+        size_t at = 0;
+        while (at <= all.size()) {
+            const size_t comma = all.find(',', at);
+            const std::string e = all.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
+            if (!e.empty()) split_one(e);
+            if (comma == std::string::npos) break;
+            at = comma + 1;
+        }
+    } else if (py::isinstance<py::dict>(v)) {
+        for (auto kv : py::reinterpret_borrow<py::dict>(v)) {
+            if (!py::isinstance<py::str>(kv.first) || !py::isinstance<py::str>(kv.second))
+                throw py::type_error("override_tensor as a dict maps regex strings to buffer type strings");
+            items.emplace_back(kv.first.cast<std::string>(), kv.second.cast<std::string>());
+        }
+    } else if (py::isinstance<py::iterable>(v)) {
+        for (const py::handle e : py::reinterpret_borrow<py::iterable>(v)) {
+            if (!py::isinstance<py::str>(e))
+                throw py::type_error("override_tensor entries must be strings '<regex>=<buffer type>', got " +
+                                     std::string(py::repr(e)));
+            split_one(e.cast<std::string>());
+        }
+    } else {
+        throw py::type_error("override_tensor must be a string, a list of strings or a dict, got " + type_of(v));
+    }
+    std::vector<std::string> out;
+    for (const auto& [pat, target] : items) {
+        std::string t = target;
+        for (char& c : t) c = (char)std::toupper((unsigned char)c);
+        if (t != "CPU")
+            throw value_error("override_tensor '" + pat + "=" + target + "': the buffer type must be CPU (weights "
+                              "kept in host memory); placing tensors on a chosen GPU is not supported");
+        try {
+            std::regex r(pat, std::regex::ECMAScript);
+        } catch (const std::regex_error& e) {
+            throw value_error("override_tensor pattern '" + pat + "' is not a valid regular expression: " + e.what());
+        }
+        out.push_back(pat);
     }
     return out;
 }
@@ -393,4 +450,10 @@ void bind_params(py::module_& m) {
            "each device's share of the GPU layers (None, empty or all zero: in proportion to free memory)");
     option(cp, "offload_kqv", &context_params::offload_kqv, truth,
            "False: the KV cache and the attention over it stay on the CPU while layers run on the GPU");
+    option(cp, "override_tensor", &context_params::override_tensor, override_tensor_value,
+           "weights kept in host memory (their products on the CPU) although their layer is on a GPU: llama.cpp's "
+           "--override-tensor '<regex>=CPU' entries (a comma-separated string, a list, or a dict {regex: 'CPU'}); "
+           "reads back as the list of regexes");
+    option(cp, "n_cpu_moe", &context_params::n_cpu_moe, at_least("n_cpu_moe", 0),
+           "keep the expert tensors of the first n_cpu_moe layers in host memory (llama.cpp's --n-cpu-moe)");
 }

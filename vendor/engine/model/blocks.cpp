@@ -233,6 +233,12 @@ void pass::kv_store(uint8_t* cache, size_t row_bytes, ggml_type type, rows x, in
     queue(o);
 }
 
+backend& pass::for_weights(const void* data) {
+    if (!host_w_ || be_ == host_be_ || !host_w_->count(data)) return *be_;
+    be_->sync();  // the part's backend's work so far, visible in memory before the host reads it
+    return *host_be_;
+}
+
 void pass::matmul(const weight_view& w, rows x, rows y) {
     flush();
     lora_work lw;
@@ -240,7 +246,7 @@ void pass::matmul(const weight_view& w, rows x, rows y) {
         lw.ax = rs_.lora_ax.f32();
         lw.bax = rs_.lora_bax.f32();
     }
-    be_->matmul(w, x.p, x.s, y.p, y.s, n_, lw);
+    for_weights(w.data).matmul(w, x.p, x.s, y.p, y.s, n_, lw);
 }
 
 void pass::get_rows(const weight_view& table, const int32_t* ids, rows y) {
@@ -271,7 +277,7 @@ void pass::moe_route(const moe_route_args& a) {
 void pass::moe_matmul(const experts_view& w, rows x, int x_div, const int32_t* ids, int64_t n_slots, rows y,
                       const std::vector<float>& bias) {
     flush();
-    be_->moe_matmul(w, x.p, x.s, x_div, ids, n_slots, y.p, y.s, opt(bias));
+    for_weights(w.all.data).moe_matmul(w, x.p, x.s, x_div, ids, n_slots, y.p, y.s, opt(bias));
 }
 
 void pass::weighted_sum(rows y, const float* x, const float* weights, int groups, int64_t n) {

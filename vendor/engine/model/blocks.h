@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <unordered_set>
 #include <vector>
 
 #include "../backend/backend.h"
@@ -128,6 +129,14 @@ public:
     // enter_kv() moves the stream there (what was queued runs first),
     // leave_kv() back to the part's backend.
     void set_kv_backend(backend* be) { kv_be_ = be; }
+    // Weights (by their data) kept in host memory although their part runs
+    // on another backend: a product with one runs on `host` (what the part's
+    // backend deferred runs first; the activations are in mapped memory both
+    // read). Null: none.
+    void set_host_weights(const std::unordered_set<const void*>* w, backend* host) {
+        host_w_ = w;
+        host_be_ = host;
+    }
     void enter_kv();
     void leave_kv();
 
@@ -188,6 +197,11 @@ private:
     const std::vector<backend*>* parts_ = nullptr;
     backend* kv_be_ = nullptr;
     backend* away_ = nullptr;  // the part's backend while the stream is on kv_be_
+    const std::unordered_set<const void*>* host_w_ = nullptr;
+    backend* host_be_ = nullptr;
+    // The backend a product with weights at `data` runs on (finishing the
+    // current one first when that is another).
+    backend& for_weights(const void* data);
     run_state& rs_;  // LoRA work rows
     const tensor_callback* cb_;
     int64_t n_;
