@@ -62,6 +62,7 @@ struct tally {
 struct type_case {
     ggml_type type;
     std::vector<int> halves;  // byte offsets of the fp16 fields in a block
+    std::vector<int> e8m0 = {};  // byte offsets of E8M0 exponents (kept near 2^0: random ones overflow)
 };
 
 const std::vector<type_case>& dot_types() {
@@ -71,6 +72,7 @@ const std::vector<type_case>& dot_types() {
         {ggml_type::Q5_1, {0, 2}},   {ggml_type::Q8_0, {0}},       {ggml_type::Q2_K, {80, 82}},
         {ggml_type::Q3_K, {108}},    {ggml_type::Q4_K, {0, 2}},    {ggml_type::Q5_K, {0, 2}},
         {ggml_type::Q6_K, {208}},    {ggml_type::IQ4_NL, {0}},     {ggml_type::IQ4_XS, {0}},
+        {ggml_type::MXFP4, {}, {0}},
     };
     return all;
 }
@@ -115,6 +117,8 @@ bytes weight_rows(const type_case& tc, const std::string& kind, int64_t rows, in
             const uint16_t bits = fp32_to_fp16(h);
             std::memcpy(raw.data() + blk * tr.type_size + off, &bits, 2);
         }
+    for (size_t blk = 0; blk < raw.size() / tr.type_size; ++blk)
+        for (int off : tc.e8m0) raw[blk * tr.type_size + off] = (uint8_t)(kind == "ones" ? 127 : 118 + g.next() % 16);
     return raw;
 }
 
