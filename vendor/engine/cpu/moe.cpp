@@ -272,11 +272,13 @@ void moe_matmul(const experts_view& w, const float* x, int64_t xs, int x_div, co
         for (int64_t i = 0; i < n_slots; ++i) convert(i, 0);
 
     // Jobs: row blocks of each chosen expert over all of its slots, sized so
-    // that the work splits into about 8 even jobs per thread however unevenly
+    // that the work splits into about 24 even jobs per thread however unevenly
     // the tokens chose (an expert most tokens chose gets many row blocks).
     s.out.resize((size_t)(n_slots * R));
     const int nth = pool.n_threads();
-    const double target = (double)n_slots * (double)R / (8.0 * nth);  // slot-rows per job
+    // (24: a job of a decode step is then ~100 rows, tens of KB, so the
+    // threads finish within a few microseconds of each other)
+    const double target = (double)n_slots * (double)R / (24.0 * nth);  // slot-rows per job
     s.jobs.clear();
     for (int64_t e = 0; e < n_exp; ++e) {
         const int64_t c = s.start[(size_t)e + 1] - s.start[(size_t)e];
