@@ -26,7 +26,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from llamapy import Llama
+from llamapy import Llama, _engine
+
+# Every case on the CPU, and with every layer on a GPU where this build has a
+# Vulkan device (tools/vulkan_check.sh runs it on lavapipe).
+WHERE = ["cpu"] + (["gpu"] if "vulkan" in _engine.backends() and _engine.gpu_devices() else [])
 
 DATA = Path(__file__).parent / "data" / "moe"
 # The families this engine runs (the folder also holds later ones).
@@ -63,13 +67,15 @@ def teacher_forced(llm, prompt, ids):
     return np.array(llm.scores[:len(seq) - 1])[len(prompt) - 1:]
 
 
+@pytest.mark.parametrize("where", WHERE)
 @pytest.mark.parametrize("family,ftype", list(cases()))
-def test_matches_llama_cpp(family, ftype):
+def test_matches_llama_cpp(family, ftype, where):
     rec = record(family)
     fr = rec["files"][ftype]
     npz = np.load(DATA / family / "logits.npz")
     llm = Llama(model_path=str(DATA / family / fr["file"]), n_ctx=rec["n_ctx"], n_batch=rec["n_batch"],
-                n_threads=2, logits_all=True, flash_attn=True, verbose=False)
+                n_threads=2, logits_all=True, flash_attn=True, verbose=False,
+                n_gpu_layers=-1 if where == "gpu" else 0)
     assert llm.n_vocab() == fr["n_vocab"]
     exact = ftype == "F16"
     for pi, pr in enumerate(fr["prompts"]):
