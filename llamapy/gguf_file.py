@@ -5,12 +5,20 @@ vendor/engine/gguf/): the file is memory-mapped and checked in full when it is
 opened, so every later access is safe. Malformed files raise ``GGUFError`` (a
 ``ValueError``) naming the bad field and its byte offset.
 
+A model split by gguf-split (``name-00001-of-00003.gguf``, ...) is opened
+from its first part: the reader opens the other parts from the same folder,
+checks that they belong together, and lists every part's tensors (each
+``TensorInfo.part`` says which file holds it). Opening a later part raises
+``GGUFError`` naming the first; a missing part raises ``FileNotFoundError``
+naming it.
+
 Not here: what the metadata means for a model (the model loaders), or writing
 GGUF files (use the ``gguf`` package).
 """
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union, overload
 
@@ -19,7 +27,7 @@ import numpy as np
 from . import _engine
 from ._engine import GGUFError
 
-__all__ = ["GGUFArray", "GGUFError", "GGUFFile", "TensorInfo"]
+__all__ = ["FilePart", "GGUFArray", "GGUFError", "GGUFFile", "TensorInfo", "split_name", "split_part_paths"]
 
 # Metadata arrays longer than this come back as a lazy GGUFArray.
 LAZY_ARRAY_THRESHOLD = 1024
@@ -108,7 +116,8 @@ class TensorInfo:
 
     ``shape`` is in numpy order (slowest-varying first, e.g. ``(rows, cols)``);
     ``ne`` is ggml's order (``ne[0]`` is the row length). ``offset`` is the
-    absolute byte offset of the tensor's data in the file.
+    absolute byte offset of the tensor's data in the file that holds it:
+    ``GGUFFile.parts[part]`` (0, the file itself, unless the model is split).
     """
 
     name: str
@@ -118,6 +127,7 @@ class TensorInfo:
     ne: Tuple[int, ...]
     offset: int
     nbytes: int
+    part: int = 0
 
     @property
     def n_elements(self) -> int:
@@ -125,6 +135,46 @@ class TensorInfo:
         for d in self.ne:
             n *= d
         return n
+
+
+@dataclass(frozen=True)
+class FilePart:
+    """One file of a model: the only one, or one part of a split model.
+    ``index`` counts from 0 (the file named ``-00001-of-...``); ``data_offset``
+    is where its tensor data starts."""
+
+    index: int
+    path: str
+    size: int
+    data_offset: int
+    n_tensors: int
+
+
+# How gguf-split (and gguf-py's split writer) name the parts: 1-based numbers.
+_SPLIT_NAME = re.compile(r"^(?P<prefix>.+)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$")
+
+
+def split_name(path: Union[str, "os.PathLike[str]"]) -> Optional[Tuple[str, int, int]]:
+    """``(prefix, number, count)`` when ``path`` is named as a part of a split
+    model (``prefix-00002-of-00003.gguf`` -> ``(prefix, 2, 3)``, the prefix
+    keeping any folder), else None. By name only: the file is not read."""
+    path = os.fspath(path)
+    m = _SPLIT_NAME.match(os.path.basename(path))
+    if m is None or not 1 <= int(m["no"]) <= int(m["count"]):
+        return None
+    return path[: len(path) - len(m.group(0)) + len(m["prefix"])], int(m["no"]), int(m["count"])
+
+
+def split_part_paths(path: Union[str, "os.PathLike[str]"]) -> List[str]:
+    """The paths of every part of the split model that ``path`` is named as a
+    part of, first to last (``[path]`` for any other name). By name only: the
+    files may not exist."""
+    path = os.fspath(path)
+    split = split_name(path)
+    if split is None:
+        return [path]
+    prefix, _, count = split
+    return [f"{prefix}-{i:05d}-of-{count:05d}.gguf" for i in range(1, count + 1)]
 
 
 def _wrap(value: Any) -> Any:
@@ -140,7 +190,8 @@ class GGUFFile:
     """A GGUF file opened for reading: ``with GGUFFile(path) as f: ...``.
 
     Attributes: ``path``, ``version``, ``alignment``, ``metadata`` (dict),
-    ``tensors`` (list of TensorInfo), ``architecture``. ``tensor(name)``
+    ``tensors`` (list of TensorInfo), ``architecture``, ``parts`` (the files:
+    one, or a split model's parts, see the module's doc). ``tensor(name)``
     returns a read-only numpy view into the mapping. ``close()`` drops this
     object's reference to the mapping; views and lazy arrays handed out earlier
     keep it alive and stay valid.
@@ -148,7 +199,8 @@ class GGUFFile:
 
     def __init__(self, path: Union[str, "os.PathLike[str]"]) -> None:
         self.path = os.fspath(path)
-        self._reader: Optional[_engine.GGUFReader] = _engine.GGUFReader(self.path)
+        self._reader: Optional[_engine.GGUFReader] = None  # (closed, should opening fail)
+        self._reader = _engine.GGUFReader(self.path)
         self._metadata: Optional[Dict[str, Any]] = None
         self._metadata_types: Optional[Dict[str, str]] = None
         self._tensors: Optional[List[TensorInfo]] = None
@@ -191,8 +243,14 @@ class GGUFFile:
 
     @property
     def size(self) -> int:
-        """File size in bytes."""
+        """File size in bytes; for a split model, all its parts' together."""
         return self._open_reader().size
+
+    @property
+    def parts(self) -> List[FilePart]:
+        """The model's files in order: ``[this file]``, or every part of a split model."""
+        return [FilePart(i, path, size, offset, n)
+                for i, (path, size, offset, n) in enumerate(self._open_reader().parts())]
 
     # -- metadata -------------------------------------------------------------
     def _load_metadata(self) -> None:
@@ -224,8 +282,8 @@ class GGUFFile:
     # -- tensors --------------------------------------------------------------
     def _load_tensors(self) -> None:
         tensors, row_bytes = [], []
-        for name, type_id, type_name, ne, offset, nbytes, row in self._open_reader().tensor_infos():
-            tensors.append(TensorInfo(name, type_id, type_name, tuple(reversed(ne)), ne, offset, nbytes))
+        for name, type_id, type_name, ne, offset, nbytes, row, part in self._open_reader().tensor_infos():
+            tensors.append(TensorInfo(name, type_id, type_name, tuple(reversed(ne)), ne, offset, nbytes, part))
             row_bytes.append(row)
         self._tensors = tensors
         self._row_bytes = row_bytes

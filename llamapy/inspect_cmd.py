@@ -1,8 +1,9 @@
 """``python -m llamapy inspect FILE``: a human-readable summary of a GGUF file.
 
 Prints the header facts, the model's hyperparameters as stored in the
-metadata, the quantization mix and the tensor table. Reads only metadata and
-the tensor table (never tensor data), so it is instant even on big files.
+metadata, the files of a split model, the quantization mix and the tensor
+table. Reads only metadata and the tensor table (never tensor data), so it is
+instant even on big files.
 Not here: argument parsing (llamapy/cli.py) or any validation beyond what
 GGUFFile does.
 """
@@ -66,6 +67,13 @@ def _summary_rows(f: GGUFFile) -> List[Tuple[str, str]]:
     ]
 
 
+def _print_parts(f: GGUFFile, out: TextIO) -> None:
+    parts = f.parts
+    print(f"split into {len(parts)} files:", file=out)
+    for p in parts:
+        print(f"  {p.index + 1:>5}  {p.path}  {format_bytes(p.size):>12}  {p.n_tensors:>6} tensors", file=out)
+
+
 def _print_mix(f: GGUFFile, out: TextIO) -> None:
     print("quantization mix:", file=out)
     total = sum(t.nbytes for t in f.tensors) or 1
@@ -75,10 +83,12 @@ def _print_mix(f: GGUFFile, out: TextIO) -> None:
 
 def _print_tensors(f: GGUFFile, out: TextIO) -> None:
     width = max((len(t.name) for t in f.tensors), default=4)
-    print(f"{'name':<{width}}  {'type':<8} {'shape':<22} {'size':>12}", file=out)
+    split = len(f.parts) > 1  # a column saying which file holds each tensor
+    print(f"{'name':<{width}}  {'type':<8} {'shape':<22} {'size':>12}" + ("  part" if split else ""), file=out)
     for t in f.tensors:
         shape = "(" + ", ".join(str(d) for d in t.shape) + ")"
-        print(f"{t.name:<{width}}  {t.type_name:<8} {shape:<22} {format_bytes(t.nbytes):>12}", file=out)
+        print(f"{t.name:<{width}}  {t.type_name:<8} {shape:<22} {format_bytes(t.nbytes):>12}" +
+              (f"  {t.part + 1:>4}" if split else ""), file=out)
 
 
 def run_inspect(path: str, out: Optional[TextIO] = None, show_tensors: bool = True) -> int:
@@ -90,6 +100,8 @@ def run_inspect(path: str, out: Optional[TextIO] = None, show_tensors: bool = Tr
             width = max(len(k) for k, _ in rows)
             for key, value in rows:
                 print(f"{key + ':':<{width + 1}} {value}", file=out)
+            if len(f.parts) > 1:
+                _print_parts(f, out)
             _print_mix(f, out)
             if show_tensors:
                 print(file=out)

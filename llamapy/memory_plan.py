@@ -167,8 +167,12 @@ class _Shape:
 
 def _header_bytes(f: GGUFFile) -> int:
     """Bytes before the first tensor's data: metadata and tensor table, read
-    (so resident) when the model and its vocabulary load."""
-    return min((t.offset for t in f.tensors), default=f.size)
+    (so resident) when the model and its vocabulary load; summed over the
+    files of a split model."""
+    first: Dict[int, int] = {}
+    for t in f.tensors:
+        first[t.part] = min(first.get(t.part, t.offset), t.offset)
+    return sum(first.get(p.index, p.size) for p in f.parts)
 
 
 def _vocab_bytes(f: GGUFFile) -> int:

@@ -147,13 +147,6 @@ def test_preset_errors_name_the_problem(models, tmp_path):
         parse_settings(["-m", "x.gguf", "--models-max", "2"], environ={})
 
 
-def test_split_gguf_is_listed_as_failed(tmp_path, tiny):
-    shutil.copy(tiny("llama")[0], tmp_path / "big-00001-of-00002.gguf")
-    shutil.copy(tiny("llama")[0], tmp_path / "big-00002-of-00002.gguf")
-    entries = model_entries(parse_settings(["--models-dir", str(tmp_path)], environ={}))
-    assert list(entries) == ["big"] and "split into 2 files" in entries["big"].problem
-
-
 # ------------------------------------------------------------------ serving
 def test_lazy_load_lru_404_unload_and_crash(models):
     argv = ["--models-dir", str(models), "--models-preset", str(models / "preset.ini"), "--models-max", "2"]

@@ -3,9 +3,9 @@
 
 A models dir holds single GGUFs (the name is the file's stem) or one
 subfolder per model (the name is the folder's) with the model file and
-optionally an ``mmproj*.gguf``. Split GGUFs (``*-00001-of-00003.gguf``) are
-listed, but the engine reads single files only: such a model is "failed"
-with that reason.
+optionally an ``mmproj*.gguf``. A split GGUF (``name-00001-of-00003.gguf``,
+...) is one model, listed once as ``name`` and loaded from its first part;
+with a part missing it is "failed" with a reason naming the missing file.
 
 A preset file has a ``[*]`` section applied to every model, then one section
 per model name. Keys: ``model`` (a path, relative to the preset file),
@@ -20,10 +20,10 @@ from __future__ import annotations
 
 import configparser
 import os
-import re
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
+from ..gguf_file import split_name, split_part_paths
 from .config import OPTIONS, ConfigError, Opt, Settings, _convert
 
 # Settings a model's child server takes (the rest are the router's own).
@@ -31,7 +31,6 @@ MODEL_SETTINGS = ("ctx_size", "parallel", "n_gpu_layers", "flash_attn", "cache_t
                   "ubatch_size", "threads", "alias", "embedding", "pooling", "mmproj", "chat_template", "jinja",
                   "metrics", "slots", "timeout", "queue_max", "max_body", "max_tokens_limit", "n_probs_max",
                   "media_path", "seed", "reasoning_format")
-_SHARD = re.compile(r"^(?P<stem>.+)-(?P<i>\d{5})-of-(?P<n>\d{5})\.gguf$", re.IGNORECASE)
 _PATH_SETTINGS = ("mmproj", "media_path")
 
 
@@ -42,7 +41,7 @@ class ModelEntry:
     settings: Dict[str, Any] = field(default_factory=dict)  # dest -> value, MODEL_SETTINGS only
     load_on_startup: bool = False
     aliases: List[str] = field(default_factory=list)
-    problem: Optional[str] = None  # why it cannot load at all (split GGUF, no model file)
+    problem: Optional[str] = None  # why it cannot load at all (a split GGUF's part missing, no model file)
 
 
 def _option_names() -> Dict[str, Opt]:
@@ -67,19 +66,26 @@ def scan_models_dir(root: str) -> Dict[str, ModelEntry]:
             if entry is not None:
                 out[entry.name] = entry
         elif name.lower().endswith(".gguf") and not name.lower().startswith("mmproj"):
-            m = _SHARD.match(name)
-            if m and int(m["i"]) != 1:
-                continue
-            stem = m["stem"] if m else name[:-5]
-            out[stem] = ModelEntry(stem, full, problem=_shard_problem(full, m))
+            split = split_name(name)
+            if split and split[1] != 1:
+                continue  # a later part of a split model: listed with its first part
+            stem = split[0] if split else name[:-5]
+            out[stem] = ModelEntry(stem, full, problem=_missing_part(full))
     return out
 
 
-def _shard_problem(path: str, m: Optional["re.Match[str]"]) -> Optional[str]:
-    if m is None or int(m["n"]) == 1:
-        return None
-    return (f"{os.path.basename(path)} is split into {int(m['n'])} files; llamapy reads single GGUF files only "
-            "(merge them with llama.cpp's gguf-split --merge)")
+def _is_later_part(name: str) -> bool:
+    split = split_name(name)
+    return split is not None and split[1] != 1
+
+
+def _missing_part(path: str) -> Optional[str]:
+    """Why a split model (by its first part's name) cannot load: a part missing. None when all are there."""
+    parts = split_part_paths(path)
+    for i, p in enumerate(parts):
+        if not os.path.isfile(p):
+            return f"model is split into {len(parts)} files; part {i + 1} is missing: {p}"
+    return None
 
 
 def _scan_folder(name: str, folder: str) -> Optional[ModelEntry]:
@@ -88,12 +94,12 @@ def _scan_folder(name: str, folder: str) -> Optional[ModelEntry]:
     models = [f for f in files if not f.lower().startswith("mmproj")]
     if not models:
         return None
-    firsts = [f for f in models if not _SHARD.match(f) or int(_SHARD.match(f)["i"]) == 1]  # type: ignore[index]
+    firsts = [f for f in models if not _is_later_part(f)]
     entry = ModelEntry(name, os.path.join(folder, firsts[0]) if firsts else None)
     if len(firsts) != 1:
         entry.problem = f"folder {folder} holds {len(firsts)} model files ({', '.join(firsts)}); put one per folder"
     else:
-        entry.problem = _shard_problem(entry.path or "", _SHARD.match(firsts[0]))
+        entry.problem = _missing_part(entry.path or "")
     if len(mmproj) == 1:
         entry.settings["mmproj"] = os.path.join(folder, mmproj[0])
     elif len(mmproj) > 1:

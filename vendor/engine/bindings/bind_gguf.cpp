@@ -1,6 +1,7 @@
 // bind_gguf.cpp — Python access to the GGUF reader (gguf/gguf.h):
-//   _engine.GGUFReader  one validated, mapped file: metadata, tensor table,
-//                       tensor bytes as read-only numpy views
+//   _engine.GGUFReader  one validated, mapped file (a split model: all its
+//                       parts): metadata, tensor table, tensor bytes as
+//                       read-only numpy views
 //   _engine.GGUFArray   a lazy view of one (big) metadata array
 // Every object handed to Python (arrays, views) holds a reference to the
 // mapping, so close() only drops the reader's own reference and nothing
@@ -10,11 +11,14 @@
 #include <pybind11/pybind11.h>
 
 #include <cerrno>
+#include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "common.h"
 #include "gguf/gguf.h"
+#include "py_common.h"
 
 namespace py = pybind11;
 using namespace lp;
@@ -37,9 +41,10 @@ py::capsule keep_alive(const file_ptr& f) {
     return py::capsule(new file_ptr(f), [](void* p) { delete static_cast<file_ptr*>(p); });
 }
 
-// A read-only numpy view of `count` elements of `dtype` at byte `pos`.
-py::array readonly_view(const file_ptr& f, uint64_t pos, py::dtype dtype, uint64_t count) {
-    py::array a(dtype, {(py::ssize_t)count}, {(py::ssize_t)dtype.itemsize()}, f->bytes() + pos, keep_alive(f));
+// A read-only numpy view of `count` elements of `dtype` at `p`, memory that
+// f (or, for a split model, one of the parts f holds) maps.
+py::array readonly_view(const file_ptr& f, const uint8_t* p, py::dtype dtype, uint64_t count) {
+    py::array a(dtype, {(py::ssize_t)count}, {(py::ssize_t)dtype.itemsize()}, p, keep_alive(f));
     a.attr("setflags")(py::arg("write") = false);
     return a;
 }
@@ -128,20 +133,16 @@ struct reader {
 
 reader open_reader(const std::string& path) {
     file_ptr f;
-    int err = 0;
+    std::optional<gguf_os_error> os_error;
     {
         py::gil_scoped_release nogil;
         try {
             f = gguf_file::open(path);
         } catch (const gguf_os_error& e) {
-            err = e.err ? e.err : EIO;
+            os_error = e;
         }
     }
-    if (err) {
-        errno = err;
-        PyErr_SetFromErrnoWithFilenameObject(PyExc_OSError, py::str(path).ptr());
-        throw py::error_already_set();
-    }
+    if (os_error) raise_os_error(*os_error);
     return reader{f};
 }
 
@@ -165,7 +166,8 @@ py::list reader_metadata(const reader& r, uint64_t lazy_threshold) {
     return out;
 }
 
-// (name, ggml type id, ggml type name, ne tuple, absolute offset, nbytes, row bytes) per tensor.
+// (name, ggml type id, ggml type name, ne tuple, absolute offset in its part's
+// file, nbytes, row bytes, part) per tensor.
 py::list reader_tensor_infos(const reader& r) {
     const file_ptr& f = r.get();
     py::list out(f->tensors().size());
@@ -174,7 +176,8 @@ py::list reader_tensor_infos(const reader& r) {
         py::tuple ne(t.n_dims);
         for (uint32_t d = 0; d < t.n_dims; ++d) PyTuple_SET_ITEM(ne.ptr(), d, py::int_(t.ne[d]).release().ptr());
         py::tuple item = py::make_tuple(decode_utf8(t.name), (int)t.type, type_name(t.type), ne,
-                                        f->data_offset() + t.offset, t.nbytes, row_size(t.type, t.ne[0]));
+                                        f->part(t.part).data_offset() + t.offset, t.nbytes, row_size(t.type, t.ne[0]),
+                                        t.part);
         PyList_SET_ITEM(out.ptr(), (Py_ssize_t)i, item.release().ptr());
     }
     return out;
@@ -185,7 +188,21 @@ py::array reader_tensor_bytes(const reader& r, int64_t index) {
     const file_ptr& f = r.get();
     if (index < 0 || (uint64_t)index >= f->tensors().size()) throw py::index_error("tensor index out of range");
     const gguf_tensor_info& t = f->tensors()[(size_t)index];
-    return readonly_view(f, f->data_offset() + t.offset, py::dtype::of<uint8_t>(), t.nbytes);
+    return readonly_view(f, (const uint8_t*)f->tensor_data(t), py::dtype::of<uint8_t>(), t.nbytes);
+}
+
+// [(path, file size, data section offset, tensor count)] per file of a split
+// model, in order; one entry for a single file.
+py::list reader_parts(const reader& r) {
+    const file_ptr& f = r.get();
+    std::vector<uint64_t> n_tensors(f->n_parts(), 0);
+    for (const gguf_tensor_info& t : f->tensors()) ++n_tensors[t.part];
+    py::list out;
+    for (size_t i = 0; i < f->n_parts(); ++i) {
+        const gguf_file& p = f->part(i);
+        out.append(py::make_tuple(py::str(p.path()), p.size(), p.data_offset(), n_tensors[i]));
+    }
+    return out;
 }
 
 // ---------------------------------------------------------------------------
@@ -206,10 +223,19 @@ py::list array_slice(const array_view& v, int64_t start, int64_t stop) {
 }
 
 py::array array_numpy(const array_view& v) {
-    return readonly_view(v.file, v.array->data_pos, dtype_of(v.array->elem_type), v.array->count);
+    return readonly_view(v.file, v.file->bytes() + v.array->data_pos, dtype_of(v.array->elem_type), v.array->count);
 }
 
 }  // namespace
+
+void raise_os_error(const gguf_os_error& e) {
+    const int err = e.err ? e.err : EIO;
+    const std::string detail = e.detail.empty() ? std::strerror(err) : e.detail;
+    // OSError(errno, ...) picks its subclass (FileNotFoundError for ENOENT, ...).
+    py::object exc = py::reinterpret_borrow<py::object>(PyExc_OSError)(err, detail, py::str(e.path));
+    PyErr_SetObject((PyObject*)Py_TYPE(exc.ptr()), exc.ptr());
+    throw py::error_already_set();
+}
 
 void bind_gguf(py::module_& m) {
     py::class_<array_view>(m, "GGUFArray", "Lazy view of a GGUF metadata array (keeps the file mapped).")
@@ -226,11 +252,14 @@ void bind_gguf(py::module_& m) {
         .def_property_readonly("version", [](const reader& r) { return r.get()->version(); })
         .def_property_readonly("alignment", [](const reader& r) { return r.get()->alignment(); })
         .def_property_readonly("data_offset", [](const reader& r) { return r.get()->data_offset(); })
-        .def_property_readonly("size", [](const reader& r) { return r.get()->size(); })
+        .def_property_readonly("size", [](const reader& r) { return r.get()->total_size(); },
+                               "Bytes of the file (of all its parts for a split model).")
+        .def("parts", &reader_parts, "[(path, size, data offset, tensor count)] per file of a split model.")
         .def("metadata", &reader_metadata, py::arg("lazy_threshold") = 1024,
              "[(key, type label, value)]; arrays longer than lazy_threshold come as GGUFArray.")
         .def("tensor_infos", &reader_tensor_infos,
-             "[(name, type id, type name, ne, absolute byte offset, nbytes, row bytes)] in file order.")
+             "[(name, type id, type name, ne, byte offset in its part's file, nbytes, row bytes, part)] in file "
+             "order (part order for a split model).")
         .def("tensor_bytes", &reader_tensor_bytes, py::arg("index"), "Read-only uint8 view of a tensor's bytes.")
         .def("close", [](reader& r) { r.file.reset(); }, "Drop this reader's reference to the mapping.");
 }

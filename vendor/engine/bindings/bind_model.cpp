@@ -16,6 +16,7 @@
 #include <cstring>
 #include <cerrno>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -38,20 +39,16 @@ namespace {
 std::shared_ptr<model> load_model(const std::string& path, const py::object& params, const py::kwargs& kw) {
     const model_params p = model_params_from(params, kw);
     std::shared_ptr<model> m;
-    int err = 0;
+    std::optional<gguf_os_error> os_error;
     {
         py::gil_scoped_release nogil;
         try {
             m = model::load(path, p);
         } catch (const gguf_os_error& e) {
-            err = e.err ? e.err : EIO;
+            os_error = e;  // raised with the GIL held: the file it names (a split model's missing part, say)
         }
     }
-    if (err) {
-        errno = err;
-        PyErr_SetFromErrnoWithFilenameObject(PyExc_OSError, py::str(path).ptr());
-        throw py::error_already_set();
-    }
+    if (os_error) raise_os_error(*os_error);
     return m;
 }
 
@@ -289,10 +286,16 @@ void bind_model(py::module_& m) {
         });
     m.def("model_shape", [](const std::string& path) {
         hparams hp;
+        std::optional<gguf_os_error> os_error;
         {
             py::gil_scoped_release unlocked;
-            hp = model::read_hparams(*gguf_file::open(path, false));
+            try {
+                hp = model::read_hparams(*gguf_file::open(path, false));
+            } catch (const gguf_os_error& e) {
+                os_error = e;
+            }
         }
+        if (os_error) raise_os_error(*os_error);
         py::dict d;
         d["arch"] = hp.arch;
         d["n_embd"] = hp.n_embd;
@@ -347,20 +350,16 @@ void bind_model(py::module_& m) {
         .def(py::init([](std::shared_ptr<model> base, const std::string& path) {
                  if (!base) throw value_error("LoraAdapter needs a Model");
                  std::shared_ptr<lora_adapter> ad;
-                 int err = 0;
+                 std::optional<gguf_os_error> os_error;
                  {
                      py::gil_scoped_release nogil;
                      try {
                          ad = lora_adapter::load(path, *base);
                      } catch (const gguf_os_error& e) {
-                         err = e.err ? e.err : EIO;
+                         os_error = e;
                      }
                  }
-                 if (err) {
-                     errno = err;
-                     PyErr_SetFromErrnoWithFilenameObject(PyExc_OSError, py::str(path).ptr());
-                     throw py::error_already_set();
-                 }
+                 if (os_error) raise_os_error(*os_error);
                  return ad;
              }),
              py::arg("model"), py::arg("path"))

@@ -1,5 +1,5 @@
 // py_common.h — helpers the binding files share (defined in bind_quants.cpp,
-// the registry's in bind_backend.cpp).
+// the registry's in bind_backend.cpp, raise_os_error in bind_gguf.cpp).
 #pragma once
 
 #include <pybind11/pybind11.h>
@@ -9,6 +9,10 @@
 #include "cpu/threadpool.h"
 #include "ggml_type.h"
 
+namespace lp { struct gguf_os_error; }
+// Raises the OSError (FileNotFoundError, ...) for a file that could not be
+// opened, naming the file it concerns (defined in bind_gguf.cpp).
+[[noreturn]] void raise_os_error(const lp::gguf_os_error& e);
 // A ggml type from its name ("Q4_K", case-insensitive) or number (an int or
 // gguf.GGMLQuantizationType); ValueError when there is none.
 lp::ggml_type parse_type(const pybind11::object& t);

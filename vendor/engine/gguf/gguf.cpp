@@ -1,7 +1,8 @@
 // gguf.cpp — maps a GGUF file and validates it in one pass (gguf.h documents
-// the byte layout). The parser never reads a byte it has not bounds-checked,
-// never allocates from an unchecked count, and recurses at most
-// max_array_depth levels, so any input ends in a table or a gguf_error.
+// the byte layout), and for a split model opens and checks its other parts.
+// The parser never reads a byte it has not bounds-checked, never allocates
+// from an unchecked count, and recurses at most max_array_depth levels, so
+// any input ends in a table or a gguf_error.
 // Not here: Python conversion of values (bindings/bind_gguf.cpp).
 #include "gguf.h"
 
@@ -12,6 +13,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <string>
 
@@ -452,6 +454,12 @@ static void* read_into_memory(int fd, uint64_t size, const std::string& path) {
 }
 
 std::shared_ptr<gguf_file> gguf_file::open(const std::string& path, bool in_memory) {
+    std::shared_ptr<gguf_file> f = open_one(path, in_memory);
+    f->open_parts(in_memory);
+    return f;
+}
+
+std::shared_ptr<gguf_file> gguf_file::open_one(const std::string& path, bool in_memory) {
     fd_guard fd{::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK)};
     if (fd.fd < 0) throw gguf_os_error("cannot open " + path + ": " + std::strerror(errno), errno, path);
     struct stat st;
@@ -481,6 +489,118 @@ std::shared_ptr<gguf_file> gguf_file::from_buffer(const void* data, size_t size)
     f->size_ = size;
     f->parse();
     return f;
+}
+
+// ---------------------------------------------------------------------------
+// Split models (gguf.h): the first part opens the others by name and checks
+// that they belong together, as llama.cpp's loader does.
+// ---------------------------------------------------------------------------
+namespace {
+
+// "-00002-of-00003.gguf": how the name of part `no` (0-based) of n ends.
+std::string split_suffix(int64_t no, int64_t n) {
+    char buf[40];
+    std::snprintf(buf, sizeof buf, "-%05lld-of-%05lld.gguf", (long long)(no + 1), (long long)n);
+    return buf;
+}
+
+// A split key as an integer in [0, hi]; -1 when absent. `where` names the file.
+int64_t split_int(const gguf_file& f, const char* key, int64_t hi, const std::string& where) {
+    const gguf_kv* kv = f.find_kv(key);
+    if (!kv) return -1;
+    const bool is_int = gguf_type_size(kv->type) != 0 && kv->type != gguf_type::BOOL && kv->type != gguf_type::F32 &&
+                        kv->type != gguf_type::F64;
+    if (!is_int)
+        throw gguf_error("GGUF: " + where + ": " + key + " holds " + gguf_type_name(kv->type) + ", not an integer");
+    const auto outside = [&](const std::string& v) {
+        return gguf_error("GGUF: " + where + ": " + key + " = " + v + " is outside [0, " + std::to_string(hi) + "]");
+    };
+    if (kv->type == gguf_type::U64) {  // read here: get_int refuses values past 2^63
+        const uint64_t u = f.scalar_at<uint64_t>(kv->value_pos);
+        if (u > (uint64_t)hi) throw outside(std::to_string(u));
+        return (int64_t)u;
+    }
+    const int64_t v = f.get_int(key, 0);
+    if (v < 0 || v > hi) throw outside(std::to_string(v));
+    return v;
+}
+
+std::string part_name(int64_t no, int64_t n) {
+    return "part " + std::to_string(no + 1) + " of " + std::to_string(n);
+}
+
+}  // namespace
+
+void gguf_file::open_parts(bool in_memory) {
+    constexpr int64_t max_parts = 65535;  // split.count is a u16
+    const int64_t n = split_int(*this, "split.count", max_parts, path_);
+    if (n <= 1) return;  // a single file (split.count absent, 0 or 1)
+    const int64_t no = split_int(*this, "split.no", n - 1, path_);
+    if (no < 0)
+        throw gguf_error("GGUF: " + path_ + ": split.count is " + std::to_string(n) + " but split.no is missing");
+    const std::string suffix = split_suffix(no, n);
+    const bool named = path_.size() > suffix.size() &&
+                       path_.compare(path_.size() - suffix.size(), suffix.size(), suffix) == 0;
+    const std::string prefix = named ? path_.substr(0, path_.size() - suffix.size()) : "";
+    if (no != 0)
+        throw gguf_error("GGUF: " + path_ + " is " + part_name(no, n) + " of a split model; load the model from its " +
+                         "first part" + (named ? " " + prefix + split_suffix(0, n) : " (split.no 0)") +
+                         ", as llama.cpp does");
+    if (!named)
+        throw gguf_error("GGUF: " + path_ + " is the first part of a model split into " + std::to_string(n) +
+                         " files, but its name does not end in " + suffix +
+                         ", so the other parts cannot be found (gguf-split names them <prefix>" + suffix +
+                         ", <prefix>" + split_suffix(1, n) + ", ...)");
+    const int64_t n_total = split_int(*this, "split.tensors.count", INT32_MAX, path_);
+    if (n_total < 0) throw gguf_error("GGUF: " + path_ + ": split model without split.tensors.count");
+    for (int64_t i = 1; i < n; ++i) {
+        const std::string p = prefix + split_suffix(i, n);
+        const std::string where = part_name(i, n) + " (" + p + ")";
+        std::shared_ptr<gguf_file> next;
+        try {
+            next = open_one(p, in_memory);
+        } catch (const gguf_os_error& e) {
+            const std::string what = e.err == ENOENT
+                ? "model is split into " + std::to_string(n) + " files; part " + std::to_string(i + 1) + " is missing"
+                : "cannot read " + part_name(i, n) + ": " + (e.detail.empty() ? std::strerror(e.err) : e.detail);
+            throw gguf_os_error(what + ": " + p, e.err, p, what);
+        } catch (const gguf_error& e) {
+            const std::string msg = e.what();
+            throw gguf_error("GGUF: " + where + ": " + (msg.rfind("GGUF: ", 0) == 0 ? msg.substr(6) : msg));
+        }
+        const int64_t part_n = split_int(*next, "split.count", max_parts, where);
+        const int64_t part_no = split_int(*next, "split.no", max_parts, where);
+        if (part_n != n)
+            throw gguf_error("GGUF: " + where + ": its split.count is " +
+                             (part_n < 0 ? "missing" : std::to_string(part_n)) + ", the first part's is " +
+                             std::to_string(n));
+        if (part_no != i)
+            throw gguf_error("GGUF: " + where + ": its split.no is " +
+                             (part_no < 0 ? "missing"
+                                          : std::to_string(part_no) + " (part " + std::to_string(part_no + 1) + ")") +
+                             ", but its name makes it part " + std::to_string(i + 1));
+        for (gguf_tensor_info t : next->tensors_) {
+            auto seen = tensor_index_.find(t.name);
+            if (seen != tensor_index_.end()) {
+                const uint32_t first = tensors_[seen->second].part;
+                throw gguf_error("GGUF: tensor " + quoted(t.name) + " is in both " + part_name(first, n) + " (" +
+                                 part(first).path() + ") and " + where);
+            }
+            t.part = (uint32_t)i;
+            tensor_index_.emplace(t.name, tensors_.size());
+            tensors_.push_back(std::move(t));
+        }
+        parts_.push_back(std::move(next));
+    }
+    if ((int64_t)tensors_.size() != n_total)
+        throw gguf_error("GGUF: " + path_ + ": split.tensors.count says the model has " + std::to_string(n_total) +
+                         " tensors, its " + std::to_string(n) + " parts hold " + std::to_string(tensors_.size()));
+}
+
+uint64_t gguf_file::total_size() const {
+    uint64_t n = 0;
+    for (size_t i = 0; i < n_parts(); ++i) n += part(i).size();
+    return n;
 }
 
 gguf_file::~gguf_file() {

@@ -34,6 +34,18 @@
 //                            `general.alignment` (u32, a power of two), 32 if
 //                            absent
 //   data section             tensor bytes, each tensor padded to the alignment
+//
+// Split models (llama.cpp's gguf-split, gguf-py's split writer): a model
+// stored as n files named <prefix>-%05d-of-%05d.gguf (1-based). Each part is
+// a complete GGUF file as above, with its own tensor infos and data section
+// (offsets relative to that part's data section), and the keys
+//   split.no             u16  this part's number, 0-based
+//   split.count          u16  n
+//   split.tensors.count  i32  tensors over all parts (checked on loading)
+// The first part holds the model's metadata; later parts usually hold only
+// the split keys. open() on the first part opens the others from the same
+// folder, by name; open() on a later part refuses, naming the first part
+// (llama.cpp's loader refuses too).
 #pragma once
 
 #include <cstddef>
@@ -63,10 +75,11 @@ size_t gguf_type_size(gguf_type t);
 // Opening failed for an operating-system reason (missing file, permissions),
 // not because of the file's contents. The bindings raise OSError for it.
 struct gguf_os_error : std::runtime_error {
-    int err;           // errno
-    std::string path;
-    gguf_os_error(const std::string& msg, int err_, std::string path_)
-        : std::runtime_error(msg), err(err_), path(std::move(path_)) {}
+    int err;             // errno
+    std::string path;    // the file it concerns (a split model's missing part, say)
+    std::string detail;  // what went wrong, without the path; "" means strerror(err)
+    gguf_os_error(const std::string& msg, int err_, std::string path_, std::string detail_ = "")
+        : std::runtime_error(msg), err(err_), path(std::move(path_)), detail(std::move(detail_)) {}
 };
 
 // A string inside the file: bytes [pos, pos + len).
@@ -101,8 +114,9 @@ struct gguf_tensor_info {
     uint32_t n_dims = 0;
     int64_t ne[4] = {1, 1, 1, 1};  // ggml order: ne[0] is the row length
     ggml_type type = ggml_type::F32;
-    uint64_t offset = 0;       // from the start of the data section
+    uint64_t offset = 0;       // from the start of the data section (of its part's file)
     uint64_t nbytes = 0;
+    uint32_t part = 0;         // the file of a split model holding it (gguf_file::part), 0 for the first
     // Product of ne; parse() checked that it fits in int64 (a zero in any
     // dimension makes the whole product zero, whatever comes after it).
     int64_t n_elements() const { return ne[0] * ne[1] * ne[2] * ne[3]; }
@@ -123,13 +137,16 @@ struct gguf_override {
 
 class gguf_file {
 public:
-    // Map and validate a file. Throws gguf_os_error if it cannot be opened,
-    // gguf_error if its contents are not a valid GGUF file.
-    // in_memory: read the whole file into private anonymous memory instead
-    // of mapping it; see gguf.cpp read_into_memory.
+    // Map and validate a file, and for the first part of a split model the
+    // other parts too (see the top of this file). Throws gguf_os_error if a
+    // file cannot be opened (a missing part included), gguf_error if its
+    // contents are not a valid GGUF file or the parts do not fit together.
+    // in_memory: read the whole file (every part) into private anonymous
+    // memory instead of mapping it; see gguf.cpp read_into_memory.
     static std::shared_ptr<gguf_file> open(const std::string& path, bool in_memory = false);
     bool in_memory() const { return in_memory_; }
-    // Validate a copy of an in-memory image (tests, fuzzing).
+    // Validate a copy of an in-memory image (tests, fuzzing): always one
+    // file, its split keys (if any) unread.
     static std::shared_ptr<gguf_file> from_buffer(const void* data, size_t size);
 
     ~gguf_file();
@@ -145,9 +162,21 @@ public:
 
     const std::vector<gguf_kv>& kvs() const { return kvs_; }
     const gguf_kv* find_kv(const std::string& key) const;   // nullptr if absent
+    // The tensors of every part of a split model (each names its part), in
+    // part order and file order within a part.
     const std::vector<gguf_tensor_info>& tensors() const { return tensors_; }
     const gguf_tensor_info* find_tensor(const std::string& name) const;
-    const void* tensor_data(const gguf_tensor_info& t) const { return base_ + data_offset_ + t.offset; }
+    const void* tensor_data(const gguf_tensor_info& t) const {
+        const gguf_file& p = part(t.part);
+        return p.base_ + p.data_offset_ + t.offset;
+    }
+
+    // The files of a split model in order, this one (the first) as part 0;
+    // just this one for a single file. Metadata (kvs, the getters, bytes())
+    // is the first part's; a later part's own tensors() lists only its own.
+    size_t n_parts() const { return 1 + parts_.size(); }
+    const gguf_file& part(size_t i) const { return i == 0 ? *this : *parts_[i - 1]; }
+    uint64_t total_size() const;  // bytes of all the parts' files
 
     // Typed reads of values already validated by open(). `pos` is a value
     // position from a gguf_kv, a gguf_array or array_elem_pos().
@@ -184,7 +213,9 @@ public:
 
 private:
     gguf_file() = default;
+    static std::shared_ptr<gguf_file> open_one(const std::string& path, bool in_memory);
     void parse();  // gguf.cpp: validates everything and fills the tables below
+    void open_parts(bool in_memory);  // gguf.cpp: the other parts of a split model, checked
     uint64_t value_end(gguf_type t, uint64_t pos) const;  // first byte after a validated value
 
     std::string path_;
@@ -203,6 +234,7 @@ private:
     std::vector<gguf_tensor_info> tensors_;
     std::unordered_map<std::string, size_t> kv_index_;
     std::unordered_map<std::string, size_t> tensor_index_;
+    std::vector<std::shared_ptr<const gguf_file>> parts_;  // (n_parts - 1) a split model's later parts
 
     friend class gguf_parser;
 };
