@@ -24,6 +24,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Union
 
 import numpy as np
 
+from .gguf_file import model_file_bytes
 from .llama import Llama
 
 FlashAttn = Union[bool, str]
@@ -132,7 +133,7 @@ def bench_records(model_path: str, n_prompt: Union[int, Sequence[int]] = 512,
 
     rng = np.random.default_rng(0)
     results: List[Dict[str, Any]] = []
-    meta: Dict[str, Any] = {"model": os.path.basename(model_path), "size_mib": os.path.getsize(model_path) / 2**20}
+    meta: Dict[str, Any] = {"model": os.path.basename(model_path), "size_mib": model_file_bytes(model_path) / 2**20}
     for fa in flashes:
         for nt in thread_list:
             for d in depths:

@@ -27,7 +27,8 @@ import numpy as np
 from . import _engine
 from ._engine import GGUFError
 
-__all__ = ["FilePart", "GGUFArray", "GGUFError", "GGUFFile", "TensorInfo", "split_name", "split_part_paths"]
+__all__ = ["FilePart", "GGUFArray", "GGUFError", "GGUFFile", "TensorInfo", "model_file_bytes", "split_name",
+           "split_part_paths"]
 
 # Metadata arrays longer than this come back as a lazy GGUFArray.
 LAZY_ARRAY_THRESHOLD = 1024
@@ -175,6 +176,18 @@ def split_part_paths(path: Union[str, "os.PathLike[str]"]) -> List[str]:
         return [path]
     prefix, _, count = split
     return [f"{prefix}-{i:05d}-of-{count:05d}.gguf" for i in range(1, count + 1)]
+
+
+def model_file_bytes(path: Union[str, "os.PathLike[str]"]) -> int:
+    """Bytes of a model's files on disk: every part of a split model (named as
+    its parts), the file itself otherwise; parts that do not exist count 0."""
+    total = 0
+    for p in split_part_paths(path):
+        try:
+            total += os.path.getsize(p)
+        except OSError:
+            pass
+    return total
 
 
 def _wrap(value: Any) -> Any:

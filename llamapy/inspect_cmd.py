@@ -14,6 +14,7 @@ from collections import defaultdict
 from typing import Any, Dict, List, Optional, TextIO, Tuple
 
 from ._engine import GGUFError
+from .experts import expert_summary
 from .gguf_file import GGUFFile, TensorInfo
 from ._units import format_bytes, format_count
 from .memory_plan import plan_memory
@@ -64,7 +65,25 @@ def _summary_rows(f: GGUFFile) -> List[Tuple[str, str]]:
         ("tokenizer model", _format_value(md.get("tokenizer.ggml.model"))),
         ("chat template", "present" if md.get("tokenizer.chat_template") else "absent"),
         ("tensors", str(len(f.tensors))),
-    ]
+    ] + _expert_rows(f)
+
+
+def _expert_rows(f: GGUFFile) -> List[Tuple[str, str]]:
+    """A mixture of experts' experts, active parameters and bytes read per token."""
+    try:
+        ex = expert_summary(f.path, f)
+    except (ValueError, NotImplementedError):  # an architecture or file the engine does not run
+        return []
+    if ex is None:
+        return []
+    experts = f"{ex.n_expert}, {ex.n_expert_used} per token, width {ex.n_ff_exp}"
+    if ex.n_ff_shared:
+        experts += f", shared width {ex.n_ff_shared}"
+    if ex.n_dense_layers:
+        experts += f", {ex.n_dense_layers} dense layers first"
+    return [("experts", experts),
+            ("active parameters", f"{format_count(ex.params_active)} of {format_count(ex.params_total)} per token"),
+            ("read per token", f"{format_bytes(ex.bytes_read_per_token)} of weights")]
 
 
 def _print_parts(f: GGUFFile, out: TextIO) -> None:

@@ -93,3 +93,27 @@ def test_bad_expert_counts_are_named(tmp_path, key, value, message):
     # rewrite one metadata value through llamapy's kv_overrides (the loader reads the override)
     with pytest.raises(ValueError, match=message):
         Llama(model_path=str(path), n_ctx=64, verbose=False, kv_overrides={f"qwen3moe.{key}": value})
+
+
+def test_inspect_shows_the_experts(tiny):
+    import io
+
+    from llamapy.inspect_cmd import run_inspect
+
+    path, spec, cfg, _ = tiny("glm4moe")
+    out = io.StringIO()
+    assert run_inspect(str(path), out=out, show_tensors=False) == 0
+    text = out.getvalue()
+    assert f"experts:           {cfg.n_expert}, {cfg.n_expert_used} per token, width {cfg.n_ff_exp}" in text
+    assert "active parameters:" in text and "read per token:" in text
+
+
+def test_server_options_reach_llama():
+    from llamapy.server.app import llama_kwargs
+    from llamapy.server.config import parse_settings
+
+    kw = llama_kwargs(parse_settings(["-m", "x.gguf", "--n-cpu-moe", "3", "-ot", r"exps=CPU,blk\.0\.=CPU"], {}))
+    assert kw["n_cpu_moe"] == 3 and kw["override_tensor"] == r"exps=CPU,blk\.0\.=CPU"
+    kw = llama_kwargs(parse_settings(["-m", "x.gguf", "--cpu-moe"], {}))
+    assert kw["n_cpu_moe"] >= 1 << 20  # every layer's experts
+    assert "n_cpu_moe" not in llama_kwargs(parse_settings(["-m", "x.gguf"], {}))

@@ -359,3 +359,14 @@ def test_router_lists_a_split_model_once(split3, tiny, tmp_path):
     entries = model_entries(parse_settings(["--models-dir", str(models)], environ={}))
     assert entries["big"].problem == ("model is split into 3 files; part 3 is missing: "
                                       + str(models / "big-00003-of-00003.gguf"))
+
+
+def test_model_file_bytes_counts_every_part(split3):
+    from llamapy.gguf_file import model_file_bytes, split_part_paths
+
+    _, parts = split3
+    paths = [str(p) for p in parts]
+    assert split_part_paths(paths[0]) == paths
+    assert model_file_bytes(paths[0]) == sum(os.path.getsize(p) for p in paths) > os.path.getsize(paths[0])
+    os.remove(paths[-1])
+    assert model_file_bytes(paths[0]) == sum(os.path.getsize(p) for p in paths[:-1])

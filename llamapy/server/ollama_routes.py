@@ -19,6 +19,7 @@ from fastapi.routing import APIRoute
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import Response, StreamingResponse
 
+from ..gguf_file import model_file_bytes
 from . import work
 from .errors import APIError, bad_request, public_error
 from .openai_routes import check_messages, check_sampling, check_stop, check_tools
@@ -532,7 +533,7 @@ def _entry(state: Any) -> Dict[str, Any]:
     mtime = os.path.getmtime(path) if os.path.exists(path) else time.time()
     return {"name": state.model_name, "model": state.model_name,
             "modified_at": _dt.datetime.fromtimestamp(mtime, _dt.timezone.utc).isoformat(),
-            "size": os.path.getsize(path) if os.path.exists(path) else 0, "digest": "", "details": _details(state)}
+            "size": model_file_bytes(path), "digest": "", "details": _details(state)}
 
 
 @router.get("/api/tags")

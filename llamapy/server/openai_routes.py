@@ -413,12 +413,9 @@ def model_card(state: Any) -> Dict[str, Any]:
 
 
 def _file_size(path: str) -> int:
-    import os
+    from ..gguf_file import model_file_bytes
 
-    try:
-        return os.path.getsize(path)
-    except OSError:
-        return 0
+    return model_file_bytes(path)  # every part of a split model
 
 
 @router.get("/v1/models")

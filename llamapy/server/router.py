@@ -230,7 +230,9 @@ class Router:
                 type_k=s.get("cache_type_k") or "f16", type_v=s.get("cache_type_v") or "f16",
                 n_gpu_layers=int(s.get("n_gpu_layers") or 0), mmproj=s.get("mmproj"), n_batch=s.get("batch_size"),
                 n_ubatch=s.get("ubatch_size"), flash_attn=fa, n_threads=s.get("threads"),
-                embedding=bool(s.get("embedding")))
+                embedding=bool(s.get("embedding")),
+                n_cpu_moe=(1 << 30) if s.get("cpu_moe") else int(s.get("n_cpu_moe") or 0),
+                override_tensor=s.get("override_tensor"))
             slot.plan = {k: getattr(plan, k) for k in ("weights_bytes", "kv_bytes", "compute_bytes",
                                                        "runtime_bytes", "mmproj_bytes")}
             slot.plan["process_bytes"] = self.process_bytes
