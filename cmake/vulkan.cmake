@@ -26,7 +26,7 @@ endif()
 set(_lp_vk_dir ${CMAKE_CURRENT_SOURCE_DIR}/vendor/engine/vulkan/shaders)
 set(_lp_vk_out ${CMAKE_CURRENT_BINARY_DIR}/vk_shaders)
 file(MAKE_DIRECTORY ${_lp_vk_out})
-# name;source;defines — one SPIR-V module each. The WTYPE numbers are ggml's type ids.
+# name;source;defines — one SPIR-V module each.
 # The shaders with reductions come twice: portable (shared-memory trees) and
 # "_sg" (subgroup operations), picked at run time per device (vulkan/vulkan_backend.cpp).
 set(_lp_vk_shaders
@@ -34,41 +34,25 @@ set(_lp_vk_shaders
   "attention|attention.comp|"
   "convert|convert.comp|"
   "gather|gather.comp|"
-  "matmul_f32|matmul.comp|-DWTYPE=0"
-  "matmul_f16|matmul.comp|-DWTYPE=1"
-  "matmul_bf16|matmul.comp|-DWTYPE=30"
-  "matmul_q4_0|matmul.comp|-DWTYPE=2"
-  "matmul_q4_1|matmul.comp|-DWTYPE=3"
-  "matmul_q5_0|matmul.comp|-DWTYPE=6"
-  "matmul_q5_1|matmul.comp|-DWTYPE=7"
-  "matmul_q8_0|matmul.comp|-DWTYPE=8"
-  "matmul_q4_k|matmul.comp|-DWTYPE=12"
-  "matmul_q5_k|matmul.comp|-DWTYPE=13"
-  "matmul_q6_k|matmul.comp|-DWTYPE=14"
+  "moe_route|moe_route.comp|"
   "row_ops_sg|row_ops.comp|-DUSE_SUBGROUPS=1"
-  "attention_sg|attention.comp|-DUSE_SUBGROUPS=1"
-  "matmul_f32_sg|matmul.comp|-DWTYPE=0 -DUSE_SUBGROUPS=1"
-  "matmul_f16_sg|matmul.comp|-DWTYPE=1 -DUSE_SUBGROUPS=1"
-  "matmul_bf16_sg|matmul.comp|-DWTYPE=30 -DUSE_SUBGROUPS=1"
-  "matmul_q4_0_sg|matmul.comp|-DWTYPE=2 -DUSE_SUBGROUPS=1"
-  "matmul_q4_1_sg|matmul.comp|-DWTYPE=3 -DUSE_SUBGROUPS=1"
-  "matmul_q5_0_sg|matmul.comp|-DWTYPE=6 -DUSE_SUBGROUPS=1"
-  "matmul_q5_1_sg|matmul.comp|-DWTYPE=7 -DUSE_SUBGROUPS=1"
-  "matmul_q8_0_sg|matmul.comp|-DWTYPE=8 -DUSE_SUBGROUPS=1"
-  "matmul_q4_k_sg|matmul.comp|-DWTYPE=12 -DUSE_SUBGROUPS=1"
-  "matmul_q5_k_sg|matmul.comp|-DWTYPE=13 -DUSE_SUBGROUPS=1"
-  "matmul_q6_k_sg|matmul.comp|-DWTYPE=14 -DUSE_SUBGROUPS=1"
-  "get_rows_f32|get_rows.comp|-DWTYPE=0"
-  "get_rows_f16|get_rows.comp|-DWTYPE=1"
-  "get_rows_bf16|get_rows.comp|-DWTYPE=30"
-  "get_rows_q4_0|get_rows.comp|-DWTYPE=2"
-  "get_rows_q4_1|get_rows.comp|-DWTYPE=3"
-  "get_rows_q5_0|get_rows.comp|-DWTYPE=6"
-  "get_rows_q5_1|get_rows.comp|-DWTYPE=7"
-  "get_rows_q8_0|get_rows.comp|-DWTYPE=8"
-  "get_rows_q4_k|get_rows.comp|-DWTYPE=12"
-  "get_rows_q5_k|get_rows.comp|-DWTYPE=13"
-  "get_rows_q6_k|get_rows.comp|-DWTYPE=14")
+  "attention_sg|attention.comp|-DUSE_SUBGROUPS=1")
+# The weight types with shaders of their own: suffix|ggml type id (WTYPE).
+# Each has a matmul, an expert-product matmul (MOE) and a get_rows variant;
+# vulkan_backend.cpp's type_suffix lists the same types.
+set(_lp_vk_wtypes
+  "f32|0" "f16|1" "bf16|30" "q4_0|2" "q4_1|3" "q5_0|6" "q5_1|7" "q8_0|8" "q4_k|12" "q5_k|13" "q6_k|14")
+foreach(_wt IN LISTS _lp_vk_wtypes)
+  string(REPLACE "|" ";" _wt_parts "${_wt}")
+  list(GET _wt_parts 0 _sfx)
+  list(GET _wt_parts 1 _id)
+  list(APPEND _lp_vk_shaders
+    "matmul_${_sfx}|matmul.comp|-DWTYPE=${_id}"
+    "matmul_${_sfx}_sg|matmul.comp|-DWTYPE=${_id} -DUSE_SUBGROUPS=1"
+    "moe_matmul_${_sfx}|matmul.comp|-DWTYPE=${_id} -DMOE=1"
+    "moe_matmul_${_sfx}_sg|matmul.comp|-DWTYPE=${_id} -DMOE=1 -DUSE_SUBGROUPS=1"
+    "get_rows_${_sfx}|get_rows.comp|-DWTYPE=${_id}")
+endforeach()
 set(_lp_vk_incs "")
 set(_lp_vk_table "")
 set(_lp_vk_arrays "")

@@ -22,6 +22,9 @@ Y = rng.standard_normal((N, COLS)).astype(np.float32)
 X = rng.standard_normal((N, COLS)).astype(np.float32)
 W = (1 + 0.3 * rng.standard_normal(COLS)).astype(np.float32)
 B = rng.standard_normal(COLS).astype(np.float32)
+# weighted_sum: 3 expert outputs per row and their weights
+XG = rng.standard_normal((N, 3 * COLS)).astype(np.float32)
+WG = rng.uniform(0, 1, (N, 3)).astype(np.float32)
 
 
 def rms(y, w=None, eps=1e-6):
@@ -35,6 +38,12 @@ def ln(y, w, b, eps=1e-5):
     mu = y.mean(-1, keepdims=True)
     out = (y - mu) / np.sqrt(((y - mu) ** 2).mean(-1, keepdims=True) + eps)
     return out * (1 if w is None else w) + (0 if b is None else b)
+
+
+def swiglu_oai(y, x, limit, alpha):
+    g = np.minimum(y.astype(np.float64), limit)
+    u = np.clip(x.astype(np.float64), -limit, limit)
+    return g / (1 + np.exp(-alpha * g)) * (u + 1)
 
 
 def rope_tables(pos, n_rot, base=10000.0):
@@ -63,6 +72,12 @@ CASES = [
     ("gelu_quick no gate", dict(kind="gelu_quick_mul"), R.gelu_quick_f16(Y), 1e-5),
     ("hadamard", dict(kind="hadamard", a=64), R.rotate_blocks(Y.astype(np.float64), 64), 1e-5),
     ("copy", dict(kind="copy", x=X), X, 0),
+    ("weighted_sum", dict(kind="weighted_sum", x=XG, w=WG, groups=3),
+     sum(WG[:, g:g + 1].astype(np.float64) * XG[:, g * COLS:(g + 1) * COLS] for g in range(3)), 1e-6),
+    ("weighted_sum one part", dict(kind="weighted_sum", x=XG[:, :COLS], w=WG[:, :1], groups=1),
+     WG[:, :1].astype(np.float64) * XG[:, :COLS], 1e-7),
+    # a limit of 1.5 clamps both operands of the standard-normal rows often
+    ("swiglu_oai", dict(kind="swiglu_oai", x=X, f=1.5, f2=1.702), swiglu_oai(Y, X, 1.5, 1.702), 1e-5),
 ]
 
 
@@ -160,6 +175,10 @@ def test_bad_arguments():
         E.backend_row_op("cpu", "add", Y, x=X[:, :5])
     with pytest.raises(ValueError):
         E.backend_row_op("cpu", "hadamard", Y, a=48)
+    with pytest.raises(ValueError, match="rows, groups"):
+        E.backend_row_op("cpu", "weighted_sum", Y, x=XG, w=WG[:, :2], groups=3)
+    with pytest.raises(ValueError):
+        E.backend_row_op("cpu", "swiglu_oai", Y, f=7.0, f2=1.702)  # no x
     with pytest.raises(ValueError):
         E.backend_row_op("cpu", "rope", Y, x=rope_tables([0] * N, 30), groups=4, a=30 + 1)
     with pytest.raises(ValueError):

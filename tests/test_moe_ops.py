@@ -5,9 +5,18 @@ limited top-k, weight normalisation with its clamp, scaling, ties), and the
 expert products against the dense driver (the same kernels, so the same bits)
 and the scalar reference, at every ISA level this CPU has, one and two
 threads, for decode (one token), an even prefill, a prefill where one expert
-gets nearly every token, and per-slot inputs (the down projection)."""
+gets nearly every token, and per-slot inputs (the down projection).
+
+Every test runs on every compiled backend (a Vulkan build adds "vulkan"). A
+GPU backend is compared with the CPU, the reference: the same experts (but
+where two selection scores lie within 1e-6, which the device's float sums may
+order either way) and weights to rounding; its expert products equal its own
+dense matmul of each expert bit for bit (the same shader sums in the same
+order) and the CPU's to the float summation order."""
 
 from __future__ import annotations
+
+import functools
 
 import numpy as np
 import pytest
@@ -15,6 +24,20 @@ import pytest
 from llamapy import _engine as E
 
 LEVELS = list(E.system_info()["cpu_isas"])
+BACKENDS = E.backends()
+GPU_BACKENDS = [b for b in BACKENDS if b != "cpu"]
+
+
+def same_routes(ids, w, cpu_ids, cpu_w, sel):
+    """A GPU backend's routing against the CPU's: ids equal except where the
+    selection scores of the two experts involved are within 1e-6 (sel: the
+    CPU's scores, (n_tok, n_expert)); weights to float rounding."""
+    assert ids.shape == cpu_ids.shape and ids.dtype == np.int32 and w.dtype == np.float32
+    for t in np.nonzero((ids != cpu_ids).any(axis=1))[0]:
+        for a, b in zip(ids[t], cpu_ids[t]):
+            assert a == b or abs(sel[t, a] - sel[t, b]) <= 1e-6, (t, ids[t], cpu_ids[t])
+    same = (ids == cpu_ids).all(axis=1)
+    np.testing.assert_allclose(w[same], cpu_w[same], rtol=2e-5, atol=1e-7)
 
 
 # ---------------------------------------------------------------------------
@@ -62,41 +85,77 @@ CASES = [
 ]
 
 
+def selection_scores(logits, gating="softmax", bias=None, **_):
+    """The scores the experts are chosen by (before group masking), float64."""
+    logits = np.asarray(logits, dtype=np.float64)
+    if gating == "softmax":
+        z = np.exp(logits - logits.max(axis=1, keepdims=True))
+        p = z / z.sum(axis=1, keepdims=True)
+    elif gating == "sigmoid":
+        p = 1.0 / (1.0 + np.exp(-logits))
+    else:
+        p = logits
+    return p + (0 if bias is None else np.asarray(bias, dtype=np.float64))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("case", CASES, ids=lambda c: "-".join(f"{a}={b}" for a, b in c.items()))
 @pytest.mark.parametrize("n_threads", [1, 2])
-def test_route_matches_the_rules(case, n_threads):
+@pytest.mark.parametrize("n_tok,n_expert", [(37, 64), (3, 512)])
+def test_route_matches_the_rules(backend, case, n_threads, n_tok, n_expert):
     rng = np.random.default_rng(5)
-    logits = rng.standard_normal((37, 64)).astype(np.float32) * 2
+    logits = rng.standard_normal((n_tok, n_expert)).astype(np.float32) * 2
     kw = dict(case)
     if kw.get("bias") == "yes":
-        kw["bias"] = (rng.standard_normal(64) * 0.5).astype(np.float32)
-    ids, w = E.ops.moe_route(logits, n_threads=n_threads, **kw)
+        kw["bias"] = (rng.standard_normal(n_expert) * 0.5).astype(np.float32)
+    ids, w = E.ops.moe_route(logits, n_threads=n_threads, backend=backend, **kw)
     rids, rw = route_ref(logits, **kw)
-    np.testing.assert_array_equal(ids, rids)
-    np.testing.assert_allclose(w, rw, rtol=2e-6, atol=1e-7)
     assert ids.dtype == np.int32 and w.dtype == np.float32
     # every row names k distinct experts
     assert all(len(set(r)) == len(r) for r in ids.tolist())
+    if backend == "cpu":
+        np.testing.assert_array_equal(ids, rids)
+        np.testing.assert_allclose(w, rw, rtol=2e-6, atol=1e-7)
+    else:
+        cpu_ids, cpu_w = E.ops.moe_route(logits, n_threads=n_threads, **kw)
+        same_routes(ids, w, cpu_ids, cpu_w, selection_scores(logits, **kw))
+        np.testing.assert_allclose(w[(ids == rids).all(axis=1)], rw[(ids == rids).all(axis=1)], rtol=2e-5, atol=1e-7)
 
 
-def test_route_ties_take_the_lower_expert_and_groups_restrict():
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_route_ties_take_the_lower_expert_and_groups_restrict(backend):
     logits = np.zeros((1, 8), np.float32)
-    ids, w = E.ops.moe_route(logits, 3, norm=True)
+    ids, w = E.ops.moe_route(logits, 3, norm=True, backend=backend)
     assert ids.tolist() == [[0, 1, 2]]
     np.testing.assert_allclose(w, [[1 / 3] * 3], rtol=1e-6)
     # the best expert (7) is alone in a weak group: group-limited routing never picks it
     logits = np.array([[1, 1, 0.9, 0.9, -5, -5, -5, 3]], np.float32)
-    ids, _ = E.ops.moe_route(logits, 2, gating="softmax_weight", n_group=4, n_group_used=2)
+    ids, _ = E.ops.moe_route(logits, 2, gating="softmax_weight", n_group=4, n_group_used=2, backend=backend)
     assert 7 not in ids[0] and ids.tolist() == [[0, 1]]
+    # ties across the whole row, over several rows and many experts: the lowest indices, in order
+    logits = np.zeros((4, 300), np.float32)
+    logits[:, 299] = 1.0
+    ids, _ = E.ops.moe_route(logits, 5, backend=backend)
+    assert ids.tolist() == [[299, 0, 1, 2, 3]] * 4
 
 
-def test_route_norm_clamps_a_vanishing_sum():
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_route_norm_clamps_a_vanishing_sum(backend):
     # sigmoid weights of very negative logits: their sum is below F16's
     # smallest normal, so llama.cpp divides by that instead
     logits = np.full((1, 4), -20.0, np.float32)
-    _, w = E.ops.moe_route(logits, 2, gating="sigmoid", norm=True)
+    _, w = E.ops.moe_route(logits, 2, gating="sigmoid", norm=True, backend=backend)
     p = 1.0 / (1.0 + np.exp(20.0))
     np.testing.assert_allclose(w, [[p / 6.103515625e-5] * 2], rtol=1e-5)
+
+
+@pytest.mark.parametrize("backend", GPU_BACKENDS)
+def test_route_limits_of_a_gpu_backend_say_so(backend):
+    # one workgroup holds a row's scores: up to 512 experts, 32 chosen
+    with pytest.raises(NotImplementedError, match="512 experts"):
+        E.ops.moe_route(np.zeros((1, 513), np.float32), 2, backend=backend)
+    with pytest.raises(NotImplementedError, match="32 experts"):
+        E.ops.moe_route(np.zeros((1, 64), np.float32), 33, backend=backend)
 
 
 def test_route_rejects_bad_arguments():
@@ -127,15 +186,29 @@ def experts(rng, t, n_expert, rows, cols):
     return E.quantize(w, t)
 
 
-def dense(raw, t, n_expert, rows, cols, x, ids, x_div, level, n_threads=1):
-    """The same products through the dense driver, expert by expert."""
+def dense(raw, t, n_expert, rows, cols, x, ids, x_div, level, n_threads=1, backend="cpu"):
+    """The same products through the dense driver (another backend: its
+    matmul), expert by expert."""
     per = raw.reshape(n_expert, -1)
     y = np.zeros((len(ids), rows), np.float32)
     for e in range(n_expert):
         slots = np.nonzero(ids == e)[0]
-        if len(slots):
+        if not len(slots):
+            continue
+        if backend == "cpu":
             y[slots] = E.matmul(per[e], t, rows, cols, x[slots // x_div], n_threads=n_threads, level=level)
+        else:
+            y[slots] = E.backend_matmul(backend, np.ascontiguousarray(per[e]), t, rows, cols, x[slots // x_div])
     return y
+
+
+def near_cpu(got, cpu, t, backend):
+    """A GPU backend's products against the CPU's: the same converted
+    activations and integer block sums, so only the float summation order
+    differs; types without a shader of their own run dequantized to F16."""
+    own = t in getattr(E, f"{backend}_matmul_types")()
+    err = np.abs(got - cpu).max() / np.abs(cpu).max()
+    assert err <= (5e-6 if own else 2e-2), (t, err)
 
 
 SHAPES = {
@@ -148,16 +221,7 @@ SHAPES = {
 @pytest.mark.parametrize("t", TYPES)
 @pytest.mark.parametrize("shape", list(SHAPES))
 def test_products_equal_the_dense_driver(t, shape):
-    rng = np.random.default_rng(10 * TYPES.index(t) + list(SHAPES).index(shape))
-    n_tok, k, n_expert = SHAPES[shape]
-    rows, cols = 48, 256
-    raw = experts(rng, t, n_expert, rows, cols)
-    x = rng.standard_normal((n_tok, cols)).astype(np.float32)
-    ids = np.stack([rng.choice(n_expert, k, replace=False) for _ in range(n_tok)]).astype(np.int32)
-    if shape == "skewed":
-        ids[:, 0] = 3
-        ids[:, 1] = np.where(ids[:, 1] == 3, 4, ids[:, 1])
-        ids[5, 1] = 7
+    raw, x, ids, (n_tok, k, n_expert), rows, cols = products_case(t, shape)
     flat = ids.reshape(-1)
     for level in LEVELS:
         want = dense(raw, t, n_expert, rows, cols, x, flat, k, level)
@@ -170,8 +234,36 @@ def test_products_equal_the_dense_driver(t, shape):
     assert np.abs(got - ref).max() <= 1e-4 * scale, t
 
 
+def products_case(t, shape):
+    """Experts of type t, tokens and each token's k distinct experts for a SHAPES entry."""
+    rng = np.random.default_rng(10 * TYPES.index(t) + list(SHAPES).index(shape))
+    n_tok, k, n_expert = SHAPES[shape]
+    rows, cols = 48, 256
+    raw = experts(rng, t, n_expert, rows, cols)
+    x = rng.standard_normal((n_tok, cols)).astype(np.float32)
+    ids = np.stack([rng.choice(n_expert, k, replace=False) for _ in range(n_tok)]).astype(np.int32)
+    if shape == "skewed":
+        ids[:, 0] = 3
+        ids[:, 1] = np.where(ids[:, 1] == 3, 4, ids[:, 1])
+        ids[5, 1] = 7
+    return raw, x, ids, (n_tok, k, n_expert), rows, cols
+
+
+@pytest.mark.parametrize("backend", GPU_BACKENDS)
+@pytest.mark.parametrize("t", TYPES)
+@pytest.mark.parametrize("shape", list(SHAPES))
+def test_gpu_products_equal_its_dense_matmul(backend, t, shape):
+    raw, x, ids, (n_tok, k, n_expert), rows, cols = products_case(t, shape)
+    got = E.ops.moe_matmul(raw, t, n_expert, rows, cols, x, ids, backend=backend)
+    assert got.shape == (n_tok * k, rows) and np.isfinite(got).all()
+    np.testing.assert_array_equal(got, dense(raw, t, n_expert, rows, cols, x, ids.reshape(-1), k, "best",
+                                             backend=backend))
+    near_cpu(got, E.ops.moe_matmul(raw, t, n_expert, rows, cols, x, ids), t, backend)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("t", ["F32", "Q8_0", "Q4_K"])
-def test_per_slot_inputs_and_biases(t):
+def test_per_slot_inputs_and_biases(backend, t):
     """The down projection: one input row per slot; per-expert biases added."""
     rng = np.random.default_rng(11)
     n_expert, rows, cols, n_slots = 6, 32, 256, 30
@@ -179,20 +271,24 @@ def test_per_slot_inputs_and_biases(t):
     x = rng.standard_normal((n_slots, cols)).astype(np.float32)
     ids = rng.integers(0, n_expert, n_slots).astype(np.int32)
     bias = rng.standard_normal((n_expert, rows)).astype(np.float32)
-    got = E.ops.moe_matmul(raw, t, n_expert, rows, cols, x, ids, bias=bias, n_threads=2)
-    want = dense(raw, t, n_expert, rows, cols, x, ids, 1, "best") + bias[ids]
+    got = E.ops.moe_matmul(raw, t, n_expert, rows, cols, x, ids, bias=bias, n_threads=2, backend=backend)
+    want = dense(raw, t, n_expert, rows, cols, x, ids, 1, "best", backend=backend) + bias[ids]
     np.testing.assert_array_equal(got, want)
+    if backend != "cpu":
+        near_cpu(got, E.ops.moe_matmul(raw, t, n_expert, rows, cols, x, ids, bias=bias), t, backend)
 
 
-def test_products_reject_bad_ids_and_shapes():
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_products_reject_bad_ids_and_shapes(backend):
     rng = np.random.default_rng(1)
     raw = experts(rng, "F32", 4, 8, 32)
     x = np.zeros((2, 32), np.float32)
+    mm = functools.partial(E.ops.moe_matmul, backend=backend)
     with pytest.raises(ValueError, match="names expert 4 of 4"):
-        E.ops.moe_matmul(raw, "F32", 4, 8, 32, x, np.array([[0, 4], [1, 2]], np.int32))
+        mm(raw, "F32", 4, 8, 32, x, np.array([[0, 4], [1, 2]], np.int32))
     with pytest.raises(ValueError, match="names expert -1"):
-        E.ops.moe_matmul(raw, "F32", 4, 8, 32, x, np.array([[0, -1], [1, 2]], np.int32))
+        mm(raw, "F32", 4, 8, 32, x, np.array([[0, -1], [1, 2]], np.int32))
     with pytest.raises(ValueError, match="weight data size"):
-        E.ops.moe_matmul(raw, "F32", 5, 8, 32, x, np.array([[0, 1], [1, 2]], np.int32))
+        mm(raw, "F32", 5, 8, 32, x, np.array([[0, 1], [1, 2]], np.int32))
     with pytest.raises(ValueError, match="rows for ids"):
-        E.ops.moe_matmul(raw, "F32", 4, 8, 32, x, np.array([[0, 1, 2], [1, 2, 3]], np.int32)[:1])
+        mm(raw, "F32", 4, 8, 32, x, np.array([[0, 1, 2], [1, 2, 3]], np.int32)[:1])

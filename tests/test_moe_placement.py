@@ -91,7 +91,9 @@ def test_host_kept_weights_inside_gpu_layers(tiny, arch, opts):
     cpu, _ = _logits(path)
     gpu, ctx = _logits(path, n_gpu_layers=-1, **opts)
     err = float(np.abs(gpu - cpu).max() / np.abs(cpu).max())
-    assert err < 6e-3, err
+    # Q8_0 activations: test_vulkan_models.TOL's bound (in the tiny deepseek2 one
+    # block's F16 scale rounds a step apart on lavapipe: 8.9e-3)
+    assert err < 1.5e-2, err
     # the bytes of the kept tensors are on the host, the rest on the device
     p = E.ContextParams(**opts)
     with GGUFFile(path) as f:

@@ -45,8 +45,13 @@ def rel(got, ref):
 
 # (weight type, largest error relative to max |logit|). The device sums in
 # another order (and its attention keeps F32 softmax weights where the CPU's
-# explicit path rounds them to F16); activation quantization is the CPU's.
-TOL = {"F32": 2e-3, "Q8_0": 3e-3, "F16": 3e-3}
+# explicit path rounds them to F16); activation quantization is the CPU's,
+# but an input an ULP apart can round to the next Q8_0 level, or move a
+# block's F16 scale by one step (every value of the block ~1e-3 off). In the
+# tiny gpt-oss one quant of a last-layer input row flips (logits 4.3e-3 off),
+# in the tiny deepseek2 one block's scale (8.9e-3, after its latent attention
+# and experts); the other architectures stay below 2e-7 with Q8_0 weights.
+TOL = {"F32": 2e-3, "Q8_0": 1.5e-2, "F16": 3e-3}
 
 
 @pytest.mark.parametrize("arch", list(R.SPECS))
@@ -61,7 +66,13 @@ def test_every_architecture_matches_the_cpu(tiny, arch, wtype):
     assert (gpu.argmax(1) == cpu.argmax(1)).mean() >= 0.9
 
 
-@pytest.mark.parametrize("arch", ["llama", "gemma3"])
+# Two dense architectures and every mixture of experts (routing, expert
+# products and their weighted sum on the device, the activations crossing at
+# each split point).
+SPLIT_ARCHS = ["llama", "gemma3"] + [a for a, (_, cfg) in R.SPECS.items() if cfg.n_expert]
+
+
+@pytest.mark.parametrize("arch", SPLIT_ARCHS)
 @pytest.mark.parametrize("flash", [False, True])
 def test_every_split_gives_the_same_logits(tiny, arch, flash):
     path, _, cfg, _ = tiny(arch, "F16")

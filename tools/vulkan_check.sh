@@ -2,7 +2,11 @@
 # The Vulkan backend: builds the engine with -DLLAMAPY_VULKAN=ON into a side
 # folder and runs its tests on Mesa's lavapipe (a CPU Vulkan driver, so no
 # GPU is needed): the device listing, every op of the seam it implements
-# against the CPU backend (tests/test_vulkan.py, tests/test_backend_ops.py),
+# against the CPU backend (tests/test_vulkan.py, tests/test_backend_ops.py,
+# the mixture-of-experts routing and expert products: tests/test_moe_ops.py),
+# experts kept in host memory inside GPU layers (tests/test_moe_placement.py),
+# llama.cpp's mixture-of-experts recordings with every layer on the device
+# (tests/test_moe_llama_cpp.py),
 # attention over every KV cache type against numpy (tests/test_attention_ops.py),
 # and the forward pass on it: every architecture, every n_gpu_layers split,
 # encoders, the placement plan and its errors, layer splits over two logical
@@ -36,9 +40,10 @@ export VK_ICD_FILENAMES
 VK_ICD_FILENAMES=$(ls /usr/share/vulkan/icd.d/lvp_icd*.json | head -1)
 PYTHONPATH="$pkg" python -c "import llamapy; i = llamapy.system_info(); print('vulkan build:', i['backends'], [d['name'] for d in i['devices']])"
 PYTHONPATH="$pkg" python -m pytest -q -p no:cacheprovider "$root/tests/test_vulkan.py" "$root/tests/test_backend_ops.py" \
-  "$root/tests/test_attention_ops.py" "$root/tests/test_vulkan_models.py" "$root/tests/test_vulkan_vision.py" \
+  "$root/tests/test_attention_ops.py" "$root/tests/test_moe_ops.py" "$root/tests/test_moe_placement.py" \
+  "$root/tests/test_moe_llama_cpp.py" "$root/tests/test_vulkan_models.py" "$root/tests/test_vulkan_vision.py" \
   "$root/tests/test_vision_feature_layers.py"
 # The portable shaders (shared-memory reductions), which devices without
 # subgroup shuffles run: the op tests again with the subgroup variants off.
 LLAMAPY_VULKAN_SUBGROUPS=0 PYTHONPATH="$pkg" python -m pytest -q -p no:cacheprovider "$root/tests/test_backend_ops.py" \
-  "$root/tests/test_attention_ops.py"
+  "$root/tests/test_attention_ops.py" "$root/tests/test_moe_ops.py"

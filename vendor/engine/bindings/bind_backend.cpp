@@ -67,6 +67,7 @@ row_op::kind parse_kind(const std::string& k) {
         {"gelu_mul", row_op::kind::gelu_mul}, {"silu_mul", row_op::kind::silu_mul},
         {"rope", row_op::kind::rope},         {"hadamard", row_op::kind::hadamard},
         {"copy", row_op::kind::copy},         {"gelu_quick_mul", row_op::kind::gelu_quick_mul},
+        {"weighted_sum", row_op::kind::weighted_sum}, {"swiglu_oai", row_op::kind::swiglu_oai},
     };
     for (const auto& [name, kind] : kinds)
         if (k == name) return kind;
@@ -85,13 +86,15 @@ weight_view raw_matrix(const py::array& raw, const py::object& type, int64_t n_r
 
 // y (n, cols) after one row op. x: None, (n, k) rows or (k,) shared by every
 // row; per kind: norms work on `groups` groups of cols / groups; rope on
-// `groups` heads of cols / groups with x the (n, a) cos/sin tables.
+// `groups` heads of cols / groups with x the (n, a) cos/sin tables;
+// weighted_sum sums `groups` parts of x (n, groups * cols) weighted by w (n, groups).
 farray row_op_py(const std::string& be_name, const std::string& kind, farray y_in, const py::object& x_in,
-                 const py::object& w_in, const py::object& b_in, float f, int64_t groups, int a, bool neox,
+                 const py::object& w_in, const py::object& b_in, float f, float f2, int64_t groups, int a, bool neox,
                  int n_threads) {
     if (y_in.ndim() != 2) throw value_error("y must be 2-D (rows, cols)");
     const int64_t n = y_in.shape(0), cols = y_in.shape(1);
-    if (groups < 1 || cols % groups != 0) throw value_error("groups must divide the columns");
+    const bool wsum = parse_kind(kind) == row_op::kind::weighted_sum;
+    if (groups < 1 || (!wsum && cols % groups != 0)) throw value_error("groups must divide the columns");
     farray y({(py::ssize_t)n, (py::ssize_t)cols});
     std::memcpy(y.mutable_data(), y_in.data(), sizeof(float) * (size_t)(n * cols));
     row_op o;
@@ -100,15 +103,16 @@ farray row_op_py(const std::string& be_name, const std::string& kind, farray y_i
     o.y_stride = cols;
     const bool grouped = o.k == row_op::kind::rms_norm || o.k == row_op::kind::rope;
     o.n = grouped ? cols / groups : cols;
-    o.groups = grouped ? groups : 1;
+    o.groups = grouped || wsum ? groups : 1;
     o.f = f;
+    o.f2 = f2;
     o.a = a;
     o.style = neox ? rope_style::neox : rope_style::normal;
     if (o.k == row_op::kind::rope && (a < 0 || a % 2 || a > o.n)) throw value_error("rope: bad number of rotated dims");
     if (o.k == row_op::kind::hadamard && (a <= 0 || (a & (a - 1)) || cols % a))
         throw value_error("hadamard: the block must be a power of two dividing the columns");
     farray x, w, b;
-    const int64_t x_need = o.k == row_op::kind::rope ? a : o.n * o.groups;
+    const int64_t x_need = o.k == row_op::kind::rope ? a : o.n * o.groups;  // weighted_sum: groups * cols
     if (!x_in.is_none()) {
         x = farray::ensure(x_in);
         if (!x) throw py::type_error("x must be a float array");
@@ -133,7 +137,15 @@ farray row_op_py(const std::string& be_name, const std::string& kind, farray y_i
             throw value_error(std::string(what) + " must have " + std::to_string(len) + " values");
         return keep.data();
     };
-    o.w = vec(w_in, w, o.n, "w");
+    if (wsum) {  // per-row weights: (n, groups)
+        w = farray::ensure(w_in);
+        if (!w || w.ndim() != 2 || w.shape(0) != n || w.shape(1) != groups)
+            throw value_error("weighted_sum: w must have shape (rows, groups)");
+        if (!o.x || o.x == o.y) throw value_error("weighted_sum needs x");
+        o.w = w.data();
+    } else {
+        o.w = vec(w_in, w, o.n, "w");
+    }
     o.b = vec(b_in, b, o.n, "b");
     std::unique_ptr<backend> be = make_backend(be_name, n_threads);
     py::gil_scoped_release nogil;
@@ -276,10 +288,11 @@ void bind_backend(py::module_& m) {
               "Weight types this backend has matmul kernels for (others are dequantized to F16 on upload).");
     }
     m.def("backend_row_op", &row_op_py, py::arg("backend"), py::arg("kind"), py::arg("y"), py::arg("x") = py::none(),
-          py::arg("w") = py::none(), py::arg("b") = py::none(), py::arg("f") = 0.0f, py::arg("groups") = 1,
-          py::arg("a") = 0, py::arg("neox") = false, py::arg("n_threads") = 1,
+          py::arg("w") = py::none(), py::arg("b") = py::none(), py::arg("f") = 0.0f, py::arg("f2") = 0.0f,
+          py::arg("groups") = 1, py::arg("a") = 0, py::arg("neox") = false, py::arg("n_threads") = 1,
           "y (rows, cols) after one row op of the backend (backend.h: rms_norm, layer_norm, add, mul, scale, "
-          "softcap, gelu_mul, silu_mul, gelu_quick_mul, rope, hadamard, copy)");
+          "softcap, gelu_mul, silu_mul, gelu_quick_mul, rope, hadamard, copy, weighted_sum (x (rows, groups * "
+          "cols), w (rows, groups)), swiglu_oai (f: limit, f2: alpha))");
     m.def("backend_matmul", &matmul_py, py::arg("backend"), py::arg("raw"), py::arg("type"), py::arg("n_rows"),
           py::arg("n_cols"), py::arg("x"), py::arg("n_threads") = 1, "x · wᵀ on the backend");
     m.def("backend_get_rows", &get_rows_py, py::arg("backend"), py::arg("raw"), py::arg("type"), py::arg("n_rows"),

@@ -305,53 +305,70 @@ void vulkan_backend::discard() {
 
 // --- ops -------------------------------------------------------------------------
 
+vulkan_backend::span vulkan_backend::dot_activations(ggml_type at, const span& x, int64_t xs, int64_t n_cols,
+                                                     int64_t n, size_t* a_row) {
+    if (at == ggml_type::F32) {  // F32 weights read x in place
+        *a_row = sizeof(float) * (size_t)xs;
+        return x;
+    }
+    *a_row = (row_size(at, n_cols) + 3) & ~(size_t)3;  // word-aligned rows
+    const span a = scratch(*a_row * (size_t)n);
+    struct {
+        uint32_t type, n, n_rows, x_off, x_stride, d_off, d_row_bytes, c_off, f_off, f_stride, mode, flags;
+    } pc{(uint32_t)at, u32(n_cols), u32(n), float_off(x), u32(xs), (uint32_t)a.off, (uint32_t)*a_row, 0, 0, 0, 0, 0};
+    vk::dispatch d;
+    d.shader = "convert";
+    d.buffers = {x.buf, a.buf, a.buf, a.buf};
+    d.set_push(pc);
+    const int64_t be = convert_unit(at);
+    d.groups[0] = groups_for((n * ((n_cols + be - 1) / be) + 63) / 64, ctx_->max_groups(0));
+    record(std::move(d));
+    return a;
+}
+
+namespace {
+
+// Invocations per weight row in matmul.comp: the row's blocks (elements for
+// float types), a power of two up to 64.
+uint32_t matmul_lanes(ggml_type t, int64_t n_cols) {
+    const int64_t units = traits(t).block_size > 1 ? n_cols / traits(t).block_size : n_cols;
+    uint32_t lanes = 1;
+    while (lanes < 64 && (int64_t)lanes < units) lanes *= 2;
+    return lanes;
+}
+
+// The format matmul.comp takes activations in for weights stored as t.
+ggml_type dot_format(ggml_type t) {
+    const ggml_type at = traits(t).vec_dot_type;
+    if (!convertible(at)) missing(std::string("activation conversion to ") + type_name(at));
+    return at;
+}
+
+}  // namespace
+
 void vulkan_backend::matmul(const weight_view& w, const float* x, int64_t xs, float* y, int64_t ys, int64_t n,
                             const lora_work& lora) {
     if (n <= 0 || w.n_rows <= 0) return;
     const dev_weights& dw = weights(w);
-    const vk::buffer& wb = *dw.buf;
-    const char* suffix = type_suffix(dw.type);
-    const ggml_type at = traits(dw.type).vec_dot_type;
-    if (!convertible(at)) missing(std::string("activation conversion to ") + type_name(at));
+    const ggml_type at = dot_format(dw.type);
     operand ops[2] = {{x, rows_bytes(n, xs, w.n_cols), false, {}}, {y, rows_bytes(n, ys, w.n_rows), true, {}}};
     bind(ops, 2);
-    const span xa = ops[0].at, ya = ops[1].at;
-    // Activations in the weights' dot format (F32 weights read x in place).
-    span a = xa;
-    size_t a_row = sizeof(float) * (size_t)xs;
-    std::vector<vk::dispatch> work;
-    if (at != ggml_type::F32) {
-        a_row = (row_size(at, w.n_cols) + 3) & ~(size_t)3;  // word-aligned rows
-        a = scratch(a_row * (size_t)n);
-        struct {
-            uint32_t type, n, n_rows, x_off, x_stride, d_off, d_row_bytes, c_off, f_off, f_stride, mode, flags;
-        } pc{(uint32_t)at, u32(w.n_cols), u32(n), float_off(xa), u32(xs), (uint32_t)a.off, (uint32_t)a_row, 0, 0, 0,
-             0, 0};
-        vk::dispatch d;
-        d.shader = "convert";
-        d.buffers = {xa.buf, a.buf, a.buf, a.buf};
-        d.set_push(pc);
-        const int64_t be = convert_unit(at);
-        d.groups[0] = groups_for((n * ((w.n_cols + be - 1) / be) + 63) / 64, ctx_->max_groups(0));
-        work.push_back(std::move(d));
-    }
-    // Invocations per row: the row's blocks (elements for float types), up to 64.
-    const int64_t units = traits(dw.type).block_size > 1 ? w.n_cols / traits(dw.type).block_size : w.n_cols;
-    uint32_t lanes = 1;
-    while (lanes < 64 && (int64_t)lanes < units) lanes *= 2;
+    const span ya = ops[1].at;
+    size_t a_row = 0;
+    const span a = dot_activations(at, ops[0].at, xs, w.n_cols, n, &a_row);
+    const uint32_t lanes = matmul_lanes(dw.type, w.n_cols);
     struct {
         uint32_t n_rows, n_cols, n_tok, w_row_bytes, a_row_bytes, y_stride, a_off, y_off, lanes;
     } pc{u32(w.n_rows), u32(w.n_cols), u32(n), (uint32_t)dw.row_bytes, (uint32_t)a_row, u32(ys), (uint32_t)a.off,
          float_off(ya), lanes};
     vk::dispatch d;
-    d.shader = std::string("matmul_") + suffix + sg_;
-    d.buffers = {&wb, a.buf, ya.buf};
+    d.shader = std::string("matmul_") + type_suffix(dw.type) + sg_;
+    d.buffers = {dw.buf.get(), a.buf, ya.buf};
     d.set_push(pc);
     d.groups[0] = groups_for((w.n_rows + 64 / lanes - 1) / (64 / lanes), ctx_->max_groups(0));
     constexpr int64_t kTokenTile = 8;  // matmul.comp's TT: tokens per workgroup
     d.groups[1] = groups_for((n + kTokenTile - 1) / kTokenTile, ctx_->max_groups(1));
-    work.push_back(std::move(d));
-    for (auto& k : work) record(std::move(k));
+    record(std::move(d));
     if (!lora.terms) return;
     // The LoRA terms as the CPU adds them: y += scale · B (A x), term by term.
     for (const lora_set::term& t : *lora.terms) {
@@ -417,11 +434,77 @@ void vulkan_backend::rope_table(const rope_params& p, const int32_t* pos, int64_
     for (int64_t t = 0; t < n; ++t) rope_table_row(p, pos, pos_stride, t, out + t * p.n_rot);
 }
 
-void vulkan_backend::moe_route(const moe_route_args& a) { missing("mixture-of-experts routing"); }
+void vulkan_backend::moe_route(const moe_route_args& a) {
+    if (a.n_tok <= 0) return;
+    // the CPU's argument checks (cpu/moe.cpp), then moe_route.comp's limits
+    if (a.k <= 0 || a.k > a.n_expert) throw value_error("moe_route: experts per row out of range");
+    if (a.n_group > 1 && (a.n_group > 256 || a.n_expert % a.n_group != 0 || a.n_group_used <= 0 ||
+                          a.n_group_used > a.n_group))
+        throw value_error("moe_route: bad expert groups");
+    if (a.n_expert > 512) missing("routing over more than 512 experts");
+    if (a.k > 32) missing("routing to more than 32 experts per row");
+    operand ops[4] = {{a.logits, rows_bytes(a.n_tok, a.logits_stride, a.n_expert), false, {}},
+                      {a.bias, a.bias ? sizeof(float) * (size_t)a.n_expert : 0, false, {}},
+                      {a.ids, sizeof(int32_t) * (size_t)(a.n_tok * a.k), true, {}},
+                      {a.weights, sizeof(float) * (size_t)(a.n_tok * a.k), true, {}}};
+    bind(ops, 4);
+    struct {
+        uint32_t n_tok, n_expert, k, logits_off, logits_stride, bias_off, gating, n_group, n_group_used, norm;
+        float scale;
+        uint32_t ids_off, w_off;
+    } pc{u32(a.n_tok), u32(a.n_expert), (uint32_t)a.k, float_off(ops[0].at), u32(a.logits_stride),
+         ops[1].at.buf ? float_off(ops[1].at) : 0xffffffffu, (uint32_t)a.gating, (uint32_t)std::max(a.n_group, 0),
+         (uint32_t)std::max(a.n_group_used, 0), a.norm ? 1u : 0u, a.scale, (uint32_t)(ops[2].at.off / 4),
+         float_off(ops[3].at)};
+    vk::dispatch d;
+    d.shader = "moe_route";
+    d.buffers = {ops[0].at.buf, ops[1].at.buf ? ops[1].at.buf : ops[0].at.buf, ops[2].at.buf, ops[3].at.buf};
+    d.set_push(pc);
+    d.groups[0] = groups_for(a.n_tok, ctx_->max_groups(0));
+    record(std::move(d));
+}
 
 void vulkan_backend::moe_matmul(const experts_view& w, const float* x, int64_t xs, int x_div, const int32_t* ids,
                                 int64_t n_slots, float* y, int64_t ys, const float* bias) {
-    missing("expert products");
+    if (w.n_expert <= 0 || w.all.n_rows % w.n_expert != 0)
+        throw value_error("moe_matmul: " + std::to_string(w.all.n_rows) + " rows do not split into " +
+                          std::to_string(w.n_expert) + " experts");
+    if (n_slots <= 0) return;
+    if (x_div < 1 || n_slots % x_div != 0) throw value_error("moe_matmul: the slots do not split into x's rows");
+    size_t at_dev = 0;
+    if (!device_memory(ids, sizeof(int32_t) * (size_t)n_slots, &at_dev)) {
+        // Host ids (the op tests) are checked as the CPU checks them; ids on
+        // the device come from moe_route, in range by construction (the
+        // shader writes a NaN row for one that is not, and reads nothing).
+        for (int64_t s = 0; s < n_slots; ++s)
+            if (ids[s] < 0 || ids[s] >= w.n_expert)
+                throw value_error("moe_matmul: slot " + std::to_string(s) + " names expert " + std::to_string(ids[s]) +
+                                  " of " + std::to_string(w.n_expert));
+    }
+    const int64_t R = w.rows(), K = w.all.n_cols, n_x = n_slots / x_div;
+    const dev_weights& dw = weights(w.all);
+    const ggml_type at = dot_format(dw.type);
+    operand ops[4] = {{x, rows_bytes(n_x, xs, K), false, {}},
+                      {ids, sizeof(int32_t) * (size_t)n_slots, false, {}},
+                      {y, rows_bytes(n_slots, ys, R), true, {}},
+                      {bias, bias ? sizeof(float) * (size_t)(w.n_expert * R) : 0, false, {}}};
+    bind(ops, 4);
+    size_t a_row = 0;
+    const span a = dot_activations(at, ops[0].at, xs, K, n_x, &a_row);
+    const uint32_t lanes = matmul_lanes(dw.type, K);
+    struct {
+        uint32_t n_rows, n_cols, n_tok, w_row_bytes, a_row_bytes, y_stride, a_off, y_off, lanes;
+        uint32_t n_expert, ids_off, x_div, bias_off;
+    } pc{u32(R), u32(K), u32(n_slots), (uint32_t)dw.row_bytes, (uint32_t)a_row, u32(ys), (uint32_t)a.off,
+         float_off(ops[2].at), lanes, u32(w.n_expert), (uint32_t)(ops[1].at.off / 4), (uint32_t)x_div,
+         ops[3].at.buf ? float_off(ops[3].at) : 0xffffffffu};
+    vk::dispatch d;
+    d.shader = std::string("moe_matmul_") + type_suffix(dw.type) + sg_;
+    d.buffers = {dw.buf.get(), a.buf, ops[2].at.buf, ops[1].at.buf, ops[3].at.buf ? ops[3].at.buf : ops[2].at.buf};
+    d.set_push(pc);
+    d.groups[0] = groups_for((R + 64 / lanes - 1) / (64 / lanes), ctx_->max_groups(0));
+    d.groups[1] = groups_for(n_slots, ctx_->max_groups(1));  // one slot per workgroup column (matmul.comp's MOE)
+    record(std::move(d));
 }
 
 void vulkan_backend::attention(const attention_args& a) {
@@ -464,18 +547,26 @@ void vulkan_backend::attention(const attention_args& a) {
         d.groups[0] = groups_for(((int64_t)a.n_tok * ((qw + be - 1) / be) + 63) / 64, ctx_->max_groups(0));
         work.push_back(std::move(d));
     }
-    const span sc = scratch(sizeof(float) * std::max<size_t>(1, (size_t)a.n_tok * a.n_head * (size_t)n_cells));
+    // The scores' scratch, after the sink logits when there are sinks: they
+    // are weights (host memory, or mapped device memory no op writes), copied
+    // in now, which keeps the shader at 8 storage buffers.
+    const size_t n_sink = a.sinks ? (size_t)a.n_head : 0;
+    const span sc = scratch(sizeof(float) * (n_sink + std::max<size_t>(1, (size_t)a.n_tok * a.n_head * (size_t)n_cells)));
+    if (n_sink)
+        std::memcpy(static_cast<uint8_t*>(const_cast<void*>(sc.buf->data())) + sc.off, a.sinks, sizeof(float) * n_sink);
     const vk::buffer* kb = ops[1].at.buf ? ops[1].at.buf : sc.buf;  // no cells: any buffer, nothing is read
     const vk::buffer* vb = ops[2].at.buf ? ops[2].at.buf : sc.buf;
     struct {
         uint32_t n_tok, n_head, n_head_kv, dk, dv, type_k, type_v, k_row_bytes, v_row_bytes, mask_words, n_cells;
         float scale, softcap;
         uint32_t q_off, q_stride, k_off, v_off, mask_off, lo_off, hi_off, sc_off, o_off, o_stride;
+        uint32_t sink_off;  // attention.comp's NO_SINK (all ones): none
     } pc{(uint32_t)a.n_tok, (uint32_t)a.n_head, (uint32_t)a.n_head_kv, (uint32_t)dk, (uint32_t)dv,
          (uint32_t)a.type_k, (uint32_t)a.type_v, (uint32_t)a.k_row_bytes, (uint32_t)a.v_row_bytes,
          (uint32_t)a.mask_words, (uint32_t)n_cells, a.scale, a.softcap, float_off(q), u32(q_stride),
          (uint32_t)ops[1].at.off, (uint32_t)ops[2].at.off, (uint32_t)(ops[3].at.off / 4), (uint32_t)(ops[4].at.off / 4),
-         (uint32_t)(ops[5].at.off / 4), float_off(sc), float_off(ops[6].at), u32(a.out_stride)};
+         (uint32_t)(ops[5].at.off / 4), float_off(sc) + (uint32_t)n_sink, float_off(ops[6].at), u32(a.out_stride),
+         n_sink ? float_off(sc) : 0xffffffffu};
     vk::dispatch d;
     d.shader = std::string("attention") + sg_;
     auto any = [&](const span& s) { return s.buf ? s.buf : sc.buf; };  // empty operands: nothing is read
@@ -512,37 +603,57 @@ void vulkan_backend::run_rows(const row_op* ops, int n_ops, int64_t n) {
             record(std::move(d));
             continue;
         }
-        // the row's width (y) and the second operand's (x) in floats
+        // Workgroups per row (norm groups, heads, copied pieces; weighted_sum's
+        // groups are its summands), the distance between groups in y and x,
+        // and the row's width (y) and the second operand's (x) in floats.
+        const bool grouped =
+            o.k == row_op::kind::rms_norm || o.k == row_op::kind::rope || o.k == row_op::kind::copy;
+        const int64_t per_row = grouped ? std::max<int64_t>(1, o.groups) : 1;
+        const bool copy_groups = o.k == row_op::kind::copy && per_row > 1;
+        const int64_t y_group = copy_groups ? o.y_group : o.n, x_group = copy_groups ? o.x_group : o.n;
         int64_t width = o.n, x_width = o.n;
         if (o.k == row_op::kind::rms_norm) width = x_width = o.n * o.groups;
         if (o.k == row_op::kind::rope) {
             width = o.n * o.groups;
             x_width = o.a;
         }
+        if (copy_groups) {
+            width = (per_row - 1) * y_group + o.n;
+            x_width = (per_row - 1) * x_group + o.n;
+        }
+        // w: a norm's weight (n floats shared by every row), or weighted_sum's
+        // per-row weights (groups floats at w + t * groups)
+        const bool wsum = o.k == row_op::kind::weighted_sum;
+        if (wsum) x_width = o.n * o.groups;
+        const size_t w_bytes = !o.w ? 0 : wsum ? rows_bytes(n, o.groups, o.groups) : sizeof(float) * (size_t)o.n;
         const bool x_is_y = !o.x || (o.x == o.y && o.x_stride == o.y_stride);
+        if (wsum && (x_is_y || !o.w)) throw value_error("weighted_sum needs x and w, and x other than y");
         operand io[4] = {{o.y, rows_bytes(n, o.y_stride, width), true, {}},
                          {x_is_y ? nullptr : o.x, x_is_y ? 0 : rows_bytes(n, o.x_stride, x_width), false, {}},
-                         {o.w, o.w ? sizeof(float) * (size_t)o.n : 0, false, {}},
+                         {o.w, w_bytes, false, {}},
                          {o.b, o.b ? sizeof(float) * (size_t)o.n : 0, false, {}}};
         bind(io, 4);
         const span y = io[0].at, x = x_is_y ? io[0].at : io[1].at;
         const bool gelu = o.k == row_op::kind::gelu_mul || o.k == row_op::kind::gelu_quick_mul;
         const vk::buffer* tables = gelu ? &gelu_tables() : y.buf;  // any buffer where no table is read
-        const uint32_t groups = (o.k == row_op::kind::rms_norm || o.k == row_op::kind::rope) ? (uint32_t)o.groups : 1;
         struct {
             uint32_t kind, n, groups, n_rows, y_stride, x_stride, flags;
             float f;
             uint32_t a;
             uint32_t y_off, x_off, wn_off, bn_off;
-        } pc{(uint32_t)o.k, u32(o.n), groups, u32(n), u32(o.y_stride), u32(x_is_y ? o.y_stride : o.x_stride),
+            float f2;
+            uint32_t y_group, x_group;
+        } pc{(uint32_t)o.k, u32(o.n), u32(wsum ? o.groups : per_row), u32(n), u32(o.y_stride),
+             u32(x_is_y ? o.y_stride : o.x_stride),
              (uint32_t)((o.x ? 1u : 0u) | (o.w ? 2u : 0u) | (o.b ? 4u : 0u) | (o.style == rope_style::neox ? 8u : 0u)),
              o.k == row_op::kind::hadamard ? 1.0f / std::sqrt((float)o.a) : o.f, (uint32_t)o.a, float_off(y),
-             float_off(x), io[2].at.buf ? float_off(io[2].at) : 0, io[3].at.buf ? float_off(io[3].at) : 0};
+             float_off(x), io[2].at.buf ? float_off(io[2].at) : 0, io[3].at.buf ? float_off(io[3].at) : 0, o.f2,
+             u32(y_group), u32(x_group)};
         vk::dispatch d;
         d.shader = std::string("row_ops") + sg_;
         d.buffers = {y.buf, x.buf, io[2].at.buf ? io[2].at.buf : y.buf, io[3].at.buf ? io[3].at.buf : y.buf, tables};
         d.set_push(pc);
-        d.groups[0] = groups_for(n * groups, ctx_->max_groups(0));
+        d.groups[0] = groups_for(n * per_row, ctx_->max_groups(0));
         record(std::move(d));
     }
 }

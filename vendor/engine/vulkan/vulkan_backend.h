@@ -2,17 +2,20 @@
 //
 // What exists: matmul for F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,
 // Q4_K, Q5_K and Q6_K weights (activations converted on the device by the
-// CPU's reference formulas: shaders/convert.comp), get_rows for the same
-// types, gather_rows, every row op, the KV cache store for F32, F16, BF16,
-// Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1 caches, attention over a cache of any KV
-// cache type (F32 softmax; cells in cell order on both paths), and
-// rope_table (the angles are computed on the host with the CPU's functions:
-// they are an input of the step, as the masks are). Missing, each raising
-// not_implemented_error naming it (nothing silently runs on the CPU
-// instead): LoRA terms, an IQ4_NL cache store. Weights of the types
-// without a shader (Q2_K, Q3_K, the IQ types) are dequantized to F16 when
-// they are uploaded and multiplied by the F16 shader (fallback_types():
-// the context says so when it places such a layer on the device).
+// CPU's reference formulas: shaders/convert.comp) with LoRA terms, the
+// expert products of mixture-of-experts layers for the same types
+// (matmul.comp's MOE variant) and their routing (moe_route.comp), get_rows
+// for the same types, gather_rows, every row op, the KV cache store for
+// every KV cache type, attention over a cache of any KV cache type (F32
+// softmax; cells in cell order on both paths; attention sinks), and
+// rope_table (the angles are computed on the host with the CPU's
+// functions: they are an input of the step, as the masks are). Missing,
+// each raising not_implemented_error naming it (nothing silently runs on
+// the CPU instead): routing over more than 512 experts or to more than 32
+// per row. Weights of the types without a shader (Q2_K, Q3_K, the IQ
+// types) are dequantized to F16 when they are uploaded and multiplied by
+// the F16 shader (the Python side says so when it places such a layer on
+// the device).
 //
 // Execution is deferred: each op records its dispatches, and sync() submits
 // everything recorded since the last sync as one command buffer and waits.
@@ -110,6 +113,10 @@ private:
     void bind(operand* ops, int n);
     span scratch(size_t bytes);
     void record(vk::dispatch&& d);
+    // Records the conversion of n rows of x (n_cols floats, xs apart) to
+    // format `at` (convert.comp) into the arena: the converted rows, *a_row
+    // bytes apart (F32: x itself).
+    span dot_activations(ggml_type at, const span& x, int64_t xs, int64_t n_cols, int64_t n, size_t* a_row);
     // A weight matrix on the device: its bytes, type and row size there
     // (a type without a shader is stored dequantized to F16).
     struct dev_weights {

@@ -10,6 +10,9 @@
 // rounded to the keys' dot-product format (convert.comp, round-trip mode).
 // Cache element types (type ids as ggml's): F32, F16, BF16, Q8_0, Q4_0,
 // Q4_1, Q5_0, Q5_1, IQ4_NL, per cache (keys and values may differ).
+// Attention sinks (gpt-oss; sink_off != NO_SINK): head h's logit sinks[h]
+// joins the max and the exp-sum as one more cell without a value, as the
+// CPU's softmax_row_sink does.
 #extension GL_GOOGLE_include_directive : enable
 #ifndef USE_SUBGROUPS
 #define USE_SUBGROUPS 0  // the portable variant (cmake/vulkan.cmake builds both)
@@ -27,17 +30,22 @@ layout(std430, binding = 2) readonly buffer Vbuf { uint vc[]; };
 layout(std430, binding = 3) readonly buffer Mbuf { uint mask[]; };  // (n_tok, 2 * mask_words) 32-bit halves
 layout(std430, binding = 4) readonly buffer Lbuf { int lo_cell[]; };  // (n_tok) first visible cell
 layout(std430, binding = 5) readonly buffer Hbuf { int hi_cell[]; };  // (n_tok) one past the last
-layout(std430, binding = 6) buffer Sbuf { float sc[]; };            // (n_tok * n_head, n_cells) scratch
+layout(std430, binding = 6) buffer Sbuf { float sc[]; };            // (n_tok * n_head, n_cells) scratch;
+                                                                    // the (n_head) sink logits at sink_off
 layout(std430, binding = 7) writeonly buffer Obuf { float o[]; };
 // Offsets of each operand in its buffer: q, o, sc in floats; k, v in bytes;
-// mask, lo, hi in 32-bit words. q_stride / o_stride: floats between rows.
+// mask, lo, hi in 32-bit words; sink_off in floats, in sc's buffer (NO_SINK:
+// no sinks; a ninth binding would pass the 8 storage buffers the runtime allows).
+// q_stride / o_stride: floats between rows.
 layout(push_constant) uniform Params {
     uint n_tok, n_head, n_head_kv, dk, dv;
     uint type_k, type_v, k_row_bytes, v_row_bytes;
     uint mask_words, n_cells;
     float scale, softcap;
     uint q_off, q_stride, k_off, v_off, mask_off, lo_off, hi_off, sc_off, o_off, o_stride;
+    uint sink_off;
 } p;
+const uint NO_SINK = 0xffffffffu;
 
 const float kvalues_iq4nl[16] = float[16](-127.0, -104.0, -83.0, -65.0, -49.0, -35.0, -22.0, -10.0, 1.0, 13.0, 25.0,
                                            38.0, 53.0, 69.0, 89.0, 113.0);
@@ -108,6 +116,11 @@ void main() {
             m = max(m, s);
         }
         m = group_reduce(m, true);
+        // With a sink: its logit joins the max (a row that sees no cell then
+        // has max = sink, sum exp(0) = 1 and zero output, as on the CPU).
+        const bool has_sink = p.sink_off != NO_SINK;
+        const float sink = has_sink ? sc[p.sink_off + h] : 0.0;
+        if (has_sink) m = max(m, sink);
         float l = 0.0;
         for (uint j = lo + lid; j < hi; j += 64u) {
             if (!visible(t, j)) continue;
@@ -117,6 +130,7 @@ void main() {
         }
         memoryBarrierBuffer();
         l = group_reduce(l, false);
+        if (has_sink) l += exp(sink - m);
         const uint ob = p.o_off + t * p.o_stride + h * p.dv;
         for (uint d = lid; d < p.dv; d += 64u) {
             float acc = 0.0;

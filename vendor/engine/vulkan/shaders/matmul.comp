@@ -12,6 +12,16 @@
 // shuffles in the USE_SUBGROUPS variant (devices with subgroup shuffles),
 // else a tree in shared memory.
 // Simple by design: correct on every device; fast kernels come later.
+//
+// The MOE variant (backend.h: moe_matmul) multiplies n_tok (token, expert)
+// slots instead: the weights are n_expert matrices of n_rows rows back to
+// back, slot s takes expert ids[s]'s rows, activation row s / x_div, and
+// adds bias row ids[s] when given. Slots meet different experts, so a
+// workgroup works on one slot (TT = 1): each weight block it reads serves
+// that slot only. A faster version would group the slots by expert on the
+// device (counts, offsets and a slot order from the ids, as the CPU's
+// moe_matmul does on the host) and run the tiles of 8 over each expert's
+// slots, reading each chosen expert's weights once per tile.
 #extension GL_GOOGLE_include_directive : enable
 #ifndef USE_SUBGROUPS
 #define USE_SUBGROUPS 0  // the portable variant (cmake/vulkan.cmake builds both)
@@ -21,6 +31,9 @@
 #extension GL_KHR_shader_subgroup_shuffle : enable
 #endif
 #include "bytes.glsl"
+#ifndef MOE
+#define MOE 0
+#endif
 
 #define T_F32 0
 #define T_F16 1
@@ -45,11 +58,25 @@ layout(push_constant) uniform Params {
     uint a_off;                     // byte offset of activation row 0 (a multiple of 4)
     uint y_off;                     // float offset of output row 0
     uint lanes;                     // invocations per weight row: 1, 2, 4, ..., 64
+#if MOE
+    uint n_expert;                  // n_rows is the rows of one expert
+    uint ids_off;                   // int offset of slot 0's expert
+    uint x_div;                     // slots per activation row
+    uint bias_off;                  // float offset of expert 0's bias row, or NO_BIAS
+#endif
 } p;
 
+#if MOE
+layout(std430, binding = 3) readonly buffer Ibuf { int ids[]; };
+layout(std430, binding = 4) readonly buffer Bbuf { float bias[]; };
+const uint NO_BIAS = 0xffffffffu;
+// One slot per workgroup column: the slots of a tile would need different experts.
+const uint TT = 1u;
+#else
 // Tokens per workgroup: each weight block is read and unpacked once for up
 // to TT activation rows (prefill), instead of once per token.
 const uint TT = 8u;
+#endif
 shared float part[64];
 
 #if WTYPE == T_Q8_0 || WTYPE == T_Q4_0 || WTYPE == T_Q5_0 || WTYPE == T_Q4_1 || WTYPE == T_Q5_1
@@ -267,24 +294,34 @@ void main() {
     const uint L = p.lanes, lane = lid % L, rpw = 64u / L;
     for (uint t0 = gl_WorkGroupID.y * TT; t0 < p.n_tok; t0 += gl_NumWorkGroups.y * TT) {
         const uint nt = min(TT, p.n_tok - t0);
+#if MOE
+        // slot t0: its expert's rows, its token's activation row (an id out
+        // of range gives a NaN row rather than a read past the weights)
+        const uint e = uint(ids[p.ids_off + t0]);
+        const bool valid = e < p.n_expert;
+        const uint w_base = e * p.n_rows, a_row0 = t0 / p.x_div;
+#else
+        const bool valid = true;
+        const uint w_base = 0u, a_row0 = t0;
+#endif
         for (uint r0 = gl_WorkGroupID.x * rpw; r0 < p.n_rows; r0 += gl_NumWorkGroups.x * rpw) {
-            const uint r = r0 + lid / L;
+            const uint r = r0 + lid / L, wr = w_base + r;  // wr: the row in the weight buffer
             float acc[TT];
             for (uint tt = 0u; tt < TT; ++tt) acc[tt] = 0.0;
-            if (r < p.n_rows) {
+            if (r < p.n_rows && valid) {
 #if WTYPE == T_F32
-                const uint ab = (p.a_off + t0 * p.a_row_bytes) >> 2, astep = p.a_row_bytes >> 2;
+                const uint ab = (p.a_off + a_row0 * p.a_row_bytes) >> 2, astep = p.a_row_bytes >> 2;
                 for (uint i = lane; i < p.n_cols; i += L) {
-                    const float wv = uintBitsToFloat(w[r * p.n_cols + i]);
+                    const float wv = uintBitsToFloat(w[wr * p.n_cols + i]);
                     for (uint tt = 0u; tt < TT; ++tt) {
                         if (tt >= nt) break;
                         acc[tt] += wv * uintBitsToFloat(a[ab + tt * astep + i]);
                     }
                 }
 #elif WTYPE == T_F16 || WTYPE == T_BF16
-                const uint ab = (p.a_off + t0 * p.a_row_bytes) >> 1, astep = p.a_row_bytes >> 1;
+                const uint ab = (p.a_off + a_row0 * p.a_row_bytes) >> 1, astep = p.a_row_bytes >> 1;
                 for (uint i = lane; i < p.n_cols; i += L) {
-                    const uint wi = r * p.n_cols + i;
+                    const uint wi = wr * p.n_cols + i;
                     const uint wh = (w[wi >> 1] >> ((wi & 1u) * 16u)) & 0xffffu;
 #if WTYPE == T_F16
                     const float wv = half_bits_to_float(wh);
@@ -305,14 +342,21 @@ void main() {
 #else
                 const uint nb = p.n_cols / BLOCK;
                 for (uint b = lane; b < nb; b += L)
-                    block_dots(r * p.w_row_bytes + b * BLOCK_BYTES, p.a_off + t0 * p.a_row_bytes + b * A_BYTES,
+                    block_dots(wr * p.w_row_bytes + b * BLOCK_BYTES, p.a_off + a_row0 * p.a_row_bytes + b * A_BYTES,
                                p.a_row_bytes, nt, acc);
 #endif
             }
             for (uint tt = 0u; tt < TT; ++tt) {
                 if (tt >= nt) break;
                 row_sums(acc[tt], lid, L);
-                if (lane == 0u && r < p.n_rows) y[p.y_off + (t0 + tt) * p.y_stride + r] = part[lid];
+                if (lane == 0u && r < p.n_rows) {
+                    float v = part[lid];
+#if MOE
+                    if (!valid) v = uintBitsToFloat(0x7fc00000u);
+                    else if (p.bias_off != NO_BIAS) v += bias[p.bias_off + wr];
+#endif
+                    y[p.y_off + (t0 + tt) * p.y_stride + r] = v;
+                }
                 barrier();
             }
         }

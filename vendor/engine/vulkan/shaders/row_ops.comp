@@ -2,7 +2,11 @@
 // row_ops.comp — the backend's row operations (backend.h: row_op) on dense
 // rows: y (n_rows, width) in place, x the second operand (per row, or one
 // row shared: x_stride 0), wn / bn a norm's weight and bias. One workgroup
-// per (row, group); a group is a norm group or, for rope, a head.
+// per (row, group); a group is a norm group, for rope a head, for copy a
+// piece of n elements (group g at y_group / x_group floats times g; the
+// others' groups are n apart). For weighted_sum `groups` is the number of
+// summands instead (one workgroup per row): y = sum over g of
+// wn[wn_off + t * groups + g] * x row's g-th n-wide part.
 // Numerics follow the CPU's (cpu/ops.cpp): GELU and quick GELU look up the
 // same F16 tables (input rounded to F16 to nearest even, as fp32_to_fp16).
 #extension GL_GOOGLE_include_directive : enable
@@ -28,11 +32,14 @@ layout(push_constant) uniform Params {
     float f;
     uint a;
     uint y_off, x_off, wn_off, bn_off;  // float offsets of row 0 / the weight / the bias in their buffers
+    float f2;    // swiglu_oai: alpha (f: the limit)
+    uint y_group, x_group;  // floats from one group to the next in y and in x
 } p;
 
 // kinds, in backend.h's order
 const uint K_RMS_NORM = 0u, K_LAYER_NORM = 1u, K_ADD = 2u, K_MUL = 3u, K_SCALE = 4u, K_SOFTCAP = 5u,
-           K_GELU_MUL = 6u, K_SILU_MUL = 7u, K_GELU_QUICK_MUL = 8u, K_ROPE = 9u, K_HADAMARD = 10u, K_COPY = 11u;
+           K_GELU_MUL = 6u, K_SILU_MUL = 7u, K_GELU_QUICK_MUL = 8u, K_ROPE = 9u, K_HADAMARD = 10u, K_COPY = 11u,
+           K_WEIGHTED_SUM = 13u, K_SWIGLU_OAI = 14u;  // 12, kv_store, is convert.comp's
 
 #include "reduce.glsl"
 
@@ -45,9 +52,11 @@ float tanh_f(float v) {
 void main() {
     const uint lid = gl_LocalInvocationID.x;
     const bool has_x = (p.flags & 1u) != 0u, has_w = (p.flags & 2u) != 0u, has_b = (p.flags & 4u) != 0u;
-    for (uint job = gl_WorkGroupID.x; job < p.n_rows * p.groups; job += gl_NumWorkGroups.x) {
-        const uint t = job / p.groups, g = job % p.groups;
-        const uint y0 = p.y_off + t * p.y_stride + g * p.n, x0 = p.x_off + t * p.x_stride + g * p.n;
+    // workgroups per row: the norm groups or heads; one for every other kind
+    const uint per_row = (p.kind == K_RMS_NORM || p.kind == K_ROPE || p.kind == K_COPY) ? p.groups : 1u;
+    for (uint job = gl_WorkGroupID.x; job < p.n_rows * per_row; job += gl_NumWorkGroups.x) {
+        const uint t = job / per_row, g = job % per_row;
+        const uint y0 = p.y_off + t * p.y_stride + g * p.y_group, x0 = p.x_off + t * p.x_stride + g * p.x_group;
         if (p.kind == K_RMS_NORM || p.kind == K_LAYER_NORM) {
             float s = 0.0, mean = 0.0;
             if (p.kind == K_LAYER_NORM) {
@@ -80,6 +89,18 @@ void main() {
                 barrier();
             }
             for (uint i = lid; i < p.n; i += 64u) y[y0 + i] *= p.f;
+        } else if (p.kind == K_WEIGHTED_SUM) {
+            // each product rounded, then added in summand order, as the CPU
+            // (precise: no fused multiply-add)
+            const uint wb = p.wn_off + t * p.groups;
+            for (uint i = lid; i < p.n; i += 64u) {
+                precise float r = wn[wb] * x[x0 + i];
+                for (uint k = 1u; k < p.groups; ++k) {
+                    precise const float prod = wn[wb + k] * x[x0 + k * p.n + i];
+                    r += prod;
+                }
+                y[y0 + i] = r;
+            }
         } else if (p.kind == K_ROPE) {
             // x: this row's cos/sin table, a/2 pairs; rotate the first a dims of the head
             const uint half_a = p.a / 2u;
@@ -111,6 +132,10 @@ void main() {
                 } else if (p.kind == K_GELU_QUICK_MUL) {
                     r = tables[65536u + f16_bits(v)];
                     if (has_x) r *= u;
+                } else if (p.kind == K_SWIGLU_OAI) {
+                    // gpt-oss: g = min(y, limit), u = clamp(x, -limit, limit)
+                    const float gv = min(v, p.f), uv = clamp(u, -p.f, p.f);
+                    r = gv / (1.0 + exp(p.f2 * -gv)) * (uv + 1.0);
                 }
                 y[y0 + i] = r;
             }
