@@ -30,6 +30,7 @@ const char* type_suffix(ggml_type t) {
         case ggml_type::Q4_K: return "q4_k";
         case ggml_type::Q5_K: return "q5_k";
         case ggml_type::Q6_K: return "q6_k";
+        case ggml_type::MXFP4: return "mxfp4";
         default: return nullptr;
     }
 }

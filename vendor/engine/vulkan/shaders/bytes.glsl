@@ -14,6 +14,14 @@
 float half_bits_to_float(uint h) { return unpackHalf2x16(h).x; }
 float bf16_bits_to_float(uint h) { return uintBitsToFloat(h << 16); }
 
+// MXFP4 (quants/mxfp4.h): 17-byte blocks of 32, an E8M0 exponent byte e then
+// 16 bytes of 4-bit E2M1 codes (weight j in byte j's low nibble, 16 + j in
+// its high one). The codes' values doubled, and the scale halved, 2^(e - 128),
+// built from its bits as the CPU does (e < 2: the subnormals 2^-127, 2^-128,
+// which a device that flushes denormals reads as 0).
+const int kvalues_mxfp4[16] = int[16](0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
+float e8m0_half(uint e) { return uintBitsToFloat(e < 2u ? 0x00200000u << e : (e - 1u) << 23); }
+
 // float -> F16 bits, round to nearest even, as common.h's fp32_to_fp16
 // (subnormal results: the float add rounds to nearest even for us).
 uint f16_bits(float v) {

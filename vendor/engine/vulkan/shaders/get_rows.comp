@@ -16,6 +16,7 @@
 #define T_Q4_K 12
 #define T_Q5_K 13
 #define T_Q6_K 14
+#define T_MXFP4 39
 
 layout(local_size_x = 64) in;
 layout(std430, binding = 0) readonly buffer Wbuf { uint w[]; };
@@ -58,6 +59,10 @@ float element(uint rb, uint i) {
     const uint q = BYTE_OF(w, b + 8u + j % 16u), qh = U32_OF(w, b + 4u);
     const uint v = (j < 16u ? q & 15u : q >> 4) | (((qh >> j) & 1u) << 4);
     return half_bits_to_float(U16_OF(w, b)) * float(v) + half_bits_to_float(U16_OF(w, b + 2u));
+#elif WTYPE == T_MXFP4
+    const uint b = rb + (i / 32u) * 17u, j = i % 32u;
+    const uint q = BYTE_OF(w, b + 1u + j % 16u);
+    return float(kvalues_mxfp4[j < 16u ? q & 15u : q >> 4]) * e8m0_half(BYTE_OF(w, b));
 #elif WTYPE == T_Q6_K
     const uint b = rb + (i / 256u) * 210u, e = i % 256u;
     const uint h = e / 128u, r = e % 128u;

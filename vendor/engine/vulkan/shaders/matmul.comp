@@ -46,6 +46,7 @@
 #define T_Q4_K 12
 #define T_Q5_K 13
 #define T_Q6_K 14
+#define T_MXFP4 39
 
 layout(local_size_x = 64) in;
 layout(std430, binding = 0) readonly buffer Wbuf { uint w[]; };
@@ -79,9 +80,10 @@ const uint TT = 8u;
 #endif
 shared float part[64];
 
-#if WTYPE == T_Q8_0 || WTYPE == T_Q4_0 || WTYPE == T_Q5_0 || WTYPE == T_Q4_1 || WTYPE == T_Q5_1
+#if WTYPE == T_Q8_0 || WTYPE == T_Q4_0 || WTYPE == T_Q5_0 || WTYPE == T_Q4_1 || WTYPE == T_Q5_1 || WTYPE == T_MXFP4
 // 32-element blocks. Activations: Q8_0 blocks (d, 32 int8) for Q4_0 / Q5_0 /
-// Q8_0; Q8_1 (d, s = d * sum, 32 int8) for Q4_1 / Q5_1, whose min term is m * s.
+// Q8_0 / MXFP4; Q8_1 (d, s = d * sum, 32 int8) for Q4_1 / Q5_1, whose min
+// term is m * s.
 #if WTYPE == T_Q4_1 || WTYPE == T_Q5_1
 const uint A_BYTES = 36u, A_QS = 4u;
 #else
@@ -92,6 +94,13 @@ const uint BLOCK = 32u;
 void unpack_block(uint wb, out int q[32]) {
 #if WTYPE == T_Q8_0
     for (uint j = 0u; j < 32u; ++j) q[j] = I8_OF(w, wb + 2u + j);
+#elif WTYPE == T_MXFP4
+    // the doubled E2M1 values (the scale is halved to match: mxfp4.h)
+    for (uint j = 0u; j < 16u; ++j) {
+        const uint b = BYTE_OF(w, wb + 1u + j);
+        q[j] = kvalues_mxfp4[b & 15u];
+        q[j + 16u] = kvalues_mxfp4[b >> 4];
+    }
 #elif WTYPE == T_Q4_0 || WTYPE == T_Q4_1
 #if WTYPE == T_Q4_0
     const uint qs = 2u;
@@ -126,7 +135,11 @@ void unpack_block(uint wb, out int q[32]) {
 void block_dots(uint wb, uint ab, uint a_row, uint nt, inout float acc[TT]) {
     int q[32];
     unpack_block(wb, q);
+#if WTYPE == T_MXFP4
+    const float dw = e8m0_half(BYTE_OF(w, wb));  // d = d_a * dw, as mxfp4.cpp's reference
+#else
     const float dw = half_bits_to_float(U16_OF(w, wb));
+#endif
 #if WTYPE == T_Q4_1 || WTYPE == T_Q5_1
     const float mw = half_bits_to_float(U16_OF(w, wb + 2u));
 #endif
@@ -251,6 +264,8 @@ const uint BLOCK_BYTES = 144u;
 const uint BLOCK_BYTES = 176u;
 #elif WTYPE == T_Q6_K
 const uint BLOCK_BYTES = 210u;
+#elif WTYPE == T_MXFP4
+const uint BLOCK_BYTES = 17u;  // odd: blocks start at any byte (BYTE_OF reads them)
 #endif
 
 // part[row L] = the sum of v over the L lanes of each row of the workgroup
