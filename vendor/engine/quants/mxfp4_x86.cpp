@@ -114,8 +114,10 @@ LP_TARGET_AVX2 LP_INLINE __m256i dot_lanes(__m256i init, __m256i u, __m256i a) {
 }
 
 // An activation block as every row uses it: its bytes, -12 · sum per lane,
-// d_a in every lane.
-struct act_block {
+// d_a in every lane. alignas: outside an AVX target (std::vector's code in a
+// portable build) GCC aligns __m256i members to 16 only, and the kernels'
+// aligned stores into the prepared buffer would fault.
+struct alignas(32) act_block {
     __m256i a, init;
     __m256 d;
 };
@@ -253,7 +255,7 @@ LP_TARGET_AVX512 LP_INLINE __m512 weight_scales(const block_mxfp4& x0, const blo
 }
 
 // Two activation blocks (or one, the other half zero) as every row uses them.
-struct act_pair {
+struct alignas(64) act_pair {  // alignas: as act_block's at AVX2
     __m512i a, init;  // bytes; -12 · sum per int32 lane
     __m512 d;         // d_a of each block over its 8 lanes (0 for a missing block)
 };
