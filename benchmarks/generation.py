@@ -6,6 +6,12 @@ measures, with the same `Llama` API (llamapy is a drop-in replacement):
   pp512  tokens/s evaluating a 512-token prompt (n_batch 512)
   tg128  tokens/s of 128 single-token decode steps after a short prompt
   rss    peak resident memory of that process (MB)
+  ceil   tg as a fraction of the bandwidth ceiling: the weight bytes one
+         decode step reads (llamapy.experts.weights_read_per_token: every
+         tensor a token passes through, the chosen experts' share of the
+         expert tensors) times tg, over the read bandwidth the engine's
+         probe (_engine.read_bandwidth, same thread count) measures in the
+         same process right after the tg rounds
 The implementations alternate, rep after rep, and medians are reported with
 the ratio llamapy / llama.cpp, so machine drift affects both alike.
 
@@ -89,6 +95,15 @@ def worker(impl: str, path: str, threads: int, n_prompt: int, n_gen: int, reps: 
             llm.eval([tok])
         tg.append((n_gen - 1) / (time.perf_counter() - t))
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    del llm  # the probe's buffer should not compete with the model for memory
+    from llamapy import _engine
+    from llamapy.experts import weights_read_per_token
+    from llamapy.gguf_file import GGUFFile
+
+    with GGUFFile(path) as f:
+        read = weights_read_per_token(f, _engine.model_shape(path))
+    bw = _engine.read_bandwidth(1 << 29, 3, threads) * 1e9
+    ceil = statistics.median(tg[1:]) * read / bw
     if impl == "llamapy":  # which build ran, at which kernel level
         from llamapy import _engine
 
@@ -99,7 +114,7 @@ def worker(impl: str, path: str, threads: int, n_prompt: int, n_gen: int, reps: 
 
         info = {"module": llama_cpp.__file__, "system_info": llama_cpp.llama_print_system_info().decode().strip()}
     return {"load_s": load, "pp": statistics.median(pp[1:]), "tg": statistics.median(tg[1:]), "rss_mb": rss,
-            "info": info}
+            "ceil": ceil, "read_gb": read / 1e9, "probe_gbs": bw / 1e9, "info": info}
 
 
 def main() -> int:
@@ -142,9 +157,11 @@ def main() -> int:
             if v:
                 print(f"  {impl}: {v[0]['info']}")
         print(f"\n{name}")
-        print(f"  {'impl':10} {'load s':>7} {'pp t/s':>8} {'tg t/s':>8} {'RSS MB':>7}")
+        print(f"  {'impl':10} {'load s':>7} {'pp t/s':>8} {'tg t/s':>8} {'RSS MB':>7} {'ceil':>5}  "
+              f"(read/token GB, probe GB/s)")
         for impl, m in med.items():
-            print(f"  {impl:10} {m['load_s']:7.2f} {m['pp']:8.1f} {m['tg']:8.1f} {m['rss_mb']:7.0f}")
+            print(f"  {impl:10} {m['load_s']:7.2f} {m['pp']:8.1f} {m['tg']:8.1f} {m['rss_mb']:7.0f} "
+                  f"{100 * m['ceil']:4.0f}%  ({m['read_gb']:.3f}, {m['probe_gbs']:.1f})")
         if "llamapy" in med and "llama_cpp" in med:
             a, b = med["llamapy"], med["llama_cpp"]
             print(f"  {'ratio':10} {a['load_s'] / b['load_s']:7.2f} {a['pp'] / b['pp']:8.2f} "

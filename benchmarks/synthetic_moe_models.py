@@ -179,31 +179,10 @@ def write_moe(path: str, name: str, n_layer: int | None = None) -> str:
     return path
 
 
-def bytes_per_token(path: str) -> dict:
-    """Weight bytes one decode step reads: every tensor of a layer except the
-    experts, the chosen experts' share of the expert tensors (n_used of
-    n_expert), the output head, one embedding row."""
-    from llamapy.gguf_file import GGUFFile
-
-    f = GGUFFile(path)
-    md = f.metadata
-    arch = f.architecture
-    n_exp = int(md.get(f"{arch}.expert_count", 0)) or 1
-    used = int(md.get(f"{arch}.expert_used_count", 0)) or 1
-    total = dense = experts = 0
-    for t in f.tensors:
-        total += t.nbytes
-        if t.name == "token_embd.weight":
-            dense += t.nbytes // int(t.ne[1])
-        elif "_exps." in t.name:
-            experts += t.nbytes * used // n_exp
-        else:
-            dense += t.nbytes
-    return {"file_bytes": total, "read_per_token": dense + experts, "experts_per_token": experts}
-
-
 if __name__ == "__main__":
     name, out = sys.argv[1], sys.argv[2]
     os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
     print(write_moe(out, name, int(sys.argv[3]) if len(sys.argv) > 3 else None))
-    print(bytes_per_token(out))
+    from llamapy.experts import expert_summary
+
+    print(expert_summary(out))
