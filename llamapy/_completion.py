@@ -23,6 +23,7 @@ from . import _engine
 from ._sampling import SamplingParams
 from ._sequence import ContextFull
 from ._text import StopMatcher, Utf8Stream, drop_invalid
+from ._infill import fim_tokens, infill_prompt, tokenize_inner
 from ._log import emit
 from ._verbose import print_timings
 from .llama_cache import LogitsProcessorList, StoppingCriteriaList, longest_token_prefix
@@ -85,7 +86,27 @@ def _logprob_record(llama: Llama, logits: np.ndarray, token: int, n_top: int, to
     return {"token": token_str, "offset": offset, "logprob": float(chosen), "top": top_map}
 
 
+def fills_middle(llama: Llama, req: CompletionRequest) -> bool:
+    """Whether the request is fill-in-the-middle: a suffix, a text or token
+    prompt, and a model with FIM tokens. Without FIM tokens the suffix is
+    appended to the returned text (llama-cpp-python's fallback)."""
+    return (req.suffix is not None and not isinstance(req.prompt, ChunkedPrompt)
+            and fim_tokens(llama.tokenizer_).usable)
+
+
+def _infill_tokens(llama: Llama, req: CompletionRequest) -> List[int]:
+    tok = llama.tokenizer_
+    if isinstance(req.prompt, str):
+        prefix = tok.tokenize(req.prompt.encode("utf-8"), add_bos=False, special=False)
+    else:
+        prefix = _prompt_tokens(llama, CompletionRequest(prompt=req.prompt))
+    return infill_prompt(tok, fim_tokens(tok), prefix, tokenize_inner(tok, req.suffix or ""),
+                         spm=bool(getattr(llama, "spm_infill", False)))
+
+
 def _prompt_tokens(llama: Llama, req: CompletionRequest) -> List[int]:
+    if fills_middle(llama, req):
+        return _infill_tokens(llama, req)
     prompt = req.prompt
     if isinstance(prompt, ChunkedPrompt):
         # Text and image chunks (multimodal handlers): image rows are negative placeholder ids.
@@ -332,7 +353,7 @@ def run_completion(llama: Llama, req: CompletionRequest) -> Dict[str, Any]:
                 for k, v in ev.logprobs.items():
                     recs[k].extend(v)
         text = prefix + "".join(texts)
-        if req.suffix is not None:
+        if req.suffix is not None and not fills_middle(llama, req):
             text += req.suffix
         return {**head, "choices": [{"text": text, "index": 0, "logprobs": recs, "finish_reason": finish}],
                 "usage": {"prompt_tokens": _usage_prompt_tokens(prompt_tokens), "completion_tokens": n_completion,
@@ -362,7 +383,7 @@ def stream_completion(llama: Llama, req: CompletionRequest) -> Iterator[Dict[str
                 break
             yield {**head, "choices": [{"text": ev.text, "index": 0, "logprobs": ev.logprobs,
                                         "finish_reason": None}]}
-        if req.suffix is not None:
+        if req.suffix is not None and not fills_middle(llama, req):
             yield {**head, "choices": [{"text": req.suffix, "index": 0, "logprobs": None,
                                         "finish_reason": None}]}
         yield {**head, "choices": [{"text": "", "index": 0, "logprobs": None, "finish_reason": finish}],

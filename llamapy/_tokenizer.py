@@ -71,6 +71,11 @@ class LlamaTokenizer:
     def token_nl(self) -> int:
         return int(self._vocab.nl)
 
+    def special_token(self, name: str) -> int:
+        """A special token's id by the engine's name for it (bos, eos, eot,
+        sep, fim_pre, fim_suf, fim_mid, fim_rep, fim_sep ...), -1 if none."""
+        return int(getattr(self._vocab, name))
+
     @property
     def add_bos(self) -> bool:
         return bool(self._vocab.add_bos)

@@ -28,7 +28,7 @@ def llama_kwargs(s: Settings) -> Dict[str, Any]:
     kw: Dict[str, Any] = dict(n_ctx=s.ctx_size, n_batch=s.batch_size, n_ubatch=min(s.ubatch_size, s.batch_size),
                               n_threads=s.threads, n_gpu_layers=s.n_gpu_layers, flash_attn=_FLASH[s.flash_attn],
                               type_k=s.cache_type_k, type_v=s.cache_type_v, embedding=bool(s.embedding),
-                              n_seq_max=max(1, s.parallel), verbose=False)
+                              n_seq_max=max(1, s.parallel), spm_infill=bool(s.spm_infill), verbose=False)
     if s.cpu_moe or s.n_cpu_moe:
         kw["n_cpu_moe"] = (1 << 30) if s.cpu_moe else s.n_cpu_moe  # every layer's, or the first N
     if s.override_tensor:
@@ -244,7 +244,7 @@ class AccessLog:
 def create_app(settings: Settings, load: Optional[Callable[[], Any]] = None) -> FastAPI:
     """The ASGI app. The model loads on the runner's thread when the app
     starts (``/health`` says 503 until it is ready)."""
-    from . import ollama_routes, openai_routes
+    from . import infill_routes, ollama_routes, openai_routes
 
     keys = security.load_keys(settings.api_key, settings.api_key_file)
     state = ServerState(settings, load)
@@ -265,6 +265,7 @@ def create_app(settings: Settings, load: Optional[Callable[[], Any]] = None) -> 
     errors.install(app)
     app.include_router(openai_routes.router)
     app.include_router(ollama_routes.router)
+    app.include_router(infill_routes.router)
     # Host, Origin/CORS, body limit, API key (security.py); the access log outermost.
     security.install_middleware(app, settings, keys)
     app.add_middleware(AccessLog)

@@ -79,6 +79,8 @@ OPTIONS: List[Opt] = [
         "a reasoning model's thinking (<think> tags, gpt-oss's analysis channel): auto or deepseek put it into "
         "message.reasoning_content, none leaves it in message.content; a request's reasoning_format wins",
         REASONING_FORMATS),
+    Opt(("--spm-infill",), "spm_infill", "LLAMA_ARG_SPM_INFILL", "bool", False,
+        "/infill lays the prompt out suffix first (Suffix/Prefix/Middle), as some code models were trained"),
     Opt(("--metrics",), "metrics", "LLAMA_ARG_ENDPOINT_METRICS", "bool", False, "serve /metrics"),
     Opt(("--slots",), "slots", "LLAMA_ARG_ENDPOINT_SLOTS", "bool", True, "serve /slots (--no-slots: off)"),
     Opt(("-to", "--timeout"), "timeout", "LLAMA_ARG_TIMEOUT", float, 600.0,

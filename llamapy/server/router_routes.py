@@ -36,7 +36,7 @@ logger = logging.getLogger("llamapy.server.router")
 
 # Child routes reached through the router, by the request's "model" field.
 PROXY_POST = ("/v1/chat/completions", "/chat/completions", "/v1/completions", "/completions", "/v1/embeddings",
-              "/embeddings", "/tokenize", "/detokenize", "/apply-template", "/api/chat", "/api/generate",
+              "/embeddings", "/infill", "/tokenize", "/detokenize", "/apply-template", "/api/chat", "/api/generate",
               "/api/embed", "/api/embeddings", "/api/show")
 PROXY_GET = ("/props", "/slots", "/metrics")  # ?model=NAME
 OLLAMA_KEEP_ALIVE = ("/api/chat", "/api/generate", "/api/embed", "/api/embeddings")  # requests that may carry keep_alive

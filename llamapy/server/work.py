@@ -25,6 +25,7 @@ import weakref
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
+from .._infill import extra_tokens, fim_tokens, infill_prompt, tokenize_inner
 from .errors import APIError
 from .runner import Job
 
@@ -212,6 +213,13 @@ def completion_work(params: Dict[str, Any]) -> Callable[[Any, Job], Iterator[Any
         prompt = params["prompt"]
         return llama.tokenize(_prompt_size(prompt, llama, n_ctx)) if isinstance(prompt, str) else list(prompt)
 
+    return _completion_job(params, prompt_tokens)
+
+
+def _completion_job(params: Dict[str, Any],
+                    prompt_tokens: Callable[[Any, int], List[int]]) -> Callable[[Any, Job], Iterator[Any]]:
+    """create_completion(**params) as a job; ``prompt_tokens`` says how many
+    tokens its prompt takes (the fit check, the slot's cached prefix)."""
     prompt_of = _once(prompt_tokens)
 
     def prepare(llama: Any, n_ctx: int) -> List[int]:
@@ -228,6 +236,36 @@ def completion_work(params: Dict[str, Any]) -> Callable[[Any, Job], Iterator[Any
     work.prepare = prepare  # type: ignore[attr-defined]
     work.task = "completion"  # type: ignore[attr-defined]
     return work
+
+
+def infill_work(params: Dict[str, Any], parts: Dict[str, Any]) -> Callable[[Any, Job], Iterator[Any]]:
+    """A fill-in-the-middle completion (llama-server's /infill): ``parts``
+    holds input_prefix, input_suffix, input_extra and prompt (the start of
+    the middle), laid out with the model's FIM tokens (llamapy/_infill.py)
+    and completed by create_completion as a token prompt. 400 for a model
+    without FIM tokens."""
+    def prompt_tokens(llama: Any, n_ctx: int) -> List[int]:
+        tok = llama.tokenizer_
+        fim = fim_tokens(tok)
+        if not fim.usable:
+            raise APIError(400, "infill is not supported by this model: it has no fill-in-the-middle "
+                                + ", ".join(fim.missing()) + " token", "not_supported")
+        texts = [parts["input_prefix"], parts["input_suffix"], parts["prompt"]] + \
+            [c["text"] + c.get("filename", "") for c in parts["input_extra"]]
+        check_text_size(sum(len(t.encode("utf-8")) for t in texts), n_ctx - 1, llama, "the infill request",
+                        f"this server's context holds {n_ctx} tokens, one of them for the answer")
+        extra = extra_tokens(tok, fim, parts["input_extra"])
+        return infill_prompt(tok, fim, tok.tokenize(parts["input_prefix"].encode("utf-8"), add_bos=False,
+                                                    special=False),
+                             tokenize_inner(tok, parts["input_suffix"]), tokenize_inner(tok, parts["prompt"]),
+                             extra=extra, spm=bool(getattr(llama, "spm_infill", False)))
+
+    def laid_out(llama: Any, n_ctx: int) -> List[int]:
+        tokens = prompt_tokens(llama, n_ctx)
+        params["prompt"] = tokens  # the same list for every slot: the model (so its vocabulary) is shared
+        return tokens
+
+    return _completion_job(params, laid_out)
 
 
 def embedding_work(inputs: Any, model: str, field: str = "input",
