@@ -45,13 +45,17 @@ class DirectDecoder:
                             logits=want, **extra)
         return seq.ctx
 
-    def remove_from(self, seq: "Sequence", pos: int) -> None:
+    def remove_from(self, seq: "Sequence", pos: int) -> bool:
         with self.lock:
-            seq.ctx.kv_seq_rm(seq.seq_id, pos, -1)
+            return bool(seq.ctx.kv_seq_rm(seq.seq_id, pos, -1))
 
     def swa_resumable(self, seq: "Sequence", n: int) -> bool:
         with self.lock:
             return bool(seq.ctx.kv_swa_resumable(seq.seq_id, n))
+
+    def resume_pos(self, seq: "Sequence", pos: int) -> int:
+        with self.lock:
+            return int(seq.ctx.kv_seq_resume_pos(seq.seq_id, pos))
 
 
 class Sequence:
@@ -169,7 +173,40 @@ class Sequence:
             bad = int(toks[(toks < 0) | (toks >= self.n_vocab)][0])
             raise ValueError(f"token id {bad} is outside the vocabulary (0..{self.n_vocab - 1})")
         with self.lock:
-            self.decoder.remove_from(self, self.pos_of_row(self.n_tokens))
+            redo = self._rewind()
+            if len(redo):
+                self._eval_ids(redo, False, None)
+            self._eval_ids(toks, all_logits, on_chunk)
+
+    def _rewind(self) -> np.ndarray:
+        """Make the context's rows of this sequence end where the evaluated rows end (rows
+        past them, from a rewind, removed) and return the ids that must be evaluated again
+        first. A model with recurrent layers (Qwen3.5) cannot cut its state at any row: it
+        continues from the nearest end of its state or a checkpoint (the engine's
+        kv_seq_resume_pos), at worst the start, and the rows after it are evaluated again.
+        Never a state that still includes removed rows."""
+        n = self.n_tokens
+        pos = self.pos_of_row(n)
+        m = self.decoder.resume_pos(self, pos)
+        redo = np.zeros(0, dtype=np.int32)
+        if m < pos:
+            if self.pos_shifts or (self.tokens[m:n] < 0).any():
+                # image rows cannot be evaluated again from their placeholder ids
+                self.decoder.remove_from(self, 0)
+                self.reset()
+                raise ValueError("this model's recurrent state cannot be rewound to the kept rows, which hold an "
+                                 "image: evaluate the prompt again from its start")
+            redo = self.tokens[m:n].astype(np.int32)
+            self.n_tokens = m
+            self.logits_row = -1
+            pos = m
+        if not self.decoder.remove_from(self, pos):
+            raise RuntimeError(f"the engine could not remove positions from {pos} on of sequence {self.seq_id}")
+        return redo
+
+    def _eval_ids(self, toks: np.ndarray, all_logits: bool,
+                  on_chunk: Optional[Callable[[int, np.ndarray, Any], None]]) -> None:
+        if len(toks):
             shift = self.n_tokens - self.pos_of_row(self.n_tokens)
             for start in range(0, len(toks), self.n_batch):
                 chunk = toks[start:start + self.n_batch]
@@ -200,9 +237,11 @@ class Sequence:
         if self.n_tokens + n > self.n_ctx:
             raise ValueError(f"Prompt exceeds n_ctx: {self.n_tokens + n} > {self.n_ctx}")
         with self.lock:
+            redo = self._rewind()
+            if len(redo):
+                self._eval_ids(redo, False, None)
             row0 = self.n_tokens
             p0 = self.pos_of_row(row0)
-            self.decoder.remove_from(self, p0)
             for start in range(0, n, step):
                 end = min(n, start + step)
                 m = end - start

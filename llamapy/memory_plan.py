@@ -73,6 +73,9 @@ class MemoryPlan:
     mmproj_bytes: int = 0
     kv_cells: int = 0          # cells of the main cache
     kv_swa_cells: int = 0      # cells of the sliding-window cache (0: none)
+    # Models with recurrent layers (Qwen3.5): the per-sequence states and, at most,
+    # n_state_checkpoints copies of each (host memory; recurrent_state.h).
+    state_bytes: int = 0
     devices: List[Dict[str, Any]] = field(default_factory=list)
     # A mixture-of-experts model's experts, total / active parameters and the
     # weight bytes a decode step reads (llamapy.experts.ExpertSummary); None: dense.
@@ -80,7 +83,8 @@ class MemoryPlan:
 
     @property
     def total_bytes(self) -> int:
-        return self.weights_bytes + self.kv_bytes + self.compute_bytes + self.runtime_bytes + self.mmproj_bytes
+        return (self.weights_bytes + self.kv_bytes + self.compute_bytes + self.runtime_bytes + self.mmproj_bytes
+                + self.state_bytes)
 
     def as_dict(self) -> Dict[str, Any]:
         d = {k: getattr(self, k) for k in self.__dataclass_fields__}
@@ -120,7 +124,7 @@ class _Shape:
 
         self.n_ctx_train = int(key("context_length"))
         self.n_embd = int(key("embedding_length"))
-        self.n_ff = int(key("feed_forward_length"))
+        self.n_ff = int(key("feed_forward_length", 0))  # (qwen35moe has none: the engine's shape has it)
         self.n_head = int(key("attention.head_count"))
         self.n_head_kv = int(key("attention.head_count_kv", self.n_head))
         self.head_dim_k = int(key("attention.key_length", self.n_embd // self.n_head))
@@ -141,6 +145,10 @@ class _Shape:
         self.n_ff_shexp = int(shape["n_ff_shexp"])
         self.activation_bytes_per_row = int(shape["activation_bytes_per_row"])
         self.kv_values_in_keys = bool(shape["kv_values_in_keys"])
+        # Recurrent layers (Qwen3.5's gated delta-net) keep no KV cells but a state per
+        # sequence, and the context keeps up to n_state_checkpoints copies of it.
+        self.recurrent_layers = [bool(x) for x in shape["recurrent_layers"]]
+        self.recurrent_bytes_per_seq = int(shape["recurrent_bytes_per_seq"])
         tensors = {t.name: t for t in f.tensors}
         if "token_embd.weight" not in tensors:
             raise ValueError(f"{f.path}: the file lacks tensor token_embd.weight")
@@ -298,7 +306,8 @@ def plan_memory(model_path: Union[str, "os.PathLike[str]"], n_ctx: Optional[int]
                 n_ubatch: Optional[int] = None, flash_attn: Union[str, bool] = "auto",
                 n_threads: Optional[int] = None, embedding: bool = False, main_gpu: int = 0,
                 split_mode: int = 1, tensor_split: Optional[List[float]] = None,
-                offload_kqv: bool = True, n_cpu_moe: int = 0, override_tensor: Any = None) -> MemoryPlan:
+                offload_kqv: bool = True, n_cpu_moe: int = 0, override_tensor: Any = None,
+                n_state_checkpoints: int = 8) -> MemoryPlan:
     """Predict the memory of ``Llama(model_path, n_ctx=..., ...)`` with
     ``n_parallel`` sequences, from the file alone.
 
@@ -309,7 +318,9 @@ def plan_memory(model_path: Union[str, "os.PathLike[str]"], n_ctx: Optional[int]
     n_threads None: the engine's default (physical cores); it sizes the
     attention work memory. n_gpu_layers, main_gpu, split_mode, tensor_split
     and offload_kqv: as Llama takes them (``devices``: the bytes each device
-    gets). Raises ValueError for a file that is not a supported model or an
+    gets). n_state_checkpoints: the context's (models with recurrent layers:
+    ``state_bytes`` counts each sequence's state and that many copies of it,
+    the most the checkpoints can hold). Raises ValueError for a file that is not a supported model or an
     option out of range.
     """
     path = os.fspath(model_path)
@@ -358,7 +369,10 @@ def plan_memory(model_path: Union[str, "os.PathLike[str]"], n_ctx: Optional[int]
         w = s.n_swa * n_seq_max + nb
         swa_cells = w if w < ctx else 0
     main_cells = 1 if s.encoder else ctx
-    per_layer_kv = [row * (swa_cells if (swa_cells and s.swa_layers[il]) else main_cells) for il in range(s.n_layer)]
+    per_layer_kv = [0 if s.recurrent_layers[il] else
+                    row * (swa_cells if (swa_cells and s.swa_layers[il]) else main_cells) for il in range(s.n_layer)]
+    # (the engine's default: context_params.h n_state_checkpoints)
+    state = s.recurrent_bytes_per_seq * n_seq_max * (1 + int(n_state_checkpoints))
     kv = sum(per_layer_kv)
 
     compute = _compute_bytes(s, ctx, nub, threads, flash, pooling != 0)
@@ -375,10 +389,11 @@ def plan_memory(model_path: Union[str, "os.PathLike[str]"], n_ctx: Optional[int]
         with GGUFFile(mp) as g:
             mm = sum(t.nbytes for t in g.tensors) + _header_bytes(g)
 
-    devices = _devices(s, per_layer_kv, compute, runtime, mm,
+    devices = _devices(s, per_layer_kv, compute, runtime + state, mm,
                        _part_devices(s, n_gpu_layers, main_gpu, split_mode, tensor_split), offload_kqv,
                        _host_kept_bytes(s, n_cpu_moe, override_tensor))
     return MemoryPlan(model_path=path, n_ctx=ctx, n_parallel=n_parallel, n_batch=nb, n_ubatch=nub, flash_attn=flash,
                       type_k=tk, type_v=tv, weights_bytes=s.weight_bytes, kv_bytes=kv, compute_bytes=compute,
                       runtime_bytes=runtime, mmproj_bytes=mm, kv_cells=main_cells, kv_swa_cells=swa_cells,
+                      state_bytes=state,
                       devices=devices, experts=experts.as_dict() if experts else None)

@@ -81,9 +81,13 @@ class BatchDecoder:
             raise rows.error
         return rows
 
-    def remove_from(self, seq: Sequence, pos: int) -> None:
+    def remove_from(self, seq: Sequence, pos: int) -> bool:
         with self.lock:
-            seq.ctx.kv_seq_rm(seq.seq_id, pos, -1)
+            return bool(seq.ctx.kv_seq_rm(seq.seq_id, pos, -1))
+
+    def resume_pos(self, seq: Sequence, pos: int) -> int:
+        with self.lock:
+            return int(seq.ctx.kv_seq_resume_pos(seq.seq_id, pos))
 
     def swa_resumable(self, seq: Sequence, n: int) -> bool:
         with self.lock:

@@ -117,11 +117,13 @@ rope_params scaled_rope(rope_params r, const context_params& p) {
     return r;
 }
 
-// Layer flags of the main cache: all layers (empty), or the global ones.
+// Layer flags of the main cache: all layers (empty), or the global ones;
+// recurrent layers keep no KV cells (their memory is recurrent_state).
 std::vector<uint8_t> main_cache_layers(const hparams& hp, const context_params& p) {
-    if (window_cache_cells(hp, p) == 0) return {};
+    const bool window = window_cache_cells(hp, p) != 0;
+    if (!window && hp.n_recurrent() == 0) return {};
     std::vector<uint8_t> f(hp.swa_layers.size());
-    for (size_t i = 0; i < f.size(); ++i) f[i] = !hp.swa_layers[i];
+    for (size_t i = 0; i < f.size(); ++i) f[i] = !(window && hp.swa_layers[i]) && !hp.is_recurrent((int64_t)i);
     return f;
 }
 
@@ -158,6 +160,7 @@ context::context(std::shared_ptr<const model> m, const context_params& params)
       kv_((int)model_->hp().n_layer, model_->hp().v.encoder ? 1 : p_.n_ctx, model_->hp().n_embd_k(),
           model_->hp().n_embd_v(), p_.type_k, p_.type_v, main_cache_layers(model_->hp(), p_),
           kv_devices(), model_->hp().is_mla()),
+      rstate_(model_->hp(), p_.n_seq_max, p_.n_state_checkpoints),
       pool_(new thread_pool(p_.n_threads)),
       pool_batch_(p_.n_threads_batch != p_.n_threads ? new thread_pool(p_.n_threads_batch) : nullptr),
       rs_(model_->hp(), p_.n_ubatch, p_.n_ctx, gpu_),
@@ -170,6 +173,9 @@ context::context(std::shared_ptr<const model> m, const context_params& params)
         cells_swa_.resize((size_t)p_.n_batch);
     }
     swa_dropped_.assign((size_t)p_.n_seq_max, -1);
+    if (!rstate_.empty() && !gpu_.is_host())
+        throw not_implemented_error("model architecture '" + hp.arch + "' has recurrent (gated delta-net) layers, "
+                                    "which have no GPU kernels yet: create the context with n_gpu_layers=0");
     if (!gpu_.is_host()) {
         // One backend per device, in the order the parts meet them.
         std::vector<device> made;
@@ -295,6 +301,10 @@ void context::validate(const batch_view& b) const {
         const int32_t s0 = b.seq_begin ? b.seq_begin[i] : (int32_t)i;
         const int32_t s1 = b.seq_begin ? b.seq_begin[i + 1] : (int32_t)i + 1;
         if (s1 <= s0) throw value_error("decode: row " + std::to_string(i) + " belongs to no sequence");
+        if (s1 - s0 > 1 && !rstate_.empty())
+            throw value_error("decode: row " + std::to_string(i) + " belongs to several sequences; a model with "
+                              "recurrent layers advances one sequence's state per row (evaluate it in one "
+                              "sequence, then kv_seq_cp)");
         for (int32_t k = s0; k < s1; ++k) check_seq(b.seq_ids[k], "decode: sequence id");
     }
     // Positions of each sequence increase along the batch and follow the cache.
@@ -359,6 +369,17 @@ void context::decode(const batch_view& b) {
     for (int64_t i = 0; i < b.n; ++i) n_out += b.want ? (b.want[i] != 0) : (all || i == b.n - 1);
     ensure_output_capacity(n_out);
     for (int64_t i = 0; i < b.n; ++i) first_seq_[(size_t)i] = b.seq_ids[b.seq_begin ? b.seq_begin[i] : i];
+    // Recurrent layers: each sequence's position before the batch, and (for
+    // several rows: prompt chunks, draft batches) a checkpoint there, so the
+    // batch's tokens can be removed again without evaluating from the start.
+    std::vector<int32_t> rs_start;
+    if (!rstate_.empty()) {
+        rs_start.assign((size_t)p_.n_seq_max, INT32_MIN);
+        for (int64_t i = 0; i < b.n; ++i) rs_start[(size_t)first_seq_[(size_t)i]] = rstate_.pos(first_seq_[(size_t)i]);
+        if (b.n > 1)
+            for (int s = 0; s < p_.n_seq_max; ++s)
+                if (rs_start[(size_t)s] != INT32_MIN) rstate_.checkpoint(s);
+    }
 
     int64_t done = 0, out_done = 0;
     if (pooled) pool_begin();
@@ -387,6 +408,8 @@ void context::decode(const batch_view& b) {
             }
             done = u1;
             ub.out_rows = out_rows_.data();
+            ub.rstate = rstate_.empty() ? nullptr : &rstate_;
+            ub.seq = first_seq_.data() + u0;
             for (int r = 0; r < 2; ++r) {
                 if (rs_.mask[r].empty()) continue;
                 const kv_cache& mc = (r == 1 && kv_swa_) ? *kv_swa_ : kv_;
@@ -429,9 +452,11 @@ void context::decode(const batch_view& b) {
         }
         n_out_ = 0;
         if (pooled) pool_begin();
+        if (!rstate_.empty()) rstate_after_batch(b, false, rs_start);
         throw;
     }
     if (pooled) pool_end();
+    if (!rstate_.empty()) rstate_after_batch(b, true, rs_start);
     n_out_ = n_out;
 }
 
@@ -455,9 +480,16 @@ const float* context::embeddings(int64_t i) const {
     return embd_->data() + i * model_->hp().n_embd;
 }
 
-void context::kv_seq_rm(int seq, int32_t p0, int32_t p1) {
+bool context::kv_seq_rm(int seq, int32_t p0, int32_t p1) {
     std::unique_lock<std::mutex> lock = guard();
     if (seq >= 0) check_seq(seq, "sequence id");
+    if (!rstate_.empty()) {
+        // All or nothing: every sequence concerned must be able to drop the range.
+        for (int s = 0; s < p_.n_seq_max; ++s)
+            if ((seq < 0 || s == seq) && !rstate_.can_rm(s, p0, p1, kv_.seq_pos_min(s))) return false;
+        for (int s = 0; s < p_.n_seq_max; ++s)
+            if (seq < 0 || s == seq) rstate_.rm(s, p0, p1, kv_.seq_pos_min(s));
+    }
     kv_.seq_rm(seq, p0, p1);
     if (kv_swa_) {
         kv_swa_->seq_rm(seq, p0, p1);
@@ -465,12 +497,24 @@ void context::kv_seq_rm(int seq, int32_t p0, int32_t p1) {
         for (int s = 0; s < p_.n_seq_max; ++s)
             if ((seq < 0 || s == seq) && kv_.seq_pos_max(s) < 0) swa_dropped_[(size_t)s] = -1;
     }
+    return true;
 }
 
 void context::kv_seq_cp(int src, int dst, int32_t p0, int32_t p1) {
     std::unique_lock<std::mutex> lock = guard();
     check_seq(src, "source sequence id");
     check_seq(dst, "destination sequence id");
+    if (!rstate_.empty()) {
+        // A state is all of its sequence: only a whole sequence can be copied.
+        const int32_t P = rstate_.pos(src);
+        if (P >= 0 && ((p0 > 0 && p0 > kv_.seq_pos_min(src)) || (p1 >= 0 && p1 <= P)))
+            throw value_error("kv_seq_cp: a model with recurrent layers copies whole sequences only (positions " +
+                              std::to_string(p0) + ".." + std::to_string(p1) + " of sequence " + std::to_string(src) +
+                              ", which holds up to " + std::to_string(P) + ")");
+        if (kv_.seq_pos_max(dst) >= 0)
+            throw value_error("kv_seq_cp: with recurrent layers the destination sequence must be empty");
+        rstate_.cp(src, dst);
+    }
     kv_.seq_cp(src, dst, p0, p1);
     if (kv_swa_) {
         kv_swa_->seq_cp(src, dst, p0, p1);
@@ -481,6 +525,7 @@ void context::kv_seq_cp(int src, int dst, int32_t p0, int32_t p1) {
 void context::kv_seq_keep(int seq) {
     std::unique_lock<std::mutex> lock = guard();
     check_seq(seq, "sequence id");
+    rstate_.keep(seq);
     kv_.seq_keep(seq);
     if (kv_swa_) {
         kv_swa_->seq_keep(seq);
@@ -504,6 +549,7 @@ int32_t context::kv_seq_pos_min(int seq) const {
 void context::kv_clear() {
     std::unique_lock<std::mutex> lock = guard();
     kv_.clear();
+    rstate_.clear();
     if (kv_swa_) kv_swa_->clear();
     std::fill(swa_dropped_.begin(), swa_dropped_.end(), -1);
 }
@@ -514,6 +560,43 @@ bool context::kv_swa_resumable(int seq, int32_t pos) const {
     // A row at pos sees positions > pos - n_swa: none of them may be dropped.
     const int32_t d = kv_swa_ ? swa_dropped_[(size_t)seq] : -1;
     return d < 0 || d <= pos - model_->hp().n_swa;
+}
+
+int32_t context::kv_seq_resume_pos(int seq, int32_t n) const {
+    std::unique_lock<std::mutex> lock = guard();
+    check_seq(seq, "sequence id");
+    return rstate_.resume_at(seq, n);
+}
+
+size_t context::checkpoint_bytes() const {
+    std::unique_lock<std::mutex> lock = guard();
+    return rstate_.checkpoint_bytes();
+}
+
+// After a batch of a model with recurrent layers: on success each sequence's
+// state is at its last row's position, with a checkpoint there for several
+// rows (the end of a prompt: what the next turn's prompt starts from). On
+// failure the rows left the cache (decode's undo), so each state goes back to
+// the checkpoint before the batch, or, without one (a single row), the
+// sequence is dropped whole: a state that includes rows the cache no longer
+// holds is never kept.
+void context::rstate_after_batch(const batch_view& b, bool ok, const std::vector<int32_t>& start) {
+    if (ok) {
+        for (int64_t i = 0; i < b.n; ++i) rstate_.set_pos(first_seq_[(size_t)i], b.pos[i]);
+        if (b.n > 1)
+            for (int s = 0; s < p_.n_seq_max; ++s)
+                if (start[(size_t)s] != INT32_MIN) rstate_.checkpoint(s);
+        return;
+    }
+    for (int s = 0; s < p_.n_seq_max; ++s) {
+        const int32_t p = start[(size_t)s];
+        if (p == INT32_MIN) continue;
+        if (p < 0) rstate_.clear_seq(s);
+        else if (!rstate_.restore(s, p)) {
+            rstate_.clear_seq(s);
+            kv_.seq_rm(s, -1, -1);
+        }
+    }
 }
 
 // Before a batch: checks that no row needs what the window cache dropped,
@@ -566,6 +649,7 @@ std::vector<uint8_t> context::state_get() const {
         kv_swa_->write_state(out);
         for (int32_t d : swa_dropped_) put<int32_t>(out, d);
     }
+    if (!rstate_.empty()) rstate_.write_state(out);  // (models with recurrent layers only)
     put<uint64_t>(out, (uint64_t)n_out_);
     const size_t nl = hp.v.encoder ? 0 : (size_t)n_out_ * (size_t)hp.n_vocab * sizeof(float);
     size_t at = out.size();
@@ -613,6 +697,8 @@ void context::state_set(const uint8_t* data, size_t size) {
         std::memcpy(dropped.data(), data + at, dropped.size() * 4);
         at += dropped.size() * 4;
     }
+    const size_t rs_at = at;
+    if (!rstate_.empty()) at += rstate_.read_state(data + at, size - at, false);
     need(at, 8);
     uint64_t n_out = 0;
     std::memcpy(&n_out, data + at, 8);
@@ -633,6 +719,7 @@ void context::state_set(const uint8_t* data, size_t size) {
         kv_swa_->read_state(data + swa_at, size - swa_at, true);
         swa_dropped_ = dropped;
     }
+    if (!rstate_.empty()) rstate_.read_state(data + rs_at, size - rs_at, true);
     ensure_output_capacity((int64_t)n_out);
     if (nl) std::memcpy(logits_->data(), data + logits_at, nl);
     if (has_embd && p_.embeddings && nb) std::memcpy(embd_->data(), data + at, nb);

@@ -44,6 +44,7 @@
 #include "model/decoder.h"
 #include "model/model.h"
 #include "placement.h"
+#include "recurrent_state.h"
 
 namespace lp {
 
@@ -104,7 +105,11 @@ public:
     std::shared_ptr<std::vector<float>> embd_storage() const { return embd_; }
 
     // KV cache sequence operations (see kv_cache.h); sequence ids are checked.
-    void kv_seq_rm(int seq, int32_t p0, int32_t p1);
+    // kv_seq_rm returns false, changing nothing, when a model with recurrent
+    // layers cannot remove that range (recurrent_state.h: a suffix needs a
+    // checkpoint at its start; llama.cpp's seq_rm answers the same): the
+    // caller then evaluates the sequence again from its start.
+    bool kv_seq_rm(int seq, int32_t p0, int32_t p1);
     void kv_seq_cp(int src, int dst, int32_t p0, int32_t p1);
     void kv_seq_keep(int seq);
     int32_t kv_seq_pos_max(int seq) const;
@@ -119,6 +124,14 @@ public:
     // what follows): false when the window cache already dropped positions
     // that position needs.
     bool kv_swa_resumable(int seq, int32_t pos) const;
+    // The largest m <= n at which sequence seq can continue keeping its
+    // positions [0, m): n for attention-only models; for recurrent ones where
+    // the live state or a checkpoint ends (recurrent_state::resume_at), 0 at worst.
+    int32_t kv_seq_resume_pos(int seq, int32_t n) const;
+    // The recurrent layers' per-sequence state (empty for other models).
+    const recurrent_state& rstate() const { return rstate_; }
+    size_t recurrent_bytes() const { return rstate_.bytes(); }
+    size_t checkpoint_bytes() const;
 
     // LoRA adapters applied from the next decode on (each with its scale);
     // an empty list removes them. Adapters must be for this context's model.
@@ -167,6 +180,8 @@ private:
     std::unique_ptr<kv_cache> kv_swa_;  // the sliding-window layers (window-sized), or null
     std::vector<int32_t> cells_swa_;    // (n_batch) window-cache cell of each batch row
     std::vector<int32_t> swa_dropped_;  // (n_seq_max) highest position the window cache dropped, -1: none
+    recurrent_state rstate_;            // the recurrent layers' states (empty for attention-only models)
+    void rstate_after_batch(const batch_view& b, bool ok, const std::vector<int32_t>& start);
     std::unique_ptr<thread_pool> pool_;        // n_threads
     std::unique_ptr<thread_pool> pool_batch_;  // n_threads_batch (null: same as pool_)
     run_state rs_;

@@ -42,6 +42,11 @@ struct context_params {
     // cannot rewind a sequence further back than its window reaches (decode
     // then raises; kv_swa_resumable says beforehand).
     bool swa_full = false;
+    // Models with recurrent layers (Qwen3.5): copies of each sequence's state
+    // kept so that a suffix can be removed (prefix reuse, rejected draft
+    // tokens) without evaluating from the start (recurrent_state.h); like
+    // llama.cpp's ctx_checkpoints. Each is one sequence's whole state.
+    int n_state_checkpoints = 8;
     // Hadamard rotation of a quantized cache (kv_cache.h), on as in llama.cpp
     // whenever a cache type is quantized and the head size a multiple of 64.
     bool kv_rotation = true;

@@ -55,6 +55,9 @@ struct row_op {
         kv_store,    // row x (n elements) stored as `type` into row cells[t] of the cache `dst`
         weighted_sum,  // y = sum over g < groups of w[t * groups + g] * (x + g * n)   (mixture-of-experts outputs)
         swiglu_oai,  // y = g * sigmoid(f2 * g) * (u + 1), g = min(y, f), u = clamp(x, -f, f)   (gpt-oss)
+        sigmoid_mul,   // y = y * sigmoid(x); x null: y = sigmoid(y)   (gated attention, delta-net beta)
+        softplus_mul,  // y = softplus(y + b) * w   (delta-net decay: b the dt bias, w the negative A)
+        scale_by,      // y *= x[0]: one scalar per row   (a gated shared expert)
     };
     kind k = kind::copy;
     float* y = nullptr;
@@ -117,6 +120,10 @@ public:
                             int64_t n_slots, float* y, int64_t ys, const float* bias) = 0;
     // Attention of a.n_tok query rows over a layer's cached keys and values.
     virtual void attention(const attention_args& a) = 0;
+    // Recurrent layers (op_args.h): the short causal convolution and the
+    // gated delta rule, each advancing its rows' per-sequence state.
+    virtual void ssm_conv(const ssm_conv_args& a) = 0;
+    virtual void gated_delta(const gated_delta_args& a) = 0;
     // ops[0..n_ops) over rows [0, n) (see the file comment).
     virtual void run_rows(const row_op* ops, int n_ops, int64_t n) = 0;
     // Bytes of work memory the backend holds for a context (quantized

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "../common.h"
+#include "../cpu/delta_net.h"
 #include "../cpu/features.h"
 #include "../kv_cache.h"
 #include "registry.h"
@@ -61,6 +62,18 @@ LP_INLINE void apply(const row_op& o, int64_t t) {
                 y[i] = g / (1.0f + std::exp(o.f2 * (-g))) * (u + 1.0f);
             }
             break;
+        // ggml's formulas: sigmoid 1 / (1 + e^-v); softplus ln(1 + e^v), v itself above 20
+        case row_op::kind::sigmoid_mul:
+            if (x) for (int64_t i = 0; i < o.n; ++i) y[i] *= 1.0f / (1.0f + std::exp(-x[i]));
+            else for (int64_t i = 0; i < o.n; ++i) y[i] = 1.0f / (1.0f + std::exp(-y[i]));
+            break;
+        case row_op::kind::softplus_mul:
+            for (int64_t i = 0; i < o.n; ++i) {
+                const float v = y[i] + o.b[i];
+                y[i] = (v > 20.0f ? v : std::log(1.0f + std::exp(v))) * o.w[i];
+            }
+            break;
+        case row_op::kind::scale_by: scale_row(y, o.n, x[0]); break;
         case row_op::kind::kv_store: {
             uint8_t* d = o.dst + (size_t)o.cells[t] * o.dst_row_bytes;
             if (o.type == ggml_type::F32) std::memcpy(d, x, sizeof(float) * (size_t)o.n);
@@ -136,6 +149,18 @@ void cpu_backend::attention(const attention_args& a) {
     attention_args b = a;
     b.path = attn_.path;  // the path the scratch was reserved for (the context's flash_attn)
     lp::attention(b, *pool_, attn_);
+}
+
+// Channels / heads are independent and each walks all rows in order: split
+// them over the threads (a decode step's one row has thousands of channels).
+void cpu_backend::ssm_conv(const ssm_conv_args& a) {
+    const int64_t n_jobs = std::min<int64_t>(a.n_ch, 8 * (int64_t)pool_->n_threads());
+    const int64_t per = (a.n_ch + n_jobs - 1) / n_jobs;
+    pool_->parallel_for(n_jobs, [&](int64_t j, int) { ssm_conv_ref(a, j * per, std::min(a.n_ch, (j + 1) * per)); });
+}
+
+void cpu_backend::gated_delta(const gated_delta_args& a) {
+    pool_->parallel_for(a.n_head_v, [&](int64_t h, int) { gated_delta_ref(a, (int)h, (int)h + 1); });
 }
 
 void cpu_backend::run_rows(const row_op* ops, int n_ops, int64_t n) {

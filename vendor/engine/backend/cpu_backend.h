@@ -39,6 +39,8 @@ public:
     void moe_matmul(const experts_view& w, const float* x, int64_t xs, int x_div, const int32_t* ids, int64_t n_slots,
                     float* y, int64_t ys, const float* bias) override;
     void attention(const attention_args& a) override;
+    void ssm_conv(const ssm_conv_args& a) override;
+    void gated_delta(const gated_delta_args& a) override;
     void run_rows(const row_op* ops, int n_ops, int64_t n) override;
     size_t scratch_bytes() const override;
     size_t attention_scratch_bytes() const { return attn_.bytes(); }

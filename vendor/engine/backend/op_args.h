@@ -62,6 +62,58 @@ struct moe_route_args {
 };
 
 // ---------------------------------------------------------------------------
+// Recurrent (linear-attention) layers: per-sequence state
+// ---------------------------------------------------------------------------
+
+// The short causal convolution of a gated delta-net layer (llama.cpp's
+// ssm_conv): channel c of row t is sum over i < d_conv of w[c][i] * window[i],
+// where the window is the sequence's last d_conv - 1 inputs of that channel
+// (its state tail) followed by x[t][c]. Rows are taken in batch order; each
+// row reads and then advances the tail of its own state slot, so rows of
+// several sequences may share a batch as long as each sequence's rows come in
+// position order.
+struct ssm_conv_args {
+    int64_t n_tok = 0;
+    int64_t n_ch = 0;             // channels
+    int d_conv = 0;               // kernel width
+    const float* x = nullptr;     // (n_tok, n_ch), row stride x_stride floats
+    int64_t x_stride = 0;
+    float* y = nullptr;           // (n_tok, n_ch), row stride y_stride floats (not x)
+    int64_t y_stride = 0;
+    const float* w = nullptr;     // (n_ch, d_conv) the kernel, as GGUF's ssm_conv1d stores it
+    float* state = nullptr;       // slot s: (n_ch, d_conv - 1) at state + s * state_stride, oldest first
+    int64_t state_stride = 0;
+    const int32_t* slot = nullptr;  // (n_tok) state slot of each row
+};
+
+// The gated delta rule (Qwen3.5 / Qwen3-Next linear attention), one token at a
+// time per head: with S the head's (head_dim × head_dim) state,
+//   S = exp(g) S;  d = (v - Sᵀk) * beta;  S = S + k dᵀ;  o = Sᵀq * scale.
+// q and k have n_head_k heads, v / g / beta / o n_head_v (a multiple):
+// value head h reads key head h % n_head_k (the converter orders the value
+// heads so). State layout per head: element (i, j) of S at j * head_dim + i
+// (llama.cpp's), so Sᵀk is head_dim contiguous dot products. Rows in batch
+// order, each on its own slot's state, as ssm_conv_args.
+struct gated_delta_args {
+    int64_t n_tok = 0;
+    int n_head_k = 0, n_head_v = 0, head_dim = 0;
+    const float* q = nullptr;     // (n_tok, n_head_k * head_dim), row stride qk_stride
+    const float* k = nullptr;     // likewise
+    int64_t qk_stride = 0;
+    const float* v = nullptr;     // (n_tok, n_head_v * head_dim), row stride v_stride
+    int64_t v_stride = 0;
+    const float* g = nullptr;     // (n_tok, n_head_v) log decay, row stride gb_stride
+    const float* beta = nullptr;  // (n_tok, n_head_v) write strength
+    int64_t gb_stride = 0;
+    float* out = nullptr;         // (n_tok, n_head_v * head_dim), row stride out_stride
+    int64_t out_stride = 0;
+    float* state = nullptr;       // slot s: (n_head_v, head_dim, head_dim) at state + s * state_stride
+    int64_t state_stride = 0;
+    const int32_t* slot = nullptr;  // (n_tok)
+    float scale = 1.0f;           // of the output (1 / sqrt(head_dim))
+};
+
+// ---------------------------------------------------------------------------
 // Rotary position embedding
 // ---------------------------------------------------------------------------
 

@@ -21,6 +21,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <cmath>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -36,6 +37,7 @@ using namespace lp;
 namespace {
 
 using farray = py::array_t<float, py::array::c_style | py::array::forcecast>;
+using i32array = py::array_t<int32_t, py::array::c_style | py::array::forcecast>;
 
 std::string backend_names() {
     std::string out;
@@ -68,6 +70,8 @@ row_op::kind parse_kind(const std::string& k) {
         {"rope", row_op::kind::rope},         {"hadamard", row_op::kind::hadamard},
         {"copy", row_op::kind::copy},         {"gelu_quick_mul", row_op::kind::gelu_quick_mul},
         {"weighted_sum", row_op::kind::weighted_sum}, {"swiglu_oai", row_op::kind::swiglu_oai},
+        {"sigmoid_mul", row_op::kind::sigmoid_mul},   {"softplus_mul", row_op::kind::softplus_mul},
+        {"scale_by", row_op::kind::scale_by},
     };
     for (const auto& [name, kind] : kinds)
         if (k == name) return kind;
@@ -112,7 +116,9 @@ farray row_op_py(const std::string& be_name, const std::string& kind, farray y_i
     if (o.k == row_op::kind::hadamard && (a <= 0 || (a & (a - 1)) || cols % a))
         throw value_error("hadamard: the block must be a power of two dividing the columns");
     farray x, w, b;
-    const int64_t x_need = o.k == row_op::kind::rope ? a : o.n * o.groups;  // weighted_sum: groups * cols
+    const int64_t x_need = o.k == row_op::kind::rope       ? a
+                           : o.k == row_op::kind::scale_by ? 1
+                                                           : o.n * o.groups;  // weighted_sum: groups * cols
     if (!x_in.is_none()) {
         x = farray::ensure(x_in);
         if (!x) throw py::type_error("x must be a float array");
@@ -124,7 +130,8 @@ farray row_op_py(const std::string& be_name, const std::string& kind, farray y_i
         o.x_stride = shared ? 0 : x_need;
     } else if (o.k != row_op::kind::scale && o.k != row_op::kind::softcap && o.k != row_op::kind::hadamard &&
                o.k != row_op::kind::gelu_mul && o.k != row_op::kind::silu_mul &&
-               o.k != row_op::kind::gelu_quick_mul) {
+               o.k != row_op::kind::gelu_quick_mul && o.k != row_op::kind::sigmoid_mul &&
+               o.k != row_op::kind::softplus_mul) {
         if (!(o.k == row_op::kind::rms_norm || o.k == row_op::kind::layer_norm))
             throw value_error("row op '" + kind + "' needs x");
         o.x = o.y;  // norms in place
@@ -232,6 +239,87 @@ farray gather_rows_py(const std::string& be_name, farray data, const std::vector
     return out;
 }
 
+// The short causal convolution (backend.h ssm_conv) of rows x (n, C) with
+// kernel w (C, d_conv), each row on state slot slot[t] of `state` (n_slot,
+// C, d_conv - 1): returns (y (n, C), the states after).
+py::tuple ssm_conv_py(const std::string& be_name, farray x, farray w, farray state, const i32array& slot,
+                      int n_threads) {
+    if (x.ndim() != 2 || w.ndim() != 2 || state.ndim() != 3 || slot.ndim() != 1)
+        throw value_error("ssm_conv: x (n, C), w (C, d_conv), state (n_slot, C, d_conv - 1), slot (n,)");
+    const int64_t n = x.shape(0), C = x.shape(1), d = w.shape(1), n_slot = state.shape(0);
+    if (w.shape(0) != C || state.shape(1) != C || state.shape(2) != d - 1 || d < 2 || d > 64 || slot.shape(0) != n)
+        throw value_error("ssm_conv: shapes do not match");
+    for (int64_t t = 0; t < n; ++t)
+        if (slot.data()[t] < 0 || slot.data()[t] >= n_slot) throw value_error("ssm_conv: slot out of range");
+    farray y({(py::ssize_t)n, (py::ssize_t)C});
+    farray st({(py::ssize_t)n_slot, (py::ssize_t)C, (py::ssize_t)(d - 1)});
+    std::memcpy(st.mutable_data(), state.data(), sizeof(float) * (size_t)st.size());
+    ssm_conv_args a;
+    a.n_tok = n;
+    a.n_ch = C;
+    a.d_conv = (int)d;
+    a.x = x.data();
+    a.x_stride = C;
+    a.y = y.mutable_data();
+    a.y_stride = C;
+    a.w = w.data();
+    a.state = st.mutable_data();
+    a.state_stride = C * (d - 1);
+    a.slot = slot.data();
+    std::unique_ptr<backend> be = make_backend(be_name, n_threads);
+    {
+        py::gil_scoped_release nogil;
+        be->ssm_conv(a);
+        be->sync();
+    }
+    return py::make_tuple(y, st);
+}
+
+// The gated delta rule (backend.h gated_delta): q, k (n, Hk * S), v (n, Hv * S),
+// g, beta (n, Hv), state (n_slot, Hv, S, S) in the engine's layout, slot (n,):
+// returns (out (n, Hv * S), the states after).
+py::tuple gated_delta_py(const std::string& be_name, farray q, farray k, farray v, farray g, farray beta,
+                         farray state, const i32array& slot, int n_head_k, int n_threads) {
+    if (q.ndim() != 2 || k.ndim() != 2 || v.ndim() != 2 || g.ndim() != 2 || beta.ndim() != 2 || state.ndim() != 4)
+        throw value_error("gated_delta: q, k, v, g, beta are (n, ...), state (n_slot, Hv, S, S)");
+    const int64_t n = q.shape(0), n_slot = state.shape(0), Hv = state.shape(1), S = state.shape(2);
+    if (n_head_k <= 0 || Hv % n_head_k != 0 || state.shape(3) != S || q.shape(1) != n_head_k * S ||
+        k.shape(0) != n || k.shape(1) != q.shape(1) || v.shape(0) != n || v.shape(1) != Hv * S || g.shape(0) != n ||
+        g.shape(1) != Hv || beta.shape(0) != n || beta.shape(1) != Hv || slot.ndim() != 1 || slot.shape(0) != n)
+        throw value_error("gated_delta: shapes do not match");
+    for (int64_t t = 0; t < n; ++t)
+        if (slot.data()[t] < 0 || slot.data()[t] >= n_slot) throw value_error("gated_delta: slot out of range");
+    farray out({(py::ssize_t)n, (py::ssize_t)(Hv * S)});
+    farray st({(py::ssize_t)n_slot, (py::ssize_t)Hv, (py::ssize_t)S, (py::ssize_t)S});
+    std::memcpy(st.mutable_data(), state.data(), sizeof(float) * (size_t)st.size());
+    gated_delta_args a;
+    a.n_tok = n;
+    a.n_head_k = n_head_k;
+    a.n_head_v = (int)Hv;
+    a.head_dim = (int)S;
+    a.q = q.data();
+    a.k = k.data();
+    a.qk_stride = q.shape(1);
+    a.v = v.data();
+    a.v_stride = Hv * S;
+    a.g = g.data();
+    a.beta = beta.data();
+    a.gb_stride = Hv;
+    a.out = out.mutable_data();
+    a.out_stride = Hv * S;
+    a.state = st.mutable_data();
+    a.state_stride = Hv * S * S;
+    a.slot = slot.data();
+    a.scale = 1.0f / std::sqrt((float)S);
+    std::unique_ptr<backend> be = make_backend(be_name, n_threads);
+    {
+        py::gil_scoped_release nogil;
+        be->gated_delta(a);
+        be->sync();
+    }
+    return py::make_tuple(out, st);
+}
+
 }  // namespace
 
 py::tuple backend_name_tuple() {
@@ -300,6 +388,15 @@ void bind_backend(py::module_& m) {
     m.def("backend_kv_store", &kv_store_py, py::arg("backend"), py::arg("type"), py::arg("x"), py::arg("cells"),
           py::arg("n_cells"), py::arg("n_threads") = 1,
           "the bytes of a cache of n_cells rows of `type` after storing row t of x at cells[t]");
+    m.def("backend_ssm_conv", &ssm_conv_py, py::arg("backend"), py::arg("x"), py::arg("w"), py::arg("state"),
+          py::arg("slot"), py::arg("n_threads") = 1,
+          "(y, states after): the short causal convolution of rows x (n, C), kernel w (C, d_conv), each row on "
+          "its slot of state (n_slot, C, d_conv - 1)");
+    m.def("backend_gated_delta", &gated_delta_py, py::arg("backend"), py::arg("q"), py::arg("k"), py::arg("v"),
+          py::arg("g"), py::arg("beta"), py::arg("state"), py::arg("slot"), py::arg("n_head_k"),
+          py::arg("n_threads") = 1,
+          "(out, states after): the gated delta rule over rows (op_args.h gated_delta_args), state (n_slot, "
+          "n_head_v, S, S) with element (i, j) of a head's matrix at [j][i]");
     m.def("backend_gather_rows", &gather_rows_py, py::arg("backend"), py::arg("data"), py::arg("idx"),
           py::arg("n_threads") = 1, "data with row i replaced by row idx[i] (in place on the backend)");
 }

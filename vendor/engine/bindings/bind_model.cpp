@@ -306,6 +306,11 @@ void bind_model(py::module_& m) {
         d["head_dim_k"] = hp.head_dim_k;
         d["head_dim_v"] = hp.head_dim_v;
         d["n_rot"] = hp.rope.n_rot;
+        // Recurrent layers (Qwen3.5's delta-net): no KV cells; a state per sequence instead.
+        std::vector<bool> rec;
+        for (int64_t il = 0; il < hp.n_layer; ++il) rec.push_back(hp.is_recurrent(il));
+        d["recurrent_layers"] = rec;
+        d["recurrent_bytes_per_seq"] = recurrent_state::bytes_for(hp, 1);
         d["n_swa"] = hp.n_swa;
         std::vector<bool> swa(hp.swa_layers.begin(), hp.swa_layers.end());
         d["swa_layers"] = swa;
@@ -478,7 +483,21 @@ void bind_model(py::module_& m) {
                      std::memcpy(out.mutable_data() + s * E, c.embeddings_seq((int)s), sizeof(float) * (size_t)E);
                  return out;
              }, py::arg("n_seq"), "Pooled embeddings (n_seq, n_embd) of sequences 0 .. n_seq-1 (a copy).")
-        .def("kv_seq_rm", &context::kv_seq_rm, py::arg("seq_id"), py::arg("p0") = -1, py::arg("p1") = -1)
+        .def("kv_seq_rm", &context::kv_seq_rm, py::arg("seq_id"), py::arg("p0") = -1, py::arg("p1") = -1,
+             "removes positions [p0, p1) of a sequence (-1: all of them); False, changing nothing, when a model "
+             "with recurrent layers cannot (a suffix needs a state checkpoint at its start): evaluate again")
+        .def("kv_seq_resume_pos", &context::kv_seq_resume_pos, py::arg("seq_id"), py::arg("n"),
+             "the largest m <= n at which the sequence can continue keeping positions [0, m) (n unless the model "
+             "has recurrent layers: where its state or a checkpoint ends)")
+        .def_property_readonly("recurrent_bytes", &context::recurrent_bytes,
+                               "bytes of the recurrent layers' per-sequence states (0: none)")
+        .def_property_readonly("checkpoint_bytes", &context::checkpoint_bytes,
+                               "bytes of the recurrent-state checkpoints held now")
+        .def("n_state_checkpoints", [](const context& c, int seq) {
+                if (seq < 0 || seq >= c.params().n_seq_max) throw value_error("sequence id is out of range");
+                return c.rstate().n_checkpoints(seq);
+            },
+             py::arg("seq_id"), "recurrent-state checkpoints held for a sequence")
         .def("kv_seq_cp", &context::kv_seq_cp, py::arg("src"), py::arg("dst"), py::arg("p0") = -1, py::arg("p1") = -1)
         .def("kv_seq_keep", &context::kv_seq_keep, py::arg("seq_id"))
         .def("kv_seq_pos_max", &context::kv_seq_pos_max, py::arg("seq_id"))

@@ -439,6 +439,8 @@ void bind_params(py::module_& m) {
            },
            "full-size caches for sliding-window layers (None: window-sized)");
     option(cp, "kv_rotation", &context_params::kv_rotation, truth, "Hadamard rotation of a quantized cache");
+    option(cp, "n_state_checkpoints", &context_params::n_state_checkpoints, at_least("n_state_checkpoints", 0),
+           "recurrent-state copies kept per sequence (hybrid models: suffix removal without re-evaluation)");
     option(cp, "n_gpu_layers", &context_params::n_gpu_layers, gpu_layers_value,
            "layers on the GPU as llama.cpp counts them: 0 none, N the last N, > n_layer the output too, -1 or "
            "'all': all, -2 or 'auto': as many as fit");

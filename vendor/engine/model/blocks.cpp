@@ -35,6 +35,19 @@ run_state::run_state(const hparams& hp, int64_t n_ub, int64_t n_cells, device wh
         auto* h = static_cast<int32_t*>(mla_heads.data());  // host-visible memory, written once
         for (int64_t i = 0; i < n_ub * H; ++i) h[i] = (int32_t)(i % H);
     }
+    if (hp.v.attn_gate) {
+        q_full = float_buffer(where, (size_t)(n_ub * 2 * hp.n_q()));
+        attn_gate = float_buffer(where, (size_t)(n_ub * hp.n_q()));
+    }
+    if (hp.n_recurrent() > 0) {
+        const ssm_hparams& sm = hp.ssm;
+        dn_in = float_buffer(where, (size_t)(n_ub * sm.conv_dim()));
+        dn_conv = float_buffer(where, (size_t)(n_ub * sm.conv_dim()));
+        dn_z = float_buffer(where, (size_t)(n_ub * sm.value_dim()));
+        dn_gb = float_buffer(where, (size_t)(n_ub * 2 * sm.n_head_v));
+        dn_out = float_buffer(where, (size_t)(n_ub * sm.value_dim()));
+    }
+    if (hp.moe.n_ff_shexp > 0) shexp_gate = float_buffer(where, (size_t)n_ub);
     const bool any_swa = std::find(hp.swa_layers.begin(), hp.swa_layers.end(), 1) != hp.swa_layers.end();
     for (int r = 0; r < (any_swa ? 2 : 1); ++r) {
         rope_cs[r].resize((size_t)(n_ub * std::max(hp.rope.n_rot, 2)));
@@ -51,14 +64,20 @@ size_t run_state::activation_bytes(const hparams& hp, int64_t n_ub) {
     const int64_t mla = hp.is_mla() ? hp.n_head * (hp.mla.head_k + hp.mla.head_v + 1) + hp.n_q() +
                                           std::max<int64_t>(hp.mla.q_lora, 1)
                                     : 0;
+    const int64_t gate = hp.v.attn_gate ? 3 * hp.n_q() : 0;
+    const int64_t dn = hp.n_recurrent() > 0 ? 2 * hp.ssm.conv_dim() + 3 * hp.ssm.value_dim() + 2 * hp.ssm.n_head_v : 0;
+    const int64_t shexp = hp.moe.n_ff_shexp > 0 ? 1 : 0;
     return sizeof(float) * (size_t)(n_ub * (3 * E + hp.n_q() + hp.n_embd_k() + hp.n_embd_v() +
-                                            hp.n_head * hp.head_dim_v + hp.ffn_width() + moe + mla));
+                                            hp.n_head * hp.head_dim_v + hp.ffn_width() + moe + mla + gate + dn +
+                                            shexp));
 }
 
 size_t run_state::bytes() const {
     size_t b = x.bytes() + xb.bytes() + xb2.bytes() + qkv.bytes() + att.bytes() + ffn.bytes() + lora_ax.bytes() +
                lora_bax.bytes() + moe_logits.bytes() + moe_ids.bytes() + moe_weights.bytes() + moe_ffn.bytes() +
-               moe_out.bytes() + mla_q.bytes() + mla_qa.bytes() + mla_out.bytes() + mla_qcur.bytes() + mla_heads.bytes();
+               moe_out.bytes() + mla_q.bytes() + mla_qa.bytes() + mla_out.bytes() + mla_qcur.bytes() + mla_heads.bytes() +
+               q_full.bytes() + attn_gate.bytes() + dn_in.bytes() + dn_conv.bytes() + dn_z.bytes() + dn_gb.bytes() +
+               dn_out.bytes() + shexp_gate.bytes();
     for (int r = 0; r < 2; ++r)
         b += sizeof(float) * rope_cs[r].size() + sizeof(uint64_t) * mask[r].size() +
              sizeof(int32_t) * (mask_lo[r].size() + mask_hi[r].size());
@@ -176,6 +195,39 @@ void pass::swiglu_oai(rows g, const float* up, int64_t up_stride, int64_t n, flo
     o.f = limit;
     o.f2 = alpha;
     queue(o);
+}
+
+void pass::sigmoid_mul(rows y, rows x, int64_t n) {
+    row_op o = op(row_op::kind::sigmoid_mul, y, n);
+    o.x = x.p;
+    o.x_stride = x.s;
+    queue(o);
+}
+
+void pass::softplus_mul(rows y, const std::vector<float>& b, const std::vector<float>& w, int64_t n) {
+    row_op o = op(row_op::kind::softplus_mul, y, n);
+    o.b = b.data();
+    o.w = w.data();
+    queue(o);
+}
+
+void pass::scale_by(rows y, rows x, int64_t n) {
+    row_op o = op(row_op::kind::scale_by, y, n);
+    o.x = x.p;
+    o.x_stride = x.s;
+    queue(o);
+}
+
+void pass::ssm_conv(ssm_conv_args a) {
+    flush();
+    a.n_tok = n_;
+    if (n_ > 0) be_->ssm_conv(a);
+}
+
+void pass::gated_delta(gated_delta_args a) {
+    flush();
+    a.n_tok = n_;
+    if (n_ > 0) be_->gated_delta(a);
 }
 
 void pass::act_mul(ffn_act act, rows g, const float* up, int64_t up_stride, int64_t n) {
@@ -336,6 +388,16 @@ void qkv_block(pass& p, const hparams& hp, const layer_weights& L, int il, rows 
     const rows q = qkv, k = qkv.at(nq), v = qkv.at(nq + nk);
     if (hp.v.qkv_fused) {
         p.matmul(L.wqkv, in, qkv);  // q | k | v
+    } else if (hp.v.attn_gate) {
+        // Per head q then its output gate: q to qkv, the gates to attn_gate.
+        const int64_t hd = hp.head_dim_k;
+        const rows full{p.state().q_full.f32(), 2 * nq};
+        p.matmul(L.wq, in, full);
+        p.copy_groups(q, hd, full, 2 * hd, hd, hp.n_head);
+        p.copy_groups(rows{p.state().attn_gate.f32(), nq}, hd, full.at(hd), 2 * hd, hd, hp.n_head);
+        p.tap("gate", il, rows{p.state().attn_gate.f32(), nq}, nq);
+        p.matmul(L.wk, in, k);
+        p.matmul(L.wv, in, v);
     } else {
         p.matmul(L.wq, in, q);
         p.matmul(L.wk, in, k);
@@ -539,6 +601,13 @@ void moe_ffn_block(pass& p, const hparams& hp, const layer_weights& L, int il, r
         p.matmul(L.ffn_up_shexp, in, su);
         p.act_mul(hp.v.act, sg, su.p, su.s, S);
         p.matmul(L.ffn_down_shexp, sg, shared);
+        if (L.ffn_gate_inp_shexp.data) {
+            // Qwen3.5 / Qwen3-Next: the shared expert's output times sigmoid(its gate · x)
+            const rows gate{rs.shexp_gate.f32(), 1};
+            p.matmul(L.ffn_gate_inp_shexp, in, gate);
+            p.sigmoid_mul(gate, rows{nullptr, 0}, 1);
+            p.scale_by(shared, gate, E);
+        }
         p.tap("ffn_shexp_out", il, shared, E);
         p.add(out, shared, E);
     }

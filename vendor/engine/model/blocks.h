@@ -25,6 +25,8 @@
 
 namespace lp {
 
+class recurrent_state;
+
 // One micro-batch, ready to run: every row has its cache cell, and the masks
 // of run_state are built for it.
 struct ubatch {
@@ -39,6 +41,10 @@ struct ubatch {
     const int32_t* cells_swa = nullptr;  // (n_tok) cell in the window cache, when there is one
     const int32_t* out_rows = nullptr;  // (n_out) ascending rows whose logits / embeddings are wanted
     int64_t n_out = 0;
+    // Models with recurrent layers: the per-sequence states the rows advance,
+    // and each row's sequence (its state slot).
+    recurrent_state* rstate = nullptr;
+    const int32_t* seq = nullptr;     // (n_tok)
 };
 
 // All activation memory of a context, allocated once for n_ubatch rows on
@@ -70,6 +76,17 @@ struct run_state {
     device_buffer mla_out;         // (n_ubatch, n_head * head_v)
     device_buffer mla_qcur;        // (n_ubatch, n_head * head_dim_k) absorbed queries | their RoPE part
     device_buffer mla_heads;       // (n_ubatch * n_head) int32: 0, 1, .., n_head-1, 0, 1, ..
+    // Gated attention (block_variant::attn_gate): the q projection's q | gate
+    // per head, and the gates gathered.
+    device_buffer q_full;          // (n_ubatch, 2 * n_q)
+    device_buffer attn_gate;       // (n_ubatch, n_q)
+    // Gated delta-net layers (hparams::recurrent; empty otherwise).
+    device_buffer dn_in;           // (n_ubatch, conv_dim) q | k | v before the convolution
+    device_buffer dn_conv;         // (n_ubatch, conv_dim) after it (and SiLU, the L2 norms)
+    device_buffer dn_z;            // (n_ubatch, value_dim) the output gate
+    device_buffer dn_gb;           // (n_ubatch, 2 * n_head_v) decay (log) | write strength
+    device_buffer dn_out;          // (n_ubatch, value_dim)
+    device_buffer shexp_gate;      // (n_ubatch, 1) a gated shared expert's gate
     std::vector<float> rope_cs[2];      // (n_ubatch, n_rot) cos/sin pairs: [0] global layers, [1] sliding-window layers
     std::vector<uint64_t> mask[2];      // (n_ubatch, mask_words) visible cells: [0] global, [1] sliding window
     std::vector<int32_t> mask_lo[2];    // (n_ubatch) first visible cell
@@ -118,6 +135,7 @@ public:
 
     int64_t n() const { return n_; }
     void set_n(int64_t n) { flush(); n_ = n; }
+    run_state& state() { return rs_; }  // the activation buffers the blocks use
     void flush();
     void finish();
     // parts: the backend of each part (null: one backend throughout).
@@ -150,6 +168,10 @@ public:
     void softcap(rows y, int64_t n, float cap);
     void act_mul(ffn_act act, rows g, const float* up, int64_t up_stride, int64_t n);  // up null: no gate
     void swiglu_oai(rows g, const float* up, int64_t up_stride, int64_t n, float alpha, float limit);
+    // y *= sigmoid(x) (x.p null: y = sigmoid(y)); y = softplus(y + b) * w; y *= x[0].
+    void sigmoid_mul(rows y, rows x, int64_t n);
+    void softplus_mul(rows y, const std::vector<float>& b, const std::vector<float>& w, int64_t n);
+    void scale_by(rows y, rows x, int64_t n);
     void rope(rows y, int64_t n_head, int64_t head_dim, const rope_params& rp, const float* cos_sin);
     void hadamard(rows y, int64_t n, int block);
     void copy(rows y, rows x, int64_t n);
@@ -164,6 +186,9 @@ public:
     // pos_stride: distance between a row's M-RoPE components (backend.h), 0 otherwise.
     void rope_table(const rope_params& rp, const int32_t* pos, int64_t pos_stride, float* out);
     void attention(const attention_args& a);
+    // Recurrent layers (backend.h): n_tok is the pass's row count.
+    void ssm_conv(ssm_conv_args a);
+    void gated_delta(gated_delta_args a);
     // Mixture of experts (backend.h): routing of the pass's rows, expert
     // products over n_slots slots, and y = the weighted sum of each row's
     // `groups` slot rows of x (n elements each, x row t at x + t * groups * n).
@@ -248,6 +273,12 @@ void cached_attention(pass& p, const hparams& hp, kv_cache& kv, int il, const in
 // [q, kv_cmpr, Qcur, Kcur, kqv_out]
 void mla_attention(pass& p, const hparams& hp, const layer_weights& L, int il, kv_cache& kv, const int32_t* cells,
                    run_state& rs, int mask, rows in, rows qkv, rows att, const float* cos_sin, rows out);
+// A gated delta-net layer (Qwen3.5's linear attention; model/delta_net.cpp)
+// of the rows `in`, advancing each row's sequence state in ub.rstate:
+// projections, the short causal convolution + SiLU, L2-normed q and k, the
+// gated delta rule, the gated RMS norm, the output projection into out.
+// [linear_attn_qkv_mixed, z, conv_output_silu, attn_output, final_output, linear_attn_out]
+void delta_net_block(pass& p, const hparams& hp, const layer_weights& L, int il, const ubatch& ub, rows in, rows out);
 // out = wo · att + bo.  [attn_out]
 void attn_output(pass& p, const hparams& hp, const layer_weights& L, int il, rows att, rows out);
 // out = down(act(gate) * up) (+ biases), or down(act(up)) without a gate;

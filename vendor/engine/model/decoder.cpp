@@ -41,15 +41,25 @@ void decoder_forward(const model& m, const rope_params rope[2], kv_cache& kv_mai
         // ---- attention sub-block ----
         p.norm(V.norm, xb, x, L.attn_norm, L.attn_norm_b, E, hp.norm_eps);
         p.tap("attn_norm", il, xb, E);
-        if (hp.is_mla()) {
+        const bool recurrent = hp.is_recurrent(il);
+        if (recurrent) {
+            // gated delta-net (Qwen3.5): every row advances its sequence's
+            // state, so the whole batch runs; the output rows are taken after.
+            delta_net_block(p, hp, L, il, ub, xb, xb2);
+        } else if (hp.is_mla()) {
             mla_attention(p, hp, L, il, kv, cells, rs, r, xb, qkv, att, rs.rope_cs[r].data(), heads_out);
         } else {
             qkv_block(p, hp, L, il, xb, qkv, rs.rope_cs[r].data());
             cached_attention(p, hp, kv, il, cells, rs, r, qkv, att, L.attn_sinks);
+            if (V.attn_gate) {
+                p.sigmoid_mul(att, rows{rs.attn_gate.f32(), hp.n_q()}, n_att);
+                p.tap("attn_gated", il, att, n_att);
+            }
         }
         if (il == (int)hp.n_layer - 1) {
             // Only the requested rows go on: gather them to the front.
-            p.gather_rows(wo_in, wo_in.s, ub.out_rows, ub.n_out);
+            if (recurrent) p.gather_rows(xb2, E, ub.out_rows, ub.n_out);
+            else p.gather_rows(wo_in, wo_in.s, ub.out_rows, ub.n_out);
             p.gather_rows(x, E, ub.out_rows, ub.n_out);
             p.set_n(ub.n_out);
             if (ub.n_out == 0) {
@@ -57,7 +67,7 @@ void decoder_forward(const model& m, const rope_params rope[2], kv_cache& kv_mai
                 return;
             }
         }
-        attn_output(p, hp, L, il, wo_in, xb2);
+        if (!recurrent) attn_output(p, hp, L, il, wo_in, xb2);
         if (V.post_attn_norm) {
             p.norm(norm_kind::rms, xb2, xb2, L.post_attn_norm, {}, E, hp.norm_eps);
             p.tap("attn_post_norm", il, xb2, E);

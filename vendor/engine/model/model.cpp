@@ -75,13 +75,15 @@ void read_common_hparams(const gguf_file& f, hparams& hp) {
     if (n_nextn != 0 && (n_nextn < 0 || n_nextn >= hp.n_layer))
         throw gguf_error("model metadata: nextn_predict_layers " + std::to_string(n_nextn) + " is out of range");
     hp.n_layer -= n_nextn;
-    hp.n_ff = required_int(f, hp, "feed_forward_length");
+    // (a mixture-of-experts file may lack it: qwen35moe's layers all have experts)
+    const bool ff_required = arch_int(f, hp, "expert_count", 0) == 0;
+    hp.n_ff = ff_required ? required_int(f, hp, "feed_forward_length") : arch_int(f, hp, "feed_forward_length", 0);
     hp.n_head = required_int(f, hp, "attention.head_count");
     hp.n_head_kv = arch_int(f, hp, "attention.head_count_kv", hp.n_head);
     check_positive(hp.n_ctx_train, "context_length", (int64_t)1 << 31);
     check_positive(hp.n_embd, "embedding_length", (int64_t)1 << 20);
     check_positive(hp.n_layer, "block_count", 4096);
-    check_positive(hp.n_ff, "feed_forward_length", (int64_t)1 << 24);
+    if (ff_required || hp.n_ff != 0) check_positive(hp.n_ff, "feed_forward_length", (int64_t)1 << 24);
     check_positive(hp.n_head, "attention.head_count", 4096);
     check_positive(hp.n_head_kv, "attention.head_count_kv", hp.n_head);
     if (hp.n_head % hp.n_head_kv != 0)
@@ -276,8 +278,25 @@ void load_moe_ffn(const weight_loader& L, const hparams& hp, const std::string& 
         l.ffn_gate_shexp = L.matrix(p + "ffn_gate_shexp.weight", E, m.n_ff_shexp);
         l.ffn_up_shexp = L.matrix(p + "ffn_up_shexp.weight", E, m.n_ff_shexp);
         l.ffn_down_shexp = L.matrix(p + "ffn_down_shexp.weight", m.n_ff_shexp, E);
+        l.ffn_gate_inp_shexp = L.matrix_opt(p + "ffn_gate_inp_shexp.weight", E, 1);
     }
 }
+
+// A gated delta-net layer's weights (model.h ssm_hparams), by llama.cpp's names.
+void load_delta_net(const weight_loader& L, const hparams& hp, const std::string& p, layer_weights& l) {
+    const ssm_hparams& s = hp.ssm;
+    const int64_t E = hp.n_embd;
+    l.ssm_in = L.matrix(p + "attn_qkv.weight", E, s.conv_dim());
+    l.ssm_z = L.matrix(p + "attn_gate.weight", E, s.value_dim());
+    l.ssm_alpha = L.matrix(p + "ssm_alpha.weight", E, s.n_head_v);
+    l.ssm_beta = L.matrix(p + "ssm_beta.weight", E, s.n_head_v);
+    l.ssm_conv1d = L.floats(p + "ssm_conv1d.weight", s.d_conv, s.conv_dim());
+    l.ssm_dt = L.vec(p + "ssm_dt.bias", s.n_head_v);
+    l.ssm_a = L.vec(p + "ssm_a", s.n_head_v);
+    l.ssm_norm = L.vec(p + "ssm_norm.weight", s.d_state);
+    l.ssm_out = L.matrix(p + "ssm_out.weight", s.value_dim(), E);
+}
+
 
 void load_weights(const gguf_file& f, hparams& hp, model_weights& w) {
     weight_loader L(f, hp.arch);
@@ -306,13 +325,15 @@ void load_weights(const gguf_file& f, hparams& hp, model_weights& w) {
         const std::string p = "blk." + std::to_string(il) + ".";
         l.attn_norm = L.vec(p + "attn_norm.weight", E);
         if (ln) l.attn_norm_b = L.vec_opt(p + "attn_norm.bias", E);
-        if (hp.is_mla()) {
+        if (hp.is_recurrent(il)) {
+            load_delta_net(L, hp, p, l);
+        } else if (hp.is_mla()) {
             load_mla(L, hp, p, l);
         } else if (v.qkv_fused) {
             l.wqkv = L.matrix(p + "attn_qkv.weight", E, nq + nk + nv);
             l.bqkv = L.vec_opt(p + "attn_qkv.bias", nq + nk + nv);
         } else {
-            l.wq = L.matrix(p + "attn_q.weight", E, nq);
+            l.wq = L.matrix(p + "attn_q.weight", E, v.attn_gate ? 2 * nq : nq);
             l.wk = L.matrix(p + "attn_k.weight", E, nk);
             l.wv = L.matrix(p + "attn_v.weight", E, nv);
             if (v.qkv_bias) {
@@ -326,9 +347,13 @@ void load_weights(const gguf_file& f, hparams& hp, model_weights& w) {
             }
         }
         const int64_t wo_cols = hp.is_mla() ? hp.n_head * hp.mla.head_v : hp.n_head * hp.head_dim_v;
-        l.wo = L.matrix(p + "attn_output.weight", wo_cols, E);
-        l.bo = L.vec_opt(p + "attn_output.bias", E);
-        if (v.qk_norm) {
+        if (!hp.is_recurrent(il)) {
+            l.wo = L.matrix(p + "attn_output.weight", wo_cols, E);
+            l.bo = L.vec_opt(p + "attn_output.bias", E);
+        }
+        if (hp.is_recurrent(il)) {
+            // no q / k norms: the delta-net L2-normalises its q and k
+        } else if (v.qk_norm) {
             l.q_norm = L.vec(p + "attn_q_norm.weight", hp.head_dim_k);
             l.k_norm = L.vec(p + "attn_k_norm.weight", hp.head_dim_k);
         } else if (v.qk_norm_optional) {
@@ -511,6 +536,43 @@ bool read_rope_sections(const gguf_file& f, hparams& hp) {
     }
     if (sum == 0) throw gguf_error(key + " is all zero");
     return true;
+}
+
+void read_delta_net(const gguf_file& f, hparams& hp) {
+    ssm_hparams& s = hp.ssm;
+    auto need = [&](const char* key) {
+        if (!arch_has(f, hp, key)) throw gguf_error("model metadata lacks " + hp.arch + "." + key);
+        return arch_int(f, hp, key, 0);
+    };
+    s.d_conv = need("ssm.conv_kernel");
+    s.d_state = need("ssm.state_size");
+    s.n_head_k = need("ssm.group_count");
+    s.n_head_v = need("ssm.time_step_rank");
+    const int64_t d_inner = need("ssm.inner_size");
+    if (s.d_conv < 2 || s.d_conv > 64) throw gguf_error("model metadata: ssm.conv_kernel is out of range (2..64)");
+    if (s.d_state <= 0 || s.d_state > 4096 || s.n_head_k <= 0 || s.n_head_v <= 0 || s.n_head_v > 4096 ||
+        s.n_head_v % s.n_head_k != 0)
+        throw gguf_error("model metadata: ssm.state_size / group_count / time_step_rank are out of range (the value "
+                         "heads must be a multiple of the key heads)");
+    if (d_inner != s.value_dim())
+        throw not_implemented_error("ssm.inner_size " + std::to_string(d_inner) + " differs from time_step_rank × "
+                                    "state_size (value heads of another size than the key heads)");
+    hp.recurrent.assign((size_t)hp.n_layer, 0);
+    const gguf_kv* kv = f.find_kv(hp.arch + ".attention.recurrent_layers");
+    if (kv && kv->type == gguf_type::ARRAY) {
+        // One flag per block, the next-token-prediction blocks included (those are attention).
+        const gguf_array& a = kv->array;
+        if (a.count < (uint64_t)hp.n_layer || (a.elem_type != gguf_type::BOOL && a.elem_type != gguf_type::U8 &&
+                                                a.elem_type != gguf_type::I8))
+            throw gguf_error(hp.arch + ".attention.recurrent_layers must hold a flag for each of the " +
+                             std::to_string(hp.n_layer) + " layers");
+        for (int64_t il = 0; il < hp.n_layer; ++il)
+            hp.recurrent[(size_t)il] = f.bytes()[f.array_elem_pos(a, (uint64_t)il)] != 0;
+    } else {
+        const int64_t every = arch_int(f, hp, "full_attention_interval", 4);
+        if (every <= 0) throw gguf_error("model metadata: full_attention_interval must be > 0");
+        for (int64_t il = 0; il < hp.n_layer; ++il) hp.recurrent[(size_t)il] = (il + 1) % every != 0;
+    }
 }
 
 void set_swa_pattern(const gguf_file& f, hparams& hp, int period) {

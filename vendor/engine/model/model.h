@@ -53,6 +53,10 @@ struct block_variant {
     float embd_scale = 1.0f;       // token embeddings are multiplied by this (gemma: sqrt(n_embd))
     bool encoder = false;          // bidirectional post-norm encoder (bert family): encoder.h runs it
     bool attn_sinks = false;       // a learned softmax sink per head (attn_sinks.weight; gpt-oss)
+    // The q projection also yields an output gate: per head head_dim q values
+    // then head_dim gate values (attn_q has 2 n_q rows); the attention output
+    // is multiplied by sigmoid(gate) before attn_output (qwen35).
+    bool attn_gate = false;
     // The FFN's input norm tensor, "blk.N.<ffn_norm_tensor>.weight" (gpt-oss
     // stores it as post_attention_norm).
     const char* ffn_norm_tensor = "ffn_norm";
@@ -93,6 +97,24 @@ struct mla_hparams {
     int64_t head_v = 0;    // attention.value_length_mla: a head's output after attn_v_b
 };
 
+// Recurrent (linear-attention) layers: Qwen3.5's gated delta-net (llama.cpp's
+// ssm.* keys). A layer flagged in hparams::recurrent runs the delta-net block
+// (model/delta_net.h) instead of attention, and keeps a per-sequence state
+// (recurrent_state.h) instead of KV cells: the convolution's last d_conv - 1
+// inputs of each channel and one (d_state × d_state) matrix per value head.
+struct ssm_hparams {
+    int64_t d_conv = 0;    // ssm.conv_kernel
+    int64_t d_state = 0;   // ssm.state_size: the head size of q, k and v
+    int64_t n_head_k = 0;  // ssm.group_count: q / k heads
+    int64_t n_head_v = 0;  // ssm.time_step_rank: v heads (a multiple of n_head_k)
+    int64_t key_dim() const { return n_head_k * d_state; }
+    int64_t value_dim() const { return n_head_v * d_state; }
+    int64_t conv_dim() const { return 2 * key_dim() + value_dim(); }  // q | k | v channels
+    // Floats of one sequence's state in one layer: the convolution tail and the delta-net matrices.
+    int64_t conv_floats() const { return (d_conv - 1) * conv_dim(); }
+    int64_t delta_floats() const { return n_head_v * d_state * d_state; }
+};
+
 struct hparams {
     std::string arch;            // general.architecture
     std::string name;            // general.name
@@ -127,6 +149,14 @@ struct hparams {
     moe_hparams moe;
     mla_hparams mla;
     bool is_mla() const { return mla.kv_lora > 0; }
+    ssm_hparams ssm;
+    std::vector<uint8_t> recurrent;  // (n_layer) 1: a recurrent layer (ssm); empty: none
+    bool is_recurrent(int64_t il) const { return !recurrent.empty() && recurrent[(size_t)il]; }
+    int64_t n_recurrent() const {
+        int64_t n = 0;
+        for (uint8_t r : recurrent) n += r;
+        return n;
+    }
 
     // Positions per row: 4 for M-RoPE (rope.sections set; llama.cpp's
     // n_pos_per_embd), else 1.
@@ -176,6 +206,16 @@ struct layer_weights {
     experts_view ffn_down_exps;   // n_expert × (n_embd, n_ff_exp)
     std::vector<float> ffn_gate_exps_b, ffn_up_exps_b, ffn_down_exps_b;  // per-expert biases, or empty
     weight_view ffn_gate_shexp, ffn_up_shexp, ffn_down_shexp;  // the shared expert, or absent
+    weight_view ffn_gate_inp_shexp;  // (1, n_embd) the shared expert's sigmoid gate, or absent
+    // gated delta-net (hparams::is_recurrent) in place of the attention weights
+    weight_view ssm_in;           // (conv_dim, n_embd) q | k | v before the convolution (attn_qkv)
+    weight_view ssm_z;            // (value_dim, n_embd) the output gate (attn_gate)
+    weight_view ssm_alpha, ssm_beta;  // (n_head_v, n_embd) decay and write-strength inputs
+    std::vector<float> ssm_conv1d;  // (conv_dim, d_conv) the convolution kernel
+    std::vector<float> ssm_dt;    // (n_head_v) decay bias
+    std::vector<float> ssm_a;     // (n_head_v) -exp(A_log): the decay's scale
+    std::vector<float> ssm_norm;  // (d_state) the gated output norm
+    weight_view ssm_out;          // (n_embd, value_dim)
     bool moe() const { return ffn_gate_inp.data != nullptr; }
 };
 
@@ -263,6 +303,10 @@ moe_gating gating_of(const gguf_file& f, const hparams& hp, moe_gating def);
 // Reads "<arch>.rope.dimension_sections" (M-RoPE) into hp.rope.sections;
 // false when the file has no such key.
 bool read_rope_sections(const gguf_file& f, hparams& hp);
+// Reads the gated delta-net keys (ssm.*) into hp.ssm and the recurrent
+// layers into hp.recurrent: "<arch>.attention.recurrent_layers" when the file
+// has it, else every layer but each full_attention_interval-th (default 4).
+void read_delta_net(const gguf_file& f, hparams& hp);
 // Sets hp.swa_layers: from "<arch>.attention.sliding_window_pattern" when the
 // file has it (a period, or one flag per layer), else from `period`: in each
 // group of `period` layers all but the last use the window (0: every layer).

@@ -578,10 +578,18 @@ void vulkan_backend::attention(const attention_args& a) {
     for (auto& k : work) record(std::move(k));
 }
 
+// The recurrent layers' ops (Qwen3.5's gated delta-net) have no shaders yet;
+// the context keeps such models on the CPU (context.cpp), so these only
+// answer a direct call (the op tests).
+void vulkan_backend::ssm_conv(const ssm_conv_args&) { missing("ssm_conv (short causal convolution)"); }
+void vulkan_backend::gated_delta(const gated_delta_args&) { missing("gated_delta (gated delta rule)"); }
+
 void vulkan_backend::run_rows(const row_op* ops, int n_ops, int64_t n) {
     if (n <= 0) return;
     for (int k = 0; k < n_ops; ++k) {
         const row_op& o = ops[k];
+        if (o.k == row_op::kind::sigmoid_mul || o.k == row_op::kind::softplus_mul || o.k == row_op::kind::scale_by)
+            missing("sigmoid_mul / softplus_mul / scale_by row op (gated attention, delta-net gates)");
         if (o.k == row_op::kind::kv_store) {
             if (!has_kv_store(o.type)) missing(std::string("KV cache store for ") + type_name(o.type) + " caches");
             int32_t top = 0;

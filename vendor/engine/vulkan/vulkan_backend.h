@@ -12,7 +12,8 @@
 // functions: they are an input of the step, as the masks are). Missing,
 // each raising not_implemented_error naming it (nothing silently runs on
 // the CPU instead): routing over more than 512 experts or to more than 32
-// per row. Weights of the types without a shader (Q2_K, Q3_K, the IQ
+// per row; the recurrent layers' ops (ssm_conv, gated_delta and the
+// sigmoid_mul / softplus_mul / scale_by row ops of Qwen3.5). Weights of the types without a shader (Q2_K, Q3_K, the IQ
 // types) are dequantized to F16 when they are uploaded and multiplied by
 // the F16 shader (the Python side says so when it places such a layer on
 // the device).
@@ -76,6 +77,8 @@ public:
     void moe_matmul(const experts_view& w, const float* x, int64_t xs, int x_div, const int32_t* ids, int64_t n_slots,
                     float* y, int64_t ys, const float* bias) override;
     void attention(const attention_args& a) override;
+    void ssm_conv(const ssm_conv_args& a) override;
+    void gated_delta(const gated_delta_args& a) override;
     void run_rows(const row_op* ops, int n_ops, int64_t n) override;
     void sync() override;
     void discard() override;

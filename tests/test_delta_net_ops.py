@@ -1,0 +1,160 @@
+"""The recurrent layers' ops (backend.h ssm_conv / gated_delta, and the row ops sigmoid_mul,
+softplus_mul, scale_by) on their own, against numpy statements of llama.cpp's semantics
+(ggml's ssm_conv and gated_delta_net: the state layout S[i][j] at [j][i], value head h
+reading key head h % n_head_k, decay then delta update then read-out).
+
+Rows of several sequences interleave in one call, each on its own state slot; a batch split
+in two calls (the state carried) equals the whole; one and two threads agree bit for bit.
+A GPU backend has no shaders for these yet: it must refuse them (NotImplementedError), never
+run something else."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from llamapy import _engine as E
+
+GPU_BACKENDS = [b for b in E.backends() if b != "cpu"]
+
+
+def conv_ref(x, w, state, slot):
+    """y[t, c] = sum_i w[c, i] * window[i], window = the slot's tail then x[t, c]."""
+    st = state.astype(np.float64).copy()
+    y = np.zeros(x.shape, dtype=np.float64)
+    for t in range(x.shape[0]):
+        s = slot[t]
+        win = np.concatenate([st[s], x[t][:, None]], axis=1)  # (C, d)
+        y[t] = (win * w).sum(axis=1)
+        st[s] = win[:, 1:]
+    return y, st
+
+
+def delta_ref(q, k, v, g, beta, state, slot, n_head_k):
+    n, Hv, S = v.shape[0], state.shape[1], state.shape[2]
+    st = state.astype(np.float64).copy()  # st[s, h, j, i] = S[i][j]
+    out = np.zeros((n, Hv * S))
+    for t in range(n):
+        for h in range(Hv):
+            hk = h % n_head_k
+            qv, kv = q[t, hk * S:(hk + 1) * S], k[t, hk * S:(hk + 1) * S]
+            M = st[slot[t], h].T * np.exp(g[t, h])  # M[i, j] = S[i][j]
+            d = (v[t, h * S:(h + 1) * S] - M.T @ kv) * beta[t, h]
+            M = M + np.outer(kv, d)
+            out[t, h * S:(h + 1) * S] = (M.T @ qv) / np.sqrt(S)
+            st[slot[t], h] = M.T
+    return out, st
+
+
+def inputs(rng, n=7, C=24, d=4, n_slot=3):
+    x = rng.standard_normal((n, C)).astype(np.float32)
+    w = rng.standard_normal((C, d)).astype(np.float32)
+    state = rng.standard_normal((n_slot, C, d - 1)).astype(np.float32)
+    slot = np.array([0, 2, 0, 1, 2, 2, 0][:n], dtype=np.int32)
+    return x, w, state, slot
+
+
+def delta_inputs(rng, n=6, Hk=2, Hv=4, S=8, n_slot=2):
+    def l2(a):
+        a = a.reshape(n, -1, S)
+        return (a / np.linalg.norm(a, axis=2, keepdims=True)).reshape(n, -1).astype(np.float32)
+
+    q = l2(rng.standard_normal((n, Hk * S)))
+    k = l2(rng.standard_normal((n, Hk * S)))
+    v = rng.standard_normal((n, Hv * S)).astype(np.float32)
+    g = -rng.uniform(0.01, 1.0, (n, Hv)).astype(np.float32)
+    beta = rng.uniform(0.0, 1.0, (n, Hv)).astype(np.float32)
+    state = (0.3 * rng.standard_normal((n_slot, Hv, S, S))).astype(np.float32)
+    slot = np.array([1, 0, 1, 1, 0, 1][:n], dtype=np.int32)
+    return q, k, v, g, beta, state, slot, Hk
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_ssm_conv_matches_reference(threads):
+    rng = np.random.default_rng(1)
+    x, w, state, slot = inputs(rng)
+    y, st = E.backend_ssm_conv("cpu", x, w, state, slot, n_threads=threads)
+    ry, rst = conv_ref(x, w, state, slot)
+    np.testing.assert_allclose(y, ry, rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(st, rst.astype(np.float32))  # the tails are copies
+    y1, _ = E.backend_ssm_conv("cpu", x, w, state, slot, n_threads=1)
+    np.testing.assert_array_equal(y, y1)
+
+
+def test_ssm_conv_split_batch_carries_the_state():
+    rng = np.random.default_rng(2)
+    x, w, state, slot = inputs(rng)
+    y, st = E.backend_ssm_conv("cpu", x, w, state, slot)
+    ya, sa = E.backend_ssm_conv("cpu", x[:3], w, state, slot[:3])
+    yb, sb = E.backend_ssm_conv("cpu", x[3:], w, sa, slot[3:])
+    np.testing.assert_array_equal(np.concatenate([ya, yb]), y)
+    np.testing.assert_array_equal(sb, st)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_gated_delta_matches_reference(threads):
+    rng = np.random.default_rng(3)
+    q, k, v, g, beta, state, slot, Hk = delta_inputs(rng)
+    out, st = E.backend_gated_delta("cpu", q, k, v, g, beta, state, slot, Hk, n_threads=threads)
+    rout, rst = delta_ref(q, k, v, g, beta, state, slot, Hk)
+    np.testing.assert_allclose(out, rout, rtol=1e-4, atol=2e-5)
+    np.testing.assert_allclose(st, rst, rtol=1e-4, atol=2e-5)
+    o1, s1 = E.backend_gated_delta("cpu", q, k, v, g, beta, state, slot, Hk, n_threads=1)
+    np.testing.assert_array_equal(out, o1)
+    np.testing.assert_array_equal(st, s1)
+
+
+def test_gated_delta_value_heads_read_key_head_h_mod_hk():
+    """Changing key head 1 changes value heads 1 and 3 (h % 2 == 1) only."""
+    rng = np.random.default_rng(4)
+    q, k, v, g, beta, state, slot, Hk = delta_inputs(rng)
+    S = state.shape[2]
+    out, _ = E.backend_gated_delta("cpu", q, k, v, g, beta, state, slot, Hk)
+    k2 = k.copy()
+    k2[:, S:2 * S] = np.roll(k2[:, S:2 * S], 1, axis=1)
+    out2, _ = E.backend_gated_delta("cpu", q, k2, v, g, beta, state, slot, Hk)
+    changed = [bool(np.any(out[:, h * S:(h + 1) * S] != out2[:, h * S:(h + 1) * S])) for h in range(4)]
+    assert changed == [False, True, False, True]
+
+
+def test_gated_delta_split_batch_carries_the_state():
+    rng = np.random.default_rng(5)
+    q, k, v, g, beta, state, slot, Hk = delta_inputs(rng)
+    out, st = E.backend_gated_delta("cpu", q, k, v, g, beta, state, slot, Hk)
+    oa, sa = E.backend_gated_delta("cpu", q[:2], k[:2], v[:2], g[:2], beta[:2], state, slot[:2], Hk)
+    ob, sb = E.backend_gated_delta("cpu", q[2:], k[2:], v[2:], g[2:], beta[2:], sa, slot[2:], Hk)
+    np.testing.assert_array_equal(np.concatenate([oa, ob]), out)
+    np.testing.assert_array_equal(sb, st)
+
+
+def test_row_ops_sigmoid_softplus_scale_by():
+    rng = np.random.default_rng(6)
+    y = (3 * rng.standard_normal((5, 12))).astype(np.float32)
+    x = rng.standard_normal((5, 12)).astype(np.float32)
+    sig = lambda a: 1.0 / (1.0 + np.exp(-a.astype(np.float64)))  # noqa: E731
+    np.testing.assert_allclose(E.backend_row_op("cpu", "sigmoid_mul", y, x), y * sig(x), rtol=1e-6)
+    np.testing.assert_allclose(E.backend_row_op("cpu", "sigmoid_mul", y), sig(y), rtol=1e-6)
+    b = rng.standard_normal(12).astype(np.float32)
+    w = -rng.uniform(0.1, 2, 12).astype(np.float32)
+    yy = y.copy()
+    yy[0, :3] = [25.0, -30.0, 19.0]  # past ggml's softplus threshold (20) and far below it
+    v = yy.astype(np.float64) + b
+    ref = np.where(v > 20, v, np.log1p(np.exp(v))) * w
+    np.testing.assert_allclose(E.backend_row_op("cpu", "softplus_mul", yy, w=w, b=b), ref, rtol=1e-5, atol=1e-6)
+    s = rng.standard_normal((5, 1)).astype(np.float32)
+    np.testing.assert_allclose(E.backend_row_op("cpu", "scale_by", y, s), y * s, rtol=1e-6)
+
+
+@pytest.mark.parametrize("backend", GPU_BACKENDS)
+def test_gpu_backends_refuse_until_they_have_shaders(backend):
+    if not E.gpu_devices():
+        pytest.skip("no GPU device")
+    rng = np.random.default_rng(7)
+    x, w, state, slot = inputs(rng)
+    with pytest.raises(NotImplementedError, match="ssm_conv"):
+        E.backend_ssm_conv(backend, x, w, state, slot)
+    q, k, v, g, beta, st, sl, Hk = delta_inputs(rng)
+    with pytest.raises(NotImplementedError, match="gated_delta"):
+        E.backend_gated_delta(backend, q, k, v, g, beta, st, sl, Hk)
+    with pytest.raises(NotImplementedError, match="sigmoid_mul"):
+        E.backend_row_op(backend, "sigmoid_mul", x)

@@ -1,0 +1,144 @@
+"""Qwen3.5 (qwen35, qwen35moe: gated delta-net + gated attention hybrids) against llama.cpp:
+the tiny random-weight models of tests/data/hybrid (converted with llama.cpp's own
+convert_hf_to_gguf.py, with a next-token-prediction block that both implementations load
+and skip; quantized with its quantizer) and what llama.cpp (llama-cpp-python 0.3.36)
+produced on them, recorded by tools/make_hybrid_fixtures.py.
+
+The tolerances are the MoE comparison's (tests/test_moe_llama_cpp.py: TOL_F16, TOL_Q and
+the rules for near ties and rounding flips), applied to the same recordings. Also: the
+second of the two prompts that share a prefix, evaluated right after the first (its
+prefix reused from the first one's recurrent-state checkpoint), gives llama.cpp's fresh
+tokens (tests/test_recurrent_state.py holds the reuse itself against fresh evaluations);
+the hybrid models refuse GPU layers with a clear error until their ops have
+shaders."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from llamapy import Llama, _engine
+from test_moe_llama_cpp import TOL_F16, TOL_Q, teacher_forced
+
+DATA = Path(__file__).parent / "data" / "hybrid"
+FAMILIES = ["qwen35", "qwen35moe"]
+
+
+def record(family):
+    return json.loads((DATA / family / "record.json").read_text())
+
+
+def cases():
+    for fam in FAMILIES:
+        for ftype in record(fam)["files"]:
+            yield pytest.param(fam, ftype, id=f"{fam}-{ftype}")
+
+
+def open_llm(family, ftype, **kw):
+    rec = record(family)
+    fr = rec["files"][ftype]
+    return Llama(model_path=str(DATA / family / fr["file"]), n_ctx=rec["n_ctx"], n_batch=rec["n_batch"],
+                 n_threads=2, logits_all=True, flash_attn=True, verbose=False, **kw)
+
+
+def test_fixture_files_are_intact():
+    manifest = json.loads((DATA / "manifest.json").read_text())
+    for rel, info in manifest.items():
+        data = (DATA / rel).read_bytes()
+        assert len(data) == info["bytes"] and hashlib.sha256(data).hexdigest() == info["sha256"], rel
+
+
+def test_hyperparameters_and_mtp_block_skipped():
+    m = _engine.Model(str(DATA / "qwen35" / "qwen35-f16.gguf"))
+    md = json.loads((DATA / "qwen35" / "hf_config.json").read_text())["config"]
+    # block_count 5 holds the next-token-prediction block; the model runs the 4 others
+    assert m.n_layer == md["num_hidden_layers"] == 4
+
+
+@pytest.mark.parametrize("family,ftype", list(cases()))
+def test_matches_llama_cpp(family, ftype):
+    rec = record(family)
+    fr = rec["files"][ftype]
+    npz = np.load(DATA / family / "logits.npz")
+    llm = open_llm(family, ftype)
+    assert llm.n_vocab() == fr["n_vocab"]
+    exact = ftype == "F16"
+    for pi, pr in enumerate(fr["prompts"]):
+        steps = teacher_forced(llm, pr["prompt_ids"], pr["ids"])
+        deltas, gaps, argmax_ok = [], [], []
+        for i, top in enumerate(pr["top10"]):
+            ids = [a for a, _ in top]
+            ref = np.array([b for _, b in top])
+            deltas.append(float(np.abs(steps[i][ids] - ref).max()))
+            gaps.append(ref[0] - ref[1])
+            argmax_ok.append(int(np.argmax(steps[i])) == pr["ids"][i])
+        last = npz[f"{ftype}.p{pi}.last_logits"]
+        full = float(np.abs(steps[0] - last).max())
+        where = f"{family} {ftype} prompt {pi}"
+        own = pr["flash_off"]["top10_delta_vs_flash_on_per_position"][len(pr["prompt_ids"]) - 1:]
+        if exact:
+            off = [i for i, d in enumerate(deltas) if d >= TOL_F16 and d > 1.5 * own[i]]
+            assert not off and full < TOL_F16, f"{where}: top-10 off at {off} ({max(deltas):.4f}), all {full:.4f}"
+            assert all(ok or gaps[i] <= 2 * own[i] for i, ok in enumerate(argmax_ok)), where
+            llm.reset()
+            got = []
+            for tok in llm.generate(pr["prompt_ids"], temp=0.0):
+                got.append(tok)
+                if len(got) == len(pr["ids"]):
+                    break
+            assert got == pr["ids"], where
+        else:
+            flips = [i for i, d in enumerate(deltas) if d > TOL_Q]
+            unexplained = [i for i in flips if own[i] <= TOL_Q / 2]
+            assert len(unexplained) <= 2, \
+                f"{where}: positions {unexplained} off by {[round(deltas[i], 3) for i in unexplained]}"
+            for i, ok in enumerate(argmax_ok):
+                assert ok or gaps[i] <= TOL_Q or i in flips, f"{where}: step {i} argmax differs (gap {gaps[i]:.3f})"
+            assert np.median(deltas) < max(TOL_Q / 2, 1.5 * float(np.median(own))), where
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_shared_prefix_prompt_matches_fresh_llama_cpp(family):
+    """The first prompt of the pair (and a few generated tokens), then the second: the
+    greedy tokens are llama.cpp's for the second prompt evaluated fresh."""
+    rec = record(family)
+    a, b = rec["shared_prefix"]["prompts"]
+    n_shared = rec["shared_prefix"]["n_shared"]
+    pa, pb = rec["files"]["F16"]["prompts"][a], rec["files"]["F16"]["prompts"][b]
+    assert pa["prompt_ids"][:n_shared] == pb["prompt_ids"][:n_shared]
+    llm = open_llm(family, "F16")
+    got = []
+    for tok in llm.generate(pa["prompt_ids"], temp=0.0):
+        got.append(tok)
+        if len(got) == 4:
+            break
+    assert got == pa["ids"][:4]
+    evals = []
+    orig = llm._seq._eval_ids
+
+    def counting(toks, *args):
+        evals.append(len(toks))
+        return orig(toks, *args)
+
+    llm._seq._eval_ids = counting
+    got = []
+    for tok in llm.generate(pb["prompt_ids"], temp=0.0):
+        got.append(tok)
+        if len(got) == len(pb["ids"]):
+            break
+    assert got == pb["ids"]
+    # The first prompt diverges inside the shared part, where no checkpoint was taken (they
+    # are at the ends of evaluated batches): the second is evaluated again from its start,
+    # never from a state that includes the first prompt's other tokens.
+    assert sum(evals[:2]) == len(pb["prompt_ids"]), evals
+
+
+def test_gpu_layers_are_refused_until_the_ops_have_shaders():
+    if "vulkan" not in _engine.backends() or not _engine.gpu_devices():
+        pytest.skip("no GPU backend device in this build")
+    with pytest.raises(NotImplementedError, match="recurrent"):
+        open_llm("qwen35", "F16", n_gpu_layers=-1)

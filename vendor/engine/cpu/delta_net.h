@@ -1,0 +1,23 @@
+// delta_net.h — the kernels of the recurrent (linear-attention) layers on the
+// CPU: the short causal convolution with its per-sequence state tail, and the
+// gated delta rule in its sequential form (one token after another per head),
+// the form decode needs and the reference for any faster one. Semantics and
+// layouts: backend/op_args.h (ssm_conv_args, gated_delta_args).
+// Each kernel does a range of channels / heads over all rows, so the backend
+// spreads ranges over threads and every result is independent of the split.
+// Not here: the chunked (parallel-over-tokens) prefill form, the layer around
+// them (model/delta_net.cpp), the state memory (recurrent_state.h).
+#pragma once
+
+#include <cstdint>
+
+#include "../backend/op_args.h"
+
+namespace lp {
+
+// Channels [c0, c1) of a.
+void ssm_conv_ref(const ssm_conv_args& a, int64_t c0, int64_t c1);
+// Value heads [h0, h1) of a.
+void gated_delta_ref(const gated_delta_args& a, int h0, int h1);
+
+}  // namespace lp
