@@ -1,5 +1,7 @@
 """OpenAI-shaped errors: ``{"error": {"code", "message", "type"}}``, for
-every failure, including the ASGI stack's own (404, 405, validation)."""
+every failure, including the ASGI stack's own (404, 405, validation); on
+Anthropic's routes (``/v1/messages...``) Anthropic's shape instead,
+``{"type": "error", "error": {"type", "message"}}``."""
 from __future__ import annotations
 
 import logging
@@ -24,13 +26,22 @@ class APIError(Exception):
         self.code = code or _TYPES.get(status, "server_error")
 
 
-def error_body(status: int, message: str, code: Optional[str] = None) -> Dict[str, Any]:
+_ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+                    404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error",
+                    503: "overloaded_error", 529: "overloaded_error"}
+ANTHROPIC_PREFIX = "/v1/messages"
+
+
+def error_body(status: int, message: str, code: Optional[str] = None, path: str = "") -> Dict[str, Any]:
+    """The error object for a request to ``path`` (OpenAI's shape unless the path is Anthropic's)."""
+    if path.startswith(ANTHROPIC_PREFIX):
+        return {"type": "error", "error": {"type": _ANTHROPIC_TYPES.get(status, "api_error"), "message": message}}
     return {"error": {"code": code or status, "message": message, "type": _TYPES.get(status, "server_error")}}
 
 
 def error_response(status: int, message: str, code: Optional[str] = None,
-                   headers: Optional[Dict[str, str]] = None) -> JSONResponse:
-    return JSONResponse(error_body(status, message, code), status_code=status, headers=headers)
+                   headers: Optional[Dict[str, str]] = None, path: str = "") -> JSONResponse:
+    return JSONResponse(error_body(status, message, code, path), status_code=status, headers=headers)
 
 
 def bad_request(message: str, code: str = "invalid_request_error") -> APIError:
@@ -88,21 +99,21 @@ def install(app: Any) -> None:
 
     @app.exception_handler(APIError)
     async def _api_error(request: Request, exc: APIError) -> JSONResponse:
-        return error_response(exc.status, exc.message, exc.code, exc.headers)
+        return error_response(exc.status, exc.message, exc.code, exc.headers, request.url.path)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
-        return error_response(400, validation_message(exc.errors()), "invalid_request_error")
+        return error_response(400, validation_message(exc.errors()), "invalid_request_error", None, request.url.path)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        return error_response(exc.status_code, str(exc.detail), None, getattr(exc, "headers", None))
+        return error_response(exc.status_code, str(exc.detail), None, getattr(exc, "headers", None), request.url.path)
 
     async def _public(request: Request, exc: Exception) -> JSONResponse:
         status, message, code = public_error(exc)
         if status == 500:
             logger.exception("internal error on %s", request.url.path, exc_info=exc)
-        return error_response(status, message, code)
+        return error_response(status, message, code, None, request.url.path)
 
     # ValueError and TypeError: llamapy raises them for a request value it cannot take (a message's content ...).
     for kind in (ValueError, TypeError, NotImplementedError, Exception):

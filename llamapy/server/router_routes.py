@@ -36,8 +36,8 @@ logger = logging.getLogger("llamapy.server.router")
 
 # Child routes reached through the router, by the request's "model" field.
 PROXY_POST = ("/v1/chat/completions", "/chat/completions", "/v1/completions", "/completions", "/v1/embeddings",
-              "/embeddings", "/infill", "/tokenize", "/detokenize", "/apply-template", "/api/chat", "/api/generate",
-              "/api/embed", "/api/embeddings", "/api/show")
+              "/embeddings", "/infill", "/v1/messages", "/v1/messages/count_tokens", "/tokenize", "/detokenize",
+              "/apply-template", "/api/chat", "/api/generate", "/api/embed", "/api/embeddings", "/api/show")
 PROXY_GET = ("/props", "/slots", "/metrics")  # ?model=NAME
 OLLAMA_KEEP_ALIVE = ("/api/chat", "/api/generate", "/api/embed", "/api/embeddings")  # requests that may carry keep_alive
 _PASS_HEADERS = ("content-type", "cache-control", "retry-after", "x-accel-buffering")
@@ -125,7 +125,7 @@ class Proxy:
             except httpx.HTTPError as e:
                 logger.warning("model %s: the stream broke off: %s", slot.name, e)
                 if fmt is not None:  # the status line went out with the first chunk: say so in the stream
-                    yield _stream_error(fmt, await self._broken_off(slot, proc, e))
+                    yield _stream_error(fmt, await self._broken_off(slot, proc, e), request.url.path)
             finally:
                 await upstream.aclose()
                 release()
@@ -171,10 +171,13 @@ def _complete_part(buf: bytes, fmt: str) -> int:
     return end
 
 
-def _stream_error(fmt: str, message: str) -> bytes:
+def _stream_error(fmt: str, message: str, path: str = "") -> bytes:
     """The end the single-model server gives a stream that fails midway: an
-    error event and [DONE] (openai_routes._sse), or an error line (the
-    Ollama NDJSON streams of ollama_routes)."""
+    error event and [DONE] (openai_routes._sse), Anthropic's error event
+    (anthropic_routes), or an error line (the Ollama NDJSON streams of
+    ollama_routes)."""
+    if fmt == "sse" and path.startswith(errors.ANTHROPIC_PREFIX):
+        return f"event: error\ndata: {json.dumps(errors.error_body(503, message, None, path))}\n\n".encode()
     if fmt == "sse":
         event = json.dumps(errors.error_body(503, message, "model_unavailable"))
         return f"data: {event}\n\ndata: [DONE]\n\n".encode()

@@ -72,7 +72,7 @@ class AuthMiddleware:
         if given and key_matches(given, self.keys):
             return await self.app(scope, receive, send)
         msg = "invalid API key" if given else "no API key: send 'Authorization: Bearer KEY'"
-        await _send_json(send, 401, error_body(401, msg, "invalid_api_key"),
+        await _send_json(send, 401, error_body(401, msg, "invalid_api_key", scope["path"]),
                          [(b"www-authenticate", b"Bearer")])
 
 
@@ -88,7 +88,7 @@ class BodyLimitMiddleware:
             return await self.app(scope, receive, send)
         for k, v in scope["headers"]:
             if k.lower() == b"content-length" and v.isdigit() and int(v) > self.limit:
-                return await self._too_large(send)
+                return await self._too_large(send, scope["path"])
         seen = 0
         started = answered = False
 
@@ -104,7 +104,7 @@ class BodyLimitMiddleware:
                     # raises (FastAPI makes it a 400, a catch-all handler a 500). The app
                     # then reads on as if the client had gone, and its own answer is dropped.
                     if not started:
-                        await self._too_large(send)
+                        await self._too_large(send, scope["path"])
                         answered = True
                     return {"type": "http.disconnect"}
             return msg
@@ -123,9 +123,9 @@ class BodyLimitMiddleware:
             if not answered:  # after the 413, the app's complaint about the cut body is noise
                 raise
 
-    async def _too_large(self, send: Any) -> None:
+    async def _too_large(self, send: Any, path: str) -> None:
         await _send_json(send, 413, error_body(413, f"the request body is over the limit of {self.limit} bytes "
-                                                    "(--max-body)", "request_too_large"))
+                                                    "(--max-body)", "request_too_large", path))
 
 
 def _header(scope: Any, name: bytes) -> Optional[str]:
@@ -205,7 +205,7 @@ class HostGuard:
         await _send_json(send, 403, error_body(
             403, f"host {host!r} is not allowed: this server answers requests addressed to its own names only "
                  "(a page on another name could be DNS rebinding); to accept it, start the server with "
-                 "--allowed-hosts NAME (or '*')", "host_not_allowed"))
+                 "--allowed-hosts NAME (or '*')", "host_not_allowed", scope.get("path", "")))
 
 
 class OriginGuard(CORSMiddleware):
@@ -224,7 +224,7 @@ class OriginGuard(CORSMiddleware):
             if origin is not None and not preflight and not self.is_allowed_origin(origin):
                 return await _send_json(send, 403, error_body(
                     403, f"origin {origin!r} is not allowed: requests from web pages are accepted only from the "
-                         "allowed origins (--cors-origins)", "origin_not_allowed"))
+                         "allowed origins (--cors-origins)", "origin_not_allowed", scope["path"]))
         await super().__call__(scope, receive, send)
 
 
