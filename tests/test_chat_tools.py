@@ -38,6 +38,19 @@ SAMPLES = {
                     [("get_weather", PARIS)]),
     "fenced json": ('```json\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n```', None,
                     [("get_weather", PARIS)]),
+    # Qwen3-Coder / Qwen3.5: XML-style functions and parameters inside <tool_call>
+    "qwen3-coder xml": ('<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n</function>\n'
+                        '</tool_call>', None, [("get_weather", PARIS)]),
+    "qwen3-coder xml after text, two calls": (
+        'Checking both.\n<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n'
+        '</function>\n</tool_call>\n<tool_call>\n<function=get_time>\n<parameter=tz>\nCET\n</parameter>\n'
+        '<parameter=hours>\n24\n</parameter>\n</function>\n</tool_call>',
+        "Checking both.", [("get_weather", PARIS), ("get_time", {"tz": "CET", "hours": 24})]),
+    "qwen3-coder xml multi-line value": ('<tool_call>\n<function=get_weather>\n<parameter=city>\nline one\nline two\n'
+                                         '</parameter>\n</function>\n</tool_call>', None,
+                                         [("get_weather", {"city": "line one\nline two"})]),
+    "qwen3-coder xml unterminated": ('<tool_call>\n<function=get_weather>\n<parameter=city>\nParis', None,
+                                     [("get_weather", PARIS)]),
 }
 
 NOT_CALLS = [
@@ -59,6 +72,26 @@ def test_parse_tool_calls(key):
     for c in calls:
         assert c["type"] == "function" and c["id"].startswith("call_") and len(c["id"]) > 10
         assert isinstance(c["function"]["arguments"], str)
+
+
+def test_xml_values_follow_the_tools_schema():
+    """A parameter the schema calls a string stays the text the model wrote
+    (a zip code of digits); numbers, booleans and objects are parsed."""
+    from llamapy.chat.tools import tool_schemas
+
+    tools = [{"type": "function", "function": {"name": "book", "parameters": {"type": "object", "properties": {
+        "zip": {"type": "string"}, "nights": {"type": "integer"}, "pets": {"type": "boolean"},
+        "guests": {"type": "array"}, "note": {"type": "string"}}}}}]
+    text = ("<tool_call>\n<function=book>\n<parameter=zip>\n75001\n</parameter>\n<parameter=nights>\n3\n"
+            "</parameter>\n<parameter=pets>\ntrue\n</parameter>\n<parameter=guests>\n[\"ann\", \"bo\"]\n"
+            "</parameter>\n<parameter=note>\n{not json}\n</parameter>\n</function>\n</tool_call>")
+    _, calls = parse_tool_calls(text, tool_schemas(tools))
+    assert json.loads(calls[0]["function"]["arguments"]) == {"zip": "75001", "nights": 3, "pets": True,
+                                                             "guests": ["ann", "bo"], "note": "{not json}"}
+    stream = ToolCallStream(tool_schemas(tools))
+    assert "".join(stream.push(text[i:i + 7]) for i in range(0, len(text), 7)) == ""
+    rest, streamed = stream.finish()
+    assert rest == "" and streamed[0]["function"]["arguments"] == calls[0]["function"]["arguments"]
 
 
 def test_ids_are_unique_and_model_ids_kept():

@@ -31,8 +31,8 @@ from .formats import (ChatFormat, format_from_template, get_format, guess_format
                       FORMATS)
 from .named_formats import guess_chat_format_from_gguf_metadata
 from .reasoning import check_reasoning_format, reply_splitter, reply_syntax, split_reply
-from .tools import ToolCallStream, make_call, new_call_id, parse_tool_calls, tool_names, tools_system_prompt, \
-    call_as_text
+from .tools import ToolCallStream, call_as_text, make_call, new_call_id, parse_tool_calls, tool_schemas, \
+    tools_system_prompt
 
 logger = logging.getLogger("llamapy")
 
@@ -296,7 +296,7 @@ def chat_logprobs(logprobs: Optional[Dict[str, list]], n_top: int) -> Optional[D
     return {"content": content, "refusal": None}
 
 
-def _finish_calls(mode: str, text: str, names: List[str], forced: Optional[Dict[str, Any]]
+def _finish_calls(mode: str, text: str, names: Dict[str, Any], forced: Optional[Dict[str, Any]]
                   ) -> Tuple[Optional[str], List[Dict[str, Any]]]:
     if mode == "forced":
         return None, [make_call(forced["function"]["name"], text)]  # type: ignore[index]
@@ -311,7 +311,7 @@ def _finish_calls(mode: str, text: str, names: List[str], forced: Optional[Dict[
     return text, []
 
 
-def _reply_parts(mode: str, syntax: Optional[str], text: str, names: List[str], forced: Optional[Dict[str, Any]]
+def _reply_parts(mode: str, syntax: Optional[str], text: str, names: Dict[str, Any], forced: Optional[Dict[str, Any]]
                  ) -> Tuple[str, Optional[str], List[Dict[str, Any]]]:
     """A whole reply as (reasoning, content, tool calls): the reasoning syntax
     first (harmony gives its own calls), then calls written in the content."""
@@ -346,7 +346,7 @@ def _call_deltas(calls: List[Dict[str, Any]], first: int = 0) -> Dict[str, Any]:
                            for i, c in enumerate(calls)]}
 
 
-def _stream_chat(chunks: Iterator[Dict[str, Any]], mode: str, names: List[str], forced: Optional[Dict[str, Any]],
+def _stream_chat(chunks: Iterator[Dict[str, Any]], mode: str, names: Dict[str, Any], forced: Optional[Dict[str, Any]],
                  legacy: bool, n_top: int, syntax: Optional[str] = None) -> Iterator[Dict[str, Any]]:
     """Completion chunks -> chat chunks: the role first, reasoning, content (or
     tool call argument) deltas, then a last chunk with finish_reason and usage."""
@@ -452,7 +452,7 @@ class FormatHandler:
         # A grammar decides the shape of the text; "none" leaves the reasoning in it.
         syntax = prompt.reply if req.reasoning_format != "none" and kw.get("grammar") is None else None
         result = llama.create_completion(prompt.tokens, **kw)
-        names, legacy, n_top = tool_names(tools), bool(req.functions), req.top_logprobs or 0
+        names, legacy, n_top = tool_schemas(tools), bool(req.functions), req.top_logprobs or 0
         if req.stream:
             return _stream_chat(result, mode, names, forced, legacy, n_top, syntax)
         choice = result["choices"][0]

@@ -3,6 +3,10 @@ them, finding the calls in what a model wrote, and streaming around them.
 
 Calls are recognized in the syntaxes models are trained on:
 - Hermes / Qwen: ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` (one block per call);
+- Qwen3-Coder / Qwen3.5 XML: ``<tool_call><function=NAME><parameter=KEY>VALUE</parameter>...
+  </function></tool_call>``; a value is text, read as the tool's schema types it (a string stays
+  a string; numbers, booleans, objects and arrays are parsed as JSON; without a schema, text
+  that is valid JSON other than a plain string is parsed);
 - Mistral: ``[TOOL_CALLS] [{"name": ..., "arguments": {...}}, ...]``;
 - Llama 3.1: ``{"name": ..., "parameters": {...}}``, optionally after ``<|python_tag|>``;
 - DeepSeek R1: ``<｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME ```json ARGS ``` <｜tool▁call▁end｜>``;
@@ -55,6 +59,42 @@ def _json_values(text: str) -> List[Any]:
     return values
 
 
+_XML_FUNCTION = re.compile(r"<function=([^>\n]+)>(.*?)(?:</function>|$)", re.S)
+_XML_PARAM = re.compile(r"<parameter=([^>\n]+)>(.*?)(?:</parameter>|(?=<parameter=)|$)", re.S)
+
+
+def _xml_value(text: str, schema: Any) -> Any:
+    """A parameter's text as its schema types it. The model writes each value
+    on lines of its own: one newline on each side belongs to the syntax."""
+    if text.startswith("\n"):
+        text = text[1:]
+    if text.endswith("\n"):
+        text = text[:-1]
+    kind = schema.get("type") if isinstance(schema, dict) else None
+    if kind == "string" or (isinstance(kind, list) and "string" in kind and len(kind) == 1):
+        return text
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return text
+    if kind is None and isinstance(value, str):
+        return text  # a quoted string stays as the model wrote it
+    return value
+
+
+def _xml_calls(body: str, names: Any) -> List[ToolCall]:
+    """The calls of one <tool_call> block in the XML syntax; [] if it has none."""
+    calls = []
+    for name, inner in _XML_FUNCTION.findall(body):
+        name = name.strip()
+        props: Dict[str, Any] = {}
+        if isinstance(names, dict) and isinstance(names.get(name), dict):
+            props = names[name].get("properties") or {}
+        args = {key.strip(): _xml_value(val, props.get(key.strip())) for key, val in _XML_PARAM.findall(inner)}
+        calls.append(make_call(name, args))
+    return calls
+
+
 def _as_calls(value: Any, names: Optional[Sequence[str]], strict: bool) -> List[ToolCall]:
     """Calls described by a decoded JSON value; [] if it does not describe calls
     (``strict``: every call must name one of ``names``)."""
@@ -77,7 +117,9 @@ def _as_calls(value: Any, names: Optional[Sequence[str]], strict: bool) -> List[
 
 
 def find_tool_calls(text: str, names: Optional[Sequence[str]] = None) -> Tuple[int, List[ToolCall]]:
-    """(index where the calls begin, calls) in model output; (-1, []) if none."""
+    """(index where the calls begin, calls) in model output; (-1, []) if none.
+    ``names``: the declared tools' names, or a dict of name -> parameters
+    schema (``tool_schemas``), which the XML syntax uses to type values."""
     cut = min((i for i in (text.find(m) for m in CALL_MARKERS) if i >= 0), default=-1)
     if cut >= 0:
         tail = text[cut:]
@@ -85,7 +127,10 @@ def find_tool_calls(text: str, names: Optional[Sequence[str]] = None) -> Tuple[i
         try:
             if tail.startswith("<tool_call>"):
                 for body in _HERMES.findall(tail):
-                    calls += _as_calls(_json_values(body)[0], names, strict=False)
+                    if body.startswith("<function="):
+                        calls += _xml_calls(body, names)
+                    else:
+                        calls += _as_calls(_json_values(body)[0], names, strict=False)
             elif tail.startswith(("[TOOL_CALLS]", "<|python_tag|>")):
                 body = tail[len("[TOOL_CALLS]"):] if tail.startswith("[TOOL_CALLS]") else tail[len("<|python_tag|>"):]
                 for value in _json_values(body):
@@ -176,6 +221,12 @@ def partial_marker_len(text: str, markers: Sequence[str]) -> int:
 
 def tool_names(tools: Optional[Sequence[Dict[str, Any]]]) -> List[str]:
     return [t["function"]["name"] for t in tools or [] if isinstance(t, dict) and "function" in t]
+
+
+def tool_schemas(tools: Optional[Sequence[Dict[str, Any]]]) -> Dict[str, Any]:
+    """The declared tools' parameters schemas by name (what find_tool_calls takes as ``names``)."""
+    return {t["function"]["name"]: t["function"].get("parameters") or {}
+            for t in tools or [] if isinstance(t, dict) and "function" in t}
 
 
 def tools_system_prompt(tools: Sequence[Dict[str, Any]]) -> str:

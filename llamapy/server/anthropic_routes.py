@@ -298,7 +298,8 @@ class _StreamBlocks:
         if d.get("content"):
             if self.open != ("text",):
                 self._start(("text",), {"type": "text", "text": ""})
-            self._emit("content_block_delta", {"index": self.index, "delta": {"type": "text_delta", "text": d["content"]}})
+            self._emit("content_block_delta", {"index": self.index,
+                                               "delta": {"type": "text_delta", "text": d["content"]}})
         for call in d.get("tool_calls") or []:
             key = ("tool", call.get("index", 0))
             fn = call.get("function") or {}
