@@ -36,8 +36,9 @@ logger = logging.getLogger("llamapy.server.router")
 
 # Child routes reached through the router, by the request's "model" field.
 PROXY_POST = ("/v1/chat/completions", "/chat/completions", "/v1/completions", "/completions", "/v1/embeddings",
-              "/embeddings", "/infill", "/v1/messages", "/v1/messages/count_tokens", "/tokenize", "/detokenize",
-              "/apply-template", "/api/chat", "/api/generate", "/api/embed", "/api/embeddings", "/api/show")
+              "/embeddings", "/infill", "/v1/messages", "/v1/messages/count_tokens", "/v1/responses", "/tokenize",
+              "/detokenize", "/apply-template", "/api/chat", "/api/generate", "/api/embed", "/api/embeddings",
+              "/api/show")
 PROXY_GET = ("/props", "/slots", "/metrics")  # ?model=NAME
 OLLAMA_KEEP_ALIVE = ("/api/chat", "/api/generate", "/api/embed", "/api/embeddings")  # requests that may carry keep_alive
 _PASS_HEADERS = ("content-type", "cache-control", "retry-after", "x-accel-buffering")
