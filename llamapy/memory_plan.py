@@ -120,7 +120,9 @@ class _Shape:
             v = md.get(f"{arch}.{suffix}", default)
             if v is None:
                 raise ValueError(f"{f.path}: model metadata lacks {arch}.{suffix}")
-            return v
+            # one value per layer (Gemma 4's head_count_kv, feed_forward_length):
+            # buffers are sized for the largest, as the engine's loader does
+            return max(v) if isinstance(v, list) and v else v
 
         self.n_ctx_train = int(key("context_length"))
         self.n_embd = int(key("embedding_length"))
@@ -149,6 +151,15 @@ class _Shape:
         # sequence, and the context keeps up to n_state_checkpoints copies of it.
         self.recurrent_layers = [bool(x) for x in shape["recurrent_layers"]]
         self.recurrent_bytes_per_seq = int(shape["recurrent_bytes_per_seq"])
+        # Per layer (models whose layers differ in shape, as Gemma 4's): head
+        # sizes, and the key / value elements each layer stores in the cache
+        # (0 for a layer that reuses another's); the attention shapes the
+        # CPU backend's scratch is sized for.
+        self.layer_head_dim_k = [int(x) for x in shape["layer_head_dim_k"]]
+        self.layer_head_dim_v = [int(x) for x in shape["layer_head_dim_v"]]
+        self.layer_kv_k = [int(x) for x in shape["layer_kv_k"]]
+        self.layer_kv_v = [int(x) for x in shape["layer_kv_v"]]
+        self.attention_shapes = [tuple(int(v) for v in a) for a in shape["attention_shapes"]]
         tensors = {t.name: t for t in f.tensors}
         if "token_embd.weight" not in tensors:
             raise ValueError(f"{f.path}: the file lacks tensor token_embd.weight")
@@ -226,7 +237,7 @@ def _compute_bytes(s: _Shape, n_ctx: int, n_ubatch: int, n_threads: int, flash: 
         matmul_act += int(_engine.moe_scratch_bytes(ub * s.n_expert_used, s.n_expert, max(E, s.n_ff_exp)))
     attn = _engine.ops.attention_scratch_bytes("flash" if flash else "explicit", n_threads, n_ctx,
                                                s.n_head // s.n_head_kv, s.head_dim_k, s.head_dim_v,
-                                               n_head_kv=s.n_head_kv)
+                                               n_head_kv=s.n_head_kv, shapes=s.attention_shapes)
     hidden = 4 * ub * E if (s.encoder or pooled) else 0
     return run + matmul_act + int(attn) + hidden
 
@@ -357,12 +368,16 @@ def plan_memory(model_path: Union[str, "os.PathLike[str]"], n_ctx: Optional[int]
     pooling = (0 if s.pooling < 0 else s.pooling) if embedding else 0
 
     # KV cache: row bytes per cell and layer, main and window caches.
-    for t, dim, what in ((tk, s.head_dim_k, "type_k"), (tv, s.head_dim_v, "type_v")):
+    for t, dims, what in ((tk, s.layer_head_dim_k, "type_k"), (tv, s.layer_head_dim_v, "type_v")):
         bs = int(_engine.type_info(t)["block_size"])
-        if bs > 1 and dim % bs:
-            raise ValueError(f"{what}={t} needs head sizes that are a multiple of {bs}; this model's is {dim}")
+        bad = [d for d in dims if bs > 1 and d % bs]  # every layer's (Gemma 4's differ)
+        if bad:
+            raise ValueError(f"{what}={t} needs head sizes that are a multiple of {bs}; this model's is {bad[0]}")
+
     # (multi-head latent attention: the values are the keys' latent, no room of their own)
-    row = int(_engine.row_size(tk, s.n_embd_k)) + (0 if s.kv_values_in_keys else int(_engine.row_size(tv, s.n_embd_v)))
+    def row(il: int) -> int:
+        return int(_engine.row_size(tk, s.layer_kv_k[il])) + \
+            (0 if s.kv_values_in_keys else int(_engine.row_size(tv, s.layer_kv_v[il])))
     any_swa, all_swa = any(s.swa_layers), all(s.swa_layers) and s.n_layer > 0
     swa_cells = 0
     if not s.encoder and s.n_swa > 0 and any_swa and not all_swa:
@@ -370,7 +385,7 @@ def plan_memory(model_path: Union[str, "os.PathLike[str]"], n_ctx: Optional[int]
         swa_cells = w if w < ctx else 0
     main_cells = 1 if s.encoder else ctx
     per_layer_kv = [0 if s.recurrent_layers[il] else
-                    row * (swa_cells if (swa_cells and s.swa_layers[il]) else main_cells) for il in range(s.n_layer)]
+                    row(il) * (swa_cells if (swa_cells and s.swa_layers[il]) else main_cells) for il in range(s.n_layer)]
     # (the engine's default: context_params.h n_state_checkpoints)
     state = s.recurrent_bytes_per_seq * n_seq_max * (1 + int(n_state_checkpoints))
     kv = sum(per_layer_kv)

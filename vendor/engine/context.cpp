@@ -55,12 +55,14 @@ context_params resolve_params(const model& m, context_params p) {
     if (p.n_threads_batch <= 0) p.n_threads_batch = default_n_threads();
     if (p.n_threads > 1024 || p.n_threads_batch > 1024) throw value_error("too many threads");
     if (p.rope_freq_base < 0 || p.rope_freq_scale < 0) throw value_error("rope_freq_base/scale must be >= 0");
-    for (auto [t, dim, what] : {std::tuple{p.type_k, hp.head_dim_k, "type_k"}, std::tuple{p.type_v, hp.head_dim_v, "type_v"}}) {
-        const int64_t bs = traits(t).block_size;
-        if (kv_cache_type_ok(t) && bs > 1 && dim % bs != 0)
-            throw value_error(std::string(what) + "=" + type_name(t) + " needs head sizes that are a multiple of " +
-                              std::to_string(bs) + "; this model's is " + std::to_string(dim));
-    }
+    for (int64_t il = 0; il < std::max<int64_t>(hp.n_layer, 1); ++il)  // every layer's (Gemma 4's differ)
+        for (auto [t, dim, what] : {std::tuple{p.type_k, hp.layer_head_dim_k(il), "type_k"},
+                                    std::tuple{p.type_v, hp.layer_head_dim_v(il), "type_v"}}) {
+            const int64_t bs = traits(t).block_size;
+            if (kv_cache_type_ok(t) && bs > 1 && dim % bs != 0)
+                throw value_error(std::string(what) + "=" + type_name(t) + " needs head sizes that are a multiple of " +
+                                  std::to_string(bs) + "; this model's is " + std::to_string(dim));
+        }
     if (p.rope_scaling_type < -1 || p.rope_scaling_type > 2)
         throw value_error("rope_scaling_type must be -1 (model), 0 (none), 1 (linear) or 2 (yarn), got " +
                           std::to_string(p.rope_scaling_type));
@@ -118,13 +120,42 @@ rope_params scaled_rope(rope_params r, const context_params& p) {
 }
 
 // Layer flags of the main cache: all layers (empty), or the global ones;
-// recurrent layers keep no KV cells (their memory is recurrent_state).
+// never a layer that reuses another's cache (hparams::kv_layer).
 std::vector<uint8_t> main_cache_layers(const hparams& hp, const context_params& p) {
     const bool window = window_cache_cells(hp, p) != 0;
-    if (!window && hp.n_recurrent() == 0) return {};
-    std::vector<uint8_t> f(hp.swa_layers.size());
-    for (size_t i = 0; i < f.size(); ++i) f[i] = !(window && hp.swa_layers[i]) && !hp.is_recurrent((int64_t)i);
+    if (!window && hp.kv_layer.empty() && hp.n_recurrent() == 0) return {};
+    std::vector<uint8_t> f((size_t)hp.n_layer);
+    // (recurrent layers keep no KV cells: their memory is recurrent_state)
+    for (size_t i = 0; i < f.size(); ++i)
+        f[i] = (!window || !hp.swa_layers[i]) && hp.own_kv((int64_t)i) && !hp.is_recurrent((int64_t)i);
     return f;
+}
+
+// Layer flags of the window cache: the sliding-window layers with a cache of their own.
+std::vector<uint8_t> window_cache_layers(const hparams& hp) {
+    std::vector<uint8_t> f((size_t)hp.n_layer);
+    for (size_t i = 0; i < f.size(); ++i) f[i] = hp.swa_layers[i] && hp.own_kv((int64_t)i);
+    return f;
+}
+
+// Each layer's key / value widths in the cache (hparams::kv_width_k / _v).
+std::vector<int64_t> kv_widths(const hparams& hp, bool values) {
+    std::vector<int64_t> w((size_t)hp.n_layer);
+    for (int64_t il = 0; il < hp.n_layer; ++il) w[(size_t)il] = values ? hp.kv_width_v(il) : hp.kv_width_k(il);
+    return w;
+}
+
+// The head size every layer a cache holds shares (rotation_block's input),
+// 0 when they differ: llama.cpp then rotates none of them.
+int64_t shared_head_dim(const hparams& hp, const kv_cache& kv, bool values) {
+    int64_t d = -1;
+    for (int il = 0; il < (int)hp.n_layer; ++il) {
+        if (!kv.holds(il)) continue;
+        const int64_t h = values ? hp.layer_head_dim_v(il) : hp.layer_head_dim_k(il);
+        if (d >= 0 && d != h) return 0;
+        d = h;
+    }
+    return d < 0 ? 0 : d;
 }
 
 device gpu_of(const std::vector<device>& parts) {
@@ -157,8 +188,8 @@ context::context(std::shared_ptr<const model> m, const context_params& params)
       p_(for_context(*model_, params)),
       parts_(place_parts(*model_, p_)),
       gpu_(gpu_of(parts_)),
-      kv_((int)model_->hp().n_layer, model_->hp().v.encoder ? 1 : p_.n_ctx, model_->hp().n_embd_k(),
-          model_->hp().n_embd_v(), p_.type_k, p_.type_v, main_cache_layers(model_->hp(), p_),
+      kv_((int)model_->hp().n_layer, model_->hp().v.encoder ? 1 : p_.n_ctx, kv_widths(model_->hp(), false),
+          kv_widths(model_->hp(), true), p_.type_k, p_.type_v, main_cache_layers(model_->hp(), p_),
           kv_devices(), model_->hp().is_mla()),
       rstate_(model_->hp(), p_.n_seq_max, p_.n_state_checkpoints),
       pool_(new thread_pool(p_.n_threads)),
@@ -168,8 +199,8 @@ context::context(std::shared_ptr<const model> m, const context_params& params)
     const hparams& hp = model_->hp();
     rope_[0] = scaled_rope(hp.rope, p_);
     if (const int64_t wc = window_cache_cells(hp, p_)) {
-        kv_swa_.reset(new kv_cache((int)hp.n_layer, wc, hp.n_embd_k(), hp.n_embd_v(), p_.type_k, p_.type_v,
-                                   hp.swa_layers, kv_devices(), hp.is_mla()));
+        kv_swa_.reset(new kv_cache((int)hp.n_layer, wc, kv_widths(hp, false), kv_widths(hp, true), p_.type_k,
+                                   p_.type_v, window_cache_layers(hp), kv_devices(), hp.is_mla()));
         cells_swa_.resize((size_t)p_.n_batch);
     }
     swa_dropped_.assign((size_t)p_.n_seq_max, -1);
@@ -205,9 +236,12 @@ context::context(std::shared_ptr<const model> m, const context_params& params)
     }
     // (Multi-head latent attention reads its values from the keys: no rotation of either.)
     if (p_.kv_rotation && !hp.is_mla()) {
-        const int rk = rotation_block(p_.type_k, hp.head_dim_k, false), rv = rotation_block(p_.type_v, hp.head_dim_v, true);
-        kv_.set_rotation(rk, rv);
-        if (kv_swa_) kv_swa_->set_rotation(rk, rv);
+        // per cache, from the head size its layers share (none when they differ)
+        for (kv_cache* c : {&kv_, kv_swa_.get()}) {
+            if (!c) continue;
+            const int64_t dk = shared_head_dim(hp, *c, false), dv = shared_head_dim(hp, *c, true);
+            c->set_rotation(dk ? rotation_block(p_.type_k, dk, false) : 0, dv ? rotation_block(p_.type_v, dv, true) : 0);
+        }
     }
     // Frequency divisors: llama3-style rope_freqs, or phi3's long / short
     // factors chosen by the context length each sequence can reach.
@@ -219,6 +253,10 @@ context::context(std::shared_ptr<const model> m, const context_params& params)
     rope_[1] = rope_[0];
     rope_[1].freq_base = hp.rope_freq_base_swa;
     rope_[1].freq_scale = hp.rope_freq_scale_swa;
+    // Gemma 4: its sliding-window layers rotate their own dims, without the
+    // global layers' frequency divisors.
+    if (hp.rope_n_rot_swa > 0) rope_[1].n_rot = hp.rope_n_rot_swa;
+    if (hp.rope_freqs_global) rope_[1].freq_factors = nullptr;
     cells_.resize((size_t)p_.n_batch);
     first_seq_.resize((size_t)p_.n_batch);
     out_rows_.resize((size_t)p_.n_batch);

@@ -62,17 +62,32 @@ struct reader {
 kv_cache::kv_cache(int n_layer, int64_t n_cells, int64_t n_embd_k, int64_t n_embd_v, ggml_type type_k,
                    ggml_type type_v, const std::vector<uint8_t>& layers, const std::vector<device>& where,
                    bool values_in_keys)
-    : n_layer_(n_layer), n_cells_(n_cells), n_embd_k_(n_embd_k), n_embd_v_(n_embd_v), type_k_(type_k),
-      type_v_(values_in_keys ? type_k : type_v), v_in_k_(values_in_keys) {
-    if (values_in_keys && (n_embd_v > n_embd_k || row_size(type_k, n_embd_v) == 0))
-        throw value_error("KV cache: values in keys need whole blocks of " + std::string(type_name(type_k)) +
-                          " within the keys");
+    : kv_cache(n_layer, n_cells, std::vector<int64_t>((size_t)std::max(n_layer, 0), n_embd_k),
+               std::vector<int64_t>((size_t)std::max(n_layer, 0), n_embd_v), type_k, type_v, layers, where,
+               values_in_keys) {}
+
+kv_cache::kv_cache(int n_layer, int64_t n_cells, const std::vector<int64_t>& n_embd_k,
+                   const std::vector<int64_t>& n_embd_v, ggml_type type_k, ggml_type type_v,
+                   const std::vector<uint8_t>& layers, const std::vector<device>& where, bool values_in_keys)
+    : n_layer_(n_layer), n_cells_(n_cells), type_k_(type_k), type_v_(values_in_keys ? type_k : type_v),
+      v_in_k_(values_in_keys) {
+    if ((int)n_embd_k.size() != std::max(n_layer, 0) || (int)n_embd_v.size() != std::max(n_layer, 0))
+        throw value_error("KV cache: layer widths do not match n_layer");
+    for (int il = 0; il < n_layer; ++il)
+        if (values_in_keys && (n_embd_v[(size_t)il] > n_embd_k[(size_t)il] ||
+                               row_size(type_k, n_embd_v[(size_t)il]) == 0))
+            throw value_error("KV cache: values in keys need whole blocks of " + std::string(type_name(type_k)) +
+                              " within the keys");
     if (!layers.empty() && (int)layers.size() != n_layer) throw value_error("KV cache: layer flags do not match n_layer");
     if (!where.empty() && (int)where.size() != n_layer) throw value_error("KV cache: layer devices do not match n_layer");
     slot_.assign((size_t)std::max(n_layer, 0), -1);
     buf_.assign((size_t)std::max(n_layer, 0), 0);
+    off_.assign((size_t)std::max(n_layer, 0), 0);
+    k_row_.assign((size_t)std::max(n_layer, 0), 0);
+    v_row_.assign((size_t)std::max(n_layer, 0), 0);
     std::vector<device> devs;      // the distinct devices, in layer order
     std::vector<int> n_on;         // held layers on each
+    std::vector<size_t> size_on;   // their bytes
     for (int il = 0; il < n_layer; ++il) {
         if (!layers.empty() && !layers[(size_t)il]) continue;
         const device d = where.empty() ? device::host() : where[(size_t)il];
@@ -81,9 +96,15 @@ kv_cache::kv_cache(int n_layer, int64_t n_cells, int64_t n_embd_k, int64_t n_emb
         if (b == devs.size()) {
             devs.push_back(d);
             n_on.push_back(0);
+            size_on.push_back(0);
         }
+        k_row_[(size_t)il] = row_size(type_k, n_embd_k[(size_t)il]);
+        v_row_[(size_t)il] = v_in_k_ ? 0 : row_size(type_v, n_embd_v[(size_t)il]);
         buf_[(size_t)il] = (int)b;
         slot_[(size_t)il] = n_on[b]++;
+        off_[(size_t)il] = size_on[b];
+        size_on[b] += layer_bytes(il);
+        bytes_ += layer_bytes(il);
         ++n_held_;
     }
     for (ggml_type t : {type_k, type_v})
@@ -91,11 +112,8 @@ kv_cache::kv_cache(int n_layer, int64_t n_cells, int64_t n_embd_k, int64_t n_emb
             throw value_error(std::string("KV cache type ") + type_name(t) + " is not supported (" +
                               kv_cache_type_names() + ")");
     if (n_layer <= 0 || n_cells <= 0 || n_held_ == 0) throw value_error("KV cache needs at least one layer and one cell");
-    k_row_ = row_size(type_k, n_embd_k);
-    v_row_ = v_in_k_ ? 0 : row_size(type_v, n_embd_v);
-    layer_bytes_ = (size_t)n_cells * (k_row_ + v_row_);
     // Not zeroed: a cell's rows are always written before any token can see it.
-    for (size_t b = 0; b < devs.size(); ++b) data_.emplace_back(devs[b], (size_t)n_on[b] * layer_bytes_);
+    for (size_t b = 0; b < devs.size(); ++b) data_.emplace_back(devs[b], size_on[b]);
     pos_.assign((size_t)n_cells, -1);
     ext_y_.assign((size_t)n_cells, 0);
     ext_x_.assign((size_t)n_cells, 0);
@@ -242,6 +260,15 @@ void kv_cache::build_mask(int64_t n_tok, const int32_t* pos, const int32_t* seq,
     }
 }
 
+size_t kv_cache::widest_k_row() const { return *std::max_element(k_row_.begin(), k_row_.end()); }
+size_t kv_cache::widest_v_row() const { return *std::max_element(v_row_.begin(), v_row_.end()); }
+size_t kv_cache::cell_bytes() const {
+    size_t b = 0;
+    for (int il = 0; il < n_layer_; ++il)
+        if (holds(il)) b += k_row_[(size_t)il] + v_row_[(size_t)il];
+    return b;
+}
+
 void kv_cache::write_state(std::vector<uint8_t>& out) const {
     put<uint32_t>(out, kStateMagic);
     put<uint32_t>(out, kStateVersion);
@@ -249,8 +276,8 @@ void kv_cache::write_state(std::vector<uint8_t>& out) const {
     put<uint32_t>(out, (uint32_t)n_held_);
     put<int32_t>(out, (int32_t)type_k_);
     put<int32_t>(out, (int32_t)type_v_);
-    put<uint64_t>(out, (uint64_t)k_row_);
-    put<uint64_t>(out, (uint64_t)v_row_);
+    put<uint64_t>(out, (uint64_t)widest_k_row());
+    put<uint64_t>(out, (uint64_t)widest_v_row());
     std::vector<int64_t> used;
     for (int64_t j = 0; j < n_cells_; ++j)
         if (!seqs_[(size_t)j].none()) used.push_back(j);
@@ -265,17 +292,18 @@ void kv_cache::write_state(std::vector<uint8_t>& out) const {
             if (s.test(q)) put<int32_t>(out, (int32_t)q);
     }
     const size_t at = out.size();
-    out.resize(at + used.size() * (size_t)n_held_ * (k_row_ + v_row_));
+    out.resize(at + used.size() * cell_bytes());
     uint8_t* dst = out.data() + at;
     for (int il = 0; il < n_layer_; ++il) {
         if (!holds(il)) continue;
+        const size_t kr = k_row_[(size_t)il], vr = v_row_[(size_t)il];
         for (int64_t j : used) {
-            std::memcpy(dst, k(il) + (size_t)j * k_row_, k_row_);
-            dst += k_row_;
+            std::memcpy(dst, k(il) + (size_t)j * kr, kr);
+            dst += kr;
         }
         for (int64_t j : used) {
-            std::memcpy(dst, v(il) + (size_t)j * v_row_, v_row_);
-            dst += v_row_;
+            std::memcpy(dst, v(il) + (size_t)j * vr, vr);
+            dst += vr;
         }
     }
 }
@@ -290,8 +318,8 @@ size_t kv_cache::read_state(const uint8_t* data, size_t size, bool apply) {
     const uint32_t n_held = r.get<uint32_t>();
     const int32_t tk = r.get<int32_t>(), tv = r.get<int32_t>();
     const uint64_t k_row = r.get<uint64_t>(), v_row = r.get<uint64_t>();
-    if (n_layer != (uint32_t)n_layer_ || n_held != (uint32_t)n_held_ || tk != (int32_t)type_k_ || tv != (int32_t)type_v_ || k_row != k_row_ ||
-        v_row != v_row_)
+    if (n_layer != (uint32_t)n_layer_ || n_held != (uint32_t)n_held_ || tk != (int32_t)type_k_ || tv != (int32_t)type_v_ ||
+        k_row != widest_k_row() || v_row != widest_v_row())
         throw value_error("KV cache state was saved by a context with another model, cache types or sliding-window cache layout (swa_full)");
     const uint64_t n = r.get<uint64_t>();
     if (n > (uint64_t)n_cells_)
@@ -312,7 +340,7 @@ size_t kv_cache::read_state(const uint8_t* data, size_t size, bool apply) {
             seqs[i].set((size_t)s);
         }
     }
-    const uint8_t* rows = r.take((size_t)n * n_held_ * (k_row_ + v_row_));
+    const uint8_t* rows = r.take((size_t)n * cell_bytes());
     if (!apply) return r.at;
     // Everything is valid: replace the contents.
     clear();
@@ -325,10 +353,11 @@ size_t kv_cache::read_state(const uint8_t* data, size_t size, bool apply) {
     n_used_ = (int64_t)n;
     for (int il = 0; il < n_layer_; ++il) {
         if (!holds(il)) continue;
-        std::memcpy(k(il), rows, (size_t)n * k_row_);
-        rows += (size_t)n * k_row_;
-        std::memcpy(v(il), rows, (size_t)n * v_row_);
-        rows += (size_t)n * v_row_;
+        const size_t kr = k_row_[(size_t)il], vr = v_row_[(size_t)il];
+        std::memcpy(k(il), rows, (size_t)n * kr);
+        rows += (size_t)n * kr;
+        std::memcpy(v(il), rows, (size_t)n * vr);
+        rows += (size_t)n * vr;
     }
     return r.at;
 }

@@ -57,6 +57,12 @@ public:
     kv_cache(int n_layer, int64_t n_cells, int64_t n_embd_k, int64_t n_embd_v, ggml_type type_k, ggml_type type_v,
              const std::vector<uint8_t>& layers = {}, const std::vector<device>& where = {},
              bool values_in_keys = false);
+    // The same with each layer's own widths (n_layer entries each; models
+    // whose layers differ in shape, as Gemma 4's sliding-window and global
+    // layers): a layer's rows are as wide as its keys and values.
+    kv_cache(int n_layer, int64_t n_cells, const std::vector<int64_t>& n_embd_k, const std::vector<int64_t>& n_embd_v,
+             ggml_type type_k, ggml_type type_v, const std::vector<uint8_t>& layers = {},
+             const std::vector<device>& where = {}, bool values_in_keys = false);
 
     int n_layer() const { return n_layer_; }
     int64_t n_cells() const { return n_cells_; }
@@ -72,18 +78,18 @@ public:
     ggml_type type_k() const { return type_k_; }
     ggml_type type_v() const { return type_v_; }
     bool values_in_keys() const { return v_in_k_; }
-    size_t k_row_bytes() const { return k_row_; }
-    size_t v_row_bytes() const { return v_in_k_ ? k_row_ : v_row_; }
+    // Bytes of one cell's keys / values in layer il (a held one).
+    size_t k_row_bytes(int il) const { return k_row_[(size_t)il]; }
+    size_t v_row_bytes(int il) const { return v_in_k_ ? k_row_[(size_t)il] : v_row_[(size_t)il]; }
     // Keys / values of layer il (a held one): (n_cells, n_embd_k) / (n_cells, n_embd_v).
     bool holds(int il) const { return slot_[(size_t)il] >= 0; }
-    uint8_t* k(int il) { return data_[(size_t)buf_[(size_t)il]].u8() + (size_t)slot_[(size_t)il] * layer_bytes_; }
-    uint8_t* v(int il) { return v_in_k_ ? k(il) : k(il) + (size_t)n_cells_ * k_row_; }
-    const uint8_t* k(int il) const {
-        return data_[(size_t)buf_[(size_t)il]].u8() + (size_t)slot_[(size_t)il] * layer_bytes_;
-    }
-    const uint8_t* v(int il) const { return v_in_k_ ? k(il) : k(il) + (size_t)n_cells_ * k_row_; }
-    size_t bytes() const { return (size_t)n_held_ * layer_bytes_; }
-    size_t layer_bytes() const { return layer_bytes_; }  // keys and values of one held layer
+    uint8_t* k(int il) { return data_[(size_t)buf_[(size_t)il]].u8() + off_[(size_t)il]; }
+    uint8_t* v(int il) { return v_in_k_ ? k(il) : k(il) + (size_t)n_cells_ * k_row_[(size_t)il]; }
+    const uint8_t* k(int il) const { return data_[(size_t)buf_[(size_t)il]].u8() + off_[(size_t)il]; }
+    const uint8_t* v(int il) const { return v_in_k_ ? k(il) : k(il) + (size_t)n_cells_ * k_row_[(size_t)il]; }
+    size_t bytes() const { return bytes_; }
+    // Keys and values of held layer il.
+    size_t layer_bytes(int il) const { return (size_t)n_cells_ * (k_row_[(size_t)il] + v_row_[(size_t)il]); }
     device where(int il) const { return data_[(size_t)buf_[(size_t)il]].where(); }  // a held layer's device
 
     int32_t pos(int64_t cell) const { return pos_[(size_t)cell]; }
@@ -142,14 +148,20 @@ private:
     int n_layer_;
     std::vector<int> slot_;        // (n_layer) index of each held layer in its buffer, -1 when not held
     std::vector<int> buf_;         // (n_layer) the buffer (data_) of each held layer
+    std::vector<size_t> off_;      // (n_layer) byte offset of each held layer in its buffer
     int n_held_ = 0;
     int64_t n_cells_;
-    int64_t n_embd_k_, n_embd_v_;
     int rot_k_ = 0, rot_v_ = 0;
     ggml_type type_k_, type_v_;
     bool v_in_k_ = false;          // values_in_keys
-    size_t k_row_, v_row_;         // bytes of one cell's keys / values in one layer (values in keys: 0)
-    size_t layer_bytes_;           // n_cells * (k_row + v_row)
+    // (n_layer) bytes of one cell's keys / values in each layer (values in keys: 0)
+    std::vector<size_t> k_row_, v_row_;
+    size_t bytes_ = 0;             // all held layers
+    // The state's header names the widest rows (the same model and cache
+    // types give the same); a cell's rows of every held layer.
+    size_t widest_k_row() const;
+    size_t widest_v_row() const;
+    size_t cell_bytes() const;
     // One per device: (its held layers, [keys (n_cells, k_row) | values (n_cells, v_row)])
     std::vector<device_buffer> data_;
     std::vector<int32_t> pos_;     // (n_cells) position of each cell, -1 when free

@@ -140,10 +140,10 @@ placement_plan plan_parts(const model& m, const std::vector<device>& part_dev, c
         p.kv = p.weights;
         if (kv_main.holds(il)) {
             p.kv = kv_main.where(il);
-            p.kv_bytes = kv_main.layer_bytes();
+            p.kv_bytes = kv_main.layer_bytes(il);
         } else if (kv_swa && kv_swa->holds(il)) {
             p.kv = kv_swa->where(il);
-            p.kv_bytes = kv_swa->layer_bytes();
+            p.kv_bytes = kv_swa->layer_bytes(il);
         }
     }
     return plan;
@@ -184,11 +184,14 @@ gpu_need gpu_bytes(const model& m, const context_params& p, const std::vector<de
     if (!any) return need;
     const bool kv_on_gpu = !hp.v.encoder && p.offload_kqv;
     if (kv_on_gpu) {
-        const uint64_t rows = row_size(p.type_k, hp.n_embd_k()) + (hp.is_mla() ? 0 : row_size(p.type_v, hp.n_embd_v()));
         const int64_t wc = window_cache_cells(hp, p);
-        for (int64_t il = 0; il < hp.n_layer; ++il)
-            if (parts[(size_t)il + 1] == dev)
-                need.kv += rows * (uint64_t)((wc && hp.swa_layers[(size_t)il]) ? wc : p.n_ctx);
+        for (int64_t il = 0; il < hp.n_layer; ++il) {
+            if (!(parts[(size_t)il + 1] == dev)) continue;
+            // each layer's own widths (0 for one that reuses another's cache)
+            const uint64_t rows = row_size(p.type_k, hp.kv_width_k(il)) +
+                                  (hp.is_mla() ? 0 : row_size(p.type_v, hp.kv_width_v(il)));
+            need.kv += rows * (uint64_t)((wc && hp.swa_layers[(size_t)il]) ? wc : p.n_ctx);
+        }
     }
     const uint64_t ub = (uint64_t)p.n_ubatch;
     need.work = run_state::activation_bytes(hp, p.n_ubatch);

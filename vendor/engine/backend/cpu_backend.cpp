@@ -91,8 +91,22 @@ cpu_backend::cpu_backend(const hparams& hp, int64_t n_ub, int64_t n_cells, int n
     mm_.act.reserve(packed_act_bytes_max(n_ub, widest) + 1024);
     if (hp.moe.n_expert > 0)
         moe_.reserve(n_ub * hp.moe.n_expert_used, hp.moe.n_expert, std::max(hp.n_embd, hp.moe.n_ff_exp));
-    attn_.reserve(path, n_threads, n_cells, (int)(hp.n_head / hp.n_head_kv), (int)hp.head_dim_k, (int)hp.head_dim_v,
-                  (int)hp.n_head_kv);
+    attn_.reserve(path, n_threads, n_cells, attention_shapes(hp));
+}
+
+std::vector<attention_shape> attention_shapes(const hparams& hp) {
+    std::vector<attention_shape> out;
+    for (int64_t il = 0; il < std::max<int64_t>(hp.n_layer, 1); ++il) {
+        const int64_t kv = hp.shapes.empty() ? hp.n_head_kv : hp.shapes[(size_t)il].n_head_kv;
+        const attention_shape s{(int)(hp.n_head / kv), (int)hp.layer_head_dim_k(il), (int)hp.layer_head_dim_v(il),
+                                (int)kv};
+        bool seen = false;
+        for (const attention_shape& o : out)
+            seen = seen || (o.n_gqa == s.n_gqa && o.head_dim_k == s.head_dim_k && o.head_dim_v == s.head_dim_v &&
+                            o.n_head_kv == s.n_head_kv);
+        if (!seen) out.push_back(s);
+    }
+    return out;
 }
 
 cpu_backend::cpu_backend(thread_pool& pool) : pool_(&pool) {}

@@ -15,6 +15,12 @@
 
 namespace lp {
 
+// The attention shapes of a model's layers, each once, in layer order: one
+// for most models, one per kind of layer where layers differ (Gemma 4). What
+// the CPU backend's attention scratch is sized for (and the memory planner
+// asks for through _engine.model_shape).
+std::vector<attention_shape> attention_shapes(const hparams& hp);
+
 class cpu_backend final : public backend {
 public:
     // Work memory for a context on model hp: n_ubatch rows, n_cells KV cells,

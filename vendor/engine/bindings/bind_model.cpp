@@ -22,6 +22,7 @@
 
 #include "common.h"
 #include "context.h"
+#include "backend/cpu_backend.h"
 #include "cpu/moe.h"
 #include "gguf/gguf.h"
 #include "lora.h"
@@ -305,7 +306,24 @@ void bind_model(py::module_& m) {
         d["n_head_kv"] = hp.n_head_kv;
         d["head_dim_k"] = hp.head_dim_k;
         d["head_dim_v"] = hp.head_dim_v;
-        d["n_rot"] = hp.rope.n_rot;
+        d["n_rot"] = std::max(hp.rope.n_rot, hp.rope_n_rot_swa);  // what the RoPE tables are sized for
+        // Per layer (models whose layers differ, as Gemma 4's): head sizes and
+        // the key / value elements a layer stores (0: it reuses another's cache).
+        std::vector<int64_t> dk, dv, wk, wv;
+        for (int64_t il = 0; il < hp.n_layer; ++il) {
+            dk.push_back(hp.layer_head_dim_k(il));
+            dv.push_back(hp.layer_head_dim_v(il));
+            wk.push_back(hp.kv_width_k(il));
+            wv.push_back(hp.kv_width_v(il));
+        }
+        d["layer_head_dim_k"] = dk;
+        d["layer_head_dim_v"] = dv;
+        d["layer_kv_k"] = wk;
+        d["layer_kv_v"] = wv;
+        py::list shapes;  // the CPU backend's attention scratch is sized for these
+        for (const attention_shape& a : attention_shapes(hp))
+            shapes.append(py::make_tuple(a.n_gqa, a.head_dim_k, a.head_dim_v, a.n_head_kv));
+        d["attention_shapes"] = shapes;
         // Recurrent layers (Qwen3.5's delta-net): no KV cells; a state per sequence instead.
         std::vector<bool> rec;
         for (int64_t il = 0; il < hp.n_layer; ++il) rec.push_back(hp.is_recurrent(il));

@@ -212,12 +212,20 @@ void bind_ops(py::module_& m) {
             "sinks: (n_head) float32 attention-sink logits (gpt-oss), or None.\n"
             "Returns (n_tok, n_head, head_dim_v) float32.");
     ops.def("attention_scratch_bytes", [](const std::string& path, int n_threads, int64_t n_cells, int n_gqa,
-                                          int head_dim_k, int head_dim_v, int n_head_kv) {
+                                          int head_dim_k, int head_dim_v, int n_head_kv,
+                                          const std::vector<std::tuple<int, int, int, int>>& shapes) {
         attention_scratch s;
-        s.reserve(path_arg(path), n_threads, n_cells, n_gqa, head_dim_k, head_dim_v, n_head_kv);
+        std::vector<attention_shape> all{attention_shape{n_gqa, head_dim_k, head_dim_v, n_head_kv}};
+        if (!shapes.empty()) all.clear();
+        for (const auto& [g, dk, dv, kv] : shapes) all.push_back(attention_shape{g, dk, dv, kv});
+        s.reserve(path_arg(path), n_threads, n_cells, all);
         return s.bytes();
     }, py::arg("path"), py::arg("n_threads"), py::arg("n_cells"), py::arg("n_gqa"), py::arg("head_dim_k"),
-       py::arg("head_dim_v"), py::arg("n_head_kv") = 1, "Work memory the attention path reserves for these sizes.");
+       py::arg("head_dim_v"), py::arg("n_head_kv") = 1,
+       py::arg("shapes") = std::vector<std::tuple<int, int, int, int>>{},
+       "Work memory the attention path reserves for these sizes; shapes: (n_gqa, head_dim_k, head_dim_v, "
+       "n_head_kv) tuples of a model whose layers differ (model_shape's attention_shapes), which replace the "
+       "single shape.");
     ops.def("rope_table", &rope_table_op, py::arg("pos"), py::arg("n_rot"), py::arg("freq_base") = 10000.0f,
             py::arg("sections") = std::vector<int>{},
             "RoPE angles' cos/sin (n, n_rot/2, 2) of positions pos (n,), or with M-RoPE sections (4 ints) of\n"

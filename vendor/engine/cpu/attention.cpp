@@ -433,60 +433,89 @@ void attend_block_split(const attention_args& a, int t0, int nb, int hk, attenti
 }  // namespace
 
 void attention_scratch::reserve(int n_threads, int64_t n_cells, int n_gqa, int head_dim_k, int head_dim_v) {
-    const size_t nq = (size_t)kAttentionBlock * (size_t)n_gqa;
-    path = attention_path::explicit_softmax;
-    this->n_gqa = n_gqa;
-    this->head_dim_k = head_dim_k;
-    this->head_dim_v = head_dim_v;
-    this->n_cells = n_cells;
-    threads.resize((size_t)n_threads);
-    for (per_thread& t : threads) {
-        t.idx.resize((size_t)n_cells);
-        t.scores.resize(nq * (size_t)n_cells);
-        t.qh.resize(nq * (size_t)head_dim_k);
-        t.row.resize((size_t)std::max(head_dim_k, head_dim_v));
-        t.acc.resize(nq * (size_t)head_dim_v);
-    }
+    reserve(attention_path::explicit_softmax, n_threads, n_cells, {attention_shape{n_gqa, head_dim_k, head_dim_v, 1}});
 }
 
 void attention_scratch::reserve(attention_path p, int n_threads, int64_t n_cells, int n_gqa, int head_dim_k,
                                 int head_dim_v, int n_head_kv) {
-    if (n_threads < 1 || n_gqa < 1 || head_dim_k < 1 || head_dim_v < 1 || n_head_kv < 1)
-        throw value_error("attention scratch: threads, n_gqa, n_head_kv and head sizes must be >= 1");
-    if (p == attention_path::explicit_softmax) {
-        flash.clear();
-        slots.clear();
-        split_ml.clear();
-        split_tasks.clear();
-        n_slots = 0;
-        reserve(n_threads, n_cells, n_gqa, head_dim_k, head_dim_v);
-        return;
+    reserve(p, n_threads, n_cells, {attention_shape{n_gqa, head_dim_k, head_dim_v, n_head_kv}});
+}
+
+void attention_scratch::reserve(attention_path p, int n_threads, int64_t n_cells,
+                                const std::vector<attention_shape>& shape_list) {
+    if (n_threads < 1 || shape_list.empty()) throw value_error("attention scratch: threads and a shape are needed");
+    for (const attention_shape& sh : shape_list)
+        if (sh.n_gqa < 1 || sh.head_dim_k < 1 || sh.head_dim_v < 1 || sh.n_head_kv < 1)
+            throw value_error("attention scratch: threads, n_gqa, n_head_kv and head sizes must be >= 1");
+    shapes = shape_list;
+    path = p;
+    n_gqa = shapes[0].n_gqa;
+    head_dim_k = shapes[0].head_dim_k;
+    head_dim_v = shapes[0].head_dim_v;
+    n_head_kv = shapes[0].n_head_kv;
+    // Every buffer's size: the largest any shape needs (computed first, so
+    // each is allocated once at its exact size).
+    size_t scores = 0, qh = 0, row = 0, acc = 0;                       // explicit
+    size_t fq = 0, fs = 0, fpart = 0, fv = 0, fslots = 0, fml = 0;     // flash
+    for (const attention_shape& sh : shapes) {
+        const size_t nq = (size_t)kAttentionBlock * (size_t)sh.n_gqa;
+        scores = std::max(scores, nq * (size_t)n_cells);
+        qh = std::max(qh, nq * (size_t)sh.head_dim_k);
+        row = std::max(row, (size_t)std::max(sh.head_dim_k, sh.head_dim_v));
+        acc = std::max(acc, nq * (size_t)sh.head_dim_v);
+        const size_t fnq = (size_t)flash_block_rows(sh.n_gqa) * (size_t)sh.n_gqa;
+        const size_t part = fnq * ((size_t)sh.head_dim_v + 2);
+        fq = std::max(fq, kFlashGroup * fnq * (size_t)sh.head_dim_k);
+        fs = std::max(fs, fnq * kFlashTile);
+        fpart = std::max(fpart, part);
+        fv = std::max(fv, (size_t)kFlashTile * (size_t)sh.head_dim_v);
+        fslots = std::max(fslots, (size_t)sh.n_head_kv * part);
+        fml = std::max(fml, (size_t)sh.n_head_kv * fnq * 2);
     }
     threads.clear();
-    path = p;
-    this->n_gqa = n_gqa;
-    this->head_dim_k = head_dim_k;
-    this->head_dim_v = head_dim_v;
-    this->n_head_kv = n_head_kv;
+    flash.clear();
+    slots.clear();
+    split_ml.clear();
+    split_tasks.clear();
+    n_slots = 0;
+    if (p == attention_path::explicit_softmax) {
+        this->n_cells = n_cells;
+        threads.resize((size_t)n_threads);
+        for (per_thread& t : threads) {
+            t.idx.resize((size_t)n_cells);
+            t.scores.resize(scores);
+            t.qh.resize(qh);
+            t.row.resize(row);
+            t.acc.resize(acc);
+        }
+        return;
+    }
     this->n_cells = 0;
-    const size_t nq = (size_t)flash_block_rows(n_gqa) * (size_t)n_gqa;
-    const size_t part = nq * ((size_t)head_dim_v + 2);
     flash.resize((size_t)n_threads);
     for (flash_thread& t : flash) {
-        t.q.resize(kFlashGroup * nq * (size_t)head_dim_k);
-        t.s.resize(nq * kFlashTile);
-        t.sc.resize(nq * kFlashTile);
-        t.part.resize(part);
-        t.total.resize(kFlashGroup * part);
-        t.vbuf.resize((size_t)kFlashTile * (size_t)head_dim_v);
+        t.q.resize(fq);
+        t.s.resize(fs);
+        t.sc.resize(fs);
+        t.part.resize(fpart);
+        t.total.resize(kFlashGroup * fpart);
+        t.vbuf.resize(fv);
     }
     // Split-K rounds: enough slots that a round keeps every thread busy for a
     // few chunks.
     n_slots = 8 * (int64_t)n_threads;
-    slots.resize((size_t)n_slots * (size_t)n_head_kv * part);
-    split_ml.resize((size_t)n_threads * (size_t)n_head_kv * nq * 2);
-    split_tasks.clear();
+    slots.resize((size_t)n_slots * fslots);
+    split_ml.resize((size_t)n_threads * fml);
     split_tasks.reserve((size_t)n_slots);
+}
+
+bool attention_scratch::fits(const attention_args& a) const {
+    if (a.n_head_kv <= 0 || a.n_head % a.n_head_kv != 0) return false;
+    const int g = a.n_head / a.n_head_kv;
+    for (const attention_shape& sh : shapes)
+        if (sh.n_gqa == g && sh.head_dim_k == a.head_dim_k && sh.head_dim_v == a.head_dim_v &&
+            (path != attention_path::flash || sh.n_head_kv >= a.n_head_kv))
+            return true;
+    return false;
 }
 
 size_t attention_scratch::bytes() const {

@@ -47,6 +47,11 @@ constexpr int kFlashQueries = 16, kFlashTile = 64, kFlashChunk = 256;
 constexpr int kFlashGroup = 8;
 constexpr int flash_block_rows(int n_gqa) { return n_gqa >= kFlashQueries ? 1 : kFlashQueries / n_gqa; }
 
+// The sizes an attention call's work memory depends on.
+struct attention_shape {
+    int n_gqa = 1, head_dim_k = 1, head_dim_v = 1, n_head_kv = 1;
+};
+
 // Per-thread work memory, sized once for a context and for one path.
 struct attention_scratch {
     struct per_thread {
@@ -83,9 +88,10 @@ struct attention_scratch {
     int64_t n_slots = 0;
 
     attention_path path = attention_path::explicit_softmax;  // what reserve() sized this for
-    int n_gqa = 0, head_dim_k = 0, head_dim_v = 0;           // likewise
+    int n_gqa = 0, head_dim_k = 0, head_dim_v = 0;           // likewise (its first shape)
     int n_head_kv = 0;                                       // likewise (flash path)
     int64_t n_cells = 0;                                     // (explicit path)
+    std::vector<attention_shape> shapes;                     // every shape it was sized for
 
     // The explicit path's memory (n_cells enters it).
     void reserve(int n_threads, int64_t n_cells, int n_gqa, int head_dim_k, int head_dim_v);
@@ -94,6 +100,12 @@ struct attention_scratch {
     // key head); flash calls with more key heads are refused.
     void reserve(attention_path p, int n_threads, int64_t n_cells, int n_gqa, int head_dim_k, int head_dim_v,
                  int n_head_kv = 1);
+    // The same for calls of any of several shapes (models whose layers
+    // differ, as Gemma 4's): each buffer as large as the largest shape needs.
+    void reserve(attention_path p, int n_threads, int64_t n_cells, const std::vector<attention_shape>& shapes);
+    // Whether a call of a's shape fits what was reserved (the flash path
+    // also needs key heads up to the shape's n_head_kv).
+    bool fits(const attention_args& a) const;
     size_t bytes() const;  // work memory held
 };
 

@@ -568,8 +568,7 @@ void check(const attention_args& a, const attention_scratch& sc, const thread_po
     if (a.n_head <= 0 || a.n_head_kv <= 0 || a.n_head % a.n_head_kv != 0)
         throw value_error("attention: n_head (" + std::to_string(a.n_head) + ") must be a positive multiple of n_head_kv (" +
                           std::to_string(a.n_head_kv) + ")");
-    if (sc.path != attention_path::flash || sc.n_gqa != a.n_head / a.n_head_kv || sc.head_dim_k != a.head_dim_k ||
-        sc.head_dim_v != a.head_dim_v || (int)sc.flash.size() < pool.n_threads() || sc.n_head_kv < a.n_head_kv)
+    if (sc.path != attention_path::flash || !sc.fits(a) || (int)sc.flash.size() < pool.n_threads())
         throw value_error(
             "attention: the scratch was not reserved for the flash path with these head sizes, key heads and threads");
     for (auto [t, d] : {std::pair{a.type_k, a.head_dim_k}, std::pair{a.type_v, a.head_dim_v}}) {

@@ -2,6 +2,7 @@
 #include "blocks.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 
 #include "../common.h"
@@ -48,9 +49,14 @@ run_state::run_state(const hparams& hp, int64_t n_ub, int64_t n_cells, device wh
         dn_out = float_buffer(where, (size_t)(n_ub * sm.value_dim()));
     }
     if (hp.moe.n_ff_shexp > 0) shexp_gate = float_buffer(where, (size_t)n_ub);
+    if (hp.n_embd_per_layer > 0) {  // Gemma 4's per-layer inputs
+        ple = float_buffer(where, (size_t)(n_ub * hp.n_layer * hp.n_embd_per_layer));
+        ple_proj = float_buffer(where, (size_t)(n_ub * hp.n_layer * hp.n_embd_per_layer));
+        ple_zero_ids.assign((size_t)n_ub, 0);
+    }
     const bool any_swa = std::find(hp.swa_layers.begin(), hp.swa_layers.end(), 1) != hp.swa_layers.end();
     for (int r = 0; r < (any_swa ? 2 : 1); ++r) {
-        rope_cs[r].resize((size_t)(n_ub * std::max(hp.rope.n_rot, 2)));
+        rope_cs[r].resize((size_t)(n_ub * std::max({hp.rope.n_rot, hp.rope_n_rot_swa, 2})));
         mask[r].resize((size_t)(n_ub * mask_words));
         mask_lo[r].resize((size_t)n_ub);
         mask_hi[r].resize((size_t)n_ub);
@@ -67,9 +73,10 @@ size_t run_state::activation_bytes(const hparams& hp, int64_t n_ub) {
     const int64_t gate = hp.v.attn_gate ? 3 * hp.n_q() : 0;
     const int64_t dn = hp.n_recurrent() > 0 ? 2 * hp.ssm.conv_dim() + 3 * hp.ssm.value_dim() + 2 * hp.ssm.n_head_v : 0;
     const int64_t shexp = hp.moe.n_ff_shexp > 0 ? 1 : 0;
+    const int64_t ple = hp.n_embd_per_layer > 0 ? 2 * hp.n_layer * hp.n_embd_per_layer + 1 : 0;  // + ple_zero_ids
     return sizeof(float) * (size_t)(n_ub * (3 * E + hp.n_q() + hp.n_embd_k() + hp.n_embd_v() +
                                             hp.n_head * hp.head_dim_v + hp.ffn_width() + moe + mla + gate + dn +
-                                            shexp));
+                                            shexp + ple));
 }
 
 size_t run_state::bytes() const {
@@ -77,7 +84,8 @@ size_t run_state::bytes() const {
                lora_bax.bytes() + moe_logits.bytes() + moe_ids.bytes() + moe_weights.bytes() + moe_ffn.bytes() +
                moe_out.bytes() + mla_q.bytes() + mla_qa.bytes() + mla_out.bytes() + mla_qcur.bytes() + mla_heads.bytes() +
                q_full.bytes() + attn_gate.bytes() + dn_in.bytes() + dn_conv.bytes() + dn_z.bytes() + dn_gb.bytes() +
-               dn_out.bytes() + shexp_gate.bytes();
+               dn_out.bytes() + shexp_gate.bytes() + ple.bytes() + ple_proj.bytes() +
+               sizeof(int32_t) * ple_zero_ids.size();
     for (int r = 0; r < 2; ++r)
         b += sizeof(float) * rope_cs[r].size() + sizeof(uint64_t) * mask[r].size() +
              sizeof(int32_t) * (mask_lo[r].size() + mask_hi[r].size());
@@ -400,8 +408,12 @@ void qkv_block(pass& p, const hparams& hp, const layer_weights& L, int il, rows 
         p.matmul(L.wv, in, v);
     } else {
         p.matmul(L.wq, in, q);
-        p.matmul(L.wk, in, k);
-        p.matmul(L.wv, in, v);
+        // No attn_k: the layer reads another's cache (Gemma 4's shared KV)
+        // and has queries only. No attn_v (v_from_k): the keys' projection,
+        // before their norm, is also the values.
+        if (L.wk.data) p.matmul(L.wk, in, k);
+        if (L.wv.data) p.matmul(L.wv, in, v);
+        else if (L.wk.data && hp.v.v_from_k) p.copy(v, k, nk);
     }
     p.add_bias(qkv, L.bqkv);
     p.add_bias(q, L.bq);
@@ -409,9 +421,13 @@ void qkv_block(pass& p, const hparams& hp, const layer_weights& L, int il, rows 
     p.add_bias(v, L.bv);
     if (!L.q_norm.empty()) {  // qk_norm, or qk_norm_optional with the norms in the file
         p.head_norm(q, hp.n_head, hp.head_dim_k, L.q_norm, hp.norm_eps);
-        p.head_norm(k, hp.n_head_kv, hp.head_dim_k, L.k_norm, hp.norm_eps);
+        if (!L.k_norm.empty()) p.head_norm(k, hp.n_head_kv, hp.head_dim_k, L.k_norm, hp.norm_eps);
         p.tap("Qcur_normed", il, q, nq);
         p.tap("Kcur_normed", il, k, nk);
+    }
+    if (hp.v.v_norm && L.wk.data) {  // Gemma 4: each value head RMS-normed, no weight
+        p.head_norm(v, hp.n_head_kv, hp.head_dim_v, {}, hp.norm_eps);
+        p.tap("Vcur_normed", il, v, nv);
     }
     if (cos_sin && hp.rope.n_rot > 0) {
         p.rope(q, hp.n_head, hp.head_dim_k, hp.rope, cos_sin);
@@ -455,21 +471,26 @@ void cached_attention(pass& p, const hparams& hp, kv_cache& kv, int il, const in
                       int mask, rows qkv, rows out, const std::vector<float>& sinks) {
     const int64_t nq = hp.n_q(), nk = hp.n_embd_k(), nv = hp.n_embd_v(), n_att = hp.n_head * hp.head_dim_v;
     const rows q = qkv, k = qkv.at(nq), v = qkv.at(nq + nk);
+    // A layer that reuses an earlier layer's cache (hparams::kv_layer) stores nothing.
+    const int kl = hp.kv_layer_of(il);
+    const bool store = kl == il;
     p.enter_kv();
     if (kv.rot_k()) {
         p.hadamard(q, nq, kv.rot_k());
-        p.hadamard(k, nk, kv.rot_k());
+        if (store) p.hadamard(k, nk, kv.rot_k());
     }
-    if (kv.rot_v()) p.hadamard(v, nv, kv.rot_v());
-    p.kv_store(kv.k(il), kv.k_row_bytes(), kv.type_k(), k, nk, cells);
-    p.kv_store(kv.v(il), kv.v_row_bytes(), kv.type_v(), v, nv, cells);
+    if (kv.rot_v() && store) p.hadamard(v, nv, kv.rot_v());
+    if (store) {
+        p.kv_store(kv.k(il), kv.k_row_bytes(il), kv.type_k(), k, nk, cells);
+        p.kv_store(kv.v(il), kv.v_row_bytes(il), kv.type_v(), v, nv, cells);
+    }
     kv_source src;
     src.type_k = kv.type_k();
     src.type_v = kv.type_v();
-    src.k = kv.k(il);
-    src.k_row_bytes = kv.k_row_bytes();
-    src.v = kv.v(il);
-    src.v_row_bytes = kv.v_row_bytes();
+    src.k = kv.k(kl);
+    src.k_row_bytes = kv.k_row_bytes(kl);
+    src.v = kv.v(kl);
+    src.v_row_bytes = kv.v_row_bytes(kl);
     src.cell_pos = kv.positions();
     attention_args a = attention_setup(hp, rs, mask, qkv, out, p.n(), src);
     a.sinks = sinks.empty() ? nullptr : sinks.data();
@@ -513,11 +534,11 @@ void mla_attention(pass& p, const hparams& hp, const layer_weights& L, int il, k
     p.tap("Kcur", il, kcur, dk);
     // one cache row per token; the values are its first C elements
     p.enter_kv();
-    p.kv_store(kv.k(il), kv.k_row_bytes(), kv.type_k(), kcur, dk, cells);
+    p.kv_store(kv.k(il), kv.k_row_bytes(il), kv.type_k(), kcur, dk, cells);
     kv_source src;
     src.type_k = src.type_v = kv.type_k();
     src.k = src.v = kv.k(il);
-    src.k_row_bytes = src.v_row_bytes = kv.k_row_bytes();
+    src.k_row_bytes = src.v_row_bytes = kv.k_row_bytes(il);
     src.cell_pos = kv.positions();
     p.attention(attention_setup(hp, rs, mask, qcur, att, n, src));
     p.leave_kv();
@@ -612,6 +633,35 @@ void moe_ffn_block(pass& p, const hparams& hp, const layer_weights& L, int il, r
         p.add(out, shared, E);
     }
     p.tap("ffn_out", il, out, E);
+}
+
+void per_layer_inputs(pass& p, const model& m, const ubatch& ub, rows x, run_state& rs) {
+    const hparams& hp = m.hp();
+    const model_weights& W = m.weights();
+    const int64_t P = hp.n_embd_per_layer, NP = hp.n_layer * P;
+    const rows tok{rs.ple.f32(), NP}, out{rs.ple_proj.f32(), NP};
+    p.get_rows(W.per_layer_tok_embd, ub.tokens ? ub.tokens : rs.ple_zero_ids.data(), tok);
+    p.scale(tok, NP, std::sqrt((float)P));
+    p.tap("inp_per_layer_selected", -1, tok, NP);
+    p.matmul(W.per_layer_model_proj, x, out);
+    p.scale(out, NP, 1.0f / std::sqrt((float)hp.n_embd));
+    p.head_norm(out, hp.n_layer, P, W.per_layer_proj_norm, hp.norm_eps);
+    p.tap("per_layer_proj", -1, out, NP);
+    p.add(out, tok, NP);
+    p.scale(out, NP, 1.0f / std::sqrt(2.0f));
+    p.tap("inp_per_layer", -1, out, NP);
+}
+
+void per_layer_embedding(pass& p, const hparams& hp, const layer_weights& L, int il, rows x, rows inp, rows gate,
+                         rows out) {
+    const int64_t E = hp.n_embd, P = hp.n_embd_per_layer;
+    p.tap("pe_in", il, x, E);
+    p.matmul(L.ple_gate, x, gate);
+    p.act_mul(ffn_act::gelu, gate, inp.p + il * P, inp.s, P);  // GELU(gate) * the layer's input
+    p.matmul(L.ple_proj, gate, out);
+    p.norm(norm_kind::rms, out, out, L.ple_norm, {}, E, hp.norm_eps);
+    p.tap("per_layer_embd_out", il, out, E);
+    p.add(x, out, E);
 }
 
 void output_head(pass& p, const model& m, rows h, float* logits) {

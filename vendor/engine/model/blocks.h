@@ -87,6 +87,12 @@ struct run_state {
     device_buffer dn_gb;           // (n_ubatch, 2 * n_head_v) decay (log) | write strength
     device_buffer dn_out;          // (n_ubatch, value_dim)
     device_buffer shexp_gate;      // (n_ubatch, 1) a gated shared expert's gate
+    // Gemma 4's per-layer inputs (empty otherwise): the token table's rows,
+    // then every layer's input (projection + rows), n_embd_per_layer a layer;
+    // the ids of the table's row 0, which rows given as embeddings take.
+    device_buffer ple;             // (n_ubatch, n_layer * n_embd_per_layer)
+    device_buffer ple_proj;        // (n_ubatch, n_layer * n_embd_per_layer)
+    std::vector<int32_t> ple_zero_ids;  // (n_ubatch) zeros
     std::vector<float> rope_cs[2];      // (n_ubatch, n_rot) cos/sin pairs: [0] global layers, [1] sliding-window layers
     std::vector<uint64_t> mask[2];      // (n_ubatch, mask_words) visible cells: [0] global, [1] sliding window
     std::vector<int32_t> mask_lo[2];    // (n_ubatch) first visible cell
@@ -287,6 +293,17 @@ void ffn_block(pass& p, const hparams& hp, const layer_weights& L, int il, rows 
 // A mixture-of-experts FFN (layer_weights::moe()): route, the chosen experts'
 // gated FFNs, their weighted sum, plus the shared expert.  [ffn_moe_logits, ffn_moe_out, ffn_shexp_out, ffn_out]
 void moe_ffn_block(pass& p, const hparams& hp, const layer_weights& L, int il, rows in, run_state& rs, rows out);
+// Gemma 4's per-layer inputs of the rows (hparams::n_embd_per_layer = P > 0):
+// ((x · per_layer_model_proj) / sqrt(n_embd), RMS-normed per layer, plus the
+// token table's rows times sqrt(P)) / sqrt(2) into rs.ple_proj (n, n_layer * P),
+// layer il's at column il * P. Rows given as embeddings take the table's row
+// 0 (llama.cpp: its padding token).  [inp_per_layer_selected, per_layer_proj, inp_per_layer]
+void per_layer_inputs(pass& p, const model& m, const ubatch& ub, rows x, run_state& rs);
+// Gemma 4's per-layer embedding after layer il's FFN: x += RMS-norm(proj ·
+// (GELU(inp_gate · x) * the layer's input, column il * P of inp)); gate:
+// (n, P) work rows, out: (n, n_embd) work rows.  [pe_in, per_layer_embd_out]
+void per_layer_embedding(pass& p, const hparams& hp, const layer_weights& L, int il, rows x, rows inp, rows gate,
+                         rows out);
 // logits (n, n_vocab) of final normalised states h, soft-capped where the model asks.  [result_output]
 void output_head(pass& p, const model& m, rows h, float* logits);
 

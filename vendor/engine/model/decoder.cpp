@@ -29,9 +29,14 @@ void decoder_forward(const model& m, const rope_params rope[2], kv_cache& kv_mai
     for (int r = 0; r < 2; ++r)
         if (!rs.rope_cs[r].empty()) p.rope_table(rope[r], ub.pos, ub.pos_stride, rs.rope_cs[r].data());
     decoder_input(p, m, ub, x);
+    // Gemma 4's per-layer inputs: (n, n_layer * P), layer il's at column il * P.
+    const int64_t P = hp.n_embd_per_layer;
+    const rows ple_in{rs.ple_proj.f32(), hp.n_layer * P};
+    if (P > 0) per_layer_inputs(p, m, ub, x, rs);
 
     for (int il = 0; il < (int)hp.n_layer; ++il) {
         const layer_weights& L = W.layers[(size_t)il];
+        const hparams& lh = m.layer_hp(il);  // this layer's shape (Gemma 4's layers differ)
         const int r = hp.swa_layers[(size_t)il] ? 1 : 0;
         p.part((size_t)il + 1);
         // This layer's cache and the rows' cells in it.
@@ -49,8 +54,8 @@ void decoder_forward(const model& m, const rope_params rope[2], kv_cache& kv_mai
         } else if (hp.is_mla()) {
             mla_attention(p, hp, L, il, kv, cells, rs, r, xb, qkv, att, rs.rope_cs[r].data(), heads_out);
         } else {
-            qkv_block(p, hp, L, il, xb, qkv, rs.rope_cs[r].data());
-            cached_attention(p, hp, kv, il, cells, rs, r, qkv, att, L.attn_sinks);
+            qkv_block(p, lh, L, il, xb, qkv, rs.rope_cs[r].data());
+            cached_attention(p, lh, kv, il, cells, rs, r, qkv, att, L.attn_sinks);
             if (V.attn_gate) {
                 p.sigmoid_mul(att, rows{rs.attn_gate.f32(), hp.n_q()}, n_att);
                 p.tap("attn_gated", il, att, n_att);
@@ -61,13 +66,14 @@ void decoder_forward(const model& m, const rope_params rope[2], kv_cache& kv_mai
             if (recurrent) p.gather_rows(xb2, E, ub.out_rows, ub.n_out);
             else p.gather_rows(wo_in, wo_in.s, ub.out_rows, ub.n_out);
             p.gather_rows(x, E, ub.out_rows, ub.n_out);
+            if (P > 0) p.gather_rows(ple_in.at(il * P), P, ub.out_rows, ub.n_out);
             p.set_n(ub.n_out);
             if (ub.n_out == 0) {
                 p.finish();
                 return;
             }
         }
-        if (!recurrent) attn_output(p, hp, L, il, wo_in, xb2);
+        if (!recurrent) attn_output(p, lh, L, il, wo_in, xb2);
         if (V.post_attn_norm) {
             p.norm(norm_kind::rms, xb2, xb2, L.post_attn_norm, {}, E, hp.norm_eps);
             p.tap("attn_post_norm", il, xb2, E);
@@ -79,12 +85,17 @@ void decoder_forward(const model& m, const rope_params rope[2], kv_cache& kv_mai
         p.norm(V.norm, xb, x, L.ffn_norm, L.ffn_norm_b, E, hp.norm_eps);
         p.tap("ffn_norm", il, xb, E);
         if (L.moe()) moe_ffn_block(p, hp, L, il, xb, rs, xb2);
-        else ffn_block(p, hp, L, il, xb, ffn, xb2);
+        else ffn_block(p, lh, L, il, xb, ffn, xb2);
         if (V.post_ffn_norm) {
             p.norm(norm_kind::rms, xb2, xb2, L.post_ffn_norm, {}, E, hp.norm_eps);
             p.tap("ffn_post_norm", il, xb2, E);
         }
         p.add(x, xb2, E);
+        if (P > 0) per_layer_embedding(p, hp, L, il, x, ple_in, rows{rs.ffn.f32(), P}, xb2);
+        if (L.out_scale != 0.0f) {  // Gemma 4's layer scalar
+            p.scale(x, E, L.out_scale);
+            p.tap("out_scaled", il, x, E);
+        }
         p.tap("l_out", il, x, E);
     }
 

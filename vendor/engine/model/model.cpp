@@ -63,6 +63,32 @@ void check_positive(int64_t v, const char* what, int64_t max) {
         throw gguf_error(std::string("model metadata: ") + what + " = " + std::to_string(v) + " is out of range");
 }
 
+// A count that may be one value or one per layer (llama.cpp's get_key_or_arr:
+// Gemma 4's head_count_kv and feed_forward_length). Returns the largest;
+// per_layer gets the first n_layer values of an array (of n_layer_all, the
+// block count), or stays empty for one value.
+int64_t layer_ints(const gguf_file& f, const hparams& hp, const std::string& key, int64_t def, bool required,
+                   int64_t n_layer_all, std::vector<int64_t>& per_layer) {
+    const std::string full = hp.arch + "." + key;
+    const gguf_kv* kv = f.find_override(full) ? nullptr : f.find_kv(full);
+    if (!kv || kv->type != gguf_type::ARRAY) return required ? required_int(f, hp, key) : arch_int(f, hp, key, def);
+    const gguf_array& a = kv->array;
+    if (a.count != (uint64_t)n_layer_all)
+        throw gguf_error(full + " has " + std::to_string(a.count) + " entries for " + std::to_string(n_layer_all) +
+                         " layers");
+    if (a.elem_type != gguf_type::I32 && a.elem_type != gguf_type::U32)
+        throw gguf_error(full + " must hold 32-bit integers");
+    int64_t most = 0;
+    per_layer.assign((size_t)hp.n_layer, 0);
+    for (int64_t il = 0; il < hp.n_layer; ++il) {
+        int32_t x = 0;
+        std::memcpy(&x, f.bytes() + f.array_elem_pos(a, (uint64_t)il), 4);
+        per_layer[(size_t)il] = x;
+        most = std::max<int64_t>(most, x);
+    }
+    return most;
+}
+
 // The keys every architecture shares.
 void read_common_hparams(const gguf_file& f, hparams& hp) {
     hp.n_ctx_train = required_int(f, hp, "context_length");
@@ -74,12 +100,29 @@ void read_common_hparams(const gguf_file& f, hparams& hp) {
     const int64_t n_nextn = arch_int(f, hp, "nextn_predict_layers", 0);
     if (n_nextn != 0 && (n_nextn < 0 || n_nextn >= hp.n_layer))
         throw gguf_error("model metadata: nextn_predict_layers " + std::to_string(n_nextn) + " is out of range");
+    const int64_t n_layer_all = hp.n_layer;
     hp.n_layer -= n_nextn;
+    // Per-layer FFN widths and KV head counts (arrays) become hp.shapes, the
+    // largest the model-wide value; the architecture's setup completes them.
+    std::vector<int64_t> ff_l, kv_l;
     // (a mixture-of-experts file may lack it: qwen35moe's layers all have experts)
     const bool ff_required = arch_int(f, hp, "expert_count", 0) == 0;
-    hp.n_ff = ff_required ? required_int(f, hp, "feed_forward_length") : arch_int(f, hp, "feed_forward_length", 0);
+    hp.n_ff = layer_ints(f, hp, "feed_forward_length", 0, ff_required, n_layer_all, ff_l);
     hp.n_head = required_int(f, hp, "attention.head_count");
-    hp.n_head_kv = arch_int(f, hp, "attention.head_count_kv", hp.n_head);
+    hp.n_head_kv = layer_ints(f, hp, "attention.head_count_kv", hp.n_head, false, n_layer_all, kv_l);
+    if (!ff_l.empty() || !kv_l.empty()) {
+        hp.shapes.assign((size_t)hp.n_layer, layer_shape{});
+        for (size_t il = 0; il < hp.shapes.size(); ++il) {
+            hp.shapes[il].n_ff = ff_l.empty() ? hp.n_ff : ff_l[il];
+            hp.shapes[il].n_head_kv = kv_l.empty() ? hp.n_head_kv : kv_l[il];
+            check_positive(hp.shapes[il].n_ff, "feed_forward_length (a layer's)", (int64_t)1 << 24);
+            check_positive(hp.shapes[il].n_head_kv, "attention.head_count_kv (a layer's)", hp.n_head);
+            if (hp.n_head % hp.shapes[il].n_head_kv != 0)
+                throw gguf_error("model metadata: head_count " + std::to_string(hp.n_head) +
+                                 " is not a multiple of layer " + std::to_string(il) + "'s head_count_kv " +
+                                 std::to_string(hp.shapes[il].n_head_kv));
+        }
+    }
     check_positive(hp.n_ctx_train, "context_length", (int64_t)1 << 31);
     check_positive(hp.n_embd, "embedding_length", (int64_t)1 << 20);
     check_positive(hp.n_layer, "block_count", 4096);
@@ -318,17 +361,36 @@ void load_weights(const gguf_file& f, hparams& hp, model_weights& w) {
     w.rope_short = L.vec_opt("rope_factors_short.weight", hp.rope.n_rot / 2);
     if (w.rope_long.empty() != w.rope_short.empty())
         throw gguf_error("model file has only one of rope_factors_long.weight and rope_factors_short.weight");
+    if (hp.n_embd_per_layer > 0) {  // Gemma 4's per-layer embeddings
+        const int64_t NP = hp.n_layer * hp.n_embd_per_layer;
+        w.per_layer_tok_embd = L.matrix("per_layer_token_embd.weight", NP, hp.n_vocab);
+        w.per_layer_model_proj = L.matrix("per_layer_model_proj.weight", E, NP);
+        w.per_layer_proj_norm = L.vec("per_layer_proj_norm.weight", hp.n_embd_per_layer);
+    }
 
     w.layers.resize((size_t)hp.n_layer);
     for (int64_t il = 0; il < hp.n_layer; ++il) {
         layer_weights& l = w.layers[(size_t)il];
         const std::string p = "blk." + std::to_string(il) + ".";
+        // From here on `hp`, nq, nk and nv are this layer's own shape
+        // (hparams::shapes: Gemma 4's layers differ; otherwise the same).
+        const hparams layer = hp.for_layer(il);
+        const hparams& hp = layer;
+        const int64_t nq = hp.n_q(), nk = hp.n_embd_k(), nv = hp.n_embd_v();
         l.attn_norm = L.vec(p + "attn_norm.weight", E);
         if (ln) l.attn_norm_b = L.vec_opt(p + "attn_norm.bias", E);
         if (hp.is_recurrent(il)) {
             load_delta_net(L, hp, p, l);
         } else if (hp.is_mla()) {
             load_mla(L, hp, p, l);
+        } else if (v.v_from_k || !hp.own_kv(il)) {
+            // Gemma 4: a shared-KV layer has queries only; the others' attn_v
+            // is optional (without it the keys' projection is the values).
+            l.wq = L.matrix(p + "attn_q.weight", E, nq);
+            if (hp.own_kv(il)) {
+                l.wk = L.matrix(p + "attn_k.weight", E, nk);
+                l.wv = L.matrix_opt(p + "attn_v.weight", E, nv);
+            }
         } else if (v.qkv_fused) {
             l.wqkv = L.matrix(p + "attn_qkv.weight", E, nq + nk + nv);
             l.bqkv = L.vec_opt(p + "attn_qkv.bias", nq + nk + nv);
@@ -353,6 +415,8 @@ void load_weights(const gguf_file& f, hparams& hp, model_weights& w) {
         }
         if (hp.is_recurrent(il)) {
             // no q / k norms: the delta-net L2-normalises its q and k
+        } else if (v.qk_norm && !hp.own_kv(il)) {
+            l.q_norm = L.vec(p + "attn_q_norm.weight", hp.head_dim_k);  // a shared-KV layer: no keys of its own
         } else if (v.qk_norm) {
             l.q_norm = L.vec(p + "attn_q_norm.weight", hp.head_dim_k);
             l.k_norm = L.vec(p + "attn_k_norm.weight", hp.head_dim_k);
@@ -378,6 +442,13 @@ void load_weights(const gguf_file& f, hparams& hp, model_weights& w) {
             l.ffn_down = L.matrix(p + "ffn_down.weight", hp.n_ff, E);
         }
         if (v.post_ffn_norm) l.post_ffn_norm = L.vec(p + "post_ffw_norm.weight", E);
+        // Gemma 4: the layer's output scalar, its per-layer embedding block
+        if (L.has(p + "layer_output_scale.weight")) l.out_scale = L.vec(p + "layer_output_scale.weight", 1)[0];
+        if (hp.n_embd_per_layer > 0) {
+            l.ple_gate = L.matrix(p + "inp_gate.weight", E, hp.n_embd_per_layer);
+            l.ple_proj = L.matrix(p + "proj.weight", hp.n_embd_per_layer, E);
+            l.ple_norm = L.vec(p + "post_norm.weight", E);
+        }
     }
 }
 
@@ -602,6 +673,67 @@ void set_swa_pattern(const gguf_file& f, hparams& hp, int period) {
         hp.swa_layers[(size_t)il] = period == 0 || (il % period) < (period - 1);
 }
 
+hparams hparams::for_layer(int64_t il) const {
+    hparams h = *this;
+    if (shapes.empty()) return h;
+    const layer_shape& s = shapes[(size_t)il];
+    h.n_head_kv = s.n_head_kv;
+    h.head_dim_k = s.head_dim_k;
+    h.head_dim_v = s.head_dim_v;
+    h.n_ff = s.n_ff;
+    h.rope.n_rot = s.n_rot;
+    h.shapes.clear();  // a layer's copy describes that layer only
+    return h;
+}
+
+int64_t hparams::kv_width_k(int64_t il) const {
+    if (!own_kv(il)) return 0;
+    return shapes.empty() ? n_embd_k() : shapes[(size_t)il].n_head_kv * shapes[(size_t)il].head_dim_k;
+}
+
+int64_t hparams::kv_width_v(int64_t il) const {
+    if (!own_kv(il)) return 0;
+    return shapes.empty() ? n_embd_v() : shapes[(size_t)il].n_head_kv * shapes[(size_t)il].head_dim_v;
+}
+
+namespace {
+
+// The per-layer shapes and KV sources after the architecture's setup: only
+// architectures that read them may have them, and every layer's must be
+// consistent (buffers are sized for the widest, the widest values are kept
+// in hp).
+void check_layer_shapes(hparams& hp) {
+    if (!hp.shapes.empty() && !hp.v.layer_shapes)
+        throw not_implemented_error("model metadata: " + hp.arch + " with per-layer head_count_kv or "
+                                    "feed_forward_length (arrays) is not supported");
+    for (size_t il = 0; il < hp.shapes.size(); ++il) {
+        const layer_shape& s = hp.shapes[il];
+        check_positive(s.head_dim_k, "a layer's key_length", 1 << 16);
+        check_positive(s.head_dim_v, "a layer's value_length", 1 << 16);
+        if (s.n_rot < 0 || s.n_rot > s.head_dim_k || s.n_rot % 2 != 0)
+            throw gguf_error("model metadata: layer " + std::to_string(il) + " rotates " + std::to_string(s.n_rot) +
+                             " dims of heads of " + std::to_string(s.head_dim_k));
+        if (s.n_head_kv > hp.n_head_kv || s.head_dim_k > hp.head_dim_k || s.head_dim_v > hp.head_dim_v ||
+            s.n_ff > hp.n_ff || s.n_rot > std::max(hp.rope.n_rot, hp.rope_n_rot_swa))
+            throw std::logic_error(hp.arch + ": the model-wide shape must be the widest of its layers'");
+    }
+    if (hp.kv_layer.empty()) return;
+    if (hp.kv_layer.size() != (size_t)hp.n_layer) throw std::logic_error(hp.arch + ": kv_layer needs one entry per layer");
+    for (int64_t il = 0; il < hp.n_layer; ++il) {
+        const int src = hp.kv_layer[(size_t)il];
+        if (src == (int)il) continue;
+        if (src < 0 || src >= il || !hp.own_kv(src) || hp.swa_layers[(size_t)src] != hp.swa_layers[(size_t)il] ||
+            (!hp.shapes.empty() && (hp.shapes[(size_t)src].n_head_kv != hp.shapes[(size_t)il].n_head_kv ||
+                                    hp.shapes[(size_t)src].head_dim_k != hp.shapes[(size_t)il].head_dim_k ||
+                                    hp.shapes[(size_t)src].head_dim_v != hp.shapes[(size_t)il].head_dim_v)))
+            throw gguf_error("model metadata: layer " + std::to_string(il) + " would reuse the KV cache of layer " +
+                             std::to_string(src) + ", which is not an earlier layer of the same kind and shape "
+                             "with a cache of its own");
+    }
+}
+
+}  // namespace
+
 hparams model::read_hparams(const gguf_file& f) {
     hparams hp;
     hp.arch = f.get_string("general.architecture", "");
@@ -620,6 +752,7 @@ hparams model::read_hparams(const gguf_file& f) {
     set_swa_pattern(f, hp, a->swa_period < 0 ? 0 : a->swa_period);
     a->setup(f, hp);
     check_moe(hp);
+    check_layer_shapes(hp);
     if (hp.attn_scale == 0.0f) hp.attn_scale = 1.0f / std::sqrt((float)hp.head_dim_k);
     if (hp.rope_freq_base_swa == 0.0f) hp.rope_freq_base_swa = hp.rope.freq_base;
     if (hp.rope_freq_scale_swa == 0.0f) hp.rope_freq_scale_swa = hp.rope.freq_scale;
@@ -653,6 +786,8 @@ std::shared_ptr<model> model::load(const std::string& path, const model_params& 
     if (hp.v.encoder) load_encoder_weights(f, hp, m->w_);
     else load_weights(f, hp, m->w_);
     hp.rope.freq_factors = nullptr;  // set per context from weights().rope_freqs
+    if (!hp.shapes.empty())
+        for (int64_t il = 0; il < hp.n_layer; ++il) m->layer_hp_.push_back(hp.for_layer(il));
     return m;
 }
 

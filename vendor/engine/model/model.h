@@ -53,6 +53,14 @@ struct block_variant {
     float embd_scale = 1.0f;       // token embeddings are multiplied by this (gemma: sqrt(n_embd))
     bool encoder = false;          // bidirectional post-norm encoder (bert family): encoder.h runs it
     bool attn_sinks = false;       // a learned softmax sink per head (attn_sinks.weight; gpt-oss)
+    // Gemma 4: each value head RMS-normed (no weight) before the cache; a
+    // layer without attn_v takes its keys' projection (before their norm)
+    // as its values (attention_k_eq_v).
+    bool v_norm = false;
+    bool v_from_k = false;
+    // The architecture reads per-layer head_count_kv / feed_forward_length
+    // arrays (hparams::shapes); files of others that have them are refused.
+    bool layer_shapes = false;
     // The q projection also yields an output gate: per head head_dim q values
     // then head_dim gate values (attn_q has 2 n_q rows); the attention output
     // is multiplied by sigmoid(gate) before attn_output (qwen35).
@@ -115,6 +123,14 @@ struct ssm_hparams {
     int64_t delta_floats() const { return n_head_v * d_state * d_state; }
 };
 
+// The shape of one layer, for models whose layers differ (Gemma 4:
+// sliding-window and global layers with their own head sizes, KV head counts
+// and rotated dims; wider FFNs in its shared-KV layers).
+struct layer_shape {
+    int64_t n_head_kv = 0, head_dim_k = 0, head_dim_v = 0, n_ff = 0;
+    int n_rot = 0;
+};
+
 struct hparams {
     std::string arch;            // general.architecture
     std::string name;            // general.name
@@ -145,6 +161,22 @@ struct hparams {
     // mtmd_decode_use_non_causal, by the projector that goes with this text
     // model (Gemma 3's; of its list only Gemma 3 has a text side here).
     bool mm_non_causal = false;
+    // Per-layer shapes (n_layer), when layers differ; empty: every layer has
+    // the values above. When set, the values above are the widest any layer
+    // has (what buffers are sized for), and for_layer(il) is layer il's own.
+    std::vector<layer_shape> shapes;
+    // The layer whose KV cache each layer attends over (n_layer): itself, or
+    // an earlier layer of the same kind whose cached keys and values it reads
+    // without storing any (Gemma 4's shared KV layers, llama.cpp's layer
+    // reuse). Empty: every layer has its own.
+    std::vector<int32_t> kv_layer;
+    int rope_n_rot_swa = 0;      // rotated dims of sliding-window layers (0: rope.n_rot)
+    // The file's rope_freqs belong to the global layers only (Gemma 4's
+    // proportional RoPE); sliding-window layers rotate without them.
+    bool rope_freqs_global = false;
+    // Gemma 4's per-layer embeddings: n_embd_per_layer elements per layer and
+    // token (0: none), from a token table and a projection of the input.
+    int64_t n_embd_per_layer = 0;
     block_variant v;
     moe_hparams moe;
     mla_hparams mla;
@@ -161,6 +193,19 @@ struct hparams {
     // Positions per row: 4 for M-RoPE (rope.sections set; llama.cpp's
     // n_pos_per_embd), else 1.
     int n_pos_per_embd() const { return rope.mrope() ? 4 : 1; }
+
+    int kv_layer_of(int64_t il) const { return kv_layer.empty() ? (int)il : kv_layer[(size_t)il]; }
+    bool own_kv(int64_t il) const { return kv_layer_of(il) == (int)il; }
+    // A copy with layer il's shape (its n_head_kv, head sizes, FFN width and
+    // rotated dims); *this when the layers do not differ.
+    hparams for_layer(int64_t il) const;
+    // Elements of one token's keys / values that layer il stores in its
+    // cache: 0 for a layer that reuses another's (kv_layer).
+    int64_t kv_width_k(int64_t il) const;
+    int64_t kv_width_v(int64_t il) const;
+    // Layer il's head sizes (the same for every layer unless shapes is set).
+    int64_t layer_head_dim_k(int64_t il) const { return shapes.empty() ? head_dim_k : shapes[(size_t)il].head_dim_k; }
+    int64_t layer_head_dim_v(int64_t il) const { return shapes.empty() ? head_dim_v : shapes[(size_t)il].head_dim_v; }
 
     int64_t n_embd_k() const { return n_head_kv * head_dim_k; }  // keys of one token in one layer
     int64_t n_embd_v() const { return n_head_kv * head_dim_v; }
@@ -216,6 +261,11 @@ struct layer_weights {
     std::vector<float> ssm_a;     // (n_head_v) -exp(A_log): the decay's scale
     std::vector<float> ssm_norm;  // (d_state) the gated output norm
     weight_view ssm_out;          // (n_embd, value_dim)
+    // Gemma 4
+    float out_scale = 0.0f;       // layer_output_scale: the layer's output times this (0: none)
+    weight_view ple_gate;         // (n_embd_per_layer, n_embd) inp_gate: the per-layer embedding's gate
+    weight_view ple_proj;         // (n_embd, n_embd_per_layer) proj: back to the residual width
+    std::vector<float> ple_norm;  // (n_embd) post_norm
     bool moe() const { return ffn_gate_inp.data != nullptr; }
 };
 
@@ -226,6 +276,10 @@ struct model_weights {
     std::vector<float> rope_freqs;  // (n_rot/2) frequency divisors (llama3 scaling), or empty
     std::vector<float> rope_long, rope_short;  // (n_rot/2) divisors for long / short contexts (phi3), or empty
     std::vector<layer_weights> layers;  // (n_layer)
+    // Gemma 4's per-layer embeddings (hparams::n_embd_per_layer > 0)
+    weight_view per_layer_tok_embd;    // (n_vocab, n_layer * n_embd_per_layer) each token's rows for every layer
+    weight_view per_layer_model_proj;  // (n_layer * n_embd_per_layer, n_embd) the same from the input embedding
+    std::vector<float> per_layer_proj_norm;  // (n_embd_per_layer)
     // encoders
     weight_view position_embd;    // (n_pos_embd, n_embd) learned absolute positions, or absent
     std::vector<float> token_type0;  // (n_embd) row 0 of token_types ("sentence A"), or empty
@@ -272,6 +326,8 @@ public:
     static hparams read_hparams(const gguf_file& f);
 
     const hparams& hp() const { return hp_; }
+    // Layer il's hyperparameters: hp() with the layer's own shape (hparams::shapes).
+    const hparams& layer_hp(int64_t il) const { return layer_hp_.empty() ? hp_ : layer_hp_[(size_t)il]; }
     const model_weights& weights() const { return w_; }
     const gguf_file& file() const { return *file_; }
     std::shared_ptr<const gguf_file> file_ptr() const { return file_; }
@@ -287,6 +343,7 @@ private:
     model() = default;
     std::shared_ptr<const gguf_file> file_;
     hparams hp_;
+    std::vector<hparams> layer_hp_;  // (n_layer) when hp_.shapes is set, else empty
     model_weights w_;
     bool vocab_only_ = false;
     uint64_t size_bytes_ = 0, n_params_ = 0;
