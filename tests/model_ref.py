@@ -72,6 +72,8 @@ class ArchSpec:
     # head_k_mla / head_v_mla; head_dim is then the RoPE part) and the glm
     # routing with expert groups (Config n_group / n_group_used).
     mla: bool = False
+    # smollm3: layers il with (il + 1) % nope_period == 0 have no RoPE.
+    nope_period: int = 0
 
 
 @dataclasses.dataclass
@@ -144,6 +146,8 @@ SPECS = {
         ArchSpec("gpt-oss", rope_neox=True, qkv_bias=True, swa_period=2, expert_ff_key=True, gpt_oss=True),
         Config(n_layer=3, n_swa=4, n_expert=6, n_expert_used=2, n_ff_exp=32),
     ),
+    # SmolLM3: layer 3 without RoPE.
+    "smollm3": (ArchSpec("smollm3", nope_period=4, tied_output=True), Config(n_layer=4)),
 }
 
 
@@ -676,8 +680,9 @@ def forward(spec: ArchSpec, cfg: Config, w: dict[str, np.ndarray], tokens, wtype
             # Window layers keep their own unscaled frequencies, but llama.cpp
             # applies the context's YaRN values (attention factor) to every layer.
             sc = dict(rope_scaling, freq_scale=1.0) if (swa and rope_scaling) else rope_scaling
-            q = rope(q, pos, base, D, spec.rope_neox, ff, sc)
-            k = rope(k, pos, base, D, spec.rope_neox, ff, sc)
+            if not (spec.nope_period and (il + 1) % spec.nope_period == 0):
+                q = rope(q, pos, base, D, spec.rope_neox, ff, sc)
+                k = rope(k, pos, base, D, spec.rope_neox, ff, sc)
             tap("Qcur", il, q)
             tap("Kcur", il, k)
             tap("Vcur", il, v)

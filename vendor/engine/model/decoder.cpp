@@ -38,6 +38,7 @@ void decoder_forward(const model& m, const rope_params rope[2], kv_cache& kv_mai
         const layer_weights& L = W.layers[(size_t)il];
         const hparams& lh = m.layer_hp(il);  // this layer's shape (Gemma 4's layers differ)
         const int r = hp.swa_layers[(size_t)il] ? 1 : 0;
+        const float* cos_sin = hp.has_rope(il) ? rs.rope_cs[r].data() : nullptr;  // null: q, k unrotated
         p.part((size_t)il + 1);
         // This layer's cache and the rows' cells in it.
         kv_cache& kv = (r == 1 && kv_swa) ? *kv_swa : kv_main;
@@ -52,9 +53,9 @@ void decoder_forward(const model& m, const rope_params rope[2], kv_cache& kv_mai
             // state, so the whole batch runs; the output rows are taken after.
             delta_net_block(p, hp, L, il, ub, xb, xb2);
         } else if (hp.is_mla()) {
-            mla_attention(p, hp, L, il, kv, cells, rs, r, xb, qkv, att, rs.rope_cs[r].data(), heads_out);
+            mla_attention(p, hp, L, il, kv, cells, rs, r, xb, qkv, att, cos_sin, heads_out);
         } else {
-            qkv_block(p, lh, L, il, xb, qkv, rs.rope_cs[r].data());
+            qkv_block(p, lh, L, il, xb, qkv, cos_sin);
             cached_attention(p, lh, kv, il, cells, rs, r, qkv, att, L.attn_sinks);
             if (V.attn_gate) {
                 p.sigmoid_mul(att, rows{rs.attn_gate.f32(), hp.n_q()}, n_att);

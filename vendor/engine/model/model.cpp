@@ -752,6 +752,8 @@ hparams model::read_hparams(const gguf_file& f) {
     set_swa_pattern(f, hp, a->swa_period < 0 ? 0 : a->swa_period);
     a->setup(f, hp);
     check_moe(hp);
+    if (!hp.nope_layers.empty() && hp.nope_layers.size() != (size_t)hp.n_layer)
+        throw std::logic_error(hp.arch + ": nope_layers must have one flag per layer");
     check_layer_shapes(hp);
     if (hp.attn_scale == 0.0f) hp.attn_scale = 1.0f / std::sqrt((float)hp.head_dim_k);
     if (hp.rope_freq_base_swa == 0.0f) hp.rope_freq_base_swa = hp.rope.freq_base;

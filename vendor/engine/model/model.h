@@ -153,6 +153,9 @@ struct hparams {
     float attn_scale = 0.0f;     // scale of q·k (default 1/sqrt(head_dim_k))
     float attn_softcap = 0.0f;   // gemma2: scores = tanh(s / cap) * cap
     float final_softcap = 0.0f;  // gemma2: logits = tanh(l / cap) * cap
+    // Layers whose q and k get no RoPE ("NoPE": smollm3's every 4th, granite
+    // with rope.scaling.finetuned false): (n_layer) 1 for such a layer; empty: none.
+    std::vector<uint8_t> nope_layers;
     bool causal = true;          // attention.causal (encoders: false, every token sees its whole sequence)
     int32_t pooling = -1;        // pooling_type as llama.cpp numbers it (-1: not in the file)
     int64_t n_pos_embd = 0;      // rows of learned absolute position embeddings (bert), 0: none
@@ -193,6 +196,7 @@ struct hparams {
     // Positions per row: 4 for M-RoPE (rope.sections set; llama.cpp's
     // n_pos_per_embd), else 1.
     int n_pos_per_embd() const { return rope.mrope() ? 4 : 1; }
+    bool has_rope(int64_t il) const { return nope_layers.empty() || !nope_layers[(size_t)il]; }
 
     int kv_layer_of(int64_t il) const { return kv_layer.empty() ? (int)il : kv_layer[(size_t)il]; }
     bool own_kv(int64_t il) const { return kv_layer_of(il) == (int)il; }
