@@ -74,6 +74,12 @@ class ArchSpec:
     mla: bool = False
     # smollm3: layers il with (il + 1) % nope_period == 0 have no RoPE.
     nope_period: int = 0
+    # olmo2: no norms before attention and the FFN (only post_norms), q and k
+    # RMS-normed as whole rows; swa_rope_plain: its window layers rotate
+    # without scaling or YaRN.
+    pre_norm: bool = True
+    qk_norm_full: bool = False
+    swa_rope_plain: bool = False
 
 
 @dataclasses.dataclass
@@ -148,6 +154,13 @@ SPECS = {
     ),
     # SmolLM3: layer 3 without RoPE.
     "smollm3": (ArchSpec("smollm3", nope_period=4, tied_output=True), Config(n_layer=4)),
+    "olmo2": (ArchSpec("olmo2", rope_neox=True, pre_norm=False, qk_norm_full=True, post_norms=True), Config()),
+    # OLMo 3 as it converts to olmo2: a window on layers 0-2 of every 4 (no pattern key).
+    "olmo2_swa": (
+        ArchSpec("olmo2", rope_neox=True, pre_norm=False, qk_norm_full=True, post_norms=True, swa_period=4,
+                 swa_rope_plain=True),
+        Config(n_layer=4, n_swa=5),
+    ),
 }
 
 
@@ -188,7 +201,8 @@ def make_weights(spec: ArchSpec, cfg: Config, seed: int = 0) -> dict[str, np.nda
         w["rope_freqs.weight"] = np.linspace(1.0, 8.0, D // 2).astype(np.float32)
     for il in range(cfg.n_layer):
         p = f"blk.{il}."
-        w[p + "attn_norm.weight"] = normw(E)
+        if spec.pre_norm:
+            w[p + "attn_norm.weight"] = normw(E)
         q, k, v = mat(H * D, E, 2.0), mat(KV * D, E, 2.0), mat(KV * D, E)
         if spec.mla:
             C, R, HK, HV = cfg.kv_lora, D, cfg.head_k_mla, cfg.head_v_mla
@@ -216,10 +230,14 @@ def make_weights(spec: ArchSpec, cfg: Config, seed: int = 0) -> dict[str, np.nda
         if spec.qk_norm:
             w[p + "attn_q_norm.weight"] = normw(D)
             w[p + "attn_k_norm.weight"] = normw(D)
+        if spec.qk_norm_full:
+            w[p + "attn_q_norm.weight"] = normw(H * D)
+            w[p + "attn_k_norm.weight"] = normw(KV * D)
         if spec.post_norms:
             w[p + "post_attention_norm.weight"] = normw(E)
             w[p + "post_ffw_norm.weight"] = normw(E)
-        w[p + (ffn_norm_name(spec) + ".weight")] = normw(E)
+        if spec.pre_norm:
+            w[p + (ffn_norm_name(spec) + ".weight")] = normw(E)
         if cfg.n_expert and not (spec.glm and il == 0):
             X, FE = cfg.n_expert, cfg.n_ff_exp
             w[p + "ffn_gate_inp.weight"] = mat(X, E, 3.0)
@@ -655,8 +673,11 @@ def forward(spec: ArchSpec, cfg: Config, w: dict[str, np.ndarray], tokens, wtype
         p = f"blk.{il}."
         swa = is_swa(spec, cfg, il)
         base = spec.swa_rope_base if (swa and spec.swa_rope_base) else cfg.rope_base
-        h = rms_norm(x, w[p + "attn_norm.weight"], cfg.eps)
-        tap("attn_norm", il, h)
+        if spec.pre_norm:
+            h = rms_norm(x, w[p + "attn_norm.weight"], cfg.eps)
+            tap("attn_norm", il, h)
+        else:
+            h = x
         if spec.mla:
             o = matmul(mla_attention(spec, cfg, w, p, h, pos, kvr, wtype, lambda name, val: tap(name, il, val),
                                      round_weights=not (kv_type or flash)),
@@ -671,6 +692,11 @@ def forward(spec: ArchSpec, cfg: Config, w: dict[str, np.ndarray], tokens, wtype
                 v = matmul(h, w[p + "attn_v.weight"], dot_input(wtype, p + "attn_v.weight"))
             if spec.qkv_bias:
                 q, k, v = q + w[p + "attn_q.bias"], k + w[p + "attn_k.bias"], v + w[p + "attn_v.bias"]
+            if spec.qk_norm_full:
+                q = rms_norm(q, w[p + "attn_q_norm.weight"], cfg.eps)
+                k = rms_norm(k, w[p + "attn_k_norm.weight"], cfg.eps)
+                tap("Qcur_normed", il, q)
+                tap("Kcur_normed", il, k)
             q, k, v = q.reshape(n, H, D), k.reshape(n, KV, D), v.reshape(n, KV, D)
             if spec.qk_norm:
                 q = rms_norm(q, w[p + "attn_q_norm.weight"], cfg.eps)
@@ -680,6 +706,8 @@ def forward(spec: ArchSpec, cfg: Config, w: dict[str, np.ndarray], tokens, wtype
             # Window layers keep their own unscaled frequencies, but llama.cpp
             # applies the context's YaRN values (attention factor) to every layer.
             sc = dict(rope_scaling, freq_scale=1.0) if (swa and rope_scaling) else rope_scaling
+            if swa and spec.swa_rope_plain:
+                sc = None  # olmo2's window layers: no scaling, no YaRN at all
             if not (spec.nope_period and (il + 1) % spec.nope_period == 0):
                 q = rope(q, pos, base, D, spec.rope_neox, ff, sc)
                 k = rope(k, pos, base, D, spec.rope_neox, ff, sc)
@@ -728,10 +756,12 @@ def forward(spec: ArchSpec, cfg: Config, w: dict[str, np.ndarray], tokens, wtype
             o = rms_norm(o, w[p + "post_attention_norm.weight"], cfg.eps)
             tap("attn_post_norm", il, o)
         x = x + o
-        tap("sa_out" if spec.post_norms else "ffn_inp", il, x)
-        h = rms_norm(x, w[p + (ffn_norm_name(spec) + ".weight")],
-                     cfg.eps)
-        tap("ffn_norm", il, h)
+        tap("sa_out" if spec.post_norms and spec.pre_norm else "ffn_inp", il, x)
+        if spec.pre_norm:
+            h = rms_norm(x, w[p + (ffn_norm_name(spec) + ".weight")], cfg.eps)
+            tap("ffn_norm", il, h)
+        else:
+            h = x
         if cfg.n_expert and p + "ffn_gate_inp.weight" in w:
             o = moe_ffn(spec, cfg, w, p, h, wtype, lambda name, val: tap(name, il, val))
             if p + "ffn_up_shexp.weight" not in w:

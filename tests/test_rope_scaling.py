@@ -50,7 +50,8 @@ def assert_close(got, ref, tol=3e-4):
     assert err < tol, err
 
 
-@pytest.mark.parametrize("arch", ["qwen2", "llama", "gemma3"])
+# olmo2_swa: OLMo 3's window layers rotate with no scaling and no YaRN, its full layers with both
+@pytest.mark.parametrize("arch", ["qwen2", "llama", "gemma3", "olmo2_swa"])
 def test_yarn_from_metadata_matches_reference(tmp_path, arch):
     path, spec, cfg, w = write(tmp_path, arch, YARN, "yarn")
     got, rope = logits(path)

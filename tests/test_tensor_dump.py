@@ -38,15 +38,17 @@ def decoder_names(spec: R.ArchSpec, cfg: R.Config) -> list[str]:
     """The names one decoder pass emits, in order."""
     names = ["inp_embd"] + (["inp_scaled"] if spec.embd_scale else [])
     for il in range(cfg.n_layer):
-        layer = ["attn_norm"]
+        layer = ["attn_norm"] if spec.pre_norm else []  # olmo2 has no pre-norms
         if spec.mla:
             layer += ["q", "Qcur", "Kcur", "kqv_out", "kqv_out_v", "attn_out"]
         else:
-            layer += ["Qcur_normed", "Kcur_normed"] if spec.qk_norm else []
+            layer += ["Qcur_normed", "Kcur_normed"] if spec.qk_norm or spec.qk_norm_full else []
             layer += ["Qcur", "Kcur", "Vcur", "kqv_out", "attn_out"]
-        layer += ["attn_post_norm", "sa_out"] if spec.post_norms else ["ffn_inp"]
+        layer += ["attn_post_norm"] if spec.post_norms else []
+        layer += ["sa_out"] if spec.post_norms and spec.pre_norm else ["ffn_inp"]  # llama.cpp's names
         moe = cfg.n_expert and not (spec.glm and il == 0)  # glm4moe's first layer is dense
-        layer += ["ffn_norm"] + (["ffn_moe_logits", "ffn_moe_out"] if moe else [])
+        layer += ["ffn_norm"] if spec.pre_norm else []
+        layer += ["ffn_moe_logits", "ffn_moe_out"] if moe else []
         layer += ["ffn_shexp_out"] if moe and spec.glm else []
         layer += ["ffn_out"] + (["ffn_post_norm"] if spec.post_norms else []) + ["l_out"]
         names += [f"{s}-{il}" for s in layer]

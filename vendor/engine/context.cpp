@@ -251,8 +251,15 @@ context::context(std::shared_ptr<const model> m, const context_params& params)
         ff = (p_.n_ctx / p_.n_seq_max > hp.rope.n_ctx_orig) ? &w.rope_long : &w.rope_short;
     rope_[0].freq_factors = ff->empty() ? nullptr : ff->data();
     rope_[1] = rope_[0];
-    rope_[1].freq_base = hp.rope_freq_base_swa;
-    rope_[1].freq_scale = hp.rope_freq_scale_swa;
+    if (hp.swa_rope_plain) {
+        // the context's base, no frequency scaling, no YaRN (llama.cpp's olmo2 graph)
+        rope_[1].freq_scale = 1.0f;
+        rope_[1].ext_factor = 0.0f;
+        rope_[1].attn_factor = 1.0f;
+    } else {
+        rope_[1].freq_base = hp.rope_freq_base_swa;
+        rope_[1].freq_scale = hp.rope_freq_scale_swa;
+    }
     // Gemma 4: its sliding-window layers rotate their own dims, without the
     // global layers' frequency divisors.
     if (hp.rope_n_rot_swa > 0) rope_[1].n_rot = hp.rope_n_rot_swa;

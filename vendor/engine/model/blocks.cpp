@@ -419,7 +419,12 @@ void qkv_block(pass& p, const hparams& hp, const layer_weights& L, int il, rows 
     p.add_bias(q, L.bq);
     p.add_bias(k, L.bk);
     p.add_bias(v, L.bv);
-    if (!L.q_norm.empty()) {  // qk_norm, or qk_norm_optional with the norms in the file
+    if (hp.v.qk_norm_full) {  // one RMS norm over all heads of q, one over all of k
+        p.norm(norm_kind::rms, q, q, L.q_norm, {}, nq, hp.norm_eps);
+        p.norm(norm_kind::rms, k, k, L.k_norm, {}, nk, hp.norm_eps);
+        p.tap("Qcur_normed", il, q, nq);
+        p.tap("Kcur_normed", il, k, nk);
+    } else if (!L.q_norm.empty()) {  // qk_norm, or qk_norm_optional with the norms in the file
         p.head_norm(q, hp.n_head, hp.head_dim_k, L.q_norm, hp.norm_eps);
         if (!L.k_norm.empty()) p.head_norm(k, hp.n_head_kv, hp.head_dim_k, L.k_norm, hp.norm_eps);
         p.tap("Qcur_normed", il, q, nq);

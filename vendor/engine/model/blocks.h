@@ -257,7 +257,7 @@ struct kv_source {
 void decoder_input(pass& p, const model& m, const ubatch& ub, rows x);
 // x = token + token-type + position embeddings, layer-normed (bert); tmp: (n, n_embd) work rows.  [inp_embd, inp_norm-0]
 void encoder_input(pass& p, const model& m, const ubatch& ub, rows x, rows tmp);
-// qkv = q | k | v of the rows `in`: projections, biases, per-head q/k norms,
+// qkv = q | k | v of the rows `in`: projections, biases, q/k norms (per head, or whole rows),
 // RoPE (cos_sin: the rows' tables, null: none), q scaled when the model
 // scales it before attention.  [Qcur, Kcur, Vcur]
 void qkv_block(pass& p, const hparams& hp, const layer_weights& L, int il, rows in, rows qkv, const float* cos_sin);

@@ -1,8 +1,9 @@
 // decoder.cpp — see decoder.h. The forward pass reads top to bottom like the
 // architecture: embed, then per layer a pre-norm attention sub-block and a
 // pre-norm FFN sub-block (each with an optional norm of its output before
-// the residual add), then the output norm and head. The row-wise steps
-// between two matrix products run fused on the backend (blocks.h, pass).
+// the residual add; olmo2 has only the output norms), then the output norm
+// and head. The row-wise steps between two matrix products run fused on the
+// backend (blocks.h, pass).
 #include "decoder.h"
 
 namespace lp {
@@ -45,17 +46,22 @@ void decoder_forward(const model& m, const rope_params rope[2], kv_cache& kv_mai
         const int32_t* cells = (r == 1 && kv_swa) ? ub.cells_swa : ub.cells;
 
         // ---- attention sub-block ----
-        p.norm(V.norm, xb, x, L.attn_norm, L.attn_norm_b, E, hp.norm_eps);
-        p.tap("attn_norm", il, xb, E);
+        // (without pre_norm the sub-block reads the residual stream itself;
+        // it writes only its own buffers until the residual add)
+        const rows attn_in = V.pre_norm ? xb : x;
+        if (V.pre_norm) {
+            p.norm(V.norm, xb, x, L.attn_norm, L.attn_norm_b, E, hp.norm_eps);
+            p.tap("attn_norm", il, xb, E);
+        }
         const bool recurrent = hp.is_recurrent(il);
         if (recurrent) {
             // gated delta-net (Qwen3.5): every row advances its sequence's
             // state, so the whole batch runs; the output rows are taken after.
-            delta_net_block(p, hp, L, il, ub, xb, xb2);
+            delta_net_block(p, hp, L, il, ub, attn_in, xb2);
         } else if (hp.is_mla()) {
-            mla_attention(p, hp, L, il, kv, cells, rs, r, xb, qkv, att, cos_sin, heads_out);
+            mla_attention(p, hp, L, il, kv, cells, rs, r, attn_in, qkv, att, cos_sin, heads_out);
         } else {
-            qkv_block(p, lh, L, il, xb, qkv, cos_sin);
+            qkv_block(p, lh, L, il, attn_in, qkv, cos_sin);
             cached_attention(p, lh, kv, il, cells, rs, r, qkv, att, L.attn_sinks);
             if (V.attn_gate) {
                 p.sigmoid_mul(att, rows{rs.attn_gate.f32(), hp.n_q()}, n_att);
@@ -80,13 +86,17 @@ void decoder_forward(const model& m, const rope_params rope[2], kv_cache& kv_mai
             p.tap("attn_post_norm", il, xb2, E);
         }
         p.add(x, xb2, E);
-        p.tap(V.post_attn_norm ? "sa_out" : "ffn_inp", il, x, E);
+        // llama.cpp's names: gemma's sa_out, olmo2's (and the plain block's) ffn_inp
+        p.tap(V.post_attn_norm && V.pre_norm ? "sa_out" : "ffn_inp", il, x, E);
 
         // ---- FFN sub-block ----
-        p.norm(V.norm, xb, x, L.ffn_norm, L.ffn_norm_b, E, hp.norm_eps);
-        p.tap("ffn_norm", il, xb, E);
-        if (L.moe()) moe_ffn_block(p, hp, L, il, xb, rs, xb2);
-        else ffn_block(p, lh, L, il, xb, ffn, xb2);
+        const rows ffn_in = V.pre_norm ? xb : x;
+        if (V.pre_norm) {
+            p.norm(V.norm, xb, x, L.ffn_norm, L.ffn_norm_b, E, hp.norm_eps);
+            p.tap("ffn_norm", il, xb, E);
+        }
+        if (L.moe()) moe_ffn_block(p, hp, L, il, ffn_in, rs, xb2);
+        else ffn_block(p, lh, L, il, ffn_in, ffn, xb2);
         if (V.post_ffn_norm) {
             p.norm(norm_kind::rms, xb2, xb2, L.post_ffn_norm, {}, E, hp.norm_eps);
             p.tap("ffn_post_norm", il, xb2, E);

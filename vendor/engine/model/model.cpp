@@ -377,8 +377,10 @@ void load_weights(const gguf_file& f, hparams& hp, model_weights& w) {
         const hparams layer = hp.for_layer(il);
         const hparams& hp = layer;
         const int64_t nq = hp.n_q(), nk = hp.n_embd_k(), nv = hp.n_embd_v();
-        l.attn_norm = L.vec(p + "attn_norm.weight", E);
-        if (ln) l.attn_norm_b = L.vec_opt(p + "attn_norm.bias", E);
+        if (v.pre_norm) {
+            l.attn_norm = L.vec(p + "attn_norm.weight", E);
+            if (ln) l.attn_norm_b = L.vec_opt(p + "attn_norm.bias", E);
+        }
         if (hp.is_recurrent(il)) {
             load_delta_net(L, hp, p, l);
         } else if (hp.is_mla()) {
@@ -415,6 +417,9 @@ void load_weights(const gguf_file& f, hparams& hp, model_weights& w) {
         }
         if (hp.is_recurrent(il)) {
             // no q / k norms: the delta-net L2-normalises its q and k
+        } else if (v.qk_norm_full) {
+            l.q_norm = L.vec(p + "attn_q_norm.weight", nq);
+            l.k_norm = L.vec(p + "attn_k_norm.weight", nk);
         } else if (v.qk_norm && !hp.own_kv(il)) {
             l.q_norm = L.vec(p + "attn_q_norm.weight", hp.head_dim_k);  // a shared-KV layer: no keys of its own
         } else if (v.qk_norm) {
@@ -428,8 +433,10 @@ void load_weights(const gguf_file& f, hparams& hp, model_weights& w) {
         }
         if (v.post_attn_norm) l.post_attn_norm = L.vec(p + "post_attention_norm.weight", E);
         if (v.attn_sinks) l.attn_sinks = L.vec(p + "attn_sinks.weight", hp.n_head);
-        l.ffn_norm = L.vec(p + v.ffn_norm_tensor + ".weight", E);
-        if (ln) l.ffn_norm_b = L.vec_opt(p + "ffn_norm.bias", E);
+        if (v.pre_norm) {
+            l.ffn_norm = L.vec(p + v.ffn_norm_tensor + ".weight", E);
+            if (ln) l.ffn_norm_b = L.vec_opt(p + "ffn_norm.bias", E);
+        }
         if (hp.moe.n_expert > 0 && il >= hp.moe.n_layer_dense_lead) {
             load_moe_ffn(L, hp, p, l);
         } else {

@@ -47,6 +47,8 @@ struct block_variant {
     bool gate_up_fused = false;    // ffn_up holds gate then up (phi3)
     bool qk_norm = false;          // per-head RMS norm of q and k before RoPE (qwen3, gemma3)
     bool qk_norm_optional = false; // the same where the file has the norms (glm4moe)
+    bool qk_norm_full = false;     // RMS norm of the whole q row and the whole k row, before RoPE (olmo2)
+    bool pre_norm = true;          // a norm of each sub-block's input (olmo2 has none: its input is the residual itself)
     bool post_attn_norm = false;   // norm of the attention output before the residual add (gemma2/3)
     bool post_ffn_norm = false;    // likewise for the FFN output
     bool scale_q = false;          // multiply q by attn_scale before attention instead of scaling scores (gemma)
@@ -156,6 +158,9 @@ struct hparams {
     // Layers whose q and k get no RoPE ("NoPE": smollm3's every 4th, granite
     // with rope.scaling.finetuned false): (n_layer) 1 for such a layer; empty: none.
     std::vector<uint8_t> nope_layers;
+    // Sliding-window layers rotate with the global layers' base but without
+    // frequency scaling or YaRN (olmo2 with a window, i.e. OLMo 3).
+    bool swa_rope_plain = false;
     bool causal = true;          // attention.causal (encoders: false, every token sees its whole sequence)
     int32_t pooling = -1;        // pooling_type as llama.cpp numbers it (-1: not in the file)
     int64_t n_pos_embd = 0;      // rows of learned absolute position embeddings (bert), 0: none
@@ -219,14 +224,14 @@ struct hparams {
 };
 
 struct layer_weights {
-    std::vector<float> attn_norm, attn_norm_b;  // (n_embd); _b empty unless layer norm has a bias
+    std::vector<float> attn_norm, attn_norm_b;  // (n_embd), empty without pre_norm; _b empty unless layer norm has a bias
     weight_view wq, wk, wv;       // (n_head*hd_k, n_embd), (n_head_kv*hd_k, n_embd), (n_head_kv*hd_v, n_embd)
     weight_view wqkv;             // (n_q + n_k + n_v, n_embd) when qkv_fused
     std::vector<float> bq, bk, bv;  // biases, empty unless qkv_bias
     std::vector<float> bqkv;      // (n_q + n_k + n_v) fused bias, may be empty
     weight_view wo;               // (n_embd, n_head*hd_v)
     std::vector<float> bo;        // (n_embd) or empty
-    std::vector<float> q_norm, k_norm;  // (head_dim_k) when qk_norm
+    std::vector<float> q_norm, k_norm;  // (head_dim_k) when qk_norm; (n_q), (n_embd_k) when qk_norm_full
     std::vector<float> post_attn_norm;  // (n_embd) when post_attn_norm
     std::vector<float> attn_sinks;      // (n_head) when attn_sinks
     // multi-head latent attention (hparams::is_mla) in place of wq / wk / wv
@@ -236,7 +241,7 @@ struct layer_weights {
     std::vector<float> kv_a_norm; // (kv_lora)
     experts_view wk_b;            // n_head × (kv_lora, head_k - n_rot): a head's q absorption
     experts_view wv_b;            // n_head × (head_v, kv_lora): a head's output from the latent
-    std::vector<float> ffn_norm, ffn_norm_b;  // (n_embd)
+    std::vector<float> ffn_norm, ffn_norm_b;  // (n_embd), empty without pre_norm
     weight_view ffn_gate;         // (n_ff, n_embd); absent when gate_up_fused
     weight_view ffn_up;           // (n_ff, n_embd), or (2*n_ff, n_embd) gate then up when gate_up_fused
     weight_view ffn_down;         // (n_embd, n_ff)
