@@ -80,6 +80,14 @@ class ArchSpec:
     pre_norm: bool = True
     qk_norm_full: bool = False
     swa_rope_plain: bool = False
+    # granite: embeddings times embd_mul, q.k times attn_mul, sub-block outputs
+    # times residual_mul, logits divided by logit_div (0: none of them);
+    # out_biases: biases on attn_output and the FFN's gate, up and down.
+    embd_mul: float = 0.0
+    attn_mul: float = 0.0
+    residual_mul: float = 0.0
+    logit_div: float = 0.0
+    out_biases: bool = False
 
 
 @dataclasses.dataclass
@@ -161,6 +169,16 @@ SPECS = {
                  swa_rope_plain=True),
         Config(n_layer=4, n_swa=5),
     ),
+    "granite": (
+        ArchSpec("granite", qkv_bias=True, out_biases=True, embd_mul=12.0, attn_mul=0.09, residual_mul=0.22,
+                 logit_div=2.5, tied_output=True),
+        Config(),
+    ),
+    # Granite MoE: experts of width feed_forward_length, softmax routing renormalised.
+    "granitemoe": (
+        ArchSpec("granitemoe", embd_mul=12.0, attn_mul=0.09, residual_mul=0.22, logit_div=2.5, tied_output=True),
+        Config(n_ff=32, n_expert=6, n_expert_used=2, n_ff_exp=32),
+    ),
 }
 
 
@@ -224,8 +242,9 @@ def make_weights(spec: ArchSpec, cfg: Config, seed: int = 0) -> dict[str, np.nda
             w[p + "attn_v.bias"] = (0.3 * rng.standard_normal(KV * D)).astype(np.float32)
         if not spec.mla:
             w[p + "attn_output.weight"] = mat(E, H * D)
-        if spec.gpt_oss:
+        if spec.gpt_oss or spec.out_biases:
             w[p + "attn_output.bias"] = (0.3 * rng.standard_normal(E)).astype(np.float32)
+        if spec.gpt_oss:
             w[p + "attn_sinks.weight"] = (2.0 * rng.standard_normal(H)).astype(np.float32)
         if spec.qk_norm:
             w[p + "attn_q_norm.weight"] = normw(D)
@@ -261,6 +280,9 @@ def make_weights(spec: ArchSpec, cfg: Config, seed: int = 0) -> dict[str, np.nda
         else:
             w[p + "ffn_gate.weight"], w[p + "ffn_up.weight"] = gate, up
         w[p + "ffn_down.weight"] = mat(E, F)
+        if spec.out_biases:
+            for part, rows in (("gate", F), ("up", F), ("down", E)):
+                w[p + f"ffn_{part}.bias"] = (0.3 * rng.standard_normal(rows)).astype(np.float32)
     if spec.glm:
         # the next-token-prediction layer: present in the file, never run
         p = f"blk.{cfg.n_layer}."
@@ -338,6 +360,10 @@ def write_gguf(path: Path, spec: ArchSpec, cfg: Config, weights: dict[str, np.nd
         wr.add_float32(f"{a}.attn_logit_softcapping", spec.attn_softcap)
     if spec.final_softcap:
         wr.add_float32(f"{a}.final_logit_softcapping", spec.final_softcap)
+    for key, val in (("embedding_scale", spec.embd_mul), ("attention.scale", spec.attn_mul),
+                     ("residual_scale", spec.residual_mul), ("logit_scale", spec.logit_div)):
+        if val:
+            wr.add_float32(f"{a}.{key}", val)
     # A dummy SentencePiece vocabulary, for loaders that want one.
     wr.add_tokenizer_model("llama")
     wr.add_token_list([b"<unk>", b"<s>", b"</s>"] + [f"t{i}".encode() for i in range(3, cfg.n_vocab)])
@@ -664,11 +690,12 @@ def forward(spec: ArchSpec, cfg: Config, w: dict[str, np.ndarray], tokens, wtype
     emb = np.asarray(w["token_embd.weight"], dtype=np.float64)
     x = emb[np.asarray(tokens)]
     tap("inp_embd", -1, x)
-    if spec.embd_scale:
-        x = x * np.float32(math.sqrt(E))
+    if spec.embd_scale or spec.embd_mul:
+        x = x * np.float32(spec.embd_mul or math.sqrt(E))
         tap("inp_scaled", -1, x)
     ff = w.get("rope_freqs.weight")
-    attn_scale = 1.0 / math.sqrt(D)
+    attn_scale = spec.attn_mul or 1.0 / math.sqrt(D)
+    res_mul = spec.residual_mul or 1.0
     for il in range(cfg.n_layer):
         p = f"blk.{il}."
         swa = is_swa(spec, cfg, il)
@@ -755,7 +782,7 @@ def forward(spec: ArchSpec, cfg: Config, w: dict[str, np.ndarray], tokens, wtype
         if spec.post_norms:
             o = rms_norm(o, w[p + "post_attention_norm.weight"], cfg.eps)
             tap("attn_post_norm", il, o)
-        x = x + o
+        x = x + o * res_mul
         tap("sa_out" if spec.post_norms and spec.pre_norm else "ffn_inp", il, x)
         if spec.pre_norm:
             h = rms_norm(x, w[p + (ffn_norm_name(spec) + ".weight")], cfg.eps)
@@ -767,7 +794,7 @@ def forward(spec: ArchSpec, cfg: Config, w: dict[str, np.ndarray], tokens, wtype
             if p + "ffn_up_shexp.weight" not in w:
                 tap("ffn_moe_out", il, o)
             tap("ffn_out", il, o)
-            x = x + o
+            x = x + o * res_mul
             tap("l_out", il, x)
             continue
         if spec.gate_up_fused:
@@ -776,18 +803,24 @@ def forward(spec: ArchSpec, cfg: Config, w: dict[str, np.ndarray], tokens, wtype
         else:
             gate = matmul(h, w[p + "ffn_gate.weight"], dot_input(wtype, p + "ffn_gate.weight"))
             up = matmul(h, w[p + "ffn_up.weight"], dot_input(wtype, p + "ffn_up.weight"))
+        if spec.out_biases:
+            gate, up = gate + w[p + "ffn_gate.bias"], up + w[p + "ffn_up.bias"]
         a = (gelu_f16(gate) if spec.act == "gelu" else silu(gate)) * up
         o = matmul(a, w[p + "ffn_down.weight"], dot_input(wtype, p + "ffn_down.weight"))
+        if spec.out_biases:
+            o = o + w[p + "ffn_down.bias"]
         tap("ffn_out", il, o)
         if spec.post_norms:
             o = rms_norm(o, w[p + "post_ffw_norm.weight"], cfg.eps)
             tap("ffn_post_norm", il, o)
-        x = x + o
+        x = x + o * res_mul
         tap("l_out", il, x)
     hfin = rms_norm(x, w["output_norm.weight"], cfg.eps)
     tap("result_norm", -1, hfin)
     out_w = w.get("output.weight", w["token_embd.weight"])
     logits = matmul(hfin, out_w, dot_input(wtype, "output.weight" if "output.weight" in w else "token_embd.weight"))
+    if spec.logit_div:
+        logits = logits * np.float32(1.0 / np.float32(spec.logit_div))
     if spec.final_softcap:
         logits = np.tanh(logits / spec.final_softcap) * spec.final_softcap
     tap("result_output", -1, logits)

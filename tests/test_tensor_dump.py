@@ -36,7 +36,7 @@ def decode(ctx, toks):
 
 def decoder_names(spec: R.ArchSpec, cfg: R.Config) -> list[str]:
     """The names one decoder pass emits, in order."""
-    names = ["inp_embd"] + (["inp_scaled"] if spec.embd_scale else [])
+    names = ["inp_embd"] + (["inp_scaled"] if spec.embd_scale or spec.embd_mul else [])
     for il in range(cfg.n_layer):
         layer = ["attn_norm"] if spec.pre_norm else []  # olmo2 has no pre-norms
         if spec.mla:

@@ -366,7 +366,13 @@ void decoder_input(pass& p, const model& m, const ubatch& ub, rows x) {
     if (ub.embd) {
         p.copy(x, rows{const_cast<float*>(ub.embd), hp.n_embd}, hp.n_embd);
         p.tap("inp_embd", -1, x, hp.n_embd);
-        return;  // given embeddings are not scaled (images enter this way)
+        // Given embeddings (images enter this way) are not scaled, except
+        // where llama.cpp scales every input (granite).
+        if (hp.v.embd_scale_inputs && hp.v.embd_scale != 1.0f) {
+            p.scale(x, hp.n_embd, hp.v.embd_scale);
+            p.tap("inp_scaled", -1, x, hp.n_embd);
+        }
+        return;
     }
     p.get_rows(m.weights().token_embd, ub.tokens, x);
     p.tap("inp_embd", -1, x, hp.n_embd);
@@ -673,6 +679,7 @@ void output_head(pass& p, const model& m, rows h, float* logits) {
     const hparams& hp = m.hp();
     const rows y{logits, hp.n_vocab};
     p.matmul(m.weights().output, h, y);
+    if (hp.logit_scale != 0.0f) p.scale(y, hp.n_vocab, 1.0f / hp.logit_scale);  // as llama.cpp: times the reciprocal
     if (hp.final_softcap > 0.0f) p.softcap(y, hp.n_vocab, hp.final_softcap);
     p.tap("result_output", -1, y, hp.n_vocab);
 }

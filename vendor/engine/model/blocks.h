@@ -253,7 +253,8 @@ struct kv_source {
 
 // ---- blocks ----
 
-// x = the rows' token embeddings (times embd_scale) or the given embeddings.  [inp_embd, inp_scaled]
+// x = the rows' token embeddings (times embd_scale) or the given embeddings
+// (times embd_scale only with embd_scale_inputs).  [inp_embd, inp_scaled]
 void decoder_input(pass& p, const model& m, const ubatch& ub, rows x);
 // x = token + token-type + position embeddings, layer-normed (bert); tmp: (n, n_embd) work rows.  [inp_embd, inp_norm-0]
 void encoder_input(pass& p, const model& m, const ubatch& ub, rows x, rows tmp);
@@ -304,7 +305,8 @@ void per_layer_inputs(pass& p, const model& m, const ubatch& ub, rows x, run_sta
 // (n, P) work rows, out: (n, n_embd) work rows.  [pe_in, per_layer_embd_out]
 void per_layer_embedding(pass& p, const hparams& hp, const layer_weights& L, int il, rows x, rows inp, rows gate,
                          rows out);
-// logits (n, n_vocab) of final normalised states h, soft-capped where the model asks.  [result_output]
+// logits (n, n_vocab) of final normalised states h, divided by logit_scale and
+// soft-capped where the model asks.  [result_output]
 void output_head(pass& p, const model& m, rows h, float* logits);
 
 }  // namespace lp

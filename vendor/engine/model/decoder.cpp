@@ -1,9 +1,9 @@
 // decoder.cpp — see decoder.h. The forward pass reads top to bottom like the
 // architecture: embed, then per layer a pre-norm attention sub-block and a
 // pre-norm FFN sub-block (each with an optional norm of its output before
-// the residual add; olmo2 has only the output norms), then the output norm
-// and head. The row-wise steps between two matrix products run fused on the
-// backend (blocks.h, pass).
+// the residual add, and an optional scale of that output; olmo2 has only the
+// output norms), then the output norm and head. The row-wise steps between
+// two matrix products run fused on the backend (blocks.h, pass).
 #include "decoder.h"
 
 namespace lp {
@@ -85,6 +85,7 @@ void decoder_forward(const model& m, const rope_params rope[2], kv_cache& kv_mai
             p.norm(norm_kind::rms, xb2, xb2, L.post_attn_norm, {}, E, hp.norm_eps);
             p.tap("attn_post_norm", il, xb2, E);
         }
+        if (hp.residual_scale != 0.0f) p.scale(xb2, E, hp.residual_scale);
         p.add(x, xb2, E);
         // llama.cpp's names: gemma's sa_out, olmo2's (and the plain block's) ffn_inp
         p.tap(V.post_attn_norm && V.pre_norm ? "sa_out" : "ffn_inp", il, x, E);
@@ -101,6 +102,7 @@ void decoder_forward(const model& m, const rope_params rope[2], kv_cache& kv_mai
             p.norm(norm_kind::rms, xb2, xb2, L.post_ffn_norm, {}, E, hp.norm_eps);
             p.tap("ffn_post_norm", il, xb2, E);
         }
+        if (hp.residual_scale != 0.0f) p.scale(xb2, E, hp.residual_scale);
         p.add(x, xb2, E);
         if (P > 0) per_layer_embedding(p, hp, L, il, x, ple_in, rows{rs.ffn.f32(), P}, xb2);
         if (L.out_scale != 0.0f) {  // Gemma 4's layer scalar

@@ -445,8 +445,12 @@ void load_weights(const gguf_file& f, hparams& hp, model_weights& w) {
             } else {
                 l.ffn_gate = L.matrix(p + "ffn_gate.weight", E, hp.n_ff);
                 l.ffn_up = L.matrix(p + "ffn_up.weight", E, hp.n_ff);
+                // optional biases, as llama.cpp's loaders take them (granite's mlp_bias)
+                l.ffn_gate_b = L.vec_opt(p + "ffn_gate.bias", hp.n_ff);
+                l.ffn_up_b = L.vec_opt(p + "ffn_up.bias", hp.n_ff);
             }
             l.ffn_down = L.matrix(p + "ffn_down.weight", hp.n_ff, E);
+            l.ffn_down_b = L.vec_opt(p + "ffn_down.bias", E);
         }
         if (v.post_ffn_norm) l.post_ffn_norm = L.vec(p + "post_ffw_norm.weight", E);
         // Gemma 4: the layer's output scalar, its per-layer embedding block
@@ -761,6 +765,9 @@ hparams model::read_hparams(const gguf_file& f) {
     check_moe(hp);
     if (!hp.nope_layers.empty() && hp.nope_layers.size() != (size_t)hp.n_layer)
         throw std::logic_error(hp.arch + ": nope_layers must have one flag per layer");
+    if (!std::isfinite(hp.residual_scale) || !std::isfinite(hp.logit_scale) || !std::isfinite(hp.v.embd_scale) ||
+        !std::isfinite(hp.attn_scale))
+        throw gguf_error("model metadata: " + hp.arch + " has a scale that is not finite");
     check_layer_shapes(hp);
     if (hp.attn_scale == 0.0f) hp.attn_scale = 1.0f / std::sqrt((float)hp.head_dim_k);
     if (hp.rope_freq_base_swa == 0.0f) hp.rope_freq_base_swa = hp.rope.freq_base;

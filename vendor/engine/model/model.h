@@ -53,6 +53,7 @@ struct block_variant {
     bool post_ffn_norm = false;    // likewise for the FFN output
     bool scale_q = false;          // multiply q by attn_scale before attention instead of scaling scores (gemma)
     float embd_scale = 1.0f;       // token embeddings are multiplied by this (gemma: sqrt(n_embd))
+    bool embd_scale_inputs = false;  // embd_scale also applies to embeddings given as input (granite)
     bool encoder = false;          // bidirectional post-norm encoder (bert family): encoder.h runs it
     bool attn_sinks = false;       // a learned softmax sink per head (attn_sinks.weight; gpt-oss)
     // Gemma 4: each value head RMS-normed (no weight) before the cache; a
@@ -155,6 +156,8 @@ struct hparams {
     float attn_scale = 0.0f;     // scale of q·k (default 1/sqrt(head_dim_k))
     float attn_softcap = 0.0f;   // gemma2: scores = tanh(s / cap) * cap
     float final_softcap = 0.0f;  // gemma2: logits = tanh(l / cap) * cap
+    float residual_scale = 0.0f; // granite: each sub-block's output times this before the residual add (0: none)
+    float logit_scale = 0.0f;    // granite: logits divided by this (0: none)
     // Layers whose q and k get no RoPE ("NoPE": smollm3's every 4th, granite
     // with rope.scaling.finetuned false): (n_layer) 1 for such a layer; empty: none.
     std::vector<uint8_t> nope_layers;
@@ -249,8 +252,8 @@ struct layer_weights {
     // encoder (post-norm) blocks: norms after each residual add, FFN biases
     std::vector<float> attn_out_norm, attn_out_norm_b;    // (n_embd)
     std::vector<float> layer_out_norm, layer_out_norm_b;  // (n_embd)
-    std::vector<float> ffn_up_b, ffn_down_b;              // (n_ff), (n_embd) or empty
-    std::vector<float> ffn_gate_b;                        // (n_ff) or empty (Qwen2.5-VL's vision FFN)
+    std::vector<float> ffn_up_b, ffn_down_b;              // (n_ff), (n_embd) or empty (also decoders: granite)
+    std::vector<float> ffn_gate_b;                        // (n_ff) or empty (Qwen2.5-VL's vision FFN, granite)
     // mixture of experts: a layer with a router runs these instead of ffn_gate / up / down
     weight_view ffn_gate_inp;     // (n_expert, n_embd) router
     std::vector<float> ffn_gate_inp_b;  // (n_expert) router bias, or empty
