@@ -52,6 +52,8 @@ class CompletionRequest:
     stopping_criteria: Optional[StoppingCriteriaList] = None
     logits_processor: Optional[LogitsProcessorList] = None
     sampling: SamplingParams = field(default_factory=SamplingParams)
+    # A reasoning model's thinking budget (llamapy.chat.reasoning.ThinkingBudget), set by chat handlers
+    thinking: Any = None
 
     @classmethod
     def of(cls, prompt: Any, **kwargs: Any) -> "CompletionRequest":
@@ -139,6 +141,56 @@ def _optional_int(name: str, value: Any) -> None:
         raise TypeError(f"{name} must be an int or None, got {type(value).__name__} {value!r}")
 
 
+class _BudgetWatch:
+    """Counts the tokens of a reply's thinking and, once the budget is
+    spent, gives the tokens of the closing marker to append after the last
+    sampled one, so that the answer follows (llama-server's reasoning
+    budget). Markers are matched as token ids (they are single special or
+    added tokens in the models that use them); a closing marker the model has
+    begun is completed, not repeated."""
+
+    def __init__(self, llama: Llama, spec: Any) -> None:
+        ids = lambda s: llama.tokenize(s.encode("utf-8"), add_bos=False, special=True)  # noqa: E731
+        self.open_ids, self.close_ids = ids(spec.open_text), ids(spec.close_text)
+        self.limit = int(spec.limit)
+        self.state = "thinking" if spec.opened else "before"
+        self.n = 0
+        self.recent: List[int] = []
+
+    def at_start(self) -> List[int]:
+        """The closing marker when the prompt opened the thinking and the budget is 0."""
+        if self.state == "thinking" and self.limit == 0:
+            self.state = "done"
+            return list(self.close_ids)
+        return []
+
+    def _ends_with(self, ids: List[int]) -> bool:
+        return bool(ids) and self.recent[-len(ids):] == ids
+
+    def _close(self) -> List[int]:
+        self.state = "done"
+        for k in range(min(len(self.close_ids) - 1, len(self.recent)), 0, -1):
+            if self.recent[-k:] == self.close_ids[:k]:
+                return self.close_ids[k:]
+        return list(self.close_ids)
+
+    def after(self, token: int) -> List[int]:
+        """The tokens to append after ``token`` (usually none)."""
+        if self.state == "done":
+            return []
+        self.recent = (self.recent + [token])[-(len(self.open_ids) + len(self.close_ids) + 1):]
+        if self.state == "before":
+            if self._ends_with(self.open_ids):
+                self.state, self.n = "thinking", 0
+                return self._close() if self.limit == 0 else []
+            return []
+        if self._ends_with(self.close_ids):
+            self.state = "done"
+            return []
+        self.n += 1
+        return self._close() if self.n >= self.limit else []
+
+
 def _check_request(req: CompletionRequest) -> List[str]:
     if req.suffix is not None and not isinstance(req.suffix, str):
         raise TypeError("suffix must be a str or None")
@@ -197,36 +249,58 @@ def _completion_events(llama: Llama, req: CompletionRequest, prompt_tokens: List
     finish = "length"
     is_eog = llama.tokenizer_.is_eog
 
+    budget = _BudgetWatch(llama, req.thinking) if req.thinking is not None else None
+    forced = budget.at_start() if budget is not None else []
     if max_tokens > 0:
-        gen = llama.generate(prompt_tokens, sampling=req.sampling, logits_processor=req.logits_processor)
+        gen = llama.generate(prompt_tokens + forced if forced else prompt_tokens, sampling=req.sampling,
+                             logits_processor=req.logits_processor)
         try:
-            for token in gen:
-                if is_eog(token):
-                    finish = "stop"
+            # ``forced``: tokens the thinking budget appends (its closing marker), shown and
+            # counted as the reply's own but not sampled (no log-probabilities, no EOG check)
+            queue = [(t, False) for t in forced]
+            if not queue:
+                queue = [(next(gen), True)]
+            ended = False
+            while not ended:
+                appended: List[int] = []
+                for token, sampled in queue:
+                    if sampled and is_eog(token):
+                        finish, ended = "stop", True
+                        break
+                    completion.append(token)
+                    if n_top is not None and sampled:
+                        logits = seq.last_logits()
+                        tstr = _token_text(llama, token)
+                        pending_records.append(_logprob_record(llama, logits, token, n_top, tstr,
+                                                               offset_base + utf8.n_chars))
+                    # Stops are matched with invalid bytes still marked (they
+                    # separate their neighbours, as in byte matching); the marks
+                    # are dropped from what is shown.
+                    shown, stopped = stopper.push(utf8.feed_marked(llama.tokenizer_.token_to_piece(token, False)))
+                    shown = drop_invalid(shown)
+                    if shown or (stopped and pending_records):
+                        yield _Piece(shown, _records_to_logprobs(pending_records) if n_top is not None else None)
+                        pending_records = []
+                    if stopped:
+                        finish, ended = "stop", True
+                        break
+                    if sampled and req.stopping_criteria is not None and \
+                            req.stopping_criteria(seq.evaluated(), seq.last_logits()):
+                        finish, ended = "stop", True
+                        break
+                    if len(completion) >= max_tokens:
+                        ended = True
+                        break
+                    if sampled and budget is not None:
+                        appended = budget.after(token)
+                if ended:
                     break
-                completion.append(token)
-                if n_top is not None:
-                    logits = seq.last_logits()
-                    tstr = _token_text(llama, token)
-                    pending_records.append(_logprob_record(llama, logits, token, n_top, tstr,
-                                                           offset_base + utf8.n_chars))
-                # Stops are matched with invalid bytes still marked (they
-                # separate their neighbours, as in byte matching); the marks
-                # are dropped from what is shown.
-                shown, stopped = stopper.push(utf8.feed_marked(llama.tokenizer_.token_to_piece(token, False)))
-                shown = drop_invalid(shown)
-                if shown or (stopped and pending_records):
-                    yield _Piece(shown, _records_to_logprobs(pending_records) if n_top is not None else None)
-                    pending_records = []
-                if stopped:
-                    finish = "stop"
-                    break
-                if req.stopping_criteria is not None and \
-                        req.stopping_criteria(seq.evaluated(), seq.last_logits()):
-                    finish = "stop"
-                    break
-                if len(completion) >= max_tokens:
-                    break
+                if forced:  # the prompt carried them: the first sampled token comes next
+                    forced, queue = [], [(next(gen), True)]
+                elif appended:
+                    queue = [(t, False) for t in appended] + [(gen.send(appended), True)]
+                else:
+                    queue = [(next(gen), True)]
         except ContextFull as e:
             # A shared KV pool ran out (server slots): the answer so far, cut by the context.
             logger.warning("generation ended after %d tokens: %s", len(completion), e)

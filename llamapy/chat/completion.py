@@ -30,7 +30,9 @@ from . import harmony
 from .formats import (ChatFormat, format_from_template, get_format, guess_format_name, template_names,
                       FORMATS)
 from .named_formats import guess_chat_format_from_gguf_metadata
-from .reasoning import check_reasoning_format, reply_splitter, reply_syntax, split_reply
+from .._completion import CompletionRequest, run_completion, stream_completion
+from .reasoning import (check_reasoning_budget, check_reasoning_format, reply_splitter, reply_syntax, split_reply,
+                        thinking_budget)
 from .tools import ToolCallStream, call_as_text, make_call, new_call_id, parse_tool_calls, tool_schemas, \
     tools_system_prompt
 
@@ -70,6 +72,7 @@ class ChatRequest:
     logprobs: Optional[bool] = None
     top_logprobs: Optional[int] = None
     reasoning_format: str = "auto"  # "auto" / "deepseek": reasoning into reasoning_content; "none": left in content
+    reasoning_budget: Optional[int] = None  # tokens of thinking before the answer is forced (None: no limit)
     template_kwargs: Dict[str, Any] = field(default_factory=dict)  # extra variables for Jinja templates
     sampling: SamplingParams = field(default_factory=lambda: SamplingParams(temperature=CHAT_TEMPERATURE))
 
@@ -92,6 +95,7 @@ class ChatRequest:
             fc = self.function_call
             self.tool_choice = fc if isinstance(fc, str) else {"type": "function", "function": {"name": fc["name"]}}
         check_reasoning_format(self.reasoning_format)
+        self.reasoning_budget = check_reasoning_budget(self.reasoning_budget)
 
     def tool_mode(self) -> Tuple[str, Optional[Dict[str, Any]]]:
         """("none" | "auto" | "required" | "forced", the forced tool)."""
@@ -451,7 +455,13 @@ class FormatHandler:
             kw["grammar"] = response_format_grammar(req.response_format) or req.sampling.grammar
         # A grammar decides the shape of the text; "none" leaves the reasoning in it.
         syntax = prompt.reply if req.reasoning_format != "none" and kw.get("grammar") is None else None
-        result = llama.create_completion(prompt.tokens, **kw)
+        budget = thinking_budget(prompt.reply, req.reasoning_budget) if kw.get("grammar") is None else None
+        if budget is not None:
+            creq = CompletionRequest.of(prompt.tokens, **{k: v for k, v in kw.items() if k != "stream"})
+            creq.thinking = budget
+            result = stream_completion(llama, creq) if req.stream else run_completion(llama, creq)
+        else:
+            result = llama.create_completion(prompt.tokens, **kw)
         names, legacy, n_top = tool_schemas(tools), bool(req.functions), req.top_logprobs or 0
         if req.stream:
             return _stream_chat(result, mode, names, forced, legacy, n_top, syntax)
@@ -575,6 +585,8 @@ def create_chat_completion(llama: Any, messages: List[Dict[str, Any]], **kwargs:
     handler = resolve_chat_handler(llama, tools_requested=bool(kwargs.get("tools") or kwargs.get("functions")))
     if kwargs.get("reasoning_format", "auto") == "auto":
         kwargs.pop("reasoning_format", None)  # a handler of llama-cpp-python's kind need not know the keyword
+    if kwargs.get("reasoning_budget", -1) in (None, -1):
+        kwargs.pop("reasoning_budget", None)
     return handler(llama=llama, messages=messages, **kwargs)
 
 

@@ -22,9 +22,10 @@ messages (``completion.py``).
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, List, Optional, Tuple, Union
 
-from .harmony import CHANNEL, HarmonySplitter, Piece
+from .harmony import CHANNEL, END, MESSAGE, START, HarmonySplitter, Piece
 from .tools import ToolCall, partial_marker_len
 
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
@@ -50,6 +51,40 @@ def template_syntax(source: str) -> Optional[str]:
         return "harmony"
     if THINK_CLOSE in source:
         return "think"
+    return None
+
+
+@dataclass(frozen=True)
+class ThinkingBudget:
+    """At most ``limit`` tokens of thinking: then the closing marker is
+    appended to the reply and the answer follows (the completion loop does
+    it: llamapy/_completion.py). ``opened``: the prompt opened the thinking."""
+
+    limit: int
+    open_text: str
+    close_text: str
+    opened: bool
+
+
+def check_reasoning_budget(value: Any) -> Optional[int]:
+    """A reasoning budget: None or -1 (no limit), else the tokens of thinking allowed (0: none)."""
+    if value is None or value == -1:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"reasoning_budget must be -1 (no limit) or a number of tokens >= 0, not {value!r}")
+    return value
+
+
+def thinking_budget(syntax: Optional[str], limit: Optional[int]) -> Optional[ThinkingBudget]:
+    """The budget for a reply of ``syntax`` (reply_syntax), None without a
+    limit or for a reply with no thinking syntax."""
+    if limit is None:
+        return None
+    if syntax in ("think", "think-open"):
+        return ThinkingBudget(limit, THINK_OPEN, THINK_CLOSE, syntax == "think-open")
+    if syntax == "harmony":  # the analysis channel is the thinking; the final channel the answer
+        return ThinkingBudget(limit, f"{CHANNEL}analysis{MESSAGE}", f"{END}{START}assistant{CHANNEL}final{MESSAGE}",
+                              False)
     return None
 
 

@@ -17,9 +17,9 @@ shape (errors.py picks it by path).
 
 Differences: ``stop_reason`` is ``end_turn`` for a stop sequence too
 (``stop_sequence`` is never reported: the library does not say which stop
-ended the text); ``thinking.budget_tokens`` is accepted and not enforced
-(the thinking ends when the model ends it, within ``max_tokens``); thinking
-blocks carry an empty ``signature``.
+ended the text); thinking blocks carry an empty ``signature``.
+``thinking.budget_tokens`` is the reasoning budget: past it, the template's
+closing marker is written for the model and the answer follows.
 """
 from __future__ import annotations
 
@@ -33,8 +33,8 @@ from sse_starlette.sse import EventSourceResponse, ServerSentEvent
 
 from . import work
 from .errors import ANTHROPIC_PREFIX, bad_request, error_body, public_error
-from .openai_routes import (_state, check_messages, check_stop, check_template_kwargs, check_tools, reasoning_format,
-                            sampling_params, Sampling)
+from .openai_routes import (_state, check_messages, check_stop, check_template_kwargs, check_tools, reasoning_budget,
+                            reasoning_format, sampling_params, Sampling)
 from .runner import Cancelled
 from .security import check_messages_media
 
@@ -335,11 +335,16 @@ def _params(state: Any, body: MessagesBody) -> Dict[str, Any]:
     check_tools(tools)
     sampling = Sampling.model_validate({k: v for k, v in (("temperature", body.temperature), ("top_p", body.top_p),
                                                            ("top_k", body.top_k)) if v is not None})
-    return dict(messages=messages, tools=tools, tool_choice=chat_tool_choice(body.tool_choice),
-                max_tokens=max_tokens, model=state.model_name,
-                reasoning_format=reasoning_format(state, None),
-                **dict(sampling_params(sampling), stop=check_stop(body.stop_sequences, "stop_sequences"),
-                       stream=body.stream))
+    params = dict(messages=messages, tools=tools, tool_choice=chat_tool_choice(body.tool_choice),
+                  max_tokens=max_tokens, model=state.model_name, reasoning_format=reasoning_format(state, None),
+                  **dict(sampling_params(sampling), stop=check_stop(body.stop_sequences, "stop_sequences"),
+                         stream=body.stream))
+    # thinking.budget_tokens is the reasoning budget (the server's --reasoning-budget otherwise)
+    given = (body.thinking or {}).get("budget_tokens") if (body.thinking or {}).get("type") == "enabled" else None
+    budget = reasoning_budget(state, given, "thinking.budget_tokens")
+    if budget is not None:
+        params["reasoning_budget"] = budget
+    return params
 
 
 @router.post("/v1/messages")

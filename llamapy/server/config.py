@@ -79,6 +79,9 @@ OPTIONS: List[Opt] = [
         "a reasoning model's thinking (<think> tags, gpt-oss's analysis channel): auto or deepseek put it into "
         "message.reasoning_content, none leaves it in message.content; a request's reasoning_format wins",
         REASONING_FORMATS),
+    Opt(("--reasoning-budget",), "reasoning_budget", "LLAMA_ARG_THINK_BUDGET", int, -1,
+        "tokens of thinking a reasoning model may write before its answer is forced (the template's closing "
+        "marker is written for it); -1 no limit, 0 none; a request's reasoning_budget wins"),
     Opt(("--spm-infill",), "spm_infill", "LLAMA_ARG_SPM_INFILL", "bool", False,
         "/infill lays the prompt out suffix first (Suffix/Prefix/Middle), as some code models were trained"),
     Opt(("--metrics",), "metrics", "LLAMA_ARG_ENDPOINT_METRICS", "bool", False, "serve /metrics"),

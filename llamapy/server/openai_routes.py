@@ -17,7 +17,7 @@ from sse_starlette.sse import EventSourceResponse
 from starlette.responses import JSONResponse, PlainTextResponse
 
 from .._sampling import SamplingParams
-from ..chat.reasoning import check_reasoning_format
+from ..chat.reasoning import check_reasoning_budget, check_reasoning_format
 from . import work
 from .errors import APIError, bad_request, error_body, public_error
 from .runner import Cancelled
@@ -66,6 +66,7 @@ class ChatBody(Sampling):
     response_format: Optional[Dict[str, Any]] = None
     chat_template_kwargs: Optional[Dict[str, Any]] = None
     reasoning_format: Optional[str] = None
+    reasoning_budget: Optional[int] = None
 
 
 class CompletionBody(Sampling):
@@ -274,6 +275,14 @@ def reasoning_format(state: Any, value: Optional[str], field: str = "reasoning_f
         raise bad_request(f"{field}: {e}") from None
 
 
+def reasoning_budget(state: Any, value: Optional[int], field: str = "reasoning_budget") -> Optional[int]:
+    """The request's reasoning budget, else the server's (--reasoning-budget); None: no limit."""
+    try:
+        return check_reasoning_budget(state.settings.reasoning_budget if value is None else value)
+    except ValueError as e:
+        raise bad_request(f"{field}: {e}") from None
+
+
 def check_prompt_tokens(prompt: Any, n_vocab: int, field: str = "prompt") -> None:
     """A prompt given as token ids: at least one, each in the vocabulary."""
     if isinstance(prompt, list):
@@ -352,6 +361,9 @@ async def chat_completions(body: ChatBody, request: Request) -> Any:
                   response_format=body.response_format, max_tokens=max_tokens, logprobs=body.logprobs,
                   top_logprobs=body.top_logprobs, model=state.model_name,
                   reasoning_format=reasoning_format(state, body.reasoning_format), **sampling_params(body))
+    budget = reasoning_budget(state, body.reasoning_budget)
+    if budget is not None:  # only then: a chat handler need not know the keyword
+        params["reasoning_budget"] = budget
     job, _ = await state.start_job(state.cap_generation(work.chat_work(params, template_kwargs), params))
     if body.stream:
         return _sse(state, job, include_usage)
