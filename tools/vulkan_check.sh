@@ -6,7 +6,8 @@
 # the mixture-of-experts routing and expert products: tests/test_moe_ops.py),
 # experts kept in host memory inside GPU layers (tests/test_moe_placement.py),
 # llama.cpp's mixture-of-experts recordings with every layer on the device
-# (tests/test_moe_llama_cpp.py),
+# (tests/test_moe_llama_cpp.py) and llama.cpp's recordings of the small dense
+# families (tests/test_dense_llama_cpp.py),
 # attention over every KV cache type against numpy (tests/test_attention_ops.py),
 # and the forward pass on it: every architecture, every n_gpu_layers split,
 # encoders, the placement plan and its errors, layer splits over two logical
@@ -41,7 +42,7 @@ VK_ICD_FILENAMES=$(ls /usr/share/vulkan/icd.d/lvp_icd*.json | head -1)
 PYTHONPATH="$pkg" python -c "import llamapy; i = llamapy.system_info(); print('vulkan build:', i['backends'], [d['name'] for d in i['devices']])"
 PYTHONPATH="$pkg" python -m pytest -q -p no:cacheprovider "$root/tests/test_vulkan.py" "$root/tests/test_backend_ops.py" \
   "$root/tests/test_attention_ops.py" "$root/tests/test_moe_ops.py" "$root/tests/test_moe_placement.py" \
-  "$root/tests/test_moe_llama_cpp.py" "$root/tests/test_vulkan_models.py" "$root/tests/test_vulkan_vision.py" \
+  "$root/tests/test_moe_llama_cpp.py" "$root/tests/test_dense_llama_cpp.py" "$root/tests/test_vulkan_models.py" "$root/tests/test_vulkan_vision.py" \
   "$root/tests/test_vision_feature_layers.py"
 # The portable shaders (shared-memory reductions), which devices without
 # subgroup shuffles run: the op tests again with the subgroup variants off.

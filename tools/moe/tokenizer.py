@@ -28,6 +28,11 @@ SPECIALS = {
                  "<｜Assistant｜>"],
     "glm4moe": ["<|endoftext|>", "[MASK]", "[gMASK]", "[sMASK]", "<sop>", "<eop>",
                 "<|system|>", "<|user|>", "<|assistant|>", "<|observation|>"],
+    # the dense fixtures (tools/dense/dense_models.py)
+    "smollm3": ["<|begin_of_text|>", "<|end_of_text|>", "<|im_start|>", "<|im_end|>"],
+    "olmo2": ["<|endoftext|>", "<|pad|>", "<|im_start|>", "<|im_end|>"],
+    "olmo3": ["<|endoftext|>", "<|pad|>", "<|im_start|>", "<|im_end|>"],
+    "granite": ["<|end_of_text|>", "<|start_of_role|>", "<|end_of_role|>", "<|tool_call|>"],
 }
 # bos / eos per family (None: not set)
 BOS_EOS = {
@@ -35,6 +40,10 @@ BOS_EOS = {
     "gptoss": ("<|startoftext|>", "<|return|>"),
     "deepseek": ("<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>"),
     "glm4moe": (None, "<|endoftext|>"),
+    "smollm3": (None, "<|im_end|>"),
+    "olmo2": (None, "<|endoftext|>"),
+    "olmo3": (None, "<|im_end|>"),
+    "granite": ("<|end_of_text|>", "<|end_of_text|>"),
 }
 
 
