@@ -35,6 +35,7 @@ from .gguf_file import GGUFFile, metadata_strings
 from .multimodal.chunks import ChunkedPrompt
 from ._completion import CompletionRequest, run_completion, stream_completion
 from . import _embedding
+from . import _rerank
 from ._units import format_bytes
 from .chat import completion as _chat
 from .debug import TensorDump
@@ -467,7 +468,7 @@ class Llama(_sequence.SequenceAttributes):
 
     def pooling_type(self) -> int:
         """The pooling the context applies (llama.cpp numbering: 0 none, 1
-        mean, 2 cls, 3 last): the constructor's pooling_type, else the model's."""
+        mean, 2 cls, 3 last, 4 rank): the constructor's pooling_type, else the model's."""
         if self._seq.ctx is not None and self._embedding:
             return int(self._ctx.pooling_type)
         if self.context_params.pooling_type != -1:
@@ -739,6 +740,16 @@ class Llama(_sequence.SequenceAttributes):
         ValueError); ``normalize`` L2-normalises; ``return_count`` also
         returns the number of tokens. Needs ``embedding=True``."""
         return _embedding.embed(self, input, normalize=normalize, truncate=truncate, return_count=return_count)
+
+    def rerank(self, query: str, documents: List[str], top_n: Optional[int] = None,
+               return_documents: bool = False) -> List[Dict[str, Any]]:
+        """Scores of ``documents`` against ``query`` by a reranker (a cross-encoder
+        with a classifier head: bge-reranker, Qwen3-Reranker), as llama-server's
+        ``/v1/rerank``: ``[{"index", "relevance_score", "document"?}]``, best first,
+        the first ``top_n`` of them. Needs ``embedding=True`` and
+        ``pooling_type=LLAMA_POOLING_TYPE_RANK``; a model without a classifier head
+        is a ValueError. ``return_documents`` adds ``{"text": document}``."""
+        return _rerank.rerank(self, query, documents, top_n=top_n, return_documents=return_documents)
 
     # -------------------------------------------------------------------- chat
     def create_chat_completion(

@@ -146,7 +146,7 @@ def test_bad_input_raises(tiny):
     plain = new_ctx(path, embeddings=False)
     with pytest.raises(ValueError, match="embeddings=True"):
         plain.decode(tokens=[2, 3], pos=[0, 1], seq_ids=[0, 0])
-    with pytest.raises(NotImplementedError, match="rank"):
+    with pytest.raises(ValueError, match="rank.*classifier head"):  # a reranker's pooling, and no reranker
         new_ctx(path, pooling_type=4)
     with pytest.raises(ValueError, match="pooling_type"):
         new_ctx(path, pooling_type=7)

@@ -244,7 +244,7 @@ class AccessLog:
 def create_app(settings: Settings, load: Optional[Callable[[], Any]] = None) -> FastAPI:
     """The ASGI app. The model loads on the runner's thread when the app
     starts (``/health`` says 503 until it is ready)."""
-    from . import anthropic_routes, infill_routes, ollama_routes, openai_routes, responses_routes
+    from . import anthropic_routes, infill_routes, ollama_routes, openai_routes, rerank_routes, responses_routes
 
     keys = security.load_keys(settings.api_key, settings.api_key_file)
     state = ServerState(settings, load)
@@ -268,6 +268,7 @@ def create_app(settings: Settings, load: Optional[Callable[[], Any]] = None) -> 
     app.include_router(infill_routes.router)
     app.include_router(anthropic_routes.router)
     app.include_router(responses_routes.router)
+    app.include_router(rerank_routes.router)
     # Host, Origin/CORS, body limit, API key (security.py); the access log outermost.
     security.install_middleware(app, settings, keys)
     app.add_middleware(AccessLog)

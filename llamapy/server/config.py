@@ -70,6 +70,8 @@ OPTIONS: List[Opt] = [
         "serve /v1/embeddings"),
     Opt(("--pooling",), "pooling", "LLAMA_ARG_POOLING", str, None, "embedding pooling (default: the model's)",
         ("none", "mean", "cls", "last", "rank")),
+    Opt(("--reranking", "--rerank"), "reranking", "LLAMA_ARG_RERANKING", "bool", False,
+        "serve /v1/rerank with a reranker model (embeddings with --pooling rank, as llama-server's)"),
     Opt(("-mm", "--mmproj"), "mmproj", "LLAMA_ARG_MMPROJ", help="multimodal projector GGUF"),
     Opt(("--chat-template",), "chat_template", "LLAMA_ARG_CHAT_TEMPLATE",
         help="a chat format name (e.g. chatml) or a Jinja template string"),
@@ -258,6 +260,10 @@ def parse_settings(argv: Optional[Sequence[str]] = None, environ: Optional[Dict[
             if opt.dest in ROUTER_OPTIONS and opt.dest in explicit:
                 raise ConfigError(f"{opt.flags[0]}: router mode only (several models, without -m); "
                                   "it does nothing with -m MODEL")
+    if values.get("reranking"):  # llama-server: --reranking is embeddings pooled by rank
+        if values.get("pooling") not in (None, "rank"):
+            raise ConfigError(f"--reranking pools by rank; it cannot go with --pooling {values['pooling']}")
+        values["embedding"], values["pooling"] = True, "rank"
     check(values)
     return Settings(values, frozenset(explicit))
 

@@ -28,7 +28,7 @@ from .config import OPTIONS, ConfigError, Opt, Settings, _convert
 
 # Settings a model's child server takes (the rest are the router's own).
 MODEL_SETTINGS = ("ctx_size", "parallel", "n_gpu_layers", "n_cpu_moe", "cpu_moe", "override_tensor", "flash_attn", "cache_type_k", "cache_type_v", "batch_size",
-                  "ubatch_size", "threads", "alias", "embedding", "pooling", "mmproj", "chat_template", "jinja",
+                  "ubatch_size", "threads", "alias", "embedding", "pooling", "reranking", "mmproj", "chat_template", "jinja",
                   "metrics", "slots", "timeout", "queue_max", "max_body", "max_tokens_limit", "n_probs_max",
                   "media_path", "seed", "reasoning_format")
 _PATH_SETTINGS = ("mmproj", "media_path")

@@ -38,7 +38,7 @@ logger = logging.getLogger("llamapy.server.router")
 PROXY_POST = ("/v1/chat/completions", "/chat/completions", "/v1/completions", "/completions", "/v1/embeddings",
               "/embeddings", "/infill", "/v1/messages", "/v1/messages/count_tokens", "/v1/responses", "/tokenize",
               "/detokenize", "/apply-template", "/api/chat", "/api/generate", "/api/embed", "/api/embeddings",
-              "/api/show")
+              "/api/show", "/v1/rerank", "/rerank", "/v1/reranking", "/reranking")
 PROXY_GET = ("/props", "/slots", "/metrics")  # ?model=NAME
 OLLAMA_KEEP_ALIVE = ("/api/chat", "/api/generate", "/api/embed", "/api/embeddings")  # requests that may carry keep_alive
 _PASS_HEADERS = ("content-type", "cache-control", "retry-after", "x-accel-buffering")

@@ -316,6 +316,43 @@ def check_embedding_inputs(llama: Any, inputs: Any, field: str = "input") -> Non
                                        "shorten it or split it", "context_length_exceeded")
 
 
+def rerank_work(query: str, documents: List[str], top_n: Optional[int], return_documents: bool,
+                model: str) -> Callable[[Any, Job], Iterator[Any]]:
+    """``Llama.rerank`` in llama-server's ``/v1/rerank`` response; a model that is no
+    reranker is a 501, a prompt over the limit (``embedding_limit``) a 400 naming the
+    document, both before any work."""
+    from .. import _rerank
+
+    def check(llama: Any, n_ctx: int) -> None:
+        try:
+            _rerank.check_reranker(llama)
+        except ValueError as e:
+            raise APIError(501, f"this server does not rerank: {e}; start it with --reranking and a reranker "
+                                "model", "not_supported") from None
+        limit, why = embedding_limit(llama)
+        for name, text in [("query", query)] + [(f"documents[{i}]", d) for i, d in enumerate(documents)]:
+            check_text_size(len(text.encode("utf-8")), limit, llama, name, f"a rerank prompt's limit is {why}")
+        for i, d in enumerate(documents):
+            n = len(_rerank.prompt_tokens(llama, query, d))
+            if n > limit:
+                raise APIError(400, f"documents[{i}]: the query and this document make a prompt of {n} tokens; "
+                                    f"a rerank prompt may have at most {limit} ({why})", "context_length_exceeded")
+
+    prepare = _once(check)
+
+    def work(llama: Any, job: Job) -> Iterator[Any]:
+        prepare(llama, llama.n_ctx())
+        yield Meta(None, None)
+        results, n_tokens = _rerank.rerank(llama, query, documents, top_n=top_n,
+                                           return_documents=return_documents, return_count=True)
+        yield {"model": model, "object": "list", "usage": {"prompt_tokens": n_tokens, "total_tokens": n_tokens},
+               "results": results}
+    work.prepare = prepare  # type: ignore[attr-defined]
+    work.kind = "exclusive"  # type: ignore[attr-defined]
+    work.task = "rerank"  # type: ignore[attr-defined]
+    return work
+
+
 def call_work(fn: Callable[[Any], Any]) -> Callable[[Any, Job], Iterator[Any]]:
     """Any short function of the Llama (tokenize, templates), run on the worker."""
     def work(llama: Any, job: Job) -> Iterator[Any]:

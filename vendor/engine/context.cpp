@@ -72,7 +72,9 @@ context_params resolve_params(const model& m, context_params p) {
     if (hp.v.encoder) p.n_ubatch = p.n_batch;
     if (p.pooling < -1 || p.pooling > 4) throw value_error("pooling_type must be in [-1, 4], got " + std::to_string(p.pooling));
     if (p.pooling == -1) p.pooling = hp.pooling < 0 ? 0 : hp.pooling;
-    if (p.pooling == 4) throw not_implemented_error("pooling_type 4 (rank: reranker classification heads) is not supported");
+    if (p.pooling == 4 && p.embeddings && !m.vocab_only() && !m.weights().has_classifier())
+        throw value_error("pooling_type 4 (rank) needs a reranker's classifier head (tensor cls.output.weight); this " +
+                          hp.arch + " model has none");
     if (p.flash_attn < -1 || p.flash_attn > 1)
         throw value_error("flash_attn must be -1 (auto), 0 (off) or 1 (on), got " + std::to_string(p.flash_attn));
     if (p.flash_attn == -1) p.flash_attn = auto_flash_attn(hp, p) ? 1 : 0;
@@ -277,6 +279,11 @@ context::context(std::shared_ptr<const model> m, const context_params& params)
         embd_seq_.assign((size_t)(p_.n_seq_max * hp.n_embd), 0.0f);
         seq_n_rows_.assign((size_t)p_.n_seq_max, 0);
         seq_pos_.assign((size_t)p_.n_seq_max, 0);
+    }
+    if (pooling_ == 4) {  // rank
+        cls_in_.assign((size_t)(p_.n_seq_max * hp.n_embd), 0.0f);
+        cls_mid_.assign((size_t)(p_.n_seq_max * hp.n_embd), 0.0f);
+        seq_score_.assign((size_t)(p_.n_seq_max * hp.n_cls_out), 0.0f);
     }
 }
 

@@ -97,8 +97,10 @@ public:
     const float* embeddings(int64_t i) const;  // (n_embd) of output i; throws unless embeddings=true
     // With pooling (mean / cls / last): the pooled vector (n_embd) of sequence
     // `seq` over its rows in the last decode; throws if it had none there.
+    // With pooling rank (4, rerankers): the classifier's n_cls_out scores.
     const float* embeddings_seq(int seq) const;
-    int pooling() const { return pooling_; }   // resolved pooling type (0 none .. 3 last)
+    int64_t n_embd_seq() const;                // floats embeddings_seq gives: n_embd, or n_cls_out for rank
+    int pooling() const { return pooling_; }   // resolved pooling type (0 none .. 3 last, 4 rank)
     // The storage behind logits()/embeddings(): replaced (never freed under a
     // holder) when it must grow, so views handed out stay valid memory.
     std::shared_ptr<std::vector<float>> logits_storage() const { return logits_; }
@@ -170,6 +172,7 @@ private:
     void pool_begin();
     void pool_rows(const batch_view& b, int64_t row0, int64_t n, const float* h);
     void pool_end();
+    void classify_pooled();  // rank: the classifier head over the pooled sequences
     void keep_rows(const batch_view& b, int64_t row0, int64_t n, const float* h, int64_t& out_at);
 
     std::shared_ptr<const model> model_;
@@ -219,6 +222,11 @@ private:
     std::vector<float> embd_seq_;        // (n_seq_max, n_embd) pooled vector of each sequence
     std::vector<int32_t> seq_n_rows_;    // (n_seq_max) rows pooled into each sequence by the last decode
     std::vector<int32_t> seq_pos_;       // (n_seq_max) position of the row cls / last pooling kept
+    // Rank pooling (rerankers): the pooled rows gathered for the classifier
+    // head, its hidden rows, and each sequence's scores.
+    std::vector<float> cls_in_;          // (n_seq_max, n_embd)
+    std::vector<float> cls_mid_;         // (n_seq_max, n_embd)
+    std::vector<float> seq_score_;       // (n_seq_max, n_cls_out)
 };
 
 }  // namespace lp

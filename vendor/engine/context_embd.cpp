@@ -1,13 +1,15 @@
 // context_embd.cpp — the embedding side of context (see context.h): decoding
 // with encoder models (no KV cache, a batch of whole sequences in one pass)
 // and pooling every row's final state into one vector per sequence (mean,
-// first row = cls, last row), natively, for encoders and decoders alike.
+// first row = cls, last row), natively, for encoders and decoders alike;
+// rank pooling (rerankers) then runs the classifier head on the pooled rows.
 #include <algorithm>
 #include <cstring>
 #include <string>
 
 #include "common.h"
 #include "context.h"
+#include "model/classifier.h"
 #include "model/encoder.h"
 
 namespace lp {
@@ -79,6 +81,9 @@ void context::pool_begin() {
 // every sequence they belong to.
 void context::pool_rows(const batch_view& b, int64_t row0, int64_t n, const float* h) {
     const int64_t E = model_->hp().n_embd;
+    // Rank keeps the row the classifier reads: the first (the BERT family's
+    // [CLS]) or, for a causal model, the last (Qwen3-Reranker's answer position).
+    const int kind = pooling_ == 4 ? (model_->hp().causal ? 3 : 2) : pooling_;
     for (int64_t t = 0; t < n; ++t) {
         const int64_t i = row0 + t;
         const float* row = h + t * E;
@@ -90,9 +95,9 @@ void context::pool_rows(const batch_view& b, int64_t row0, int64_t n, const floa
             const int32_t pos = b.pos[i];
             const bool first = seq_n_rows_[s] == 0;
             ++seq_n_rows_[s];
-            if (pooling_ == 1) {
+            if (kind == 1) {
                 add_row(acc, row, E);
-            } else if ((pooling_ == 2 && (first || pos < seq_pos_[s])) || (pooling_ == 3 && (first || pos > seq_pos_[s]))) {
+            } else if ((kind == 2 && (first || pos < seq_pos_[s])) || (kind == 3 && (first || pos > seq_pos_[s]))) {
                 std::memcpy(acc, row, sizeof(float) * (size_t)E);
                 seq_pos_[s] = pos;
             }
@@ -101,10 +106,43 @@ void context::pool_rows(const batch_view& b, int64_t row0, int64_t n, const floa
 }
 
 void context::pool_end() {
+    if (pooling_ == 4) classify_pooled();
     if (pooling_ != 1) return;
     const int64_t E = model_->hp().n_embd;
     for (size_t s = 0; s < seq_n_rows_.size(); ++s)
         if (seq_n_rows_[s] > 0) scale_row(embd_seq_.data() + s * (size_t)E, E, 1.0f / (float)seq_n_rows_[s]);
+}
+
+// The pooled rows of the sequences the last decode saw, gathered, through the
+// classifier head (on the output part's backend, as the output head runs), in
+// chunks of at most n_ubatch rows: what run_state and the backends are sized for.
+void context::classify_pooled() {
+    const hparams& hp = model_->hp();
+    const int64_t E = hp.n_embd, C = hp.n_cls_out;
+    std::vector<int> seqs;
+    for (size_t s = 0; s < seq_n_rows_.size(); ++s)
+        if (seq_n_rows_[s] > 0) seqs.push_back((int)s);
+    for (size_t k = 0; k < seqs.size(); ++k)
+        std::memcpy(cls_in_.data() + k * (size_t)E, embd_seq_.data() + (size_t)seqs[k] * (size_t)E,
+                    sizeof(float) * (size_t)E);
+    std::vector<float> scores(seqs.size() * (size_t)C);  // (n_seqs, n_cls_out)
+    try {
+        for (size_t k0 = 0; k0 < seqs.size(); k0 += (size_t)p_.n_ubatch) {
+            const int64_t n = std::min<int64_t>((int64_t)(seqs.size() - k0), p_.n_ubatch);
+            pass ps(backend_, rs_, &tensor_cb_, n);
+            if (!part_be_.empty()) ps.set_parts(&part_be_);
+            if (!host_weights_.empty()) ps.set_host_weights(&host_weights_, &backend_);
+            classifier_head(*model_, rows{cls_in_.data() + k0 * (size_t)E, E},
+                            rows{cls_mid_.data() + k0 * (size_t)E, E}, scores.data() + k0 * (size_t)C, ps);
+        }
+    } catch (...) {
+        for (auto& g : gpu_backends_) g->discard();
+        pool_begin();  // no sequence has scores
+        throw;
+    }
+    for (size_t k = 0; k < seqs.size(); ++k)
+        std::memcpy(seq_score_.data() + (size_t)seqs[k] * (size_t)C, scores.data() + k * (size_t)C,
+                    sizeof(float) * (size_t)C);
 }
 
 const float* context::embeddings_seq(int seq) const {
@@ -114,7 +152,10 @@ const float* context::embeddings_seq(int seq) const {
     check_seq(seq, "sequence id");
     if (seq_n_rows_[(size_t)seq] == 0)
         throw value_error("sequence " + std::to_string(seq) + " had no rows in the last decode");
+    if (pooling_ == 4) return seq_score_.data() + (size_t)seq * (size_t)model_->hp().n_cls_out;
     return embd_seq_.data() + (size_t)seq * (size_t)model_->hp().n_embd;
 }
+
+int64_t context::n_embd_seq() const { return pooling_ == 4 ? model_->hp().n_cls_out : model_->hp().n_embd; }
 
 }  // namespace lp

@@ -264,6 +264,10 @@ void bind_model(py::module_& m) {
         .def_property_readonly("pooling_type", [](const model& x) { return x.hp().pooling; },
                                "pooling_type from the file (llama.cpp numbering), -1 when absent")
         .def_property_readonly("is_encoder", [](const model& x) { return x.hp().v.encoder; })
+        .def_property_readonly("has_classifier", [](const model& x) { return x.weights().has_classifier(); },
+                               "Whether the model is a reranker: a classifier head (cls.output) for pooling rank")
+        .def_property_readonly("n_cls_out", [](const model& x) { return x.hp().n_cls_out; },
+                               "Scores the classifier head gives per sequence (classifier.output_labels)")
         .def_property_readonly("causal", [](const model& x) { return x.hp().causal; })
         .def_property_readonly("n_pos_per_embd", [](const model& x) { return x.hp().n_pos_per_embd(); },
                                "Positions per row: 4 for M-RoPE (qwen2vl: decode takes pos of shape (4, n)), else 1.")
@@ -459,7 +463,9 @@ void bind_model(py::module_& m) {
         .def_property_readonly("n_threads_batch", [](const context& c) { return c.params().n_threads_batch; })
         .def_property_readonly("embeddings", [](const context& c) { return c.params().embeddings; })
         .def_property_readonly("pooling_type", &context::pooling,
-                               "Resolved pooling (0 none, 1 mean, 2 cls, 3 last); 0 without embeddings.")
+                               "Resolved pooling (0 none, 1 mean, 2 cls, 3 last, 4 rank); 0 without embeddings.")
+        .def_property_readonly("n_embd_seq", &context::n_embd_seq,
+                               "Floats per sequence of get_embeddings_seq: n_embd, or n_cls_out with pooling rank.")
         .def_property_readonly("n_outputs", &context::n_outputs)
         .def_property_readonly("kv_n_used", &context::kv_n_used)
         .def("decode", &decode, py::arg("tokens") = py::none(), py::arg("embd") = py::none(), py::arg("pos"),
@@ -488,19 +494,21 @@ void bind_model(py::module_& m) {
              }, "Final hidden states (n_outputs, n_embd) of the rows the last decode kept (a view).")
         .def("get_embeddings_seq", [](const context& c, int seq) {
                  const float* p = c.embeddings_seq(seq);
-                 py::array_t<float> out((py::ssize_t)c.mdl().hp().n_embd);
-                 std::memcpy(out.mutable_data(), p, sizeof(float) * (size_t)c.mdl().hp().n_embd);
+                 py::array_t<float> out((py::ssize_t)c.n_embd_seq());
+                 std::memcpy(out.mutable_data(), p, sizeof(float) * (size_t)c.n_embd_seq());
                  return out;
-             }, py::arg("seq_id"), "Pooled embedding (n_embd) of a sequence in the last decode (a copy).")
+             }, py::arg("seq_id"), "Pooled embedding (n_embd) of a sequence in the last decode (a copy); with "
+             "pooling rank its classifier scores (n_cls_out).")
         .def("get_embeddings_seqs", [](const context& c, int64_t n_seq) {
-                 const int64_t E = c.mdl().hp().n_embd;
+                 const int64_t E = c.n_embd_seq();
                  if (n_seq < 0 || n_seq > c.params().n_seq_max)
                      throw value_error("get_embeddings_seqs: n_seq " + std::to_string(n_seq) + " is out of range");
                  py::array_t<float> out({(py::ssize_t)n_seq, (py::ssize_t)E});
                  for (int64_t s = 0; s < n_seq; ++s)
                      std::memcpy(out.mutable_data() + s * E, c.embeddings_seq((int)s), sizeof(float) * (size_t)E);
                  return out;
-             }, py::arg("n_seq"), "Pooled embeddings (n_seq, n_embd) of sequences 0 .. n_seq-1 (a copy).")
+             }, py::arg("n_seq"), "Pooled embeddings (n_seq, n_embd) of sequences 0 .. n_seq-1 (a copy); with pooling "
+             "rank their scores (n_seq, n_cls_out).")
         .def("kv_seq_rm", &context::kv_seq_rm, py::arg("seq_id"), py::arg("p0") = -1, py::arg("p1") = -1,
              "removes positions [p0, p1) of a sequence (-1: all of them); False, changing nothing, when a model "
              "with recurrent layers cannot (a suffix needs a state checkpoint at its start): evaluate again")

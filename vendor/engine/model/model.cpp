@@ -176,6 +176,12 @@ void read_common_hparams(const gguf_file& f, hparams& hp) {
     hp.causal = f.get_bool(hp.arch + ".attention.causal", true);
     hp.pooling = (int32_t)arch_int(f, hp, "pooling_type", -1);
     if (hp.pooling < -1 || hp.pooling > 4) throw gguf_error("model metadata: pooling_type " + std::to_string(hp.pooling) + " is out of range");
+    // A classifier's labels name its outputs; only their count matters here (rerankers: 1, Qwen3-Reranker: yes / no).
+    if (const gguf_kv* labels = f.find_kv(hp.arch + ".classifier.output_labels")) {
+        if (labels->type != gguf_type::ARRAY || labels->array.count < 1 || labels->array.count > 4096)
+            throw gguf_error("model metadata: " + hp.arch + ".classifier.output_labels must be an array of 1 to 4096 labels");
+        hp.n_cls_out = (int64_t)labels->array.count;
+    }
 }
 
 // ---------------------------------------------------------------------------
@@ -282,6 +288,20 @@ private:
     std::string arch_;
 };
 
+// The classifier head of a reranker (model_weights cls / cls_out), where the
+// file has one: llama.cpp's converter writes it for BERT / XLM-RoBERTa
+// sequence classifiers and Qwen3-Reranker (cls.output = the LM head's yes / no rows).
+void load_classifier(const weight_loader& L, const hparams& hp, model_weights& w) {
+    const int64_t E = hp.n_embd;
+    w.cls = L.matrix_opt("cls.weight", E, E);
+    w.cls_b = L.vec_opt("cls.bias", E);
+    w.cls_out = L.matrix_opt("cls.output.weight", E, hp.n_cls_out);
+    w.cls_out_b = L.vec_opt("cls.output.bias", hp.n_cls_out);
+    if (!w.cls_b.empty() && !w.cls.data) throw gguf_error("model file has cls.bias without cls.weight");
+    if (!w.cls_out_b.empty() && !w.cls_out.data)
+        throw gguf_error("model file has cls.output.bias without cls.output.weight");
+}
+
 // The attention projections of multi-head latent attention (model.h mla_hparams).
 void load_mla(const weight_loader& L, const hparams& hp, const std::string& p, layer_weights& l) {
     const mla_hparams& m = hp.mla;
@@ -356,6 +376,7 @@ void load_weights(const gguf_file& f, hparams& hp, model_weights& w) {
     w.output_norm = L.vec("output_norm.weight", E);
     if (ln) w.output_norm_b = L.vec_opt("output_norm.bias", E);
     w.output = L.has("output.weight") ? L.matrix("output.weight", E, hp.n_vocab) : w.token_embd;
+    load_classifier(L, hp, w);  // Qwen3-Reranker's yes / no head
     if (L.has("rope_freqs.weight")) w.rope_freqs = L.vec("rope_freqs.weight", hp.rope.n_rot / 2);
     w.rope_long = L.vec_opt("rope_factors_long.weight", hp.rope.n_rot / 2);
     w.rope_short = L.vec_opt("rope_factors_short.weight", hp.rope.n_rot / 2);
@@ -485,6 +506,7 @@ void load_encoder_weights(const gguf_file& f, hparams& hp, model_weights& w) {
     }
     w.token_embd_norm = L.vec("token_embd_norm.weight", E);
     w.token_embd_norm_b = L.vec_opt("token_embd_norm.bias", E);
+    load_classifier(L, hp, w);  // cross-encoders (bge-reranker)
 
     w.layers.resize((size_t)hp.n_layer);
     for (int64_t il = 0; il < hp.n_layer; ++il) {

@@ -172,6 +172,12 @@ struct hparams {
     // mtmd_decode_use_non_causal, by the projector that goes with this text
     // model (Gemma 3's; of its list only Gemma 3 has a text side here).
     bool mm_non_causal = false;
+    // Classifier head of rerankers (llama.cpp's pooling "rank"): scores per
+    // sequence, one per classifier.output_labels entry (1 when the file has
+    // none); softmax over them where the head is Qwen3-Reranker's yes / no
+    // rows of the LM head (cls_softmax, set by the architecture).
+    int64_t n_cls_out = 1;
+    bool cls_softmax = false;
     // Per-layer shapes (n_layer), when layers differ; empty: every layer has
     // the values above. When set, the values above are the widest any layer
     // has (what buffers are sized for), and for_layer(il) is layer il's own.
@@ -296,6 +302,13 @@ struct model_weights {
     weight_view position_embd;    // (n_pos_embd, n_embd) learned absolute positions, or absent
     std::vector<float> token_type0;  // (n_embd) row 0 of token_types ("sentence A"), or empty
     std::vector<float> token_embd_norm, token_embd_norm_b;  // (n_embd) norm of the summed input embeddings
+    // classifier head (rerankers, model/classifier.h): the pooled state through
+    // tanh(cls · x + cls_b) when cls is present, then cls_out · x + cls_out_b
+    weight_view cls;              // (n_embd, n_embd) or absent
+    std::vector<float> cls_b;     // (n_embd) or empty
+    weight_view cls_out;          // (n_cls_out, n_embd) or absent: then the model is no reranker
+    std::vector<float> cls_out_b; // (n_cls_out) or empty
+    bool has_classifier() const { return cls_out.data != nullptr; }
 };
 
 // One supported architecture (model/<stem>.cpp, listed in archs.def): its
