@@ -365,7 +365,7 @@ LP_TARGET_AVX512 void vec_dot_panel(int64_t n, float* out, const void* w_row, co
     const auto* y = static_cast<const block_q8_K*>(a_row);
     __m128 acc = _mm_setzero_ps();
     for (int64_t i = 0; i < n / QK_K; ++i) {
-        kq_x86::prefetch_ahead(w + i, sizeof(w[i]));
+        kq_x86::prefetch_ahead(w + i, sizeof(w[i]), kq_x86::kAheadWide);
         const __m128i bs = F::has_min ? bsums32(y[i]) : _mm_setzero_si128();
         __m128i m = _mm_setzero_si128();
         const __m512i s = row_sums<F>(w[i], y[i], bs, &m);

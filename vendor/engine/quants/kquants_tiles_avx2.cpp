@@ -189,6 +189,124 @@ LP_TARGET_AVX2 void q6_tile(int64_t n, const uint8_t* w, size_t ws, const uint8_
             out[(size_t)c * os + r] = x86::hsum_f32x8(acc[r][c]);
 }
 
+// 32 weights of a row's super-block (unsigned quants q, their scale words
+// s) against each column's activations at byte off of its super-block i,
+// added to the column's int32 sum. The empty asm keeps each sum a chain in
+// this order (k4_row_cols, q6_row_cols).
+template <int NC>
+LP_TARGET_AVX2 LP_INLINE void row_chunk(__m256i (&sum)[NC], const block_q8_K* const (&y)[NC], int64_t i, __m256i q,
+                                        __m256i s, int off) {
+    for (int c = 0; c < NC; ++c) {
+        sum[c] = _mm256_add_epi32(sum[c], dot32(q, y[c][i].qs + off, s));
+        __asm__("" : "+x"(sum[c]));
+    }
+}
+
+// One row against NC columns (matvec_cols, small batches): q6_tile<1, NC>'s
+// integer sums and float steps, so the same bits, in an order that fits the
+// 16 ymm registers of an AVX2-only CPU. q6_tile<1, 4> keeps 8 chunk
+// operands live per super-block and GCC, free to reassociate the int32 adds,
+// computes all 32 products before summing them: ~40 vectors spilled and
+// reloaded per super-block in a portable build. Here each ql register feeds
+// its two chunks (low nibbles, then high) before the next is loaded, and each
+// column's sum is pinned to its chain, so the NC sums, the NC accumulators
+// and one chunk's operands are all that is live.
+template <int NC>
+LP_TARGET_AVX2 void q6_row_cols(int64_t n, const uint8_t* w, size_t ws, const uint8_t* a, size_t as, float* out,
+                           size_t os) {
+    const __m256i m4 = _mm256_set1_epi8(0xF), m30 = _mm256_set1_epi8(0x30);
+    const auto* x = reinterpret_cast<const block_q6_K*>(w);
+    const block_q8_K* y[NC];
+    for (int c = 0; c < NC; ++c) y[c] = reinterpret_cast<const block_q8_K*>(a + c * as);
+    __m256 acc[NC];
+    for (int c = 0; c < NC; ++c) acc[c] = _mm256_setzero_ps();
+    const char* pf = tiles_avx2::prefetch_start(w, ws, 1);
+    for (int64_t i = 0; i < n / QK_K; ++i) {
+        tiles_avx2::prefetch_step(pf, sizeof(block_q6_K));
+        const block_q6_K& b = x[i];
+        __m256i sum[NC];
+        for (int c = 0; c < NC; ++c) sum[c] = _mm256_setzero_si256();
+        for (int h = 0; h < 2; ++h) {
+            // weights h·128 + 32j + l (chunk k = 4h + j): low nibbles of
+            // ql[64h + 32(j % 2) + l] (j < 2) or its high nibbles (j >= 2),
+            // top bits crumb j of qh[32h + l]; scales of groups 2k, 2k + 1
+            // (words 2j, 2j + 1 of this half's 8, q6_scales)
+            const __m256i sc = _mm256_broadcastsi128_si256(
+                _mm_cvtepi8_epi16(_mm_loadl_epi64((const __m128i*)(b.scales + 8 * h))));
+            const __m256i hb = _mm256_loadu_si256((const __m256i*)(b.qh + 32 * h));
+            const __m256i l0 = _mm256_loadu_si256((const __m256i*)(b.ql + 64 * h));
+            row_chunk<NC>(sum, y, i,
+                          _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 4), m30)),
+                          q6_scales(sc, sc, 0), 128 * h);
+            row_chunk<NC>(sum, y, i,
+                          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), _mm256_and_si256(hb, m30)),
+                          q6_scales(sc, sc, 2), 128 * h + 64);
+            const __m256i l1 = _mm256_loadu_si256((const __m256i*)(b.ql + 64 * h + 32));
+            row_chunk<NC>(sum, y, i,
+                          _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 2), m30)),
+                          q6_scales(sc, sc, 1), 128 * h + 32);
+            row_chunk<NC>(sum, y, i,
+                          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                                          _mm256_and_si256(_mm256_srli_epi16(hb, 2), m30)),
+                          q6_scales(sc, sc, 3), 128 * h + 96);
+        }
+        const float d = _cvtsh_ss(b.d);
+        const __m256 pattern = k_scale_pattern(d, d);
+        const __m256i m16 = _mm256_slli_epi16(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)b.scales)), 5);
+        for (int c = 0; c < NC; ++c) {
+            const __m256i ms = _mm256_madd_epi16(m16, _mm256_loadu_si256((const __m256i*)y[c][i].bsums));
+            acc[c] = k_block_fma(sum[c], ms, pattern, &y[c][i].d, acc[c]);
+        }
+    }
+    for (int c = 0; c < NC; ++c) out[(size_t)c * os] = x86::hsum_f32x8(acc[c]);
+}
+
+// The same for Q4_K / Q5_K: k4_tile<Q5, 1, NC>'s sums and float steps, the
+// chunks' sums pinned, the block's min words and scale pattern made after
+// them (k4_tile<Q5, 1, 4> spilled as q6_tile<1, 4> did).
+template <bool Q5, int NC>
+LP_TARGET_AVX2 void k4_row_cols(int64_t n, const uint8_t* w, size_t ws, const uint8_t* a, size_t as, float* out,
+                           size_t os) {
+    constexpr size_t bb = Q5 ? sizeof(block_q5_K) : sizeof(block_q4_K);
+    constexpr size_t qs_off = Q5 ? offsetof(block_q5_K, qs) : offsetof(block_q4_K, qs);
+    const __m256i m4 = _mm256_set1_epi8(0xF), bit4 = _mm256_set1_epi8(0x10);
+    const __m128i dup = _mm_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15);
+    const block_q8_K* y[NC];
+    for (int c = 0; c < NC; ++c) y[c] = reinterpret_cast<const block_q8_K*>(a + c * as);
+    __m256 acc[NC];
+    for (int c = 0; c < NC; ++c) acc[c] = _mm256_setzero_ps();
+    const char* pf = tiles_avx2::prefetch_start(w, ws, 1);
+    for (int64_t i = 0; i < n / QK_K; ++i) {
+        tiles_avx2::prefetch_step(pf, bb);
+        const uint8_t* b = w + i * bb;
+        const __m128i sm = k4_scales_mins_avx2(b + 4);
+        const __m256i sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sm));
+        __m256i high = Q5 ? _mm256_loadu_si256((const __m256i*)(b + offsetof(block_q5_K, qh))) : _mm256_setzero_si256();
+        __m256i sum[NC];
+        for (int c = 0; c < NC; ++c) sum[c] = _mm256_setzero_si256();
+        for (int ch = 0; ch < 4; ++ch) {
+            const __m256i bytes = _mm256_loadu_si256((const __m256i*)(b + qs_off + 32 * ch));
+            __m256i q0 = _mm256_and_si256(bytes, m4);
+            if constexpr (Q5) q0 = _mm256_or_si256(q0, _mm256_and_si256(_mm256_slli_epi16(high, 4), bit4));
+            const __m128i c0 = word_ctrl(2 * ch), c1 = word_ctrl(2 * ch + 1);
+            row_chunk<NC>(sum, y, i, q0, _mm256_shuffle_epi8(sc16, _mm256_set_m128i(c0, c0)), 64 * ch);
+            __m256i q1 = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), m4);
+            if constexpr (Q5) {
+                q1 = _mm256_or_si256(q1, _mm256_and_si256(_mm256_slli_epi16(high, 3), bit4));
+                high = _mm256_srli_epi16(high, 2);
+            }
+            row_chunk<NC>(sum, y, i, q1, _mm256_shuffle_epi8(sc16, _mm256_set_m128i(c1, c1)), 64 * ch + 32);
+        }
+        const __m256i m16 = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(sm, dup));
+        const __m256 pattern = k_scale_pattern_f16(b);
+        for (int c = 0; c < NC; ++c) {
+            const __m256i ms = _mm256_madd_epi16(m16, _mm256_loadu_si256((const __m256i*)y[c][i].bsums));
+            acc[c] = k_block_fma(sum[c], ms, pattern, &y[c][i].d, acc[c]);
+        }
+    }
+    for (int c = 0; c < NC; ++c) out[(size_t)c * os] = x86::hsum_f32x8(acc[c]);
+}
+
 // The kinds of tile: K4<false> Q4_K, K4<true> Q5_K, Q6 Q6_K.
 template <bool Q5>
 struct k4_kind {
@@ -198,6 +316,11 @@ struct k4_kind {
                                    size_t os) {
         k4_tile<Q5, NR, NC>(n, w, ws, a, as, out, os);
     }
+    template <int NC>
+    LP_TARGET_AVX2 static void row(int64_t n, const uint8_t* w, size_t ws, const uint8_t* a, size_t as, float* out,
+                                   size_t os) {
+        k4_row_cols<Q5, NC>(n, w, ws, a, as, out, os);
+    }
 };
 struct q6_kind {
     static constexpr vec_dot_fn dot = vec_dot_q6_k_q8_k_avx2;
@@ -205,6 +328,11 @@ struct q6_kind {
     LP_TARGET_AVX2 static void run(int64_t n, const uint8_t* w, size_t ws, const uint8_t* a, size_t as, float* out,
                                    size_t os) {
         q6_tile<NR, NC>(n, w, ws, a, as, out, os);
+    }
+    template <int NC>
+    LP_TARGET_AVX2 static void row(int64_t n, const uint8_t* w, size_t ws, const uint8_t* a, size_t as, float* out,
+                                   size_t os) {
+        q6_row_cols<NC>(n, w, ws, a, as, out, os);
     }
 };
 
@@ -246,10 +374,10 @@ LP_TARGET_AVX2 void matvec_cols(int64_t n, const void* w, size_t ws, const void*
     for (int r = 0; r < nr; ++r) {
         const uint8_t* wr = wb + r * ws;
         switch (nc) {
-            case 4: K::template run<1, 4>(n, wr, ws, ab, as, out + r, os); break;
-            case 3: K::template run<1, 3>(n, wr, ws, ab, as, out + r, os); break;
-            case 2: K::template run<1, 2>(n, wr, ws, ab, as, out + r, os); break;
-            default: K::template run<1, 1>(n, wr, ws, ab, as, out + r, os); break;
+            case 4: K::template row<4>(n, wr, ws, ab, as, out + r, os); break;
+            case 3: K::template row<3>(n, wr, ws, ab, as, out + r, os); break;
+            case 2: K::template row<2>(n, wr, ws, ab, as, out + r, os); break;
+            default: K::template row<1>(n, wr, ws, ab, as, out + r, os); break;
         }
     }
 }

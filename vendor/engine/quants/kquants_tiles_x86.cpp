@@ -68,6 +68,8 @@ namespace lp {
 namespace {
 
 using kq_x86::k4_scales_mins_avx2;
+using kq_x86::kAheadNarrow;
+using kq_x86::kAheadWide;
 using kq_x86::prefetch_ahead;
 using kq_x86::q3k_scales_avx2;
 
@@ -178,6 +180,7 @@ LP_TARGET_AVX512 LP_INLINE void unpack_k4(const uint8_t* b, size_t qs_off, krow&
 
 struct q2_k_avx512 {
     using block = block_q2_K;
+    static constexpr size_t ahead = kAheadNarrow;  // prefetch distance (kquants_x86_common.h)
     static constexpr bsum_term term = bsum_term::min16;
     LP_TARGET_AVX512 static LP_INLINE void unpack(const block& b, krow& u) {
         crumbs(b.qs, u);
@@ -192,6 +195,7 @@ struct q2_k_avx512 {
 
 struct q3_k_avx512 {
     using block = block_q3_K;
+    static constexpr size_t ahead = kAheadNarrow;  // prefetch distance (kquants_x86_common.h)
     static constexpr bsum_term term = bsum_term::offset;
     LP_TARGET_AVX512 static LP_INLINE void unpack(const block& b, krow& u) {
         crumbs(b.qs, u);
@@ -205,6 +209,7 @@ struct q3_k_avx512 {
 
 struct q4_k_avx512 {
     using block = block_q4_K;
+    static constexpr size_t ahead = kAheadWide;  // prefetch distance (kquants_x86_common.h)
     static constexpr bsum_term term = bsum_term::min32;
     LP_TARGET_AVX512 static LP_INLINE void unpack(const block& b, krow& u) {
         unpack_k4(reinterpret_cast<const uint8_t*>(&b), offsetof(block, qs), u);
@@ -213,6 +218,7 @@ struct q4_k_avx512 {
 
 struct q5_k_avx512 {
     using block = block_q5_K;
+    static constexpr size_t ahead = kAheadWide;  // prefetch distance (kquants_x86_common.h)
     static constexpr bsum_term term = bsum_term::min32;
     LP_TARGET_AVX512 static LP_INLINE void unpack(const block& b, krow& u) {
         unpack_k4(reinterpret_cast<const uint8_t*>(&b), offsetof(block, qs), u);
@@ -222,6 +228,7 @@ struct q5_k_avx512 {
 
 struct q6_k_avx512 {
     using block = block_q6_K;
+    static constexpr size_t ahead = kAheadWide;  // prefetch distance (kquants_x86_common.h)
     static constexpr bsum_term term = bsum_term::offset;
     // Weights h·128 + 0..63 are the low nibbles of ql[64h..64h+63], weights
     // h·128 + 64..127 the high ones; their top 2 bits are crumbs 0,1 resp. 2,3
@@ -314,7 +321,7 @@ LP_TARGET_AVX512 LP_INLINE void vec_dot_k(int64_t n, float* out, const void* w_r
     constexpr bsum_term term = K::term;
     __m256 acc = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / QK_K; ++i) {
-        prefetch_ahead(w + i, sizeof(w[i]));
+        prefetch_ahead(w + i, sizeof(w[i]), K::ahead);
         krow u;
         K::unpack(w[i], u);
         const __m512i s = block_dot(u, a[i].qs);
@@ -405,7 +412,7 @@ LP_TARGET_AVX512 LP_INLINE void row_cols(int64_t n, const uint8_t* w, const uint
     __m512 acc[NP];
     for (int p = 0; p < NP; ++p) acc[p] = _mm512_setzero_ps();
     for (int64_t i = 0; i < n / QK_K; ++i) {
-        prefetch_ahead(wr + i, sizeof(wr[i]));
+        prefetch_ahead(wr + i, sizeof(wr[i]), K::ahead);
         const block_q8_K* y[NC];
         for (int c = 0; c < NC; ++c) y[c] = reinterpret_cast<const block_q8_K*>(a + c * a_stride) + i;
         krow u;

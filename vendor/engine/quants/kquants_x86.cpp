@@ -44,6 +44,8 @@ namespace lp {
 #if defined(LP_HAVE_AVX2)
 namespace {
 
+using kq_x86::kAheadNarrow;
+using kq_x86::kAheadWide;
 using kq_x86::prefetch_ahead;
 using kq_x86::k4_scales_mins_avx2;
 using kq_x86::q3k_scales_avx2;
@@ -85,7 +87,7 @@ LP_TARGET_AVX2 LP_INLINE void vec_dot_k4_avx2(int64_t n, float* out, const uint8
     __m256 acc = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / QK_K; ++i) {
         const uint8_t* b = w_bytes + i * block_bytes;  // d, dmin, scales[12] lead both layouts
-        prefetch_ahead(b, block_bytes);
+        prefetch_ahead(b, block_bytes, kAheadWide);
         const __m128i sm = k4_scales_mins_avx2(b + 4);
         const __m256i sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sm));
         const __m256i m16 = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(sm, dup));
@@ -117,7 +119,7 @@ LP_TARGET_AVX2 void vec_dot_q2_k_q8_k_avx2(int64_t n, float* out, const void* w_
     const __m256i m3 = _mm256_set1_epi8(3);
     __m256 acc = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / QK_K; ++i) {
-        prefetch_ahead(w + i, sizeof(w[i]));
+        prefetch_ahead(w + i, sizeof(w[i]), kAheadNarrow);
         const __m128i s8 = _mm_loadu_si128((const __m128i*)w[i].scales);
         const __m256i sc16 = _mm256_cvtepu8_epi16(_mm_and_si128(s8, _mm_set1_epi8(0xF)));
         const __m256i m16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(s8, 4), _mm_set1_epi8(0xF)));
@@ -144,7 +146,7 @@ LP_TARGET_AVX2 void vec_dot_q3_k_q8_k_avx2(int64_t n, float* out, const void* w_
     const __m256i m3 = _mm256_set1_epi8(3), bit2 = _mm256_set1_epi8(4);
     __m256 acc = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / QK_K; ++i) {
-        prefetch_ahead(w + i, sizeof(w[i]));
+        prefetch_ahead(w + i, sizeof(w[i]), kAheadNarrow);
         const __m256i sc16 = _mm256_cvtepi8_epi16(q3k_scales_avx2(w[i].scales));
         const __m256i sc_lo = _mm256_permute2x128_si256(sc16, sc16, 0x00);
         const __m256i sc_hi = _mm256_permute2x128_si256(sc16, sc16, 0x11);
@@ -184,7 +186,7 @@ LP_TARGET_AVX2 void vec_dot_q6_k_q8_k_avx2(int64_t n, float* out, const void* w_
     const __m256i m4 = _mm256_set1_epi8(0xF), m30 = _mm256_set1_epi8(0x30);
     __m256 acc = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / QK_K; ++i) {
-        prefetch_ahead(w + i, sizeof(w[i]));
+        prefetch_ahead(w + i, sizeof(w[i]), kAheadWide);
         const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)w[i].scales));
         const __m256i sc_lo = _mm256_permute2x128_si256(sc16, sc16, 0x00);
         const __m256i sc_hi = _mm256_permute2x128_si256(sc16, sc16, 0x11);

@@ -19,11 +19,22 @@ namespace kq_x86 {
 
 // Mat-vec streams the weights from memory once. The hardware prefetchers
 // alone leave one core well short of the memory bandwidth (~0.8 of it on
-// Zen 5); asking for the lines 4 KiB ahead of the block in use brings a single
-// thread to ~0.95. Rows of a matrix are contiguous, so this runs on into the
-// next row; prefetches past the end of the data are harmless.
-LP_INLINE void prefetch_ahead(const void* block, size_t block_bytes) {
-    const char* p = static_cast<const char*>(block) + 4096;
+// Zen 5); asking for the lines `ahead` bytes past the block in use brings a
+// single thread to ~0.95. Rows of a matrix are contiguous, so this runs on
+// into the next row; prefetches past the end of the data are harmless.
+//
+// How far: 4 KiB was measured on Zen 5. On the Intel Xeon (AVX-512 VNNI),
+// 2 threads, interleaved passes over 300 MB of 1B-shaped weights
+// (benchmarks/LOG.md, 2026-12-07), the row kernels of the wide blocks read
+// faster from nearer: Q6_K 1.10-1.13x at 2.5 KiB (Qwen3's 151936-row head,
+// 1 thread: 0.77 -> 0.88 of the read probe), the AVX2 Q4_K / Q5_K / Q6_K
+// 1.03-1.12x, with 3.5 KiB in between and 1.5-2.5 KiB alike; Q2_K and Q3_K
+// (84- and 110-byte blocks, more work per byte) lost 5-7% there and keep 4 KiB.
+constexpr size_t kAheadWide = 2560;  // Q4_K, Q5_K, Q6_K rows
+constexpr size_t kAheadNarrow = 4096;  // Q2_K, Q3_K rows
+
+LP_INLINE void prefetch_ahead(const void* block, size_t block_bytes, size_t ahead) {
+    const char* p = static_cast<const char*>(block) + ahead;
     for (size_t off = 0; off < block_bytes; off += 64) _mm_prefetch(p + off, _MM_HINT_T0);
 }
 
