@@ -11,6 +11,7 @@ with gpt-oss's chat template; only the model's choice of tokens is scripted
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -47,7 +48,9 @@ def scripted(gemma_path):
         PROMPTS.append(self.detokenize(list(tokens), special=True).decode("utf-8"))
         reply = self.tokenize(REPLY["text"].encode("utf-8"), add_bos=False, special=False)
         if REPLY["cut"] is not None:
-            yield from reply[:REPLY["cut"]] + [reply[0]] * 1000  # runs into max_tokens
+            for t in reply[:REPLY["cut"]] + [reply[0]] * 1000:
+                time.sleep(REPLY.get("delay", 0.0))  # a model's pace: a stream can be cut meanwhile
+                yield t  # runs into max_tokens
             return
         yield from reply + [self.token_eos()]
 
@@ -72,7 +75,7 @@ def sdk(server):
 
 @pytest.fixture(autouse=True)
 def reset():
-    REPLY.update(text=ANSWER, cut=None)
+    REPLY.update(text=ANSWER, cut=None, delay=0.0)
     PROMPTS.clear()
 
 
@@ -182,3 +185,27 @@ def test_raw_stream_event_names(server):
             elif line.startswith("data: "):
                 assert json.loads(line[6:])["type"] == names[-1]
     assert names[0] == "message_start" and names[-2:] == ["message_delta", "message_stop"]
+
+
+def test_stream_cut_by_the_client_frees_the_slot(server):
+    """A client that drops a /v1/messages stream cancels its generation: the
+    slot is free for the next request at once."""
+    import time
+
+    REPLY["cut"], REPLY["delay"] = 3, 0.01  # the scripted model would go on for 1000 tokens, 10 s
+    runner = server.app.state.server.runner
+    before = runner.stats()["requests_cancelled"]
+    body = {"max_tokens": 900, "messages": MSGS, "stream": True}
+    with httpx.Client(base_url=server.url, timeout=30, headers={"x-api-key": KEY}) as c:
+        with c.stream("POST", "/v1/messages", json=body) as s:
+            lines = s.iter_lines()
+            assert next(lines).startswith("event: message_start")
+    deadline = time.monotonic() + 10
+    while runner.stats()["requests_cancelled"] == before and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert runner.stats()["requests_cancelled"] == before + 1
+    REPLY["cut"], REPLY["delay"] = None, 0.0
+    t0 = time.monotonic()
+    r = httpx.post(server.url + "/v1/messages", json={"max_tokens": 50, "messages": MSGS}, headers={"x-api-key": KEY},
+                   timeout=30)
+    assert r.status_code == 200 and time.monotonic() - t0 < 10

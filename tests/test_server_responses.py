@@ -11,6 +11,7 @@ scripted (Llama.generate yields the tokens of ``REPLY``, records its prompt)."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -46,7 +47,9 @@ def scripted(gemma_path):
         PROMPTS.append(self.detokenize(list(tokens), special=True).decode("utf-8"))
         reply = self.tokenize(REPLY["text"].encode("utf-8"), add_bos=False, special=False)
         if REPLY["cut"] is not None:
-            yield from reply[:REPLY["cut"]] + [reply[0]] * 1000
+            for t in reply[:REPLY["cut"]] + [reply[0]] * 1000:
+                time.sleep(REPLY.get("delay", 0.0))  # a model's pace: a stream can be cut meanwhile
+                yield t
             return
         yield from reply + [self.token_eos()]
 
@@ -71,7 +74,7 @@ def client(server):
 
 @pytest.fixture(autouse=True)
 def reset():
-    REPLY.update(text=ANSWER, cut=None)
+    REPLY.update(text=ANSWER, cut=None, delay=0.0)
     PROMPTS.clear()
 
 
@@ -153,3 +156,23 @@ def test_bad_requests(server):
                            ({"input": ""}, "input is empty")):
         r = httpx.post(server.url + "/v1/responses", json=body)
         assert r.status_code == 400 and fragment in r.json()["error"]["message"], (body, r.text)
+
+
+def test_stream_cut_by_the_client_frees_the_slot(server):
+    import time
+
+    REPLY["cut"], REPLY["delay"] = 3, 0.01  # 1000 tokens at a model's pace: 10 s
+    runner = server.app.state.server.runner
+    before = runner.stats()["requests_cancelled"]
+    with httpx.Client(base_url=server.url, timeout=30) as c:
+        with c.stream("POST", "/v1/responses", json={"input": QUESTION, "stream": True,
+                                                     "max_output_tokens": 900}) as s:
+            lines = s.iter_lines()
+            assert next(lines).startswith("event: response.created")
+    deadline = time.monotonic() + 10
+    while runner.stats()["requests_cancelled"] == before and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert runner.stats()["requests_cancelled"] == before + 1
+    REPLY["cut"], REPLY["delay"] = None, 0.0
+    r = httpx.post(server.url + "/v1/responses", json={"input": QUESTION}, timeout=30)
+    assert r.status_code == 200 and r.json()["status"] == "completed"

@@ -391,7 +391,7 @@ async def messages(body: MessagesBody, request: Request) -> Any:
                                                  "cache_read_input_tokens": u["cache_read_input_tokens"]}})
         yield _event("message_stop", {})
 
-    return EventSourceResponse(events(), sep="\n")
+    return EventSourceResponse(state.until_done(job, events()), sep="\n")
 
 
 @router.post("/v1/messages/count_tokens")

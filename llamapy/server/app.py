@@ -206,6 +206,17 @@ class ServerState:
             return errors.APIError(503, "the server is shutting down", "shutting_down")
         return errors.APIError(503, f"the request was cancelled ({e})", "cancelled")
 
+    @staticmethod
+    async def until_done(job: Job, events: AsyncIterator[Any]) -> AsyncIterator[Any]:
+        """A route's stream of ``job``'s events, cancelling the job when the
+        client goes away, also before the route has begun reading the job
+        (events it sends first, such as Anthropic's message_start)."""
+        try:
+            async for event in events:
+                yield event
+        finally:
+            job.cancel("client disconnected")  # a no-op once the job is done
+
     async def stream(self, job: Job) -> AsyncIterator[Any]:
         """The job's items; cancels the job when the consumer goes away."""
         try:

@@ -99,4 +99,4 @@ async def infill(body: InfillBody, request: Request) -> Any:
             status, message, code = public_error(err)
             yield json.dumps(error_body(status, message, code))
 
-    return EventSourceResponse(events(), sep="\n")
+    return EventSourceResponse(state.until_done(job, events()), sep="\n")

@@ -384,7 +384,7 @@ async def create_response(body: ResponsesBody, request: Request) -> Any:
         yield stream.event("response.incomplete" if resp["status"] == "incomplete" else "response.completed",
                            response=stream.snapshot())
 
-    return EventSourceResponse(events(), sep="\n")
+    return EventSourceResponse(state.until_done(job, events()), sep="\n")
 
 
 class _ResponseStream:
