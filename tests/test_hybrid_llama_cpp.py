@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 from llamapy import Llama, _engine
-from test_moe_llama_cpp import TOL_F16, TOL_Q, teacher_forced
+from test_moe_llama_cpp import TOL_F16, TOL_Q, check_recorded_prompt, teacher_forced
 
 DATA = Path(__file__).parent / "data" / "hybrid"
 FAMILIES = ["qwen35", "qwen35moe"]
@@ -68,37 +68,7 @@ def test_matches_llama_cpp(family, ftype):
     assert llm.n_vocab() == fr["n_vocab"]
     exact = ftype == "F16"
     for pi, pr in enumerate(fr["prompts"]):
-        steps = teacher_forced(llm, pr["prompt_ids"], pr["ids"])
-        deltas, gaps, argmax_ok = [], [], []
-        for i, top in enumerate(pr["top10"]):
-            ids = [a for a, _ in top]
-            ref = np.array([b for _, b in top])
-            deltas.append(float(np.abs(steps[i][ids] - ref).max()))
-            gaps.append(ref[0] - ref[1])
-            argmax_ok.append(int(np.argmax(steps[i])) == pr["ids"][i])
-        last = npz[f"{ftype}.p{pi}.last_logits"]
-        full = float(np.abs(steps[0] - last).max())
-        where = f"{family} {ftype} prompt {pi}"
-        own = pr["flash_off"]["top10_delta_vs_flash_on_per_position"][len(pr["prompt_ids"]) - 1:]
-        if exact:
-            off = [i for i, d in enumerate(deltas) if d >= TOL_F16 and d > 1.5 * own[i]]
-            assert not off and full < TOL_F16, f"{where}: top-10 off at {off} ({max(deltas):.4f}), all {full:.4f}"
-            assert all(ok or gaps[i] <= 2 * own[i] for i, ok in enumerate(argmax_ok)), where
-            llm.reset()
-            got = []
-            for tok in llm.generate(pr["prompt_ids"], temp=0.0):
-                got.append(tok)
-                if len(got) == len(pr["ids"]):
-                    break
-            assert got == pr["ids"], where
-        else:
-            flips = [i for i, d in enumerate(deltas) if d > TOL_Q]
-            unexplained = [i for i in flips if own[i] <= TOL_Q / 2]
-            assert len(unexplained) <= 2, \
-                f"{where}: positions {unexplained} off by {[round(deltas[i], 3) for i in unexplained]}"
-            for i, ok in enumerate(argmax_ok):
-                assert ok or gaps[i] <= TOL_Q or i in flips, f"{where}: step {i} argmax differs (gap {gaps[i]:.3f})"
-            assert np.median(deltas) < max(TOL_Q / 2, 1.5 * float(np.median(own))), where
+        check_recorded_prompt(llm, pr, npz[f"{ftype}.p{pi}.last_logits"], exact, f"{family} {ftype} prompt {pi}")
 
 
 @pytest.mark.parametrize("family", FAMILIES)

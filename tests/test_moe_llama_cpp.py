@@ -66,6 +66,43 @@ def teacher_forced(llm, prompt, ids):
     llm.eval(seq[:-1])
     return np.array(llm.scores[:len(seq) - 1])[len(prompt) - 1:]
 
+def check_recorded_prompt(llm, pr, last_logits, exact, where, tol_f16=TOL_F16, tol_q=TOL_Q):
+    """One recorded prompt against llama.cpp (the rules of this module's docstring): top-10
+    logits per teacher-forced step, the last prompt row's full logits, greedy tokens (F16), and
+    for quantized files flips only where llama.cpp's own flash off/on paths part too, and typical
+    positions as close as llama.cpp's two paths are."""
+    steps = teacher_forced(llm, pr["prompt_ids"], pr["ids"])
+    deltas, gaps, argmax_ok = [], [], []
+    for i, top in enumerate(pr["top10"]):
+        ids = [a for a, _ in top]
+        ref = np.array([b for _, b in top])
+        deltas.append(float(np.abs(steps[i][ids] - ref).max()))
+        gaps.append(ref[0] - ref[1])
+        argmax_ok.append(int(np.argmax(steps[i])) == pr["ids"][i])
+    full = float(np.abs(steps[0] - last_logits).max())
+    own = pr["flash_off"]["top10_delta_vs_flash_on_per_position"][len(pr["prompt_ids"]) - 1:]
+    if exact:
+        # where llama.cpp's own two paths differ by more (a near-tie in a router), so may we
+        off = [i for i, d in enumerate(deltas) if d >= tol_f16 and d > 1.5 * own[i]]
+        assert not off and full < tol_f16, f"{where}: top-10 off at {off} ({max(deltas):.4f}), all {full:.4f}"
+        assert all(ok or gaps[i] <= 2 * own[i] for i, ok in enumerate(argmax_ok)), where
+        # free-running greedy generation gives llama.cpp's tokens
+        llm.reset()
+        got = []
+        for tok in llm.generate(pr["prompt_ids"], temp=0.0):
+            got.append(tok)
+            if len(got) == len(pr["ids"]):
+                break
+        assert got == pr["ids"], where
+    else:
+        flips = [i for i, d in enumerate(deltas) if d > tol_q]
+        unexplained = [i for i in flips if own[i] <= tol_q / 2]
+        assert len(unexplained) <= 2, \
+            f"{where}: positions {unexplained} off by {[round(deltas[i], 3) for i in unexplained]}"
+        for i, ok in enumerate(argmax_ok):
+            assert ok or gaps[i] <= tol_q or i in flips, f"{where}: step {i} argmax differs (gap {gaps[i]:.3f})"
+        assert np.median(deltas) < max(tol_q / 2, 1.5 * float(np.median(own))), where
+
 
 @pytest.mark.parametrize("where", WHERE)
 @pytest.mark.parametrize("family,ftype", list(cases()))
@@ -79,37 +116,4 @@ def test_matches_llama_cpp(family, ftype, where):
     assert llm.n_vocab() == fr["n_vocab"]
     exact = ftype == "F16"
     for pi, pr in enumerate(fr["prompts"]):
-        steps = teacher_forced(llm, pr["prompt_ids"], pr["ids"])
-        deltas, gaps, argmax_ok = [], [], []
-        for i, top in enumerate(pr["top10"]):
-            ids = [a for a, _ in top]
-            ref = np.array([b for _, b in top])
-            deltas.append(float(np.abs(steps[i][ids] - ref).max()))
-            gaps.append(ref[0] - ref[1])
-            argmax_ok.append(int(np.argmax(steps[i])) == pr["ids"][i])
-        last = npz[f"{ftype}.p{pi}.last_logits"]
-        full = float(np.abs(steps[0] - last).max())
-        where = f"{family} {ftype} prompt {pi}"
-        own = pr["flash_off"]["top10_delta_vs_flash_on_per_position"][len(pr["prompt_ids"]) - 1:]
-        if exact:
-            # where llama.cpp's own two paths differ by more (a near-tie in a router), so may we
-            off = [i for i, d in enumerate(deltas) if d >= TOL_F16 and d > 1.5 * own[i]]
-            assert not off and full < TOL_F16, f"{where}: top-10 off at {off} ({max(deltas):.4f}), all {full:.4f}"
-            assert all(ok or gaps[i] <= 2 * own[i] for i, ok in enumerate(argmax_ok)), where
-            # free-running greedy generation gives llama.cpp's tokens
-            llm.reset()
-            got = []
-            for tok in llm.generate(pr["prompt_ids"], temp=0.0):
-                got.append(tok)
-                if len(got) == len(pr["ids"]):
-                    break
-            assert got == pr["ids"], where
-        else:
-            flips = [i for i, d in enumerate(deltas) if d > TOL_Q]
-            unexplained = [i for i in flips if own[i] <= TOL_Q / 2]
-            assert len(unexplained) <= 2, \
-                f"{where}: positions {unexplained} off by {[round(deltas[i], 3) for i in unexplained]}"
-            for i, ok in enumerate(argmax_ok):
-                assert ok or gaps[i] <= TOL_Q or i in flips, f"{where}: step {i} argmax differs (gap {gaps[i]:.3f})"
-            # typical positions: as close as llama.cpp's two paths are to each other
-            assert np.median(deltas) < max(TOL_Q / 2, 1.5 * float(np.median(own))), where
+        check_recorded_prompt(llm, pr, npz[f"{ftype}.p{pi}.last_logits"], exact, f"{family} {ftype} prompt {pi}")
