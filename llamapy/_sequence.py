@@ -148,6 +148,21 @@ class Sequence:
         diff = np.nonzero(a != b)[0]
         return int(diff[0]) if len(diff) else n
 
+    def reusable_prefix(self, tokens: Seq[int]) -> int:
+        """How many leading ``tokens`` a generation from them keeps without evaluating them
+        again: the shared prefix less the last token (its logits are needed), cut back to where
+        a recurrent state can resume (its end or a checkpoint: what ``_rewind`` will do), and
+        none when the sliding-window cells have moved past the prefix's end."""
+        n = min(self.common_prefix(tokens), len(tokens) - 1)
+        if n <= 0:
+            return 0
+        if n < self.n_tokens:
+            pos = self.pos_of_row(n)
+            m = self.decoder.resume_pos(self, pos)
+            if m < pos:
+                n = 0 if self.pos_shifts else m  # rows past an image cannot be evaluated again
+        return n if n > 0 and self.swa_resumable(n) else 0
+
     def swa_resumable(self, n: int) -> bool:
         """Whether the sliding-window layers' cells still hold what a reuse of ``n`` rows needs."""
         return self.decoder.swa_resumable(self, n)

@@ -296,10 +296,10 @@ class SlotScheduler:
         with self.cond:
             free = [s for s in self.slots if s.job is None]
             if tokens:
-                # Reused prefix minus the cache the request would overwrite (cached - prefix): the
+                # Reusable prefix minus the cache the request would overwrite (cached - prefix): the
                 # longest shared prefix wins, but a stray match (a BOS) does not wipe a long cache
                 # while an emptier slot is free; ties: the least recently used.
-                slot = max(free, key=lambda s: (2 * s.seq.common_prefix(tokens) - s.seq.n_tokens, -s.t_used))
+                slot = max(free, key=lambda s: (2 * s.seq.reusable_prefix(tokens) - s.seq.n_tokens, -s.t_used))
             else:
                 slot = max(free, key=lambda s: (s.seq.n_tokens == 0, -s.t_used))
             slot.job = job

@@ -104,11 +104,15 @@ def _prompt_size(text: str, llama: Any, n_ctx: int) -> bytes:
 
 
 def _cached(llama: Any, tokens: List[int]) -> int:
-    """Prompt tokens the KV cache already holds (Llama.generate re-evaluates
-    at least the last one)."""
+    """Prompt tokens the generation will not evaluate again: the cached prefix
+    less the last token (Llama.generate re-evaluates it), less what a hybrid
+    model's recurrent state cannot be cut back to."""
     if not tokens:
         return 0
-    n = llama.longest_token_prefix(list(llama.eval_tokens), tokens)
+    seq = getattr(llama, "_seq", None)
+    if seq is not None:
+        return seq.reusable_prefix(tokens)
+    n = llama.longest_token_prefix(list(llama.eval_tokens), tokens)  # tests' scripted models
     return max(0, min(n, len(tokens) - 1))
 
 
