@@ -193,9 +193,12 @@ class Llama(_sequence.SequenceAttributes):
         self.spm_infill, self.cache = spm_infill, None
         model = self._load_model(tokenizer)
         self._make_context(model, seed)
-        # llama-cpp-python's flags for state-space and hybrid models (another prompt-cache
-        # path there): every architecture llamapy runs is a plain transformer.
-        self._is_recurrent = self._is_hybrid = False
+        # llama-cpp-python's flags (llama.cpp's llm_arch_is_recurrent / _is_hybrid): every
+        # layer recurrent (state-space models), or recurrent layers beside attention layers
+        # (Qwen3.5, LFM2, Granite hybrids). Their prefix reuse resumes from state checkpoints.
+        rec = list(model.recurrent_layers)
+        self._is_recurrent = bool(rec) and all(rec)
+        self._is_hybrid = any(rec) and not all(rec)
         self._closed = False
         self._attach_chat(mmproj)
         # Load time: from the constructor's start to a usable context (llama.cpp

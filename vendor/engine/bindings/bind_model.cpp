@@ -269,6 +269,12 @@ void bind_model(py::module_& m) {
         .def_property_readonly("n_cls_out", [](const model& x) { return x.hp().n_cls_out; },
                                "Scores the classifier head gives per sequence (classifier.output_labels)")
         .def_property_readonly("causal", [](const model& x) { return x.hp().causal; })
+        .def_property_readonly("recurrent_layers", [](const model& x) {
+            std::vector<bool> r;
+            for (int64_t il = 0; il < x.hp().n_layer; ++il) r.push_back(x.hp().is_recurrent(il));
+            return r;
+        }, "per layer, whether it keeps a recurrent state per sequence (delta-net, convolution or SSM "
+           "layers) instead of KV cells")
         .def_property_readonly("n_pos_per_embd", [](const model& x) { return x.hp().n_pos_per_embd(); },
                                "Positions per row: 4 for M-RoPE (qwen2vl: decode takes pos of shape (4, n)), else 1.")
         .def_property_readonly("rope_sections", [](const model& x) {
