@@ -1,4 +1,4 @@
-"""Records how Hugging Face transformers renders five reasoning models' chat
+"""Records how Hugging Face transformers renders seven reasoning models' chat
 templates, for tests/test_chat_template_transformers.py.
 
 Usage (from the repo root; needs transformers 5 and tokenizers, which are not
@@ -38,6 +38,8 @@ TEMPLATES = {
     "deepseek-ai-DeepSeek-V3.1.jinja": ("<\uff5cbegin\u2581of\u2581sentence\uff5c>",
                                         "<\uff5cend\u2581of\u2581sentence\uff5c>"),
     "GLM-4.6.jinja": ("", "<|endoftext|>"),
+    "Qwen3.5-4B.jinja": ("", "<|im_end|>"),
+    "google-gemma-4-31B-it.jinja": ("<bos>", "<eos>"),
 }
 
 SYSTEM = {"role": "system", "content": "You are a helpful assistant."}
@@ -86,6 +88,8 @@ KWARGS = {
     "Qwen3-Coder.jinja": {},
     "deepseek-ai-DeepSeek-V3.1.jinja": {"thinking": True},
     "GLM-4.6.jinja": {"enable_thinking": False},
+    "Qwen3.5-4B.jinja": {"enable_thinking": False},
+    "google-gemma-4-31B-it.jinja": {"enable_thinking": True},
 }
 
 
