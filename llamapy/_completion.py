@@ -15,7 +15,7 @@ import time
 import uuid
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
+from typing import Any, Dict, FrozenSet, Iterator, List, Optional, Tuple, Union
 
 import numpy as np
 
@@ -54,6 +54,9 @@ class CompletionRequest:
     sampling: SamplingParams = field(default_factory=SamplingParams)
     # A reasoning model's thinking budget (llamapy.chat.reasoning.ThinkingBudget), set by chat handlers
     thinking: Any = None
+    # Control tokens whose text the completion shows (a chat format's markers, llama-server's
+    # "preserved tokens"); other control tokens detokenize to nothing. Set by chat handlers.
+    shown_special: FrozenSet[int] = frozenset()
 
     @classmethod
     def of(cls, prompt: Any, **kwargs: Any) -> "CompletionRequest":
@@ -276,7 +279,8 @@ def _completion_events(llama: Llama, req: CompletionRequest, prompt_tokens: List
                     # Stops are matched with invalid bytes still marked (they
                     # separate their neighbours, as in byte matching); the marks
                     # are dropped from what is shown.
-                    shown, stopped = stopper.push(utf8.feed_marked(llama.tokenizer_.token_to_piece(token, False)))
+                    piece = llama.tokenizer_.token_to_piece(token, token in req.shown_special)
+                    shown, stopped = stopper.push(utf8.feed_marked(piece))
                     shown = drop_invalid(shown)
                     if shown or (stopped and pending_records):
                         yield _Piece(shown, _records_to_logprobs(pending_records) if n_top is not None else None)

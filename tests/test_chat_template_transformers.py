@@ -134,7 +134,7 @@ def test_the_generation_prompt_decides_the_reply_syntax(sources, frozen_date):
     syntax = {name: format_from_template(src).reasoning for name, src in sources.items()}
     assert syntax == {"openai-gpt-oss-120b.jinja": "harmony", "Qwen-Qwen3-0.6B.jinja": "think",
                       "Qwen3-Coder.jinja": None, "deepseek-ai-DeepSeek-V3.1.jinja": "think",
-                      "GLM-4.6.jinja": "think", "Qwen3.5-4B.jinja": "think", "google-gemma-4-31B-it.jinja": None}
+                      "GLM-4.6.jinja": "think", "Qwen3.5-4B.jinja": "think", "google-gemma-4-31B-it.jinja": "gemma4"}
     # DeepSeek-V3.1 with thinking=True opens <think> in the prompt; without, it closes it.
     v31 = RECORD["renders"]["deepseek-ai-DeepSeek-V3.1.jinja"]
     assert reply_syntax("think", v31["unicode_and_kwargs"]) == "think-open"

@@ -21,7 +21,7 @@ import json
 import logging
 import weakref
 from dataclasses import dataclass, field, fields
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, FrozenSet, Iterator, List, Optional, Sequence, Tuple, Union
 
 from .. import grammar as _grammar
 from .._log import emit
@@ -31,8 +31,8 @@ from .formats import (ChatFormat, format_from_template, get_format, guess_format
                       FORMATS)
 from .named_formats import guess_chat_format_from_gguf_metadata
 from .._completion import CompletionRequest, run_completion, stream_completion
-from .reasoning import (check_reasoning_budget, check_reasoning_format, reply_splitter, reply_syntax, split_reply,
-                        thinking_budget)
+from .reasoning import (SHOWN_TOKENS, check_reasoning_budget, check_reasoning_format, reply_splitter, reply_syntax,
+                        split_reply, thinking_budget)
 from .tools import ToolCallStream, call_as_text, make_call, new_call_id, parse_tool_calls, tool_schemas, \
     tools_system_prompt
 
@@ -421,6 +421,16 @@ def _stream_chat(chunks: Iterator[Dict[str, Any]], mode: str, names: Dict[str, A
 
 
 # ------------------------------------------------------------------ handler
+def shown_tokens(llama: Any, syntax: Optional[str]) -> FrozenSet[int]:
+    """The ids of the control tokens a reply of ``syntax`` shows (reasoning.SHOWN_TOKENS):
+    each marker that is one token of this vocabulary."""
+    marks = SHOWN_TOKENS.get(syntax or "", ())
+    if not marks or not hasattr(llama, "tokenize"):
+        return frozenset()
+    ids = (llama.tokenize(m.encode("utf-8"), add_bos=False, special=True) for m in marks)
+    return frozenset(int(t[0]) for t in ids if len(t) == 1)
+
+
 @dataclass
 class Prompt:
     tokens: List[int]
@@ -456,9 +466,10 @@ class FormatHandler:
         # A grammar decides the shape of the text; "none" leaves the reasoning in it.
         syntax = prompt.reply if req.reasoning_format != "none" and kw.get("grammar") is None else None
         budget = thinking_budget(prompt.reply, req.reasoning_budget) if kw.get("grammar") is None else None
-        if budget is not None:
+        shown = shown_tokens(llama, prompt.reply)
+        if budget is not None or shown:
             creq = CompletionRequest.of(prompt.tokens, **{k: v for k, v in kw.items() if k != "stream"})
-            creq.thinking = budget
+            creq.thinking, creq.shown_special = budget, shown
             result = stream_completion(llama, creq) if req.stream else run_completion(llama, creq)
         else:
             result = llama.create_completion(prompt.tokens, **kw)

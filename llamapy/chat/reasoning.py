@@ -6,6 +6,9 @@ syntaxes, which chat replies take apart into ``reasoning_content`` and
 
 - think tags (Qwen3, DeepSeek-R1/V3.1, GLM-4.5/4.6): ``<think>thinking</think>answer``,
   where the generation prompt may already have opened ``<think>``;
+- Gemma 4's thought channel: ``<|channel>thought\nthinking<channel|>answer`` (the same
+  splitter with other markers; a further channel block in the answer is thinking too, a
+  stray ``<channel|>`` is dropped, as llama-server's Gemma 4 parser consumes them);
 - harmony (gpt-oss): messages on channels (``harmony.py``), tool calls included.
 
 ``template_syntax`` tells a chat template's syntax from its text and
@@ -29,6 +32,12 @@ from .harmony import CHANNEL, END, MESSAGE, START, HarmonySplitter, Piece
 from .tools import ToolCall, partial_marker_len
 
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
+GEMMA4_OPEN, GEMMA4_CLOSE = "<|channel>thought", "<channel|>"
+
+# Control tokens whose text a reply of each syntax must show (llama-server's "preserved
+# tokens"): detokenized without them the markers vanish and thinking runs into the answer.
+# gpt-oss's are marked by the vocabulary itself (vendor/engine/vocab/vocab.cpp).
+SHOWN_TOKENS = {"gemma4": ("<|channel>", "<channel|>", "<|tool_call>", "<tool_call|>", '<|"|>')}
 
 # llama-server's --reasoning-format values that llamapy takes: "auto" and
 # "deepseek" put the reasoning into reasoning_content, "none" leaves the raw
@@ -44,11 +53,14 @@ def check_reasoning_format(value: Any) -> str:
 
 def template_syntax(source: str) -> Optional[str]:
     """The reasoning syntax of a chat template's model: "harmony" (the
-    template writes ``<|channel|>``), "think" (it knows ``</think>``: it
+    template writes ``<|channel|>``), "gemma4" (``<|channel>`` ... ``<channel|>``),
+    "think" (it knows ``</think>``: it
     writes think blocks, or cuts them out of earlier answers, as
     DeepSeek-R1-Distill's first template does), else None."""
     if CHANNEL in source:
         return "harmony"
+    if GEMMA4_CLOSE in source and "<|channel>" in source:
+        return "gemma4"
     if THINK_CLOSE in source:
         return "think"
     return None
@@ -82,6 +94,8 @@ def thinking_budget(syntax: Optional[str], limit: Optional[int]) -> Optional[Thi
         return None
     if syntax in ("think", "think-open"):
         return ThinkingBudget(limit, THINK_OPEN, THINK_CLOSE, syntax == "think-open")
+    if syntax == "gemma4":
+        return ThinkingBudget(limit, GEMMA4_OPEN, GEMMA4_CLOSE, False)
     if syntax == "harmony":  # the analysis channel is the thinking; the final channel the answer
         return ThinkingBudget(limit, f"{CHANNEL}analysis{MESSAGE}", f"{END}{START}assistant{CHANNEL}final{MESSAGE}",
                               False)
@@ -114,8 +128,13 @@ class ThinkSplitter:
     the prompt opened the block (``opened``: a ``<think>`` the model writes
     again is dropped); a block never closed is all reasoning."""
 
-    def __init__(self, opened: bool = False) -> None:
+    def __init__(self, opened: bool = False, marks: Tuple[str, str] = (THINK_OPEN, THINK_CLOSE),
+                 reopen: bool = False) -> None:
         self.opened = opened
+        self.open, self.close = marks
+        # reopen: in the content, the opening marker starts more thinking and a stray closing
+        # marker is dropped (Gemma 4); otherwise the content is the text as it is
+        self.reopen = reopen
         self.state = "start"  # start | reasoning | content
         self.buf = ""         # text not yet given out
         self.lead = True      # the whitespace at the head of the current part is still to be dropped
@@ -126,10 +145,10 @@ class ThinkSplitter:
         while True:
             if self.state == "start":
                 head = self.buf.lstrip()
-                if not head or (len(head) < len(THINK_OPEN) and THINK_OPEN.startswith(head)):
+                if not head or (len(head) < len(self.open) and self.open.startswith(head)):
                     return out
-                if head.startswith(THINK_OPEN):
-                    self.buf, self.state, self.lead = head[len(THINK_OPEN):], "reasoning", True
+                if head.startswith(self.open):
+                    self.buf, self.state, self.lead = head[len(self.open):], "reasoning", True
                 elif self.opened:
                     self.state = "reasoning"
                 else:
@@ -141,17 +160,29 @@ class ThinkSplitter:
                     return out
                 self.lead = False
             if self.state == "content":
-                if self.buf:
-                    out.append(("content", self.buf))
+                if not self.reopen:
+                    _add(out, "content", self.buf)
                     self.buf = ""
+                    return out
+                at = [(i, m) for i, m in ((self.buf.find(m), m) for m in (self.open, self.close)) if i >= 0]
+                if at:
+                    i, m = min(at)
+                    _add(out, "content", self.buf[:i])
+                    self.buf = self.buf[i + len(m):]
+                    if m == self.open:
+                        self.state, self.lead = "reasoning", True
+                    continue
+                keep = partial_marker_len(self.buf, (self.open, self.close))
+                _add(out, "content", self.buf[: len(self.buf) - keep])
+                self.buf = self.buf[len(self.buf) - keep:]
                 return out
-            end = self.buf.find(THINK_CLOSE)
+            end = self.buf.find(self.close)
             if end >= 0:
                 _add(out, "reasoning", self.buf[:end].rstrip())
-                self.buf, self.state, self.lead = self.buf[end + len(THINK_CLOSE):], "content", True
+                self.buf, self.state, self.lead = self.buf[end + len(self.close):], "content", True
                 continue
-            # Held back: what may begin </think>, and trailing whitespace (it may end the reasoning).
-            keep = partial_marker_len(self.buf, (THINK_CLOSE,))
+            # Held back: what may begin the closing marker, and trailing whitespace (it may end the reasoning).
+            keep = partial_marker_len(self.buf, (self.close,))
             sure = self.buf[: len(self.buf) - keep].rstrip()
             _add(out, "reasoning", sure)
             self.buf = self.buf[len(sure):]
@@ -183,6 +214,8 @@ def reply_splitter(syntax: Optional[str]) -> Splitter:
         return HarmonySplitter()
     if syntax in ("think", "think-open"):
         return ThinkSplitter(opened=syntax == "think-open")
+    if syntax == "gemma4":
+        return ThinkSplitter(marks=(GEMMA4_OPEN, GEMMA4_CLOSE), reopen=True)
     return PlainReply()
 
 

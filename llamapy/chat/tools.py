@@ -10,6 +10,9 @@ Calls are recognized in the syntaxes models are trained on:
 - Mistral: ``[TOOL_CALLS] [{"name": ..., "arguments": {...}}, ...]``;
 - Llama 3.1: ``{"name": ..., "parameters": {...}}``, optionally after ``<|python_tag|>``;
 - DeepSeek R1: ``<｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME ```json ARGS ``` <｜tool▁call▁end｜>``;
+- Gemma 4: ``<|tool_call>call:NAME{key:VALUE,...}<tool_call|>``, its own value syntax (strings
+  between ``<|"|>`` marks, bare keys, JSON numbers, booleans and null, ``{}`` and ``[]``), as
+  its chat template writes the calls of the history;
 - bare JSON (an object, or a list of objects, naming a declared tool).
 Control tokens such as ``[TOOL_CALLS]`` may be missing from the text (they
 detokenize to nothing), so the bare forms are accepted whenever tools were
@@ -32,8 +35,9 @@ _DEEPSEEK = re.compile(r"<\uff5ctool\u2581call\u2581begin\uff5c>\s*(?:function)?
                        r"([^\n]+?)\s*\n\s*```(?:json)?\s*(.*?)\s*```", re.S)
 _FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.S)
 # Openings of explicit call syntaxes; text from the first one on is held back while streaming.
+GEMMA4_CALL, GEMMA4_CALL_END, GEMMA4_QUOTE = "<|tool_call>", "<tool_call|>", '<|"|>'
 CALL_MARKERS = ("<tool_call>", "[TOOL_CALLS]", "<|python_tag|>", "<\uff5ctool\u2581calls\u2581begin\uff5c>",
-                "<\uff5ctool\u2581call\u2581begin\uff5c>")
+                "<\uff5ctool\u2581call\u2581begin\uff5c>", GEMMA4_CALL)
 
 
 def new_call_id() -> str:
@@ -95,6 +99,83 @@ def _xml_calls(body: str, names: Any) -> List[ToolCall]:
     return calls
 
 
+_G_NUMBER = re.compile(r"-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][+-]?\d+)?")
+_G_WORDS = {"true": True, "false": False, "null": None}
+
+
+def _gemma4_value(text: str, i: int) -> Tuple[Any, int]:
+    """One value of Gemma 4's call syntax at ``text[i:]``: (value, index after it); ValueError if
+    there is none."""
+    while i < len(text) and text[i].isspace():
+        i += 1
+    if text.startswith(GEMMA4_QUOTE, i):
+        end = text.find(GEMMA4_QUOTE, i + len(GEMMA4_QUOTE))
+        if end < 0:
+            raise ValueError("unterminated string")
+        return text[i + len(GEMMA4_QUOTE):end], end + len(GEMMA4_QUOTE)
+    if text.startswith("{", i) or text.startswith("[", i):
+        close = "}" if text[i] == "{" else "]"
+        obj: Any = {} if close == "}" else []
+        i += 1
+        while True:
+            while i < len(text) and text[i].isspace():
+                i += 1
+            if text.startswith(close, i):
+                return obj, i + 1
+            if obj:
+                if not text.startswith(",", i):
+                    raise ValueError("expected , or " + close)
+                i += 1
+            if close == "]":
+                value, i = _gemma4_value(text, i)
+                obj.append(value)
+                continue
+            while i < len(text) and text[i].isspace():
+                i += 1
+            if text.startswith(GEMMA4_QUOTE, i):  # a key in string marks (the tool schemas' form)
+                key, i = _gemma4_value(text, i)
+            else:
+                colon = text.find(":", i)
+                if colon < 0 or any(c in text[i:colon] for c in "{}[],"):
+                    raise ValueError("expected a key")
+                key, i = text[i:colon].strip(), colon
+            if not text.startswith(":", i):
+                raise ValueError("expected :")
+            obj[key], i = _gemma4_value(text, i + 1)
+    for word, value in _G_WORDS.items():
+        if text.startswith(word, i):
+            return value, i + len(word)
+    m = _G_NUMBER.match(text, i)
+    if not m:
+        raise ValueError("no value")
+    return json.loads(m.group(0)), m.end()
+
+
+def _gemma4_calls(text: str) -> List[ToolCall]:
+    """The calls at the head of ``text`` (which starts with <|tool_call>), one block each; a block
+    whose closing mark is missing counts only at the end of the text (a reply cut there)."""
+    calls, i = [], 0
+    while text.startswith(GEMMA4_CALL, i):
+        i += len(GEMMA4_CALL)
+        if not text.startswith("call:", i):
+            raise ValueError("expected call:")
+        brace = text.find("{", i)
+        if brace < 0:
+            raise ValueError("no arguments")
+        name = text[i + len("call:"):brace].strip()
+        args, i = _gemma4_value(text, brace)
+        if not name or not isinstance(args, dict):
+            raise ValueError("bad call")
+        calls.append(make_call(name, args))
+        if text.startswith(GEMMA4_CALL_END, i):
+            i += len(GEMMA4_CALL_END)
+        elif text[i:].strip():
+            raise ValueError("expected " + GEMMA4_CALL_END)
+        while i < len(text) and text[i].isspace():
+            i += 1
+    return calls
+
+
 def _as_calls(value: Any, names: Optional[Sequence[str]], strict: bool) -> List[ToolCall]:
     """Calls described by a decoded JSON value; [] if it does not describe calls
     (``strict``: every call must name one of ``names``)."""
@@ -135,6 +216,8 @@ def find_tool_calls(text: str, names: Optional[Sequence[str]] = None) -> Tuple[i
                 body = tail[len("[TOOL_CALLS]"):] if tail.startswith("[TOOL_CALLS]") else tail[len("<|python_tag|>"):]
                 for value in _json_values(body):
                     calls += _as_calls(value, names, strict=False)
+            elif tail.startswith(GEMMA4_CALL):
+                calls = _gemma4_calls(tail)
             else:
                 for name, args in _DEEPSEEK.findall(tail):
                     calls.append(make_call(name.strip(), json.loads(args)))
