@@ -322,6 +322,8 @@ def _completion_events(llama: Llama, req: CompletionRequest, prompt_tokens: List
     if llama.cache is not None:
         llama.cache[prompt_tokens + completion] = llama.save_state()
         emit(llama.verbose, logging.DEBUG, "Llama._create_completion: cache saved")
+    # Which stop string ended it, if one did (the server's Anthropic stop_sequence reads it)
+    llama.stopped_by = stopper.matched if stopper.stopped else None
     yield ("done", finish, len(completion))
 
 

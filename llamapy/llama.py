@@ -191,6 +191,7 @@ class Llama(_sequence.SequenceAttributes):
         self.lora_path, self.lora_scale, self.lora_base = lora_path, float(lora_scale), lora_base
         self.chat_format, self.chat_handler, self.draft_model = chat_format, chat_handler, draft_model
         self.spm_infill, self.cache = spm_infill, None
+        self.stopped_by: Optional[str] = None  # the stop string that ended the last completion, if one did
         model = self._load_model(tokenizer)
         self._make_context(model, seed)
         # llama-cpp-python's flags (llama.cpp's llm_arch_is_recurrent / _is_hybrid): every

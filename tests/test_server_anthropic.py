@@ -2,7 +2,7 @@
 through the official anthropic SDK and raw HTTP: text, thinking and tool_use
 blocks, whole and streamed (the SDK assembles the event sequence and checks
 it), the request's blocks reaching the chat template as the right messages,
-stop reasons, errors in Anthropic's shape, x-api-key.
+stop reasons (a stop sequence named), errors in Anthropic's shape, x-api-key.
 
 As in test_server_reasoning.py, the server is real (uvicorn, slots, the chat
 handler and its parsers, the completion loop) on Gemma 3 270M's vocabulary
@@ -126,6 +126,19 @@ def test_max_tokens_stop_reason(sdk):
     REPLY["cut"] = 3
     m = sdk.messages.create(model="local", max_tokens=5, messages=MSGS)
     assert m.stop_reason == "max_tokens" and m.usage.output_tokens == 5
+
+
+def test_stop_sequence_is_named(sdk):
+    """A request's stop sequence ends the text before it and is reported as the stop; the
+    chat format's own end of turn is end_turn (whole and streamed)."""
+    m = sdk.messages.create(model="local", max_tokens=100, messages=MSGS, stop_sequences=["xyz", " in Paris"])
+    assert m.stop_reason == "stop_sequence" and m.stop_sequence == " in Paris"
+    assert m.content[-1].type == "text" and m.content[-1].text == "It is sunny"
+    with sdk.messages.stream(model="local", max_tokens=100, messages=MSGS, stop_sequences=[" in Paris"]) as st:
+        final = st.get_final_message()
+    assert final.stop_reason == "stop_sequence" and final.stop_sequence == " in Paris"
+    m = sdk.messages.create(model="local", max_tokens=100, messages=MSGS, stop_sequences=["rainy"])
+    assert m.stop_reason == "end_turn" and m.stop_sequence is None
 
 
 def test_history_blocks_become_messages(sdk):

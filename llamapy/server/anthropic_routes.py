@@ -15,9 +15,9 @@ event sequence: ``message_start``, per block ``content_block_start`` /
 ``stop_reason`` and usage, and ``message_stop``. Errors have Anthropic's
 shape (errors.py picks it by path).
 
-Differences: ``stop_reason`` is ``end_turn`` for a stop sequence too
-(``stop_sequence`` is never reported: the library does not say which stop
-ended the text); thinking blocks carry an empty ``signature``.
+A generation ended by one of the request's ``stop_sequences`` has
+``stop_reason`` ``stop_sequence`` and that string as ``stop_sequence``.
+Differences: thinking blocks carry an empty ``signature``.
 ``thinking.budget_tokens`` is the reasoning budget: past it, the template's
 closing marker is written for the model and the answer follows.
 """
@@ -249,7 +249,15 @@ def _usage(usage: Optional[Dict[str, Any]]) -> Dict[str, Any]:
             "cache_read_input_tokens": cached, "cache_creation_input_tokens": 0}
 
 
-def to_message(result: Dict[str, Any], model: str) -> Dict[str, Any]:
+def _stop(finish: Any, stopped_by: Optional[str], stop_sequences: Optional[List[str]]) -> Dict[str, Any]:
+    """stop_reason and stop_sequence: a request's own stop sequence is named (the chat
+    format's end-of-turn strings are stops too, but they end the turn)."""
+    if finish == "stop" and stopped_by is not None and stopped_by in (stop_sequences or []):
+        return {"stop_reason": "stop_sequence", "stop_sequence": stopped_by}
+    return {"stop_reason": _STOP_REASONS.get(finish, "end_turn"), "stop_sequence": None}
+
+
+def to_message(result: Dict[str, Any], model: str, stop: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
     choice = result["choices"][0]
     msg = choice["message"]
     content: List[Dict[str, Any]] = []
@@ -261,8 +269,8 @@ def to_message(result: Dict[str, Any], model: str) -> Dict[str, Any]:
         content.append({"type": "tool_use", "id": call["id"], "name": call["function"]["name"],
                         "input": _arguments(call["function"].get("arguments", ""))})
     return {"id": "msg_" + uuid.uuid4().hex[:24], "type": "message", "role": "assistant", "model": model,
-            "content": content, "stop_reason": _STOP_REASONS.get(choice.get("finish_reason"), "end_turn"),
-            "stop_sequence": None, "usage": _usage(result.get("usage"))}
+            "content": content, **(stop or _stop(choice.get("finish_reason"), None, None)),
+            "usage": _usage(result.get("usage"))}
 
 
 class _StreamBlocks:
@@ -356,7 +364,9 @@ async def messages(body: MessagesBody, request: Request) -> Any:
     kw = template_kwargs(body)
     job, meta = await state.start_job(state.cap_generation(work.chat_work(params, kw), params))
     if not body.stream:
-        return to_message(await state.result(job, request), state.model_name)
+        result = await state.result(job, request)
+        return to_message(result, state.model_name,
+                          _stop(result["choices"][0].get("finish_reason"), job.stop_sequence, body.stop_sequences))
 
     async def events() -> Any:
         msg_id = "msg_" + uuid.uuid4().hex[:24]
@@ -384,8 +394,7 @@ async def messages(body: MessagesBody, request: Request) -> Any:
         for ev in blocks.take():
             yield ev
         u = _usage(usage)
-        yield _event("message_delta", {"delta": {"stop_reason": _STOP_REASONS.get(finish, "end_turn"),
-                                                 "stop_sequence": None},
+        yield _event("message_delta", {"delta": _stop(finish, job.stop_sequence, body.stop_sequences),
                                        "usage": {"output_tokens": u["output_tokens"],
                                                  "input_tokens": u["input_tokens"],
                                                  "cache_read_input_tokens": u["cache_read_input_tokens"]}})

@@ -47,6 +47,7 @@ class Job:
         self.note: Optional[str] = None  # why the context ended the generation (a pool ran out)
         self.slot: Optional[int] = None  # the slot that runs it
         self.prompt: Optional[List[int]] = None  # its prompt's tokens, once prepared (slots.py picks a slot by them)
+        self.stop_sequence: Optional[str] = None  # the stop string that ended the generation, if one did
 
     # ---- worker side
     def check(self) -> None:

@@ -141,17 +141,21 @@ def _mark_finish(obj: Dict[str, Any], job: Job, n_ctx: int, usage: Optional[Dict
             choice["finish_details"] = {"type": "context_full", "message": note}
 
 
-def _with_usage(result: Any, stream: bool, meta: Meta, job: Job, n_ctx: int) -> Iterator[Any]:
+def _with_usage(result: Any, stream: bool, meta: Meta, job: Job, llama: Any) -> Iterator[Any]:
     """The library's response (a dict, or the chunks of a stream) with the
     cached-token count added to its usage, which the job also keeps, and a
-    note on choices the context cut."""
+    note on choices the context cut. The job also keeps the stop string that
+    ended the generation (Anthropic's stop_sequence)."""
+    n_ctx = llama.n_ctx()
     if not stream:
         result["usage"] = job.usage = _add_cached(result.get("usage"), meta)
+        job.stop_sequence = getattr(llama, "stopped_by", None)
         _mark_finish(result, job, n_ctx, job.usage)
         yield result
         return
     for chunk in result:
         if "usage" in chunk or any(c.get("finish_reason") for c in chunk.get("choices") or []):
+            job.stop_sequence = getattr(llama, "stopped_by", None)
             chunk = dict(chunk, choices=[dict(c) for c in chunk.get("choices") or []])
             if "usage" in chunk:
                 chunk["usage"] = job.usage = _add_cached(chunk["usage"], meta)
@@ -206,7 +210,7 @@ def chat_work(params: Dict[str, Any], template_kwargs: Dict[str, Any]) -> Callab
             meta = Meta(len(tokens), _cached(llama, tokens))
         yield meta
         result = handler(llama=llama, **params, **template_kwargs)
-        yield from _with_usage(result, bool(params.get("stream")), meta, job, llama.n_ctx())
+        yield from _with_usage(result, bool(params.get("stream")), meta, job, llama)
     work.prepare = prepare  # type: ignore[attr-defined]
     work.task = "chat"  # type: ignore[attr-defined]
     return work
@@ -236,7 +240,7 @@ def _completion_job(params: Dict[str, Any],
         meta = Meta(len(tokens), _cached(llama, tokens))
         yield meta
         result = llama.create_completion(**params)
-        yield from _with_usage(result, bool(params.get("stream")), meta, job, llama.n_ctx())
+        yield from _with_usage(result, bool(params.get("stream")), meta, job, llama)
     work.prepare = prepare  # type: ignore[attr-defined]
     work.task = "completion"  # type: ignore[attr-defined]
     return work
