@@ -767,7 +767,7 @@ class Llama(_sequence.SequenceAttributes):
         model: Optional[str] = None, logits_processor: Optional[LogitsProcessorList] = None,
         grammar: Optional[Any] = None, logit_bias: Optional[Dict[int, float]] = None,
         logprobs: Optional[bool] = None, top_logprobs: Optional[int] = None, reasoning_format: str = "auto",
-        reasoning_budget: Optional[int] = None,
+        reasoning_budget: Optional[int] = None, chat_template_kwargs: Optional[Dict[str, Any]] = None,
     ) -> Any:
         """Answer a chat (OpenAI-shaped ``messages``): a ``chat.completion``
         dict, or an iterator of ``chat.completion.chunk`` dicts with
@@ -777,7 +777,9 @@ class Llama(_sequence.SequenceAttributes):
         reasoning model's thinking into ``reasoning_content``, "none" leaves
         it in ``content``. ``reasoning_budget``: at most that many tokens of
         thinking, then the template's closing marker is written for the model
-        and the answer follows (None or -1: no limit; 0: none)."""
+        and the answer follows (None or -1: no limit; 0: none).
+        ``chat_template_kwargs``: variables for the chat template, as the
+        server's request field of that name (``{"enable_thinking": False}``)."""
         kwargs = dict(locals())
         del kwargs["self"]
         return _chat.create_chat_completion(self, **kwargs)

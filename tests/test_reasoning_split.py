@@ -238,6 +238,21 @@ def test_prompt_that_opens_think(templates):
     assert prompt_text(llm).endswith("<think></think>")
 
 
+def test_chat_template_kwargs_reach_the_template(templates):
+    """create_chat_completion(chat_template_kwargs=...) as the server's request field: Qwen3's
+    enable_thinking=False closes the think block in the prompt, and the reply is content."""
+    llm = model(templates, "qwen3", "Sunny.")
+    r = llm.create_chat_completion(USER, chat_template_kwargs={"enable_thinking": False})
+    assert prompt_text(llm).endswith("<think>\n\n</think>\n\n")
+    assert whole(r) == ("", "Sunny.", [], "stop")
+    llm.create_chat_completion(USER)
+    assert not prompt_text(llm).endswith("</think>\n\n")
+    with pytest.raises(ValueError, match="temperature"):
+        llm.create_chat_completion(USER, chat_template_kwargs={"temperature": 1})
+    with pytest.raises(ValueError, match="dict"):
+        llm.create_chat_completion(USER, chat_template_kwargs=["enable_thinking"])
+
+
 def test_a_grammar_turns_the_split_off(templates):
     llm = model(templates, "qwen3", '{"a": 1}')
     r = llm.create_chat_completion(USER, response_format={"type": "json_object"})

@@ -598,7 +598,14 @@ def create_chat_completion(llama: Any, messages: List[Dict[str, Any]], **kwargs:
         kwargs.pop("reasoning_format", None)  # a handler of llama-cpp-python's kind need not know the keyword
     if kwargs.get("reasoning_budget", -1) in (None, -1):
         kwargs.pop("reasoning_budget", None)
-    return handler(llama=llama, messages=messages, **kwargs)
+    variables = kwargs.pop("chat_template_kwargs", None) or {}
+    if not isinstance(variables, dict) or not all(isinstance(k, str) for k in variables):
+        raise ValueError("chat_template_kwargs must be a dict of template variable names to values")
+    clash = sorted(set(variables) & set(kwargs) | set(variables) & {"llama", "messages"})
+    if clash:
+        raise ValueError(f"chat_template_kwargs names {', '.join(clash)}, which are create_chat_completion's own "
+                         "arguments")
+    return handler(llama=llama, messages=messages, **kwargs, **variables)
 
 
 def create_chat_completion_openai_v1(llama: Any, *args: Any, **kwargs: Any) -> Any:
