@@ -241,7 +241,24 @@ def test_rerank_route_top_n_and_documents(client):
     assert [x["document"] for x in res] == [{"text": DOCS[i]} for i in order[:3]]
 
 
+def test_rerank_route_tei_form(client):
+    """Text Embeddings Inference's request (texts, return_text) gets its bare list back."""
+    rec = RECORD["families"]["xlmr"]
+    r = client.post("/rerank", json={"query": QUERY, "texts": DOCS, "return_text": True, "raw_scores": False})
+    assert r.status_code == 200, r.text
+    out = r.json()
+    assert [x["index"] for x in out] == rec["order"]
+    for x in out:
+        assert set(x) == {"index", "score", "text"} and x["text"] == DOCS[x["index"]]
+        assert abs(x["score"] - rec["pairs"][x["index"]]["scores"][0]) < TOLERANCE["xlmr"]
+    r = client.post("/rerank", json={"query": QUERY, "texts": DOCS, "top_n": 2})
+    assert [set(x) for x in r.json()] == [{"index", "score"}] * 2
+
+
 @pytest.mark.parametrize("body, fragment", [
+    ({"query": "q", "texts": []}, "texts"),
+    ({"query": "q", "texts": ["a"], "documents": ["a"]}, "texts"),
+    ({"query": "q", "texts": ["a"], "truncate": True}, "truncate"),
     ({"documents": ["a"]}, "query"),
     ({"query": "q", "documents": []}, "documents"),
     ({"query": "q", "documents": ["a", 3]}, "documents"),

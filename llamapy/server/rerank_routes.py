@@ -3,6 +3,10 @@
 "return_documents"}`` in, ``{"model", "object": "list", "usage", "results": [{"index",
 "relevance_score", "document"?}]}`` out, best first.
 
+Hugging Face Text Embeddings Inference's form too, as llama-server takes it: a body with
+``texts`` instead of ``documents`` (and ``return_text``) is answered with TEI's bare list,
+``[{"index", "score", "text"?}]``, best first.
+
 Thin over ``Llama.rerank`` (llamapy/_rerank.py), run as exclusive work like embeddings
 (work.py ``rerank_work``). The server reranks when started with ``--reranking`` (embeddings
 with pooling rank) on a reranker model; otherwise a 501. Documents are strings, or Cohere's
@@ -23,21 +27,25 @@ router = APIRouter()
 
 class RerankBody(_Body):
     query: str
-    documents: List[Union[str, Dict[str, Any]]]
+    documents: Optional[List[Union[str, Dict[str, Any]]]] = None
+    texts: Optional[List[Union[str, Dict[str, Any]]]] = None  # TEI's name for the documents
     model: Optional[str] = None
     top_n: Optional[int] = None
     return_documents: bool = False
+    return_text: bool = False  # TEI: each result carries its text
+    raw_scores: Optional[bool] = None  # TEI: the scores are the model's own either way (as llama-server's)
+    truncate: Optional[bool] = None  # TEI: never truncated here; a prompt over the limit is a 400
 
 
-def _texts(documents: List[Union[str, Dict[str, Any]]]) -> List[str]:
+def _texts(documents: Optional[List[Union[str, Dict[str, Any]]]], field: str) -> List[str]:
     if not documents:
-        raise bad_request("documents: must be a non-empty array of strings")
+        raise bad_request(f"{field}: must be a non-empty array of strings")
     out = []
     for i, d in enumerate(documents):
         if isinstance(d, dict):
             d = d.get("text")
         if not isinstance(d, str):
-            raise bad_request(f"documents[{i}]: must be a string or an object with a \"text\" string")
+            raise bad_request(f"{field}[{i}]: must be a string or an object with a \"text\" string")
         out.append(d)
     return out
 
@@ -51,8 +59,17 @@ async def rerank(body: RerankBody, request: Request) -> Any:
     if not state.settings.embedding:
         raise APIError(501, "this server does not rerank: start it with --reranking (and a reranker model)",
                        "not_supported")
-    docs = _texts(body.documents)
+    tei = body.texts is not None
+    if tei and body.documents is not None:
+        raise bad_request("texts: give either documents (Jina / Cohere) or texts (TEI), not both")
+    docs = _texts(body.texts if tei else body.documents, "texts" if tei else "documents")
     if body.top_n is not None and body.top_n < 0:
         raise bad_request("top_n: must be >= 0")
-    return await state.run_job(work.rerank_work(body.query, docs, body.top_n, body.return_documents,
-                                                body.model or state.model_name))
+    if body.truncate:
+        raise bad_request("truncate: llamapy never truncates what it is given; send shorter texts")
+    out = await state.run_job(work.rerank_work(body.query, docs, body.top_n, body.return_documents and not tei,
+                                               body.model or state.model_name))
+    if not tei:
+        return out
+    return [dict({"index": r["index"], "score": r["relevance_score"]}, **({"text": docs[r["index"]]}
+                 if body.return_text else {})) for r in out["results"]]
