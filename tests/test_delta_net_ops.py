@@ -92,9 +92,10 @@ def test_ssm_conv_split_batch_carries_the_state():
 
 
 @pytest.mark.parametrize("threads", [1, 2])
-def test_gated_delta_matches_reference(threads):
+@pytest.mark.parametrize("S", [8, 32, 128])  # 8: the plain loops; multiples of 16 take the SIMD ones
+def test_gated_delta_matches_reference(threads, S):
     rng = np.random.default_rng(3)
-    q, k, v, g, beta, state, slot, Hk = delta_inputs(rng)
+    q, k, v, g, beta, state, slot, Hk = delta_inputs(rng, S=S)
     out, st = E.backend_gated_delta("cpu", q, k, v, g, beta, state, slot, Hk, n_threads=threads)
     rout, rst = delta_ref(q, k, v, g, beta, state, slot, Hk)
     np.testing.assert_allclose(out, rout, rtol=1e-4, atol=2e-5)

@@ -174,7 +174,7 @@ void cpu_backend::ssm_conv(const ssm_conv_args& a) {
 }
 
 void cpu_backend::gated_delta(const gated_delta_args& a) {
-    pool_->parallel_for(a.n_head_v, [&](int64_t h, int) { gated_delta_ref(a, (int)h, (int)h + 1); });
+    pool_->parallel_for(a.n_head_v, [&](int64_t h, int) { lp::gated_delta(a, (int)h, (int)h + 1); });
 }
 
 void cpu_backend::run_rows(const row_op* ops, int n_ops, int64_t n) {

@@ -17,7 +17,10 @@ namespace lp {
 
 // Channels [c0, c1) of a.
 void ssm_conv_ref(const ssm_conv_args& a, int64_t c0, int64_t c1);
-// Value heads [h0, h1) of a.
+// Value heads [h0, h1) of a: the reference (llama.cpp's order of operations)
+// and the form the backend runs (two fused passes per token, SIMD where the
+// CPU has it; the same within rounding).
 void gated_delta_ref(const gated_delta_args& a, int h0, int h1);
+void gated_delta(const gated_delta_args& a, int h0, int h1);
 
 }  // namespace lp
