@@ -35,6 +35,8 @@ set(_lp_vk_shaders
   "convert|convert.comp|"
   "gather|gather.comp|"
   "moe_route|moe_route.comp|"
+  "ssm_conv|ssm_conv.comp|"
+  "gated_delta|gated_delta.comp|"
   "row_ops_sg|row_ops.comp|-DUSE_SUBGROUPS=1"
   "attention_sg|attention.comp|-DUSE_SUBGROUPS=1")
 # The weight types with shaders of their own: suffix|ggml type id (WTYPE).

@@ -73,8 +73,9 @@ class MemoryPlan:
     mmproj_bytes: int = 0
     kv_cells: int = 0          # cells of the main cache
     kv_swa_cells: int = 0      # cells of the sliding-window cache (0: none)
-    # Models with recurrent layers (Qwen3.5): the per-sequence states and, at most,
-    # n_state_checkpoints copies of each (host memory; recurrent_state.h).
+    # Models with recurrent layers (Qwen3.5): the per-sequence states (each layer's on
+    # the layer's device) and, at most, n_state_checkpoints copies of each (host
+    # memory; recurrent_state.h).
     state_bytes: int = 0
     devices: List[Dict[str, Any]] = field(default_factory=list)
     # A mixture-of-experts model's experts, total / active parameters and the
@@ -278,8 +279,11 @@ def _part_of(name: str, n_layer: int) -> int:
 
 
 def _devices(s: _Shape, per_layer_kv: List[int], compute: int, runtime: int, mmproj: int, parts: List[str],
-             offload_kqv: bool, host_kept: Optional[List[int]] = None) -> List[Dict[str, Any]]:
-    """Bytes per device, in order of first appearance (placement_plan::totals)."""
+             offload_kqv: bool, host_kept: Optional[List[int]] = None,
+             per_layer_state: Optional[List[int]] = None) -> List[Dict[str, Any]]:
+    """Bytes per device, in order of first appearance (placement_plan::totals).
+    per_layer_state: each recurrent layer's live state, held on the layer's device
+    whatever offload_kqv says (its ops advance it there)."""
     out: Dict[str, Dict[str, Any]] = {}
 
     def at(dev: str) -> Dict[str, Any]:
@@ -301,6 +305,8 @@ def _devices(s: _Shape, per_layer_kv: List[int], compute: int, runtime: int, mmp
         place(il + 1, s.layer_weight_bytes[il])
         kv_dev = parts[il + 1] if (offload_kqv or parts[il + 1] == "cpu") else "cpu"
         at(kv_dev)["kv_bytes"] += per_layer_kv[il]
+        if per_layer_state:
+            at(parts[il + 1])["other_bytes"] += per_layer_state[il]
     place(s.n_layer + 1, s.output_weight_bytes)
     compute_dev = next((d for d in parts if d != "cpu"), "cpu")
     at(compute_dev)["compute_bytes"] += compute
@@ -388,6 +394,8 @@ def plan_memory(model_path: Union[str, "os.PathLike[str]"], n_ctx: Optional[int]
                     row(il) * (swa_cells if (swa_cells and s.swa_layers[il]) else main_cells) for il in range(s.n_layer)]
     # (the engine's default: context_params.h n_state_checkpoints)
     state = s.recurrent_bytes_per_seq * n_seq_max * (1 + int(n_state_checkpoints))
+    n_rec = sum(s.recurrent_layers)
+    live = [s.recurrent_bytes_per_seq * n_seq_max // n_rec if (n_rec and r) else 0 for r in s.recurrent_layers]
     kv = sum(per_layer_kv)
 
     compute = _compute_bytes(s, ctx, nub, threads, flash, pooling != 0)
@@ -404,9 +412,9 @@ def plan_memory(model_path: Union[str, "os.PathLike[str]"], n_ctx: Optional[int]
         with GGUFFile(mp) as g:
             mm = sum(t.nbytes for t in g.tensors) + _header_bytes(g)
 
-    devices = _devices(s, per_layer_kv, compute, runtime + state, mm,
+    devices = _devices(s, per_layer_kv, compute, runtime + state - sum(live), mm,
                        _part_devices(s, n_gpu_layers, main_gpu, split_mode, tensor_split), offload_kqv,
-                       _host_kept_bytes(s, n_cpu_moe, override_tensor))
+                       _host_kept_bytes(s, n_cpu_moe, override_tensor), live)
     return MemoryPlan(model_path=path, n_ctx=ctx, n_parallel=n_parallel, n_batch=nb, n_ubatch=nub, flash_attn=flash,
                       type_k=tk, type_v=tv, weights_bytes=s.weight_bytes, kv_bytes=kv, compute_bytes=compute,
                       runtime_bytes=runtime, mmproj_bytes=mm, kv_cells=main_cells, kv_swa_cells=swa_cells,

@@ -3,7 +3,9 @@
 and against the CPU backend, the reference. A GPU backend compiled in (the
 Vulkan one: CMAKE_ARGS="-DLLAMAPY_VULKAN=ON") joins through
 _engine.backends(); tests/test_vulkan.py has its own cases. Attention has its
-own file (test_attention_ops.py)."""
+own file (test_attention_ops.py). The recurrent layers' ops (ssm_conv, gated_delta) are
+held against the numpy statements of tests/test_delta_net_ops.py, which also tests the
+CPU's on its own (threads, split batches)."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ import pytest
 
 import model_ref as R
 from llamapy import _engine as E
+from test_delta_net_ops import conv_ref, delta_ref
 
 BACKENDS = E.backends()
 rng = np.random.default_rng(7)
@@ -44,6 +47,14 @@ def swiglu_oai(y, x, limit, alpha):
     g = np.minimum(y.astype(np.float64), limit)
     u = np.clip(x.astype(np.float64), -limit, limit)
     return g / (1 + np.exp(-alpha * g)) * (u + 1)
+
+
+def sigmoid(a):
+    return 1.0 / (1.0 + np.exp(-a.astype(np.float64)))
+
+
+def softplus(v):
+    return np.where(v > 20, v, np.log1p(np.exp(np.minimum(v, 20))))
 
 
 def rope_tables(pos, n_rot, base=10000.0):
@@ -78,6 +89,11 @@ CASES = [
      WG[:, :1].astype(np.float64) * XG[:, :COLS], 1e-7),
     # a limit of 1.5 clamps both operands of the standard-normal rows often
     ("swiglu_oai", dict(kind="swiglu_oai", x=X, f=1.5, f2=1.702), swiglu_oai(Y, X, 1.5, 1.702), 1e-5),
+    # the recurrent layers' gates (ggml's formulas: tests/test_delta_net_ops.py)
+    ("sigmoid_mul", dict(kind="sigmoid_mul", x=X), Y * sigmoid(X), 1e-6),
+    ("sigmoid no gate", dict(kind="sigmoid_mul"), sigmoid(Y), 1e-6),
+    ("softplus_mul", dict(kind="softplus_mul", w=-W, b=B), softplus(Y.astype(np.float64) + B) * -W, 1e-6),
+    ("scale_by", dict(kind="scale_by", x=X[:, :1]), Y * X[:, :1], 1e-7),
 ]
 
 
@@ -162,6 +178,68 @@ def test_gather_rows(backend):
     got = E.backend_gather_rows(backend, data, idx)
     np.testing.assert_array_equal(got[:5], data[idx])
     np.testing.assert_array_equal(got[5:], data[5:])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_softplus_threshold(backend):
+    # past ggml's threshold (20) softplus is v itself; far below it e^v vanishes
+    y = Y[:2].copy()
+    y[0, :4] = [25.0, -30.0, 19.0, 20.5]
+    got = E.backend_row_op(backend, "softplus_mul", y, w=W, b=B)
+    ref = softplus(y.astype(np.float64) + B) * W
+    np.testing.assert_allclose(got, ref, rtol=1e-6, atol=1e-6)
+
+
+# (n rows, channels, kernel width, state slots, each row's slot): several sequences
+# interleaved, one row, odd channel counts (not a multiple of the 64-wide workgroups)
+CONV_SHAPES = [(7, 24, 4, 3, [0, 2, 0, 1, 2, 2, 0]), (1, 130, 4, 1, [0]), (9, 67, 3, 2, [1, 1, 0, 1, 0, 0, 1, 1, 0]),
+               (5, 200, 2, 4, [3, 3, 3, 0, 3])]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("n,C,d,n_slot,slot", CONV_SHAPES, ids=[f"n{c[0]}-C{c[1]}-d{c[2]}" for c in CONV_SHAPES])
+def test_ssm_conv(backend, n, C, d, n_slot, slot):
+    x = rng.standard_normal((n, C)).astype(np.float32)
+    w = rng.standard_normal((C, d)).astype(np.float32)
+    state = rng.standard_normal((n_slot, C, d - 1)).astype(np.float32)
+    slot = np.array(slot, dtype=np.int32)
+    y, st = E.backend_ssm_conv(backend, x, w, state, slot)
+    ry, rst = conv_ref(x, w, state, slot)
+    np.testing.assert_allclose(y, ry, rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(st, rst.astype(np.float32))  # the tails are copies: exact, untouched slots too
+    if backend != "cpu":
+        cy, cst = E.backend_ssm_conv("cpu", x, w, state, slot)
+        np.testing.assert_allclose(y, cy, rtol=0, atol=1e-5)
+        np.testing.assert_array_equal(st, cst)
+
+
+# (n rows, key heads, value heads, head size, state slots, each row's slot)
+DELTA_SHAPES = [(6, 2, 4, 8, 2, [1, 0, 1, 1, 0, 1]), (1, 1, 1, 16, 1, [0]), (5, 3, 3, 5, 3, [2, 0, 2, 1, 2]),
+                (4, 2, 6, 32, 1, [0, 0, 0, 0]), (3, 1, 2, 128, 2, [1, 0, 1])]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("n,Hk,Hv,S,n_slot,slot", DELTA_SHAPES,
+                         ids=[f"n{c[0]}-Hk{c[1]}-Hv{c[2]}-S{c[3]}" for c in DELTA_SHAPES])
+def test_gated_delta(backend, n, Hk, Hv, S, n_slot, slot):
+    def l2(a):  # q and k arrive L2-normed (delta_net.cpp)
+        a = a.reshape(n, -1, S)
+        return (a / np.linalg.norm(a, axis=2, keepdims=True)).reshape(n, -1).astype(np.float32)
+
+    q, k = l2(rng.standard_normal((n, Hk * S))), l2(rng.standard_normal((n, Hk * S)))
+    v = rng.standard_normal((n, Hv * S)).astype(np.float32)
+    g = -rng.uniform(0.01, 1.0, (n, Hv)).astype(np.float32)
+    beta = rng.uniform(0.0, 1.0, (n, Hv)).astype(np.float32)
+    state = (0.3 * rng.standard_normal((n_slot, Hv, S, S))).astype(np.float32)
+    slot = np.array(slot, dtype=np.int32)
+    out, st = E.backend_gated_delta(backend, q, k, v, g, beta, state, slot, Hk)
+    rout, rst = delta_ref(q, k, v, g, beta, state, slot, Hk)
+    np.testing.assert_allclose(out, rout, rtol=1e-4, atol=2e-5)
+    np.testing.assert_allclose(st, rst, rtol=1e-4, atol=2e-5)
+    if backend != "cpu":
+        co, cst = E.backend_gated_delta("cpu", q, k, v, g, beta, state, slot, Hk)
+        np.testing.assert_allclose(out, co, rtol=0, atol=1e-5)
+        np.testing.assert_allclose(st, cst, rtol=0, atol=1e-5)
 
 
 def test_bad_arguments():

@@ -5,8 +5,8 @@ reading key head h % n_head_k, decay then delta update then read-out).
 
 Rows of several sequences interleave in one call, each on its own state slot; a batch split
 in two calls (the state carried) equals the whole; one and two threads agree bit for bit.
-A GPU backend has no shaders for these yet: it must refuse them (NotImplementedError), never
-run something else."""
+A GPU backend's versions are held against these statements and the CPU's results by the
+cross-backend op test (tests/test_backend_ops.py), and its split batches here."""
 
 from __future__ import annotations
 
@@ -147,15 +147,25 @@ def test_row_ops_sigmoid_softplus_scale_by():
 
 
 @pytest.mark.parametrize("backend", GPU_BACKENDS)
-def test_gpu_backends_refuse_until_they_have_shaders(backend):
+def test_gpu_split_batches_carry_the_state(backend):
+    """On a GPU backend too: a batch in two calls, the state carried (through host memory
+    here) between them, equals the whole, and the whole equals the CPU's."""
     if not E.gpu_devices():
         pytest.skip("no GPU device")
-    rng = np.random.default_rng(7)
+    rng = np.random.default_rng(8)
     x, w, state, slot = inputs(rng)
-    with pytest.raises(NotImplementedError, match="ssm_conv"):
-        E.backend_ssm_conv(backend, x, w, state, slot)
-    q, k, v, g, beta, st, sl, Hk = delta_inputs(rng)
-    with pytest.raises(NotImplementedError, match="gated_delta"):
-        E.backend_gated_delta(backend, q, k, v, g, beta, st, sl, Hk)
-    with pytest.raises(NotImplementedError, match="sigmoid_mul"):
-        E.backend_row_op(backend, "sigmoid_mul", x)
+    y, st = E.backend_ssm_conv(backend, x, w, state, slot)
+    ya, sa = E.backend_ssm_conv(backend, x[:3], w, state, slot[:3])
+    yb, sb = E.backend_ssm_conv(backend, x[3:], w, sa, slot[3:])
+    np.testing.assert_array_equal(np.concatenate([ya, yb]), y)
+    np.testing.assert_array_equal(sb, st)
+    np.testing.assert_array_equal(st, E.backend_ssm_conv("cpu", x, w, state, slot)[1])
+    q, k, v, g, beta, state, slot, Hk = delta_inputs(rng)
+    out, st = E.backend_gated_delta(backend, q, k, v, g, beta, state, slot, Hk)
+    oa, sa = E.backend_gated_delta(backend, q[:2], k[:2], v[:2], g[:2], beta[:2], state, slot[:2], Hk)
+    ob, sb = E.backend_gated_delta(backend, q[2:], k[2:], v[2:], g[2:], beta[2:], sa, slot[2:], Hk)
+    np.testing.assert_array_equal(np.concatenate([oa, ob]), out)
+    np.testing.assert_array_equal(sb, st)
+    cout, cst = E.backend_gated_delta("cpu", q, k, v, g, beta, state, slot, Hk)
+    np.testing.assert_allclose(out, cout, rtol=0, atol=1e-5)
+    np.testing.assert_allclose(st, cst, rtol=0, atol=1e-5)

@@ -8,9 +8,12 @@ The tolerances are the MoE comparison's (tests/test_moe_llama_cpp.py: TOL_F16, T
 the rules for near ties and rounding flips), applied to the same recordings. Also: the
 second of the two prompts that share a prefix, evaluated right after the first (its
 prefix reused from the first one's recurrent-state checkpoint), gives llama.cpp's fresh
-tokens (tests/test_recurrent_state.py holds the reuse itself against fresh evaluations);
-the hybrid models refuse GPU layers with a clear error until their ops have
-shaders."""
+tokens (tests/test_recurrent_state.py holds the reuse itself against fresh evaluations).
+
+Every case runs on the CPU and, where this build has a Vulkan device (tools/vulkan_check.sh
+runs it on lavapipe), with every layer on the GPU and with a partial split (the last two
+of the four layers, a delta-net layer and the attention layer, on the GPU; the first two
+on the CPU), against the same recordings and tolerances."""
 
 from __future__ import annotations
 
@@ -26,6 +29,11 @@ from test_moe_llama_cpp import TOL_F16, TOL_Q, check_recorded_prompt, teacher_fo
 
 DATA = Path(__file__).parent / "data" / "hybrid"
 FAMILIES = ["qwen35", "qwen35moe"]
+# where -> n_gpu_layers: the CPU, and where a Vulkan device exists every layer on it
+# ("gpu") and the last 2 of 4 ("split": its delta-net layer 2 and attention layer 3)
+HAS_GPU = "vulkan" in _engine.backends() and bool(_engine.gpu_devices())
+GPU_LAYERS = {"cpu": 0, "gpu": -1, "split": 2}
+WHERE = ["cpu"] + (["gpu", "split"] if HAS_GPU else [])
 
 
 def record(family):
@@ -38,11 +46,11 @@ def cases():
             yield pytest.param(fam, ftype, id=f"{fam}-{ftype}")
 
 
-def open_llm(family, ftype, **kw):
+def open_llm(family, ftype, where="cpu", **kw):
     rec = record(family)
     fr = rec["files"][ftype]
     return Llama(model_path=str(DATA / family / fr["file"]), n_ctx=rec["n_ctx"], n_batch=rec["n_batch"],
-                 n_threads=2, logits_all=True, flash_attn=True, verbose=False, **kw)
+                 n_threads=2, logits_all=True, flash_attn=True, verbose=False, n_gpu_layers=GPU_LAYERS[where], **kw)
 
 
 def test_fixture_files_are_intact():
@@ -59,20 +67,22 @@ def test_hyperparameters_and_mtp_block_skipped():
     assert m.n_layer == md["num_hidden_layers"] == 4
 
 
+@pytest.mark.parametrize("where", WHERE)
 @pytest.mark.parametrize("family,ftype", list(cases()))
-def test_matches_llama_cpp(family, ftype):
+def test_matches_llama_cpp(family, ftype, where):
     rec = record(family)
     fr = rec["files"][ftype]
     npz = np.load(DATA / family / "logits.npz")
-    llm = open_llm(family, ftype)
+    llm = open_llm(family, ftype, where)
     assert llm.n_vocab() == fr["n_vocab"]
     exact = ftype == "F16"
     for pi, pr in enumerate(fr["prompts"]):
         check_recorded_prompt(llm, pr, npz[f"{ftype}.p{pi}.last_logits"], exact, f"{family} {ftype} prompt {pi}")
 
 
+@pytest.mark.parametrize("where", WHERE)
 @pytest.mark.parametrize("family", FAMILIES)
-def test_shared_prefix_prompt_matches_fresh_llama_cpp(family):
+def test_shared_prefix_prompt_matches_fresh_llama_cpp(family, where):
     """The first prompt of the pair (and a few generated tokens), then the second: the
     greedy tokens are llama.cpp's for the second prompt evaluated fresh."""
     rec = record(family)
@@ -80,7 +90,7 @@ def test_shared_prefix_prompt_matches_fresh_llama_cpp(family):
     n_shared = rec["shared_prefix"]["n_shared"]
     pa, pb = rec["files"]["F16"]["prompts"][a], rec["files"]["F16"]["prompts"][b]
     assert pa["prompt_ids"][:n_shared] == pb["prompt_ids"][:n_shared]
-    llm = open_llm(family, "F16")
+    llm = open_llm(family, "F16", where)
     got = []
     for tok in llm.generate(pa["prompt_ids"], temp=0.0):
         got.append(tok)
@@ -107,8 +117,12 @@ def test_shared_prefix_prompt_matches_fresh_llama_cpp(family):
     assert sum(evals[:2]) == len(pb["prompt_ids"]), evals
 
 
-def test_gpu_layers_are_refused_until_the_ops_have_shaders():
-    if "vulkan" not in _engine.backends() or not _engine.gpu_devices():
-        pytest.skip("no GPU backend device in this build")
-    with pytest.raises(NotImplementedError, match="recurrent"):
-        open_llm("qwen35", "F16", n_gpu_layers=-1)
+@pytest.mark.skipif(not HAS_GPU, reason="no GPU backend device in this build")
+@pytest.mark.parametrize("where", ["gpu", "split"])
+def test_gpu_layers_are_placed_on_the_device(where):
+    """The layers go where n_gpu_layers says, delta-net ones included: nothing is refused,
+    nothing quietly stays on the CPU (the recordings above then hold the results)."""
+    llm = open_llm("qwen35", "F16", where)
+    layers = [p for p in llm.device_map() if p["layer"] >= 0]
+    assert [p["device"] != "cpu" for p in layers] == ([True] * 4 if where == "gpu" else [False, False, True, True])
+    assert llm._ctx.recurrent_bytes == open_llm("qwen35", "F16")._ctx.recurrent_bytes > 0

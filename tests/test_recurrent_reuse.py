@@ -4,7 +4,10 @@ meanwhile evaluated something else, or into a new process's context), and the se
 slots (continuous batching of several sequences in one context, each with its own recurrent
 state; prefix affinity reusing a slot's state). Each is held against a fresh context evaluating
 the same tokens: the same greedy tokens. test_recurrent_state.py covers the engine's own paths
-(suffix removal, prefix reuse, save/load, speculative rollback)."""
+(suffix removal, prefix reuse, save/load, speculative rollback).
+
+Where this build has a Vulkan device (tools/vulkan_check.sh: lavapipe) each runs again with
+every layer on the GPU (the states in device memory), the fresh contexts likewise."""
 from __future__ import annotations
 
 import threading
@@ -12,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from llamapy import Llama
+from llamapy import Llama, _engine
 from llamapy.llama_cache import LlamaDiskCache, LlamaRAMCache
 
 DATA = Path(__file__).parent / "data" / "hybrid"
@@ -20,6 +23,10 @@ FILES = [DATA / "qwen35" / "qwen35-q8_0.gguf", DATA / "qwen35moe" / "qwen35moe-q
 PROMPTS = [[11, 42, 97, 150, 203, 260, 31, 77, 188, 5, 140, 222, 56, 90, 310, 12],
            [300, 45, 9, 120, 64, 64, 199, 3, 17],
            [11, 42, 97, 150, 203, 260, 31, 77, 2, 2, 8]]  # shares a part of the first, not its end
+
+
+# n_gpu_layers of each placement under test: the CPU, and every layer on a Vulkan device
+NGL = [0] + ([-1] if "vulkan" in _engine.backends() and _engine.gpu_devices() else [])
 
 
 def llama(path, **kw):
@@ -38,16 +45,21 @@ def path(request):
     return request.param
 
 
+@pytest.fixture(params=NGL, ids=lambda n: "gpu" if n else "cpu")
+def ngl(request):
+    return request.param
+
+
 @pytest.fixture
-def fresh(path):
+def fresh(path, ngl):
     """What a new context gives for each prompt."""
-    return {i: complete(llama(path), p) for i, p in enumerate(PROMPTS)}
+    return {i: complete(llama(path, n_gpu_layers=ngl), p) for i, p in enumerate(PROMPTS)}
 
 
 @pytest.mark.parametrize("kind", ["ram", "disk"])
-def test_prompt_caches_restore_the_recurrent_state(path, fresh, kind, tmp_path):
+def test_prompt_caches_restore_the_recurrent_state(path, fresh, kind, tmp_path, ngl):
     cache = LlamaRAMCache(capacity_bytes=1 << 30) if kind == "ram" else LlamaDiskCache(str(tmp_path / "cache"))
-    llm = llama(path)
+    llm = llama(path, n_gpu_layers=ngl)
     llm.set_cache(cache)
     # Fill the cache with every prompt, then ask again in another order: each answer comes
     # from a state restored out of the cache into a context holding another sequence.
@@ -58,7 +70,7 @@ def test_prompt_caches_restore_the_recurrent_state(path, fresh, kind, tmp_path):
         assert complete(llm, PROMPTS[i]) == fresh[i], i
     # A new Llama (as a new process would) reading the same disk cache
     if kind == "disk":
-        other = llama(path)
+        other = llama(path, n_gpu_layers=ngl)
         other.set_cache(LlamaDiskCache(str(tmp_path / "cache")))
         assert complete(other, PROMPTS[1]) == fresh[1]
 
@@ -66,7 +78,7 @@ def test_prompt_caches_restore_the_recurrent_state(path, fresh, kind, tmp_path):
 httpx = pytest.importorskip("httpx")
 
 
-def test_server_slots_keep_one_state_per_sequence(path):
+def test_server_slots_keep_one_state_per_sequence(path, ngl):
     """Two slots batched together in one context, then prefix affinity: every answer equals a
     fresh context's, and the reuse counts as cached tokens only where a state was there.
     Both sides use the explicit attention path (what -fa auto picks with several slots): the
@@ -76,8 +88,9 @@ def test_server_slots_keep_one_state_per_sequence(path):
     from server_helpers import LiveServer
 
     eos = llama(path, vocab_only=True).token_eos()
-    fresh = {i: complete(llama(path, flash_attn=False), p) for i, p in enumerate(PROMPTS)}
-    s = LiveServer(["-m", str(path), "-c", "512", "-np", "2", "-t", "2", "-b", "64", "-fa", "off"]).start()
+    fresh = {i: complete(llama(path, flash_attn=False, n_gpu_layers=ngl), p) for i, p in enumerate(PROMPTS)}
+    s = LiveServer(["-m", str(path), "-c", "512", "-np", "2", "-t", "2", "-b", "64", "-fa", "off",
+                    "-ngl", str(ngl)]).start()
     try:
         def ask(prompt, out=None, key=None):
             with httpx.Client(base_url=s.url, timeout=120) as c:
@@ -108,7 +121,7 @@ def test_server_slots_keep_one_state_per_sequence(path):
         # the next turn after a slot's prompt resumes from the checkpoint at that prompt's end
         cont = PROMPTS[2] + [7, 8, 9]
         got, usage = ask(cont)
-        assert got == complete(llama(path, flash_attn=False), cont)
+        assert got == complete(llama(path, flash_attn=False, n_gpu_layers=ngl), cont)
         assert usage["prompt_tokens_details"]["cached_tokens"] == len(PROMPTS[2])
     finally:
         s.stop()

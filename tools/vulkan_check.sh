@@ -7,7 +7,12 @@
 # experts kept in host memory inside GPU layers (tests/test_moe_placement.py),
 # llama.cpp's mixture-of-experts recordings with every layer on the device
 # (tests/test_moe_llama_cpp.py) and llama.cpp's recordings of the small dense
-# families (tests/test_dense_llama_cpp.py),
+# families (tests/test_dense_llama_cpp.py), of Gemma 4 (tests/test_gemma4_llama_cpp.py)
+# and of the Qwen3.5 hybrids with every layer and with half of them on the device
+# (tests/test_hybrid_llama_cpp.py; their delta-net ops: tests/test_delta_net_ops.py;
+# their recurrent state, held in device memory, under suffix removal, prefix
+# reuse, save / load and speculative rollback: tests/test_recurrent_state.py;
+# under the prompt caches and the server's batched slots: tests/test_recurrent_reuse.py),
 # attention over every KV cache type against numpy (tests/test_attention_ops.py),
 # and the forward pass on it: every architecture, every n_gpu_layers split,
 # encoders, the placement plan and its errors, layer splits over two logical
@@ -43,7 +48,8 @@ PYTHONPATH="$pkg" python -c "import llamapy; i = llamapy.system_info(); print('v
 PYTHONPATH="$pkg" python -m pytest -q -p no:cacheprovider "$root/tests/test_vulkan.py" "$root/tests/test_backend_ops.py" \
   "$root/tests/test_attention_ops.py" "$root/tests/test_moe_ops.py" "$root/tests/test_moe_placement.py" \
   "$root/tests/test_moe_llama_cpp.py" "$root/tests/test_dense_llama_cpp.py" "$root/tests/test_vulkan_models.py" "$root/tests/test_vulkan_vision.py" \
-  "$root/tests/test_vision_feature_layers.py"
+  "$root/tests/test_vision_feature_layers.py" "$root/tests/test_gemma4_llama_cpp.py" "$root/tests/test_hybrid_llama_cpp.py" \
+  "$root/tests/test_delta_net_ops.py" "$root/tests/test_recurrent_state.py" "$root/tests/test_recurrent_reuse.py"
 # The portable shaders (shared-memory reductions), which devices without
 # subgroup shuffles run: the op tests again with the subgroup variants off.
 LLAMAPY_VULKAN_SUBGROUPS=0 PYTHONPATH="$pkg" python -m pytest -q -p no:cacheprovider "$root/tests/test_backend_ops.py" \

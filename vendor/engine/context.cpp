@@ -193,7 +193,7 @@ context::context(std::shared_ptr<const model> m, const context_params& params)
       kv_((int)model_->hp().n_layer, model_->hp().v.encoder ? 1 : p_.n_ctx, kv_widths(model_->hp(), false),
           kv_widths(model_->hp(), true), p_.type_k, p_.type_v, main_cache_layers(model_->hp(), p_),
           kv_devices(), model_->hp().is_mla()),
-      rstate_(model_->hp(), p_.n_seq_max, p_.n_state_checkpoints),
+      rstate_(model_->hp(), p_.n_seq_max, p_.n_state_checkpoints, layer_devices()),
       pool_(new thread_pool(p_.n_threads)),
       pool_batch_(p_.n_threads_batch != p_.n_threads ? new thread_pool(p_.n_threads_batch) : nullptr),
       rs_(model_->hp(), p_.n_ubatch, p_.n_ctx, gpu_),
@@ -206,9 +206,6 @@ context::context(std::shared_ptr<const model> m, const context_params& params)
         cells_swa_.resize((size_t)p_.n_batch);
     }
     swa_dropped_.assign((size_t)p_.n_seq_max, -1);
-    if (!rstate_.empty() && !gpu_.is_host())
-        throw not_implemented_error("model architecture '" + hp.arch + "' has recurrent (gated delta-net) layers, "
-                                    "which have no GPU kernels yet: create the context with n_gpu_layers=0");
     if (!gpu_.is_host()) {
         // One backend per device, in the order the parts meet them.
         std::vector<device> made;
@@ -805,6 +802,11 @@ tensor_callback context::set_tensor_callback(tensor_callback cb) {
     std::unique_lock<std::mutex> lock = guard();
     std::swap(tensor_cb_, cb);
     return cb;
+}
+
+std::vector<device> context::layer_devices() const {
+    if (parts_.empty()) return {};
+    return std::vector<device>(parts_.begin() + 1, parts_.end() - 1);  // each layer's part
 }
 
 std::vector<device> context::kv_devices() const {

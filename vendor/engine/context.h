@@ -198,6 +198,10 @@ private:
     // Where each layer's KV cache rows live: on the layer's device, or the
     // host with offload_kqv=false; encoders keep no cache (host).
     std::vector<device> kv_devices() const;
+    // The device of each layer's part (empty: all on the host): where its
+    // recurrent state lives (the layer's ops advance it there, offload_kqv
+    // or not).
+    std::vector<device> layer_devices() const;
     tensor_callback tensor_cb_;        // debug hook, empty when unset
     lora_set loras_;
     rope_params rope_[2];                      // global / sliding-window layers

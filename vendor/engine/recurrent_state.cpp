@@ -13,8 +13,10 @@ namespace {
 constexpr uint32_t kMagic = 0x5352504c;  // "LPRS"
 }
 
-recurrent_state::recurrent_state(const hparams& hp, int n_seq, int n_checkpoints)
+recurrent_state::recurrent_state(const hparams& hp, int n_seq, int n_checkpoints, const std::vector<device>& where)
     : n_ckpt_(std::max(0, n_checkpoints)) {
+    if (!where.empty() && (int64_t)where.size() != hp.n_layer)
+        throw value_error("recurrent state: layer devices do not match n_layer");
     index_.assign((size_t)hp.n_layer, -1);
     for (int64_t il = 0; il < hp.n_layer; ++il)
         if (hp.is_recurrent(il)) index_[(size_t)il] = (int)n_rec_++;
@@ -23,8 +25,14 @@ recurrent_state::recurrent_state(const hparams& hp, int n_seq, int n_checkpoints
     if (n_rec_ == 0) return;
     conv_n_ = hp.ssm.conv_floats();
     delta_n_ = hp.ssm.delta_floats();
-    conv_.assign((size_t)n_rec_, std::vector<float>((size_t)(n_seq * conv_n_), 0.0f));
-    delta_.assign((size_t)n_rec_, std::vector<float>((size_t)(n_seq * delta_n_), 0.0f));
+    for (int64_t il = 0; il < hp.n_layer; ++il) {
+        if (index_[(size_t)il] < 0) continue;
+        const device d = where.empty() ? device::host() : where[(size_t)il];
+        conv_.push_back(float_buffer(d, (size_t)(n_seq * conv_n_)));
+        delta_.push_back(float_buffer(d, (size_t)(n_seq * delta_n_)));
+        std::memset(conv_.back().data(), 0, conv_.back().bytes());  // device_buffers come uninitialised
+        std::memset(delta_.back().data(), 0, delta_.back().bytes());
+    }
 }
 
 size_t recurrent_state::bytes_for(const hparams& hp, int n_seq) {
@@ -43,9 +51,9 @@ void recurrent_state::save_to(int seq, std::vector<float>& out) const {
     out.resize((size_t)(n_rec_ * (conv_n_ + delta_n_)));
     float* o = out.data();
     for (int64_t r = 0; r < n_rec_; ++r) {
-        std::memcpy(o, conv_[(size_t)r].data() + seq * conv_n_, sizeof(float) * (size_t)conv_n_);
+        std::memcpy(o, conv_[(size_t)r].f32() + seq * conv_n_, sizeof(float) * (size_t)conv_n_);
         o += conv_n_;
-        std::memcpy(o, delta_[(size_t)r].data() + seq * delta_n_, sizeof(float) * (size_t)delta_n_);
+        std::memcpy(o, delta_[(size_t)r].f32() + seq * delta_n_, sizeof(float) * (size_t)delta_n_);
         o += delta_n_;
     }
 }
@@ -53,17 +61,17 @@ void recurrent_state::save_to(int seq, std::vector<float>& out) const {
 void recurrent_state::load_from(int seq, const std::vector<float>& in) {
     const float* i = in.data();
     for (int64_t r = 0; r < n_rec_; ++r) {
-        std::memcpy(conv_[(size_t)r].data() + seq * conv_n_, i, sizeof(float) * (size_t)conv_n_);
+        std::memcpy(conv_[(size_t)r].f32() + seq * conv_n_, i, sizeof(float) * (size_t)conv_n_);
         i += conv_n_;
-        std::memcpy(delta_[(size_t)r].data() + seq * delta_n_, i, sizeof(float) * (size_t)delta_n_);
+        std::memcpy(delta_[(size_t)r].f32() + seq * delta_n_, i, sizeof(float) * (size_t)delta_n_);
         i += delta_n_;
     }
 }
 
 void recurrent_state::clear_seq(int seq) {
     for (int64_t r = 0; r < n_rec_; ++r) {
-        std::fill_n(conv_[(size_t)r].begin() + seq * conv_n_, conv_n_, 0.0f);
-        std::fill_n(delta_[(size_t)r].begin() + seq * delta_n_, delta_n_, 0.0f);
+        std::fill_n(conv_[(size_t)r].f32() + seq * conv_n_, conv_n_, 0.0f);
+        std::fill_n(delta_[(size_t)r].f32() + seq * delta_n_, delta_n_, 0.0f);
     }
     pos_[(size_t)seq] = -1;
     ckpt_[(size_t)seq].clear();
@@ -113,9 +121,9 @@ bool recurrent_state::restore(int seq, int32_t p) {
 void recurrent_state::cp(int src, int dst) {
     if (src == dst) return;
     for (int64_t r = 0; r < n_rec_; ++r) {
-        std::memcpy(conv_[(size_t)r].data() + dst * conv_n_, conv_[(size_t)r].data() + src * conv_n_,
+        std::memcpy(conv_[(size_t)r].f32() + dst * conv_n_, conv_[(size_t)r].f32() + src * conv_n_,
                     sizeof(float) * (size_t)conv_n_);
-        std::memcpy(delta_[(size_t)r].data() + dst * delta_n_, delta_[(size_t)r].data() + src * delta_n_,
+        std::memcpy(delta_[(size_t)r].f32() + dst * delta_n_, delta_[(size_t)r].f32() + src * delta_n_,
                     sizeof(float) * (size_t)delta_n_);
     }
     pos_[(size_t)dst] = pos_[(size_t)src];

@@ -16,6 +16,14 @@
 // resume_at() tells the caller where it can continue without evaluating from
 // the start.
 //
+// Where the state lives: each recurrent layer's slots are one device_buffer on
+// the device that runs the layer (the context passes each layer's part's
+// device, as it does for the KV cache), so a GPU layer's ops advance the
+// state in place, without copying it in and out at every step. GPU buffers
+// are mapped (buffer.h), so everything here (checkpoints, rm / cp, save and
+// load) reads and writes them from the host; the context does so only between
+// steps, after the backends' sync. Checkpoints are host copies.
+//
 // Not here: the ops that advance the state (backend.h ssm_conv / gated_delta),
 // when checkpoints are taken (context.cpp), the KV cells (kv_cache.h).
 #pragma once
@@ -24,21 +32,24 @@
 #include <cstdint>
 #include <vector>
 
+#include "backend/buffer.h"
 #include "model/model.h"
 
 namespace lp {
 
 class recurrent_state {
 public:
-    // Slots for n_seq sequences of model hp (nothing when it has no recurrent layers).
-    recurrent_state(const hparams& hp, int n_seq, int n_checkpoints);
+    // Slots for n_seq sequences of model hp (nothing when it has no recurrent
+    // layers), zeroed; where: the device of each layer (n_layer entries;
+    // empty: the host).
+    recurrent_state(const hparams& hp, int n_seq, int n_checkpoints, const std::vector<device>& where = {});
 
     bool empty() const { return n_rec_ == 0; }
     int n_checkpoints_max() const { return n_ckpt_; }
     // Layer il's convolution tails and delta-net states (il recurrent): slot s
     // at conv(il) + s * conv_floats() and delta(il) + s * delta_floats().
-    float* conv(int il) { return conv_[(size_t)index_[(size_t)il]].data(); }
-    float* delta(int il) { return delta_[(size_t)index_[(size_t)il]].data(); }
+    float* conv(int il) { return conv_[(size_t)index_[(size_t)il]].f32(); }
+    float* delta(int il) { return delta_[(size_t)index_[(size_t)il]].f32(); }
     int64_t conv_floats() const { return conv_n_; }
     int64_t delta_floats() const { return delta_n_; }
 
@@ -98,8 +109,8 @@ private:
     int64_t conv_n_ = 0, delta_n_ = 0;
     int n_ckpt_ = 0;
     std::vector<int> index_;                 // (n_layer) position among the recurrent layers, -1 otherwise
-    std::vector<std::vector<float>> conv_;   // (n_rec) (n_seq, conv_floats)
-    std::vector<std::vector<float>> delta_;  // (n_rec) (n_seq, delta_floats)
+    std::vector<device_buffer> conv_;   // (n_rec) (n_seq, conv_floats) on the layer's device
+    std::vector<device_buffer> delta_;  // (n_rec) (n_seq, delta_floats) likewise
     std::vector<int32_t> pos_;               // (n_seq)
     std::vector<std::vector<snapshot>> ckpt_;  // (n_seq) by ascending position
 };

@@ -578,18 +578,95 @@ void vulkan_backend::attention(const attention_args& a) {
     for (auto& k : work) record(std::move(k));
 }
 
-// The recurrent layers' ops (Qwen3.5's gated delta-net) have no shaders yet;
-// the context keeps such models on the CPU (context.cpp), so these only
-// answer a direct call (the op tests).
-void vulkan_backend::ssm_conv(const ssm_conv_args&) { missing("ssm_conv (short causal convolution)"); }
-void vulkan_backend::gated_delta(const gated_delta_args&) { missing("gated_delta (gated delta rule)"); }
+// The recurrent layers' ops (Qwen3.5's gated delta-net): the state slots are
+// operands like any other (device memory in place: recurrent_state keeps a
+// device layer's state on its device; host memory staged and copied back).
+// Both shaders walk the rows in order per channel / per state column
+// (ssm_conv.comp, gated_delta.comp), each row on the slot it names. The slot
+// ids are an input of the step as the masks are (host memory, or device
+// memory no op writes): read here for the checks and for the extent of the
+// state the rows reach.
+namespace {
+// The highest slot the rows name; throws on a negative one.
+int64_t top_slot(const int32_t* slot, int64_t n, const char* op) {
+    int32_t top = 0;
+    for (int64_t t = 0; t < n; ++t) {
+        if (slot[t] < 0) throw value_error(std::string(op) + ": negative state slot");
+        top = std::max(top, slot[t]);
+    }
+    return top;
+}
+}  // namespace
+
+void vulkan_backend::ssm_conv(const ssm_conv_args& a) {
+    if (a.n_tok <= 0 || a.n_ch <= 0) return;
+    if (a.d_conv < 1) throw value_error("ssm_conv: kernel width below 1");
+    const int64_t nt = a.d_conv - 1, n_slot = top_slot(a.slot, a.n_tok, "ssm_conv") + 1;
+    // The kernel is a weight of the layer (the model's, for its life): uploaded
+    // once, as the matrices are, rather than staged at every step.
+    weight_view kw;
+    kw.type = ggml_type::F32;
+    kw.n_rows = a.n_ch;
+    kw.n_cols = a.d_conv;
+    kw.data = a.w;
+    kw.row_stride = sizeof(float) * (size_t)a.d_conv;
+    const vk::buffer& wb = *weights(kw).buf;
+    operand ops[4] = {{a.x, rows_bytes(a.n_tok, a.x_stride, a.n_ch), false, {}},
+                      {a.y, rows_bytes(a.n_tok, a.y_stride, a.n_ch), true, {}},
+                      {a.state, rows_bytes(n_slot, a.state_stride, a.n_ch * nt), true, {}},
+                      {a.slot, sizeof(int32_t) * (size_t)a.n_tok, false, {}}};
+    bind(ops, 4);
+    struct {
+        uint32_t n_tok, n_ch, d_conv, x_off, x_stride, y_off, y_stride, w_off, st_off, st_stride, slot_off;
+    } pc{u32(a.n_tok), u32(a.n_ch), (uint32_t)a.d_conv, float_off(ops[0].at), u32(a.x_stride), float_off(ops[1].at),
+         u32(a.y_stride), 0, ops[2].at.buf ? float_off(ops[2].at) : 0, u32(a.state_stride),
+         (uint32_t)(ops[3].at.off / 4)};
+    vk::dispatch d;
+    d.shader = "ssm_conv";
+    // d_conv 1 keeps no tail: any buffer stands for the empty state
+    d.buffers = {ops[0].at.buf, ops[1].at.buf, &wb, ops[2].at.buf ? ops[2].at.buf : ops[1].at.buf, ops[3].at.buf};
+    d.set_push(pc);
+    d.groups[0] = groups_for((a.n_ch + 63) / 64, ctx_->max_groups(0));
+    record(std::move(d));
+}
+
+void vulkan_backend::gated_delta(const gated_delta_args& a) {
+    if (a.n_tok <= 0 || a.n_head_v <= 0 || a.head_dim <= 0) return;
+    if (a.n_head_k <= 0 || a.n_head_v % a.n_head_k != 0)
+        throw value_error("gated_delta: the value heads must be a multiple of the key heads");
+    const int64_t S = a.head_dim, Hv = a.n_head_v, n_slot = top_slot(a.slot, a.n_tok, "gated_delta") + 1;
+    operand ops[8] = {{a.q, rows_bytes(a.n_tok, a.qk_stride, a.n_head_k * S), false, {}},
+                      {a.k, rows_bytes(a.n_tok, a.qk_stride, a.n_head_k * S), false, {}},
+                      {a.v, rows_bytes(a.n_tok, a.v_stride, Hv * S), false, {}},
+                      {a.g, rows_bytes(a.n_tok, a.gb_stride, Hv), false, {}},
+                      {a.beta, rows_bytes(a.n_tok, a.gb_stride, Hv), false, {}},
+                      {a.out, rows_bytes(a.n_tok, a.out_stride, Hv * S), true, {}},
+                      {a.state, rows_bytes(n_slot, a.state_stride, Hv * S * S), true, {}},
+                      {a.slot, sizeof(int32_t) * (size_t)a.n_tok, false, {}}};
+    bind(ops, 8);
+    struct {
+        uint32_t n_tok, n_head_k, n_head_v, head_dim;
+        uint32_t q_off, k_off, qk_stride, v_off, v_stride;
+        uint32_t g_off, b_off, gb_stride, o_off, o_stride;
+        uint32_t st_off, st_stride, slot_off;
+        float scale;
+    } pc{u32(a.n_tok), (uint32_t)a.n_head_k, (uint32_t)a.n_head_v, (uint32_t)a.head_dim, float_off(ops[0].at),
+         float_off(ops[1].at), u32(a.qk_stride), float_off(ops[2].at), u32(a.v_stride), float_off(ops[3].at),
+         float_off(ops[4].at), u32(a.gb_stride), float_off(ops[5].at), u32(a.out_stride), float_off(ops[6].at),
+         u32(a.state_stride), (uint32_t)(ops[7].at.off / 4), a.scale};
+    vk::dispatch d;
+    d.shader = "gated_delta";
+    d.buffers = {ops[0].at.buf, ops[1].at.buf, ops[2].at.buf, ops[3].at.buf,
+                 ops[4].at.buf, ops[5].at.buf, ops[6].at.buf, ops[7].at.buf};
+    d.set_push(pc);
+    d.groups[0] = groups_for((Hv * S + 63) / 64, ctx_->max_groups(0));  // one invocation per (head, state column)
+    record(std::move(d));
+}
 
 void vulkan_backend::run_rows(const row_op* ops, int n_ops, int64_t n) {
     if (n <= 0) return;
     for (int k = 0; k < n_ops; ++k) {
         const row_op& o = ops[k];
-        if (o.k == row_op::kind::sigmoid_mul || o.k == row_op::kind::softplus_mul || o.k == row_op::kind::scale_by)
-            missing("sigmoid_mul / softplus_mul / scale_by row op (gated attention, delta-net gates)");
         if (o.k == row_op::kind::kv_store) {
             if (!has_kv_store(o.type)) missing(std::string("KV cache store for ") + type_name(o.type) + " caches");
             int32_t top = 0;
@@ -630,6 +707,7 @@ void vulkan_backend::run_rows(const row_op* ops, int n_ops, int64_t n) {
             width = (per_row - 1) * y_group + o.n;
             x_width = (per_row - 1) * x_group + o.n;
         }
+        if (o.k == row_op::kind::scale_by) x_width = 1;  // one scalar per row
         // w: a norm's weight (n floats shared by every row), or weighted_sum's
         // per-row weights (groups floats at w + t * groups)
         const bool wsum = o.k == row_op::kind::weighted_sum;

@@ -9,11 +9,13 @@
 // every KV cache type, attention over a cache of any KV cache type (F32
 // softmax; cells in cell order on both paths; attention sinks), and
 // rope_table (the angles are computed on the host with the CPU's
-// functions: they are an input of the step, as the masks are). Missing,
-// each raising not_implemented_error naming it (nothing silently runs on
-// the CPU instead): routing over more than 512 experts or to more than 32
-// per row; the recurrent layers' ops (ssm_conv, gated_delta and the
-// sigmoid_mul / softplus_mul / scale_by row ops of Qwen3.5). Weights of the types without a shader (Q2_K, Q3_K, the IQ
+// functions: they are an input of the step, as the masks are), and the
+// recurrent layers' ops of Qwen3.5's gated delta-net: ssm_conv and
+// gated_delta (F32, the sequential form, token by token: ssm_conv.comp,
+// gated_delta.comp) on state slots in device memory (recurrent_state.h).
+// Missing, each raising not_implemented_error naming it (nothing silently
+// runs on the CPU instead): routing over more than 512 experts or to more
+// than 32 per row. Weights of the types without a shader (Q2_K, Q3_K, the IQ
 // types) are dequantized to F16 when they are uploaded and multiplied by
 // the F16 shader (the Python side says so when it places such a layer on
 // the device).

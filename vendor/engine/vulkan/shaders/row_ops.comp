@@ -39,7 +39,8 @@ layout(push_constant) uniform Params {
 // kinds, in backend.h's order
 const uint K_RMS_NORM = 0u, K_LAYER_NORM = 1u, K_ADD = 2u, K_MUL = 3u, K_SCALE = 4u, K_SOFTCAP = 5u,
            K_GELU_MUL = 6u, K_SILU_MUL = 7u, K_GELU_QUICK_MUL = 8u, K_ROPE = 9u, K_HADAMARD = 10u, K_COPY = 11u,
-           K_WEIGHTED_SUM = 13u, K_SWIGLU_OAI = 14u;  // 12, kv_store, is convert.comp's
+           K_WEIGHTED_SUM = 13u, K_SWIGLU_OAI = 14u,  // 12, kv_store, is convert.comp's
+           K_SIGMOID_MUL = 15u, K_SOFTPLUS_MUL = 16u, K_SCALE_BY = 17u;
 
 #include "reduce.glsl"
 
@@ -132,6 +133,15 @@ void main() {
                 } else if (p.kind == K_GELU_QUICK_MUL) {
                     r = tables[65536u + f16_bits(v)];
                     if (has_x) r *= u;
+                } else if (p.kind == K_SIGMOID_MUL) {
+                    // ggml's sigmoid 1 / (1 + e^-v): y * sigmoid(x), or sigmoid(y) without x
+                    r = has_x ? v * (1.0 / (1.0 + exp(-u))) : 1.0 / (1.0 + exp(-v));
+                } else if (p.kind == K_SOFTPLUS_MUL) {
+                    // ggml's softplus ln(1 + e^v), v itself above 20; bn the bias, wn the factor
+                    const float s = v + bn[p.bn_off + i];
+                    r = (s > 20.0 ? s : log(1.0 + exp(s))) * wn[p.wn_off + i];
+                } else if (p.kind == K_SCALE_BY) {
+                    r = v * x[p.x_off + t * p.x_stride];  // one scalar per row
                 } else if (p.kind == K_SWIGLU_OAI) {
                     // gpt-oss: g = min(y, limit), u = clamp(x, -limit, limit)
                     const float gv = min(v, p.f), uv = clamp(u, -p.f, p.f);
