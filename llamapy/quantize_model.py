@@ -1,0 +1,296 @@
+"""Quantize a GGUF model file: ``llamapy.quantize_model`` and ``python -m llamapy quantize``.
+
+The counterpart of llama.cpp's llama-quantize: the type of every tensor comes
+from ``quant_mix`` (llama.cpp's per-mix and per-architecture rules), the
+blocks from the engine's reference quantizers (the ones llama.cpp's quantizer
+uses without an importance matrix), and the file is laid out as llama.cpp
+lays it out: the input's key/values with ``general.quantization_version`` and
+``general.file_type`` set last, the tensors ordered by block then name, data
+aligned to 32 bytes. On the test models the output is byte-identical to
+llama.cpp's (tests/test_quantize_llama_cpp.py).
+
+The output is written to ``OUT.tmp-XXXX`` beside ``OUT`` and renamed at the
+end: an error or Ctrl-C leaves no partial file. Tensors are cut into chunks of
+rows quantized on a thread pool; the engine releases the GIL while it works.
+
+Not supported (a clear error when asked): importance matrices (``--imatrix``
+and the file types that need one), file types whose block formats the engine
+cannot write (IQ3_S, TQ1_0, ...), ``--keep-split``.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import IO, Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from . import _engine
+from .gguf_file import GGUFFile
+from .gguf_header import KV, align_up, header_bytes
+from .quant_mix import (FileType, MixOptions, ModelFacts, TensorPlan, TensorShape, file_type, plan_types,
+                        requires_imatrix, weight_order)
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["QuantizeResult", "parse_kv_override", "quantize_model"]
+
+GGML_QNT_VERSION = 2       # general.quantization_version of the current block formats
+DEFAULT_ALIGNMENT = 32
+_SPLIT_KEYS = ("split.no", "split.count", "split.tensors.count")
+_FLOAT_INPUTS = ("F32", "F16", "BF16")
+# Rows quantized per job: about 4 Mi elements (16 MiB of float32), at least one row.
+_CHUNK_ELEMENTS = 4 << 20
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+
+@dataclass(frozen=True)
+class QuantizeResult:
+    path: str
+    file_type: str
+    n_tensors: int
+    bytes_in: int
+    bytes_out: int
+    types: Dict[str, str]   # tensor name -> the type written
+
+
+def parse_kv_override(text: str) -> Tuple[str, str, Any]:
+    """``KEY=TYPE:VALUE`` (llama-quantize's --override-kv; TYPE is int, float,
+    bool or str) -> (key, GGUF type label, value), typed as llama.cpp writes
+    them: ints as u32 of the absolute value, floats as f32."""
+    key, sep, rest = text.partition("=")
+    kind, sep2, value = rest.partition(":")
+    if not sep or not sep2 or not key:
+        raise ValueError(f"bad --override-kv {text!r}: expected KEY=TYPE:VALUE (TYPE int, float, bool or str)")
+    if len(key) > 127:
+        raise ValueError(f"bad --override-kv {text!r}: key longer than 127 bytes")
+    try:
+        if kind == "int":
+            return key, "u32", abs(int(value)) & 0xFFFFFFFF
+        if kind == "float":
+            return key, "f32", float(value)
+        if kind == "bool":
+            if value not in ("true", "false"):
+                raise ValueError
+            return key, "bool", value == "true"
+        if kind == "str":
+            if len(value.encode()) > 127:
+                raise ValueError(f"bad --override-kv {text!r}: string value longer than 127 bytes")
+            return key, "string", value
+    except ValueError as e:
+        if str(e):
+            raise
+        raise ValueError(f"bad --override-kv {text!r}: {value!r} is not a {kind}") from None
+    raise ValueError(f"bad --override-kv {text!r}: type {kind!r} is not int, float, bool or str")
+
+
+def _type_name(t: Optional[str], what: str) -> Optional[str]:
+    if t is None:
+        return None
+    name = str(t).strip().upper()
+    try:
+        info = _engine.type_info(name)
+    except ValueError:
+        raise ValueError(f"{what}: unknown tensor type {t!r}") from None
+    return info["name"]
+
+
+def _check_writable(plans: Sequence[TensorPlan], infos: Mapping[str, Any], ft: FileType,
+                    allow_requantize: bool) -> None:
+    """Refuse, before anything is written, what llama.cpp refuses or the engine cannot do."""
+    for p in plans:
+        src = infos[p.name].type_name
+        if p.type == src:
+            continue
+        if requires_imatrix(p.name, p.type, ft):
+            raise ValueError(f"{ft.name} needs an importance matrix: tensor {p.name} would be {p.type} "
+                             "(as llama.cpp, which refuses without one; llamapy has no importance-weighted "
+                             "quantizers yet)")
+        if not _engine.type_info(p.type)["can_quantize"]:
+            raise ValueError(f"{ft.name}: tensor {p.name} would be {p.type}, and llamapy cannot quantize to "
+                             f"{p.type} yet")
+        if src not in _FLOAT_INPUTS:
+            if not allow_requantize:
+                raise ValueError(f"tensor {p.name} is already {src}: requantizing from type {src} is disabled "
+                                 "(allow it with --allow-requantize; quality suffers)")
+            if not _engine.type_info(src)["can_dequantize"]:
+                raise ValueError(f"tensor {p.name}: cannot dequantize type {src} to requantize it")
+
+
+def _metadata(src: GGUFFile, ft: FileType, overrides: Sequence[Tuple[str, str, Any]]) -> List[KV]:
+    """The input's key/values as llama.cpp's quantizer writes them: a key set
+    again moves to the end (gguf_set_val removes, then appends)."""
+    kvs: Dict[str, KV] = {k: (k, src.metadata_type(k), v) for k, v in src.metadata.items()}
+
+    def put(key: str, label: str, value: Any) -> None:
+        kvs.pop(key, None)
+        kvs[key] = (key, label, value)
+
+    put("general.quantization_version", "u32", GGML_QNT_VERSION)
+    put("general.file_type", "u32", ft.ftype)
+    for k in _SPLIT_KEYS:
+        kvs.pop(k, None)
+    for key, label, value in overrides:
+        put(key, label, value)
+    return list(kvs.values())
+
+
+def _to_float(raw: np.ndarray, type_name: str, ne0: int) -> np.ndarray:
+    """Rows of a tensor as float32 (n_rows, ne0), as llama.cpp converts them."""
+    if type_name == "F32":
+        return np.ascontiguousarray(raw, dtype=np.float32).reshape(-1, ne0)
+    if type_name == "F16":
+        return raw.reshape(-1, ne0).astype(np.float32)
+    if type_name == "BF16":
+        return (raw.reshape(-1, ne0).astype(np.uint32) << 16).view(np.float32)
+    return _engine.dequantize(raw, type_name, [raw.shape[0] if raw.ndim > 1 else 1, ne0]).reshape(-1, ne0)
+
+
+class _Progress:
+    """One status line on stderr, rewritten per tensor (one line each where
+    stderr is not a terminal)."""
+
+    def __init__(self, n: int, stream: Optional[IO[str]]) -> None:
+        self.n, self.stream = n, stream
+        self.tty = bool(stream is not None and hasattr(stream, "isatty") and stream.isatty())
+
+    def update(self, i: int, name: str, src: str, dst: str) -> None:
+        if self.stream is None:
+            return
+        width = 30
+        done = width * i // max(self.n, 1)
+        line = f"[{'#' * done}{'.' * (width - done)}] {i:>4}/{self.n} {name} {src} -> {dst}"
+        if self.tty:
+            self.stream.write("\r\x1b[K" + line)
+        else:
+            self.stream.write(line + "\n")
+        self.stream.flush()
+
+    def close(self) -> None:
+        if self.stream is not None and self.tty:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+def _quantize_rows(pool: Optional[ThreadPoolExecutor], raw: np.ndarray, src_type: str, dst_type: str,
+                   ne0: int) -> List[bytes]:
+    """The tensor's rows in ``dst_type``, chunk by chunk (order kept)."""
+    rows = raw.reshape(-1, raw.shape[-1]) if raw.ndim > 1 else raw.reshape(1, -1)
+    per_chunk = max(1, _CHUNK_ELEMENTS // max(ne0, 1))
+    starts = range(0, rows.shape[0], per_chunk)
+
+    def job(r0: int) -> bytes:
+        x = _to_float(rows[r0:r0 + per_chunk], src_type, ne0)
+        return _engine.quantize_ref(x, dst_type).tobytes()
+
+    if pool is None or len(starts) == 1:
+        return [job(r0) for r0 in starts]
+    return list(pool.map(job, starts))
+
+
+def quantize_model(
+    input_path: PathLike,
+    output_path: PathLike,
+    ftype: Union[str, int] = "Q8_0",
+    *,
+    n_threads: int = 0,
+    imatrix: Optional[PathLike] = None,
+    output_tensor_type: Optional[str] = None,
+    token_embedding_type: Optional[str] = None,
+    leave_output_tensor: bool = False,
+    pure: bool = False,
+    allow_requantize: bool = False,
+    tensor_types: Sequence[Tuple[str, str]] = (),
+    kv_overrides: Sequence[Union[str, Tuple[str, str, Any]]] = (),
+    keep_split: bool = False,
+    progress: Union[bool, IO[str]] = False,
+) -> QuantizeResult:
+    """Quantize the GGUF model at ``input_path`` to ``ftype`` (a llama-quantize
+    file type: "Q4_K_M", "Q8_0", "IQ4_XS", "F16", ... or its id) and write
+    ``output_path``. The options are llama-quantize's: ``output_tensor_type`` /
+    ``token_embedding_type`` (tensor type names), ``leave_output_tensor``,
+    ``pure`` (the file type's default type for every weight),
+    ``allow_requantize``, ``tensor_types`` ((regex, type) pairs, first match
+    wins: its --tensor-type), ``kv_overrides`` ("KEY=TYPE:VALUE" strings).
+    ``n_threads`` <= 0: every CPU. ``progress``: True for a progress line on
+    stderr, or a stream. Returns what was written; raises ValueError naming
+    what it cannot do (nothing is written then)."""
+    if imatrix is not None:
+        raise NotImplementedError("--imatrix is not supported yet: llamapy's quantizers have no "
+                                  "importance-weighted variants (llama.cpp's quantize_row_*_impl with weights)")
+    if keep_split:
+        raise NotImplementedError("--keep-split is not supported yet: the output is one file")
+    ft = file_type(ftype)
+    overrides = [parse_kv_override(o) if isinstance(o, str) else tuple(o) for o in kv_overrides]
+    opts = MixOptions(output_tensor_type=_type_name(output_tensor_type, "--output-tensor-type"),
+                      token_embedding_type=_type_name(token_embedding_type, "--token-embedding-type"),
+                      quantize_output_tensor=not leave_output_tensor, pure=pure,
+                      tensor_types=tuple((p, _type_name(t, "--tensor-type")) for p, t in tensor_types))
+    output_path = os.fspath(output_path)
+    n_threads = n_threads if n_threads > 0 else (os.cpu_count() or 1)
+    stream = (sys.stderr if progress is True else progress) or None
+
+    with GGUFFile(input_path) as src:
+        facts = ModelFacts.from_metadata(src.metadata)
+        infos = {t.name: t for t in src.tensors}
+        names = weight_order(list(infos))
+        shapes = [TensorShape(n, infos[n].type_name, tuple(infos[n].ne)) for n in names]
+        plans = plan_types(facts, ft, shapes, opts)
+        _check_writable(plans, infos, ft, allow_requantize)
+
+        alignment = int(src.metadata.get("general.alignment", DEFAULT_ALIGNMENT))
+        entries, sizes, offset = [], [], 0
+        for shape, plan in zip(shapes, plans):
+            n_rows = int(np.prod(shape.ne[1:], dtype=np.int64)) if len(shape.ne) > 1 else 1
+            size = n_rows * _engine.row_size(plan.type, shape.ne[0])
+            ne = list(shape.ne[:shape.n_dims])
+            entries.append((plan.name, ne, _engine.type_info(plan.type)["id"], offset))
+            sizes.append(size)
+            offset += align_up(size, alignment)
+        head = header_bytes(_metadata(src, ft, overrides), entries, alignment)
+
+        folder = os.path.dirname(os.path.abspath(output_path))
+        fd, tmp = tempfile.mkstemp(prefix=os.path.basename(output_path) + ".tmp-", dir=folder)
+        bar = _Progress(len(plans), stream)
+        pool = ThreadPoolExecutor(n_threads) if n_threads > 1 else None
+        try:
+            with os.fdopen(fd, "wb") as out:
+                out.write(head)
+                for i, (shape, plan, size) in enumerate(zip(shapes, plans, sizes), 1):
+                    info = infos[plan.name]
+                    bar.update(i, plan.name, info.type_name, plan.type)
+                    raw = src.tensor(plan.name)
+                    if plan.type == info.type_name:
+                        out.write(raw.tobytes())
+                        written = raw.nbytes
+                    else:
+                        written = 0
+                        for chunk in _quantize_rows(pool, raw, info.type_name, plan.type, shape.ne[0]):
+                            out.write(chunk)
+                            written += len(chunk)
+                    if written != size:
+                        raise RuntimeError(f"{plan.name}: wrote {written} bytes, expected {size}")
+                    out.write(b"\0" * (align_up(size, alignment) - size))
+                    logger.debug("%s: %s -> %s", plan.name, info.type_name, plan.type)
+            os.replace(tmp, output_path)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
+        finally:
+            if pool is not None:
+                pool.shutdown(wait=True, cancel_futures=True)
+            bar.close()
+        bytes_in = src.size
+    result = QuantizeResult(output_path, ft.name, len(plans), bytes_in, os.path.getsize(output_path),
+                            {p.name: p.type for p in plans})
+    logger.info("quantized %s to %s (%s): %.2f MiB -> %.2f MiB", os.fspath(input_path), output_path, ft.name,
+                result.bytes_in / 2**20, result.bytes_out / 2**20)
+    return result

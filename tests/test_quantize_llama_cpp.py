@@ -1,0 +1,67 @@
+"""``quantize_model`` against llama.cpp's quantizer, byte for byte.
+
+tests/data/quantize/llama_cpp.json holds what llama-cpp-python 0.3.36's
+``llama_model_quantize`` wrote (tools/record_quantize_fixtures.py) for the tiny
+dense, MoE, hybrid and Gemma 4 fixtures and three synthetic inputs with rows of
+256-element multiples, in every file type llamapy writes plus option cases:
+the SHA-256 of the whole file and of its header, and each tensor's type and
+data hash. Each case is quantized here the same way and must match; cases
+llama.cpp refused must be refused.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import pathlib
+
+import pytest
+
+from llamapy.gguf_file import GGUFFile
+from llamapy.quantize_model import quantize_model
+
+DATA = pathlib.Path(__file__).parent / "data"
+FIXTURE = json.loads((DATA / "quantize" / "llama_cpp.json").read_text())
+CASES = FIXTURE["cases"]
+
+
+def _id(c: dict) -> str:
+    opts = ",".join(f"{k}={v}" for k, v in sorted(c["options"].items()))
+    return f"{pathlib.Path(c['input']).stem}-{c['ftype']}" + (f"-{opts}" if opts else "")
+
+
+def summary(path: pathlib.Path) -> dict:
+    data = path.read_bytes()
+    with GGUFFile(path) as f:
+        names = [t.name for t in f.tensors]
+        tensors = [f"{t.type_name}:{hashlib.sha256(data[t.offset:t.offset + t.nbytes]).hexdigest()[:12]}"
+                   for t in f.tensors]
+        data_offset = f.parts[0].data_offset
+    return {"file": hashlib.sha256(data).hexdigest(), "header": hashlib.sha256(data[:data_offset]).hexdigest(),
+            "names": names, "tensors": tensors}
+
+
+def test_inputs_are_the_recorded_ones():
+    for inp, rec in FIXTURE["inputs"].items():
+        assert hashlib.sha256((DATA / inp).read_bytes()).hexdigest() == rec["sha256"], inp
+
+
+@pytest.mark.parametrize("case", CASES, ids=[_id(c) for c in CASES])
+def test_same_bytes_as_llama_cpp(case, tmp_path):
+    out = tmp_path / "out.gguf"
+    opts = dict(case["options"])
+    if "tensor_types" in opts:
+        opts["tensor_types"] = [tuple(p) for p in opts["tensor_types"]]
+    if not case["ok"]:
+        with pytest.raises(ValueError):
+            quantize_model(DATA / case["input"], out, case["ftype"], n_threads=2, **opts)
+        assert list(tmp_path.iterdir()) == []  # nothing left behind
+        return
+    quantize_model(DATA / case["input"], out, case["ftype"], n_threads=2, **opts)
+    ours = summary(out)
+    names = FIXTURE["inputs"][case["input"]]["names"]
+    assert ours["names"] == names
+    theirs = dict(zip(names, case["tensors"]))
+    diff = {n: (t, theirs[n]) for n, t in zip(ours["names"], ours["tensors"]) if t != theirs[n]}
+    assert diff == {}, f"{len(diff)} tensors differ (ours, llama.cpp's): {diff}"
+    assert ours["header"] == case["header"], "key/values or tensor table differ"
+    assert ours["file"] == case["file"]

@@ -1,0 +1,254 @@
+"""Records llama.cpp's quantizer outputs for tests/test_quantize_llama_cpp.py.
+
+Usage (from the repo root, in a Python with llama-cpp-python 0.3.36, gguf and numpy; none of
+this is a llamapy dependency):
+
+    python tools/record_quantize_fixtures.py --make-inputs   # the synthetic inputs (seeded)
+    python tools/record_quantize_fixtures.py                 # tests/data/quantize/llama_cpp.json
+
+Inputs: the tiny F16 fixtures of the dense, MoE, hybrid and Gemma 4 families (rows of 64 or
+128 elements: they exercise the per-architecture rules and the fallbacks of the 256-element
+types) and three synthetic files written here with seeded random weights whose rows are
+multiples of 256, so that the K-quants and IQ4_XS themselves are compared:
+- ``synth_llama-f16.gguf``: llama, 8 blocks, GQA 4, tied embeddings, odd rows (96 and 48
+  elements) in two blocks, and rows of zeros, constants, outliers and tiny values;
+- ``synth_moe8-f32.gguf``: llama with 8 experts (Mixtral's rules), an output tensor, F32 input;
+- ``synth_qwen2_80-f16.gguf``: qwen2 with 80 blocks (llama.cpp's "70B" rule, layer bumps).
+Each (input, file type, options) case is quantized by ``llama_cpp.llama_model_quantize``
+(1 thread); recorded: whether it succeeded, the SHA-256 of the whole output, of its header
+(key/values and tensor table) and a 12-hex-digit SHA-256 prefix and the type of every tensor's
+data, in file order. This script is a fixture generator, not part of llamapy.
+"""
+from __future__ import annotations
+
+import argparse
+import ctypes
+import hashlib
+import json
+import os
+import pathlib
+import sys
+import tempfile
+
+import numpy as np
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+DATA = REPO / "tests" / "data"
+OUT_DIR = DATA / "quantize"
+
+REAL_INPUTS = ["dense/olmo2/olmo2-f16.gguf", "moe/mixtral/mixtral-f16.gguf", "moe/deepseek2/deepseek2-f16.gguf",
+               "moe/gptoss/gptoss-f16.gguf", "hybrid/qwen35/qwen35-f16.gguf", "hybrid/qwen35moe/qwen35moe-f16.gguf",
+               "gemma4/e2b/gemma4_e2b-f16.gguf"]
+SYNTH_INPUTS = ["quantize/synth_llama-f16.gguf", "quantize/synth_moe8-f32.gguf", "quantize/synth_qwen2_80-f16.gguf"]
+
+# llama.h's llama_ftype ids of the file types llamapy writes, and two it refuses (need an imatrix).
+FTYPES = {"Q4_0": 2, "Q4_1": 3, "Q5_0": 8, "Q5_1": 9, "Q8_0": 7, "Q2_K": 10, "Q3_K_S": 11, "Q3_K_M": 12,
+          "Q3_K_L": 13, "Q4_K_S": 14, "Q4_K_M": 15, "Q5_K_S": 16, "Q5_K_M": 17, "Q6_K": 18, "IQ4_NL": 25,
+          "IQ4_XS": 30, "F16": 1, "BF16": 32, "F32": 0, "MXFP4_MOE": 38, "Q2_K_S": 21, "IQ2_XXS": 19}
+# ggml type ids for the type options
+GGML = {"Q4_0": 2, "Q8_0": 8, "Q5_K": 13, "Q6_K": 14, "F16": 1}
+
+# (input, file type, options): options as quantize_model's keywords.
+OPTION_CASES = [
+    ("quantize/synth_llama-f16.gguf", "Q4_K_M", {"pure": True}),
+    ("quantize/synth_moe8-f32.gguf", "Q4_K_M", {"leave_output_tensor": True}),
+    ("quantize/synth_moe8-f32.gguf", "Q5_K_S", {"output_tensor_type": "Q8_0", "token_embedding_type": "Q4_0"}),
+    ("quantize/synth_llama-f16.gguf", "Q3_K_M", {"token_embedding_type": "F16"}),
+    ("quantize/synth_llama-f16.gguf", "Q4_K_M", {"tensor_types": [["attn_q", "Q5_K"], ["ffn_.*", "Q8_0"]]}),
+    ("gemma4/e2b/gemma4_e2b-f16.gguf", "Q4_K_M", {"token_embedding_type": "Q8_0",
+                                                  "tensor_types": [["per_layer_token_embd", "Q6_K"]]}),
+]
+# Requantizing a quantized input: refused without allow_requantize, done with it.
+REQUANT_CASES = [
+    ("dense/olmo2/olmo2-q8_0.gguf", "Q4_0", {}),
+    ("dense/olmo2/olmo2-q8_0.gguf", "Q4_0", {"allow_requantize": True}),
+    ("dense/olmo2/olmo2-q8_0.gguf", "Q8_0", {}),
+]
+
+
+def all_cases():
+    for inp in REAL_INPUTS + SYNTH_INPUTS:
+        for ft in FTYPES:
+            yield inp, ft, {}
+    yield from OPTION_CASES
+    yield from REQUANT_CASES
+
+
+def case_key(inp: str, ft: str, opts: dict) -> str:
+    return f"{inp} {ft} {json.dumps(opts, sort_keys=True)}"
+
+
+# -- synthetic inputs ---------------------------------------------------------
+
+def _rows(rng: np.random.Generator, shape, special: bool = True) -> np.ndarray:
+    """Gaussian weights with a few hard rows: zeros, a constant, an outlier, tiny values."""
+    x = rng.standard_normal(shape).astype(np.float32) * 0.05
+    if special:
+        flat = x.reshape(-1, shape[-1])
+        if flat.shape[0] >= 4:
+            flat[0] = 0.0
+            flat[1] = 0.25
+            flat[2, 7] = 3.0
+            flat[3] *= 1e-4
+    return x
+
+
+def _writer(path: pathlib.Path, arch: str, n_layer: int, n_head: int, n_head_kv: int, n_expert: int = 0):
+    import gguf
+
+    w = gguf.GGUFWriter(str(path), arch)
+    w.add_name(f"synthetic {arch}")
+    w.add_block_count(n_layer)
+    w.add_context_length(256)
+    w.add_embedding_length(256)
+    w.add_feed_forward_length(512)
+    w.add_head_count(n_head)
+    w.add_head_count_kv(n_head_kv)
+    w.add_layer_norm_rms_eps(1e-5)
+    if n_expert:
+        w.add_expert_count(n_expert)
+        w.add_expert_used_count(2)
+    w.add_file_type(1)
+    return w
+
+
+def make_inputs() -> None:
+    import gguf
+
+    OUT_DIR.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(37)
+    f16 = np.float16
+
+    w = _writer(OUT_DIR / "synth_llama-f16.gguf", "llama", 8, 8, 2)
+    w.add_tensor("token_embd.weight", _rows(rng, (32, 256)).astype(f16))
+    w.add_tensor("output_norm.weight", np.ones(256, np.float32))
+    for i in range(8):
+        p = f"blk.{i}."
+        w.add_tensor(p + "attn_norm.weight", np.ones(256, np.float32))
+        w.add_tensor(p + "attn_q.weight", _rows(rng, (16, 48 if i == 6 else 256)).astype(f16))
+        w.add_tensor(p + "attn_k.weight", _rows(rng, (8, 256)).astype(f16))
+        w.add_tensor(p + "attn_v.weight", _rows(rng, (8, 256)).astype(f16))
+        w.add_tensor(p + "attn_output.weight", _rows(rng, (16, 256)).astype(f16))
+        w.add_tensor(p + "ffn_norm.weight", np.ones(256, np.float32))
+        w.add_tensor(p + "ffn_gate.weight", _rows(rng, (16, 256)).astype(f16))
+        w.add_tensor(p + "ffn_up.weight", _rows(rng, (16, 256)).astype(f16))
+        w.add_tensor(p + "ffn_down.weight", _rows(rng, (16, 96 if i == 5 else 512)).astype(f16))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+    w = _writer(OUT_DIR / "synth_moe8-f32.gguf", "llama", 4, 4, 4, n_expert=8)
+    w.add_tensor("token_embd.weight", _rows(rng, (16, 256)))
+    w.add_tensor("output.weight", _rows(rng, (16, 256)))
+    w.add_tensor("output_norm.weight", np.ones(256, np.float32))
+    for i in range(4):
+        p = f"blk.{i}."
+        w.add_tensor(p + "attn_norm.weight", np.ones(256, np.float32))
+        for t in ("attn_q", "attn_k", "attn_v", "attn_output"):
+            w.add_tensor(p + t + ".weight", _rows(rng, (8, 256)))
+        w.add_tensor(p + "ffn_norm.weight", np.ones(256, np.float32))
+        w.add_tensor(p + "ffn_gate_inp.weight", _rows(rng, (8, 256)))
+        for t in ("ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"):
+            w.add_tensor(p + t + ".weight", _rows(rng, (8, 4, 256)))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+    w = _writer(OUT_DIR / "synth_qwen2_80-f16.gguf", "qwen2", 80, 8, 1)
+    w.add_tensor("token_embd.weight", _rows(rng, (4, 256)).astype(f16))
+    w.add_tensor("output.weight", _rows(rng, (4, 256)).astype(f16))
+    for i in range(80):
+        p = f"blk.{i}."
+        for t in ("attn_v", "attn_output", "ffn_down"):
+            w.add_tensor(p + t + ".weight", _rows(rng, (2, 256), special=False).astype(f16))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    del gguf
+
+
+# -- recording ----------------------------------------------------------------
+
+def summarize(path: str) -> dict:
+    import gguf
+
+    r = gguf.GGUFReader(path)
+    data = open(path, "rb").read()
+    names, tensors = [], []
+    for t in r.tensors:
+        blob = data[t.data_offset:t.data_offset + t.n_bytes]
+        names.append(t.name)
+        tensors.append(f"{t.tensor_type.name}:{hashlib.sha256(blob).hexdigest()[:12]}")
+    return {"file": hashlib.sha256(data).hexdigest(), "header": hashlib.sha256(data[:r.data_offset]).hexdigest(),
+            "names": names, "tensors": tensors}
+
+
+def quantize_with_llama_cpp(inp: str, out: str, ft: str, opts: dict) -> bool:
+    import llama_cpp
+
+    p = llama_cpp.llama_model_quantize_default_params()
+    p.nthread = 1
+    p.ftype = FTYPES[ft]
+    p.pure = bool(opts.get("pure", False))
+    p.quantize_output_tensor = not opts.get("leave_output_tensor", False)
+    p.allow_requantize = bool(opts.get("allow_requantize", False))
+    if "output_tensor_type" in opts:
+        p.output_tensor_type = GGML[opts["output_tensor_type"]]
+    if "token_embedding_type" in opts:
+        p.token_embedding_type = GGML[opts["token_embedding_type"]]
+    keep = []
+    if "tensor_types" in opts:
+        arr = (llama_cpp.llama_model_tensor_override * (len(opts["tensor_types"]) + 1))()
+        for i, (pattern, t) in enumerate(opts["tensor_types"]):
+            keep.append(pattern.encode())
+            arr[i].pattern = keep[-1]
+            arr[i].type = GGML[t]
+        arr[len(opts["tensor_types"])].pattern = None
+        p.tt_overrides = ctypes.cast(arr, type(p.tt_overrides))
+        keep.append(arr)
+    return llama_cpp.llama_model_quantize(inp.encode(), out.encode(), ctypes.byref(p)) == 0
+
+
+def record() -> None:
+    import llama_cpp
+
+    llama_cpp.llama_backend_init()
+    cases = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for inp, ft, opts in all_cases():
+            out = os.path.join(tmp, "out.gguf")
+            ok = quantize_with_llama_cpp(str(DATA / inp), out, ft, opts)
+            entry = {"input": inp, "ftype": ft, "options": opts, "ok": ok}
+            if ok:
+                entry.update(summarize(out))
+                os.unlink(out)
+            cases[case_key(inp, ft, opts)] = entry
+            print(f"{'ok ' if ok else 'ERR'} {case_key(inp, ft, opts)}", file=sys.stderr)
+    # the tensor names (in llama.cpp's output order) once per input
+    inputs = {inp: {"sha256": hashlib.sha256((DATA / inp).read_bytes()).hexdigest()}
+              for inp in sorted({c["input"] for c in cases.values()})}
+    for c in cases.values():
+        if "names" in c:
+            names = c.pop("names")
+            assert inputs[c["input"]].setdefault("names", names) == names
+    doc_cases = [c for c in cases.values()]
+    doc = {"generator": "tools/record_quantize_fixtures.py", "llama_cpp_python": llama_cpp.__version__,
+           "ftypes": FTYPES, "inputs": inputs, "cases": doc_cases}
+    (OUT_DIR / "llama_cpp.json").write_text(json.dumps(doc, separators=(",", ":")) + "\n")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--make-inputs", action="store_true", help="write the synthetic inputs, then stop")
+    args = ap.parse_args()
+    if args.make_inputs:
+        make_inputs()
+    else:
+        record()
+
+
+if __name__ == "__main__":
+    main()
