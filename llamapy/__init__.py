@@ -58,6 +58,7 @@ from .grammar import LlamaGrammar
 from .llama_speculative import LlamaDraftModel
 from .memory_plan import MemoryPlan, plan_memory
 from .quants import dequantize, quantize
+from .quantize_gguf import quantize_model
 from .system import system_info
 
 # llama-cpp-python's top level re-exports its request/response types and the
@@ -106,6 +107,7 @@ __all__ = [
     "plan_memory",
     "dequantize",
     "quantize",
+    "quantize_model",
     "system_info",
     "__version__",
     *llama_types.__all__,

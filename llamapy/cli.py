@@ -123,6 +123,30 @@ def _cmd_convert(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_quantize(args: argparse.Namespace) -> int:
+    from .quantize_gguf import quantize_model
+
+    if args.include_weights or args.exclude_weights:
+        raise NotImplementedError("--include-weights / --exclude-weights choose the tensors that use the "
+                                  "importance matrix, and --imatrix is not supported yet")
+    tensor_types = []
+    for spec in args.tensor_type or []:
+        pattern, sep, type_name = spec.rpartition("=")
+        if not sep or not pattern:
+            raise ValueError(f"bad --tensor-type {spec!r}: expected REGEX=TYPE")
+        tensor_types.append((pattern, type_name))
+    result = quantize_model(args.input, args.output, args.type, n_threads=args.threads, imatrix=args.imatrix,
+                            output_tensor_type=args.output_tensor_type,
+                            token_embedding_type=args.token_embedding_type,
+                            leave_output_tensor=args.leave_output_tensor, pure=args.pure,
+                            allow_requantize=args.allow_requantize, tensor_types=tensor_types,
+                            kv_overrides=args.override_kv or (), keep_split=args.keep_split,
+                            progress=not args.no_progress)
+    print(f"wrote {result.path} ({result.file_type}): {result.bytes_in / 2**20:.2f} MiB -> "
+          f"{result.bytes_out / 2**20:.2f} MiB")
+    return 0
+
+
 def _cmd_info(args: argparse.Namespace) -> int:
     from .system import system_info
 
@@ -235,6 +259,32 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--outtype", choices=["f32", "f16", "q8_0"], default="f16", help="type of the weight matrices")
     sp.add_argument("-v", "--verbose", action="store_true", help="list the tensors written")
     sp.set_defaults(func=_cmd_convert)
+
+    sp = sub.add_parser("quantize", help="quantize a GGUF model to a file type (Q4_K_M, Q8_0, ...), like llama-quantize",
+                        description="Quantize a GGUF model with llama-quantize's per-tensor choices; the output is "
+                                    "byte-identical to llama.cpp's. It is written to OUT.tmp-XXXX and renamed at "
+                                    "the end.")
+    sp.add_argument("input", help="the model to quantize (F32 / F16 / BF16, or quantized with --allow-requantize)")
+    sp.add_argument("output", help="output .gguf path")
+    sp.add_argument("type", help="file type: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K_S, Q3_K_M, Q3_K_L, Q4_K_S, "
+                                 "Q4_K_M, Q5_K_S, Q5_K_M, Q6_K, IQ4_NL, IQ4_XS, MXFP4_MOE, F16, BF16, F32 "
+                                 "(or llama.cpp's file type id)")
+    sp.add_argument("-t", "--threads", type=int, default=0, help="threads (default 0: every CPU)")
+    sp.add_argument("--imatrix", help="importance matrix file (not supported yet: an error)")
+    sp.add_argument("--include-weights", action="append", help="with --imatrix (not supported yet)")
+    sp.add_argument("--exclude-weights", action="append", help="with --imatrix (not supported yet)")
+    sp.add_argument("--leave-output-tensor", action="store_true", help="leave output.weight unquantized")
+    sp.add_argument("--output-tensor-type", help="type of output.weight (e.g. Q8_0)")
+    sp.add_argument("--token-embedding-type", help="type of token_embd.weight (e.g. Q8_0)")
+    sp.add_argument("--tensor-type", action="append", metavar="REGEX=TYPE",
+                    help="type of the tensors whose name matches REGEX (repeatable; the first match wins)")
+    sp.add_argument("--pure", action="store_true", help="the file type's default type for every weight (no mix)")
+    sp.add_argument("--allow-requantize", action="store_true", help="allow quantizing already quantized tensors")
+    sp.add_argument("--override-kv", action="append", metavar="KEY=TYPE:VALUE",
+                    help="set a metadata key (TYPE int, float, bool or str; repeatable)")
+    sp.add_argument("--keep-split", action="store_true", help="one output per input part (not supported yet)")
+    sp.add_argument("--no-progress", action="store_true", help="no progress line on stderr")
+    sp.set_defaults(func=_cmd_quantize)
 
     sp = sub.add_parser("info", help="print the build and CPU information (system_info) as JSON")
     sp.set_defaults(func=_cmd_info)

@@ -10,7 +10,7 @@ gets the same type per tensor as one made by llama-quantize; they are written
 as our own tables and functions.
 
 Not here: reading and writing the files and the quantization itself
-(``quantize_model.py``), the block formats (the engine).
+(``quantize_gguf.py``), the block formats (the engine).
 """
 from __future__ import annotations
 

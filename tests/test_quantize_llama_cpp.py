@@ -17,7 +17,7 @@ import pathlib
 import pytest
 
 from llamapy.gguf_file import GGUFFile
-from llamapy.quantize_model import quantize_model
+from llamapy.quantize_gguf import quantize_model
 
 DATA = pathlib.Path(__file__).parent / "data"
 FIXTURE = json.loads((DATA / "quantize" / "llama_cpp.json").read_text())

@@ -55,6 +55,9 @@ OPTION_CASES = [
     ("quantize/synth_moe8-f32.gguf", "Q5_K_S", {"output_tensor_type": "Q8_0", "token_embedding_type": "Q4_0"}),
     ("quantize/synth_llama-f16.gguf", "Q3_K_M", {"token_embedding_type": "F16"}),
     ("quantize/synth_llama-f16.gguf", "Q4_K_M", {"tensor_types": [["attn_q", "Q5_K"], ["ffn_.*", "Q8_0"]]}),
+    ("quantize/synth_llama-f16.gguf", "Q8_0", {"kv_overrides": [
+        "general.name=str:renamed", "llama.context_length=int:-4096", "llama.rope.freq_base=float:500000.5",
+        "general.custom_flag=bool:true"]}),
     ("gemma4/e2b/gemma4_e2b-f16.gguf", "Q4_K_M", {"token_embedding_type": "Q8_0",
                                                   "tensor_types": [["per_layer_token_embd", "Q6_K"]]}),
 ]
@@ -208,6 +211,23 @@ def quantize_with_llama_cpp(inp: str, out: str, ft: str, opts: dict) -> bool:
             arr[i].type = GGML[t]
         arr[len(opts["tensor_types"])].pattern = None
         p.tt_overrides = ctypes.cast(arr, type(p.tt_overrides))
+        keep.append(arr)
+    if "kv_overrides" in opts:
+        arr = (llama_cpp.llama_model_kv_override * (len(opts["kv_overrides"]) + 1))()
+        for i, text in enumerate(opts["kv_overrides"]):
+            key, _, rest = text.partition("=")
+            kind, _, value = rest.partition(":")
+            arr[i].key = key.encode()
+            if kind == "int":
+                arr[i].tag, arr[i].value.val_i64 = llama_cpp.LLAMA_KV_OVERRIDE_TYPE_INT, int(value)
+            elif kind == "float":
+                arr[i].tag, arr[i].value.val_f64 = llama_cpp.LLAMA_KV_OVERRIDE_TYPE_FLOAT, float(value)
+            elif kind == "bool":
+                arr[i].tag, arr[i].value.val_bool = llama_cpp.LLAMA_KV_OVERRIDE_TYPE_BOOL, value == "true"
+            else:
+                arr[i].tag, arr[i].value.val_str = llama_cpp.LLAMA_KV_OVERRIDE_TYPE_STR, value.encode()
+        arr[len(opts["kv_overrides"])].key = b""
+        p.kv_overrides = ctypes.cast(arr, type(p.kv_overrides))
         keep.append(arr)
     return llama_cpp.llama_model_quantize(inp.encode(), out.encode(), ctypes.byref(p)) == 0
 

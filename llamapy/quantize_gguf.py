@@ -69,23 +69,25 @@ def parse_kv_override(text: str) -> Tuple[str, str, Any]:
         raise ValueError(f"bad --override-kv {text!r}: expected KEY=TYPE:VALUE (TYPE int, float, bool or str)")
     if len(key) > 127:
         raise ValueError(f"bad --override-kv {text!r}: key longer than 127 bytes")
-    try:
-        if kind == "int":
+    bad_value = ValueError(f"bad --override-kv {text!r}: {value!r} is not a {kind}")
+    if kind == "int":
+        try:
             return key, "u32", abs(int(value)) & 0xFFFFFFFF
-        if kind == "float":
+        except ValueError:
+            raise bad_value from None
+    if kind == "float":
+        try:
             return key, "f32", float(value)
-        if kind == "bool":
-            if value not in ("true", "false"):
-                raise ValueError
-            return key, "bool", value == "true"
-        if kind == "str":
-            if len(value.encode()) > 127:
-                raise ValueError(f"bad --override-kv {text!r}: string value longer than 127 bytes")
-            return key, "string", value
-    except ValueError as e:
-        if str(e):
-            raise
-        raise ValueError(f"bad --override-kv {text!r}: {value!r} is not a {kind}") from None
+        except ValueError:
+            raise bad_value from None
+    if kind == "bool":
+        if value not in ("true", "false"):
+            raise bad_value
+        return key, "bool", value == "true"
+    if kind == "str":
+        if len(value.encode()) > 127:
+            raise ValueError(f"bad --override-kv {text!r}: string value longer than 127 bytes")
+        return key, "string", value
     raise ValueError(f"bad --override-kv {text!r}: type {kind!r} is not int, float, bool or str")
 
 
@@ -263,7 +265,6 @@ def quantize_model(
                 out.write(head)
                 for i, (shape, plan, size) in enumerate(zip(shapes, plans, sizes), 1):
                     info = infos[plan.name]
-                    bar.update(i, plan.name, info.type_name, plan.type)
                     raw = src.tensor(plan.name)
                     if plan.type == info.type_name:
                         out.write(raw.tobytes())
@@ -276,6 +277,7 @@ def quantize_model(
                     if written != size:
                         raise RuntimeError(f"{plan.name}: wrote {written} bytes, expected {size}")
                     out.write(b"\0" * (align_up(size, alignment) - size))
+                    bar.update(i, plan.name, info.type_name, plan.type)
                     logger.debug("%s: %s -> %s", plan.name, info.type_name, plan.type)
             os.replace(tmp, output_path)
         except BaseException:
