@@ -9,6 +9,8 @@ that cannot import llama-cpp-python. Needs a quiet machine for numbers worth kee
 
     python benchmarks/quantize.py --threads 2 [--type Q4_K_M] [--runs 3] [--llama-python /venv/bin/python]
     python benchmarks/quantize.py --shape tiny     # a smoke run of the script itself
+    python benchmarks/quantize.py --input ~/.cache/llamapy/gemma-3-270m-q4_k_m.gguf --allow-requantize \
+        --type Q8_0 --llama-python /venv/bin/python   # a real model (requantized: no F16 Gemma here)
 """
 from __future__ import annotations
 
@@ -33,10 +35,10 @@ SHAPES = {"1b": (2048, 16, 32, 8, 8192, 128256), "tiny": (256, 2, 4, 1, 512, 512
 _LLAMA_CPP_RUN = r"""
 import ctypes, json, sys, time
 import llama_cpp
-inp, out, ftype, threads = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+inp, out, ftype, threads, requant = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5] == "1"
 llama_cpp.llama_backend_init()
 p = llama_cpp.llama_model_quantize_default_params()
-p.nthread, p.ftype = threads, ftype
+p.nthread, p.ftype, p.allow_requantize = threads, ftype, requant
 t = time.perf_counter()
 rc = llama_cpp.llama_model_quantize(inp.encode(), out.encode(), ctypes.byref(p))
 print(json.dumps({"rc": rc, "seconds": time.perf_counter() - t, "version": llama_cpp.__version__}))
@@ -98,6 +100,8 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=1)
     ap.add_argument("--work", default=os.path.join(tempfile.gettempdir(), "llamapy-quantize-bench"))
     ap.add_argument("--llama-python", default=sys.executable, help="interpreter with llama-cpp-python")
+    ap.add_argument("--input", help="quantize this model instead of the random one")
+    ap.add_argument("--allow-requantize", action="store_true", help="for a quantized --input")
     ap.add_argument("--json", help="write the results here too")
     args = ap.parse_args()
 
@@ -105,19 +109,24 @@ def main() -> None:
     from llamapy.quantize_gguf import quantize_model
 
     os.makedirs(args.work, exist_ok=True)
-    src = write_f16_model(os.path.join(args.work, f"{args.shape}-f16.gguf"), args.shape)
+    if args.input:
+        src, label = args.input, os.path.splitext(os.path.basename(args.input))[0]
+    else:
+        src = label = write_f16_model(os.path.join(args.work, f"{args.shape}-f16.gguf"), args.shape)
+        label = args.shape
     ft = file_type(args.type)
-    ours_out = os.path.join(args.work, f"{args.shape}-{ft.name.lower()}.llamapy.gguf")
-    theirs_out = os.path.join(args.work, f"{args.shape}-{ft.name.lower()}.llama_cpp.gguf")
-    results = {"shape": args.shape, "type": ft.name, "threads": args.threads, "input_bytes": os.path.getsize(src),
+    ours_out = os.path.join(args.work, f"{label}-{ft.name.lower()}.llamapy.gguf")
+    theirs_out = os.path.join(args.work, f"{label}-{ft.name.lower()}.llama_cpp.gguf")
+    results = {"input": label, "type": ft.name, "threads": args.threads, "input_bytes": os.path.getsize(src),
                "llamapy_s": [], "llama_cpp_s": []}
     for _ in range(args.runs):
         t = time.perf_counter()
-        quantize_model(src, ours_out, ft.name, n_threads=args.threads)
+        quantize_model(src, ours_out, ft.name, n_threads=args.threads, allow_requantize=args.allow_requantize)
         results["llamapy_s"].append(round(time.perf_counter() - t, 3))
     for _ in range(args.runs):
         proc = subprocess.run([args.llama_python, "-c", _LLAMA_CPP_RUN, src, theirs_out, str(ft.ftype),
-                               str(args.threads)], capture_output=True, text=True)
+                               str(args.threads), "1" if args.allow_requantize else "0"],
+                              capture_output=True, text=True)
         lines = proc.stdout.strip().splitlines()
         if proc.returncode != 0 or not lines:
             results["llama_cpp"] = f"not run: {args.llama_python} could not run llama-cpp-python's quantizer"
