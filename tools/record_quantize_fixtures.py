@@ -13,7 +13,8 @@ multiples of 256, so that the K-quants and IQ4_XS themselves are compared:
 - ``synth_llama-f16.gguf``: llama, 8 blocks, GQA 4, tied embeddings, odd rows (96 and 48
   elements) in two blocks, and rows of zeros, constants, outliers and tiny values;
 - ``synth_moe8-f32.gguf``: llama with 8 experts (Mixtral's rules), an output tensor, F32 input;
-- ``synth_qwen2_80-f16.gguf``: qwen2 with 80 blocks (llama.cpp's "70B" rule, layer bumps).
+- ``synth_qwen2_80-f16.gguf``: qwen2 with 80 blocks (llama.cpp's "70B" rule, layer bumps);
+- ``synth_falcon-f16.gguf`` and ``synth_phi3-f16.gguf``: fused attn_qkv, and Falcon's own rules.
 Each (input, file type, options) case is quantized by ``llama_cpp.llama_model_quantize``
 (1 thread); recorded: whether it succeeded, the SHA-256 of the whole output, of its header
 (key/values and tensor table) and a 12-hex-digit SHA-256 prefix and the type of every tensor's
@@ -39,7 +40,8 @@ OUT_DIR = DATA / "quantize"
 REAL_INPUTS = ["dense/olmo2/olmo2-f16.gguf", "moe/mixtral/mixtral-f16.gguf", "moe/deepseek2/deepseek2-f16.gguf",
                "moe/gptoss/gptoss-f16.gguf", "hybrid/qwen35/qwen35-f16.gguf", "hybrid/qwen35moe/qwen35moe-f16.gguf",
                "gemma4/e2b/gemma4_e2b-f16.gguf"]
-SYNTH_INPUTS = ["quantize/synth_llama-f16.gguf", "quantize/synth_moe8-f32.gguf", "quantize/synth_qwen2_80-f16.gguf"]
+SYNTH_INPUTS = ["quantize/synth_llama-f16.gguf", "quantize/synth_moe8-f32.gguf", "quantize/synth_qwen2_80-f16.gguf",
+                "quantize/synth_falcon-f16.gguf", "quantize/synth_phi3-f16.gguf"]
 
 # llama.h's llama_ftype ids of the file types llamapy writes, and two it refuses (need an imatrix).
 FTYPES = {"Q4_0": 2, "Q4_1": 3, "Q5_0": 8, "Q5_1": 9, "Q8_0": 7, "Q2_K": 10, "Q3_K_S": 11, "Q3_K_M": 12,
@@ -107,7 +109,10 @@ def _writer(path: pathlib.Path, arch: str, n_layer: int, n_head: int, n_head_kv:
     w.add_feed_forward_length(512)
     w.add_head_count(n_head)
     w.add_head_count_kv(n_head_kv)
-    w.add_layer_norm_rms_eps(1e-5)
+    if arch == "falcon":
+        w.add_layer_norm_eps(1e-5)
+    else:
+        w.add_layer_norm_rms_eps(1e-5)
     if n_expert:
         w.add_expert_count(n_expert)
         w.add_expert_used_count(2)
@@ -170,6 +175,19 @@ def make_inputs() -> None:
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
+
+    for arch, n_layer in (("falcon", 16), ("phi3", 4)):
+        w = _writer(OUT_DIR / f"synth_{arch}-f16.gguf", arch, n_layer, 8, 1)
+        w.add_tensor("token_embd.weight", _rows(rng, (8, 256)).astype(f16))
+        w.add_tensor("output.weight", _rows(rng, (8, 256)).astype(f16))
+        for i in range(n_layer):
+            p = f"blk.{i}."
+            for t, cols in (("attn_qkv", 256), ("attn_output", 256), ("ffn_up", 256), ("ffn_down", 512)):
+                w.add_tensor(p + t + ".weight", _rows(rng, (4, cols), special=i == 0).astype(f16))
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_tensors_to_file()
+        w.close()
     del gguf
 
 
