@@ -47,6 +47,11 @@ SYNTH_INPUTS = ["quantize/synth_llama-f16.gguf", "quantize/synth_moe8-f32.gguf",
 FTYPES = {"Q4_0": 2, "Q4_1": 3, "Q5_0": 8, "Q5_1": 9, "Q8_0": 7, "Q2_K": 10, "Q3_K_S": 11, "Q3_K_M": 12,
           "Q3_K_L": 13, "Q4_K_S": 14, "Q4_K_M": 15, "Q5_K_S": 16, "Q5_K_M": 17, "Q6_K": 18, "IQ4_NL": 25,
           "IQ4_XS": 30, "F16": 1, "BF16": 32, "F32": 0, "MXFP4_MOE": 38, "Q2_K_S": 21, "IQ2_XXS": 19}
+# The file types whose blocks (IQ1/IQ2/IQ3, TQ) llamapy cannot write, or that need an importance
+# matrix: on the fixtures with 64-element rows every such tensor falls back to a type it can
+# write, which exercises their rules; elsewhere llamapy must refuse them clearly.
+FTYPES_NO_QUANTIZER = {"IQ2_XS": 20, "IQ2_S": 28, "IQ2_M": 29, "IQ1_S": 24, "IQ1_M": 31, "TQ1_0": 36,
+                       "TQ2_0": 37, "IQ3_XXS": 23, "IQ3_S": 26, "IQ3_M": 27, "IQ3_XS": 22}
 # ggml type ids for the type options
 GGML = {"Q4_0": 2, "Q8_0": 8, "Q5_K": 13, "Q6_K": 14, "F16": 1}
 
@@ -74,6 +79,9 @@ REQUANT_CASES = [
 def all_cases():
     for inp in REAL_INPUTS + SYNTH_INPUTS:
         for ft in FTYPES:
+            yield inp, ft, {}
+    for inp in REAL_INPUTS + SYNTH_INPUTS[:1]:
+        for ft in FTYPES_NO_QUANTIZER:
             yield inp, ft, {}
     yield from OPTION_CASES
     yield from REQUANT_CASES
@@ -212,7 +220,7 @@ def quantize_with_llama_cpp(inp: str, out: str, ft: str, opts: dict) -> bool:
 
     p = llama_cpp.llama_model_quantize_default_params()
     p.nthread = 1
-    p.ftype = FTYPES[ft]
+    p.ftype = {**FTYPES, **FTYPES_NO_QUANTIZER}[ft]
     p.pure = bool(opts.get("pure", False))
     p.quantize_output_tensor = not opts.get("leave_output_tensor", False)
     p.allow_requantize = bool(opts.get("allow_requantize", False))
@@ -274,7 +282,7 @@ def record() -> None:
             assert inputs[c["input"]].setdefault("names", names) == names
     doc_cases = [c for c in cases.values()]
     doc = {"generator": "tools/record_quantize_fixtures.py", "llama_cpp_python": llama_cpp.__version__,
-           "ftypes": FTYPES, "inputs": inputs, "cases": doc_cases}
+           "ftypes": {**FTYPES, **FTYPES_NO_QUANTIZER}, "inputs": inputs, "cases": doc_cases}
     (OUT_DIR / "llama_cpp.json").write_text(json.dumps(doc, separators=(",", ":")) + "\n")
 
 
