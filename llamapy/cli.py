@@ -126,9 +126,6 @@ def _cmd_convert(args: argparse.Namespace) -> int:
 def _cmd_quantize(args: argparse.Namespace) -> int:
     from .quantize_gguf import quantize_model
 
-    if args.include_weights or args.exclude_weights:
-        raise NotImplementedError("--include-weights / --exclude-weights choose the tensors that use the "
-                                  "importance matrix, and --imatrix is not supported yet")
     tensor_types = []
     for spec in args.tensor_type or []:
         pattern, sep, type_name = spec.rpartition("=")
@@ -136,6 +133,7 @@ def _cmd_quantize(args: argparse.Namespace) -> int:
             raise ValueError(f"bad --tensor-type {spec!r}: expected REGEX=TYPE")
         tensor_types.append((pattern, type_name))
     result = quantize_model(args.input, args.output, args.type, n_threads=args.threads, imatrix=args.imatrix,
+                            include_weights=args.include_weights or (), exclude_weights=args.exclude_weights or (),
                             output_tensor_type=args.output_tensor_type,
                             token_embedding_type=args.token_embedding_type,
                             leave_output_tensor=args.leave_output_tensor, pure=args.pure,
@@ -270,9 +268,12 @@ def build_parser() -> argparse.ArgumentParser:
                                  "Q4_K_M, Q5_K_S, Q5_K_M, Q6_K, IQ4_NL, IQ4_XS, MXFP4_MOE, F16, BF16, F32 "
                                  "(or llama.cpp's file type id)")
     sp.add_argument("-t", "--threads", type=int, default=0, help="threads (default 0: every CPU)")
-    sp.add_argument("--imatrix", help="importance matrix file (not supported yet: an error)")
-    sp.add_argument("--include-weights", action="append", help="with --imatrix (not supported yet)")
-    sp.add_argument("--exclude-weights", action="append", help="with --imatrix (not supported yet)")
+    sp.add_argument("--imatrix", help="importance matrix (llama-imatrix's GGUF or legacy .dat) for Q4_0, Q4_1, "
+                                      "Q5_0, Q5_1, Q4_K, Q5_K, Q6_K tensors (others: an error)")
+    sp.add_argument("--include-weights", action="append", metavar="NAME",
+                    help="use the importance matrix only for tensors whose name contains NAME (repeatable)")
+    sp.add_argument("--exclude-weights", action="append", metavar="NAME",
+                    help="do not use the importance matrix for tensors whose name contains NAME (repeatable)")
     sp.add_argument("--leave-output-tensor", action="store_true", help="leave output.weight unquantized")
     sp.add_argument("--output-tensor-type", help="type of output.weight (e.g. Q8_0)")
     sp.add_argument("--token-embedding-type", help="type of token_embd.weight (e.g. Q8_0)")

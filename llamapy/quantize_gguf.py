@@ -13,9 +13,15 @@ The output is written to ``OUT.tmp-XXXX`` beside ``OUT`` and renamed at the
 end: an error or Ctrl-C leaves no partial file. Tensors are cut into chunks of
 rows quantized on a thread pool; the engine releases the GIL while it works.
 
-Not supported (a clear error when asked): importance matrices (``--imatrix``
-and the file types that need one), file types whose block formats the engine
-cannot write (IQ3_S, TQ1_0, ...), ``--keep-split``.
+With an importance matrix (``imatrix=``, GGUF or legacy .dat) the weights of
+Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K tensors are quantized by the
+engine's importance-weighted quantizers (llama.cpp's with an imatrix);
+Q8_0, MXFP4 and the float types ignore it, as there.
+
+Not supported (a clear error when asked): an importance matrix for Q2_K,
+Q3_K, IQ4_NL and IQ4_XS tensors (no weighted quantizer yet), the types that
+need an importance matrix (IQ1/IQ2/IQ3_XXS) and file types whose block
+formats the engine cannot write (IQ3_S, TQ1_0, ...), ``--keep-split``.
 """
 from __future__ import annotations
 
@@ -32,6 +38,7 @@ import numpy as np
 from . import _engine
 from .gguf_file import GGUFFile
 from .gguf_header import KV, align_up, header_bytes
+from .imatrix import ImportanceMatrix, load_imatrix
 from .quant_mix import (FileType, MixOptions, ModelFacts, TensorPlan, TensorShape, file_type, plan_types,
                         requires_imatrix, weight_order)
 
@@ -43,6 +50,8 @@ GGML_QNT_VERSION = 2       # general.quantization_version of the current block f
 DEFAULT_ALIGNMENT = 32
 _SPLIT_KEYS = ("split.no", "split.count", "split.tensors.count")
 _FLOAT_INPUTS = ("F32", "F16", "BF16")
+# Types llama.cpp quantizes the same with and without an importance matrix.
+_IGNORE_IMATRIX = ("F32", "F16", "BF16", "Q8_0", "MXFP4")
 # Rows quantized per job: about 4 Mi elements (16 MiB of float32), at least one row.
 _CHUNK_ELEMENTS = 4 << 20
 
@@ -102,17 +111,44 @@ def _type_name(t: Optional[str], what: str) -> Optional[str]:
     return info["name"]
 
 
+def _tensor_imatrix(name: str, info: Any, imatrix: Optional[ImportanceMatrix]) -> Optional[np.ndarray]:
+    """The importance values for a tensor (None: none), checked as llama.cpp checks them."""
+    if imatrix is None:
+        return None
+    values = imatrix.values.get(name)
+    if values is None:
+        logger.info("did not find importance matrix weights for %s", name)
+        return None
+    ne0 = info.ne[0]
+    n_mat = info.ne[2] if len(info.ne) > 2 else 1
+    if values.size != ne0 * n_mat:
+        if name in ("token_embd.weight", "per_layer_token_embd.weight"):
+            logger.info("importance matrix size %d differs from %s's %d: not used", values.size, name, ne0 * n_mat)
+            return None
+        raise ValueError(f"importance matrix size {values.size} is different from tensor size {ne0 * n_mat} for "
+                         f"{name}")
+    return values
+
+
 def _check_writable(plans: Sequence[TensorPlan], infos: Mapping[str, Any], ft: FileType,
-                    allow_requantize: bool) -> None:
+                    allow_requantize: bool, imatrix: Optional[ImportanceMatrix]) -> None:
     """Refuse, before anything is written, what llama.cpp refuses or the engine cannot do."""
     for p in plans:
         src = infos[p.name].type_name
         if p.type == src:
             continue
-        if requires_imatrix(p.name, p.type, ft):
+        weights = _tensor_imatrix(p.name, infos[p.name], imatrix)
+        if weights is not None:
+            if p.type not in _IGNORE_IMATRIX and not _engine.type_info(p.type)["can_quantize_weighted"]:
+                raise ValueError(f"tensor {p.name} would be {p.type}: llamapy has no importance-weighted {p.type} "
+                                 "quantizer yet (with an importance matrix: Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, "
+                                 "Q6_K, Q8_0)")
+        elif requires_imatrix(p.name, p.type, ft) and imatrix is not None:
+            raise ValueError(f"missing importance matrix for tensor {p.name} in a very low-bit quantization "
+                             f"({p.type})")
+        if requires_imatrix(p.name, p.type, ft) and imatrix is None:
             raise ValueError(f"{ft.name} needs an importance matrix: tensor {p.name} would be {p.type} "
-                             "(as llama.cpp, which refuses without one; llamapy has no importance-weighted "
-                             "quantizers yet)")
+                             "(llama.cpp refuses too without one)")
         if not _engine.type_info(p.type)["can_quantize"]:
             raise ValueError(f"{ft.name}: tensor {p.name} would be {p.type}, and llamapy cannot quantize to "
                              f"{p.type} yet")
@@ -140,6 +176,12 @@ def _metadata(src: GGUFFile, ft: FileType, overrides: Sequence[Tuple[str, str, A
     for key, label, value in overrides:
         put(key, label, value)
     return list(kvs.values())
+
+
+def _c_string(text: str) -> str:
+    """At most 127 bytes, as llama-quantize's fixed-size override strings."""
+    b = text.encode("utf-8")[:127]
+    return b.decode("utf-8", "ignore")
 
 
 def _to_float(raw: np.ndarray, type_name: str, ne0: int) -> np.ndarray:
@@ -180,19 +222,39 @@ class _Progress:
 
 
 def _quantize_rows(pool: Optional[ThreadPoolExecutor], raw: np.ndarray, src_type: str, dst_type: str,
-                   ne0: int) -> List[bytes]:
-    """The tensor's rows in ``dst_type``, chunk by chunk (order kept)."""
+                   ne0: int, weights: Optional[np.ndarray] = None) -> List[bytes]:
+    """The tensor's rows in ``dst_type``, chunk by chunk (order kept). With
+    ``weights`` (n_expert * ne0 importances) each expert's rows use its slice;
+    chunks never cross an expert."""
     rows = raw.reshape(-1, raw.shape[-1]) if raw.ndim > 1 else raw.reshape(1, -1)
     per_chunk = max(1, _CHUNK_ELEMENTS // max(ne0, 1))
-    starts = range(0, rows.shape[0], per_chunk)
+    if weights is not None and dst_type in _IGNORE_IMATRIX:
+        weights = None
+    if weights is None:
+        starts = list(range(0, rows.shape[0], per_chunk))
+        ends = [min(r0 + per_chunk, rows.shape[0]) for r0 in starts]
+    else:
+        n_mat = weights.size // ne0
+        per_mat = rows.shape[0] // n_mat
+        starts, ends = [], []
+        for m in range(n_mat):
+            for r0 in range(m * per_mat, (m + 1) * per_mat, per_chunk):
+                starts.append(r0)
+                ends.append(min(r0 + per_chunk, (m + 1) * per_mat))
 
-    def job(r0: int) -> bytes:
-        x = _to_float(rows[r0:r0 + per_chunk], src_type, ne0)
-        return _engine.quantize_ref(x, dst_type).tobytes()
+    def job(k: int) -> bytes:
+        r0, r1 = starts[k], ends[k]
+        x = _to_float(rows[r0:r1], src_type, ne0)
+        if weights is None:
+            return _engine.quantize_ref(x, dst_type).tobytes()
+        m = r0 // per_mat
+        return _engine.quantize_weighted(x, dst_type, weights[m * ne0:(m + 1) * ne0]).tobytes()
+
+    starts_k = range(len(starts))
 
     if pool is None or len(starts) == 1:
-        return [job(r0) for r0 in starts]
-    return list(pool.map(job, starts))
+        return [job(k) for k in starts_k]
+    return list(pool.map(job, starts_k))
 
 
 def quantize_model(
@@ -202,6 +264,8 @@ def quantize_model(
     *,
     n_threads: int = 0,
     imatrix: Optional[PathLike] = None,
+    include_weights: Sequence[str] = (),
+    exclude_weights: Sequence[str] = (),
     output_tensor_type: Optional[str] = None,
     token_embedding_type: Optional[str] = None,
     leave_output_tensor: bool = False,
@@ -216,23 +280,35 @@ def quantize_model(
     file type: "Q4_K_M", "Q8_0", "IQ4_XS", "F16", ... or its id) and write
     ``output_path``. The options are llama-quantize's: ``output_tensor_type`` /
     ``token_embedding_type`` (tensor type names), ``leave_output_tensor``,
-    ``pure`` (the file type's default type for every weight),
+    ``pure`` (the file type's default type for every weight), ``imatrix`` (an
+    importance matrix file) with ``include_weights`` / ``exclude_weights``
+    (name substrings of the entries to use / drop),
     ``allow_requantize``, ``tensor_types`` ((regex, type) pairs, first match
     wins: its --tensor-type), ``kv_overrides`` ("KEY=TYPE:VALUE" strings).
     ``n_threads`` <= 0: every CPU. ``progress``: True for a progress line on
     stderr, or a stream. Returns what was written; raises ValueError naming
     what it cannot do (nothing is written then)."""
-    if imatrix is not None:
-        raise NotImplementedError("--imatrix is not supported yet: llamapy's quantizers have no "
-                                  "importance-weighted variants (llama.cpp's quantize_row_*_impl with weights)")
+    if (include_weights or exclude_weights) and imatrix is None:
+        raise ValueError("--include-weights / --exclude-weights need --imatrix")
     if keep_split:
         raise NotImplementedError("--keep-split is not supported yet: the output is one file")
     ft = file_type(ftype)
     overrides = [parse_kv_override(o) if isinstance(o, str) else tuple(o) for o in kv_overrides]
+    imat = None
+    if imatrix is not None:
+        imat = load_imatrix(imatrix).select(include_weights, exclude_weights)
+        # what llama-quantize records about the matrix (after the user's overrides, as there)
+        overrides.append(("quantize.imatrix.file", "string", _c_string(os.fspath(imatrix))))
+        if imat.datasets:
+            overrides.append(("quantize.imatrix.dataset", "string", _c_string(imat.datasets[0])))
+        overrides.append(("quantize.imatrix.entries_count", "u32", len(imat.values)))
+        if imat.chunk_count > 0:
+            overrides.append(("quantize.imatrix.chunks_count", "u32", imat.chunk_count))
     opts = MixOptions(output_tensor_type=_type_name(output_tensor_type, "--output-tensor-type"),
                       token_embedding_type=_type_name(token_embedding_type, "--token-embedding-type"),
                       quantize_output_tensor=not leave_output_tensor, pure=pure,
-                      tensor_types=tuple((p, _type_name(t, "--tensor-type")) for p, t in tensor_types))
+                      tensor_types=tuple((p, _type_name(t, "--tensor-type")) for p, t in tensor_types),
+                      has_imatrix=bool(imat is not None and imat.values))
     output_path = os.fspath(output_path)
     n_threads = n_threads if n_threads > 0 else (os.cpu_count() or 1)
     stream = (sys.stderr if progress is True else progress) or None
@@ -243,7 +319,7 @@ def quantize_model(
         names = weight_order(list(infos))
         shapes = [TensorShape(n, infos[n].type_name, tuple(infos[n].ne)) for n in names]
         plans = plan_types(facts, ft, shapes, opts)
-        _check_writable(plans, infos, ft, allow_requantize)
+        _check_writable(plans, infos, ft, allow_requantize, imat if imat is not None and imat.values else None)
 
         alignment = int(src.metadata.get("general.alignment", DEFAULT_ALIGNMENT))
         entries, sizes, offset = [], [], 0
@@ -271,7 +347,8 @@ def quantize_model(
                         written = raw.nbytes
                     else:
                         written = 0
-                        for chunk in _quantize_rows(pool, raw, info.type_name, plan.type, shape.ne[0]):
+                        weights = _tensor_imatrix(plan.name, info, imat)
+                        for chunk in _quantize_rows(pool, raw, info.type_name, plan.type, shape.ne[0], weights):
                             out.write(chunk)
                             written += len(chunk)
                     if written != size:

@@ -85,8 +85,6 @@ def test_file_types_it_cannot_write(ftype, message, tmp_path):
 
 
 def test_options_that_are_not_supported(tmp_path):
-    with pytest.raises(NotImplementedError, match="imatrix"):
-        qm.quantize_model(SYNTH, tmp_path / "o.gguf", "Q4_K_M", imatrix=tmp_path / "m.gguf")
     with pytest.raises(NotImplementedError, match="keep-split"):
         qm.quantize_model(SYNTH, tmp_path / "o.gguf", "Q4_K_M", keep_split=True)
     with pytest.raises(ValueError, match="cannot quantize to IQ2_XXS"):
@@ -142,9 +140,10 @@ def test_cli(tmp_path, capsys):
         assert f.metadata["general.name"] == "cli"
         assert f.metadata["general.file_type"] == FILE_TYPES["Q5_K_M"].ftype
         assert f.tensor_info("blk.3.attn_q.weight").type_name == "Q8_0"
-    for argv, message in [(["IQ3_S"], "cannot quantize"), (["IQ3_XS"], "importance matrix"), (["Q4_K_M", "--imatrix", "m.dat"], "imatrix"),
-                          (["Q4_K_M", "--include-weights", "x"], "imatrix"), (["Q4_K_M", "--tensor-type", "x"],
-                                                                              "REGEX=TYPE")]:
+    for argv, message in [(["IQ3_S"], "cannot quantize"), (["IQ3_XS"], "importance matrix"),
+                          (["Q4_K_M", "--imatrix", str(tmp_path / "m.dat")], "No such file"),
+                          (["Q4_K_M", "--include-weights", "x"], "need --imatrix"),
+                          (["Q4_K_M", "--tensor-type", "x"], "REGEX=TYPE")]:
         assert main(["quantize", str(SYNTH), str(tmp_path / "e.gguf")] + argv) == 1
         assert message in capsys.readouterr().err
     assert not (tmp_path / "e.gguf").exists()
@@ -172,3 +171,64 @@ def test_model_facts():
     assert f.n_gqa == 1 and not f.is_70b  # 65B: no GQA
     with pytest.raises(ValueError, match="block_count"):
         ModelFacts.from_metadata({"general.architecture": "llama"})
+
+
+IMATRIX = DATA / "quantize" / "synth_llama.imatrix.gguf"
+
+
+def test_imatrix_formats_agree(tmp_path):
+    # the same importances through both file formats give the same values
+    from llamapy.imatrix import load_imatrix
+
+    m = load_imatrix(IMATRIX)
+    assert m.datasets == ["random.txt"] and m.chunk_count == 10 and not m.legacy
+    legacy = tmp_path / "m.dat"
+    blob = [np.int32(len(m.values)).tobytes()]
+    for name, v in m.values.items():
+        blob += [np.int32(len(name)).tobytes(), name.encode(), np.int32(4).tobytes(), np.int32(v.size).tobytes(),
+                 (v * np.float32(4)).astype(np.float32).tobytes()]
+    legacy.write_bytes(b"".join(blob))
+    m2 = load_imatrix(legacy)
+    assert m2.legacy and m2.values.keys() == m.values.keys()
+    for name in m.values:
+        np.testing.assert_allclose(m2.values[name], m.values[name], rtol=1e-6)
+
+
+@pytest.mark.parametrize("cut", [3, 10, 40])
+def test_imatrix_truncated_is_an_error(cut, tmp_path):
+    from llamapy.imatrix import load_imatrix
+
+    bad = tmp_path / "bad.dat"
+    good = b"".join([np.int32(1).tobytes(), np.int32(3).tobytes(), b"abc", np.int32(1).tobytes(),
+                     np.int32(8).tobytes(), np.ones(8, np.float32).tobytes()])
+    bad.write_bytes(good[:cut])
+    with pytest.raises(ValueError, match="importance matrix"):
+        load_imatrix(bad)
+
+
+def test_imatrix_errors(tmp_path):
+    with pytest.raises(ValueError, match="no importance-weighted Q3_K quantizer"):
+        qm.quantize_model(SYNTH, tmp_path / "o.gguf", "Q3_K_M", imatrix=IMATRIX)
+    with pytest.raises(ValueError, match="cannot be used together"):
+        qm.quantize_model(SYNTH, tmp_path / "o.gguf", "Q4_K_M", imatrix=IMATRIX, include_weights=["a"],
+                          exclude_weights=["b"])
+    other = DATA / "quantize" / "mixtral.imatrix.gguf"  # another model's: rows of 64, not 256
+    with pytest.raises(ValueError, match="importance matrix size 64 is different from tensor size 256"):
+        qm.quantize_model(SYNTH, tmp_path / "o.gguf", "Q4_K_M", imatrix=other)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_weighted_quantizer_releases_the_gil_and_checks_shapes():
+    x = np.random.default_rng(1).standard_normal((2048, 1024)).astype(np.float32)
+    w = np.ones(1024, np.float32)
+    steps = 0
+    t = threading.Thread(target=_engine.quantize_weighted, args=(x, "Q4_K", w))
+    t.start()
+    while t.is_alive():
+        steps += 1
+    t.join()
+    assert steps > 1000
+    with pytest.raises(ValueError, match="one value per column"):
+        _engine.quantize_weighted(x, "Q4_K", w[:10])
+    with pytest.raises(ValueError, match="no importance-weighted"):
+        _engine.quantize_weighted(x, "Q2_K", w)

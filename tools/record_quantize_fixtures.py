@@ -68,6 +68,19 @@ OPTION_CASES = [
     ("gemma4/e2b/gemma4_e2b-f16.gguf", "Q4_K_M", {"token_embedding_type": "Q8_0",
                                                   "tensor_types": [["per_layer_token_embd", "Q6_K"]]}),
 ]
+# Importance matrices (written by --make-inputs from seeded random activations): GGUF and legacy
+# formats, dense and expert tensors, the 32-element types of the 64-element-row fixtures.
+IMATRICES = {"quantize/synth_llama-f16.gguf": "synth_llama.imatrix.gguf",
+             "quantize/synth_moe8-f32.gguf": "synth_moe8.imatrix.dat",
+             "moe/mixtral/mixtral-f16.gguf": "mixtral.imatrix.gguf"}
+IMATRIX_FTYPES = ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K_S", "Q4_K_M", "Q5_K_S", "Q5_K_M", "Q6_K",
+                  "MXFP4_MOE", "IQ4_XS", "Q3_K_M"]
+IMATRIX_CASES = [(inp, ft, {"imatrix": m}) for inp, m in IMATRICES.items() for ft in IMATRIX_FTYPES] + [
+    ("quantize/synth_llama-f16.gguf", "Q4_K_M", {"imatrix": "synth_llama.imatrix.gguf",
+                                                 "exclude_weights": ["ffn_down"]}),
+    ("quantize/synth_llama-f16.gguf", "Q4_0", {"imatrix": "synth_llama.imatrix.gguf",
+                                               "include_weights": ["attn_"]}),
+]
 # Requantizing a quantized input: refused without allow_requantize, done with it.
 REQUANT_CASES = [
     ("dense/olmo2/olmo2-q8_0.gguf", "Q4_0", {}),
@@ -85,6 +98,7 @@ def all_cases():
             yield inp, ft, {}
     yield from OPTION_CASES
     yield from REQUANT_CASES
+    yield from IMATRIX_CASES
 
 
 def case_key(inp: str, ft: str, opts: dict) -> str:
@@ -126,6 +140,92 @@ def _writer(path: pathlib.Path, arch: str, n_layer: int, n_head: int, n_head_kv:
         w.add_expert_used_count(2)
     w.add_file_type(1)
     return w
+
+
+def _imatrix_entries(path: pathlib.Path, rng: np.random.Generator) -> dict:
+    """Random sums of squared activations and token counts for every 2-D/3-D weight of a model:
+    name -> (sums (n_mat, ne0) float32, counts (n_mat,) int), one expert never routed to."""
+    import gguf
+
+    r = gguf.GGUFReader(str(path))
+    out = {}
+    for t in r.tensors:
+        ne = [int(d) for d in t.shape]
+        if len(ne) < 2 or not t.name.endswith(".weight") or "norm" in t.name:
+            continue
+        n_mat = ne[2] if len(ne) > 2 else 1
+        counts = rng.integers(1, 200, n_mat)
+        if n_mat > 1:
+            counts[1] = 0
+        sums = (rng.chisquare(2, (n_mat, ne[0])) * counts[:, None]).astype(np.float32)
+        out[t.name] = (sums, counts)
+    return out
+
+
+def write_imatrices() -> None:
+    import gguf
+
+    rng = np.random.default_rng(38)
+    for inp, name in IMATRICES.items():
+        entries = _imatrix_entries(DATA / inp, rng)
+        path = OUT_DIR / name
+        if name.endswith(".gguf"):
+            w = gguf.GGUFWriter(str(path), arch=None)
+            w.add_type("imatrix")
+            w.add_array("imatrix.datasets", ["random.txt"])
+            w.add_uint32("imatrix.chunk_count", 10)
+            w.add_uint32("imatrix.chunk_size", 512)
+            for tname, (sums, counts) in entries.items():
+                w.add_tensor(tname + ".in_sum2", sums)
+                w.add_tensor(tname + ".counts", counts.astype(np.float32).reshape(-1, 1))
+            w.write_header_to_file()
+            w.write_kv_data_to_file()
+            w.write_tensors_to_file()
+            w.close()
+        else:  # legacy .dat: values are the averages times ncall (one ncall per entry)
+            blob = [np.int32(len(entries)).tobytes()]
+            for tname, (sums, counts) in entries.items():
+                ncall = int(counts.max())
+                avg = sums / np.maximum(counts, 1)[:, None].astype(np.float32)
+                vals = (avg * np.float32(ncall)).astype(np.float32).reshape(-1)
+                nb = tname.encode()
+                blob += [np.int32(len(nb)).tobytes(), nb, np.int32(ncall).tobytes(), np.int32(vals.size).tobytes(),
+                         vals.tobytes()]
+            ds = b"random.txt"
+            blob += [np.int32(10).tobytes(), np.int32(len(ds)).tobytes(), ds]
+            path.write_bytes(b"".join(blob))
+
+
+def imatrix_values(name: str) -> tuple:
+    """What llama-quantize hands llama_model_quantize for a file written above: name ->
+    float32 importances (GGUF: sums / count, 1 where the count is 0; legacy: values / ncall),
+    and the file's dataset names and chunk count."""
+    import gguf
+
+    path = OUT_DIR / name
+    if name.endswith(".gguf"):
+        r = gguf.GGUFReader(str(path))
+        sums = {t.name[:-8]: np.array(t.data, np.float32) for t in r.tensors if t.name.endswith(".in_sum2")}
+        counts = {t.name[:-7]: np.array(t.data, np.float32).reshape(-1) for t in r.tensors
+                  if t.name.endswith(".counts")}
+        out = {}
+        for k, s in sums.items():
+            s = s.reshape(len(counts[k]), -1)
+            v = np.ones_like(s)
+            for j, c in enumerate(counts[k]):
+                if round(float(c)) > 0:
+                    v[j] = s[j] / np.float32(round(float(c)))
+            out[k] = v.reshape(-1)
+        return out, ["random.txt"], 10
+    data, pos, out = path.read_bytes(), 4, {}
+    n = int(np.frombuffer(data[:4], np.int32)[0])
+    for _ in range(n):
+        ln = int(np.frombuffer(data[pos:pos + 4], np.int32)[0]); pos += 4
+        key = data[pos:pos + ln].decode(); pos += ln
+        ncall, nval = (int(v) for v in np.frombuffer(data[pos:pos + 8], np.int32)); pos += 8
+        vals = np.frombuffer(data[pos:pos + 4 * nval], np.float32); pos += 4 * nval
+        out[key] = vals / np.float32(ncall) if ncall > 0 else vals.copy()
+    return out, ["random.txt"], 10
 
 
 def make_inputs() -> None:
@@ -196,6 +296,7 @@ def make_inputs() -> None:
         w.write_kv_data_to_file()
         w.write_tensors_to_file()
         w.close()
+    write_imatrices()
     del gguf
 
 
@@ -238,9 +339,30 @@ def quantize_with_llama_cpp(inp: str, out: str, ft: str, opts: dict) -> bool:
         arr[len(opts["tensor_types"])].pattern = None
         p.tt_overrides = ctypes.cast(arr, type(p.tt_overrides))
         keep.append(arr)
-    if "kv_overrides" in opts:
-        arr = (llama_cpp.llama_model_kv_override * (len(opts["kv_overrides"]) + 1))()
-        for i, text in enumerate(opts["kv_overrides"]):
+    kv_overrides = list(opts.get("kv_overrides", []))
+    if "imatrix" in opts:
+        # as llama-quantize: --exclude-weights / --include-weights filter the entries, then the
+        # matrix's provenance goes into the file through kv overrides
+        values, datasets, chunks = imatrix_values(opts["imatrix"])
+        for ex in opts.get("exclude_weights", []):
+            values = {k: v for k, v in values.items() if ex not in k}
+        if opts.get("include_weights"):
+            values = {k: v for k, v in values.items() if any(s in k for s in opts["include_weights"])}
+        arr = (llama_cpp.llama_model_imatrix_data * (len(values) + 1))()
+        for i, (k, v) in enumerate(values.items()):
+            keep.append(k.encode())
+            keep.append(np.ascontiguousarray(v, np.float32))
+            arr[i].name = keep[-2]
+            arr[i].data = keep[-1].ctypes.data_as(ctypes.POINTER(ctypes.c_float))
+            arr[i].size = v.size
+        arr[len(values)].name = None
+        p.imatrix = ctypes.cast(arr, type(p.imatrix))
+        keep.append(arr)
+        kv_overrides += [f"quantize.imatrix.file=str:{opts['imatrix']}", f"quantize.imatrix.dataset=str:{datasets[0]}",
+                         f"quantize.imatrix.entries_count=int:{len(values)}", f"quantize.imatrix.chunks_count=int:{chunks}"]
+    if kv_overrides:
+        arr = (llama_cpp.llama_model_kv_override * (len(kv_overrides) + 1))()
+        for i, text in enumerate(kv_overrides):
             key, _, rest = text.partition("=")
             kind, _, value = rest.partition(":")
             arr[i].key = key.encode()
@@ -252,7 +374,7 @@ def quantize_with_llama_cpp(inp: str, out: str, ft: str, opts: dict) -> bool:
                 arr[i].tag, arr[i].value.val_bool = llama_cpp.LLAMA_KV_OVERRIDE_TYPE_BOOL, value == "true"
             else:
                 arr[i].tag, arr[i].value.val_str = llama_cpp.LLAMA_KV_OVERRIDE_TYPE_STR, value.encode()
-        arr[len(opts["kv_overrides"])].key = b""
+        arr[len(kv_overrides)].key = b""
         p.kv_overrides = ctypes.cast(arr, type(p.kv_overrides))
         keep.append(arr)
     return llama_cpp.llama_model_quantize(inp.encode(), out.encode(), ctypes.byref(p)) == 0
@@ -276,6 +398,8 @@ def record() -> None:
     # the tensor names (in llama.cpp's output order) once per input
     inputs = {inp: {"sha256": hashlib.sha256((DATA / inp).read_bytes()).hexdigest()}
               for inp in sorted({c["input"] for c in cases.values()})}
+    for name in IMATRICES.values():
+        inputs["quantize/" + name] = {"sha256": hashlib.sha256((OUT_DIR / name).read_bytes()).hexdigest()}
     for c in cases.values():
         if "names" in c:
             names = c.pop("names")

@@ -15,6 +15,7 @@
 #include "cpu/matmul.h"
 #include "ggml_type.h"
 #include "py_common.h"
+#include "quants/weighted.h"
 
 namespace py = pybind11;
 using namespace lp;
@@ -102,6 +103,32 @@ py::array quantize_impl(py::array_t<float, py::array::c_style | py::array::force
     {
         py::gil_scoped_release nogil;
         for (int64_t r = 0; r < n_rows; ++r) fn(src + r * last, dst + r * rs, last);
+    }
+    return out;
+}
+
+// Rows quantized with importance weights (one weight per column), as llama.cpp's
+// quantizer does with an imatrix.
+py::array quantize_weighted(py::array_t<float, py::array::c_style | py::array::forcecast> x, py::object type,
+                            py::array_t<float, py::array::c_style | py::array::forcecast> weights) {
+    const ggml_type t = parse_type(type);
+    if (!has_weighted_quantizer(t))
+        throw value_error(std::string("quantize_weighted: no importance-weighted quantizer for ") + type_name(t));
+    if (x.ndim() != 2) throw value_error("quantize_weighted: x must be (rows, columns)");
+    const int64_t n_rows = x.shape(0), n = x.shape(1);
+    if (weights.ndim() != 1 || weights.shape(0) != n)
+        throw value_error("quantize_weighted: weights must be one value per column (" + std::to_string(n) + ")");
+    const size_t rs = row_size(t, n);
+    if (rs == 0)
+        throw value_error("quantize_weighted: " + std::to_string(n) + " columns are not a multiple of the " +
+                          type_name(t) + " block size");
+    py::array_t<uint8_t> out({(py::ssize_t)n_rows, (py::ssize_t)rs});
+    const float* src = x.data();
+    const float* qw = weights.data();
+    uint8_t* dst = out.mutable_data();
+    {
+        py::gil_scoped_release nogil;
+        for (int64_t r = 0; r < n_rows; ++r) quantize_row_weighted(t, src + r * n, dst + r * rs, n, qw);
     }
     return out;
 }
@@ -230,6 +257,8 @@ void bind_quants(py::module_& m) {
         return quantize_impl(x, t, false); }, py::arg("x"), py::arg("ggml_type"));
     m.def("quantize_ref", [](py::array_t<float, py::array::c_style | py::array::forcecast> x, py::object t) {
         return quantize_impl(x, t, true); }, py::arg("x"), py::arg("ggml_type"));
+    m.def("quantize_weighted", &quantize_weighted, py::arg("x"), py::arg("ggml_type"), py::arg("weights"),
+          "Quantize rows (rows, n) with importance weights (n,), as llama.cpp with an imatrix.");
     m.def("vec_dot_rows", &vec_dot_rows, py::arg("w"), py::arg("ggml_type"), py::arg("n_cols"), py::arg("a"),
           py::arg("level") = "best");
     m.def("matmul", &py_matmul, py::arg("w"), py::arg("ggml_type"), py::arg("n_rows"), py::arg("n_cols"),
@@ -245,6 +274,7 @@ void bind_quants(py::module_& m) {
         d["is_quantized"] = tr.is_quantized;
         d["can_dequantize"] = tr.to_float != nullptr;
         d["can_quantize"] = tr.from_float != nullptr;
+        d["can_quantize_weighted"] = has_weighted_quantizer(t);
         d["has_matmul"] = tr.vec_dot != nullptr;
         d["vec_dot_type"] = type_name(tr.vec_dot_type);
         d["kernel_isa"] = isa_name(tr.vec_dot_isa);

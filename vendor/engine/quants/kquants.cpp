@@ -25,25 +25,19 @@
 #include "../ggml_type.h"
 #include "blocks.h"
 #include "kquants_x86.h"
+#include "kquants_fit.h"
 #include "neon_kernels.h"
 
 namespace lp {
 
 namespace {
 
+using namespace qfit;  // nearest_int, the scale fits (kquants_fit.h)
+
 // ===========================================================================
 // Shared helpers
 // ===========================================================================
 
-// Round to nearest, ties to even, the way llama.cpp's quantizers round: adding
-// 1.5·2^23 leaves the integer in the low mantissa bits. Arguments beyond ±2^22
-// saturate instead of wrapping; NaN maps to the lower bound.
-inline int nearest_int(float v) {
-    v = v > 4194303.f ? 4194303.f : (v >= -4194303.f ? v : -4194303.f);
-    return (int)(fp32_to_bits(v + 12582912.f) & 0x007fffffu) - 0x00400000;
-}
-
-inline int clamp_int(int v, int lo, int hi) { return v < lo ? lo : (v > hi ? hi : v); }
 
 // Q4_K / Q5_K pack eight 6-bit scales and eight 6-bit mins into 12 bytes:
 // bytes 0-3 (4-7) hold scales (mins) 0-3 in their low 6 bits and the top 2 bits
@@ -58,13 +52,6 @@ inline void k4_unpack_scales(const uint8_t* s, uint8_t sc[8], uint8_t mn[8]) {
     }
 }
 
-inline void k4_pack_scales(const uint8_t sc[8], const uint8_t mn[8], uint8_t* s) {
-    for (int j = 0; j < 4; ++j) {
-        s[j] = (uint8_t)(sc[j] | ((sc[j + 4] >> 4) << 6));
-        s[j + 4] = (uint8_t)(mn[j] | ((mn[j + 4] >> 4) << 6));
-        s[j + 8] = (uint8_t)((sc[j + 4] & 0xF) | ((mn[j + 4] & 0xF) << 4));
-    }
-}
 
 // Q3_K packs sixteen 6-bit scales (stored +32) into 12 bytes: the low nibbles
 // of scales 0-7 in the low halves of bytes 0-7, of scales 8-15 in the high
@@ -233,123 +220,9 @@ void dequantize_q8_k(const void* src, float* dst, int64_t n) {
 // carry the quants llama.cpp would write.
 // ===========================================================================
 
-// Asymmetric fit x ≈ scale·L + min, L in [0, nmax], min <= 0 (used by Q2_K,
-// Q4_K, Q5_K). Starts from the plain range fit, then tries nstep+1 slightly
-// different inverse scales (nmax + rmin + rdelta·is)/(max − min); for each
-// rounding it solves the weighted least-squares scale and min and keeps the
-// candidate with the smallest weighted error (absolute if use_mad, else
-// squared). Note that an accepted candidate's min feeds the next candidates,
-// as in llama.cpp. Returns the scale and stores −min in *neg_min.
-float fit_scale_min(int n, int nmax, const float* x, const float* w, uint8_t* L, float* neg_min, float rmin,
-                    float rdelta, int nstep, bool use_mad) {
-    float lo = x[0], hi = x[0];
-    float sum_w = w[0], sum_x = sum_w * x[0];
-    for (int i = 1; i < n; ++i) {
-        if (x[i] < lo) lo = x[i];
-        if (x[i] > hi) hi = x[i];
-        sum_w += w[i];
-        sum_x += w[i] * x[i];
-    }
-    if (lo > 0) lo = 0;
-    if (hi == lo) {
-        for (int i = 0; i < n; ++i) L[i] = 0;
-        *neg_min = -lo;
-        return 0.f;
-    }
-    auto error_of = [&](float diff) { return use_mad ? std::fabs(diff) : diff * diff; };
-    float iscale = nmax / (hi - lo);
-    float scale = 1 / iscale;
-    float best = 0;
-    for (int i = 0; i < n; ++i) {
-        L[i] = (uint8_t)clamp_int(nearest_int(iscale * (x[i] - lo)), 0, nmax);
-        best += w[i] * error_of(scale * L[i] + lo - x[i]);
-    }
-    uint8_t Laux[32];
-    for (int is = 0; is <= nstep; ++is) {
-        iscale = (rmin + rdelta * is + nmax) / (hi - lo);
-        float sum_l = 0, sum_l2 = 0, sum_xl = 0;
-        for (int i = 0; i < n; ++i) {
-            const int l = clamp_int(nearest_int(iscale * (x[i] - lo)), 0, nmax);
-            Laux[i] = (uint8_t)l;
-            sum_l += w[i] * l;
-            sum_l2 += w[i] * l * l;
-            sum_xl += w[i] * l * x[i];
-        }
-        const float D = sum_w * sum_l2 - sum_l * sum_l;
-        if (D > 0) {
-            float this_scale = (sum_w * sum_xl - sum_x * sum_l) / D;
-            float this_min = (sum_l2 * sum_x - sum_l * sum_xl) / D;
-            if (this_min > 0) {
-                this_min = 0;
-                this_scale = sum_xl / sum_l2;
-            }
-            float err = 0;
-            for (int i = 0; i < n; ++i) err += w[i] * error_of(this_scale * Laux[i] + this_min - x[i]);
-            if (err < best) {
-                std::memcpy(L, Laux, (size_t)n);
-                best = err;
-                scale = this_scale;
-                lo = this_min;
-            }
-        }
-    }
-    *neg_min = -lo;
-    return scale;
-}
 
-// The value of largest magnitude (the first one, on ties), with its sign.
-inline float signed_absmax(int n, const float* x, float* amax) {
-    float mx = 0, am = 0;
-    for (int i = 0; i < n; ++i) {
-        const float ax = std::fabs(x[i]);
-        if (ax > am) { am = ax; mx = x[i]; }
-    }
-    *amax = am;
-    return mx;
-}
 
-constexpr float GROUP_MAX_EPS = 1e-15f;
 
-// Symmetric fit x ≈ scale·(L − nmax), L in [0, 2·nmax), weighted by x² (Q6_K):
-// the scale that maps the largest-magnitude value to −nmax, then 18 nearby
-// scales −(nmax ± 0.1·is)/max, keeping the rounding whose least-squares scale
-// explains most of Σw·x² (max of (Σwxl)²/Σwl²). Returns the scale.
-float fit_symmetric_rmse(int n, int nmax, const float* x, int8_t* L) {
-    float amax;
-    const float mx = signed_absmax(n, x, &amax);
-    if (amax < GROUP_MAX_EPS) {
-        for (int i = 0; i < n; ++i) L[i] = 0;
-        return 0.f;
-    }
-    float iscale = -nmax / mx;
-    float sumlx = 0, suml2 = 0;
-    for (int i = 0; i < n; ++i) {
-        const int l = clamp_int(nearest_int(iscale * x[i]), -nmax, nmax - 1);
-        L[i] = (int8_t)(l + nmax);
-        const float w = x[i] * x[i];
-        sumlx += w * x[i] * l;
-        suml2 += w * l * l;
-    }
-    float scale = suml2 ? sumlx / suml2 : 0.0f;
-    float best = scale * sumlx;
-    for (int is = -9; is <= 9; ++is) {
-        if (is == 0) continue;
-        iscale = -(nmax + 0.1f * is) / mx;
-        sumlx = suml2 = 0;
-        for (int i = 0; i < n; ++i) {
-            const int l = clamp_int(nearest_int(iscale * x[i]), -nmax, nmax - 1);
-            const float w = x[i] * x[i];
-            sumlx += w * x[i] * l;
-            suml2 += w * l * l;
-        }
-        if (suml2 > 0 && sumlx * sumlx > best * suml2) {
-            for (int i = 0; i < n; ++i) L[i] = (int8_t)(nmax + clamp_int(nearest_int(iscale * x[i]), -nmax, nmax - 1));
-            scale = sumlx / suml2;
-            best = scale * sumlx;
-        }
-    }
-    return scale;
-}
 
 // Symmetric fit for Q3_K (nmax 4): round against the largest-magnitude value,
 // then up to 5 passes of coordinate descent, moving one quant at a time to
@@ -552,7 +425,7 @@ void quantize_q6_k_ref(const float* x, void* dst, int64_t n) {
         float scales[16];
         float max_scale = 0, max_abs_scale = 0;
         for (int j = 0; j < 16; ++j) {
-            scales[j] = fit_symmetric_rmse(16, 32, x + 16 * j, L + 16 * j);
+            scales[j] = fit_symmetric(16, 32, x + 16 * j, nullptr, L + 16 * j);
             const float a = std::fabs(scales[j]);
             if (a > max_abs_scale) { max_abs_scale = a; max_scale = scales[j]; }
         }

@@ -1,0 +1,21 @@
+// weighted.h — quantization with an importance matrix (llama-quantize --imatrix).
+#pragma once
+
+#include <cstdint>
+
+#include "../ggml_type.h"
+
+namespace lp {
+
+// Whether t has an importance-weighted quantizer here (Q4_0, Q4_1, Q5_0, Q5_1,
+// Q4_K, Q5_K, Q6_K). Types llama.cpp quantizes the same with and without
+// weights (Q8_0, MXFP4, the float types) answer false: use their reference.
+bool has_weighted_quantizer(ggml_type t);
+
+// One row of n elements (a whole number of blocks) to dst, weighted by qw (the
+// importance matrix's n values for this row's columns), as llama.cpp's
+// quantizer does with an imatrix. Returns false where has_weighted_quantizer
+// is false.
+bool quantize_row_weighted(ggml_type t, const float* x, void* dst, int64_t n, const float* qw);
+
+}  // namespace lp
