@@ -268,8 +268,7 @@ def build_parser() -> argparse.ArgumentParser:
                                  "Q4_K_M, Q5_K_S, Q5_K_M, Q6_K, IQ4_NL, IQ4_XS, MXFP4_MOE, F16, BF16, F32 "
                                  "(or llama.cpp's file type id)")
     sp.add_argument("-t", "--threads", type=int, default=0, help="threads (default 0: every CPU)")
-    sp.add_argument("--imatrix", help="importance matrix (llama-imatrix's GGUF or legacy .dat) for Q4_0, Q4_1, "
-                                      "Q5_0, Q5_1, Q4_K, Q5_K, Q6_K tensors (others: an error)")
+    sp.add_argument("--imatrix", help="importance matrix file (llama-imatrix's GGUF or legacy .dat format)")
     sp.add_argument("--include-weights", action="append", metavar="NAME",
                     help="use the importance matrix only for tensors whose name contains NAME (repeatable)")
     sp.add_argument("--exclude-weights", action="append", metavar="NAME",

@@ -13,15 +13,16 @@ The output is written to ``OUT.tmp-XXXX`` beside ``OUT`` and renamed at the
 end: an error or Ctrl-C leaves no partial file. Tensors are cut into chunks of
 rows quantized on a thread pool; the engine releases the GIL while it works.
 
-With an importance matrix (``imatrix=``, GGUF or legacy .dat) the weights of
-Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K tensors are quantized by the
-engine's importance-weighted quantizers (llama.cpp's with an imatrix);
-Q8_0, MXFP4 and the float types ignore it, as there.
+With an importance matrix (``imatrix=``, llama-imatrix's GGUF or legacy .dat)
+the Q4_0, Q4_1, Q5_0, Q5_1, Q2_K ... Q6_K, IQ4_NL and IQ4_XS tensors are
+quantized by the engine's importance-weighted quantizers (llama.cpp's with an
+imatrix, byte-identical too); Q8_0, MXFP4 and the float types ignore it, as
+there. That also opens Q2_K_S, which llama.cpp refuses without one.
 
-Not supported (a clear error when asked): an importance matrix for Q2_K,
-Q3_K, IQ4_NL and IQ4_XS tensors (no weighted quantizer yet), the types that
-need an importance matrix (IQ1/IQ2/IQ3_XXS) and file types whose block
-formats the engine cannot write (IQ3_S, TQ1_0, ...), ``--keep-split``.
+Not supported (a clear error when asked): the block formats the engine
+cannot write (IQ1_S/M, IQ2_*, IQ3_XXS/S, TQ1_0/TQ2_0: the file types built on
+them fail unless every such tensor falls back to a type it writes),
+``--keep-split``.
 """
 from __future__ import annotations
 
@@ -137,21 +138,20 @@ def _check_writable(plans: Sequence[TensorPlan], infos: Mapping[str, Any], ft: F
         src = infos[p.name].type_name
         if p.type == src:
             continue
-        weights = _tensor_imatrix(p.name, infos[p.name], imatrix)
-        if weights is not None:
-            if p.type not in _IGNORE_IMATRIX and not _engine.type_info(p.type)["can_quantize_weighted"]:
-                raise ValueError(f"tensor {p.name} would be {p.type}: llamapy has no importance-weighted {p.type} "
-                                 "quantizer yet (with an importance matrix: Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, "
-                                 "Q6_K, Q8_0)")
-        elif requires_imatrix(p.name, p.type, ft) and imatrix is not None:
-            raise ValueError(f"missing importance matrix for tensor {p.name} in a very low-bit quantization "
-                             f"({p.type})")
         if requires_imatrix(p.name, p.type, ft) and imatrix is None:
             raise ValueError(f"{ft.name} needs an importance matrix: tensor {p.name} would be {p.type} "
                              "(llama.cpp refuses too without one)")
         if not _engine.type_info(p.type)["can_quantize"]:
             raise ValueError(f"{ft.name}: tensor {p.name} would be {p.type}, and llamapy cannot quantize to "
                              f"{p.type} yet")
+        weights = _tensor_imatrix(p.name, infos[p.name], imatrix)
+        if weights is not None:
+            if p.type not in _IGNORE_IMATRIX and not _engine.type_info(p.type)["can_quantize_weighted"]:
+                raise ValueError(f"tensor {p.name} would be {p.type}: llamapy has no importance-weighted {p.type} "
+                                 "quantizer yet")
+        elif requires_imatrix(p.name, p.type, ft) and imatrix is not None:
+            raise ValueError(f"missing importance matrix for tensor {p.name} in a very low-bit quantization "
+                             f"({p.type})")
         if src not in _FLOAT_INPUTS:
             if not allow_requantize:
                 raise ValueError(f"tensor {p.name} is already {src}: requantizing from type {src} is disabled "

@@ -73,8 +73,8 @@ OPTION_CASES = [
 IMATRICES = {"quantize/synth_llama-f16.gguf": "synth_llama.imatrix.gguf",
              "quantize/synth_moe8-f32.gguf": "synth_moe8.imatrix.dat",
              "moe/mixtral/mixtral-f16.gguf": "mixtral.imatrix.gguf"}
-IMATRIX_FTYPES = ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K_S", "Q4_K_M", "Q5_K_S", "Q5_K_M", "Q6_K",
-                  "MXFP4_MOE", "IQ4_XS", "Q3_K_M"]
+IMATRIX_FTYPES = ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q2_K_S", "Q3_K_S", "Q3_K_M", "Q3_K_L", "Q4_K_S",
+                  "Q4_K_M", "Q5_K_S", "Q5_K_M", "Q6_K", "IQ4_NL", "IQ4_XS", "MXFP4_MOE", "IQ2_XXS"]
 IMATRIX_CASES = [(inp, ft, {"imatrix": m}) for inp, m in IMATRICES.items() for ft in IMATRIX_FTYPES] + [
     ("quantize/synth_llama-f16.gguf", "Q4_K_M", {"imatrix": "synth_llama.imatrix.gguf",
                                                  "exclude_weights": ["ffn_down"]}),

@@ -19,6 +19,7 @@
 #include "../common.h"
 #include "../ggml_type.h"
 #include "blocks.h"
+#include "weighted.h"
 #include "neon_kernels.h"
 #include "simd_x86.h"
 
@@ -74,13 +75,15 @@ void fit_iq4(const float* x, const float* weight, float id, float* sumqx, float*
 // Best scale of one 32-element sub-block (0 for an all-but-zero one): start
 // from d = max/127, then try the 15 scales that put the largest value on the
 // table entries -127 + t (t = -7..7) and keep the best fit. Weights are x^2
-// (no importance matrix), so large values matter most.
-float best_scale_iq4(const float* x) {
+// without an importance matrix (large values matter most); with one, the
+// caller's importance·sqrt(σ² + x²) (weighted.cpp's convention).
+float best_scale_iq4(const float* x, const float* weights_or_null) {
     constexpr int ntry = 7;
-    float weight[32];
+    float x2[32];
+    const float* weight = weights_or_null ? weights_or_null : x2;
     float amax = 0, max = 0;
     for (int j = 0; j < 32; ++j) {
-        weight[j] = x[j] * x[j];
+        x2[j] = x[j] * x[j];
         const float ax = std::fabs(x[j]);
         if (ax > amax) { amax = ax; max = x[j]; }
     }
@@ -88,7 +91,7 @@ float best_scale_iq4(const float* x) {
     float d = -max / kvalues_iq4[0];
     float sumqx, sumq2;
     fit_iq4(x, weight, 1 / d, &sumqx, &sumq2, nullptr);
-    d = sumqx / sumq2;
+    d = sumq2 > 0 ? sumqx / sumq2 : 0.f;  // 0 weights (an importance matrix's unused expert): no fit
     float best = d * sumqx;
     for (int itry = -ntry; itry <= ntry; ++itry) {
         fit_iq4(x, weight, (itry + kvalues_iq4[0]) / max, &sumqx, &sumq2, nullptr);
@@ -106,10 +109,20 @@ void pack_iq4(const uint8_t* L, uint8_t* qs) {
     for (int j = 0; j < 16; ++j) qs[j] = (uint8_t)(L[j] | (L[j + 16] << 4));
 }
 
-void quantize_row_iq4_nl_ref(const float* x, void* dst, int64_t n) {
+// Importance weights of n elements: qw·sqrt(σ² + x²), σ² = 2·mean(x²) over them.
+void iq4_weights(const float* x, const float* qw, int n_super, const float* sub, float* w) {
+    float sigma2 = 0;
+    for (int j = 0; j < n_super; ++j) sigma2 += x[j] * x[j];
+    sigma2 *= 2.f / n_super;
+    for (int j = 0; j < 32; ++j) w[j] = qw[j] * std::sqrt(sigma2 + sub[j] * sub[j]);
+}
+
+void quantize_iq4_nl(const float* x, void* dst, int64_t n, const float* qw) {
     auto* y = static_cast<block_iq4_nl*>(dst);
     for (int64_t ib = 0; ib < n / QK4_NL; ++ib, x += QK4_NL) {
-        const float d = best_scale_iq4(x);
+        float w[32];
+        if (qw) iq4_weights(x, qw + QK4_NL * ib, QK4_NL, x, w);
+        const float d = best_scale_iq4(x, qw ? w : nullptr);
         const float id = d != 0 ? 1 / d : 0.0f;
         uint8_t L[32];
         for (int j = 0; j < 32; ++j) L[j] = (uint8_t)best_index_iq4(id * x[j]);
@@ -122,13 +135,15 @@ void quantize_row_iq4_nl_ref(const float* x, void* dst, int64_t n) {
 // scale d = -max_scale/32 (max_scale: the sub-block scale of largest
 // magnitude), then each sub-block's indices are re-picked for its quantized
 // scale d * l.
-void quantize_row_iq4_xs_ref(const float* x, void* dst, int64_t n) {
+void quantize_iq4_xs(const float* x, void* dst, int64_t n, const float* qw) {
     auto* y = static_cast<block_iq4_xs*>(dst);
     for (int64_t ibl = 0; ibl < n / QK_K; ++ibl, x += QK_K) {
         float scales[QK_K / 32];
         float max_scale = 0, amax_scale = 0;
         for (int ib = 0; ib < QK_K / 32; ++ib) {
-            scales[ib] = best_scale_iq4(x + 32 * ib);
+            float w[32];
+            if (qw) iq4_weights(x, qw + QK_K * ibl + 32 * ib, QK_K, x + 32 * ib, w);
+            scales[ib] = best_scale_iq4(x + 32 * ib, qw ? w : nullptr);
             if (std::fabs(scales[ib]) > amax_scale) { amax_scale = std::fabs(scales[ib]); max_scale = scales[ib]; }
         }
         block_iq4_xs& b = y[ibl];
@@ -149,6 +164,9 @@ void quantize_row_iq4_xs_ref(const float* x, void* dst, int64_t n) {
         }
     }
 }
+
+void quantize_row_iq4_nl_ref(const float* x, void* dst, int64_t n) { quantize_iq4_nl(x, dst, n, nullptr); }
+void quantize_row_iq4_xs_ref(const float* x, void* dst, int64_t n) { quantize_iq4_xs(x, dst, n, nullptr); }
 
 // Sub-block scale of an IQ4_XS super-block, -32..31.
 inline int iq4_xs_scale(const block_iq4_xs& b, int ib) {
@@ -378,6 +396,13 @@ struct iq4_xs_q8_k_avx512 {
 #endif  // LP_HAVE_AVX512
 
 }  // namespace
+
+void quantize_row_iq4_nl_weighted(const float* x, void* dst, int64_t n, const float* qw) {
+    quantize_iq4_nl(x, dst, n, qw);
+}
+void quantize_row_iq4_xs_weighted(const float* x, void* dst, int64_t n, const float* qw) {
+    quantize_iq4_xs(x, dst, n, qw);
+}
 
 void register_iquant_types(type_traits* table, isa level) {
     type_traits& nl = table[(int)ggml_type::IQ4_NL];

@@ -56,21 +56,7 @@ inline void k4_unpack_scales(const uint8_t* s, uint8_t sc[8], uint8_t mn[8]) {
 // Q3_K packs sixteen 6-bit scales (stored +32) into 12 bytes: the low nibbles
 // of scales 0-7 in the low halves of bytes 0-7, of scales 8-15 in the high
 // halves; the top 2 bits of scale j in byte 8 + j%4 at bit 2·(j/4).
-inline void q3k_unpack_scales(const uint8_t* s, int8_t out[16]) {
-    for (int j = 0; j < 16; ++j) {
-        const int lo = j < 8 ? s[j] & 0xF : s[j - 8] >> 4;
-        const int hi = (s[8 + j % 4] >> (2 * (j / 4))) & 3;
-        out[j] = (int8_t)((lo | (hi << 4)) - 32);
-    }
-}
 
-inline void q3k_pack_scales(const int l[16], uint8_t* s) {  // l in [0, 63]
-    std::memset(s, 0, 12);
-    for (int j = 0; j < 16; ++j) {
-        s[j % 8] |= (uint8_t)((l[j] & 0xF) << (j < 8 ? 0 : 4));
-        s[8 + j % 4] |= (uint8_t)((l[j] >> 4) << (2 * (j / 4)));
-    }
-}
 
 // The 2-bit fields of Q2_K and Q3_K: weight h·128 + j·32 + k sits in bits 2j
 // of byte h·32 + k. Q6_K's upper 2 bits use the same pattern.
@@ -270,14 +256,6 @@ float fit_q3(int n, int nmax, const float* x, int8_t* L) {
     return suml2 > 0.0f ? sumlx / suml2 : 0.0f;
 }
 
-// Packs 2-bit values L[0..255] (weight order) into the crumb layout of Q2_K/Q3_K.
-void pack_crumbs(const uint8_t* L, uint8_t* qs) {
-    for (int h = 0; h < 2; ++h)
-        for (int k = 0; k < 32; ++k) {
-            const uint8_t* l = L + 128 * h + k;
-            qs[32 * h + k] = (uint8_t)(l[0] | (l[32] << 2) | (l[64] << 4) | (l[96] << 6));
-        }
-}
 
 void quantize_q2_k_ref(const float* x, void* dst, int64_t n) {
     auto* y = static_cast<block_q2_K*>(dst);
@@ -307,14 +285,7 @@ void quantize_q2_k_ref(const float* x, void* dst, int64_t n) {
         } else {
             y[i].dmin = fp32_to_fp16(0.f);
         }
-        // Requantize against the scales as stored (4-bit, fp16 d), not the fitted ones.
-        for (int j = 0; j < 16; ++j) {
-            const float d = fp16_to_fp32(y[i].d) * (y[i].scales[j] & 0xF);
-            if (!d) continue;
-            const float dm = fp16_to_fp32(y[i].dmin) * (y[i].scales[j] >> 4);
-            for (int l = 0; l < 16; ++l) L[16 * j + l] = (uint8_t)clamp_int(nearest_int((x[16 * j + l] + dm) / d), 0, 3);
-        }
-        pack_crumbs(L, y[i].qs);
+        store_q2_k_quants(x, L, y[i]);
     }
 }
 
@@ -342,21 +313,7 @@ void quantize_q3_k_ref(const float* x, void* dst, int64_t n) {
         } else {
             y[i].d = fp32_to_fp16(0.f);
         }
-        int8_t sc[16];
-        q3k_unpack_scales(y[i].scales, sc);
-        for (int j = 0; j < 16; ++j) {
-            const float d = fp16_to_fp32(y[i].d) * sc[j];
-            if (!d) continue;
-            for (int l = 0; l < 16; ++l) L[16 * j + l] = (int8_t)(clamp_int(nearest_int(x[16 * j + l] / d), -4, 3) + 4);
-        }
-        // L is in [0, 7]: bit 2 goes to hmask (bit e/32 of byte e%32), the rest to qs.
-        std::memset(y[i].hmask, 0, QK_K / 8);
-        uint8_t low[QK_K];
-        for (int e = 0; e < QK_K; ++e) {
-            if (L[e] > 3) y[i].hmask[e % 32] |= (uint8_t)(1 << (e / 32));
-            low[e] = (uint8_t)(L[e] & 3);
-        }
-        pack_crumbs(low, y[i].qs);
+        store_q3_k_quants(x, L, y[i]);
     }
 }
 

@@ -1,7 +1,8 @@
-// kquants_fit.h — the scale fits shared by the reference quantizers
-// (kquants.cpp) and the importance-weighted ones (weighted.cpp): llama.cpp's
-// rounding and its searches for block scales, step for step and in the same
-// float operation order, so that the quants are the ones llama.cpp writes.
+// kquants_fit.h — what the reference quantizers (kquants.cpp) and the
+// importance-weighted ones (weighted.cpp) share: llama.cpp's rounding, its
+// searches for block scales (step for step and in the same float operation
+// order, so that the quants are the ones llama.cpp writes) and the K-quant
+// scale and quant packing.
 #pragma once
 
 #include <cmath>
@@ -10,6 +11,7 @@
 #include <algorithm>
 
 #include "../common.h"
+#include "blocks.h"
 
 namespace lp {
 namespace qfit {
@@ -216,6 +218,65 @@ inline float fit_levels(int n, int nmax, const float* x, const float* w, uint8_t
         if (!n_changed) break;
     }
     return suml2 > 0.0f ? sumlx / suml2 : 0.0f;
+}
+
+// Q3_K's sixteen 6-bit scales (stored + 32) in 12 bytes: low nibbles in bytes
+// 0-7 (scales 8-15 in the high nibble), top 2 bits in bytes 8-11.
+inline void q3k_unpack_scales(const uint8_t* s, int8_t out[16]) {
+    for (int j = 0; j < 16; ++j) {
+        const int lo = j < 8 ? s[j] & 0xF : s[j - 8] >> 4;
+        const int hi = (s[8 + j % 4] >> (2 * (j / 4))) & 3;
+        out[j] = (int8_t)((lo | (hi << 4)) - 32);
+    }
+}
+
+inline void q3k_pack_scales(const int l[16], uint8_t* s) {  // l in [0, 63]
+    std::memset(s, 0, 12);
+    for (int j = 0; j < 16; ++j) {
+        s[j % 8] |= (uint8_t)((l[j] & 0xF) << (j < 8 ? 0 : 4));
+        s[8 + j % 4] |= (uint8_t)((l[j] >> 4) << (2 * (j / 4)));
+    }
+}
+
+// Packs 2-bit values L[0..255] (weight order) into the crumb layout of Q2_K/Q3_K.
+inline void pack_crumbs(const uint8_t* L, uint8_t* qs) {
+    for (int h = 0; h < 2; ++h)
+        for (int k = 0; k < 32; ++k) {
+            const uint8_t* l = L + 128 * h + k;
+            qs[32 * h + k] = (uint8_t)(l[0] | (l[32] << 2) | (l[64] << 4) | (l[96] << 6));
+        }
+}
+
+// Q2_K's quants against the scales as stored (4-bit, fp16 d and dmin), not the
+// fitted ones; L (QK_K) is the scratch for them.
+inline void store_q2_k_quants(const float* x, uint8_t* L, block_q2_K& b) {
+    for (int j = 0; j < 16; ++j) {
+        const float d = fp16_to_fp32(b.d) * (b.scales[j] & 0xF);
+        if (!d) continue;
+        const float dm = fp16_to_fp32(b.dmin) * (b.scales[j] >> 4);
+        for (int l = 0; l < 16; ++l) L[16 * j + l] = (uint8_t)clamp_int(nearest_int((x[16 * j + l] + dm) / d), 0, 3);
+    }
+    pack_crumbs(L, b.qs);
+}
+
+// Q3_K's quants against the scales as stored; L in [0, 7]: bit 2 goes to
+// hmask (bit e/32 of byte e%32), the rest to qs. Blocks whose stored scale is
+// 0 keep the levels of their fit, which L holds on entry (as in llama.cpp).
+inline void store_q3_k_quants(const float* x, int8_t* L, block_q3_K& b) {
+    int8_t sc[16];
+    q3k_unpack_scales(b.scales, sc);
+    for (int j = 0; j < 16; ++j) {
+        const float d = fp16_to_fp32(b.d) * sc[j];
+        if (!d) continue;
+        for (int l = 0; l < 16; ++l) L[16 * j + l] = (int8_t)(clamp_int(nearest_int(x[16 * j + l] / d), -4, 3) + 4);
+    }
+    std::memset(b.hmask, 0, QK_K / 8);
+    uint8_t low[QK_K];
+    for (int e = 0; e < QK_K; ++e) {
+        if (L[e] > 3) b.hmask[e % 32] |= (uint8_t)(1 << (e / 32));
+        low[e] = (uint8_t)(L[e] & 3);
+    }
+    pack_crumbs(low, b.qs);
 }
 
 }  // namespace qfit

@@ -8,8 +8,8 @@
 // are the ones it writes (tests/test_quantize_llama_cpp.py).
 //
 // Not here: quantization without weights (kquants.cpp, legacy.cpp), the
-// importance matrix files (llamapy/imatrix.py). Q2_K, Q3_K and IQ4_NL/XS have
-// no weighted variant yet.
+// importance matrix files (llamapy/imatrix.py), the IQ4 ones (iquants.cpp,
+// which share its search).
 #include "weighted.h"
 
 #include <cmath>
@@ -180,6 +180,60 @@ void quantize_q6_k_weighted(const float* x, void* dst, int64_t n, const float* q
     }
 }
 
+// Q2_K: 16-element scale-min fits with weights qw·sqrt(σ² + x²) (σ² the
+// super-block's mean square, without the factor 2 of the others), their
+// scales and mins as 4-bit levels fitted with the blocks' weight sums.
+void quantize_q2_k_weighted(const float* x, void* dst, int64_t n, const float* qw) {
+    auto* y = static_cast<block_q2_K*>(dst);
+    for (int64_t i = 0; i < n / QK_K; ++i, x += QK_K, qw += QK_K) {
+        uint8_t L[QK_K];
+        float w[16], sw[16], mins[16], scales[16];
+        float sum_x2 = 0;
+        for (int j = 0; j < QK_K; ++j) sum_x2 += x[j] * x[j];
+        const float sigma2 = sum_x2 / QK_K;
+        for (int j = 0; j < 16; ++j) {
+            block_weights(16, x + 16 * j, qw + 16 * j, sigma2, w);
+            sw[j] = 0;
+            for (int l = 0; l < 16; ++l) sw[j] += w[l];
+            scales[j] = fit_scale_min(16, 3, x + 16 * j, w, L + 16 * j, &mins[j], -0.9f, 0.05f, 36, false);
+        }
+        uint8_t ls[16], lm[16];
+        const float dm = fit_levels(16, 15, scales, sw, ls);
+        const float mm = fit_levels(16, 15, mins, sw, lm);
+        y[i].d = fp32_to_fp16(dm);
+        y[i].dmin = fp32_to_fp16(mm);
+        for (int j = 0; j < 16; ++j) y[i].scales[j] = (uint8_t)(ls[j] | (lm[j] << 4));
+        store_q2_k_quants(x, L, y[i]);
+    }
+}
+
+// Q3_K: 16-element symmetric fits weighted by qw·sqrt(σ² + x²), their scales
+// as 6-bit levels of one fp16 scale fitted with the blocks' weight sums.
+void quantize_q3_k_weighted(const float* x, void* dst, int64_t n, const float* qw) {
+    auto* y = static_cast<block_q3_K*>(dst);
+    for (int64_t i = 0; i < n / QK_K; ++i, x += QK_K, qw += QK_K) {
+        int8_t L[QK_K];
+        float w[16], sw[16], scales[16];
+        float sum_x2 = 0;
+        for (int j = 0; j < QK_K; ++j) sum_x2 += x[j] * x[j];
+        const float sigma2 = 2 * sum_x2 / QK_K;
+        for (int j = 0; j < 16; ++j) {
+            block_weights(16, x + 16 * j, qw + 16 * j, sigma2, w);
+            float sumw = 0;
+            for (int l = 0; l < 16; ++l) sumw += w[l];
+            sw[j] = sumw;
+            scales[j] = fit_symmetric(16, 4, x + 16 * j, w, L + 16 * j);
+        }
+        int8_t ls8[16];
+        const float d_block = fit_symmetric(16, 32, scales, sw, ls8);
+        int ls[16];
+        for (int j = 0; j < 16; ++j) ls[j] = ls8[j];
+        q3k_pack_scales(ls, y[i].scales);
+        y[i].d = fp32_to_fp16(d_block);
+        store_q3_k_quants(x, L, y[i]);
+    }
+}
+
 using weighted_fn = void (*)(const float*, void*, int64_t, const float*);
 
 weighted_fn weighted_for(ggml_type t) {
@@ -188,9 +242,13 @@ weighted_fn weighted_for(ggml_type t) {
         case ggml_type::Q5_0: return quantize_symmetric_32<block_q5_0, 16>;
         case ggml_type::Q4_1: return quantize_affine_32<block_q4_1, 15>;
         case ggml_type::Q5_1: return quantize_affine_32<block_q5_1, 31>;
+        case ggml_type::Q2_K: return quantize_q2_k_weighted;
+        case ggml_type::Q3_K: return quantize_q3_k_weighted;
         case ggml_type::Q4_K: return quantize_q4_k_weighted;
         case ggml_type::Q5_K: return quantize_q5_k_weighted;
         case ggml_type::Q6_K: return quantize_q6_k_weighted;
+        case ggml_type::IQ4_NL: return quantize_row_iq4_nl_weighted;
+        case ggml_type::IQ4_XS: return quantize_row_iq4_xs_weighted;
         default: return nullptr;
     }
 }

@@ -8,7 +8,7 @@
 namespace lp {
 
 // Whether t has an importance-weighted quantizer here (Q4_0, Q4_1, Q5_0, Q5_1,
-// Q4_K, Q5_K, Q6_K). Types llama.cpp quantizes the same with and without
+// Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS). Types llama.cpp quantizes the same with and without
 // weights (Q8_0, MXFP4, the float types) answer false: use their reference.
 bool has_weighted_quantizer(ggml_type t);
 
@@ -17,5 +17,9 @@ bool has_weighted_quantizer(ggml_type t);
 // quantizer does with an imatrix. Returns false where has_weighted_quantizer
 // is false.
 bool quantize_row_weighted(ggml_type t, const float* x, void* dst, int64_t n, const float* qw);
+
+// The IQ4 ones live with their family (iquants.cpp).
+void quantize_row_iq4_nl_weighted(const float* x, void* dst, int64_t n, const float* qw);
+void quantize_row_iq4_xs_weighted(const float* x, void* dst, int64_t n, const float* qw);
 
 }  // namespace lp
