@@ -140,7 +140,7 @@ def _cmd_quantize(args: argparse.Namespace) -> int:
                             allow_requantize=args.allow_requantize, tensor_types=tensor_types,
                             kv_overrides=args.override_kv or (), keep_split=args.keep_split,
                             progress=not args.no_progress)
-    print(f"wrote {result.path} ({result.file_type}): {result.bytes_in / 2**20:.2f} MiB -> "
+    print(f"wrote {', '.join(result.paths)} ({result.file_type}): {result.bytes_in / 2**20:.2f} MiB -> "
           f"{result.bytes_out / 2**20:.2f} MiB")
     return 0
 
@@ -258,7 +258,8 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("-v", "--verbose", action="store_true", help="list the tensors written")
     sp.set_defaults(func=_cmd_convert)
 
-    sp = sub.add_parser("quantize", help="quantize a GGUF model to a file type (Q4_K_M, Q8_0, ...), like llama-quantize",
+    sp = sub.add_parser("quantize",
+                        help="quantize a GGUF model to a file type (Q4_K_M, Q8_0, ...), like llama-quantize",
                         description="Quantize a GGUF model with llama-quantize's per-tensor choices; the output is "
                                     "byte-identical to llama.cpp's. It is written to OUT.tmp-XXXX and renamed at "
                                     "the end.")
@@ -282,7 +283,8 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--allow-requantize", action="store_true", help="allow quantizing already quantized tensors")
     sp.add_argument("--override-kv", action="append", metavar="KEY=TYPE:VALUE",
                     help="set a metadata key (TYPE int, float, bool or str; repeatable)")
-    sp.add_argument("--keep-split", action="store_true", help="one output per input part (not supported yet)")
+    sp.add_argument("--keep-split", action="store_true",
+                    help="one output per part of a split input: OUT-00001-of-0000N.gguf, ...")
     sp.add_argument("--no-progress", action="store_true", help="no progress line on stderr")
     sp.set_defaults(func=_cmd_quantize)
 

@@ -21,8 +21,10 @@ there. That also opens Q2_K_S, which llama.cpp refuses without one.
 
 Not supported (a clear error when asked): the block formats the engine
 cannot write (IQ1_S/M, IQ2_*, IQ3_XXS/S, TQ1_0/TQ2_0: the file types built on
-them fail unless every such tensor falls back to a type it writes),
-``--keep-split``.
+them fail unless every such tensor falls back to a type it writes).
+
+``keep_split``: one output per part of a split input (llama-quantize's
+--keep-split), named OUT-0000k-of-0000N.gguf, in the input's tensor order.
 """
 from __future__ import annotations
 
@@ -31,7 +33,7 @@ import os
 import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import IO, Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -67,6 +69,7 @@ class QuantizeResult:
     bytes_in: int
     bytes_out: int
     types: Dict[str, str]   # tensor name -> the type written
+    paths: List[str] = field(default_factory=list)  # every file written (several with keep_split)
 
 
 def parse_kv_override(text: str) -> Tuple[str, str, Any]:
@@ -284,14 +287,14 @@ def quantize_model(
     importance matrix file) with ``include_weights`` / ``exclude_weights``
     (name substrings of the entries to use / drop),
     ``allow_requantize``, ``tensor_types`` ((regex, type) pairs, first match
-    wins: its --tensor-type), ``kv_overrides`` ("KEY=TYPE:VALUE" strings).
+    wins: its --tensor-type), ``kv_overrides`` ("KEY=TYPE:VALUE" strings),
+    ``keep_split`` (one output per part of a split input, named as
+    llama-quantize names them).
     ``n_threads`` <= 0: every CPU. ``progress``: True for a progress line on
     stderr, or a stream. Returns what was written; raises ValueError naming
     what it cannot do (nothing is written then)."""
     if (include_weights or exclude_weights) and imatrix is None:
         raise ValueError("--include-weights / --exclude-weights need --imatrix")
-    if keep_split:
-        raise NotImplementedError("--keep-split is not supported yet: the output is one file")
     ft = file_type(ftype)
     overrides = [parse_kv_override(o) if isinstance(o, str) else tuple(o) for o in kv_overrides]
     imat = None
@@ -316,60 +319,93 @@ def quantize_model(
     with GGUFFile(input_path) as src:
         facts = ModelFacts.from_metadata(src.metadata)
         infos = {t.name: t for t in src.tensors}
-        names = weight_order(list(infos))
+        if keep_split:  # llama.cpp keeps the input's parts and order (the counters follow it)
+            names = sorted(infos, key=lambda n: (infos[n].part, infos[n].offset))
+            n_split = max(infos[n].part for n in names) + 1 if names else 1
+        else:
+            names, n_split = weight_order(list(infos)), 1
         shapes = [TensorShape(n, infos[n].type_name, tuple(infos[n].ne)) for n in names]
         plans = plan_types(facts, ft, shapes, opts)
         _check_writable(plans, infos, ft, allow_requantize, imat if imat is not None and imat.values else None)
 
         alignment = int(src.metadata.get("general.alignment", DEFAULT_ALIGNMENT))
-        entries, sizes, offset = [], [], 0
-        for shape, plan in zip(shapes, plans):
-            n_rows = int(np.prod(shape.ne[1:], dtype=np.int64)) if len(shape.ne) > 1 else 1
-            size = n_rows * _engine.row_size(plan.type, shape.ne[0])
-            ne = list(shape.ne[:shape.n_dims])
-            entries.append((plan.name, ne, _engine.type_info(plan.type)["id"], offset))
-            sizes.append(size)
-            offset += align_up(size, alignment)
-        head = header_bytes(_metadata(src, ft, overrides), entries, alignment)
+        metadata = _metadata(src, ft, overrides)
+        outputs = _split_paths(output_path, n_split) if keep_split else [output_path]
+        # per output file: (header, [(index into plans, size)])
+        files = []
+        for k in range(len(outputs)):
+            members = [i for i, n in enumerate(names) if not keep_split or infos[n].part == k]
+            entries, sizes, offset = [], [], 0
+            for i in members:
+                shape, plan = shapes[i], plans[i]
+                n_rows = int(np.prod(shape.ne[1:], dtype=np.int64)) if len(shape.ne) > 1 else 1
+                size = n_rows * _engine.row_size(plan.type, shape.ne[0])
+                entries.append((plan.name, list(shape.ne[:shape.n_dims]), _engine.type_info(plan.type)["id"], offset))
+                sizes.append((i, size))
+                offset += align_up(size, alignment)
+            kvs = metadata if k == 0 else []
+            if n_split > 1:
+                kvs = kvs + [("split.no", "u16", k), ("split.count", "u16", n_split),
+                             ("split.tensors.count", "i32", len(names))]
+            files.append((header_bytes(kvs, entries, alignment), sizes))
 
-        folder = os.path.dirname(os.path.abspath(output_path))
-        fd, tmp = tempfile.mkstemp(prefix=os.path.basename(output_path) + ".tmp-", dir=folder)
         bar = _Progress(len(plans), stream)
         pool = ThreadPoolExecutor(n_threads) if n_threads > 1 else None
+        tmps: List[str] = []
+        done = 0
         try:
-            with os.fdopen(fd, "wb") as out:
-                out.write(head)
-                for i, (shape, plan, size) in enumerate(zip(shapes, plans, sizes), 1):
-                    info = infos[plan.name]
-                    raw = src.tensor(plan.name)
-                    if plan.type == info.type_name:
-                        out.write(raw.tobytes())
-                        written = raw.nbytes
-                    else:
-                        written = 0
-                        weights = _tensor_imatrix(plan.name, info, imat)
-                        for chunk in _quantize_rows(pool, raw, info.type_name, plan.type, shape.ne[0], weights):
-                            out.write(chunk)
-                            written += len(chunk)
-                    if written != size:
-                        raise RuntimeError(f"{plan.name}: wrote {written} bytes, expected {size}")
-                    out.write(b"\0" * (align_up(size, alignment) - size))
-                    bar.update(i, plan.name, info.type_name, plan.type)
-                    logger.debug("%s: %s -> %s", plan.name, info.type_name, plan.type)
-            os.replace(tmp, output_path)
+            for path, (head, members) in zip(outputs, files):
+                folder = os.path.dirname(os.path.abspath(path))
+                fd, tmp = tempfile.mkstemp(prefix=os.path.basename(path) + ".tmp-", dir=folder)
+                tmps.append(tmp)
+                with os.fdopen(fd, "wb") as out:
+                    out.write(head)
+                    for i, size in members:
+                        _write_tensor(out, src, infos[names[i]], plans[i], size, alignment, pool, imat)
+                        done += 1
+                        bar.update(done, names[i], infos[names[i]].type_name, plans[i].type)
+            for tmp, path in zip(tmps, outputs):  # all parts written: now they replace any old ones
+                os.replace(tmp, path)
         except BaseException:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
+            for tmp in tmps:
+                try:
+                    os.unlink(tmp)
+                except OSError:
+                    pass
             raise
         finally:
             if pool is not None:
                 pool.shutdown(wait=True, cancel_futures=True)
             bar.close()
         bytes_in = src.size
-    result = QuantizeResult(output_path, ft.name, len(plans), bytes_in, os.path.getsize(output_path),
-                            {p.name: p.type for p in plans})
-    logger.info("quantized %s to %s (%s): %.2f MiB -> %.2f MiB", os.fspath(input_path), output_path, ft.name,
+    result = QuantizeResult(outputs[0], ft.name, len(plans), bytes_in, sum(os.path.getsize(p) for p in outputs),
+                            {p.name: p.type for p in plans}, outputs)
+    logger.info("quantized %s to %s (%s): %.2f MiB -> %.2f MiB", os.fspath(input_path), outputs[0], ft.name,
                 result.bytes_in / 2**20, result.bytes_out / 2**20)
     return result
+
+
+def _split_paths(output_path: str, n_split: int) -> List[str]:
+    """llama-quantize's names with --keep-split: OUT without its .gguf, then
+    -00001-of-0000N.gguf per part (also for a single part)."""
+    prefix = output_path[:-5] if output_path.endswith(".gguf") else output_path
+    return [f"{prefix}-{k + 1:05d}-of-{n_split:05d}.gguf" for k in range(n_split)]
+
+
+def _write_tensor(out: IO[bytes], src: GGUFFile, info: Any, plan: TensorPlan, size: int, alignment: int,
+                  pool: Optional[ThreadPoolExecutor], imat: Optional[ImportanceMatrix]) -> None:
+    """One tensor's data in its planned type, then the padding to ``alignment``."""
+    raw = src.tensor(plan.name)
+    if plan.type == info.type_name:
+        out.write(raw.tobytes())
+        written = raw.nbytes
+    else:
+        written = 0
+        weights = _tensor_imatrix(plan.name, info, imat)
+        for chunk in _quantize_rows(pool, raw, info.type_name, plan.type, info.ne[0], weights):
+            out.write(chunk)
+            written += len(chunk)
+    if written != size:
+        raise RuntimeError(f"{plan.name}: wrote {written} bytes, expected {size}")
+    out.write(b"\0" * (align_up(size, alignment) - size))
+    logger.debug("%s: %s -> %s", plan.name, info.type_name, plan.type)

@@ -73,6 +73,28 @@ def test_interrupt_leaves_no_file(tmp_path, monkeypatch):
     assert out.read_bytes() == b"previous"
 
 
+def test_interrupted_split_leaves_no_part(tmp_path, monkeypatch):
+    calls = []
+    real = qm._quantize_rows
+
+    def interrupted(*args, **kw):
+        calls.append(1)
+        if len(calls) == 15:  # in the second part
+            raise KeyboardInterrupt
+        return real(*args, **kw)
+
+    monkeypatch.setattr(qm, "_quantize_rows", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        qm.quantize_model(DATA / "quantize" / "synth_split-00001-of-00003.gguf", tmp_path / "out.gguf", "Q8_0",
+                          keep_split=True)
+    assert list(tmp_path.iterdir()) == []
+    monkeypatch.setattr(qm, "_quantize_rows", real)
+    r = qm.quantize_model(DATA / "quantize" / "synth_split-00001-of-00003.gguf", tmp_path / "out.gguf", "Q8_0",
+                          keep_split=True)
+    assert [pathlib.Path(p).name for p in r.paths] == [f"out-0000{k}-of-00003.gguf" for k in (1, 2, 3)]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [pathlib.Path(p).name for p in r.paths]
+
+
 @pytest.mark.parametrize("ftype, message", [
     ("IQ3_S", "cannot quantize to IQ3_S"), ("IQ3_M", "cannot quantize to IQ3_S"), ("TQ2_0", "cannot quantize to TQ2_0"),
     ("IQ2_XXS", "needs an importance matrix"), ("Q2_K_S", "needs an importance matrix"),
@@ -85,8 +107,6 @@ def test_file_types_it_cannot_write(ftype, message, tmp_path):
 
 
 def test_options_that_are_not_supported(tmp_path):
-    with pytest.raises(NotImplementedError, match="keep-split"):
-        qm.quantize_model(SYNTH, tmp_path / "o.gguf", "Q4_K_M", keep_split=True)
     with pytest.raises(ValueError, match="cannot quantize to IQ2_XXS"):
         qm.quantize_model(SYNTH, tmp_path / "o.gguf", "Q4_K_M", output_tensor_type="IQ2_XXS")
     with pytest.raises(ValueError, match="unknown tensor type"):

@@ -81,6 +81,11 @@ IMATRIX_CASES = [(inp, ft, {"imatrix": m}) for inp, m in IMATRICES.items() for f
     ("quantize/synth_llama-f16.gguf", "Q4_0", {"imatrix": "synth_llama.imatrix.gguf",
                                                "include_weights": ["attn_"]}),
 ]
+# A model split in three parts (gguf-py's split writer): one output, or one per part (keep_split).
+SPLIT_INPUT = "quantize/synth_split-00001-of-00003.gguf"
+SPLIT_CASES = [(SPLIT_INPUT, "Q4_K_M", {}), (SPLIT_INPUT, "Q4_K_M", {"keep_split": True}),
+               (SPLIT_INPUT, "Q8_0", {"keep_split": True}),
+               ("quantize/synth_llama-f16.gguf", "Q4_K_M", {"keep_split": True})]
 # Requantizing a quantized input: refused without allow_requantize, done with it.
 REQUANT_CASES = [
     ("dense/olmo2/olmo2-q8_0.gguf", "Q4_0", {}),
@@ -99,6 +104,7 @@ def all_cases():
     yield from OPTION_CASES
     yield from REQUANT_CASES
     yield from IMATRIX_CASES
+    yield from SPLIT_CASES
 
 
 def case_key(inp: str, ft: str, opts: dict) -> str:
@@ -297,6 +303,25 @@ def make_inputs() -> None:
         w.write_tensors_to_file()
         w.close()
     write_imatrices()
+
+    # split: 4 blocks of a GQA-4 llama, 10 tensors a part, in an order unlike llama.cpp's
+    w = gguf.GGUFWriter(str(OUT_DIR / "synth_split.gguf"), "llama", split_max_tensors=10)
+    for key, add in (("block_count", w.add_block_count), ("context_length", w.add_context_length),
+                     ("embedding_length", w.add_embedding_length), ("feed_forward_length", w.add_feed_forward_length)):
+        add({"block_count": 4, "context_length": 256, "embedding_length": 256, "feed_forward_length": 512}[key])
+    w.add_head_count(8)
+    w.add_head_count_kv(2)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_tensor("token_embd.weight", _rows(rng, (8, 256)).astype(f16))
+    for i in reversed(range(4)):
+        p = f"blk.{i}."
+        for t, cols in (("ffn_down", 512), ("attn_v", 256), ("attn_q", 256), ("ffn_up", 256), ("attn_k", 256)):
+            w.add_tensor(p + t + ".weight", _rows(rng, (4, cols)).astype(f16))
+    w.add_tensor("output.weight", _rows(rng, (8, 256)).astype(f16))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
     del gguf
 
 
@@ -325,6 +350,7 @@ def quantize_with_llama_cpp(inp: str, out: str, ft: str, opts: dict) -> bool:
     p.pure = bool(opts.get("pure", False))
     p.quantize_output_tensor = not opts.get("leave_output_tensor", False)
     p.allow_requantize = bool(opts.get("allow_requantize", False))
+    p.keep_split = bool(opts.get("keep_split", False))
     if "output_tensor_type" in opts:
         p.output_tensor_type = GGML[opts["output_tensor_type"]]
     if "token_embedding_type" in opts:
@@ -358,8 +384,10 @@ def quantize_with_llama_cpp(inp: str, out: str, ft: str, opts: dict) -> bool:
         arr[len(values)].name = None
         p.imatrix = ctypes.cast(arr, type(p.imatrix))
         keep.append(arr)
-        kv_overrides += [f"quantize.imatrix.file=str:{opts['imatrix']}", f"quantize.imatrix.dataset=str:{datasets[0]}",
-                         f"quantize.imatrix.entries_count=int:{len(values)}", f"quantize.imatrix.chunks_count=int:{chunks}"]
+        kv_overrides += [f"quantize.imatrix.file=str:{opts['imatrix']}",
+                         f"quantize.imatrix.dataset=str:{datasets[0]}",
+                         f"quantize.imatrix.entries_count=int:{len(values)}",
+                         f"quantize.imatrix.chunks_count=int:{chunks}"]
     if kv_overrides:
         arr = (llama_cpp.llama_model_kv_override * (len(kv_overrides) + 1))()
         for i, text in enumerate(kv_overrides):
@@ -388,9 +416,15 @@ def record() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for inp, ft, opts in all_cases():
             out = os.path.join(tmp, "out.gguf")
-            ok = quantize_with_llama_cpp(str(DATA / inp), out, ft, opts)
+            # with keep_split the library takes the name without .gguf (llama-quantize strips it)
+            ok = quantize_with_llama_cpp(str(DATA / inp), out[:-5] if opts.get("keep_split") else out, ft, opts)
             entry = {"input": inp, "ftype": ft, "options": opts, "ok": ok}
-            if ok:
+            if ok and opts.get("keep_split"):
+                parts = sorted(f for f in os.listdir(tmp) if f.startswith("out-"))
+                entry["parts"] = [dict(summarize(os.path.join(tmp, f)), name=f) for f in parts]
+                for f in parts:
+                    os.unlink(os.path.join(tmp, f))
+            elif ok:
                 entry.update(summarize(out))
                 os.unlink(out)
             cases[case_key(inp, ft, opts)] = entry
@@ -400,6 +434,9 @@ def record() -> None:
               for inp in sorted({c["input"] for c in cases.values()})}
     for name in IMATRICES.values():
         inputs["quantize/" + name] = {"sha256": hashlib.sha256((OUT_DIR / name).read_bytes()).hexdigest()}
+    for k in (2, 3):
+        part = SPLIT_INPUT.replace("00001-of", f"{k:05d}-of")
+        inputs[part] = {"sha256": hashlib.sha256((DATA / part).read_bytes()).hexdigest()}
     for c in cases.values():
         if "names" in c:
             names = c.pop("names")

@@ -168,7 +168,8 @@ void quantize_q6_k_weighted(const float* x, void* dst, int64_t n, const float* q
         for (int j = 0; j < 16; ++j) {
             const float d = fp16_to_fp32(y[i].d) * y[i].scales[j];
             if (!d) continue;
-            for (int l = 0; l < 16; ++l) L[16 * j + l] = (int8_t)(clamp_int(nearest_int(x[16 * j + l] / d), -32, 31) + 32);
+            for (int l = 0; l < 16; ++l)
+                L[16 * j + l] = (int8_t)(clamp_int(nearest_int(x[16 * j + l] / d), -32, 31) + 32);
         }
         std::memset(y[i].ql, 0, sizeof(y[i].ql));
         std::memset(y[i].qh, 0, sizeof(y[i].qh));
