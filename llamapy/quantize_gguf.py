@@ -396,8 +396,8 @@ def _write_tensor(out: IO[bytes], src: GGUFFile, info: Any, plan: TensorPlan, si
                   pool: Optional[ThreadPoolExecutor], imat: Optional[ImportanceMatrix]) -> None:
     """One tensor's data in its planned type, then the padding to ``alignment``."""
     raw = src.tensor(plan.name)
-    if plan.type == info.type_name:
-        out.write(raw.tobytes())
+    if plan.type == info.type_name:  # copied as it is, straight from the mapping
+        out.write(memoryview(np.ascontiguousarray(raw)).cast("B"))
         written = raw.nbytes
     else:
         written = 0
