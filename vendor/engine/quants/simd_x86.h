@@ -16,7 +16,13 @@
 #include "blocks.h"
 
 #if defined(LP_X86)
+// GCC 12 reports the self-initialised placeholder inside its own AVX-512
+// intrinsics (_mm512_undefined_*) as uninitialised at -O3 (GCC bug 105593).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
+#pragma GCC diagnostic pop
 #endif
 
 namespace lp {
