@@ -187,11 +187,17 @@ def test_known_differences(key, template_texts):
     ours = llamapy_parse(case, template_texts[case["template"]])
     # the difference is real: llama-server throws or answers otherwise
     theirs = (server.get("reasoning_content", "").strip(), server.get("content", "").strip(),
-              [(c["name"], c["arguments"]) for c in server.get("tool_calls", [])])
-    assert "error" in server or theirs != (ours[0].strip(), ours[1].strip(),
-                                            [(n, json.dumps(a)) for n, a in ours[2]]), why
+              [(c["name"], json_or_text(c["arguments"])) for c in server.get("tool_calls", [])])
+    assert "error" in server or theirs != (ours[0].strip(), ours[1].strip(), ours[2]), why
     expected = (reasoning, kept_text(case["text"]) if content is KEPT else content, calls)
     assert ours == expected, why
+
+
+def json_or_text(arguments):
+    try:
+        return json.loads(arguments)
+    except ValueError:
+        return arguments  # cut or malformed: what llama-server gave
 
 
 def kept_text(text):
