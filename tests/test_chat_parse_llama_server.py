@@ -135,6 +135,9 @@ def llamapy_parse(case, template_text):
     if "enable_thinking" in case:
         kwargs["chat_template_kwargs"] = {"enable_thinking": case["enable_thinking"]}
     message = llm.create_chat_completion(USER, **kwargs)["choices"][0]["message"]
+    # the prompt the reply follows ends as llama-server's (its parser reads the reply after it)
+    prompt = llm.detokenize(llm.calls[-1]["prompt"], special=True).decode("utf-8")
+    assert prompt.endswith(case["llama_server"]["generation_prompt"]), prompt[-80:]
     calls = [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in message.get("tool_calls", [])]
     whole = (message.get("reasoning_content") or "", message["content"] or "", calls)
     assert streamed(llm.create_chat_completion(USER, stream=True, **kwargs)) == whole

@@ -201,9 +201,7 @@ def family_cases() -> dict:
             "cut_mid_call": ('{"name": "get_weather", "parameters": {"ci', {}),
             "empty": ("", {}),
         },
-        # This template opens <think> only with enable_thinking, which llama-server passes as true by
-        # default and llamapy (as transformers) leaves unset: the cases set it, so both render alike.
-        "deepseek-r1": {
+        "deepseek-r1": {  # its generation prompt opens <think> (FAMILY_OPTIONS)
             "plain": ("It is sunny in Paris.", {"tools": []}),
             "reasoning": (OPEN_THINK + "It is sunny in Paris.", none),
             "reasoning_retyped_open": (THINK + "It is sunny in Paris.", none),
@@ -248,13 +246,15 @@ def family_cases() -> dict:
         },
         "gemma4": {
             "plain": ("It is sunny in Paris.", none),
-            "reasoning": (G4_THOUGHT + "It is sunny in Paris.", {"enable_thinking": True, "tools": []}),
+            "plain_no_think": ("It is sunny in Paris.", {"enable_thinking": False, "tools": []}),
+            "call_no_think": (g4("get_weather", f"city:{Q}Paris{Q}"), {"enable_thinking": False}),
+            "reasoning": (G4_THOUGHT + "It is sunny in Paris.", {"tools": []}),
             "call": (g4("get_weather", f"city:{Q}Paris{Q}"), {}),
             "two_calls": (g4("get_weather", f"city:{Q}Paris{Q}") + g4("get_time", f"place:{Q}Tokyo{Q},with_seconds:true"),
                           {}),
-            "reasoning_call": (G4_THOUGHT + g4("get_weather", f"city:{Q}Paris{Q}"), {"enable_thinking": True}),
+            "reasoning_call": (G4_THOUGHT + g4("get_weather", f"city:{Q}Paris{Q}"), {}),
             "call_in_reasoning": ("<|channel>thought\nMaybe " + g4("get_weather", f"city:{Q}Paris{Q}") +
-                                  "<channel|>It is sunny.", {"enable_thinking": True}),
+                                  "<channel|>It is sunny.", {}),
             "malformed_args": (f"<|tool_call>call:get_weather{{city:{Q}Paris}}<tool_call|>", {}),
             "cut_mid_call": (f"<|tool_call>call:get_weather{{city:{Q}Par", {}),
             "empty": ("", {}),
@@ -264,7 +264,9 @@ def family_cases() -> dict:
 
 
 # options every case of a family has unless it says otherwise
-FAMILY_OPTIONS = {"deepseek-r1": {"enable_thinking": True}}
+# (templates that read an unset enable_thinking as off, where llama-server passes true by default and
+# llamapy, as transformers, leaves it unset: the cases set it, so both render the same prompt)
+FAMILY_OPTIONS = {"deepseek-r1": {"enable_thinking": True}, "gemma4": {"enable_thinking": True}}
 
 
 def build_cases(templates: pathlib.Path) -> list:
