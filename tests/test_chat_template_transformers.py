@@ -138,7 +138,7 @@ def test_the_generation_prompt_decides_the_reply_syntax(sources, frozen_date):
     # DeepSeek-V3.1 with thinking=True opens <think> in the prompt; without, it closes it.
     v31 = RECORD["renders"]["deepseek-ai-DeepSeek-V3.1.jinja"]
     assert reply_syntax("think", v31["unicode_and_kwargs"]) == "think-open"
-    assert reply_syntax("think", v31["system_user"]) == "think"
+    assert reply_syntax("think", v31["system_user"]) == "think-closed"  # the reply is content
     assert reply_syntax("harmony", RECORD["renders"]["openai-gpt-oss-120b.jinja"]["system_user"]) == "harmony"
 
 

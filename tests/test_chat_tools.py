@@ -51,6 +51,18 @@ SAMPLES = {
                                          [("get_weather", {"city": "line one\nline two"})]),
     "qwen3-coder xml unterminated": ('<tool_call>\n<function=get_weather>\n<parameter=city>\nParis', None,
                                      [("get_weather", PARIS)]),
+    # Mistral Small 3.2 / Devstral: the name, an optional call id, then [ARGS] and the JSON arguments
+    "mistral named": ('[TOOL_CALLS]get_weather[ARGS]{"city": "Paris"}', None, [("get_weather", PARIS)]),
+    "mistral named, call ids, two calls": (
+        'Checking.[TOOL_CALLS]get_weather[CALL_ID]a1b2c3d4e[ARGS]{"city": "Paris"}'
+        '[TOOL_CALLS]get_time[CALL_ID]f5g6h7i8j[ARGS]{"tz": "CET"}', "Checking.",
+        [("get_weather", PARIS), ("get_time", {"tz": "CET"})]),
+    # GLM-4.5 / 4.6: the name, then key / value tags; a value left unclosed ends at </tool_call>
+    "glm": ('<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n</tool_call>', None,
+            [("get_weather", PARIS)]),
+    "glm two calls, no arguments": ('<tool_call>get_time\n</tool_call>\n<tool_call>get_weather\n<arg_key>city'
+                                    '</arg_key>\n<arg_value>Paris</tool_call>', None,
+                                    [("get_time", {}), ("get_weather", PARIS)]),
 }
 
 NOT_CALLS = [
@@ -60,6 +72,11 @@ NOT_CALLS = [
     '[1, 2, 3]',
     '<tool_call>\n{"name": "get_weather", "arguments": {"city": \n</tool_call>',  # broken JSON
     '{"name": "get_weather", "arguments": {}} and then some prose',
+    '[TOOL_CALLS]get_weather[ARGS]{"city": "Par',                               # cut inside the JSON
+    '[TOOL_CALLS]get_weather[ARGS]{"city": "Paris"} and prose',
+    '<tool_call>\n<function=get_weather>\n<parameter=ci',                       # cut inside a tag
+    '<tool_call>get_weather\n<arg_key>ci',
+    '<tool_call>\nJust some words\n</tool_call>',                               # not a declared tool's name
 ]
 
 

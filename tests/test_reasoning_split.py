@@ -38,6 +38,9 @@ HARMONY_CASES = {
     "preamble": (PREAMBLE, "", "Let me check.", [("get_weather", "{}")]),
     "final_only": ("<|channel|>final<|message|>Hi <|user|> there", "", "Hi <|user|> there", []),
     "not_harmony": ("Plain text, <|channel|> later.", "", "Plain text, <|channel|> later.", []),
+    # a call whose arguments are not JSON (malformed, or cut at max_tokens) is no call: its text stays
+    "call_args_not_json": ('<|channel|>analysis<|message|>Hm.<|end|><|start|>assistant<|channel|>commentary '
+                           'to=functions.get_weather <|constrain|>json<|message|>{"ci', "Hm.", '{"ci', []),
     "header_cut": ("<|channel|>analysis<|message|>Thinking<|end|><|start|>assistant<|chan", "Thinking", "", []),
     "end_markers_kept_out": ("<|channel|>analysis<|message|>a<|end|><|start|>assistant<|channel|>final"
                              "<|message|>b<|end|>", "a", "b", []),
@@ -93,6 +96,8 @@ THINK_CASES = {
     "opened_twice": ("think-open", "<think>Hmm.</think>Ok", "Hmm.", "Ok"),
     "never_closed": ("think", "<think>Still thinking </th", "Still thinking </th", ""),
     "later_tags_are_content": ("think", "Sure. <think>x</think>", "", "Sure. <think>x</think>"),
+    # the prompt closed an empty block (thinking off): the newline GLM-4.6 writes after it is no content
+    "closed_by_prompt": ("think-closed", "\n\nParis is sunny.\n", "", "Paris is sunny.\n"),
 }
 
 

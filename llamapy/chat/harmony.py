@@ -26,6 +26,7 @@ this syntax for a model (``reasoning.py``).
 """
 from __future__ import annotations
 
+import json
 import logging
 import re
 from typing import Any, List, Optional, Tuple
@@ -142,6 +143,13 @@ class HarmonySplitter:
 
     def _end(self, out: List[Piece]) -> None:
         if self.kind == "call":
-            out.append(("call", make_call(self.name or "", self.args.strip() or "{}")))
+            args = self.args.strip() or "{}"
+            try:
+                json.loads(args)
+                out.append(("call", make_call(self.name or "", args)))
+            except ValueError:  # malformed or cut short: no call, the text stays (issue 35)
+                logger.warning("llamapy: a harmony call of %r whose arguments are not JSON is kept as text",
+                               self.name)
+                out.append(("content", self.args))
             self.args = ""
         self.kind, self.name = "content", None

@@ -105,9 +105,13 @@ def thinking_budget(syntax: Optional[str], limit: Optional[int]) -> Optional[Thi
 def reply_syntax(template: Optional[str], prompt: str) -> Optional[str]:
     """The syntax of the reply to ``prompt``: the template's, "think"
     becoming "think-open" when the prompt ends inside a think block (its
-    generation prompt opened one)."""
+    generation prompt opened one), "think-closed" when it ends with an empty
+    block it closed itself (thinking turned off: GLM-4.6 and Qwen3 with
+    enable_thinking false)."""
     if template == "think" and prompt.rstrip().endswith(THINK_OPEN):
         return "think-open"
+    if template == "think" and prompt.rstrip().endswith(THINK_CLOSE):
+        return "think-closed"
     return template
 
 
@@ -126,10 +130,11 @@ class ThinkSplitter:
     whitespace around it, the content the whitespace before it. A reply that
     does not begin with ``<think>`` (after whitespace) is all content, unless
     the prompt opened the block (``opened``: a ``<think>`` the model writes
-    again is dropped); a block never closed is all reasoning."""
+    again is dropped); a block never closed is all reasoning. ``closed``: the
+    prompt closed an empty block, and the reply is content."""
 
     def __init__(self, opened: bool = False, marks: Tuple[str, str] = (THINK_OPEN, THINK_CLOSE),
-                 reopen: bool = False) -> None:
+                 reopen: bool = False, closed: bool = False) -> None:
         self.opened = opened
         self.open, self.close = marks
         # reopen: in the content, the opening marker starts more thinking and a stray closing
@@ -138,6 +143,8 @@ class ThinkSplitter:
         self.state = "start"  # start | reasoning | content
         self.buf = ""         # text not yet given out
         self.lead = True      # the whitespace at the head of the current part is still to be dropped
+        if closed:  # the prompt closed the block: all content, less the whitespace that follows the block
+            self.state = "content"
 
     def push(self, text: str) -> List[Piece]:
         self.buf += text
@@ -212,8 +219,8 @@ def reply_splitter(syntax: Optional[str]) -> Splitter:
     """The splitter for a reply of this syntax (``reply_syntax``; None: plain)."""
     if syntax == "harmony":
         return HarmonySplitter()
-    if syntax in ("think", "think-open"):
-        return ThinkSplitter(opened=syntax == "think-open")
+    if syntax in ("think", "think-open", "think-closed"):
+        return ThinkSplitter(opened=syntax == "think-open", closed=syntax == "think-closed")
     if syntax == "gemma4":
         return ThinkSplitter(marks=(GEMMA4_OPEN, GEMMA4_CLOSE), reopen=True)
     return PlainReply()

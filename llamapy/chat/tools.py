@@ -7,13 +7,18 @@ Calls are recognized in the syntaxes models are trained on:
   </function></tool_call>``; a value is text, read as the tool's schema types it (a string stays
   a string; numbers, booleans, objects and arrays are parsed as JSON; without a schema, text
   that is valid JSON other than a plain string is parsed);
-- Mistral: ``[TOOL_CALLS] [{"name": ..., "arguments": {...}}, ...]``;
+- Mistral: ``[TOOL_CALLS] [{"name": ..., "arguments": {...}}, ...]``, and Mistral Small 3.2 /
+  Devstral's ``[TOOL_CALLS]NAME[ARGS]{...}`` (``[CALL_ID]ID`` before ``[ARGS]`` optional), one per call;
+- GLM-4.5 / 4.6: ``<tool_call>NAME<arg_key>KEY</arg_key><arg_value>VALUE</arg_value>...</tool_call>``,
+  values typed by the tool's schema as in the XML syntax;
 - Llama 3.1: ``{"name": ..., "parameters": {...}}``, optionally after ``<|python_tag|>``;
 - DeepSeek R1: ``<｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME ```json ARGS ``` <｜tool▁call▁end｜>``;
 - Gemma 4: ``<|tool_call>call:NAME{key:VALUE,...}<tool_call|>``, its own value syntax (strings
   between ``<|"|>`` marks, bare keys, JSON numbers, booleans and null, ``{}`` and ``[]``), as
   its chat template writes the calls of the history;
 - bare JSON (an object, or a list of objects, naming a declared tool).
+A value cut short (the reply ended at max_tokens) is kept as written; a call whose markup is
+cut (a tag left open) or whose JSON does not parse is no call, and the text stays content.
 Control tokens such as ``[TOOL_CALLS]`` may be missing from the text (they
 detokenize to nothing), so the bare forms are accepted whenever tools were
 offered and the named tool exists.
@@ -63,6 +68,43 @@ def _json_values(text: str) -> List[Any]:
     return values
 
 
+_MISTRAL_NAMED = re.compile(r"\s*([^\s\[\]{}]+)\s*(?:\[CALL_ID\]\s*([^\s\[]*)\s*)?\[ARGS\]\s*")
+
+
+def _mistral_named_calls(tail: str) -> List[ToolCall]:
+    """``[TOOL_CALLS]NAME[CALL_ID]ID[ARGS]{...}`` blocks, one per call, at the head of ``tail``
+    (ValueError if it is not made of them)."""
+    calls, i = [], 0
+    while i < len(tail):
+        if not tail.startswith("[TOOL_CALLS]", i):
+            raise ValueError("expected [TOOL_CALLS]")
+        m = _MISTRAL_NAMED.match(tail, i + len("[TOOL_CALLS]"))
+        if not m:
+            raise ValueError("expected NAME[ARGS]")
+        args, i = _DECODER.raw_decode(tail, m.end())
+        calls.append(make_call(m.group(1), args))
+        while i < len(tail) and tail[i].isspace():
+            i += 1
+    return calls
+
+
+_GLM_NAME = re.compile(r"[\w.\-]+")
+_GLM_PAIR = re.compile(r"<arg_key>(.*?)</arg_key>\s*<arg_value>(.*?)(?:</arg_value>|$)", re.S)
+
+
+def _glm_call(body: str, names: Any) -> ToolCall:
+    """GLM-4.5/4.6's call: the name, then key / value tags (ValueError if a tag is cut)."""
+    name = body.split("<arg_key>", 1)[0].strip()
+    pairs = _GLM_PAIR.findall(body)
+    # the bare name is ambiguous text, so it must be a declared tool's
+    if not _GLM_NAME.fullmatch(name) or (names and name not in names) or len(pairs) != body.count("<arg_key>"):
+        raise ValueError("malformed GLM call")
+    props: Dict[str, Any] = {}
+    if isinstance(names, dict) and isinstance(names.get(name), dict):
+        props = names[name].get("properties") or {}
+    return make_call(name, {k.strip(): _xml_value(v, props.get(k.strip())) for k, v in pairs})
+
+
 _XML_FUNCTION = re.compile(r"<function=([^>\n]+)>(.*?)(?:</function>|$)", re.S)
 _XML_PARAM = re.compile(r"<parameter=([^>\n]+)>(.*?)(?:</parameter>|(?=<parameter=)|$)", re.S)
 
@@ -94,7 +136,10 @@ def _xml_calls(body: str, names: Any) -> List[ToolCall]:
         props: Dict[str, Any] = {}
         if isinstance(names, dict) and isinstance(names.get(name), dict):
             props = names[name].get("properties") or {}
-        args = {key.strip(): _xml_value(val, props.get(key.strip())) for key, val in _XML_PARAM.findall(inner)}
+        params = _XML_PARAM.findall(inner)
+        if len(params) != inner.count("<parameter="):
+            raise ValueError("a <parameter=...> tag is cut")
+        args = {key.strip(): _xml_value(val, props.get(key.strip())) for key, val in params}
         calls.append(make_call(name, args))
     return calls
 
@@ -210,8 +255,12 @@ def find_tool_calls(text: str, names: Optional[Sequence[str]] = None) -> Tuple[i
                 for body in _HERMES.findall(tail):
                     if body.startswith("<function="):
                         calls += _xml_calls(body, names)
-                    else:
+                    elif body[:1] in ("{", "["):
                         calls += _as_calls(_json_values(body)[0], names, strict=False)
+                    else:
+                        calls.append(_glm_call(body, names))
+            elif tail.startswith("[TOOL_CALLS]") and tail[len("[TOOL_CALLS]"):].lstrip()[:1] not in ("[", "{"):
+                calls = _mistral_named_calls(tail)
             elif tail.startswith(("[TOOL_CALLS]", "<|python_tag|>")):
                 body = tail[len("[TOOL_CALLS]"):] if tail.startswith("[TOOL_CALLS]") else tail[len("<|python_tag|>"):]
                 for value in _json_values(body):
@@ -251,7 +300,8 @@ def parse_tool_calls(text: str, names: Optional[Sequence[str]] = None) -> Tuple[
 class ToolCallStream:
     """Streams content while holding back text that may be a tool call.
 
-    ``push(text)`` returns the text that is surely content. Output that
+    ``push(text)`` returns the text that is surely content (whitespace at its end
+    waits for what follows). Output that
     starts (after spaces) with ``{`` or ``[`` is held to the end, as is
     everything from a call marker on; ``finish()`` parses what was held and
     returns (remaining content, calls)."""
@@ -270,13 +320,15 @@ class ToolCallStream:
             if self.held.lstrip()[:1] in ("{", "[", "`"):
                 self.holding_all = True
             return ""
+        # Whitespace at the end is held too: before a call it is dropped, as parse_tool_calls drops it.
         cut = min((i for i in (self.held.find(m) for m in CALL_MARKERS) if i >= 0), default=-1)
         if cut >= 0:
             self.holding_all = True
-            out, self.held = self.held[:cut], self.held[cut:]
+            out = self.held[:cut].rstrip()
         else:
             keep = partial_marker_len(self.held, CALL_MARKERS)
-            out, self.held = self.held[: len(self.held) - keep], self.held[len(self.held) - keep:]
+            out = self.held[: len(self.held) - keep].rstrip()
+        self.held = self.held[len(out):]
         self.released += out
         return out
 
