@@ -57,6 +57,10 @@ struct moe_route_args {
     int n_group = 0, n_group_used = 0;
     bool norm = false;
     float scale = 0.0f;
+    // (n_expert) each chosen expert's weight times its entry, last (Gemma 4's
+    // per-expert output scales: the same as scaling that expert's down
+    // projection), or null
+    const float* expert_scale = nullptr;
     int32_t* ids = nullptr;         // out: (n_tok, k) chosen experts, best first
     float* weights = nullptr;       // out: (n_tok, k) their weights
 };

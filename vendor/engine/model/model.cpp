@@ -116,6 +116,10 @@ void read_common_hparams(const gguf_file& f, hparams& hp) {
             hp.shapes[il].n_ff = ff_l.empty() ? hp.n_ff : ff_l[il];
             hp.shapes[il].n_head_kv = kv_l.empty() ? hp.n_head_kv : kv_l[il];
             check_positive(hp.shapes[il].n_ff, "feed_forward_length (a layer's)", (int64_t)1 << 24);
+            // 0: a layer without attention (LFM2's convolution layers); the
+            // architecture's setup says which layers those are, and
+            // check_layer_shapes refuses a 0 on an attention layer.
+            if (hp.shapes[il].n_head_kv == 0) continue;
             check_positive(hp.shapes[il].n_head_kv, "attention.head_count_kv (a layer's)", hp.n_head);
             if (hp.n_head % hp.shapes[il].n_head_kv != 0)
                 throw gguf_error("model metadata: head_count " + std::to_string(hp.n_head) +
@@ -330,9 +334,14 @@ void load_moe_ffn(const weight_loader& L, const hparams& hp, const std::string& 
     l.ffn_gate_inp = L.matrix(p + "ffn_gate_inp.weight", E, X);
     l.ffn_gate_inp_b = L.vec_opt(p + "ffn_gate_inp.bias", X);
     l.exp_probs_b = L.vec_opt(p + "exp_probs_b.bias", X);
-    l.ffn_gate_exps = m.gate_optional ? L.experts_opt(p + "ffn_gate_exps.weight", E, F, X)
-                                      : L.experts(p + "ffn_gate_exps.weight", E, F, X);
-    l.ffn_up_exps = L.experts(p + "ffn_up_exps.weight", E, F, X);
+    if (hp.v.moe_beside_dense && L.has(p + "ffn_gate_up_exps.weight")) {
+        // Gemma 4's converter writes gate and up as one tensor (llama.cpp accepts either)
+        l.ffn_gate_up_exps = L.experts(p + "ffn_gate_up_exps.weight", E, 2 * F, X);
+    } else {
+        l.ffn_gate_exps = m.gate_optional ? L.experts_opt(p + "ffn_gate_exps.weight", E, F, X)
+                                          : L.experts(p + "ffn_gate_exps.weight", E, F, X);
+        l.ffn_up_exps = L.experts(p + "ffn_up_exps.weight", E, F, X);
+    }
     l.ffn_down_exps = L.experts(p + "ffn_down_exps.weight", F, E, X);
     l.ffn_gate_exps_b = L.floats_opt(p + "ffn_gate_exps.bias", F, X);
     l.ffn_up_exps_b = L.floats_opt(p + "ffn_up_exps.bias", F, X);
@@ -360,6 +369,14 @@ void load_delta_net(const weight_loader& L, const hparams& hp, const std::string
     l.ssm_out = L.matrix(p + "ssm_out.weight", s.value_dim(), E);
 }
 
+// A gated short-convolution layer's weights (LFM2), by llama.cpp's names.
+void load_short_conv(const weight_loader& L, const hparams& hp, const std::string& p, layer_weights& l) {
+    const ssm_hparams& s = hp.ssm;
+    const int64_t E = hp.n_embd;
+    l.ssm_in = L.matrix(p + "shortconv.in_proj.weight", E, s.in_dim());
+    l.ssm_conv1d = L.floats(p + "shortconv.conv.weight", s.d_conv, s.conv_dim());
+    l.ssm_out = L.matrix(p + "shortconv.out_proj.weight", s.conv_dim(), E);
+}
 
 void load_weights(const gguf_file& f, hparams& hp, model_weights& w) {
     weight_loader L(f, hp.arch);
@@ -373,7 +390,7 @@ void load_weights(const gguf_file& f, hparams& hp, model_weights& w) {
     hp.n_vocab = te->ne[1];
     if (hp.n_vocab <= 0) throw gguf_error("token_embd.weight has no rows");
     w.token_embd = L.matrix("token_embd.weight", E, hp.n_vocab);
-    w.output_norm = L.vec("output_norm.weight", E);
+    w.output_norm = L.vec(std::string(v.output_norm_tensor) + ".weight", E);
     if (ln) w.output_norm_b = L.vec_opt("output_norm.bias", E);
     w.output = L.has("output.weight") ? L.matrix("output.weight", E, hp.n_vocab) : w.token_embd;
     load_classifier(L, hp, w);  // Qwen3-Reranker's yes / no head
@@ -402,7 +419,9 @@ void load_weights(const gguf_file& f, hparams& hp, model_weights& w) {
             l.attn_norm = L.vec(p + "attn_norm.weight", E);
             if (ln) l.attn_norm_b = L.vec_opt(p + "attn_norm.bias", E);
         }
-        if (hp.is_recurrent(il)) {
+        if (hp.is_recurrent(il) && hp.ssm.kind == ssm_kind::short_conv) {
+            load_short_conv(L, hp, p, l);
+        } else if (hp.is_recurrent(il)) {
             load_delta_net(L, hp, p, l);
         } else if (hp.is_mla()) {
             load_mla(L, hp, p, l);
@@ -437,7 +456,7 @@ void load_weights(const gguf_file& f, hparams& hp, model_weights& w) {
             l.bo = L.vec_opt(p + "attn_output.bias", E);
         }
         if (hp.is_recurrent(il)) {
-            // no q / k norms: the delta-net L2-normalises its q and k
+            // no q / k norms: the delta-net L2-normalises its q and k; a short convolution has neither
         } else if (v.qk_norm_full) {
             l.q_norm = L.vec(p + "attn_q_norm.weight", nq);
             l.k_norm = L.vec(p + "attn_k_norm.weight", nk);
@@ -458,7 +477,17 @@ void load_weights(const gguf_file& f, hparams& hp, model_weights& w) {
             l.ffn_norm = L.vec(p + v.ffn_norm_tensor + ".weight", E);
             if (ln) l.ffn_norm_b = L.vec_opt(p + "ffn_norm.bias", E);
         }
-        if (hp.moe.n_expert > 0 && il >= hp.moe.n_layer_dense_lead) {
+        if (v.moe_beside_dense && L.has(p + "ffn_gate_inp.weight")) {
+            // Gemma 4: the experts beside the dense FFN (loaded below), as
+            // llama.cpp a layer with a router
+            load_moe_ffn(L, hp, p, l);
+            l.ffn_gate_inp_s = L.vec(p + "ffn_gate_inp.scale", E);
+            l.ffn_down_exps_s = L.vec(p + "ffn_down_exps.scale", hp.moe.n_expert);
+            l.ffn_pre_norm_2 = L.vec(p + "pre_ffw_norm_2.weight", E);
+            l.ffn_post_norm_1 = L.vec(p + "post_ffw_norm_1.weight", E);
+            l.ffn_post_norm_2 = L.vec(p + "post_ffw_norm_2.weight", E);
+        }
+        if (hp.moe.n_expert > 0 && il >= hp.moe.n_layer_dense_lead && !v.moe_beside_dense) {
             load_moe_ffn(L, hp, p, l);
         } else {
             if (v.gate_up_fused) {
@@ -741,6 +770,7 @@ void check_layer_shapes(hparams& hp) {
                                     "feed_forward_length (arrays) is not supported");
     for (size_t il = 0; il < hp.shapes.size(); ++il) {
         const layer_shape& s = hp.shapes[il];
+        if (!hp.is_recurrent((int64_t)il)) check_positive(s.n_head_kv, "attention.head_count_kv (a layer's)", hp.n_head);
         check_positive(s.head_dim_k, "a layer's key_length", 1 << 16);
         check_positive(s.head_dim_v, "a layer's value_length", 1 << 16);
         if (s.n_rot < 0 || s.n_rot > s.head_dim_k || s.n_rot % 2 != 0)
