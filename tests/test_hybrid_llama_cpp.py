@@ -1,6 +1,7 @@
 """Hybrid models against llama.cpp: Qwen3.5 (qwen35, qwen35moe: gated delta-net + gated
-attention; with a next-token-prediction block that both implementations load and skip) and
-LFM2 (lfm2: gated short convolutions + attention). The tiny random-weight models of
+attention; with a next-token-prediction block that both implementations load and skip),
+LFM2 (lfm2: gated short convolutions + attention) and Granite 4.0-H (granitehybrid: Mamba-2 +
+attention without positions, experts with a shared expert, Granite's multipliers). The tiny random-weight models of
 tests/data/hybrid (converted with llama.cpp's own convert_hf_to_gguf.py, quantized with its
 quantizer) and what llama.cpp (llama-cpp-python 0.3.36) produced on them, recorded by
 tools/make_hybrid_fixtures.py.
@@ -30,7 +31,7 @@ from llamapy import Llama, _engine
 from test_moe_llama_cpp import TOL_F16, TOL_Q, check_recorded_prompt, teacher_forced
 
 DATA = Path(__file__).parent / "data" / "hybrid"
-FAMILIES = ["qwen35", "qwen35moe", "lfm2"]
+FAMILIES = ["qwen35", "qwen35moe", "lfm2", "granitehybrid"]
 GPU_FAMILIES = ["qwen35", "qwen35moe"]  # the others refuse GPU layers
 # where -> n_gpu_layers: the CPU, and where a Vulkan device exists every layer on it
 # ("gpu") and the last 2 of 4 ("split": its delta-net layer 2 and attention layer 3)
@@ -81,19 +82,39 @@ def test_lfm2_convolution_layers_come_from_the_kv_head_counts():
     assert shape["recurrent_bytes_per_seq"] == 4 * n_conv * (cfg["conv_L_cache"] - 1) * cfg["hidden_size"]
 
 
-def _edited_copy(tmp_path, old: bytes, new: bytes):
-    """The F16 LFM2 file with a tensor's name (same length) or shape bytes replaced."""
-    data = (DATA / "lfm2" / "lfm2-f16.gguf").read_bytes()
+def test_granitehybrid_mamba2_layers_and_state():
+    cfg = json.loads((DATA / "granitehybrid" / "config.json").read_text())
+    shape = _engine.model_shape(str(DATA / "granitehybrid" / "granitehybrid-f16.gguf"))
+    assert shape["recurrent_layers"] == [t == "linear_attention" for t in cfg["layer_types"]]
+    assert shape["n_expert"] == cfg["num_local_experts"]
+    # per sequence and Mamba-2 layer: the convolution's tail over x | B | C, and each head's
+    # (head_dim, d_state) scan state
+    d_inner = cfg["mamba_expand"] * cfg["hidden_size"]
+    conv = (cfg["mamba_d_conv"] - 1) * (d_inner + 2 * cfg["mamba_n_groups"] * cfg["mamba_d_state"])
+    n_mamba = cfg["layer_types"].count("linear_attention")
+    assert shape["recurrent_bytes_per_seq"] == 4 * n_mamba * (conv + d_inner * cfg["mamba_d_state"])
+
+
+def _edited_copy(tmp_path, old: bytes, new: bytes, family="lfm2"):
+    """A family's F16 file with a tensor's name (same length) or shape bytes replaced."""
+    data = (DATA / family / f"{family}-f16.gguf").read_bytes()
     assert data.count(old) == 1
-    path = tmp_path / "bad-lfm2.gguf"
+    path = tmp_path / f"bad-{family}.gguf"
     path.write_bytes(data.replace(old, new))
     return path
 
 
-@pytest.mark.parametrize("name", [b"blk.3.shortconv.conv.weight", b"blk.1.shortconv.in_proj.weight",
-                                  b"blk.5.shortconv.out_proj.weight", b"token_embd_norm.weight"])
-def test_lfm2_missing_tensor_is_named(tmp_path, name):
-    path = _edited_copy(tmp_path, name, name.replace(b"e", b"X", 1))
+@pytest.mark.parametrize("family,name", [
+    ("lfm2", b"blk.3.shortconv.conv.weight"), ("lfm2", b"blk.1.shortconv.in_proj.weight"),
+    ("lfm2", b"blk.5.shortconv.out_proj.weight"), ("lfm2", b"token_embd_norm.weight"),
+    ("granitehybrid", b"blk.0.ssm_in.weight"), ("granitehybrid", b"blk.1.ssm_conv1d.weight"),
+    ("granitehybrid", b"blk.3.ssm_dt.bias"), ("granitehybrid", b"blk.0.ssm_a"), ("granitehybrid", b"blk.1.ssm_d"),
+    ("granitehybrid", b"blk.3.ssm_norm.weight"), ("granitehybrid", b"blk.0.ssm_out.weight")])
+def test_missing_tensor_is_named(tmp_path, family, name):
+    import struct
+
+    n = struct.pack("<Q", len(name))  # the name with its length: "blk.1.ssm_d" is also in "blk.1.ssm_dt.bias"
+    path = _edited_copy(tmp_path, n + name, n + b"X" + name[1:], family)
     with pytest.raises(ValueError, match="lacks tensor " + name.decode().replace(".", r"\.")):
         Llama(model_path=str(path), n_ctx=64, verbose=False)
 

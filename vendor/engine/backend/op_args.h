@@ -90,6 +90,31 @@ struct ssm_conv_args {
     const int32_t* slot = nullptr;  // (n_tok) state slot of each row
 };
 
+// Mamba-2's selective scan (llama.cpp's ssm_scan with a scalar decay per
+// head), one token at a time per head h: with S the head's (head_dim × d_state)
+// state, g = h / (n_head / n_group) its group, dt = softplus(dt_in[h]):
+//   S = exp(dt * A[h]) S + dt x_h B_gᵀ;  y_h = S C_g  (+ D[h] x_h when D is given).
+// State layout per head: row p (of head_dim) holds d_state contiguous floats.
+// Rows in batch order, each on its own slot's state, as ssm_conv_args.
+struct ssm_scan_args {
+    int64_t n_tok = 0;
+    int n_head = 0, head_dim = 0, d_state = 0, n_group = 0;
+    const float* x = nullptr;     // (n_tok, n_head * head_dim), row stride x_stride
+    int64_t x_stride = 0;
+    const float* dt = nullptr;    // (n_tok, n_head) before the softplus, row stride dt_stride
+    int64_t dt_stride = 0;
+    const float* A = nullptr;     // (n_head) the decay rates (-exp(A_log))
+    const float* B = nullptr;     // (n_tok, n_group * d_state), row stride bc_stride
+    const float* C = nullptr;     // (n_tok, n_group * d_state), row stride bc_stride
+    int64_t bc_stride = 0;
+    const float* D = nullptr;     // (n_head) skip weights, or null
+    float* y = nullptr;           // (n_tok, n_head * head_dim), row stride y_stride (not x)
+    int64_t y_stride = 0;
+    float* state = nullptr;       // slot s: (n_head, head_dim, d_state) at state + s * state_stride
+    int64_t state_stride = 0;
+    const int32_t* slot = nullptr;  // (n_tok) state slot of each row
+};
+
 // The gated delta rule (Qwen3.5 / Qwen3-Next linear attention), one token at a
 // time per head: with S the head's (head_dim × head_dim) state,
 //   S = exp(g) S;  d = (v - Sᵀk) * beta;  S = S + k dᵀ;  o = Sᵀq * scale.

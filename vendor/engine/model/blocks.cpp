@@ -234,6 +234,12 @@ void pass::ssm_conv(ssm_conv_args a) {
     if (n_ > 0) be_->ssm_conv(a);
 }
 
+void pass::ssm_scan(ssm_scan_args a) {
+    flush();
+    a.n_tok = n_;
+    if (n_ > 0) be_->ssm_scan(a);
+}
+
 void pass::gated_delta(gated_delta_args a) {
     flush();
     a.n_tok = n_;

@@ -196,6 +196,7 @@ public:
     // Recurrent layers (backend.h): n_tok is the pass's row count.
     void ssm_conv(ssm_conv_args a);
     void gated_delta(gated_delta_args a);
+    void ssm_scan(ssm_scan_args a);
     // Mixture of experts (backend.h): routing of the pass's rows, expert
     // products over n_slots slots, and y = the weighted sum of each row's
     // `groups` slot rows of x (n elements each, x row t at x + t * groups * n).
@@ -292,6 +293,12 @@ void delta_net_block(pass& p, const hparams& hp, const layer_weights& L, int il,
 // B | C | x = in_proj · in, y = C * conv(B * x), out = out_proj · y.
 // [shortconv_in_proj, shortconv_conv, shortconv_out_proj]
 void short_conv_block(pass& p, const hparams& hp, const layer_weights& L, int il, const ubatch& ub, rows in, rows out);
+// A Mamba-2 layer (Granite 4.0-H; model/mamba2.cpp) of the rows `in`,
+// advancing each row's convolution tail and scan state in ub.rstate:
+// z | xBC | dt = in_proj · in, xBC = silu(conv(xBC) + b), y = scan(x, dt, B, C)
+// + D x, out = out_proj · (grouped rms_norm(y * silu(z)) * w).
+// [mamba2_in_proj, mamba2_conv, mamba2_y_add_d, mamba2_out_norm, mamba2_out]
+void mamba2_block(pass& p, const hparams& hp, const layer_weights& L, int il, const ubatch& ub, rows in, rows out);
 // out = wo · att + bo.  [attn_out]
 void attn_output(pass& p, const hparams& hp, const layer_weights& L, int il, rows att, rows out);
 // out = down(act(gate) * up) (+ biases), or down(act(up)) without a gate;

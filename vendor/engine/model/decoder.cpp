@@ -55,9 +55,10 @@ void decoder_forward(const model& m, const rope_params rope[2], kv_cache& kv_mai
         }
         const bool recurrent = hp.is_recurrent(il);
         if (recurrent) {
-            // gated delta-net (Qwen3.5) or short convolution (LFM2): every row advances its sequence's
+            // gated delta-net (Qwen3.5), short convolution (LFM2) or Mamba-2 (Granite 4.0-H): every row advances its sequence's
             // state, so the whole batch runs; the output rows are taken after.
             if (hp.ssm.kind == ssm_kind::short_conv) short_conv_block(p, hp, L, il, ub, attn_in, xb2);
+            else if (hp.ssm.kind == ssm_kind::mamba2) mamba2_block(p, hp, L, il, ub, attn_in, xb2);
             else delta_net_block(p, hp, L, il, ub, attn_in, xb2);
         } else if (hp.is_mla()) {
             mla_attention(p, hp, L, il, kv, cells, rs, r, attn_in, qkv, att, cos_sin, heads_out);

@@ -31,30 +31,8 @@ void setup(const gguf_file& f, hparams& hp) {
     if (s.d_conv < 2 || s.d_conv > 64) throw gguf_error("model metadata: lfm2.shortconv.l_cache is out of range (2..64)");
     s.n_conv_ch = hp.n_embd;
 
-    // Convolution layers: head_count_kv 0. The attention layers must agree on
-    // their KV heads (then the model-wide value holds it and no per-layer
-    // shapes remain).
-    hp.recurrent.assign((size_t)hp.n_layer, 0);
-    if (!hp.shapes.empty()) {
-        for (int64_t il = 0; il < hp.n_layer; ++il) {
-            const layer_shape& ls = hp.shapes[(size_t)il];
-            if (ls.n_ff != hp.n_ff)
-                throw not_implemented_error("lfm2 with per-layer feed_forward_length is not supported");
-            if (ls.n_head_kv == 0) hp.recurrent[(size_t)il] = 1;
-            else if (ls.n_head_kv != hp.n_head_kv)
-                throw not_implemented_error("lfm2 with attention layers of different head_count_kv (" +
-                                            std::to_string(ls.n_head_kv) + ", " + std::to_string(hp.n_head_kv) +
-                                            ") is not supported");
-        }
-        hp.shapes.clear();
-    }
-    if (hp.n_recurrent() == hp.n_layer)
-        throw gguf_error("model metadata: lfm2.attention.head_count_kv is 0 for every layer (no attention layer)");
-    // The window applies to the attention layers only (the flags on the
-    // convolution layers would be unused; cleared so that no window cache is
-    // sized for them).
-    for (int64_t il = 0; il < hp.n_layer; ++il)
-        if (hp.recurrent[(size_t)il]) hp.swa_layers[(size_t)il] = 0;
+    // Convolution layers: head_count_kv 0 (the window, if any, on the others).
+    recurrent_from_kv_heads(hp);
 }
 
 }  // namespace

@@ -378,6 +378,20 @@ void load_short_conv(const weight_loader& L, const hparams& hp, const std::strin
     l.ssm_out = L.matrix(p + "shortconv.out_proj.weight", s.conv_dim(), E);
 }
 
+// A Mamba-2 layer's weights (Granite 4.0-H), by llama.cpp's names.
+void load_mamba2(const weight_loader& L, const hparams& hp, const std::string& p, layer_weights& l) {
+    const ssm_hparams& s = hp.ssm;
+    const int64_t E = hp.n_embd, H = s.n_head_v, G = s.n_head_k;
+    l.ssm_in = L.matrix(p + "ssm_in.weight", E, s.in_dim());
+    l.ssm_conv1d = L.floats(p + "ssm_conv1d.weight", s.d_conv, s.conv_dim());
+    l.ssm_conv1d_b = L.vec_opt(p + "ssm_conv1d.bias", s.conv_dim());
+    l.ssm_dt = L.vec(p + "ssm_dt.bias", H);
+    l.ssm_a = L.floats(p + "ssm_a", 1, H);
+    l.ssm_d = L.floats(p + "ssm_d", 1, H);
+    l.ssm_norm = L.floats(p + "ssm_norm.weight", s.d_inner / G, G);
+    l.ssm_out = L.matrix(p + "ssm_out.weight", s.d_inner, E);
+}
+
 void load_weights(const gguf_file& f, hparams& hp, model_weights& w) {
     weight_loader L(f, hp.arch);
     const block_variant& v = hp.v;
@@ -421,6 +435,8 @@ void load_weights(const gguf_file& f, hparams& hp, model_weights& w) {
         }
         if (hp.is_recurrent(il) && hp.ssm.kind == ssm_kind::short_conv) {
             load_short_conv(L, hp, p, l);
+        } else if (hp.is_recurrent(il) && hp.ssm.kind == ssm_kind::mamba2) {
+            load_mamba2(L, hp, p, l);
         } else if (hp.is_recurrent(il)) {
             load_delta_net(L, hp, p, l);
         } else if (hp.is_mla()) {
@@ -706,6 +722,48 @@ void read_delta_net(const gguf_file& f, hparams& hp) {
         if (every <= 0) throw gguf_error("model metadata: full_attention_interval must be > 0");
         for (int64_t il = 0; il < hp.n_layer; ++il) hp.recurrent[(size_t)il] = (il + 1) % every != 0;
     }
+}
+
+void read_mamba2(const gguf_file& f, hparams& hp) {
+    ssm_hparams& s = hp.ssm;
+    auto need = [&](const char* key) {
+        if (!arch_has(f, hp, key)) throw gguf_error("model metadata lacks " + hp.arch + "." + key);
+        return arch_int(f, hp, key, 0);
+    };
+    s.kind = ssm_kind::mamba2;
+    s.d_conv = need("ssm.conv_kernel");
+    s.d_state = need("ssm.state_size");
+    s.n_head_k = need("ssm.group_count");
+    s.n_head_v = need("ssm.time_step_rank");
+    s.d_inner = need("ssm.inner_size");
+    if (s.d_conv < 2 || s.d_conv > 64) throw gguf_error("model metadata: ssm.conv_kernel is out of range (2..64)");
+    if (s.d_state <= 0 || s.d_state > 4096 || s.n_head_k <= 0 || s.n_head_v <= 0 || s.n_head_v > 65536 ||
+        s.n_head_v % s.n_head_k != 0 || s.d_inner <= 0 || s.d_inner > ((int64_t)1 << 20) ||
+        s.d_inner % s.n_head_v != 0 || s.d_inner % s.n_head_k != 0)
+        throw gguf_error("model metadata: ssm.state_size / group_count / time_step_rank / inner_size are out of "
+                         "range (the heads must split inner_size and be a multiple of the groups)");
+}
+
+void recurrent_from_kv_heads(hparams& hp) {
+    hp.recurrent.assign((size_t)hp.n_layer, 0);
+    if (hp.shapes.empty()) return;
+    for (int64_t il = 0; il < hp.n_layer; ++il) {
+        const layer_shape& ls = hp.shapes[(size_t)il];
+        if (ls.n_ff != hp.n_ff)
+            throw not_implemented_error(hp.arch + " with per-layer feed_forward_length is not supported");
+        if (ls.n_head_kv == 0) hp.recurrent[(size_t)il] = 1;
+        else if (ls.n_head_kv != hp.n_head_kv)
+            throw not_implemented_error(hp.arch + " with attention layers of different head_count_kv (" +
+                                        std::to_string(ls.n_head_kv) + ", " + std::to_string(hp.n_head_kv) +
+                                        ") is not supported");
+    }
+    hp.shapes.clear();
+    if (hp.n_recurrent() == hp.n_layer)
+        throw gguf_error("model metadata: " + hp.arch + ".attention.head_count_kv is 0 for every layer (no attention layer)");
+    // A window applies to the attention layers only (flags on recurrent
+    // layers would be unused; cleared so that no window cache counts them).
+    for (int64_t il = 0; il < hp.n_layer; ++il)
+        if (hp.recurrent[(size_t)il] && !hp.swa_layers.empty()) hp.swa_layers[(size_t)il] = 0;
 }
 
 void set_swa_pattern(const gguf_file& f, hparams& hp, int period) {

@@ -664,6 +664,8 @@ void vulkan_backend::gated_delta(const gated_delta_args& a) {
     record(std::move(d));
 }
 
+void vulkan_backend::ssm_scan(const ssm_scan_args&) { missing("ssm_scan (Mamba-2 selective scan)"); }
+
 void vulkan_backend::run_rows(const row_op* ops, int n_ops, int64_t n) {
     if (n <= 0) return;
     for (int k = 0; k < n_ops; ++k) {
