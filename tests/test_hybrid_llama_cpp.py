@@ -1,7 +1,8 @@
 """Hybrid models against llama.cpp: Qwen3.5 (qwen35, qwen35moe: gated delta-net + gated
 attention; with a next-token-prediction block that both implementations load and skip),
 LFM2 (lfm2: gated short convolutions + attention) and Granite 4.0-H (granitehybrid: Mamba-2 +
-attention without positions, experts with a shared expert, Granite's multipliers). The tiny random-weight models of
+attention without positions, Granite's multipliers; experts with a shared expert, and the
+dense-FFN layout as granitehybrid_dense). The tiny random-weight models of
 tests/data/hybrid (converted with llama.cpp's own convert_hf_to_gguf.py, quantized with its
 quantizer) and what llama.cpp (llama-cpp-python 0.3.36) produced on them, recorded by
 tools/make_hybrid_fixtures.py.
@@ -31,7 +32,7 @@ from llamapy import Llama, _engine
 from test_moe_llama_cpp import TOL_F16, TOL_Q, check_recorded_prompt, teacher_forced
 
 DATA = Path(__file__).parent / "data" / "hybrid"
-FAMILIES = ["qwen35", "qwen35moe", "lfm2", "granitehybrid"]
+FAMILIES = ["qwen35", "qwen35moe", "lfm2", "granitehybrid", "granitehybrid_dense"]
 GPU_FAMILIES = ["qwen35", "qwen35moe"]  # the others refuse GPU layers
 # where -> n_gpu_layers: the CPU, and where a Vulkan device exists every layer on it
 # ("gpu") and the last 2 of 4 ("split": its delta-net layer 2 and attention layer 3)
@@ -82,9 +83,10 @@ def test_lfm2_convolution_layers_come_from_the_kv_head_counts():
     assert shape["recurrent_bytes_per_seq"] == 4 * n_conv * (cfg["conv_L_cache"] - 1) * cfg["hidden_size"]
 
 
-def test_granitehybrid_mamba2_layers_and_state():
-    cfg = json.loads((DATA / "granitehybrid" / "config.json").read_text())
-    shape = _engine.model_shape(str(DATA / "granitehybrid" / "granitehybrid-f16.gguf"))
+@pytest.mark.parametrize("family", ["granitehybrid", "granitehybrid_dense"])
+def test_granitehybrid_mamba2_layers_and_state(family):
+    cfg = json.loads((DATA / family / "config.json").read_text())
+    shape = _engine.model_shape(str(DATA / family / f"{family}-f16.gguf"))
     assert shape["recurrent_layers"] == [t == "linear_attention" for t in cfg["layer_types"]]
     assert shape["n_expert"] == cfg["num_local_experts"]
     # per sequence and Mamba-2 layer: the convolution's tail over x | B | C, and each head's

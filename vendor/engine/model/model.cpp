@@ -116,7 +116,8 @@ void read_common_hparams(const gguf_file& f, hparams& hp) {
             hp.shapes[il].n_ff = ff_l.empty() ? hp.n_ff : ff_l[il];
             hp.shapes[il].n_head_kv = kv_l.empty() ? hp.n_head_kv : kv_l[il];
             check_positive(hp.shapes[il].n_ff, "feed_forward_length (a layer's)", (int64_t)1 << 24);
-            // 0: a layer without attention (LFM2's convolution layers); the
+            // 0: a layer without attention (LFM2's convolution layers,
+            // Granite 4.0-H's Mamba-2 layers); the
             // architecture's setup says which layers those are, and
             // check_layer_shapes refuses a 0 on an attention layer.
             if (hp.shapes[il].n_head_kv == 0) continue;
@@ -472,7 +473,7 @@ void load_weights(const gguf_file& f, hparams& hp, model_weights& w) {
             l.bo = L.vec_opt(p + "attn_output.bias", E);
         }
         if (hp.is_recurrent(il)) {
-            // no q / k norms: the delta-net L2-normalises its q and k; a short convolution has neither
+            // no q / k norms: the delta-net L2-normalises its q and k; the short convolution and Mamba-2 have none
         } else if (v.qk_norm_full) {
             l.q_norm = L.vec(p + "attn_q_norm.weight", nq);
             l.k_norm = L.vec(p + "attn_k_norm.weight", nk);
