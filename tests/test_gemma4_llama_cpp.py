@@ -5,10 +5,12 @@ recorded by tools/make_gemma4_fixtures.py (the folder's README).
 
 Variants: e2b (per-layer embeddings, the last two layers reusing earlier
 layers' KV caches, double-wide FFNs there), dense (31B's layout: global layers
-with fewer KV heads whose keys are also their values). Both have sliding and
-global layers of different head sizes and RoPE (proportional on the global
-ones), value norms, layer output scalars and soft-capped logits. The MoE
-variant (26B-A4B) is refused with an error naming what is missing.
+with fewer KV heads whose keys are also their values), moe (26B-A4B's layout:
+dense's attention with a mixture of experts beside the dense FFN in every
+layer). All have sliding and global layers of different head sizes and RoPE
+(proportional on the global ones), value norms, layer output scalars and
+soft-capped logits. The MoE variant runs on the CPU only (its routing's
+per-expert scales have no GPU kernel): GPU layers are refused by name.
 
 F16 files: the 16 greedy tokens equal llama.cpp's, every step's top-10 logits
 (teacher-forced along llama.cpp's path) within TOL_F16, or within 1.5 times
@@ -36,7 +38,8 @@ from test_moe_llama_cpp import check_recorded_prompt
 WHERE = ["cpu"] + (["gpu"] if "vulkan" in _engine.backends() and _engine.gpu_devices() else [])
 
 DATA = Path(__file__).parent / "data" / "gemma4"
-VARIANTS = ["e2b", "dense"]  # the ones this engine runs
+VARIANTS = ["e2b", "dense", "moe"]  # the ones this engine runs
+GPU_VARIANTS = ["e2b", "dense"]  # moe: CPU only (test_moe_gpu_layers_are_refused)
 TOL_F16 = 0.05
 TOL_Q = 0.4
 
@@ -70,6 +73,8 @@ def open_model(variant, ftype, where, flash=True):
 @pytest.mark.parametrize("where", WHERE)
 @pytest.mark.parametrize("variant,ftype", list(cases()))
 def test_matches_llama_cpp(variant, ftype, where):
+    if where == "gpu" and variant not in GPU_VARIANTS:
+        pytest.skip(f"{variant} runs on the CPU only")
     fr = record(variant)["files"][ftype]
     npz = np.load(DATA / variant / "logits.npz")
     llm = open_model(variant, ftype, where)
@@ -81,10 +86,13 @@ def test_matches_llama_cpp(variant, ftype, where):
 
 
 @pytest.mark.parametrize("where", WHERE)
-def test_explicit_attention_path_matches_llama_cpps(where):
+@pytest.mark.parametrize("variant", ["e2b", "moe"])
+def test_explicit_attention_path_matches_llama_cpps(variant, where):
     """flash_attn off: llama.cpp's own flash-off greedy run, token for token."""
-    fr = record("e2b")["files"]["F16"]
-    llm = open_model("e2b", "F16", where, flash=False)
+    if where == "gpu" and variant not in GPU_VARIANTS:
+        pytest.skip(f"{variant} runs on the CPU only")
+    fr = record(variant)["files"]["F16"]
+    llm = open_model(variant, "F16", where, flash=False)
     for pr in fr["prompts"]:
         llm.reset()
         got = []
@@ -129,7 +137,30 @@ def test_state_round_trip_with_layers_of_different_widths():
     assert np.array_equal(first, again) and int(np.argmax(again)) == pr["ids"][6]
 
 
-def test_moe_variant_is_refused_by_name():
-    path = DATA / "moe" / record("moe")["files"]["F16"]["file"]
-    with pytest.raises(NotImplementedError, match="gemma4 with experts"):
+def test_moe_layers_have_experts_beside_the_dense_ffn():
+    cfg = json.loads((DATA / "moe" / "config.json").read_text())
+    shape = _engine.model_shape(str(DATA / "moe" / record("moe")["files"]["F16"]["file"]))
+    assert shape["n_expert"] == cfg["num_experts"] == 8
+
+
+def test_moe_gpu_layers_are_refused():
+    if "vulkan" not in _engine.backends() or not _engine.gpu_devices():
+        pytest.skip("no GPU backend device in this build")
+    with pytest.raises(NotImplementedError, match="per-expert output scales"):
+        open_model("moe", "F16", "gpu")
+
+
+@pytest.mark.parametrize("name,missing", [
+    ("blk.1.ffn_gate_inp.scale", None), ("blk.2.ffn_down_exps.scale", None), ("blk.0.pre_ffw_norm_2.weight", None),
+    ("blk.3.post_ffw_norm_1.weight", None), ("blk.3.post_ffw_norm_2.weight", None),
+    ("blk.1.ffn_down_exps.weight", None),
+    # without the fused tensor the separate ones are looked for (as llama.cpp does)
+    ("blk.0.ffn_gate_up_exps.weight", "blk.0.ffn_gate_exps.weight")])
+def test_moe_missing_tensor_is_named(tmp_path, name, missing):
+    """A file without one of the experts' tensors (renamed in place, same length) fails by its name."""
+    data = (DATA / "moe" / record("moe")["files"]["F16"]["file"]).read_bytes()
+    assert data.count(name.encode()) == 1
+    path = tmp_path / "bad-moe.gguf"
+    path.write_bytes(data.replace(name.encode(), name.replace("f", "X", 1).encode()))
+    with pytest.raises(ValueError, match="lacks tensor " + (missing or name).replace(".", r"\.")):
         Llama(model_path=str(path), n_ctx=64, verbose=False)

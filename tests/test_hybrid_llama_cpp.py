@@ -1,8 +1,11 @@
-"""Qwen3.5 (qwen35, qwen35moe: gated delta-net + gated attention hybrids) against llama.cpp:
-the tiny random-weight models of tests/data/hybrid (converted with llama.cpp's own
-convert_hf_to_gguf.py, with a next-token-prediction block that both implementations load
-and skip; quantized with its quantizer) and what llama.cpp (llama-cpp-python 0.3.36)
-produced on them, recorded by tools/make_hybrid_fixtures.py.
+"""Hybrid models against llama.cpp: Qwen3.5 (qwen35, qwen35moe: gated delta-net + gated
+attention; with a next-token-prediction block that both implementations load and skip),
+LFM2 (lfm2: gated short convolutions + attention) and Granite 4.0-H (granitehybrid: Mamba-2 +
+attention without positions, Granite's multipliers; experts with a shared expert, and the
+dense-FFN layout as granitehybrid_dense). The tiny random-weight models of
+tests/data/hybrid (converted with llama.cpp's own convert_hf_to_gguf.py, quantized with its
+quantizer) and what llama.cpp (llama-cpp-python 0.3.36) produced on them, recorded by
+tools/make_hybrid_fixtures.py.
 
 The tolerances are the MoE comparison's (tests/test_moe_llama_cpp.py: TOL_F16, TOL_Q and
 the rules for near ties and rounding flips), applied to the same recordings. Also: the
@@ -13,7 +16,8 @@ tokens (tests/test_recurrent_state.py holds the reuse itself against fresh evalu
 Every case runs on the CPU and, where this build has a Vulkan device (tools/vulkan_check.sh
 runs it on lavapipe), with every layer on the GPU and with a partial split (the last two
 of the four layers, a delta-net layer and the attention layer, on the GPU; the first two
-on the CPU), against the same recordings and tolerances."""
+on the CPU), against the same recordings and tolerances. The other families run on the CPU
+only for now: GPU layers are refused by name (test_gpu_layers_are_refused_where_not_run_yet)."""
 
 from __future__ import annotations
 
@@ -28,7 +32,8 @@ from llamapy import Llama, _engine
 from test_moe_llama_cpp import TOL_F16, TOL_Q, check_recorded_prompt, teacher_forced
 
 DATA = Path(__file__).parent / "data" / "hybrid"
-FAMILIES = ["qwen35", "qwen35moe"]
+FAMILIES = ["qwen35", "qwen35moe", "lfm2", "granitehybrid", "granitehybrid_dense"]
+GPU_FAMILIES = ["qwen35", "qwen35moe"]  # the others refuse GPU layers
 # where -> n_gpu_layers: the CPU, and where a Vulkan device exists every layer on it
 # ("gpu") and the last 2 of 4 ("split": its delta-net layer 2 and attention layer 3)
 HAS_GPU = "vulkan" in _engine.backends() and bool(_engine.gpu_devices())
@@ -67,9 +72,71 @@ def test_hyperparameters_and_mtp_block_skipped():
     assert m.n_layer == md["num_hidden_layers"] == 4
 
 
+def test_lfm2_convolution_layers_come_from_the_kv_head_counts():
+    cfg = json.loads((DATA / "lfm2" / "config.json").read_text())
+    shape = _engine.model_shape(str(DATA / "lfm2" / "lfm2-f16.gguf"))
+    # the converter writes head_count_kv 0 for each "conv" layer; those keep a state, no KV cells
+    assert shape["recurrent_layers"] == [t == "conv" for t in cfg["layer_types"]]
+    n_attn = cfg["layer_types"].count("full_attention")
+    # per sequence: the last conv_L_cache - 1 inputs of every channel of each convolution layer
+    n_conv = len(cfg["layer_types"]) - n_attn
+    assert shape["recurrent_bytes_per_seq"] == 4 * n_conv * (cfg["conv_L_cache"] - 1) * cfg["hidden_size"]
+
+
+@pytest.mark.parametrize("family", ["granitehybrid", "granitehybrid_dense"])
+def test_granitehybrid_mamba2_layers_and_state(family):
+    cfg = json.loads((DATA / family / "config.json").read_text())
+    shape = _engine.model_shape(str(DATA / family / f"{family}-f16.gguf"))
+    assert shape["recurrent_layers"] == [t == "linear_attention" for t in cfg["layer_types"]]
+    assert shape["n_expert"] == cfg["num_local_experts"]
+    # per sequence and Mamba-2 layer: the convolution's tail over x | B | C, and each head's
+    # (head_dim, d_state) scan state
+    d_inner = cfg["mamba_expand"] * cfg["hidden_size"]
+    conv = (cfg["mamba_d_conv"] - 1) * (d_inner + 2 * cfg["mamba_n_groups"] * cfg["mamba_d_state"])
+    n_mamba = cfg["layer_types"].count("linear_attention")
+    assert shape["recurrent_bytes_per_seq"] == 4 * n_mamba * (conv + d_inner * cfg["mamba_d_state"])
+
+
+def _edited_copy(tmp_path, old: bytes, new: bytes, family="lfm2"):
+    """A family's F16 file with a tensor's name (same length) or shape bytes replaced."""
+    data = (DATA / family / f"{family}-f16.gguf").read_bytes()
+    assert data.count(old) == 1
+    path = tmp_path / f"bad-{family}.gguf"
+    path.write_bytes(data.replace(old, new))
+    return path
+
+
+@pytest.mark.parametrize("family,name", [
+    ("lfm2", b"blk.3.shortconv.conv.weight"), ("lfm2", b"blk.1.shortconv.in_proj.weight"),
+    ("lfm2", b"blk.5.shortconv.out_proj.weight"), ("lfm2", b"token_embd_norm.weight"),
+    ("granitehybrid", b"blk.0.ssm_in.weight"), ("granitehybrid", b"blk.1.ssm_conv1d.weight"),
+    ("granitehybrid", b"blk.3.ssm_dt.bias"), ("granitehybrid", b"blk.0.ssm_a"), ("granitehybrid", b"blk.1.ssm_d"),
+    ("granitehybrid", b"blk.3.ssm_norm.weight"), ("granitehybrid", b"blk.0.ssm_out.weight")])
+def test_missing_tensor_is_named(tmp_path, family, name):
+    import struct
+
+    n = struct.pack("<Q", len(name))  # the name with its length: "blk.1.ssm_d" is also in "blk.1.ssm_dt.bias"
+    path = _edited_copy(tmp_path, n + name, n + b"X" + name[1:], family)
+    with pytest.raises(ValueError, match="lacks tensor " + name.decode().replace(".", r"\.")):
+        Llama(model_path=str(path), n_ctx=64, verbose=False)
+
+
+def test_lfm2_misshaped_tensor_is_named(tmp_path):
+    import struct
+
+    name = b"blk.0.shortconv.in_proj.weight"
+    # name, n_dims 2, ne (64, 192): claim 191 rows (the data still lies inside the file)
+    head = struct.pack("<Q", len(name)) + name + struct.pack("<IQQ", 2, 64, 192)
+    path = _edited_copy(tmp_path, head, head[:-8] + struct.pack("<Q", 191))
+    with pytest.raises(ValueError, match=r"blk\.0\.shortconv\.in_proj\.weight has shape \[64, 191\]"):
+        Llama(model_path=str(path), n_ctx=64, verbose=False)
+
+
 @pytest.mark.parametrize("where", WHERE)
 @pytest.mark.parametrize("family,ftype", list(cases()))
 def test_matches_llama_cpp(family, ftype, where):
+    if where != "cpu" and family not in GPU_FAMILIES:
+        pytest.skip(f"{family} runs on the CPU only")
     rec = record(family)
     fr = rec["files"][ftype]
     npz = np.load(DATA / family / "logits.npz")
@@ -83,6 +150,8 @@ def test_matches_llama_cpp(family, ftype, where):
 @pytest.mark.parametrize("where", WHERE)
 @pytest.mark.parametrize("family", FAMILIES)
 def test_shared_prefix_prompt_matches_fresh_llama_cpp(family, where):
+    if where != "cpu" and family not in GPU_FAMILIES:
+        pytest.skip(f"{family} runs on the CPU only")
     """The first prompt of the pair (and a few generated tokens), then the second: the
     greedy tokens are llama.cpp's for the second prompt evaluated fresh."""
     rec = record(family)
@@ -126,3 +195,10 @@ def test_gpu_layers_are_placed_on_the_device(where):
     layers = [p for p in llm.device_map() if p["layer"] >= 0]
     assert [p["device"] != "cpu" for p in layers] == ([True] * 4 if where == "gpu" else [False, False, True, True])
     assert llm._ctx.recurrent_bytes == open_llm("qwen35", "F16")._ctx.recurrent_bytes > 0
+
+
+@pytest.mark.skipif(not HAS_GPU, reason="no GPU backend device in this build")
+@pytest.mark.parametrize("family", [f for f in FAMILIES if f not in GPU_FAMILIES])
+def test_gpu_layers_are_refused_where_not_run_yet(family):
+    with pytest.raises(NotImplementedError, match="recurrent"):
+        open_llm(family, "F16", "gpu")

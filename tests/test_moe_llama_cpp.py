@@ -4,7 +4,8 @@ quantized with its quantizer) and what llama.cpp (llama-cpp-python 0.3.36)
 produced on them, recorded by tools/make_moe_fixtures.py (see that folder's
 README for the recordings and llama.cpp's own noise).
 
-F16 files: the 16 greedy tokens equal llama.cpp's and every step's top-10
+F16 files: the 16 greedy tokens equal llama.cpp's (up to a step where its own
+flash-off run picks another token of a near tie, and ours is that one) and every step's top-10
 logits (teacher-forced along llama.cpp's path) agree within TOL_F16, or
 within 1.5 times llama.cpp's own flash-off/on difference at that step where
 that is larger (a router near a tie). Quantized files: activations are rounded to 8 bits before
@@ -93,7 +94,13 @@ def check_recorded_prompt(llm, pr, last_logits, exact, where, tol_f16=TOL_F16, t
             got.append(tok)
             if len(got) == len(pr["ids"]):
                 break
-        assert got == pr["ids"], where
+        if got != pr["ids"]:
+            # Only at a near tie that llama.cpp's own two attention paths split on: up to and
+            # including it, ours is one of them (after it the continuations are not comparable).
+            first = next(i for i, (a, b) in enumerate(zip(got, pr["ids"])) if a != b)
+            split = pr["flash_off"]["ids"][first] != pr["ids"][first] and gaps[first] <= 2 * own[first]
+            assert split and got[:first + 1] == pr["flash_off"]["ids"][:first + 1], \
+                f"{where}: greedy differs at step {first} ({got[first]} for {pr['ids'][first]})"
     else:
         flips = [i for i, d in enumerate(deltas) if d > tol_q]
         unexplained = [i for i in flips if own[i] <= tol_q / 2]

@@ -149,6 +149,26 @@ def test_route_norm_clamps_a_vanishing_sum(backend):
     np.testing.assert_allclose(w, [[p / 6.103515625e-5] * 2], rtol=1e-5)
 
 
+def test_route_expert_scale_multiplies_each_chosen_weight_last():
+    """Gemma 4: the normalised top-k weights, each times its expert's ffn_down_exps.scale
+    (selection and normalisation unchanged)."""
+    rng = np.random.default_rng(11)
+    logits = rng.standard_normal((9, 16)).astype(np.float32) * 2
+    es = (1.0 + rng.standard_normal(16) * 0.3).astype(np.float32)
+    ids, w = E.ops.moe_route(logits, 3, norm=True, expert_scale=es, n_threads=2)
+    rids, rw = route_ref(logits, k=3, norm=True)
+    np.testing.assert_array_equal(ids, rids)
+    np.testing.assert_allclose(w, rw * es[rids], rtol=2e-6, atol=1e-7)
+    with pytest.raises(ValueError, match="expert_scale"):
+        E.ops.moe_route(logits, 3, expert_scale=np.ones(15, np.float32))
+
+
+@pytest.mark.parametrize("backend", GPU_BACKENDS)
+def test_route_expert_scale_is_refused_by_a_gpu_backend(backend):
+    with pytest.raises(NotImplementedError, match="per-expert output scales"):
+        E.ops.moe_route(np.zeros((1, 8), np.float32), 2, expert_scale=np.ones(8, np.float32), backend=backend)
+
+
 @pytest.mark.parametrize("backend", GPU_BACKENDS)
 def test_route_limits_of_a_gpu_backend_say_so(backend):
     # one workgroup holds a row's scores: up to 512 experts, 32 chosen

@@ -1,4 +1,4 @@
-"""Hybrid models (recurrent state beside the KV cache) under the reuse paths that sit above
+"""Hybrid models (recurrent state beside the KV cache: Qwen3.5, LFM2, Granite 4.0-H) under the reuse paths that sit above
 the engine: Llama's RAM and disk prompt caches (a cached state restored into a context that
 meanwhile evaluated something else, or into a new process's context), and the server's parallel
 slots (continuous batching of several sequences in one context, each with its own recurrent
@@ -19,7 +19,9 @@ from llamapy import Llama, _engine
 from llamapy.llama_cache import LlamaDiskCache, LlamaRAMCache
 
 DATA = Path(__file__).parent / "data" / "hybrid"
-FILES = [DATA / "qwen35" / "qwen35-q8_0.gguf", DATA / "qwen35moe" / "qwen35moe-q8_0.gguf"]
+FILES = [DATA / "qwen35" / "qwen35-q8_0.gguf", DATA / "qwen35moe" / "qwen35moe-q8_0.gguf",
+         DATA / "lfm2" / "lfm2-q8_0.gguf", DATA / "granitehybrid" / "granitehybrid-q8_0.gguf"]
+CPU_ONLY = {"lfm2", "granitehybrid"}  # GPU layers are refused for these (test_hybrid_llama_cpp.py)
 PROMPTS = [[11, 42, 97, 150, 203, 260, 31, 77, 188, 5, 140, 222, 56, 90, 310, 12],
            [300, 45, 9, 120, 64, 64, 199, 3, 17],
            [11, 42, 97, 150, 203, 260, 31, 77, 2, 2, 8]]  # shares a part of the first, not its end
@@ -46,7 +48,9 @@ def path(request):
 
 
 @pytest.fixture(params=NGL, ids=lambda n: "gpu" if n else "cpu")
-def ngl(request):
+def ngl(request, path):
+    if request.param and path.parent.name in CPU_ONLY:
+        pytest.skip(f"{path.parent.name} runs on the CPU only")
     return request.param
 
 

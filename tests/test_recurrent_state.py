@@ -1,5 +1,5 @@
 """The recurrent state of hybrid models (Qwen3.5: gated delta-net layers beside attention
-layers) under everything that rewinds or reuses a sequence: the engine's suffix removal
+layers; LFM2: gated short convolutions; Granite 4.0-H: Mamba-2 layers) under everything that rewinds or reuses a sequence: the engine's suffix removal
 (kv_seq_rm: restored from a checkpoint at exactly the cut, or refused), Llama's prefix
 reuse, save_state / load_state, and speculative decoding's rollback of rejected drafts.
 Each is held against a fresh evaluation of the same tokens (a new context): the same
@@ -21,7 +21,8 @@ from llamapy import Llama, _engine as E
 from llamapy.llama_speculative import LlamaDraftModel
 
 DATA = Path(__file__).parent / "data" / "hybrid"
-FILES = [DATA / "qwen35" / "qwen35-q8_0.gguf", DATA / "qwen35moe" / "qwen35moe-q8_0.gguf"]
+FILES = [DATA / "qwen35" / "qwen35-q8_0.gguf", DATA / "qwen35moe" / "qwen35moe-q8_0.gguf",
+         DATA / "lfm2" / "lfm2-q8_0.gguf", DATA / "granitehybrid" / "granitehybrid-q8_0.gguf"]
 PROMPT = [11, 42, 97, 150, 203, 260, 31, 77, 188, 5, 140, 222, 56, 90, 310, 12]
 ATOL = 2e-3  # batching changes the summation order of the matmuls only
 # n_gpu_layers of each placement: the CPU, and where a Vulkan device exists every layer on

@@ -1,4 +1,4 @@
-"""Regenerates tests/data/hybrid/: tiny random Qwen3.5 GGUFs (dense and MoE) and llama.cpp's outputs.
+"""Regenerates tests/data/hybrid/: tiny random hybrid GGUFs (Qwen3.5 dense and MoE, LFM2, Granite 4.0-H) and llama.cpp's outputs.
 
 Usage (from the repo root; the same environment as tools/make_moe_fixtures.py: torch 2.13 CPU,
 transformers 5.25, gguf, numpy, llama-cpp-python 0.3.36 with its sdist unpacked; none of this
@@ -7,7 +7,7 @@ is a llamapy dependency):
     python tools/make_hybrid_fixtures.py --sdist /tmp/llama_cpp_python-0.3.36 [--work /tmp/hybw]
 
 Steps, all seeded: the MoE fixtures' tiny BPE (tools/moe/tokenizer.py) -> one HF checkpoint per
-family (tools/hybrid/qwen35_models.py, with an MTP block) -> convert_hf_to_gguf.py --outtype f16
+family (tools/hybrid/qwen35_models.py, with an MTP block; tools/hybrid/lfm2_models.py, tools/hybrid/granitehybrid_models.py) -> convert_hf_to_gguf.py --outtype f16
 (tools/moe/tokpre_shim.py: pre-tokenizer "qwen2") -> llama_model_quantize (Q8_0, Q4_K_M) ->
 llama.cpp's recordings (tools/moe/record.py's, over this file's PROMPTS: the MoE prompts plus a
 pair sharing a prefix, so a test can evaluate one after the other and compare the second with
@@ -29,13 +29,17 @@ sys.path.insert(0, str(HERE / "hybrid"))
 sys.path.insert(0, str(HERE))
 
 import make_moe_fixtures as moe_fx  # noqa: E402  (convert / quantize / manifest helpers)
+import granitehybrid_models  # noqa: E402
+import lfm2_models  # noqa: E402
 import qwen35_models  # noqa: E402
 import record as rec  # noqa: E402
 import tokenizer as moe_tok  # noqa: E402
 
 REPO = HERE.parent
 DATA = REPO / "tests" / "data" / "hybrid"
-FAMILIES = ["qwen35", "qwen35moe"]
+BUILDERS = {**qwen35_models.BUILDERS, **lfm2_models.BUILDERS, **granitehybrid_models.BUILDERS}
+DOCS = {**qwen35_models.DOCS, **lfm2_models.DOCS, **granitehybrid_models.DOCS}
+FAMILIES = list(BUILDERS)
 QUANTS = ["Q8_0", "Q4_K_M"]
 # The MoE prompts, then two sharing their first 12 ids (prefix reuse: the second after the first).
 SHARED = [11, 42, 97, 150, 203, 260, 31, 77, 188, 5, 140, 222]
@@ -73,7 +77,7 @@ def main() -> None:
         out.mkdir(parents=True)
         hf_dir = args.work / "hf" / fam
         shutil.rmtree(hf_dir, ignore_errors=True)
-        cfg = qwen35_models.BUILDERS[fam](hf_dir, base_tok)
+        cfg = BUILDERS[fam](hf_dir, base_tok)
         f16 = convert(fam, hf_dir, out, args.sdist, args.work)
         files = {"F16": f16.name}
         for q in QUANTS:
@@ -81,7 +85,7 @@ def main() -> None:
             moe_fx.quantize(f16, dst, q)
             files[q] = dst.name
         (out / "hf_config.json").write_text(json.dumps(
-            {"family": fam, "doc": qwen35_models.DOCS[fam], "files": files, "config": cfg,
+            {"family": fam, "doc": DOCS[fam], "files": files, "config": cfg,
              "tokenizer_pre_via_shim": "qwen2",
              "tensor_types": {k: moe_fx.gguf_tensor_types(out / v) for k, v in files.items()}},
             indent=1, default=str, ensure_ascii=False) + "\n")

@@ -124,6 +124,7 @@ public:
     // gated delta rule, each advancing its rows' per-sequence state.
     virtual void ssm_conv(const ssm_conv_args& a) = 0;
     virtual void gated_delta(const gated_delta_args& a) = 0;
+    virtual void ssm_scan(const ssm_scan_args& a) = 0;
     // ops[0..n_ops) over rows [0, n) (see the file comment).
     virtual void run_rows(const row_op* ops, int n_ops, int64_t n) = 0;
     // Bytes of work memory the backend holds for a context (quantized

@@ -177,6 +177,10 @@ void cpu_backend::gated_delta(const gated_delta_args& a) {
     pool_->parallel_for(a.n_head_v, [&](int64_t h, int) { lp::gated_delta(a, (int)h, (int)h + 1); });
 }
 
+void cpu_backend::ssm_scan(const ssm_scan_args& a) {
+    pool_->parallel_for(a.n_head, [&](int64_t h, int) { ssm_scan_ref(a, (int)h, (int)h + 1); });
+}
+
 void cpu_backend::run_rows(const row_op* ops, int n_ops, int64_t n) {
     for_rows(n, [&](int64_t t) {
         for (int i = 0; i < n_ops; ++i) apply(ops[i], t);

@@ -47,6 +47,7 @@ public:
     void attention(const attention_args& a) override;
     void ssm_conv(const ssm_conv_args& a) override;
     void gated_delta(const gated_delta_args& a) override;
+    void ssm_scan(const ssm_scan_args& a) override;
     void run_rows(const row_op* ops, int n_ops, int64_t n) override;
     size_t scratch_bytes() const override;
     size_t attention_scratch_bytes() const { return attn_.bytes(); }

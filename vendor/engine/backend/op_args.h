@@ -57,6 +57,10 @@ struct moe_route_args {
     int n_group = 0, n_group_used = 0;
     bool norm = false;
     float scale = 0.0f;
+    // (n_expert) each chosen expert's weight times its entry, last (Gemma 4's
+    // per-expert output scales: the same as scaling that expert's down
+    // projection), or null
+    const float* expert_scale = nullptr;
     int32_t* ids = nullptr;         // out: (n_tok, k) chosen experts, best first
     float* weights = nullptr;       // out: (n_tok, k) their weights
 };
@@ -82,6 +86,31 @@ struct ssm_conv_args {
     int64_t y_stride = 0;
     const float* w = nullptr;     // (n_ch, d_conv) the kernel, as GGUF's ssm_conv1d stores it
     float* state = nullptr;       // slot s: (n_ch, d_conv - 1) at state + s * state_stride, oldest first
+    int64_t state_stride = 0;
+    const int32_t* slot = nullptr;  // (n_tok) state slot of each row
+};
+
+// Mamba-2's selective scan (llama.cpp's ssm_scan with a scalar decay per
+// head), one token at a time per head h: with S the head's (head_dim × d_state)
+// state, g = h / (n_head / n_group) its group, dt = softplus(dt_in[h]):
+//   S = exp(dt * A[h]) S + dt x_h B_gᵀ;  y_h = S C_g  (+ D[h] x_h when D is given).
+// State layout per head: row p (of head_dim) holds d_state contiguous floats.
+// Rows in batch order, each on its own slot's state, as ssm_conv_args.
+struct ssm_scan_args {
+    int64_t n_tok = 0;
+    int n_head = 0, head_dim = 0, d_state = 0, n_group = 0;
+    const float* x = nullptr;     // (n_tok, n_head * head_dim), row stride x_stride
+    int64_t x_stride = 0;
+    const float* dt = nullptr;    // (n_tok, n_head) before the softplus, row stride dt_stride
+    int64_t dt_stride = 0;
+    const float* A = nullptr;     // (n_head) the decay rates (-exp(A_log))
+    const float* B = nullptr;     // (n_tok, n_group * d_state), row stride bc_stride
+    const float* C = nullptr;     // (n_tok, n_group * d_state), row stride bc_stride
+    int64_t bc_stride = 0;
+    const float* D = nullptr;     // (n_head) skip weights, or null
+    float* y = nullptr;           // (n_tok, n_head * head_dim), row stride y_stride (not x)
+    int64_t y_stride = 0;
+    float* state = nullptr;       // slot s: (n_head, head_dim, d_state) at state + s * state_stride
     int64_t state_stride = 0;
     const int32_t* slot = nullptr;  // (n_tok) state slot of each row
 };

@@ -320,6 +320,58 @@ py::tuple gated_delta_py(const std::string& be_name, farray q, farray k, farray 
     return py::make_tuple(out, st);
 }
 
+// Mamba-2's selective scan (backend.h ssm_scan): x (n, H * P), dt (n, H), A (H),
+// B, C (n, G * N), D (H) or None, state (n_slot, H, P, N), slot (n,): returns
+// (y (n, H * P), the states after).
+py::tuple ssm_scan_py(const std::string& be_name, farray x, farray dt, farray A, farray B, farray C,
+                      const py::object& D, farray state, const i32array& slot, int n_group, int n_threads) {
+    if (x.ndim() != 2 || dt.ndim() != 2 || A.ndim() != 1 || B.ndim() != 2 || C.ndim() != 2 || state.ndim() != 4 ||
+        slot.ndim() != 1)
+        throw value_error("ssm_scan: x (n, H*P), dt (n, H), A (H), B, C (n, G*N), state (n_slot, H, P, N), slot (n,)");
+    const int64_t n = x.shape(0), n_slot = state.shape(0), H = state.shape(1), P = state.shape(2), N = state.shape(3);
+    if (n_group <= 0 || H % n_group != 0 || x.shape(1) != H * P || dt.shape(0) != n || dt.shape(1) != H ||
+        A.shape(0) != H || B.shape(0) != n || B.shape(1) != n_group * N || C.shape(0) != n ||
+        C.shape(1) != B.shape(1) || slot.shape(0) != n)
+        throw value_error("ssm_scan: shapes do not match");
+    for (int64_t t = 0; t < n; ++t)
+        if (slot.data()[t] < 0 || slot.data()[t] >= n_slot) throw value_error("ssm_scan: slot out of range");
+    farray d;
+    if (!D.is_none()) {
+        d = farray(D);
+        if (d.ndim() != 1 || d.shape(0) != H) throw value_error("ssm_scan: D must have H entries");
+    }
+    farray y({(py::ssize_t)n, (py::ssize_t)(H * P)});
+    farray st({(py::ssize_t)n_slot, (py::ssize_t)H, (py::ssize_t)P, (py::ssize_t)N});
+    std::memcpy(st.mutable_data(), state.data(), sizeof(float) * (size_t)st.size());
+    ssm_scan_args a;
+    a.n_tok = n;
+    a.n_head = (int)H;
+    a.head_dim = (int)P;
+    a.d_state = (int)N;
+    a.n_group = n_group;
+    a.x = x.data();
+    a.x_stride = H * P;
+    a.dt = dt.data();
+    a.dt_stride = H;
+    a.A = A.data();
+    a.B = B.data();
+    a.C = C.data();
+    a.bc_stride = n_group * N;
+    a.D = D.is_none() ? nullptr : d.data();
+    a.y = y.mutable_data();
+    a.y_stride = H * P;
+    a.state = st.mutable_data();
+    a.state_stride = H * P * N;
+    a.slot = slot.data();
+    std::unique_ptr<backend> be = make_backend(be_name, n_threads);
+    {
+        py::gil_scoped_release nogil;
+        be->ssm_scan(a);
+        be->sync();
+    }
+    return py::make_tuple(y, st);
+}
+
 }  // namespace
 
 py::tuple backend_name_tuple() {
@@ -392,6 +444,10 @@ void bind_backend(py::module_& m) {
           py::arg("slot"), py::arg("n_threads") = 1,
           "(y, states after): the short causal convolution of rows x (n, C), kernel w (C, d_conv), each row on "
           "its slot of state (n_slot, C, d_conv - 1)");
+    m.def("backend_ssm_scan", &ssm_scan_py, py::arg("backend"), py::arg("x"), py::arg("dt"), py::arg("A"), py::arg("B"),
+          py::arg("C"), py::arg("D"), py::arg("state"), py::arg("slot"), py::arg("n_group"), py::arg("n_threads") = 1,
+          "(y, states after): Mamba-2's selective scan over rows (op_args.h ssm_scan_args), state (n_slot, "
+          "n_head, head_dim, d_state)");
     m.def("backend_gated_delta", &gated_delta_py, py::arg("backend"), py::arg("q"), py::arg("k"), py::arg("v"),
           py::arg("g"), py::arg("beta"), py::arg("state"), py::arg("slot"), py::arg("n_head_k"),
           py::arg("n_threads") = 1,

@@ -40,7 +40,8 @@ const backend_factory* other_backend(const std::string& name, const char* op) {
 }
 
 py::tuple moe_route_op(f32_array logits, int k, const std::string& gating, const py::object& bias, int n_group,
-                       int n_group_used, bool norm, float scale, int n_threads, const std::string& backend_name) {
+                       int n_group_used, bool norm, float scale, const py::object& expert_scale, int n_threads,
+                       const std::string& backend_name) {
     if (logits.ndim() != 2) throw value_error("moe_route: logits must have shape (n_tok, n_expert)");
     const int64_t n = logits.shape(0), n_exp = logits.shape(1);
     if (k < 1 || k > n_exp) throw value_error("moe_route: k must be in 1..n_expert");
@@ -48,6 +49,12 @@ py::tuple moe_route_op(f32_array logits, int k, const std::string& gating, const
     if (!bias.is_none()) {
         b = f32_array(bias);
         if (b.ndim() != 1 || b.shape(0) != n_exp) throw value_error("moe_route: bias must have n_expert entries");
+    }
+    f32_array es;
+    if (!expert_scale.is_none()) {
+        es = f32_array(expert_scale);
+        if (es.ndim() != 1 || es.shape(0) != n_exp)
+            throw value_error("moe_route: expert_scale must have n_expert entries");
     }
     py::array_t<int32_t> ids({(py::ssize_t)n, (py::ssize_t)k});
     py::array_t<float> w({(py::ssize_t)n, (py::ssize_t)k});
@@ -63,6 +70,7 @@ py::tuple moe_route_op(f32_array logits, int k, const std::string& gating, const
     a.n_group_used = n_group_used;
     a.norm = norm;
     a.scale = scale;
+    a.expert_scale = expert_scale.is_none() ? nullptr : es.data();
     a.ids = ids.mutable_data();
     a.weights = w.mutable_data();
     const backend_factory* other = other_backend(backend_name, "moe_route");
@@ -134,11 +142,12 @@ void bind_moe(py::module_& m) {
     py::module_ ops = m.attr("ops").cast<py::module_>();
     ops.def("moe_route", &moe_route_op, py::arg("logits"), py::arg("k"), py::arg("gating") = "softmax",
             py::arg("bias") = py::none(), py::arg("n_group") = 0, py::arg("n_group_used") = 0,
-            py::arg("norm") = false, py::arg("scale") = 0.0f, py::arg("n_threads") = 1, py::arg("backend") = "cpu",
+            py::arg("norm") = false, py::arg("scale") = 0.0f, py::arg("expert_scale") = py::none(),
+            py::arg("n_threads") = 1, py::arg("backend") = "cpu",
             "Mixture-of-experts routing of logits (n_tok, n_expert): gating 'softmax' | 'sigmoid' |\n"
             "'softmax_weight', selection bias (n_expert), group-limited top-k (n_group, n_group_used), weights\n"
-            "divided by their sum (norm), times scale (0 or 1: none). Returns (ids (n_tok, k) int32 best first,\n"
-            "weights (n_tok, k) float32).");
+            "divided by their sum (norm), times scale (0 or 1: none), then each times its expert's entry of\n"
+            "expert_scale (n_expert; Gemma 4). Returns (ids (n_tok, k) int32 best first, weights (n_tok, k) float32).");
     ops.def("moe_matmul", &moe_matmul_op, py::arg("w"), py::arg("ggml_type"), py::arg("n_expert"), py::arg("n_rows"),
             py::arg("n_cols"), py::arg("x"), py::arg("ids"), py::arg("bias") = py::none(), py::arg("n_threads") = 0,
             py::arg("level") = "best", py::arg("backend") = "cpu",

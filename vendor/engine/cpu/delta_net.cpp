@@ -154,4 +154,32 @@ void gated_delta(const gated_delta_args& a, int h0, int h1) {
     }
 }
 
+void ssm_scan_ref(const ssm_scan_args& a, int h0, int h1) {
+    const int64_t P = a.head_dim, N = a.d_state;
+    const int heads_per_group = a.n_head / a.n_group;
+    for (int h = h0; h < h1; ++h) {
+        const int64_t g = h / heads_per_group;
+        for (int64_t t = 0; t < a.n_tok; ++t) {
+            float* S = a.state + (int64_t)a.slot[t] * a.state_stride + (int64_t)h * P * N;  // S[p * N + s]
+            const float d = a.dt[t * a.dt_stride + h];
+            const float dt = d > 20.0f ? d : std::log1p(std::exp(d));  // softplus, as llama.cpp clamps it
+            const float decay = std::exp(dt * a.A[h]);
+            const float* x = a.x + t * a.x_stride + (int64_t)h * P;
+            const float* B = a.B + t * a.bc_stride + g * N;
+            const float* C = a.C + t * a.bc_stride + g * N;
+            float* y = a.y + t * a.y_stride + (int64_t)h * P;
+            for (int64_t p = 0; p < P; ++p) {
+                float* s = S + p * N;
+                const float x_dt = x[p] * dt;
+                float sum = 0.0f;
+                for (int64_t i = 0; i < N; ++i) {
+                    s[i] = s[i] * decay + B[i] * x_dt;
+                    sum += s[i] * C[i];
+                }
+                y[p] = a.D ? sum + x[p] * a.D[h] : sum;
+            }
+        }
+    }
+}
+
 }  // namespace lp

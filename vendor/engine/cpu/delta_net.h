@@ -1,6 +1,6 @@
 // delta_net.h — the kernels of the recurrent (linear-attention) layers on the
 // CPU: the short causal convolution with its per-sequence state tail, and the
-// gated delta rule in its sequential form (one token after another per head),
+// gated delta rule and Mamba-2's selective scan in their sequential form (one token after another per head),
 // the form decode needs and the reference for any faster one. Semantics and
 // layouts: backend/op_args.h (ssm_conv_args, gated_delta_args).
 // Each kernel does a range of channels / heads over all rows, so the backend
@@ -22,5 +22,7 @@ void ssm_conv_ref(const ssm_conv_args& a, int64_t c0, int64_t c1);
 // CPU has it; the same within rounding).
 void gated_delta_ref(const gated_delta_args& a, int h0, int h1);
 void gated_delta(const gated_delta_args& a, int h0, int h1);
+// Heads [h0, h1) of a (Mamba-2's selective scan).
+void ssm_scan_ref(const ssm_scan_args& a, int h0, int h1);
 
 }  // namespace lp

@@ -92,6 +92,8 @@ void moe_route_row(const moe_route_args& a, int64_t t, float* work) {
     }
     if (a.scale != 0.0f && a.scale != 1.0f)
         for (int j = 0; j < k; ++j) w[j] *= a.scale;
+    if (a.expert_scale)
+        for (int j = 0; j < k; ++j) w[j] *= a.expert_scale[ids[j]];
 }
 
 void moe_route(const moe_route_args& a, thread_pool& pool) {

@@ -42,13 +42,14 @@ run_state::run_state(const hparams& hp, int64_t n_ub, int64_t n_cells, device wh
     }
     if (hp.n_recurrent() > 0) {
         const ssm_hparams& sm = hp.ssm;
-        dn_in = float_buffer(where, (size_t)(n_ub * sm.conv_dim()));
+        dn_in = float_buffer(where, (size_t)(n_ub * sm.in_dim()));
         dn_conv = float_buffer(where, (size_t)(n_ub * sm.conv_dim()));
         dn_z = float_buffer(where, (size_t)(n_ub * sm.value_dim()));
         dn_gb = float_buffer(where, (size_t)(n_ub * 2 * sm.n_head_v));
         dn_out = float_buffer(where, (size_t)(n_ub * sm.value_dim()));
     }
     if (hp.moe.n_ff_shexp > 0) shexp_gate = float_buffer(where, (size_t)n_ub);
+    if (hp.v.moe_beside_dense) moe_sum = float_buffer(where, (size_t)(n_ub * E));
     if (hp.n_embd_per_layer > 0) {  // Gemma 4's per-layer inputs
         ple = float_buffer(where, (size_t)(n_ub * hp.n_layer * hp.n_embd_per_layer));
         ple_proj = float_buffer(where, (size_t)(n_ub * hp.n_layer * hp.n_embd_per_layer));
@@ -71,8 +72,9 @@ size_t run_state::activation_bytes(const hparams& hp, int64_t n_ub) {
                                           std::max<int64_t>(hp.mla.q_lora, 1)
                                     : 0;
     const int64_t gate = hp.v.attn_gate ? 3 * hp.n_q() : 0;
-    const int64_t dn = hp.n_recurrent() > 0 ? 2 * hp.ssm.conv_dim() + 3 * hp.ssm.value_dim() + 2 * hp.ssm.n_head_v : 0;
-    const int64_t shexp = hp.moe.n_ff_shexp > 0 ? 1 : 0;
+    const int64_t dn =
+        hp.n_recurrent() > 0 ? hp.ssm.in_dim() + hp.ssm.conv_dim() + 3 * hp.ssm.value_dim() + 2 * hp.ssm.n_head_v : 0;
+    const int64_t shexp = (hp.moe.n_ff_shexp > 0 ? 1 : 0) + (hp.v.moe_beside_dense ? E : 0);
     const int64_t ple = hp.n_embd_per_layer > 0 ? 2 * hp.n_layer * hp.n_embd_per_layer + 1 : 0;  // + ple_zero_ids
     return sizeof(float) * (size_t)(n_ub * (3 * E + hp.n_q() + hp.n_embd_k() + hp.n_embd_v() +
                                             hp.n_head * hp.head_dim_v + hp.ffn_width() + moe + mla + gate + dn +
@@ -84,7 +86,7 @@ size_t run_state::bytes() const {
                lora_bax.bytes() + moe_logits.bytes() + moe_ids.bytes() + moe_weights.bytes() + moe_ffn.bytes() +
                moe_out.bytes() + mla_q.bytes() + mla_qa.bytes() + mla_out.bytes() + mla_qcur.bytes() + mla_heads.bytes() +
                q_full.bytes() + attn_gate.bytes() + dn_in.bytes() + dn_conv.bytes() + dn_z.bytes() + dn_gb.bytes() +
-               dn_out.bytes() + shexp_gate.bytes() + ple.bytes() + ple_proj.bytes() +
+               dn_out.bytes() + shexp_gate.bytes() + moe_sum.bytes() + ple.bytes() + ple_proj.bytes() +
                sizeof(int32_t) * ple_zero_ids.size();
     for (int r = 0; r < 2; ++r)
         b += sizeof(float) * rope_cs[r].size() + sizeof(uint64_t) * mask[r].size() +
@@ -230,6 +232,12 @@ void pass::ssm_conv(ssm_conv_args a) {
     flush();
     a.n_tok = n_;
     if (n_ > 0) be_->ssm_conv(a);
+}
+
+void pass::ssm_scan(ssm_scan_args a) {
+    flush();
+    a.n_tok = n_;
+    if (n_ > 0) be_->ssm_scan(a);
 }
 
 void pass::gated_delta(gated_delta_args a) {
@@ -585,13 +593,14 @@ void ffn_block(pass& p, const hparams& hp, const layer_weights& L, int il, rows 
     p.tap("ffn_out", il, out, hp.n_embd);
 }
 
-void moe_ffn_block(pass& p, const hparams& hp, const layer_weights& L, int il, rows in, run_state& rs, rows out) {
+void moe_ffn_block(pass& p, const hparams& hp, const layer_weights& L, int il, rows in, run_state& rs, rows out,
+                   const rows* router_in) {
     const moe_hparams& m = hp.moe;
     const int64_t n = p.n(), E = hp.n_embd, F = m.n_ff_exp, k = m.n_expert_used;
     const rows logits{rs.moe_logits.f32(), m.n_expert};
     auto* ids = static_cast<int32_t*>(rs.moe_ids.data());
     float* weights = rs.moe_weights.f32();
-    p.matmul(L.ffn_gate_inp, in, logits);
+    p.matmul(L.ffn_gate_inp, router_in ? *router_in : in, logits);
     p.tap("ffn_moe_logits", il, logits, m.n_expert);
     p.add_bias(logits, L.ffn_gate_inp_b);  // (llama.cpp names the sum ffn_moe_logits_biased)
     moe_route_args a;
@@ -606,6 +615,7 @@ void moe_ffn_block(pass& p, const hparams& hp, const layer_weights& L, int il, r
     a.n_group_used = m.n_group_used;
     a.norm = m.norm_w;
     a.scale = m.w_scale;
+    a.expert_scale = opt(L.ffn_down_exps_s);
     a.ids = ids;
     a.weights = weights;
     p.moe_route(a);
@@ -613,9 +623,14 @@ void moe_ffn_block(pass& p, const hparams& hp, const layer_weights& L, int il, r
     // Every (token, expert) slot: gate and up read the token's row, down the slot's.
     const rows ffn{rs.moe_ffn.f32(), 2 * F}, g = ffn, u = ffn.at(F);
     const rows down{rs.moe_out.f32(), E};
-    const bool gated = L.ffn_gate_exps.present();
-    if (gated) p.moe_matmul(L.ffn_gate_exps, in, (int)k, ids, n * k, g, L.ffn_gate_exps_b);
-    p.moe_matmul(L.ffn_up_exps, in, (int)k, ids, n * k, gated ? u : g, L.ffn_up_exps_b);
+    const bool fused = L.ffn_gate_up_exps.present();
+    const bool gated = fused || L.ffn_gate_exps.present();
+    if (fused) {
+        p.moe_matmul(L.ffn_gate_up_exps, in, (int)k, ids, n * k, ffn, {});  // gate | up, as ffn holds them
+    } else {
+        if (gated) p.moe_matmul(L.ffn_gate_exps, in, (int)k, ids, n * k, g, L.ffn_gate_exps_b);
+        p.moe_matmul(L.ffn_up_exps, in, (int)k, ids, n * k, gated ? u : g, L.ffn_up_exps_b);
+    }
     p.over_rows(n * k, [&] {
         if (m.act == ffn_act::swiglu_oai) p.swiglu_oai(g, u.p, u.s, F, m.swiglu_alpha, m.swiglu_limit);
         else p.act_mul(m.act, g, gated ? u.p : nullptr, u.s, F);
@@ -644,6 +659,30 @@ void moe_ffn_block(pass& p, const hparams& hp, const layer_weights& L, int il, r
         p.add(out, shared, E);
     }
     p.tap("ffn_out", il, out, E);
+}
+
+void dense_and_moe_ffn_block(pass& p, const hparams& hp, const hparams& lh, const layer_weights& L, int il, rows x,
+                             rows xb, run_state& rs, rows out) {
+    const int64_t E = hp.n_embd;
+    const float eps = hp.norm_eps;
+    // The dense branch, on xb = ffn_norm(x).
+    ffn_block(p, lh, L, il, xb, rows{rs.ffn.f32(), 2 * hp.n_ff}, out);  // (decoder.cpp's stride)
+    p.norm(norm_kind::rms, out, out, L.ffn_post_norm_1, {}, E, eps);
+    p.tap("ffn_mlp", il, out, E);
+    // The router's input: rms_norm(x) / sqrt(E) * scale, in that order (llama.cpp's rounding).
+    const rows r{rs.moe_sum.f32(), E};
+    p.norm(norm_kind::rms, r, x, {}, {}, E, eps);
+    p.scale(r, E, 1.0f / std::sqrt((float)E));
+    p.mul(r, rows{const_cast<float*>(L.ffn_gate_inp_s.data()), 0}, E);
+    // The experts' branch, on pre_ffw_norm_2(x); its sum goes into r, which
+    // the router has read by then.
+    p.norm(norm_kind::rms, xb, x, L.ffn_pre_norm_2, {}, E, eps);
+    p.tap("ffn_norm_2", il, xb, E);
+    moe_ffn_block(p, hp, L, il, xb, rs, r, &r);
+    p.norm(norm_kind::rms, r, r, L.ffn_post_norm_2, {}, E, eps);
+    p.tap("ffn_moe", il, r, E);
+    p.add(out, r, E);
+    p.tap("ffn_moe_combined", il, out, E);
 }
 
 void per_layer_inputs(pass& p, const model& m, const ubatch& ub, rows x, run_state& rs) {

@@ -81,12 +81,13 @@ struct run_state {
     device_buffer q_full;          // (n_ubatch, 2 * n_q)
     device_buffer attn_gate;       // (n_ubatch, n_q)
     // Gated delta-net layers (hparams::recurrent; empty otherwise).
-    device_buffer dn_in;           // (n_ubatch, conv_dim) q | k | v before the convolution
+    device_buffer dn_in;           // (n_ubatch, in_dim) q | k | v before the convolution (short conv: B | C | x)
     device_buffer dn_conv;         // (n_ubatch, conv_dim) after it (and SiLU, the L2 norms)
     device_buffer dn_z;            // (n_ubatch, value_dim) the output gate
     device_buffer dn_gb;           // (n_ubatch, 2 * n_head_v) decay (log) | write strength
     device_buffer dn_out;          // (n_ubatch, value_dim)
     device_buffer shexp_gate;      // (n_ubatch, 1) a gated shared expert's gate
+    device_buffer moe_sum;         // (n_ubatch, n_embd) block_variant::moe_beside_dense: the router's input, then the experts' sum
     // Gemma 4's per-layer inputs (empty otherwise): the token table's rows,
     // then every layer's input (projection + rows), n_embd_per_layer a layer;
     // the ids of the table's row 0, which rows given as embeddings take.
@@ -195,6 +196,7 @@ public:
     // Recurrent layers (backend.h): n_tok is the pass's row count.
     void ssm_conv(ssm_conv_args a);
     void gated_delta(gated_delta_args a);
+    void ssm_scan(ssm_scan_args a);
     // Mixture of experts (backend.h): routing of the pass's rows, expert
     // products over n_slots slots, and y = the weighted sum of each row's
     // `groups` slot rows of x (n elements each, x row t at x + t * groups * n).
@@ -286,14 +288,36 @@ void mla_attention(pass& p, const hparams& hp, const layer_weights& L, int il, k
 // gated delta rule, the gated RMS norm, the output projection into out.
 // [linear_attn_qkv_mixed, z, conv_output_silu, attn_output, final_output, linear_attn_out]
 void delta_net_block(pass& p, const hparams& hp, const layer_weights& L, int il, const ubatch& ub, rows in, rows out);
+// A gated short-convolution layer (LFM2; model/short_conv.cpp) of the rows
+// `in`, advancing each row's convolution tail in ub.rstate:
+// B | C | x = in_proj · in, y = C * conv(B * x), out = out_proj · y.
+// [shortconv_in_proj, shortconv_conv, shortconv_out_proj]
+void short_conv_block(pass& p, const hparams& hp, const layer_weights& L, int il, const ubatch& ub, rows in, rows out);
+// A Mamba-2 layer (Granite 4.0-H; model/mamba2.cpp) of the rows `in`,
+// advancing each row's convolution tail and scan state in ub.rstate:
+// z | xBC | dt = in_proj · in, xBC = silu(conv(xBC) + b), y = scan(x, dt, B, C)
+// + D x, out = out_proj · (grouped rms_norm(y * silu(z)) * w).
+// [mamba2_in_proj, mamba2_conv, mamba2_y_add_d, mamba2_out_norm, mamba2_out]
+void mamba2_block(pass& p, const hparams& hp, const layer_weights& L, int il, const ubatch& ub, rows in, rows out);
 // out = wo · att + bo.  [attn_out]
 void attn_output(pass& p, const hparams& hp, const layer_weights& L, int il, rows att, rows out);
 // out = down(act(gate) * up) (+ biases), or down(act(up)) without a gate;
 // ffn: (n, 2 n_ff) work rows.  [ffn_out]
 void ffn_block(pass& p, const hparams& hp, const layer_weights& L, int il, rows in, rows ffn, rows out);
 // A mixture-of-experts FFN (layer_weights::moe()): route, the chosen experts'
-// gated FFNs, their weighted sum, plus the shared expert.  [ffn_moe_logits, ffn_moe_out, ffn_shexp_out, ffn_out]
-void moe_ffn_block(pass& p, const hparams& hp, const layer_weights& L, int il, rows in, run_state& rs, rows out);
+// gated FFNs, their weighted sum, plus the shared expert. router_in: the rows
+// the router reads when they are not `in` (read before out is written).
+// [ffn_moe_logits, ffn_moe_out, ffn_shexp_out, ffn_out]
+void moe_ffn_block(pass& p, const hparams& hp, const layer_weights& L, int il, rows in, run_state& rs, rows out,
+                   const rows* router_in = nullptr);
+// Gemma 4's FFN of a layer with experts (block_variant::moe_beside_dense):
+// out = post_norm_1(dense FFN of xb) + post_norm_2(experts of pre_norm_2(x)),
+// routed on rms_norm(x) / sqrt(n_embd) * ffn_gate_inp.scale, each chosen
+// expert's weight times its ffn_down_exps.scale. xb: ffn_norm(x) on entry,
+// then work rows; lh: the layer's shape (its dense FFN width).
+// [ffn_mlp, ffn_norm_2, ffn_moe_logits, ffn_moe_out, ffn_moe, ffn_moe_combined]
+void dense_and_moe_ffn_block(pass& p, const hparams& hp, const hparams& lh, const layer_weights& L, int il, rows x,
+                             rows xb, run_state& rs, rows out);
 // Gemma 4's per-layer inputs of the rows (hparams::n_embd_per_layer = P > 0):
 // ((x · per_layer_model_proj) / sqrt(n_embd), RMS-normed per layer, plus the
 // token table's rows times sqrt(P)) / sqrt(2) into rs.ple_proj (n, n_layer * P),

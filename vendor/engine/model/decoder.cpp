@@ -55,9 +55,11 @@ void decoder_forward(const model& m, const rope_params rope[2], kv_cache& kv_mai
         }
         const bool recurrent = hp.is_recurrent(il);
         if (recurrent) {
-            // gated delta-net (Qwen3.5): every row advances its sequence's
+            // gated delta-net (Qwen3.5), short convolution (LFM2) or Mamba-2 (Granite 4.0-H): every row advances its sequence's
             // state, so the whole batch runs; the output rows are taken after.
-            delta_net_block(p, hp, L, il, ub, attn_in, xb2);
+            if (hp.ssm.kind == ssm_kind::short_conv) short_conv_block(p, hp, L, il, ub, attn_in, xb2);
+            else if (hp.ssm.kind == ssm_kind::mamba2) mamba2_block(p, hp, L, il, ub, attn_in, xb2);
+            else delta_net_block(p, hp, L, il, ub, attn_in, xb2);
         } else if (hp.is_mla()) {
             mla_attention(p, hp, L, il, kv, cells, rs, r, attn_in, qkv, att, cos_sin, heads_out);
         } else {
@@ -96,7 +98,8 @@ void decoder_forward(const model& m, const rope_params rope[2], kv_cache& kv_mai
             p.norm(V.norm, xb, x, L.ffn_norm, L.ffn_norm_b, E, hp.norm_eps);
             p.tap("ffn_norm", il, xb, E);
         }
-        if (L.moe()) moe_ffn_block(p, hp, L, il, ffn_in, rs, xb2);
+        if (L.moe() && V.moe_beside_dense) dense_and_moe_ffn_block(p, hp, lh, L, il, x, xb, rs, xb2);
+        else if (L.moe()) moe_ffn_block(p, hp, L, il, ffn_in, rs, xb2);
         else ffn_block(p, lh, L, il, ffn_in, ffn, xb2);
         if (V.post_ffn_norm) {
             p.norm(norm_kind::rms, xb2, xb2, L.post_ffn_norm, {}, E, hp.norm_eps);

@@ -17,8 +17,10 @@
 // - per-layer embeddings (embedding_length_per_layer_input > 0, E2B / E4B):
 //   decoder.cpp's per_layer_inputs / per_layer_embedding blocks;
 // - a per-layer output scalar (layer_output_scale), the logits soft-capped.
-// Not here: the mixture-of-experts variant (26B-A4B: a routed expert FFN
-// beside the dense one) is refused; the vision and audio towers.
+// - 26B-A4B (expert_count > 0): a mixture of experts beside the dense FFN in
+//   every layer with a router, each branch with its own norms (model.h
+//   block_variant::moe_beside_dense).
+// Not here: the vision and audio towers.
 #include <cmath>
 
 #include "model.h"
@@ -89,10 +91,20 @@ void setup(const gguf_file& f, hparams& hp) {
             hp.kv_layer[(size_t)il] = (int32_t)(il < n_kv ? il : n_kv - (hp.swa_layers[(size_t)il] ? 2 : 1));
     }
 
-    if (hp.moe.n_expert > 0)
-        throw not_implemented_error("gemma4 with experts (expert_count " + std::to_string(hp.moe.n_expert) +
-                                    ": the 26B-A4B layout, a routed expert FFN beside the dense one) is not supported "
-                                    "yet; the dense Gemma 4 models (E2B, E4B, 31B) are");
+    // 26B-A4B: experts beside the dense FFN in the layers that have a router
+    // (blocks.h dense_and_moe_ffn_block): softmax over the router's logits,
+    // the top expert_used_count, their weights divided by their sum, GELU
+    // experts (gate and up usually one tensor).
+    moe_hparams& m = hp.moe;
+    if (m.n_expert > 0) {
+        if (m.n_expert_used == 0) throw gguf_error("model metadata: gemma4.expert_used_count is missing or 0");
+        m.n_ff_exp = required(f, hp, "expert_feed_forward_length");
+        m.gating = moe_gating::softmax;
+        m.norm_w = true;
+        m.w_scale = 1.0f;
+        m.act = ffn_act::gelu;
+        hp.v.moe_beside_dense = true;
+    }
 }
 
 }  // namespace

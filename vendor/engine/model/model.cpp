@@ -116,6 +116,11 @@ void read_common_hparams(const gguf_file& f, hparams& hp) {
             hp.shapes[il].n_ff = ff_l.empty() ? hp.n_ff : ff_l[il];
             hp.shapes[il].n_head_kv = kv_l.empty() ? hp.n_head_kv : kv_l[il];
             check_positive(hp.shapes[il].n_ff, "feed_forward_length (a layer's)", (int64_t)1 << 24);
+            // 0: a layer without attention (LFM2's convolution layers,
+            // Granite 4.0-H's Mamba-2 layers); the
+            // architecture's setup says which layers those are, and
+            // check_layer_shapes refuses a 0 on an attention layer.
+            if (hp.shapes[il].n_head_kv == 0) continue;
             check_positive(hp.shapes[il].n_head_kv, "attention.head_count_kv (a layer's)", hp.n_head);
             if (hp.n_head % hp.shapes[il].n_head_kv != 0)
                 throw gguf_error("model metadata: head_count " + std::to_string(hp.n_head) +
@@ -330,9 +335,14 @@ void load_moe_ffn(const weight_loader& L, const hparams& hp, const std::string& 
     l.ffn_gate_inp = L.matrix(p + "ffn_gate_inp.weight", E, X);
     l.ffn_gate_inp_b = L.vec_opt(p + "ffn_gate_inp.bias", X);
     l.exp_probs_b = L.vec_opt(p + "exp_probs_b.bias", X);
-    l.ffn_gate_exps = m.gate_optional ? L.experts_opt(p + "ffn_gate_exps.weight", E, F, X)
-                                      : L.experts(p + "ffn_gate_exps.weight", E, F, X);
-    l.ffn_up_exps = L.experts(p + "ffn_up_exps.weight", E, F, X);
+    if (hp.v.moe_beside_dense && L.has(p + "ffn_gate_up_exps.weight")) {
+        // Gemma 4's converter writes gate and up as one tensor (llama.cpp accepts either)
+        l.ffn_gate_up_exps = L.experts(p + "ffn_gate_up_exps.weight", E, 2 * F, X);
+    } else {
+        l.ffn_gate_exps = m.gate_optional ? L.experts_opt(p + "ffn_gate_exps.weight", E, F, X)
+                                          : L.experts(p + "ffn_gate_exps.weight", E, F, X);
+        l.ffn_up_exps = L.experts(p + "ffn_up_exps.weight", E, F, X);
+    }
     l.ffn_down_exps = L.experts(p + "ffn_down_exps.weight", F, E, X);
     l.ffn_gate_exps_b = L.floats_opt(p + "ffn_gate_exps.bias", F, X);
     l.ffn_up_exps_b = L.floats_opt(p + "ffn_up_exps.bias", F, X);
@@ -360,6 +370,28 @@ void load_delta_net(const weight_loader& L, const hparams& hp, const std::string
     l.ssm_out = L.matrix(p + "ssm_out.weight", s.value_dim(), E);
 }
 
+// A gated short-convolution layer's weights (LFM2), by llama.cpp's names.
+void load_short_conv(const weight_loader& L, const hparams& hp, const std::string& p, layer_weights& l) {
+    const ssm_hparams& s = hp.ssm;
+    const int64_t E = hp.n_embd;
+    l.ssm_in = L.matrix(p + "shortconv.in_proj.weight", E, s.in_dim());
+    l.ssm_conv1d = L.floats(p + "shortconv.conv.weight", s.d_conv, s.conv_dim());
+    l.ssm_out = L.matrix(p + "shortconv.out_proj.weight", s.conv_dim(), E);
+}
+
+// A Mamba-2 layer's weights (Granite 4.0-H), by llama.cpp's names.
+void load_mamba2(const weight_loader& L, const hparams& hp, const std::string& p, layer_weights& l) {
+    const ssm_hparams& s = hp.ssm;
+    const int64_t E = hp.n_embd, H = s.n_head_v, G = s.n_head_k;
+    l.ssm_in = L.matrix(p + "ssm_in.weight", E, s.in_dim());
+    l.ssm_conv1d = L.floats(p + "ssm_conv1d.weight", s.d_conv, s.conv_dim());
+    l.ssm_conv1d_b = L.vec_opt(p + "ssm_conv1d.bias", s.conv_dim());
+    l.ssm_dt = L.vec(p + "ssm_dt.bias", H);
+    l.ssm_a = L.floats(p + "ssm_a", 1, H);
+    l.ssm_d = L.floats(p + "ssm_d", 1, H);
+    l.ssm_norm = L.floats(p + "ssm_norm.weight", s.d_inner / G, G);
+    l.ssm_out = L.matrix(p + "ssm_out.weight", s.d_inner, E);
+}
 
 void load_weights(const gguf_file& f, hparams& hp, model_weights& w) {
     weight_loader L(f, hp.arch);
@@ -373,7 +405,7 @@ void load_weights(const gguf_file& f, hparams& hp, model_weights& w) {
     hp.n_vocab = te->ne[1];
     if (hp.n_vocab <= 0) throw gguf_error("token_embd.weight has no rows");
     w.token_embd = L.matrix("token_embd.weight", E, hp.n_vocab);
-    w.output_norm = L.vec("output_norm.weight", E);
+    w.output_norm = L.vec(std::string(v.output_norm_tensor) + ".weight", E);
     if (ln) w.output_norm_b = L.vec_opt("output_norm.bias", E);
     w.output = L.has("output.weight") ? L.matrix("output.weight", E, hp.n_vocab) : w.token_embd;
     load_classifier(L, hp, w);  // Qwen3-Reranker's yes / no head
@@ -402,7 +434,11 @@ void load_weights(const gguf_file& f, hparams& hp, model_weights& w) {
             l.attn_norm = L.vec(p + "attn_norm.weight", E);
             if (ln) l.attn_norm_b = L.vec_opt(p + "attn_norm.bias", E);
         }
-        if (hp.is_recurrent(il)) {
+        if (hp.is_recurrent(il) && hp.ssm.kind == ssm_kind::short_conv) {
+            load_short_conv(L, hp, p, l);
+        } else if (hp.is_recurrent(il) && hp.ssm.kind == ssm_kind::mamba2) {
+            load_mamba2(L, hp, p, l);
+        } else if (hp.is_recurrent(il)) {
             load_delta_net(L, hp, p, l);
         } else if (hp.is_mla()) {
             load_mla(L, hp, p, l);
@@ -437,7 +473,7 @@ void load_weights(const gguf_file& f, hparams& hp, model_weights& w) {
             l.bo = L.vec_opt(p + "attn_output.bias", E);
         }
         if (hp.is_recurrent(il)) {
-            // no q / k norms: the delta-net L2-normalises its q and k
+            // no q / k norms: the delta-net L2-normalises its q and k; the short convolution and Mamba-2 have none
         } else if (v.qk_norm_full) {
             l.q_norm = L.vec(p + "attn_q_norm.weight", nq);
             l.k_norm = L.vec(p + "attn_k_norm.weight", nk);
@@ -458,7 +494,17 @@ void load_weights(const gguf_file& f, hparams& hp, model_weights& w) {
             l.ffn_norm = L.vec(p + v.ffn_norm_tensor + ".weight", E);
             if (ln) l.ffn_norm_b = L.vec_opt(p + "ffn_norm.bias", E);
         }
-        if (hp.moe.n_expert > 0 && il >= hp.moe.n_layer_dense_lead) {
+        if (v.moe_beside_dense && L.has(p + "ffn_gate_inp.weight")) {
+            // Gemma 4: the experts beside the dense FFN (loaded below), as
+            // llama.cpp a layer with a router
+            load_moe_ffn(L, hp, p, l);
+            l.ffn_gate_inp_s = L.vec(p + "ffn_gate_inp.scale", E);
+            l.ffn_down_exps_s = L.vec(p + "ffn_down_exps.scale", hp.moe.n_expert);
+            l.ffn_pre_norm_2 = L.vec(p + "pre_ffw_norm_2.weight", E);
+            l.ffn_post_norm_1 = L.vec(p + "post_ffw_norm_1.weight", E);
+            l.ffn_post_norm_2 = L.vec(p + "post_ffw_norm_2.weight", E);
+        }
+        if (hp.moe.n_expert > 0 && il >= hp.moe.n_layer_dense_lead && !v.moe_beside_dense) {
             load_moe_ffn(L, hp, p, l);
         } else {
             if (v.gate_up_fused) {
@@ -679,6 +725,48 @@ void read_delta_net(const gguf_file& f, hparams& hp) {
     }
 }
 
+void read_mamba2(const gguf_file& f, hparams& hp) {
+    ssm_hparams& s = hp.ssm;
+    auto need = [&](const char* key) {
+        if (!arch_has(f, hp, key)) throw gguf_error("model metadata lacks " + hp.arch + "." + key);
+        return arch_int(f, hp, key, 0);
+    };
+    s.kind = ssm_kind::mamba2;
+    s.d_conv = need("ssm.conv_kernel");
+    s.d_state = need("ssm.state_size");
+    s.n_head_k = need("ssm.group_count");
+    s.n_head_v = need("ssm.time_step_rank");
+    s.d_inner = need("ssm.inner_size");
+    if (s.d_conv < 2 || s.d_conv > 64) throw gguf_error("model metadata: ssm.conv_kernel is out of range (2..64)");
+    if (s.d_state <= 0 || s.d_state > 4096 || s.n_head_k <= 0 || s.n_head_v <= 0 || s.n_head_v > 65536 ||
+        s.n_head_v % s.n_head_k != 0 || s.d_inner <= 0 || s.d_inner > ((int64_t)1 << 20) ||
+        s.d_inner % s.n_head_v != 0 || s.d_inner % s.n_head_k != 0)
+        throw gguf_error("model metadata: ssm.state_size / group_count / time_step_rank / inner_size are out of "
+                         "range (the heads must split inner_size and be a multiple of the groups)");
+}
+
+void recurrent_from_kv_heads(hparams& hp) {
+    hp.recurrent.assign((size_t)hp.n_layer, 0);
+    if (hp.shapes.empty()) return;
+    for (int64_t il = 0; il < hp.n_layer; ++il) {
+        const layer_shape& ls = hp.shapes[(size_t)il];
+        if (ls.n_ff != hp.n_ff)
+            throw not_implemented_error(hp.arch + " with per-layer feed_forward_length is not supported");
+        if (ls.n_head_kv == 0) hp.recurrent[(size_t)il] = 1;
+        else if (ls.n_head_kv != hp.n_head_kv)
+            throw not_implemented_error(hp.arch + " with attention layers of different head_count_kv (" +
+                                        std::to_string(ls.n_head_kv) + ", " + std::to_string(hp.n_head_kv) +
+                                        ") is not supported");
+    }
+    hp.shapes.clear();
+    if (hp.n_recurrent() == hp.n_layer)
+        throw gguf_error("model metadata: " + hp.arch + ".attention.head_count_kv is 0 for every layer (no attention layer)");
+    // A window applies to the attention layers only (flags on recurrent
+    // layers would be unused; cleared so that no window cache counts them).
+    for (int64_t il = 0; il < hp.n_layer; ++il)
+        if (hp.recurrent[(size_t)il] && !hp.swa_layers.empty()) hp.swa_layers[(size_t)il] = 0;
+}
+
 void set_swa_pattern(const gguf_file& f, hparams& hp, int period) {
     hp.swa_layers.assign((size_t)hp.n_layer, 0);
     if (hp.n_swa <= 0) return;
@@ -741,6 +829,7 @@ void check_layer_shapes(hparams& hp) {
                                     "feed_forward_length (arrays) is not supported");
     for (size_t il = 0; il < hp.shapes.size(); ++il) {
         const layer_shape& s = hp.shapes[il];
+        if (!hp.is_recurrent((int64_t)il)) check_positive(s.n_head_kv, "attention.head_count_kv (a layer's)", hp.n_head);
         check_positive(s.head_dim_k, "a layer's key_length", 1 << 16);
         check_positive(s.head_dim_v, "a layer's value_length", 1 << 16);
         if (s.n_rot < 0 || s.n_rot > s.head_dim_k || s.n_rot % 2 != 0)

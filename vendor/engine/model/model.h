@@ -68,9 +68,17 @@ struct block_variant {
     // then head_dim gate values (attn_q has 2 n_q rows); the attention output
     // is multiplied by sigmoid(gate) before attn_output (qwen35).
     bool attn_gate = false;
+    // Gemma 4 26B-A4B: a layer with a router runs its dense FFN and a mixture
+    // of experts side by side, each with its own norms, and adds the two
+    // (blocks.h dense_and_moe_ffn_block); the router reads the RMS-normed
+    // residual times ffn_gate_inp.scale / sqrt(n_embd).
+    bool moe_beside_dense = false;
     // The FFN's input norm tensor, "blk.N.<ffn_norm_tensor>.weight" (gpt-oss
     // stores it as post_attention_norm).
     const char* ffn_norm_tensor = "ffn_norm";
+    // The final norm tensor, "<output_norm_tensor>.weight" (LFM2's converter
+    // names it token_embd_norm).
+    const char* output_norm_tensor = "output_norm";
 };
 
 // Mixture of experts (llama.cpp's build_moe_ffn): the FFN of a layer with a
@@ -108,22 +116,45 @@ struct mla_hparams {
     int64_t head_v = 0;    // attention.value_length_mla: a head's output after attn_v_b
 };
 
-// Recurrent (linear-attention) layers: Qwen3.5's gated delta-net (llama.cpp's
-// ssm.* keys). A layer flagged in hparams::recurrent runs the delta-net block
-// (model/delta_net.h) instead of attention, and keeps a per-sequence state
-// (recurrent_state.h) instead of KV cells: the convolution's last d_conv - 1
-// inputs of each channel and one (d_state × d_state) matrix per value head.
+// Recurrent layers: Qwen3.5's gated delta-net (llama.cpp's ssm.* keys),
+// LFM2's gated short convolution (shortconv.l_cache) or Granite 4.0-H's
+// Mamba-2 (ssm.* keys). A layer flagged in hparams::recurrent runs its kind's
+// block (model/delta_net.cpp, model/short_conv.cpp, model/mamba2.cpp) instead
+// of attention, and keeps a per-sequence state (recurrent_state.h) instead of
+// KV cells: the convolution's last d_conv - 1 inputs of each channel and
+// (delta-net) one (d_state × d_state) matrix per value head or (Mamba-2) one
+// (head_dim × d_state) matrix per head.
+enum class ssm_kind { delta_net, short_conv, mamba2 };
 struct ssm_hparams {
-    int64_t d_conv = 0;    // ssm.conv_kernel
-    int64_t d_state = 0;   // ssm.state_size: the head size of q, k and v
-    int64_t n_head_k = 0;  // ssm.group_count: q / k heads
-    int64_t n_head_v = 0;  // ssm.time_step_rank: v heads (a multiple of n_head_k)
+    ssm_kind kind = ssm_kind::delta_net;
+    int64_t d_conv = 0;    // ssm.conv_kernel / shortconv.l_cache: the convolution's taps
+    int64_t d_state = 0;   // ssm.state_size: the head size of q, k and v (Mamba-2: of B and C)
+    int64_t n_head_k = 0;  // ssm.group_count: q / k heads (Mamba-2: B / C groups)
+    int64_t n_head_v = 0;  // ssm.time_step_rank: v heads, a multiple of n_head_k (Mamba-2: heads)
+    int64_t n_conv_ch = 0; // short_conv: the convolution's channels (n_embd)
+    int64_t d_inner = 0;   // mamba2: ssm.inner_size, n_head_v heads of d_inner / n_head_v
     int64_t key_dim() const { return n_head_k * d_state; }
-    int64_t value_dim() const { return n_head_v * d_state; }
-    int64_t conv_dim() const { return 2 * key_dim() + value_dim(); }  // q | k | v channels
+    // the heads' output width (the gate z, the scan's y)
+    int64_t value_dim() const { return kind == ssm_kind::mamba2 ? d_inner : n_head_v * d_state; }
+    // channels of the convolution: q | k | v (delta-net), B * x (short conv), x | B | C (Mamba-2)
+    int64_t conv_dim() const {
+        if (kind == ssm_kind::short_conv) return n_conv_ch;
+        if (kind == ssm_kind::mamba2) return d_inner + 2 * key_dim();
+        return 2 * key_dim() + value_dim();
+    }
+    // width of the input projection: the conv's input (delta-net), B | C | x (short conv), z | xBC | dt (Mamba-2)
+    int64_t in_dim() const {
+        if (kind == ssm_kind::short_conv) return 3 * n_conv_ch;
+        if (kind == ssm_kind::mamba2) return d_inner + conv_dim() + n_head_v;
+        return conv_dim();
+    }
     // Floats of one sequence's state in one layer: the convolution tail and the delta-net matrices.
     int64_t conv_floats() const { return (d_conv - 1) * conv_dim(); }
-    int64_t delta_floats() const { return n_head_v * d_state * d_state; }
+    int64_t delta_floats() const {
+        if (kind == ssm_kind::short_conv) return 0;
+        if (kind == ssm_kind::mamba2) return d_inner * d_state;
+        return n_head_v * d_state * d_state;
+    }
 };
 
 // The shape of one layer, for models whose layers differ (Gemma 4:
@@ -264,21 +295,30 @@ struct layer_weights {
     weight_view ffn_gate_inp;     // (n_expert, n_embd) router
     std::vector<float> ffn_gate_inp_b;  // (n_expert) router bias, or empty
     std::vector<float> exp_probs_b;     // (n_expert) expert selection bias, or empty
-    experts_view ffn_gate_exps;   // n_expert × (n_ff_exp, n_embd); absent: no gate (act(up))
+    experts_view ffn_gate_exps;   // n_expert × (n_ff_exp, n_embd); absent: no gate (act(up)), or fused
+    experts_view ffn_gate_up_exps;  // n_expert × (2 n_ff_exp, n_embd) gate then up, in place of the two (Gemma 4)
     experts_view ffn_up_exps;     // n_expert × (n_ff_exp, n_embd)
     experts_view ffn_down_exps;   // n_expert × (n_embd, n_ff_exp)
     std::vector<float> ffn_gate_exps_b, ffn_up_exps_b, ffn_down_exps_b;  // per-expert biases, or empty
     weight_view ffn_gate_shexp, ffn_up_shexp, ffn_down_shexp;  // the shared expert, or absent
     weight_view ffn_gate_inp_shexp;  // (1, n_embd) the shared expert's sigmoid gate, or absent
-    // gated delta-net (hparams::is_recurrent) in place of the attention weights
-    weight_view ssm_in;           // (conv_dim, n_embd) q | k | v before the convolution (attn_qkv)
+    // moe_beside_dense (Gemma 4): the router input's scale, each expert's
+    // output scale, the experts' input norm and each branch's output norm
+    std::vector<float> ffn_gate_inp_s;   // (n_embd) ffn_gate_inp.scale
+    std::vector<float> ffn_down_exps_s;  // (n_expert) ffn_down_exps.scale
+    std::vector<float> ffn_pre_norm_2, ffn_post_norm_1, ffn_post_norm_2;  // (n_embd)
+    // gated delta-net (hparams::is_recurrent) in place of the attention weights;
+    // a short-convolution layer has ssm_in, ssm_conv1d and ssm_out only
+    weight_view ssm_in;           // (in_dim, n_embd) q | k | v before the convolution (attn_qkv); B | C | x (shortconv.in_proj)
     weight_view ssm_z;            // (value_dim, n_embd) the output gate (attn_gate)
     weight_view ssm_alpha, ssm_beta;  // (n_head_v, n_embd) decay and write-strength inputs
     std::vector<float> ssm_conv1d;  // (conv_dim, d_conv) the convolution kernel
     std::vector<float> ssm_dt;    // (n_head_v) decay bias
     std::vector<float> ssm_a;     // (n_head_v) -exp(A_log): the decay's scale
-    std::vector<float> ssm_norm;  // (d_state) the gated output norm
-    weight_view ssm_out;          // (n_embd, value_dim)
+    std::vector<float> ssm_norm;  // (d_state) the gated output norm; Mamba-2: (d_inner), one norm per group
+    std::vector<float> ssm_conv1d_b;  // (conv_dim) Mamba-2's convolution bias, or empty
+    std::vector<float> ssm_d;     // (n_head_v) Mamba-2's skip weights
+    weight_view ssm_out;          // (n_embd, value_dim); (n_embd, n_embd) shortconv.out_proj
     // Gemma 4
     float out_scale = 0.0f;       // layer_output_scale: the layer's output times this (0: none)
     weight_view ple_gate;         // (n_embd_per_layer, n_embd) inp_gate: the per-layer embedding's gate
@@ -389,6 +429,14 @@ bool read_rope_sections(const gguf_file& f, hparams& hp);
 // layers into hp.recurrent: "<arch>.attention.recurrent_layers" when the file
 // has it, else every layer but each full_attention_interval-th (default 4).
 void read_delta_net(const gguf_file& f, hparams& hp);
+// Reads Mamba-2's keys (ssm.*) into hp.ssm (kind mamba2); the recurrent layers
+// are the architecture's to set.
+void read_mamba2(const gguf_file& f, hparams& hp);
+// hp.recurrent from the per-layer attention.head_count_kv array: a layer with
+// 0 KV heads is recurrent (LFM2's and Granite 4.0-H's converters write it so).
+// The attention layers must agree on their KV heads (then no per-layer shapes
+// remain); a file without the array has no recurrent layers.
+void recurrent_from_kv_heads(hparams& hp);
 // Sets hp.swa_layers: from "<arch>.attention.sliding_window_pattern" when the
 // file has it (a period, or one flag per layer), else from `period`: in each
 // group of `period` layers all but the last use the window (0: every layer).

@@ -444,6 +444,7 @@ void vulkan_backend::moe_route(const moe_route_args& a) {
         throw value_error("moe_route: bad expert groups");
     if (a.n_expert > 512) missing("routing over more than 512 experts");
     if (a.k > 32) missing("routing to more than 32 experts per row");
+    if (a.expert_scale) missing("routing with per-expert output scales (Gemma 4's mixture of experts)");
     operand ops[4] = {{a.logits, rows_bytes(a.n_tok, a.logits_stride, a.n_expert), false, {}},
                       {a.bias, a.bias ? sizeof(float) * (size_t)a.n_expert : 0, false, {}},
                       {a.ids, sizeof(int32_t) * (size_t)(a.n_tok * a.k), true, {}},
@@ -662,6 +663,8 @@ void vulkan_backend::gated_delta(const gated_delta_args& a) {
     d.groups[0] = groups_for((Hv * S + 63) / 64, ctx_->max_groups(0));  // one invocation per (head, state column)
     record(std::move(d));
 }
+
+void vulkan_backend::ssm_scan(const ssm_scan_args&) { missing("ssm_scan (Mamba-2 selective scan)"); }
 
 void vulkan_backend::run_rows(const row_op* ops, int n_ops, int64_t n) {
     if (n <= 0) return;
