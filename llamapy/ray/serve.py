@@ -17,6 +17,7 @@ multiplexing): not built yet, refused with a clear error; run one ``serve_app`` 
 from __future__ import annotations
 
 import asyncio
+import sys
 import logging
 from typing import Any, Dict, List, Optional
 
@@ -160,7 +161,7 @@ def run_cli(settings: Settings, replicas: int, address: Optional[str], autoscale
             auto = {"min_replicas": autoscale[0], "max_replicas": autoscale[1]}
         app = serve_app(settings=settings, num_replicas=replicas, autoscaling_config=auto)
     except (ConfigError, ValueError, NotImplementedError) as e:
-        print(f"error: {e}")
+        print(f"error: {e}", file=sys.stderr)
         return 2
     init_ray(address)
     serve.start(http_options={"host": settings.host, "port": settings.port})
