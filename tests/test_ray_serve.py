@@ -199,3 +199,28 @@ def test_router_presets_are_refused(tmp_path):
         settings_for(None, models_dir=str(tmp_path))
     with pytest.raises(TypeError, match="unknown server option"):
         settings_for("m.gguf", no_such_flag=1)
+
+
+def test_replica_resources_follow_the_memory_plan(gemma_path):
+    needs("ray.serve")
+    from llamapy import plan_memory
+    from llamapy.ray.serve import replica_resources, settings_for
+
+    s = settings_for(gemma_path, ctx_size=1024, parallel=2, threads=3)
+    res = replica_resources(s)
+    plan = plan_memory(gemma_path, n_ctx=1024, n_parallel=2, n_batch=2048, n_ubatch=512, n_threads=3)
+    assert res == {"num_cpus": 3.0, "memory": plan.total_bytes}
+    assert replica_resources(settings_for(gemma_path))["num_cpus"] == 1.0  # no --threads: one CPU
+
+
+def test_serve_ray_flags(capsys):
+    from llamapy.server.cli import _ray_options, main
+
+    assert _ray_options(["-m", "x", "--port", "1"]) == (["-m", "x", "--port", "1"], None)
+    rest, opts = _ray_options(["--ray", "-m", "x", "--replicas=3", "--ray-address", "auto"])
+    assert rest == ["-m", "x"] and opts == {"replicas": 3, "autoscale": None, "address": "auto"}
+    assert _ray_options(["--ray", "--autoscale", "1,4", "-m", "x"])[1]["autoscale"] == [1, 4]
+    assert main(["--replicas", "2", "-m", "x"]) == 2
+    assert "--replicas goes with --ray" in capsys.readouterr().err
+    assert main(["--ray", "--autoscale", "4,1", "-m", "x"]) == 2
+    assert "--autoscale: bad value" in capsys.readouterr().err
