@@ -3,7 +3,8 @@ local Ray instance (``ray.init(num_cpus=2)``, once for the module). The ``openai
 clients get the greedy answers the library gives in-process, streamed or not; a bad API key is
 refused as by the plain server; both replicas answer; killing one replica's process mid-stream
 fails at most the streams it was serving, the others finish, the next requests succeed and
-Serve brings the replica back. Router presets are refused (not built yet)."""
+Serve brings the replica back. Router presets (a models dir) share one replica through Serve's
+model multiplexing, least recently used model out."""
 from __future__ import annotations
 
 import json
@@ -191,14 +192,15 @@ def test_killing_a_replica_mid_stream(served):
     assert len(ids) == 2 and victim not in ids
 
 
-def test_router_presets_are_refused(tmp_path):
+def test_unknown_server_option_is_refused():
     needs("ray.serve")
     from llamapy.ray.serve import settings_for
 
-    with pytest.raises(NotImplementedError, match="not built yet"):
-        settings_for(None, models_dir=str(tmp_path))
     with pytest.raises(TypeError, match="unknown server option"):
         settings_for("m.gguf", no_such_flag=1)
+
+
+TINY = ROOT / "tests" / "data" / "vlm" / "gemma3" / "gemma3-text-f16.gguf"
 
 
 def test_replica_resources_follow_the_memory_plan(gemma_path):
@@ -224,3 +226,52 @@ def test_serve_ray_flags(capsys):
     assert "--replicas goes with --ray" in capsys.readouterr().err
     assert main(["--ray", "--autoscale", "4,1", "-m", "x"]) == 2
     assert "--autoscale: bad value" in capsys.readouterr().err
+
+
+def test_router_presets_share_a_replica_lru(served, gemma_path, tmp_path):
+    """Router mode on Serve: a models dir of two models, one replica holding at most one of
+    them; each request loads its model there (evicting the other), answers as that model
+    does in-process; the key is checked before anything loads. Runs last: it replaces the
+    two-replica app (the 2 CPUs are theirs)."""
+    from ray import serve
+
+    import llamapy.ray as lr
+    from llamapy import Llama
+
+    httpx = needs("httpx")
+    serve.delete(APP)
+    models = tmp_path / "models"
+    models.mkdir()
+    (models / "gemma.gguf").symlink_to(gemma_path)
+    (models / "tiny.gguf").symlink_to(TINY)
+    serve.run(lr.serve_app(models_dir=str(models), models_max=1, ctx_size=512, threads=1, api_key=[KEY],
+                           name="models"), name="llamapy-models", route_prefix="/")
+    auth = {"Authorization": f"Bearer {KEY}"}
+
+    def status():
+        return {m["id"]: m["status"]["value"] for m in httpx.get(served + "/v1/models", headers=auth).json()["data"]}
+
+    assert status() == {"gemma": "unloaded", "tiny": "unloaded"}
+    chat = {"messages": MSGS, "max_tokens": 6, "temperature": 0}
+    assert httpx.post(served + "/v1/chat/completions", json={"model": "gemma", **chat}).status_code == 401
+    assert status() == {"gemma": "unloaded", "tiny": "unloaded"}  # a refused request loads nothing
+    oai, ollama_client = clients(served)
+    want = {}
+    for name, path in (("gemma", gemma_path), ("tiny", str(TINY))):
+        llm = Llama(path, n_ctx=512, n_threads=1, verbose=False)
+        want[name] = llm.create_chat_completion(MSGS, max_tokens=6, temperature=0)["choices"][0]["message"]["content"]
+        llm.close()
+    r = oai.chat.completions.create(model="gemma", **chat)
+    assert r.choices[0].message.content == want["gemma"] and r.model == "gemma"
+    assert status() == {"gemma": "loaded", "tiny": "unloaded"}
+    opts = {"num_predict": 6, "temperature": 0}
+    assert ollama_client.chat(model="tiny", messages=MSGS, options=opts).message.content == want["tiny"]
+    assert status() == {"gemma": "unloaded", "tiny": "loaded"}  # the least recently used one went
+    # Serve's routing header names the model too; streaming through the model's own app.
+    chunks = list(oai.chat.completions.create(model="gemma", stream=True, **chat,
+                                              extra_headers={"serve_multiplexed_model_id": "gemma"}))
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == want["gemma"]
+    r = httpx.post(served + "/v1/chat/completions", json={"model": "nope", **chat}, headers=auth)
+    assert r.status_code == 404 and "no model 'nope'" in r.json()["error"]["message"]
+    r = httpx.post(served + "/v1/chat/completions", json=chat, headers=auth)
+    assert r.status_code == 400 and r.json()["error"]["code"] == "model_required"

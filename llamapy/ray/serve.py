@@ -11,8 +11,8 @@ process dies and, with ``autoscaling_config``, adds or removes replicas by their
 requests (target: the slots a replica has, ``--parallel``). Every response carries
 ``x-llamapy-replica``: which replica answered (Serve's replica id).
 
-Not here: router presets (several models sharing replicas through Serve's model
-multiplexing): not built yet, refused with a clear error; run one ``serve_app`` per model.
+Router mode (``models_dir`` / ``models_preset``, no model): several models sharing replicas
+through Serve's model multiplexing, in ``multiplex.py``.
 """
 from __future__ import annotations
 
@@ -28,9 +28,6 @@ from ..server.config import OPTIONS, ConfigError, Settings, _convert, check
 logger = logging.getLogger("llamapy.ray")
 
 REPLICA_HEADER = "x-llamapy-replica"
-ROUTER_NOT_BUILT = ("router presets on Ray Serve (several models sharing replicas by Serve's model multiplexing) "
-                    "are not built yet: serve one model per application (-m MODEL), or use the single-machine "
-                    "router (llamapy serve --models-dir / --models-preset without --ray)")
 
 
 def settings_for(model: Optional[str] = None, settings: Optional[Settings] = None, **flags: Any) -> Settings:
@@ -52,8 +49,6 @@ def settings_for(model: Optional[str] = None, settings: Optional[Settings] = Non
         if values.get("reranking"):
             values["embedding"], values["pooling"] = True, "rank"
         check(values)
-    if not values.get("model"):
-        raise NotImplementedError(ROUTER_NOT_BUILT)
     return Settings(values, settings.explicit if settings is not None else frozenset(flags))
 
 
@@ -88,6 +83,14 @@ class ReplicaHeader:
         await self.app(scope, receive, send_with_header)
 
 
+def add_replica_header(app: Any) -> None:
+    try:
+        replica = serve.get_replica_context().replica_id.unique_id
+    except Exception:  # noqa: BLE001 - outside a replica (not expected): no id to show
+        replica = "unknown"
+    app.add_middleware(ReplicaHeader, replica=replica)
+
+
 @serve.ingress()
 class LlamapyReplica:
     """One replica: the server's app on its own copy of the model."""
@@ -102,11 +105,7 @@ class LlamapyReplica:
         if self.settings.threads is None:  # the CPUs Ray gave this replica
             self.settings.values["threads"] = actor_threads()
         app = create_app(self.settings)
-        try:
-            replica = serve.get_replica_context().replica_id.unique_id
-        except Exception:  # noqa: BLE001 - outside a replica (not expected): no id to show
-            replica = "unknown"
-        app.add_middleware(ReplicaHeader, replica=replica)
+        add_replica_header(app)
         runner = app.state.server.runner
         runner.start()  # the load; the app's startup calls it again (a no-op)
         await asyncio.to_thread(runner.loaded.wait)
@@ -131,9 +130,18 @@ def serve_app(model: Optional[str] = None, *, settings: Optional[Settings] = Non
     ``settings_for``). ``num_replicas``: a fixed count; or ``autoscaling_config`` (Serve's:
     min_replicas, max_replicas, ...; target_ongoing_requests defaults to --parallel).
     ``ray_actor_options``: overrides of ``replica_resources`` (num_cpus, memory, num_gpus...).
-    Raises NotImplementedError for router presets (no model), ConfigError for bad settings."""
+    Without a model, ``models_dir`` / ``models_preset`` (router mode) make every replica serve
+    every preset model, ``models_max`` of them loaded at once (``multiplex.py``).
+    Raises ConfigError for bad settings."""
     s = settings_for(model, settings, **flags)
-    options = {**replica_resources(s), **(ray_actor_options or {})}
+    if s.router_mode:
+        from .multiplex import preset_models, replica_class, replica_memory
+
+        models = preset_models(s)
+        resources = {"num_cpus": float(s.threads or 1), "memory": replica_memory(models, s.models_max)}
+    else:
+        resources = replica_resources(s)
+    options = {**resources, **(ray_actor_options or {})}
     deploy: Dict[str, Any] = {"name": name, "ray_actor_options": options,
                               # Serve sends a replica what its slots and queue take; beyond that
                               # it holds requests itself (the app would answer 503).
@@ -146,6 +154,8 @@ def serve_app(model: Optional[str] = None, *, settings: Optional[Settings] = Non
         deploy["num_replicas"] = num_replicas
     logger.info("Ray Serve app %s: model %s, %s, per replica %s", name, s.model,
                 deploy.get("autoscaling_config") or f"{num_replicas} replica(s)", options)
+    if s.router_mode:
+        return serve.deployment(replica_class(s.models_max), **deploy).bind(dict(s.values), models)
     return serve.deployment(LlamapyReplica, **deploy).bind(dict(s.values))
 
 
@@ -160,7 +170,7 @@ def run_cli(settings: Settings, replicas: int, address: Optional[str], autoscale
         if autoscale is not None:
             auto = {"min_replicas": autoscale[0], "max_replicas": autoscale[1]}
         app = serve_app(settings=settings, num_replicas=replicas, autoscaling_config=auto)
-    except (ConfigError, ValueError, NotImplementedError) as e:
+    except (ConfigError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     init_ray(address)

@@ -69,7 +69,9 @@ def main(argv: Optional[Sequence[str]] = None, prog: str = "python -m llamapy.se
 
 RAY_HELP = """
 Ray Serve (pip install 'llamapy-engine[ray]'):
-  --ray                 serve the same app as replicas on Ray Serve (its proxy listens on --host:--port)
+  --ray                 serve the same app as replicas on Ray Serve (its proxy listens on --host:--port);
+                        with --models-dir / --models-preset, every replica serves every model, --models-max
+                        of them loaded at once (Serve's model multiplexing)
   --replicas N          replicas (default 1), each with --threads CPUs and the memory plan_memory predicts
   --autoscale MIN,MAX   instead of --replicas: Serve adds and removes replicas by ongoing requests
   --ray-address ADDR    Ray cluster to join (default: RAY_ADDRESS, else a local Ray)"""
