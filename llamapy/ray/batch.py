@@ -116,6 +116,7 @@ class _LlamaActor:
 
     outputs: Tuple[str, ...] = ()  # the columns a row adds, besides ``error``
     llama_defaults: Dict[str, Any] = {}
+    float32_lists: Tuple[str, ...] = ()  # output columns stored as Arrow list<float32>
 
     def __init__(self, model: str, llama_kwargs: Optional[Dict[str, Any]] = None) -> None:
         from ..llama import Llama
@@ -148,12 +149,22 @@ class _LlamaActor:
             columns["error"].append(err)
         out = batch.copy(deep=False)
         for name, values in columns.items():
-            out[name] = values
-        return out
+            if name not in self.float32_lists:
+                out[name] = values
+        if not self.float32_lists:
+            return out
+        # Vectors as float32 (what the engine computes; pandas would make them float64,
+        # twice the bytes), with None for the failed rows.
+        import pyarrow as pa
+
+        table = pa.Table.from_pandas(out, preserve_index=False)
+        for name in self.float32_lists:
+            table = table.append_column(name, pa.array(columns[name], type=pa.list_(pa.float32())))
+        return table.select([*batch.columns, *self.outputs, "error"])
 
 
 class Embedder(_LlamaActor):
-    """``column`` (text) -> ``output_column`` (a list of floats; pooled as the model says,
+    """``column`` (text) -> ``output_column`` (a list of float32; pooled as the model says,
     L2-normalised with ``normalize``). ``truncate=False`` makes a text over the model's
     limit an error row instead of cutting it."""
 
@@ -162,7 +173,7 @@ class Embedder(_LlamaActor):
     def __init__(self, model: str, column: str = "text", output_column: str = "embedding", normalize: bool = False,
                  truncate: bool = True, llama_kwargs: Optional[Dict[str, Any]] = None) -> None:
         super().__init__(model, llama_kwargs)
-        self.column, self.outputs = column, (output_column,)
+        self.column, self.outputs, self.float32_lists = column, (output_column,), (output_column,)
         self.normalize, self.truncate = normalize, truncate
 
     def row(self, cells: Dict[str, Any]) -> Any:

@@ -62,7 +62,7 @@ def read(path: str) -> Any:
 
     if file_format(path) == "parquet":
         return ray.data.read_parquet(path)
-    return ray.data.read_json(path, lines=True)
+    return ray.data.read_json(path)  # Arrow's JSON reader: one object per line
 
 
 def write(ds: Any, folder: str, fmt: str) -> None:
