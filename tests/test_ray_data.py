@@ -193,6 +193,8 @@ def test_rerank_equals_direct_calls(ray_local):
     model = str(RERANK / record["families"]["bert"]["file"])
     rows = [{"id": i, "query": record["query"], "document": d} for i, d in enumerate(record["documents"])]
     rows.append({"id": len(rows), "query": record["query"], "document": None})
+    rows += [{"id": len(rows) + i, "query": "another query", "document": d}
+             for i, d in enumerate(record["documents"])]
     out = by_id(lr.rerank(ray_local.data.from_items(rows), model=model, actors=1, batch_size=4,
                           llama_kwargs={"n_ctx": 512}))
     llm = Llama(model, embedding=True, pooling_type=LLAMA_POOLING_TYPE_RANK, n_ctx=512, n_threads=1, verbose=False)
@@ -205,6 +207,26 @@ def test_rerank_equals_direct_calls(ray_local):
                 assert got["error"] is None and got["score"] == ref
     finally:
         llm.close()
+
+
+def test_embedder_outside_ray_and_unpooled_models():
+    """The actor classes are plain callables (a batch in, a table out) without Ray running;
+    a model whose embeddings are not pooled is refused when the actor starts."""
+    needs("ray")
+    pd = needs("pandas")
+    import minilm_ref as M
+
+    from llamapy.ray import Embedder
+
+    model = M.gguf_path("f32")
+    with pytest.raises(ValueError, match="not pooled"):
+        Embedder(model, llama_kwargs={"pooling_type": 0})
+    emb = Embedder(model)
+    out = emb(pd.DataFrame({"text": ["a cat", None, "a dog"], "k": [1, 2, 3]})).to_pydict()
+    assert out["k"] == [1, 2, 3] and out["embedding"][1] is None and out["error"][1].startswith("TypeError")
+    assert out["embedding"][2] == [float(x) for x in emb.llm.embed("a dog")]
+    with pytest.raises(ValueError, match="already has column"):
+        emb(pd.DataFrame({"text": ["x"], "error": [None]}))
 
 
 def test_batch_command_keeps_columns_and_resumes(ray_local, tmp_path, capsys):

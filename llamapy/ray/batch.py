@@ -23,7 +23,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 logger = logging.getLogger("llamapy.ray")
 
-POOLING_RANK = 4  # llama.cpp's LLAMA_POOLING_TYPE_RANK (llamapy._rerank)
+POOLING_NONE, POOLING_RANK = 0, 4  # llama.cpp's LLAMA_POOLING_TYPE_NONE / _RANK (llamapy.llama_cpp)
 
 
 def actor_threads() -> int:
@@ -129,20 +129,26 @@ class _LlamaActor:
     def row(self, cells: Dict[str, Any]) -> Dict[str, Any]:
         raise NotImplementedError
 
+    def rows(self, records: List[Dict[str, Any]]) -> List[Tuple[Any, Optional[str]]]:
+        """(result, None) or (None, error) per row, one row at a time."""
+        out: List[Tuple[Any, Optional[str]]] = []
+        for cells in records:
+            try:
+                out.append((self.row(cells), None))
+            except Exception as e:  # noqa: BLE001 - the row's answer; the job goes on
+                out.append((None, _error_text(e)))
+        return out
+
     def __call__(self, batch: Any) -> Any:
         clash = [name for name in (*self.outputs, "error") if name in batch.columns]
         if clash:
             raise ValueError(f"the input already has column(s) {clash}, which {type(self).__name__} writes; "
                              "rename them, or pick other output names")
-        records = batch.to_dict("records")
         columns: Dict[str, List[Any]] = {name: [] for name in (*self.outputs, "error")}
-        for cells in records:
-            try:
-                got = self.row(cells)
-                err = None
-            except Exception as e:  # noqa: BLE001 - the row's answer; the job goes on
-                got, err = {}, _error_text(e)
-            if len(self.outputs) == 1 and not isinstance(got, dict):
+        for got, err in self.rows(batch.to_dict("records")):
+            if err is not None:
+                got = {}
+            elif len(self.outputs) == 1 and not isinstance(got, dict):
                 got = {self.outputs[0]: got}
             for name in self.outputs:
                 columns[name].append(got.get(name))
@@ -173,11 +179,27 @@ class Embedder(_LlamaActor):
     def __init__(self, model: str, column: str = "text", output_column: str = "embedding", normalize: bool = False,
                  truncate: bool = True, llama_kwargs: Optional[Dict[str, Any]] = None) -> None:
         super().__init__(model, llama_kwargs)
+        if self.llm.pooling_type() == POOLING_NONE:
+            raise ValueError(f"{model}: the embeddings are not pooled (pooling none: a vector per token); the "
+                             "Embedder writes one vector per row: pass llama_kwargs={'pooling_type': 1} (mean)")
         self.column, self.outputs, self.float32_lists = column, (output_column,), (output_column,)
         self.normalize, self.truncate = normalize, truncate
 
     def row(self, cells: Dict[str, Any]) -> Any:
         return row_embedding(self.llm, cells[self.column], self.normalize, self.truncate)
+
+    def rows(self, records: List[Dict[str, Any]]) -> List[Tuple[Any, Optional[str]]]:
+        """The batch's texts in one ``embed`` call (it packs many sequences into each decode:
+        ~4x the rows per second of one call per row on MiniLM, and the same floats); when a row
+        makes that call fail, row by row, so that only the bad rows get an error."""
+        texts = [cells[self.column] for cells in records]
+        if texts and all(isinstance(t, str) for t in texts):
+            try:
+                vectors = self.llm.embed(texts, normalize=self.normalize, truncate=self.truncate)
+                return [([float(x) for x in v], None) for v in vectors]
+            except Exception:  # noqa: BLE001 - some row is bad: find it below
+                pass
+        return super().rows(records)
 
 
 # Greedy unless told otherwise, so that a batch job is reproducible.
@@ -232,6 +254,29 @@ class Reranker(_LlamaActor):
 
     def row(self, cells: Dict[str, Any]) -> Any:
         return row_rerank(self.llm, cells[self.query_column], cells[self.document_column])
+
+    def rows(self, records: List[Dict[str, Any]]) -> List[Tuple[Any, Optional[str]]]:
+        """The documents of each query in one ``rerank`` call (the same scores as one call per
+        pair, several pairs per decode); a query whose call fails, pair by pair."""
+        out: List[Tuple[Any, Optional[str]]] = [(None, None)] * len(records)
+        by_query: Dict[str, List[int]] = {}
+        single: List[int] = []
+        for i, cells in enumerate(records):
+            q, d = cells[self.query_column], cells[self.document_column]
+            if isinstance(q, str) and isinstance(d, str):
+                by_query.setdefault(q, []).append(i)
+            else:
+                single.append(i)
+        for query, idx in by_query.items():
+            try:
+                ranked = self.llm.rerank(query, [records[i][self.document_column] for i in idx])
+                for r in ranked:
+                    out[idx[r["index"]]] = (float(r["relevance_score"]), None)
+            except Exception:  # noqa: BLE001 - some pair is bad: find it below
+                single.extend(idx)
+        for i, got in zip(single, super().rows([records[i] for i in single])):
+            out[i] = got
+        return out
 
 
 # --------------------------------------------------------------------- one-call helpers
