@@ -111,6 +111,7 @@ PROMPTS = ["The capital of France is", "def fibonacci(n):", "Once upon a time", 
            "The opposite of hot is", "Water boils at"]
 
 
+@pytest.mark.model
 def test_completions_and_chats_equal_direct_calls(ray_local, gemma_path):
     import llamapy.ray as lr
     from llamapy import Llama

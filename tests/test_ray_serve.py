@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pytest
 from conftest import needs
-from server_helpers import free_port
 
 pytestmark = pytest.mark.model
 
@@ -34,6 +33,9 @@ def served(gemma_path):
     needs("sse_starlette")
     env = {"PYTHONPATH": os.pathsep.join(p for p in [str(ROOT), os.environ.get("PYTHONPATH", "")] if p)}
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, runtime_env={"env_vars": env})
+    needs("httpx")
+    from server_helpers import free_port
+
     import llamapy.ray as lr
     from llamapy.server.config import parse_settings
 
