@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, Optional
 from urllib.parse import parse_qs
 
 from ray import serve
@@ -50,18 +50,11 @@ def preset_models(settings: Settings) -> Dict[str, Dict[str, Any]]:
 
 def replica_memory(models: Dict[str, Dict[str, Any]], models_max: int) -> int:
     """Bytes a replica may need: the ``models_max`` largest memory plans together."""
-    from ..memory_plan import plan_memory
+    from .serve import planned_bytes
 
-    sizes: List[int] = []
-    for name in sorted({v["alias"] for v in models.values()}):
-        s = next(v for v in models.values() if v["alias"] == name)
-        if s["problem"]:
-            continue
-        sizes.append(plan_memory(s["model"], n_ctx=s["ctx_size"], n_parallel=max(1, s["parallel"]),
-                                 type_k=s["cache_type_k"], type_v=s["cache_type_v"], mmproj=s["mmproj"],
-                                 n_batch=s["batch_size"], n_ubatch=s["ubatch_size"], flash_attn=s["flash_attn"],
-                                 n_threads=s["threads"] or 1, embedding=bool(s["embedding"])).total_bytes)
-    return sum(sorted(sizes, reverse=True)[:models_max])
+    distinct = {id(v): v for v in models.values()}.values()  # aliases share their model's values
+    sizes = sorted((planned_bytes(v) for v in distinct if not v["problem"]), reverse=True)
+    return sum(sizes[:models_max])
 
 
 class LoadedModel:

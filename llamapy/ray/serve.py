@@ -23,7 +23,7 @@ from typing import Any, Dict, List, Optional
 
 from ray import serve
 
-from ..server.config import OPTIONS, ConfigError, Settings, _convert, check
+from ..server.config import OPTIONS, ConfigError, Settings, _convert, apply_implied, check
 
 logger = logging.getLogger("llamapy.ray")
 
@@ -46,23 +46,26 @@ def settings_for(model: Optional[str] = None, settings: Optional[Settings] = Non
             if key not in by_dest:
                 raise TypeError(f"serve_app: unknown server option {key!r}")
             values[key] = _convert(by_dest[key], value, "serve_app")
-        if values.get("reranking"):
-            values["embedding"], values["pooling"] = True, "rank"
+        apply_implied(values)
         check(values)
     return Settings(values, settings.explicit if settings is not None else frozenset(flags))
 
 
-def replica_resources(settings: Settings) -> Dict[str, Any]:
-    """Ray resources of one replica: its threads as CPUs, and the memory ``plan_memory``
-    predicts (weights, KV cache for --parallel slots, compute buffers, projector)."""
+def planned_bytes(values: Dict[str, Any]) -> int:
+    """What ``llamapy.plan_memory`` predicts for one model served with these settings
+    (weights, KV cache for --parallel slots, compute buffers, projector)."""
     from ..memory_plan import plan_memory
 
-    plan = plan_memory(settings.model, n_ctx=settings.ctx_size, n_parallel=max(1, settings.parallel),
-                       type_k=settings.cache_type_k, type_v=settings.cache_type_v, n_gpu_layers=settings.n_gpu_layers,
-                       mmproj=settings.mmproj, n_batch=settings.batch_size, n_ubatch=settings.ubatch_size,
-                       flash_attn=settings.flash_attn, n_threads=settings.threads or 1,
-                       embedding=bool(settings.embedding))
-    return {"num_cpus": float(settings.threads or 1), "memory": int(plan.total_bytes)}
+    return int(plan_memory(values["model"], n_ctx=values["ctx_size"], n_parallel=max(1, values["parallel"]),
+                           type_k=values["cache_type_k"], type_v=values["cache_type_v"],
+                           n_gpu_layers=values["n_gpu_layers"], mmproj=values["mmproj"], n_batch=values["batch_size"],
+                           n_ubatch=values["ubatch_size"], flash_attn=values["flash_attn"],
+                           n_threads=values["threads"] or 1, embedding=bool(values["embedding"])).total_bytes)
+
+
+def replica_resources(settings: Settings) -> Dict[str, Any]:
+    """Ray resources of one replica: its threads as CPUs, and the model's planned memory."""
+    return {"num_cpus": float(settings.threads or 1), "memory": planned_bytes(settings.values)}
 
 
 class ReplicaHeader:
