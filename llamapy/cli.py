@@ -77,6 +77,15 @@ def _cmd_chat(args: argparse.Namespace) -> int:
     return run_chat(args)
 
 
+def _cmd_batch(args: argparse.Namespace) -> int:
+    try:
+        from .ray.jobs import run_batch
+    except ImportError as e:  # Ray is an extra; its message says which
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return run_batch(args)
+
+
 def _cmd_caption(args: argparse.Namespace) -> int:
     from .caption import run_caption
 
@@ -225,6 +234,31 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--seed", type=int, default=0, help="sampling seed (default: %(default)s)")
     sp.add_argument("--chat-format", help="multimodal chat format (llava-1-5, llava-1-6, mtmd, ...)")
     sp.set_defaults(func=_cmd_caption)
+
+    sp = sub.add_parser("batch", help="a resumable batch job on Ray Data over Parquet / JSONL files (pip install "
+                                      "'llamapy-engine[ray]'); see llamapy/ray/jobs.py")
+    sp.add_argument("task", choices=("embed", "complete", "caption", "rerank"),
+                    help="embed: text -> embedding; complete: prompt or chat messages -> text; caption: image -> "
+                         "caption; rerank: query, document -> score")
+    sp.add_argument("-m", "--model", required=True, help="GGUF model file (on every node, at this path)")
+    sp.add_argument("--input", required=True, help="a .parquet / .jsonl file, or a folder of them")
+    sp.add_argument("--output", required=True, help="output folder (one subfolder per input file, with a _SUCCESS "
+                                                    "marker once done; a rerun skips those)")
+    sp.add_argument("--column", help="input column (default: text, prompt, image or query, by task)")
+    sp.add_argument("--document-column", default="document", help="rerank: the documents' column")
+    sp.add_argument("--format", choices=("parquet", "jsonl"), help="output format (default: the input's)")
+    sp.add_argument("--address", help="Ray cluster to join (default: RAY_ADDRESS, else a local Ray)")
+    sp.add_argument("--actors", type=int, default=1, help="actors, one model and context each (default 1)")
+    sp.add_argument("--cpus-per-actor", type=float, default=1.0, help="CPUs per actor = its threads (default 1)")
+    sp.add_argument("--batch-size", type=int, default=32, help="rows per batch handed to an actor (default 32)")
+    sp.add_argument("-c", "--ctx-size", type=int, default=2048, help="context size (default %(default)s)")
+    sp.add_argument("-n", "--n-predict", type=int, default=128, help="complete / caption: most tokens per row")
+    sp.add_argument("--temp", type=float, default=0.0, help="temperature (default 0: greedy)")
+    sp.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
+    sp.add_argument("--mmproj", help="caption: the projector GGUF")
+    sp.add_argument("-p", "--prompt", default="Describe this image.", help="caption: the instruction")
+    sp.add_argument("--normalize", action="store_true", help="embed: L2-normalise the vectors")
+    sp.set_defaults(func=_cmd_batch)
 
     sp = sub.add_parser("bench", help="prompt processing (pp) and generation (tg) speed, like llama-bench",
                         description="Prompt processing (pp) and generation (tg) speed, like llama-bench. "

@@ -20,12 +20,16 @@ def main(argv: Optional[Sequence[str]] = None, prog: str = "python -m llamapy.se
     argv = list(sys.argv[1:] if argv is None else argv)
     if "-h" in argv or "--help" in argv:
         build_parser(prog).print_help()
+        print(RAY_HELP)
         return 0
     try:
+        argv, ray_opts = _ray_options(argv)
         settings = parse_settings(argv)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    if ray_opts is not None:
+        return _serve_on_ray(settings, ray_opts)
     try:
         import uvicorn
 
@@ -61,6 +65,68 @@ def main(argv: Optional[Sequence[str]] = None, prog: str = "python -m llamapy.se
     uvicorn.Server(uvicorn.Config(app, host=settings.host, port=settings.port, log_level="info",
                                   access_log=False, timeout_graceful_shutdown=10)).run()
     return 0
+
+
+RAY_HELP = """
+Ray Serve (pip install 'llamapy-engine[ray]'):
+  --ray                 serve the same app as replicas on Ray Serve (its proxy listens on --host:--port);
+                        with --models-dir / --models-preset, every replica serves every model, --models-max
+                        of them loaded at once (Serve's model multiplexing)
+  --replicas N          replicas (default 1), each with --threads CPUs and the memory plan_memory predicts
+  --autoscale MIN,MAX   instead of --replicas: Serve adds and removes replicas by ongoing requests
+  --ray-address ADDR    Ray cluster to join (default: RAY_ADDRESS, else a local Ray)"""
+
+
+def _ray_options(argv: Sequence[str]) -> "tuple[list, Optional[dict]]":
+    """The Ray flags out of ``argv`` (None without --ray); ConfigError for a Ray flag
+    without --ray, or a bad value."""
+    from .config import ConfigError
+
+    rest, opts, i = [], {"replicas": 1, "autoscale": None, "address": None}, 0
+    on, seen = False, []
+    argv = list(argv)
+    while i < len(argv):
+        a = argv[i]
+        name, eq, val = a.partition("=")
+        if a == "--ray":
+            on = True
+        elif name in ("--replicas", "--autoscale", "--ray-address"):
+            seen.append(name)
+            if not eq:
+                i += 1
+                if i >= len(argv):
+                    raise ConfigError(f"{name} needs a value")
+                val = argv[i]
+            try:
+                if name == "--replicas":
+                    opts["replicas"] = int(val)
+                    if opts["replicas"] < 1:
+                        raise ValueError
+                elif name == "--autoscale":
+                    lo, hi = (int(x) for x in val.split(","))
+                    if not 0 <= lo <= hi or hi < 1:
+                        raise ValueError
+                    opts["autoscale"] = [lo, hi]
+                else:
+                    opts["address"] = val
+            except ValueError:
+                raise ConfigError(f"{name}: bad value {val!r} (--replicas N >= 1; --autoscale MIN,MAX)") from None
+        else:
+            rest.append(a)
+        i += 1
+    if seen and not on:
+        raise ConfigError(f"{seen[0]} goes with --ray (serving on Ray Serve)")
+    return rest, (opts if on else None)
+
+
+def _serve_on_ray(settings: "object", opts: dict) -> int:
+    try:
+        from ..ray.serve import run_cli
+    except ImportError as e:  # the message names the extra
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    return run_cli(settings, opts["replicas"], opts["address"], opts["autoscale"])
 
 
 def _model_file_problem(path: str) -> Optional[str]:

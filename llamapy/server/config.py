@@ -260,12 +260,17 @@ def parse_settings(argv: Optional[Sequence[str]] = None, environ: Optional[Dict[
             if opt.dest in ROUTER_OPTIONS and opt.dest in explicit:
                 raise ConfigError(f"{opt.flags[0]}: router mode only (several models, without -m); "
                                   "it does nothing with -m MODEL")
+    apply_implied(values)
+    check(values)
+    return Settings(values, frozenset(explicit))
+
+
+def apply_implied(values: Dict[str, Any]) -> None:
+    """Settings that imply others (``values`` changed in place)."""
     if values.get("reranking"):  # llama-server: --reranking is embeddings pooled by rank
         if values.get("pooling") not in (None, "rank"):
             raise ConfigError(f"--reranking pools by rank; it cannot go with --pooling {values['pooling']}")
         values["embedding"], values["pooling"] = True, "rank"
-    check(values)
-    return Settings(values, frozenset(explicit))
 
 
 def check(values: Dict[str, Any]) -> None:
