@@ -396,7 +396,7 @@ void load_mamba2(const weight_loader& L, const hparams& hp, const std::string& p
 void load_weights(const gguf_file& f, hparams& hp, model_weights& w) {
     weight_loader L(f, hp.arch);
     const block_variant& v = hp.v;
-    const int64_t E = hp.n_embd, nq = hp.n_q(), nk = hp.n_embd_k(), nv = hp.n_embd_v();
+    const int64_t E = hp.n_embd;
     const bool ln = v.norm == norm_kind::layer;
 
     // Vocabulary size: the rows of the embedding matrix.
