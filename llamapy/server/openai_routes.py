@@ -54,6 +54,9 @@ class Sampling(_sampling_fields()):  # type: ignore[misc]
     seed: Optional[int] = None
     logit_bias: Optional[Dict[str, float]] = None
     n: int = 1
+    # llama-server's extensions that pin the output's shape: GBNF text, or a JSON schema
+    grammar: Optional[str] = None
+    json_schema: Optional[Dict[str, Any]] = None
 
 
 class ChatBody(Sampling):
@@ -140,6 +143,29 @@ def sampling_params(body: Sampling) -> Dict[str, Any]:
     kw["logit_bias"] = _logit_bias(body.logit_bias)
     check_sampling(kw)
     return dict(kw, stop=body.stop or [], seed=body.seed, stream=body.stream)
+
+
+def request_grammar(body: Sampling, other: Optional[str] = None) -> Optional[Any]:
+    """The request's ``grammar`` (GBNF) or ``json_schema`` as a LlamaGrammar, compiled here so
+    that a bad one is a 400 naming the field; ``other``: a field of the request that shapes the
+    output too (tools, response_format), which cannot be combined with either."""
+    from ..grammar import LlamaGrammar
+
+    given = [f for f in ("grammar", "json_schema") if getattr(body, f) is not None]
+    if not given:
+        return None
+    if len(given) == 2:
+        raise bad_request("grammar: give either grammar or json_schema, not both")
+    if other is not None:
+        raise bad_request(f"{given[0]}: cannot be combined with {other}, which constrains the output too")
+    try:
+        if body.grammar is not None:
+            if not body.grammar.strip():
+                raise ValueError("the grammar is empty")
+            return LlamaGrammar.from_string(body.grammar, verbose=False)
+        return LlamaGrammar.from_json_schema(body.json_schema, verbose=False)
+    except (ValueError, RecursionError) as e:  # GrammarError is a ValueError
+        raise bad_request(f"{given[0]}: {e}") from None
 
 
 def check_stop(stop: Any, field: str = "stop") -> List[str]:
@@ -364,6 +390,11 @@ async def chat_completions(body: ChatBody, request: Request) -> Any:
     budget = reasoning_budget(state, body.reasoning_budget)
     if budget is not None:  # only then: a chat handler need not know the keyword
         params["reasoning_budget"] = budget
+    other = "tools" if body.tools and body.tool_choice != "none" else \
+        "response_format" if (body.response_format or {}).get("type") not in (None, "text") else None
+    grammar = request_grammar(body, other)
+    if grammar is not None:
+        params["grammar"] = grammar
     job, _ = await state.start_job(state.cap_generation(work.chat_work(params, template_kwargs), params))
     if body.stream:
         return _sse(state, job, include_usage)
@@ -382,6 +413,9 @@ async def completions(body: CompletionBody, request: Request) -> Any:
     include_usage = _include_usage(body)
     params = dict(prompt=body.prompt, suffix=body.suffix, echo=body.echo, logprobs=body.logprobs,
                   max_tokens=max_tokens, model=state.model_name, **sampling_params(body))
+    grammar = request_grammar(body)
+    if grammar is not None:
+        params["grammar"] = grammar
     job, _ = await state.start_job(state.cap_generation(work.completion_work(params), params))
     if body.stream:
         return _sse(state, job, include_usage)
