@@ -1,7 +1,8 @@
-"""``llamapy convert`` for decoders (llama, qwen2, qwen3) against llama.cpp's converter.
+"""``llamapy convert`` for decoders (llama, qwen2, qwen3, gemma3) against llama.cpp's converter.
 
 tests/data/convert/<family>/ holds a tiny random Hugging Face folder (hf/: safetensors, config,
-byte-level BPE tokenizer, chat template) and reference.json: what convert_hf_to_gguf.py from
+byte-level BPE tokenizer, or for gemma3 a SentencePiece tokenizer.model with the tokenizer.json
+transformers derives from it; chat template) and reference.json: what convert_hf_to_gguf.py from
 the llama-cpp-python 0.3.36 sdist wrote for it at every --outtype, as a digest (every key with
 its GGUF type and value, every tensor's shape, type and sha256 of its bytes; see
 convert_digest.py), plus the chkhsh transformers gave the tokenizer, and logits.npz: llama.cpp's
@@ -25,7 +26,8 @@ from llamapy.convert import SUPPORTED, convert
 from llamapy.convert.safetensors import load_safetensors
 
 DATA = pathlib.Path(__file__).parent / "data" / "convert"
-FAMILIES = ["llama", "qwen2", "qwen3"]
+FAMILIES = ["llama", "qwen2", "qwen3", "gemma3"]
+BPE_FAMILIES = ["llama", "qwen2", "qwen3"]
 OUTTYPES = ["f32", "f16", "bf16", "q8_0"]
 # Keys that say where a file came from, not what it is: the reference names the model after
 # its folder with its own capitalisation rules ("hf" -> "Hf").
@@ -57,7 +59,7 @@ def test_pre_tokenizer_hash_matches_transformers():
     pytest.importorskip("tokenizers")
     from llamapy.convert.vocab import pre_tokenizer_hash
 
-    for fam in FAMILIES:
+    for fam in BPE_FAMILIES:
         assert pre_tokenizer_hash(str(DATA / fam / "hf")) == reference(fam)["chkhsh"], fam
 
 
@@ -182,3 +184,17 @@ def test_llama3_rope_factors_match_the_reference_bits(tmp_path):
     got = gguf_digest(convert(str(d), str(tmp_path / "m.gguf"), "q8_0", tokenizer_pre="llama-bpe"))
     assert got["tensors"]["rope_freqs.weight"][:2] == [[8], "F32"] and got["tensor_order"][0] == "rope_freqs.weight"
     assert not [k for k in got["kv"] if "rope.scaling" in k]
+
+
+def test_sentencepiece_reader(tmp_path):
+    from llamapy.convert.sentencepiece_model import BYTE, CONTROL, UNKNOWN, read_pieces
+
+    pieces = read_pieces(str(DATA / "gemma3" / "hf" / "tokenizer.model"))
+    assert pieces[0] == ("<unk>", 0.0, UNKNOWN) and pieces[1][2] == CONTROL
+    assert sum(p[2] == BYTE for p in pieces) == 256
+    good = (DATA / "gemma3" / "hf" / "tokenizer.model").read_bytes()
+    for bad in (good[:1000], b"\x0a\xff\xff\xff\xff\x0f", b"\x0b", b"", b"\x80" * 20):
+        p = tmp_path / "t.model"
+        p.write_bytes(bad)
+        with pytest.raises(ValueError):
+            read_pieces(str(p))

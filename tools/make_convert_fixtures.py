@@ -5,11 +5,11 @@ Usage (from the repo root, in the fixture environment: torch CPU, transformers 5
 llama-cpp-python 0.3.36 with its sdist unpacked; none of this is a llamapy dependency):
 
     /tmp/moeenv/bin/python tools/make_convert_fixtures.py --sdist /tmp/moesd/llama_cpp_python-0.3.36 \
-        [--work /tmp/convw] [--families llama,qwen2,qwen3]
+        [--work /tmp/convw] [--families llama,qwen2,qwen3,gemma3]
 
 Per family: a seeded random `transformers` model (hidden 64, 2 layers) saved with the shared
 tiny byte-level BPE (tools/moe/tokenizer.py) plus the family's special tokens and a chat
-template -> tests/data/convert/<family>/hf/ (committed: CI has no torch). Then the 0.3.36
+template (gemma3: the VLM fixtures' tiny SentencePiece model, tools/vlm/hf_models.py) -> tests/data/convert/<family>/hf/ (committed: CI has no torch). Then the 0.3.36
 sdist's convert_hf_to_gguf.py (through tools/moe/tokpre_shim.py, since the tiny tokenizer's
 pre-tokenizer hash is unknown to it) at every --outtype; each output is reduced to a digest
 (every metadata key and value, every tensor's shape, type and sha256 of its bytes) in
@@ -50,7 +50,37 @@ TOKENS = {
               False, "qwen2"),
     "qwen3": (["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>"], None,
               "<|im_end|>", "<|endoftext|>", False, "qwen2"),
+    # SentencePiece (tokenizer.model) as Gemma 3 ships it, with the tokenizer.json transformers
+    # derives from it (its TemplateProcessing adds <s>): no BPE pre-tokenizer involved
+    "gemma3": ([], "<s>", "</s>", None, True, None),
 }
+GEMMA_TEMPLATE = ("{{ bos_token }}{% for m in messages %}<start_of_turn>{{ m['role'] }}\n{{ m['content'] }}"
+                  "<end_of_turn>\n{% endfor %}{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}")
+
+
+def write_spm_tokenizer(out: pathlib.Path) -> int:
+    """tools/vlm's tiny SentencePiece model + the tokenizer.json / tokenizer_config.json that
+    transformers' GemmaTokenizer writes for it (special pieces marked special, BOS added)."""
+    import importlib.util
+
+    import sentencepiece as spm
+    from transformers import AutoTokenizer
+
+    spec = importlib.util.spec_from_file_location("vlm_models", HERE / "vlm" / "hf_models.py")
+    vlm = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(vlm)
+    model = vlm.train_tokenizer(ARGS.work)
+    shutil.copy(model, out / "tokenizer.model")
+    (out / "tokenizer_config.json").write_text(json.dumps(
+        {"tokenizer_class": "GemmaTokenizer", "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>",
+         "add_bos_token": True, "add_eos_token": False}))
+    AutoTokenizer.from_pretrained(out).save_pretrained(out)
+    cfg = json.loads((out / "tokenizer_config.json").read_text())
+    cfg.pop("vocab_file", None)
+    cfg["chat_template"] = GEMMA_TEMPLATE
+    cfg["add_bos_token"], cfg["add_eos_token"] = True, False
+    (out / "tokenizer_config.json").write_text(json.dumps(cfg, indent=1))
+    return spm.SentencePieceProcessor(model_file=str(model)).vocab_size()
 
 
 def write_tokenizer(fam: str, base: pathlib.Path, out: pathlib.Path, template_file: bool) -> int:
@@ -82,7 +112,10 @@ def build(fam: str, out: pathlib.Path, base_tok: pathlib.Path) -> None:
     import hf_models
 
     out.mkdir(parents=True)
-    n_tok = write_tokenizer(fam, base_tok, out, template_file=(fam == "qwen3"))
+    if fam == "gemma3":
+        n_tok = write_spm_tokenizer(out)
+    else:
+        n_tok = write_tokenizer(fam, base_tok, out, template_file=(fam == "qwen3"))
     common = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
                   num_key_value_heads=2, max_position_embeddings=4096, rms_norm_eps=1e-6)
     if fam == "llama":
@@ -95,6 +128,18 @@ def build(fam: str, out: pathlib.Path, base_tok: pathlib.Path) -> None:
         cfg = tf.Qwen2Config(vocab_size=n_tok, tie_word_embeddings=True, rope_theta=1000000.0,
                              eos_token_id=322, **common)
         model, dtype, shard = tf.Qwen2ForCausalLM(cfg), torch.bfloat16, "60KB"
+    elif fam == "gemma3":
+        # Gemma 3 text: q/k norms, four norms per layer stored as (w - 1), sliding / full layers
+        # with their own rope bases, linear rope scaling on the full layers, tied embeddings,
+        # head_dim 32, an embedding padded past the tokenizer, F32 weights
+        layer_types = ["sliding_attention", "full_attention"]
+        cfg = tf.Gemma3TextConfig(
+            vocab_size=n_tok + 8, head_dim=32, sliding_window=8, layer_types=layer_types,
+            rope_parameters={"full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1000000.0},
+                             "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}},
+            query_pre_attn_scalar=32, bos_token_id=1, eos_token_id=2, pad_token_id=0,
+            tie_word_embeddings=True, **common)
+        model, dtype, shard = tf.Gemma3ForCausalLM(cfg), torch.float32, None
     else:
         # q/k norms, head_dim (32) != hidden / heads (16), BF16 weights
         cfg = tf.Qwen3Config(vocab_size=n_tok, tie_word_embeddings=False, head_dim=32, rope_theta=1000000.0,
@@ -123,8 +168,10 @@ def chkhsh(hf_dir: pathlib.Path) -> str:
 def convert(fam: str, hf_dir: pathlib.Path, outtype: str, dst: pathlib.Path) -> None:
     lc = ARGS.sdist / "vendor" / "llama.cpp"
     env = dict(os.environ, PYTHONPATH=str(lc / "gguf-py"))
-    cmd = [sys.executable, str(HERE / "moe" / "tokpre_shim.py"), TOKENS[fam][5],
-           str(lc / "convert_hf_to_gguf.py"), str(hf_dir), "--outtype", outtype, "--outfile", str(dst)]
+    pre = TOKENS[fam][5]
+    shim = [str(HERE / "moe" / "tokpre_shim.py"), pre] if pre else []
+    cmd = [sys.executable, *shim, str(lc / "convert_hf_to_gguf.py"), str(hf_dir), "--outtype", outtype,
+           "--outfile", str(dst)]
     log = ARGS.work / f"{fam}-{outtype}.log"
     with open(log, "w") as f:
         r = subprocess.run(cmd, env=env, stdout=f, stderr=subprocess.STDOUT)
@@ -160,7 +207,8 @@ def main() -> None:
         shutil.rmtree(out, ignore_errors=True)
         hf_dir = out / "hf"
         build(fam, hf_dir, base_tok)
-        ref = {"family": fam, "tokenizer_pre": TOKENS[fam][5], "chkhsh": chkhsh(hf_dir),
+        ref = {"family": fam, "tokenizer_pre": TOKENS[fam][5],
+               "chkhsh": chkhsh(hf_dir) if TOKENS[fam][5] else None,
                "prompt": PROMPT, "outtypes": {}}
         for outtype in OUTTYPES:
             dst = ARGS.work / f"{fam}-{outtype}.gguf"

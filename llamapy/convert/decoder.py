@@ -15,7 +15,7 @@ module does the rest:
   from its safetensors memory map, converted and written before the next is touched;
 - the tokenizer through vocab.py.
 
-Not here: MoE expert stacking, multimodal projectors, SentencePiece vocabularies.
+Not here: MoE expert stacking, multimodal projectors.
 """
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 import numpy as np
 
 from .checkpoint import Checkpoint
-from .vocab import read_bpe_vocab, write_vocab
+from .vocab import read_vocab, write_vocab
 
 log = logging.getLogger("llamapy.convert")
 
@@ -64,16 +64,23 @@ TensorHook = Callable[[str, np.ndarray, dict], np.ndarray]
 class DecoderFamily:
     arch: str                                   # general.architecture
     required: Tuple[str, ...]                   # per-layer GGUF tensors every checkpoint must have
-    extra_kv: Optional[Callable[[object, dict], None]] = None   # (writer, cfg): family keys
+    extra_kv: Optional[Callable[[object, dict, str], None]] = None   # (writer, cfg, hf_dir): family keys
     tensor_hook: Optional[TensorHook] = None
     # tensors a family adds that are not in the checkpoint (e.g. rope factors): cfg -> {name: array}
     extra_tensors: Optional[Callable[[dict], Dict[str, np.ndarray]]] = None
+    # Hugging Face names this family maps differently from the shared table (checked first)
+    tensor_names: Tuple[Tuple[str, str], ...] = ()
+    # an embedding with more rows than the vocabulary is cut to it (Gemma 3), else refused
+    trim_embedding: bool = False
+    # config.json values a family assumes when the file leaves them out
+    config_defaults: Tuple[Tuple[str, object], ...] = ()
 
 
-def gguf_name(hf_name: str) -> Optional[str]:
+def gguf_name(hf_name: str, family: Optional[DecoderFamily] = None) -> Optional[str]:
     if _SKIPPED.fullmatch(hf_name):
         return None
-    for rx, out in _TENSOR_RES:
+    own = [(re.compile(p), out) for p, out in family.tensor_names] if family else []
+    for rx, out in own + _TENSOR_RES:
         m = rx.fullmatch(hf_name)
         if m:
             return out.format(*m.groups())
@@ -212,6 +219,7 @@ def convert_decoder(family: DecoderFamily, hf_dir: str, cfg: dict, out_path: str
         raise ValueError(f"outtype must be one of {', '.join(OUTTYPES)}, got {outtype!r}")
     if isinstance(cfg.get("text_config"), dict):
         cfg = {**cfg, **cfg["text_config"]}
+    cfg = {**dict(family.config_defaults), **cfg}
     n_layer = int(need(cfg, "num_hidden_layers"))
     for key in ("hidden_size", "num_attention_heads", "vocab_size"):
         need(cfg, key)
@@ -223,7 +231,7 @@ def convert_decoder(family: DecoderFamily, hf_dir: str, cfg: dict, out_path: str
     for name, arr in extra.items():
         plan.append((name, None, tuple(arr.shape)))
     for hf_name in ckpt.names():
-        name = gguf_name(hf_name)
+        name = gguf_name(hf_name, family)
         if name is not None:
             plan.append((name, hf_name, ckpt.shape(hf_name)))
     have = {p[0] for p in plan}
@@ -233,10 +241,13 @@ def convert_decoder(family: DecoderFamily, hf_dir: str, cfg: dict, out_path: str
     if missing:
         raise ValueError(f"{hf_dir}: the checkpoint lacks tensor {missing[0]}"
                          + (f" ({len(missing)} missing in all)" if len(missing) > 1 else ""))
-    vocab = read_bpe_vocab(hf_dir, cfg, tokenizer_pre)
-    rows = ckpt.shape([h for n, h, _ in plan if n == "token_embd.weight"][0])[0]
-    if rows != len(vocab.tokens):
-        raise ValueError(f"the vocabulary has {len(vocab.tokens)} tokens but token_embd has {rows} rows")
+    vocab = read_vocab(hf_dir, cfg, tokenizer_pre)
+    n_vocab = len(vocab.tokens)
+    for k, (name, hf_name, shape) in enumerate(plan):
+        if name in ("token_embd.weight", "output.weight") and shape[0] != n_vocab:
+            if not (family.trim_embedding and shape[0] > n_vocab):
+                raise ValueError(f"the vocabulary has {n_vocab} tokens but {name} has {shape[0]} rows")
+            plan[k] = (name, hf_name, (n_vocab,) + tuple(shape[1:]))
 
     n_params = sum(int(np.prod(s)) for _, _, s in plan)
     part = os.path.abspath(out_path) + ".part"  # an interrupted run leaves no half-written OUT
@@ -247,7 +258,7 @@ def convert_decoder(family: DecoderFamily, hf_dir: str, cfg: dict, out_path: str
         w.add_size_label(gguf.size_label(n_params, 0, 0, 0))
         _write_hparams(w, cfg, n_layer, outtype)
         if family.extra_kv:
-            family.extra_kv(w, cfg)
+            family.extra_kv(w, cfg, hf_dir)
         w.add_quantization_version(gguf.GGML_QUANT_VERSION)
         write_vocab(w, vocab)
         types = []
@@ -260,6 +271,7 @@ def convert_decoder(family: DecoderFamily, hf_dir: str, cfg: dict, out_path: str
         w.write_ti_data_to_file()
         for (name, hf_name, shape), qtype in zip(plan, types):
             x = extra[name] if hf_name is None else np.asarray(ckpt.get(hf_name), dtype=np.float32)
+            x = x[:shape[0]] if x.shape != shape else x  # a trimmed embedding
             if family.tensor_hook is not None:
                 x = family.tensor_hook(name, x, cfg)
             w.write_tensor_data(_encode(x, qtype))

@@ -38,7 +38,7 @@ def _head_dim(cfg: dict) -> int:
     return int(cfg.get("head_dim") or need(cfg, "hidden_size") // need(cfg, "num_attention_heads"))
 
 
-def _extra_kv(w, cfg: dict) -> None:
+def _extra_kv(w, cfg: dict, hf_dir: str) -> None:
     w.add_vocab_size(need(cfg, "vocab_size"))
     w.add_rope_dimension_count(_head_dim(cfg))
 

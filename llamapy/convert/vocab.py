@@ -11,8 +11,13 @@
   post-processor, then tokenizer_config.json), the chat template (tokenizer_config.json, else
   chat_template.jinja / chat_template.json).
 
-Not here: SentencePiece ``tokenizer.model`` vocabularies and WordPiece (bert.py); they are
-refused with a clear error.
+And for SentencePiece folders (``tokenizer.model``, preferred when present, as llama.cpp does):
+``tokenizer.ggml.model`` = "llama", pre "default", the pieces with their scores and types
+(user-defined pieces typed NORMAL, as the reference does), added tokens from added_tokens.json
+and tokenizer_config.json's added_tokens_decoder (score -1000), no merges.
+
+Not here: WordPiece (bert.py), SentencePiece-style tokenizer.json without tokenizer.model,
+post-processors other than ByteLevel / Roberta / simple TemplateProcessing: refused clearly.
 """
 from __future__ import annotations
 
@@ -24,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Union
 
 from .pretokenizer_hashes import CHKTXT, PRE_BY_HASH
+from .sentencepiece_model import read_pieces
 
 log = logging.getLogger("llamapy.convert")
 
@@ -39,6 +45,7 @@ class Vocab:
     tokens: List[str]
     types: List[int]
     merges: List[str]
+    scores: Optional[List[float]]   # SentencePiece only
     special_ids: Dict[str, int] = field(default_factory=dict)   # role -> id, in writing order
     add_special: Dict[str, bool] = field(default_factory=dict)  # "bos"/"eos"/"sep" -> add it?
     chat_template: Optional[Union[str, list]] = None
@@ -83,22 +90,74 @@ def _merges(tok_json: dict) -> List[str]:
     return list(merges)
 
 
-def _special_ids_and_flags(hf_dir: str, tok_json: dict, tok_cfg: Optional[dict], cfg: dict,
+def _template_flags(proc: dict, tok_cfg: Optional[dict], add: Dict[str, bool]) -> None:
+    """What a TemplateProcessing post-processor adds around one sequence: a leading BOS / CLS,
+    a trailing EOS, a separator between a pair. Fills tokenizer_config's names where it lacks
+    them (as llama.cpp does); templates it cannot read are refused rather than guessed."""
+    cfg = tok_cfg if tok_cfg is not None else {}
+    single, pair = proc.get("single", []), proc.get("pair", [])
+    bos, cls, eos, sep = (cfg.get(k) for k in ("bos_token", "cls_token", "eos_token", "sep_token"))
+    lead = single[0].get("SpecialToken", {}).get("id") if len(single) > 1 else None
+    last = single[-1].get("SpecialToken", {}).get("id") if len(single) > 1 else None
+    if lead:
+        if tok_cfg is None:
+            bos = lead
+        elif lead not in (bos, cls):
+            if not bos:
+                cfg["bos_token"] = bos = lead
+            if not cls:
+                cfg["cls_token"] = cls = lead
+        add["bos"] = lead in (bos, cls)
+    if last:
+        if tok_cfg is None:
+            eos = last
+        elif last != eos:
+            raise NotImplementedError(f"tokenizer.json's template ends with {last!r}, not the EOS token {eos!r}")
+        add["eos"] = last == eos
+    if pair:
+        start = 1 if lead and pair[0].get("SpecialToken", {}).get("id") == lead else 0
+        stop = len(pair) - 1 if last and pair[-1].get("SpecialToken", {}).get("id") == last else len(pair)
+        mid = pair[start:stop]
+        if len(mid) >= 2 and mid[0].get("Sequence", {}).get("id") == "A" and mid[-1].get("Sequence", {}).get("id") == "B":
+            between = [m.get("SpecialToken", {}).get("id") for m in mid[1:-1]]
+            if between and None in between:
+                raise NotImplementedError("tokenizer.json's pair template has something other than special tokens "
+                                          "between the sequences")
+            add_sep = bool(between) and between[0] in (sep, eos) and (len(between) > 1 or not last)
+            add["sep"] = add_sep
+            if add_sep and not sep and tok_cfg is not None:
+                cfg["sep_token"] = eos
+        elif mid:
+            raise NotImplementedError("tokenizer.json's pair template is not 'A ... B'")
+
+
+def _special_ids_and_flags(hf_dir: str, tok_json: Optional[dict], tok_cfg: Optional[dict], cfg: dict,
                            n_vocab: int) -> tuple:
     """(role -> id, add flags) by llama.cpp's rules: tokenizer_config.json names the tokens
     (looked up among tokenizer.json's added tokens), config.json's ``*_token_id`` fill gaps;
     the post-processor says what is added, tokenizer_config.json's add_*_token where it is silent."""
     tok_cfg = dict(tok_cfg) if tok_cfg else None
     add: Dict[str, bool] = {}
-    post = tok_json.get("post_processor") or {}
+    post = (tok_json or {}).get("post_processor") or {}
+    if tok_json is not None and tok_cfg is not None:
+        if not tok_cfg.get("bos_token") and tok_cfg.get("cls_token"):
+            tok_cfg["bos_token"] = tok_cfg["cls_token"]
+        if not tok_cfg.get("eos_token") and tok_cfg.get("sep_token"):
+            tok_cfg["eos_token"] = tok_cfg["sep_token"]
     for proc in post.get("processors", [post]) if post else []:
         kind = proc.get("type")
         if kind == "ByteLevel":
             add.setdefault("bos", False)
             add.setdefault("eos", False)
-        elif kind in ("RobertaProcessing", "TemplateProcessing"):
-            raise NotImplementedError(f"tokenizer.json's {kind} post-processor is not converted yet "
-                                      "(only ByteLevel or none)")
+        elif kind == "TemplateProcessing":
+            _template_flags(proc, tok_cfg, add)
+        elif kind == "RobertaProcessing":
+            add.update(bos=True, eos=True, sep=True)
+            if tok_cfg is not None:
+                tok_cfg.setdefault("cls_token", proc.get("cls", [tok_cfg.get("bos_token")])[0])
+                tok_cfg.setdefault("sep_token", proc.get("sep", [tok_cfg.get("eos_token")])[0])
+        else:
+            raise NotImplementedError(f"tokenizer.json's {kind} post-processor is not converted")
     ids: Dict[str, int] = {}
 
     def put(role: str, tid: object) -> None:
@@ -109,12 +168,8 @@ def _special_ids_and_flags(hf_dir: str, tok_json: dict, tok_cfg: Optional[dict],
         if tid < n_vocab and role not in ids:
             ids[role] = tid
 
-    added = tok_json.get("added_tokens", [])
+    added = (tok_json or {}).get("added_tokens", [])
     if tok_cfg:
-        if not tok_cfg.get("bos_token") and tok_cfg.get("cls_token"):
-            tok_cfg["bos_token"] = tok_cfg["cls_token"]
-        if not tok_cfg.get("eos_token") and tok_cfg.get("sep_token"):
-            tok_cfg["eos_token"] = tok_cfg["sep_token"]
         for role in SPECIAL_ROLES:
             flag = tok_cfg.get(f"add_{role}_token")
             if isinstance(flag, bool) and role not in add:
@@ -158,11 +213,11 @@ def read_bpe_vocab(hf_dir: str, cfg: dict, tokenizer_pre: Optional[str] = None) 
     the pre-tokenizer when its hash is not in llama.cpp's table (a new or custom tokenizer)."""
     tok_json = _read_json(os.path.join(hf_dir, "tokenizer.json"))
     if tok_json is None:
-        if os.path.isfile(os.path.join(hf_dir, "tokenizer.model")):
-            raise NotImplementedError(f"{hf_dir}: SentencePiece tokenizer.model vocabularies are not converted "
-                                      "yet (only tokenizer.json byte-level BPE)")
-        raise ValueError(f"{hf_dir} has no tokenizer.json")
+        raise ValueError(f"{hf_dir} has neither tokenizer.model nor tokenizer.json")
     model = tok_json.get("model") or {}
+    if model.get("byte_fallback"):
+        raise NotImplementedError(f"{hf_dir}: a SentencePiece-style tokenizer.json without tokenizer.model "
+                                  "is not converted yet")
     if model.get("type") != "BPE":
         raise NotImplementedError(f"tokenizer.json model type {model.get('type')!r} is not converted "
                                   "(only byte-level BPE)")
@@ -205,8 +260,49 @@ def read_bpe_vocab(hf_dir: str, cfg: dict, tokenizer_pre: Optional[str] = None) 
             types.append(NORMAL)
 
     ids, add = _special_ids_and_flags(hf_dir, tok_json, tok_cfg, cfg, vocab_size)
-    return Vocab("gpt2", tokenizer_pre, tokens, types, _merges(tok_json), ids, add,
+    return Vocab("gpt2", tokenizer_pre, tokens, types, _merges(tok_json), None, ids, add,
                  _chat_template(hf_dir, tok_cfg))
+
+
+def read_spm_vocab(hf_dir: str, cfg: dict) -> Vocab:
+    """The SentencePiece vocabulary of ``hf_dir`` (tokenizer.model), padded to config.json's
+    vocab_size with "[PAD<id>]" (UNUSED, score -10000)."""
+    pieces = read_pieces(os.path.join(hf_dir, "tokenizer.model"))
+    n = int(cfg.get("vocab_size") or len(pieces))
+    tokens = [f"[PAD{i}]" for i in range(n)]
+    scores = [-10000.0] * n
+    types = [UNUSED] * n
+    for i, (text, score, kind) in enumerate(pieces[:n]):
+        tokens[i], scores[i] = text, score
+        types[i] = kind if kind in (UNKNOWN, CONTROL, UNUSED, 6) else NORMAL  # 6: byte pieces
+    if len(pieces) > n:
+        log.warning("tokenizer.model has %d pieces; ids from %d on are dropped (vocab_size)", len(pieces), n)
+    extra = _read_json(os.path.join(hf_dir, "added_tokens.json")) or {}
+    for text, i in extra.items():
+        if 0 <= int(i) < n:
+            tokens[int(i)], scores[int(i)], types[int(i)] = text, -1000.0, USER_DEFINED
+    tok_cfg = _read_json(os.path.join(hf_dir, "tokenizer_config.json"))
+    for i, t in ((tok_cfg or {}).get("added_tokens_decoder") or {}).items():
+        i = int(i)
+        if not 0 <= i < n:
+            continue
+        text = t["content"]
+        if t.get("special") or looks_special(text):
+            types[i] = CONTROL
+        else:
+            text = text.replace("\u2581", " ")
+            types[i] = USER_DEFINED
+        tokens[i], scores[i] = text, -1000.0
+    tok_json = _read_json(os.path.join(hf_dir, "tokenizer.json"))
+    ids, add = _special_ids_and_flags(hf_dir, tok_json, tok_cfg, cfg, n)
+    return Vocab("llama", "default", tokens, types, [], scores, ids, add, _chat_template(hf_dir, tok_cfg))
+
+
+def read_vocab(hf_dir: str, cfg: dict, tokenizer_pre: Optional[str] = None) -> Vocab:
+    """tokenizer.model (SentencePiece) when the folder has one, else tokenizer.json (BPE)."""
+    if os.path.isfile(os.path.join(hf_dir, "tokenizer.model")):
+        return read_spm_vocab(hf_dir, cfg)
+    return read_bpe_vocab(hf_dir, cfg, tokenizer_pre)
 
 
 def write_vocab(w, v: Vocab) -> None:
@@ -214,11 +310,15 @@ def write_vocab(w, v: Vocab) -> None:
     w.add_tokenizer_model(v.model)
     w.add_tokenizer_pre(v.pre)
     w.add_token_list(v.tokens)
+    if v.scores is not None:
+        w.add_token_scores(v.scores)
     w.add_token_types(v.types)
     if v.merges:
         w.add_token_merges(v.merges)
     for role, tid in v.special_ids.items():
-        getattr(w, f"add_{role}_token_id")(tid)
+        adder = getattr(w, f"add_{role}_token_id", None)  # gguf has no key for some roles (cls)
+        if adder is not None:
+            adder(tid)
     for role, flag in v.add_special.items():
         adder = getattr(w, f"add_add_{role}_token", None)
         if adder is not None:
