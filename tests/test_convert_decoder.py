@@ -1,4 +1,5 @@
-"""``llamapy convert`` for decoders (llama, qwen2, qwen3, gemma3) against llama.cpp's converter.
+"""``llamapy convert`` for decoders (llama, qwen2, qwen3, qwen3moe, gemma3) against llama.cpp's
+converter.
 
 tests/data/convert/<family>/ holds a tiny random Hugging Face folder (hf/: safetensors, config,
 byte-level BPE tokenizer, or for gemma3 a SentencePiece tokenizer.model with the tokenizer.json
@@ -26,8 +27,8 @@ from llamapy.convert import SUPPORTED, convert
 from llamapy.convert.safetensors import load_safetensors
 
 DATA = pathlib.Path(__file__).parent / "data" / "convert"
-FAMILIES = ["llama", "qwen2", "qwen3", "gemma3"]
-BPE_FAMILIES = ["llama", "qwen2", "qwen3"]
+FAMILIES = ["llama", "qwen2", "qwen3", "qwen3moe", "gemma3"]
+BPE_FAMILIES = ["llama", "qwen2", "qwen3", "qwen3moe"]
 OUTTYPES = ["f32", "f16", "bf16", "q8_0"]
 # Keys that say where a file came from, not what it is: the reference names the model after
 # its folder with its own capitalisation rules ("hf" -> "Hf").
@@ -148,12 +149,21 @@ def test_missing_shard_and_config_key_are_named(tmp_path):
         convert(str(d), str(tmp_path / "m.gguf"), tokenizer_pre="qwen2")
 
 
+def test_incomplete_experts_are_named(tmp_path):
+    d = _copy("qwen3moe", tmp_path)
+    tensors = {k: np.array(v, np.float32) for k, v in load_safetensors(str(d / "model.safetensors")).items()}
+    del tensors["model.layers.1.mlp.experts.2.gate_proj.weight"]
+    _write_safetensors(d / "model.safetensors", tensors)
+    with pytest.raises(ValueError, match="layer 1 has 11 of its 12 expert"):
+        convert(str(d), str(tmp_path / "m.gguf"), tokenizer_pre="qwen2")
+
+
 def test_unknown_tensor_and_model_type_are_refused(tmp_path):
     d = _copy("qwen3", tmp_path)
     tensors = {k: np.array(v, np.float32) for k, v in load_safetensors(str(d / "model.safetensors")).items()}
-    tensors["model.layers.0.mlp.experts.0.up_proj.weight"] = np.zeros((4, 4), np.float32)
+    tensors["model.layers.0.mlp.shared_expert.up_proj.weight"] = np.zeros((4, 4), np.float32)
     _write_safetensors(d / "model.safetensors", tensors)
-    with pytest.raises(NotImplementedError, match="experts"):
+    with pytest.raises(NotImplementedError, match="shared_expert"):
         convert(str(d), str(tmp_path / "m.gguf"), tokenizer_pre="qwen2")
     cfg = json.loads((d / "config.json").read_text())
     (d / "config.json").write_text(json.dumps({**cfg, "model_type": "mamba"}))

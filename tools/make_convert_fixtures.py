@@ -53,6 +53,8 @@ TOKENS = {
     # SentencePiece (tokenizer.model) as Gemma 3 ships it, with the tokenizer.json transformers
     # derives from it (its TemplateProcessing adds <s>): no BPE pre-tokenizer involved
     "gemma3": ([], "<s>", "</s>", None, True, None),
+    # tools/moe's Qwen3-MoE builder (its own tokenizer specials), 2 layers of 4 experts
+    "qwen3moe": ([], None, None, None, False, "qwen2"),
 }
 GEMMA_TEMPLATE = ("{{ bos_token }}{% for m in messages %}<start_of_turn>{{ m['role'] }}\n{{ m['content'] }}"
                   "<end_of_turn>\n{% endfor %}{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}")
@@ -111,6 +113,10 @@ def build(fam: str, out: pathlib.Path, base_tok: pathlib.Path) -> None:
     sys.path.insert(0, str(HERE / "moe"))
     import hf_models
 
+    if fam == "qwen3moe":
+        hf_models.build_qwen3moe(out, base_tok, True, 111, n_layers=2, n_experts=4, moe_ffn=32)
+        (out / "generation_config.json").unlink(missing_ok=True)
+        return
     out.mkdir(parents=True)
     if fam == "gemma3":
         n_tok = write_spm_tokenizer(out)

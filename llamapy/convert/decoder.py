@@ -15,7 +15,10 @@ module does the rest:
   from its safetensors memory map, converted and written before the next is touched;
 - the tokenizer through vocab.py.
 
-Not here: MoE expert stacking, multimodal projectors.
+Per-expert MoE matrices (``mlp.experts.<e>.{gate,up,down}_proj``) are stacked per layer into
+``ffn_{gate,up,down}_exps`` (one layer's experts in memory at a time); routers stay F32.
+
+Not here: fused expert tensors (``experts.gate_up_proj``), shared experts, multimodal projectors.
 """
 from __future__ import annotations
 
@@ -51,6 +54,7 @@ _TENSOR_NAMES = [
     (r"model\.layers\.(\d+)\.mlp\.gate_proj\.(weight|bias)", "blk.{0}.ffn_gate.{1}"),
     (r"model\.layers\.(\d+)\.mlp\.up_proj\.(weight|bias)", "blk.{0}.ffn_up.{1}"),
     (r"model\.layers\.(\d+)\.mlp\.down_proj\.(weight|bias)", "blk.{0}.ffn_down.{1}"),
+    (r"model\.layers\.(\d+)\.mlp\.gate\.weight", "blk.{0}.ffn_gate_inp.weight"),  # MoE router
 ]
 _TENSOR_RES = [(re.compile(p), out) for p, out in _TENSOR_NAMES]
 # buffers some checkpoints carry that no GGUF has
@@ -169,6 +173,14 @@ def _write_hparams(w, cfg: dict, n_layer: int, outtype: str) -> None:
         v = first(cfg, keys)
         if v is not None:
             add(v)
+    for keys, add in ((("num_local_experts", "num_experts", "n_routed_experts"), w.add_expert_count),
+                      (("num_experts_per_tok", "num_experts_per_token", "top_k_experts"), w.add_expert_used_count)):
+        v = first(cfg, keys)
+        if v is not None:
+            add(v)
+    if cfg.get("n_group") is not None or cfg.get("topk_group") is not None or \
+            first(cfg, ("score_function", "scoring_func", "score_func")) is not None:
+        raise NotImplementedError("grouped / sigmoid expert routing (DeepSeek-style) is not converted")
     if cfg.get("head_dim") is not None:
         w.add_key_length(cfg["head_dim"])
         w.add_value_length(cfg["head_dim"])
@@ -181,7 +193,7 @@ def _target_type(name: str, shape: Tuple[int, ...], outtype: str):
 
     T = gguf.GGMLQuantizationType
     if len(shape) <= 1 or name.endswith("_norm.weight") or not name.endswith(".weight") \
-            or name == "rope_freqs.weight":
+            or name == "rope_freqs.weight" or ".ffn_gate_inp." in name:  # routers stay F32
         return T.F32
     if outtype == "q8_0":
         return T.Q8_0 if shape[-1] % 32 == 0 else T.F16  # as there: Q8_0 needs whole blocks
@@ -225,15 +237,7 @@ def convert_decoder(family: DecoderFamily, hf_dir: str, cfg: dict, out_path: str
         need(cfg, key)
     ckpt = Checkpoint(hf_dir)
 
-    # name plan: (gguf name, hf name or None for family-made tensors, shape)
-    plan: List[Tuple[str, Optional[str], Tuple[int, ...]]] = []
-    extra = family.extra_tensors(cfg) if family.extra_tensors else {}
-    for name, arr in extra.items():
-        plan.append((name, None, tuple(arr.shape)))
-    for hf_name in ckpt.names():
-        name = gguf_name(hf_name, family)
-        if name is not None:
-            plan.append((name, hf_name, ckpt.shape(hf_name)))
+    plan = _plan(family, ckpt, cfg, n_layer)
     have = {p[0] for p in plan}
     needed = ["token_embd.weight", "output_norm.weight"] + [
         f"blk.{i}.{t}.weight" for i in range(n_layer) for t in family.required]
@@ -243,19 +247,19 @@ def convert_decoder(family: DecoderFamily, hf_dir: str, cfg: dict, out_path: str
                          + (f" ({len(missing)} missing in all)" if len(missing) > 1 else ""))
     vocab = read_vocab(hf_dir, cfg, tokenizer_pre)
     n_vocab = len(vocab.tokens)
-    for k, (name, hf_name, shape) in enumerate(plan):
+    for k, (name, load, shape) in enumerate(plan):
         if name in ("token_embd.weight", "output.weight") and shape[0] != n_vocab:
             if not (family.trim_embedding and shape[0] > n_vocab):
                 raise ValueError(f"the vocabulary has {n_vocab} tokens but {name} has {shape[0]} rows")
-            plan[k] = (name, hf_name, (n_vocab,) + tuple(shape[1:]))
+            plan[k] = (name, load, (n_vocab,) + tuple(shape[1:]))
 
-    n_params = sum(int(np.prod(s)) for _, _, s in plan)
+    n_params, n_shared, n_expert, n_experts = _param_counts(plan)
     part = os.path.abspath(out_path) + ".part"  # an interrupted run leaves no half-written OUT
     w = gguf.GGUFWriter(part, family.arch)
     try:
         w.add_type(gguf.GGUFType.MODEL)
         w.add_name(_model_name(hf_dir, cfg))
-        w.add_size_label(gguf.size_label(n_params, 0, 0, 0))
+        w.add_size_label(gguf.size_label(n_params, n_shared, n_expert, n_experts))
         _write_hparams(w, cfg, n_layer, outtype)
         if family.extra_kv:
             family.extra_kv(w, cfg, hf_dir)
@@ -269,8 +273,8 @@ def convert_decoder(family: DecoderFamily, hf_dir: str, cfg: dict, out_path: str
         w.write_header_to_file(path=part)
         w.write_kv_data_to_file()
         w.write_ti_data_to_file()
-        for (name, hf_name, shape), qtype in zip(plan, types):
-            x = extra[name] if hf_name is None else np.asarray(ckpt.get(hf_name), dtype=np.float32)
+        for (name, load, shape), qtype in zip(plan, types):
+            x = load()
             x = x[:shape[0]] if x.shape != shape else x  # a trimmed embedding
             if family.tensor_hook is not None:
                 x = family.tensor_hook(name, x, cfg)
@@ -284,6 +288,66 @@ def convert_decoder(family: DecoderFamily, hf_dir: str, cfg: dict, out_path: str
     w.close()
     os.replace(part, out_path)
     return out_path
+
+
+# one expert's matrix in per-expert checkpoints (Qwen3-MoE, Qwen2-MoE, ...)
+_EXPERT = re.compile(r"model\.layers\.(\d+)\.mlp\.experts\.(\d+)\.(gate|up|down)_proj\.weight")
+Plan = List[Tuple[str, Callable[[], np.ndarray], Tuple[int, ...]]]
+
+
+def _plan(family: DecoderFamily, ckpt: Checkpoint, cfg: dict, n_layer: int) -> Plan:
+    """(GGUF name, loader of its float32 data, shape) in the order llama.cpp's converter writes:
+    family-made tensors first, then the checkpoint's in file order, a layer's experts stacked
+    into (n_expert, ...) tensors (down, gate, up) where its last expert matrix appears."""
+    plan: Plan = []
+    extra = family.extra_tensors(cfg) if family.extra_tensors else {}
+    for name, arr in extra.items():
+        plan.append((name, lambda a=arr: a, tuple(arr.shape)))
+    pending: Dict[int, Dict[Tuple[str, int], str]] = {}
+    n_expert = first(cfg, ("num_local_experts", "num_experts"))
+    for hf_name in ckpt.names():
+        m = _EXPERT.fullmatch(hf_name)
+        if m:
+            if not n_expert:
+                raise ValueError(f"the checkpoint has expert tensors ({hf_name}) but config.json no num_experts")
+            il, xid, kind = int(m.group(1)), int(m.group(2)), m.group(3)
+            if xid >= n_expert:
+                raise ValueError(f"{hf_name}: expert {xid} but config.json's num_experts is {n_expert}")
+            layer = pending.setdefault(il, {})
+            layer[(kind, xid)] = hf_name
+            if len(layer) == 3 * n_expert:
+                for kind in ("down", "gate", "up"):
+                    names = [layer[(kind, x)] for x in range(n_expert)]
+                    shape = (n_expert,) + tuple(ckpt.shape(names[0]))
+                    if any(tuple(ckpt.shape(n)) != shape[1:] for n in names):
+                        raise ValueError(f"layer {il}'s {kind}_proj experts differ in shape")
+                    load = (lambda ns=names: np.stack([np.asarray(ckpt.get(n), dtype=np.float32) for n in ns]))
+                    plan.append((f"blk.{il}.ffn_{kind}_exps.weight", load, shape))
+                del pending[il]
+            continue
+        name = gguf_name(hf_name, family)
+        if name is not None:
+            plan.append((name, lambda n=hf_name: np.asarray(ckpt.get(n), dtype=np.float32), tuple(ckpt.shape(hf_name))))
+    if pending:
+        il, layer = next(iter(pending.items()))
+        raise ValueError(f"layer {il} has {len(layer)} of its {3 * n_expert} expert matrices")
+    return plan
+
+
+def _param_counts(plan: Plan) -> Tuple[int, int, int, int]:
+    """(total, shared, per-expert, expert count) parameters, for general.size_label."""
+    total = shared = expert = n_sum = n_t = 0
+    for name, _, shape in plan:
+        size = int(np.prod(shape, dtype=np.int64))
+        total += size
+        if "_exps." in name and len(shape) >= 3:
+            count = shape[-2 if ".bias" in name else -3]
+            expert += size // count
+            n_sum += count
+            n_t += 1
+        else:
+            shared += size
+    return total, shared, expert, (n_sum // n_t if n_t else 0)
 
 
 def _model_name(hf_dir: str, cfg: dict) -> str:
