@@ -55,6 +55,11 @@ TOKENS = {
     "gemma3": ([], "<s>", "</s>", None, True, None),
     # tools/moe's Qwen3-MoE builder (its own tokenizer specials), 2 layers of 4 experts
     "qwen3moe": ([], None, None, None, False, "qwen2"),
+    # tools/moe's Mixtral builder: the tiny SentencePiece model, 2 layers of 4 experts
+    "mixtral": ([], None, None, None, True, None),
+    # tools/dense's builders (their own tokenizer specials and pre-tokenizer names)
+    "smollm3": ([], None, None, None, False, "llama-bpe"),
+    "olmo2": ([], None, None, None, False, "dbrx"),
 }
 GEMMA_TEMPLATE = ("{{ bos_token }}{% for m in messages %}<start_of_turn>{{ m['role'] }}\n{{ m['content'] }}"
                   "<end_of_turn>\n{% endfor %}{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}")
@@ -113,6 +118,23 @@ def build(fam: str, out: pathlib.Path, base_tok: pathlib.Path) -> None:
     sys.path.insert(0, str(HERE / "moe"))
     import hf_models
 
+    if fam in ("smollm3", "olmo2"):
+        sys.path.insert(0, str(HERE / "dense"))
+        import dense_models
+
+        assert dense_models.TOKPRE[fam] == TOKENS[fam][5]
+        dense_models.BUILDERS[fam](out, base_tok)
+        (out / "generation_config.json").unlink(missing_ok=True)
+        return
+    if fam == "mixtral":
+        import importlib.util
+
+        spec = importlib.util.spec_from_file_location("vlm_models", HERE / "vlm" / "hf_models.py")
+        vlm = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(vlm)
+        hf_models.build_mixtral(out, vlm.train_tokenizer(ARGS.work), 212)
+        (out / "generation_config.json").unlink(missing_ok=True)
+        return
     if fam == "qwen3moe":
         hf_models.build_qwen3moe(out, base_tok, True, 111, n_layers=2, n_experts=4, moe_ffn=32)
         (out / "generation_config.json").unlink(missing_ok=True)

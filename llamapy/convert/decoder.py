@@ -15,7 +15,8 @@ module does the rest:
   from its safetensors memory map, converted and written before the next is touched;
 - the tokenizer through vocab.py.
 
-Per-expert MoE matrices (``mlp.experts.<e>.{gate,up,down}_proj``) are stacked per layer into
+Per-expert MoE matrices (``mlp.experts.<e>.{gate,up,down}_proj``, Mixtral's
+``block_sparse_moe.experts.<e>.w{1,2,3}``) are stacked per layer into
 ``ffn_{gate,up,down}_exps`` (one layer's experts in memory at a time); routers stay F32.
 
 Not here: fused expert tensors (``experts.gate_up_proj``), shared experts, multimodal projectors.
@@ -54,7 +55,7 @@ _TENSOR_NAMES = [
     (r"model\.layers\.(\d+)\.mlp\.gate_proj\.(weight|bias)", "blk.{0}.ffn_gate.{1}"),
     (r"model\.layers\.(\d+)\.mlp\.up_proj\.(weight|bias)", "blk.{0}.ffn_up.{1}"),
     (r"model\.layers\.(\d+)\.mlp\.down_proj\.(weight|bias)", "blk.{0}.ffn_down.{1}"),
-    (r"model\.layers\.(\d+)\.mlp\.gate\.weight", "blk.{0}.ffn_gate_inp.weight"),  # MoE router
+    (r"model\.layers\.(\d+)\.(?:mlp|block_sparse_moe)\.gate\.weight", "blk.{0}.ffn_gate_inp.weight"),  # MoE router
 ]
 _TENSOR_RES = [(re.compile(p), out) for p, out in _TENSOR_NAMES]
 # buffers some checkpoints carry that no GGUF has
@@ -239,9 +240,10 @@ def convert_decoder(family: DecoderFamily, hf_dir: str, cfg: dict, out_path: str
 
     plan = _plan(family, ckpt, cfg, n_layer)
     have = {p[0] for p in plan}
-    needed = ["token_embd.weight", "output_norm.weight"] + [
-        f"blk.{i}.{t}.weight" for i in range(n_layer) for t in family.required]
-    missing = [n for n in needed if n not in have]
+    # "a|b": either (a dense FFN or its experts)
+    needed = [["token_embd.weight"], ["output_norm.weight"]] + [
+        [f"blk.{i}.{alt}.weight" for alt in t.split("|")] for i in range(n_layer) for t in family.required]
+    missing = [alts[0] for alts in needed if not any(a in have for a in alts)]
     if missing:
         raise ValueError(f"{hf_dir}: the checkpoint lacks tensor {missing[0]}"
                          + (f" ({len(missing)} missing in all)" if len(missing) > 1 else ""))
@@ -290,8 +292,12 @@ def convert_decoder(family: DecoderFamily, hf_dir: str, cfg: dict, out_path: str
     return out_path
 
 
-# one expert's matrix in per-expert checkpoints (Qwen3-MoE, Qwen2-MoE, ...)
-_EXPERT = re.compile(r"model\.layers\.(\d+)\.mlp\.experts\.(\d+)\.(gate|up|down)_proj\.weight")
+# one expert's matrix in per-expert checkpoints: Qwen-MoE style (gate/up/down_proj) and Mixtral
+# style (w1 gate, w2 down, w3 up). A layer's stacked tensors are written in the order of these
+# names (down, gate, up / w1, w2, w3), as the reference does.
+_EXPERT = re.compile(r"model\.layers\.(\d+)\.(?:mlp|block_sparse_moe)\.experts\.(\d+)\."
+                     r"(gate_proj|up_proj|down_proj|w1|w2|w3)\.weight")
+_EXPERT_KIND = {"gate_proj": "gate", "up_proj": "up", "down_proj": "down", "w1": "gate", "w2": "down", "w3": "up"}
 Plan = List[Tuple[str, Callable[[], np.ndarray], Tuple[int, ...]]]
 
 
@@ -310,19 +316,22 @@ def _plan(family: DecoderFamily, ckpt: Checkpoint, cfg: dict, n_layer: int) -> P
         if m:
             if not n_expert:
                 raise ValueError(f"the checkpoint has expert tensors ({hf_name}) but config.json no num_experts")
-            il, xid, kind = int(m.group(1)), int(m.group(2)), m.group(3)
+            il, xid, kind = int(m.group(1)), int(m.group(2)), m.group(3)  # kind: the HF name
             if xid >= n_expert:
                 raise ValueError(f"{hf_name}: expert {xid} but config.json's num_experts is {n_expert}")
             layer = pending.setdefault(il, {})
             layer[(kind, xid)] = hf_name
             if len(layer) == 3 * n_expert:
-                for kind in ("down", "gate", "up"):
+                kinds = sorted({k for k, _ in layer})
+                if len(kinds) != 3:
+                    raise ValueError(f"layer {il} mixes expert naming styles: {kinds}")
+                for kind in kinds:
                     names = [layer[(kind, x)] for x in range(n_expert)]
                     shape = (n_expert,) + tuple(ckpt.shape(names[0]))
                     if any(tuple(ckpt.shape(n)) != shape[1:] for n in names):
-                        raise ValueError(f"layer {il}'s {kind}_proj experts differ in shape")
+                        raise ValueError(f"layer {il}'s {kind} experts differ in shape")
                     load = (lambda ns=names: np.stack([np.asarray(ckpt.get(n), dtype=np.float32) for n in ns]))
-                    plan.append((f"blk.{il}.ffn_{kind}_exps.weight", load, shape))
+                    plan.append((f"blk.{il}.ffn_{_EXPERT_KIND[kind]}_exps.weight", load, shape))
                 del pending[il]
             continue
         name = gguf_name(hf_name, family)

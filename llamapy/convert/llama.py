@@ -1,5 +1,5 @@
-"""LLaMA-style checkpoints (``LlamaForCausalLM``: Llama 2/3, Mistral, SmolLM, ...) -> GGUF
-architecture ``llama``.
+"""LLaMA-style checkpoints (``LlamaForCausalLM``: Llama 2/3, Mistral, SmolLM, ...; Mixtral's
+experts are stacked by the shared writer) -> GGUF architecture ``llama``.
 
 What differs from the shared decoder writer: llama.cpp's llama graph applies rotary embedding
 to adjacent pairs (x0, x1), Hugging Face's to the two halves of each head (x0, x_{d/2}), so the
@@ -16,7 +16,7 @@ import numpy as np
 
 from .decoder import DecoderFamily, need, rope_parameters
 
-MODEL_TYPES = ("llama", "mistral")
+MODEL_TYPES = ("llama", "mistral", "mixtral")
 
 
 def permute_rows(w: np.ndarray, n_head: int) -> np.ndarray:
@@ -78,8 +78,8 @@ def llama3_rope_factors(cfg: dict) -> Dict[str, np.ndarray]:
 
 FAMILY = DecoderFamily(
     arch="llama",
-    required=("attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_norm", "ffn_gate", "ffn_up",
-              "ffn_down"),
+    required=("attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_norm", "ffn_gate|ffn_gate_exps",
+              "ffn_up|ffn_up_exps", "ffn_down|ffn_down_exps"),
     extra_kv=_extra_kv,
     tensor_hook=_hook,
     extra_tensors=llama3_rope_factors,
