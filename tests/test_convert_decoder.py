@@ -1,5 +1,5 @@
-"""``llamapy convert`` for decoders (llama, mixtral, qwen2, qwen3, qwen3moe, gemma3) against
-llama.cpp's converter.
+"""``llamapy convert`` for decoders (llama, mixtral, smollm3, olmo2, olmo3, qwen2, qwen3, qwen3moe,
+gemma3) against llama.cpp's converter.
 
 tests/data/convert/<family>/ holds a tiny random Hugging Face folder (hf/: safetensors, config,
 byte-level BPE tokenizer, or for gemma3 / mixtral a SentencePiece tokenizer.model (gemma3 with
@@ -27,8 +27,8 @@ from llamapy.convert import SUPPORTED, convert
 from llamapy.convert.safetensors import load_safetensors
 
 DATA = pathlib.Path(__file__).parent / "data" / "convert"
-FAMILIES = ["llama", "mixtral", "qwen2", "qwen3", "qwen3moe", "gemma3"]
-BPE_FAMILIES = ["llama", "qwen2", "qwen3", "qwen3moe"]
+FAMILIES = ["llama", "mixtral", "smollm3", "olmo2", "olmo3", "qwen2", "qwen3", "qwen3moe", "gemma3"]
+BPE_FAMILIES = ["llama", "smollm3", "olmo2", "olmo3", "qwen2", "qwen3", "qwen3moe"]
 OUTTYPES = ["f32", "f16", "bf16", "q8_0"]
 # Keys that say where a file came from, not what it is: the reference names the model after
 # its folder with its own capitalisation rules ("hf" -> "Hf").

@@ -5,7 +5,7 @@ Usage (from the repo root, in the fixture environment: torch CPU, transformers 5
 llama-cpp-python 0.3.36 with its sdist unpacked; none of this is a llamapy dependency):
 
     /tmp/moeenv/bin/python tools/make_convert_fixtures.py --sdist /tmp/moesd/llama_cpp_python-0.3.36 \
-        [--work /tmp/convw] [--families llama,qwen2,qwen3,gemma3]
+        [--work /tmp/convw] [--families llama,qwen2,...]
 
 Per family: a seeded random `transformers` model (hidden 64, 2 layers) saved with the shared
 tiny byte-level BPE (tools/moe/tokenizer.py) plus the family's special tokens and a chat
@@ -60,6 +60,7 @@ TOKENS = {
     # tools/dense's builders (their own tokenizer specials and pre-tokenizer names)
     "smollm3": ([], None, None, None, False, "llama-bpe"),
     "olmo2": ([], None, None, None, False, "dbrx"),
+    "olmo3": ([], None, None, None, False, "dbrx"),
 }
 GEMMA_TEMPLATE = ("{{ bos_token }}{% for m in messages %}<start_of_turn>{{ m['role'] }}\n{{ m['content'] }}"
                   "<end_of_turn>\n{% endfor %}{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}")
@@ -118,7 +119,7 @@ def build(fam: str, out: pathlib.Path, base_tok: pathlib.Path) -> None:
     sys.path.insert(0, str(HERE / "moe"))
     import hf_models
 
-    if fam in ("smollm3", "olmo2"):
+    if fam in ("smollm3", "olmo2", "olmo3"):
         sys.path.insert(0, str(HERE / "dense"))
         import dense_models
 
