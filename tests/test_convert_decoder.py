@@ -1,5 +1,5 @@
-"""``llamapy convert`` for decoders (llama, mixtral, smollm3, olmo2, olmo3, qwen2, qwen3, qwen3moe,
-gemma3) against llama.cpp's converter.
+"""``llamapy convert`` for decoders (llama, mixtral, smollm3, granite, olmo2, olmo3, qwen2, qwen3,
+qwen3moe, gemma3) against llama.cpp's converter.
 
 tests/data/convert/<family>/ holds a tiny random Hugging Face folder (hf/: safetensors, config,
 byte-level BPE tokenizer, or for gemma3 / mixtral a SentencePiece tokenizer.model (gemma3 with
@@ -27,8 +27,8 @@ from llamapy.convert import SUPPORTED, convert
 from llamapy.convert.safetensors import load_safetensors
 
 DATA = pathlib.Path(__file__).parent / "data" / "convert"
-FAMILIES = ["llama", "mixtral", "smollm3", "olmo2", "olmo3", "qwen2", "qwen3", "qwen3moe", "gemma3"]
-BPE_FAMILIES = ["llama", "smollm3", "olmo2", "olmo3", "qwen2", "qwen3", "qwen3moe"]
+FAMILIES = ["llama", "mixtral", "smollm3", "granite", "olmo2", "olmo3", "qwen2", "qwen3", "qwen3moe", "gemma3"]
+BPE_FAMILIES = ["llama", "smollm3", "granite", "olmo2", "olmo3", "qwen2", "qwen3", "qwen3moe"]
 OUTTYPES = ["f32", "f16", "bf16", "q8_0"]
 # Keys that say where a file came from, not what it is: the reference names the model after
 # its folder with its own capitalisation rules ("hf" -> "Hf").
@@ -147,6 +147,18 @@ def test_missing_shard_and_config_key_are_named(tmp_path):
     (d / "config.json").write_text(json.dumps(cfg))
     with pytest.raises(ValueError, match="num_hidden_layers"):
         convert(str(d), str(tmp_path / "m.gguf"), tokenizer_pre="qwen2")
+
+
+def test_llama_tokenizer_rules(tmp_path):
+    d = _copy("llama", tmp_path)
+    tc = json.loads((d / "tokenizer_config.json").read_text())
+    (d / "tokenizer_config.json").write_text(json.dumps({**tc, "add_prefix_space": False}))
+    kv = gguf_digest(convert(str(d), str(tmp_path / "m.gguf"), tokenizer_pre="llama-bpe"))["kv"]
+    assert kv["tokenizer.ggml.add_space_prefix"][1] is False and kv["tokenizer.ggml.add_bos_token"][1] is True
+    cfg = json.loads((d / "config.json").read_text())
+    (d / "config.json").write_text(json.dumps({**cfg, "vocab_size": 32016}))
+    with pytest.raises(NotImplementedError, match="32016"):
+        convert(str(d), str(tmp_path / "m.gguf"), tokenizer_pre="llama-bpe")
 
 
 def test_incomplete_experts_are_named(tmp_path):

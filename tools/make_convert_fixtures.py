@@ -61,6 +61,7 @@ TOKENS = {
     "smollm3": ([], None, None, None, False, "llama-bpe"),
     "olmo2": ([], None, None, None, False, "dbrx"),
     "olmo3": ([], None, None, None, False, "dbrx"),
+    "granite": ([], None, None, None, False, "refact"),
 }
 GEMMA_TEMPLATE = ("{{ bos_token }}{% for m in messages %}<start_of_turn>{{ m['role'] }}\n{{ m['content'] }}"
                   "<end_of_turn>\n{% endfor %}{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}")
@@ -119,7 +120,7 @@ def build(fam: str, out: pathlib.Path, base_tok: pathlib.Path) -> None:
     sys.path.insert(0, str(HERE / "moe"))
     import hf_models
 
-    if fam in ("smollm3", "olmo2", "olmo3"):
+    if fam in ("smollm3", "olmo2", "olmo3", "granite"):
         sys.path.insert(0, str(HERE / "dense"))
         import dense_models
 

@@ -79,6 +79,10 @@ class DecoderFamily:
     trim_embedding: bool = False
     # config.json values a family assumes when the file leaves them out
     config_defaults: Tuple[Tuple[str, object], ...] = ()
+    # cfg -> cfg: a family's reading of its config before anything is written (Granite drops head_dim)
+    prepare_config: Optional[Callable[[dict], dict]] = None
+    # (vocab, cfg, hf_dir): a family's changes to the tokenizer metadata
+    adjust_vocab: Optional[Callable[[object, dict, str], None]] = None
 
 
 def gguf_name(hf_name: str, family: Optional[DecoderFamily] = None) -> Optional[str]:
@@ -233,6 +237,8 @@ def convert_decoder(family: DecoderFamily, hf_dir: str, cfg: dict, out_path: str
     if isinstance(cfg.get("text_config"), dict):
         cfg = {**cfg, **cfg["text_config"]}
     cfg = {**dict(family.config_defaults), **cfg}
+    if family.prepare_config is not None:
+        cfg = family.prepare_config(dict(cfg))
     n_layer = int(need(cfg, "num_hidden_layers"))
     for key in ("hidden_size", "num_attention_heads", "vocab_size"):
         need(cfg, key)
@@ -248,6 +254,8 @@ def convert_decoder(family: DecoderFamily, hf_dir: str, cfg: dict, out_path: str
         raise ValueError(f"{hf_dir}: the checkpoint lacks tensor {missing[0]}"
                          + (f" ({len(missing)} missing in all)" if len(missing) > 1 else ""))
     vocab = read_vocab(hf_dir, cfg, tokenizer_pre)
+    if family.adjust_vocab is not None:
+        family.adjust_vocab(vocab, cfg, hf_dir)
     n_vocab = len(vocab.tokens)
     for k, (name, load, shape) in enumerate(plan):
         if name in ("token_embd.weight", "output.weight") and shape[0] != n_vocab:

@@ -9,7 +9,9 @@ rope scaling ("llama3") the per-frequency factors as a ``rope_freqs.weight`` ten
 """
 from __future__ import annotations
 
+import json
 import math
+import os
 from typing import Dict
 
 import numpy as np
@@ -41,6 +43,21 @@ def _head_dim(cfg: dict) -> int:
 def _extra_kv(w, cfg: dict, hf_dir: str) -> None:
     w.add_vocab_size(need(cfg, "vocab_size"))
     w.add_rope_dimension_count(_head_dim(cfg))
+
+
+def _adjust_vocab(vocab, cfg: dict, hf_dir: str) -> None:
+    """llama.cpp's LLaMA-family tokenizer rules: tokenizer_config.json's add_prefix_space becomes
+    add_space_prefix; a 49152-token vocabulary (Granite's small models) never adds BOS."""
+    tok_cfg = os.path.join(hf_dir, "tokenizer_config.json")
+    if os.path.isfile(tok_cfg):
+        with open(tok_cfg, encoding="utf-8") as f:
+            flag = json.load(f).get("add_prefix_space")
+        if flag is not None:
+            vocab.add_space_prefix = bool(flag)
+    if cfg.get("vocab_size", 32000) == 49152:
+        vocab.add_special["bos"] = False
+    if cfg.get("vocab_size", 32000) == 32016:
+        raise NotImplementedError("CodeLlama's infill tokens (vocab_size 32016) are not converted")
 
 
 def llama3_rope_factors(cfg: dict) -> Dict[str, np.ndarray]:
@@ -83,4 +100,5 @@ FAMILY = DecoderFamily(
     extra_kv=_extra_kv,
     tensor_hook=_hook,
     extra_tensors=llama3_rope_factors,
+    adjust_vocab=_adjust_vocab,
 )

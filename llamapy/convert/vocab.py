@@ -49,6 +49,7 @@ class Vocab:
     special_ids: Dict[str, int] = field(default_factory=dict)   # role -> id, in writing order
     add_special: Dict[str, bool] = field(default_factory=dict)  # "bos"/"eos"/"sep" -> add it?
     chat_template: Optional[Union[str, list]] = None
+    add_space_prefix: Optional[bool] = None         # tokenizer.ggml.add_space_prefix, when a family sets it
 
 
 def _read_json(path: str) -> Optional[dict]:
@@ -325,3 +326,5 @@ def write_vocab(w, v: Vocab) -> None:
             adder(flag)
     if v.chat_template is not None:
         w.add_chat_template(v.chat_template)
+    if v.add_space_prefix is not None:
+        w.add_add_space_prefix(v.add_space_prefix)
