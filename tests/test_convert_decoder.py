@@ -1,9 +1,9 @@
 """``llamapy convert`` for decoders (llama, mixtral, smollm3, granite, olmo2, olmo3, qwen2, qwen3,
-qwen3moe, gemma3) against llama.cpp's converter.
+qwen3moe, gemma2, gemma3) against llama.cpp's converter.
 
 tests/data/convert/<family>/ holds a tiny random Hugging Face folder (hf/: safetensors, config,
-byte-level BPE tokenizer, or for gemma3 / mixtral a SentencePiece tokenizer.model (gemma3 with
-the tokenizer.json transformers derives from it); chat template) and reference.json: what convert_hf_to_gguf.py from
+byte-level BPE tokenizer, or for gemma2 / gemma3 / mixtral a SentencePiece tokenizer.model (the
+gemmas with the tokenizer.json transformers derives from it); chat template) and reference.json: what convert_hf_to_gguf.py from
 the llama-cpp-python 0.3.36 sdist wrote for it at every --outtype, as a digest (every key with
 its GGUF type and value, every tensor's shape, type and sha256 of its bytes; see
 convert_digest.py), plus the chkhsh transformers gave the tokenizer, and logits.npz: llama.cpp's
@@ -27,7 +27,8 @@ from llamapy.convert import SUPPORTED, convert
 from llamapy.convert.safetensors import load_safetensors
 
 DATA = pathlib.Path(__file__).parent / "data" / "convert"
-FAMILIES = ["llama", "mixtral", "smollm3", "granite", "olmo2", "olmo3", "qwen2", "qwen3", "qwen3moe", "gemma3"]
+FAMILIES = ["llama", "mixtral", "smollm3", "granite", "olmo2", "olmo3", "qwen2", "qwen3", "qwen3moe", "gemma2",
+            "gemma3"]
 BPE_FAMILIES = ["llama", "smollm3", "granite", "olmo2", "olmo3", "qwen2", "qwen3", "qwen3moe"]
 OUTTYPES = ["f32", "f16", "bf16", "q8_0"]
 # Keys that say where a file came from, not what it is: the reference names the model after

@@ -62,6 +62,7 @@ TOKENS = {
     "olmo2": ([], None, None, None, False, "dbrx"),
     "olmo3": ([], None, None, None, False, "dbrx"),
     "granite": ([], None, None, None, False, "refact"),
+    "gemma2": ([], "<s>", "</s>", None, True, None),
 }
 GEMMA_TEMPLATE = ("{{ bos_token }}{% for m in messages %}<start_of_turn>{{ m['role'] }}\n{{ m['content'] }}"
                   "<end_of_turn>\n{% endfor %}{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}")
@@ -142,7 +143,7 @@ def build(fam: str, out: pathlib.Path, base_tok: pathlib.Path) -> None:
         (out / "generation_config.json").unlink(missing_ok=True)
         return
     out.mkdir(parents=True)
-    if fam == "gemma3":
+    if fam in ("gemma3", "gemma2"):
         n_tok = write_spm_tokenizer(out)
     else:
         n_tok = write_tokenizer(fam, base_tok, out, template_file=(fam == "qwen3"))
@@ -170,6 +171,15 @@ def build(fam: str, out: pathlib.Path, base_tok: pathlib.Path) -> None:
             query_pre_attn_scalar=32, bos_token_id=1, eos_token_id=2, pad_token_id=0,
             tie_word_embeddings=True, **common)
         model, dtype, shard = tf.Gemma3ForCausalLM(cfg), torch.float32, None
+    elif fam == "gemma2":
+        # Gemma 2: attention and final logit soft-caps, sliding / global layers, four norms per
+        # layer stored as (w - 1), tied embeddings, head_dim 32, BF16 weights
+        cfg = tf.Gemma2Config(vocab_size=n_tok, head_dim=32, sliding_window=8, query_pre_attn_scalar=32,
+                              attn_logit_softcapping=50.0, final_logit_softcapping=30.0,
+                              rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+                              bos_token_id=1, eos_token_id=2, pad_token_id=0, tie_word_embeddings=True,
+                              **common)
+        model, dtype, shard = tf.Gemma2ForCausalLM(cfg), torch.bfloat16, None
     else:
         # q/k norms, head_dim (32) != hidden / heads (16), BF16 weights
         cfg = tf.Qwen3Config(vocab_size=n_tok, tie_word_embeddings=False, head_dim=32, rope_theta=1000000.0,

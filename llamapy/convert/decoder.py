@@ -79,6 +79,11 @@ class DecoderFamily:
     trim_embedding: bool = False
     # config.json values a family assumes when the file leaves them out
     config_defaults: Tuple[Tuple[str, object], ...] = ()
+    # (writer, cfg, n_layer): a family that writes its own hyperparameter set instead of the
+    # shared one (Gemma 2); general.file_type is still written by the shared writer
+    write_hparams: Optional[Callable[[object, dict, int], None]] = None
+    # Hugging Face names this family leaves out (Gemma 2's lm_head: tied, but saved)
+    skip: Optional[str] = None
     # cfg -> cfg: a family's reading of its config before anything is written (Granite drops head_dim)
     prepare_config: Optional[Callable[[dict], dict]] = None
     # (vocab, cfg, hf_dir): a family's changes to the tokenizer metadata
@@ -270,7 +275,11 @@ def convert_decoder(family: DecoderFamily, hf_dir: str, cfg: dict, out_path: str
         w.add_type(gguf.GGUFType.MODEL)
         w.add_name(_model_name(hf_dir, cfg))
         w.add_size_label(gguf.size_label(n_params, n_shared, n_expert, n_experts))
-        _write_hparams(w, cfg, n_layer, outtype)
+        if family.write_hparams is not None:
+            family.write_hparams(w, cfg, n_layer)
+            w.add_file_type(_FILE_TYPE[outtype])
+        else:
+            _write_hparams(w, cfg, n_layer, outtype)
         if family.extra_kv:
             family.extra_kv(w, cfg, hf_dir)
         w.add_quantization_version(gguf.GGML_QUANT_VERSION)
@@ -319,7 +328,10 @@ def _plan(family: DecoderFamily, ckpt: Checkpoint, cfg: dict, n_layer: int) -> P
         plan.append((name, lambda a=arr: a, tuple(arr.shape)))
     pending: Dict[int, Dict[Tuple[str, int], str]] = {}
     n_expert = first(cfg, ("num_local_experts", "num_experts"))
+    skip = re.compile(family.skip) if family.skip else None
     for hf_name in ckpt.names():
+        if skip is not None and skip.fullmatch(hf_name):
+            continue
         m = _EXPERT.fullmatch(hf_name)
         if m:
             if not n_expert:
