@@ -286,7 +286,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--json", action="store_true", help="print the results as JSON")
     sp.set_defaults(func=_cmd_bench)
 
-    sp = sub.add_parser("convert", help="convert a Hugging Face model folder (llama/mistral/mixtral, smollm3, granite, olmo2/3, qwen2, qwen3, qwen3moe, gemma2, gemma3, bert) to GGUF")
+    sp = sub.add_parser("convert", help="convert a Hugging Face model folder (llama/mistral/mixtral, smollm3, granite(moe), olmo2/3, qwen2, qwen3, qwen3moe, gemma2, gemma3, bert) to GGUF")
     sp.add_argument("hf_dir", help="folder with config.json, model.safetensors / pytorch_model.bin, tokenizer files")
     sp.add_argument("out", help="output .gguf path")
     sp.add_argument("--outtype", choices=["f32", "f16", "bf16", "q8_0"], default="f16",

@@ -1,10 +1,10 @@
-"""``llamapy convert`` for decoders (llama, mixtral, smollm3, granite, olmo2, olmo3, qwen2, qwen3,
+"""``llamapy convert`` for decoders (llama, mixtral, smollm3, granite, granitemoe, olmo2, olmo3, qwen2, qwen3,
 qwen3moe, gemma2, gemma3) against llama.cpp's converter.
 
 tests/data/convert/<family>/ holds a tiny random Hugging Face folder (hf/: safetensors, config,
 byte-level BPE tokenizer, or for gemma2 / gemma3 / mixtral a SentencePiece tokenizer.model (the
-gemmas with the tokenizer.json transformers derives from it); chat template) and reference.json: what convert_hf_to_gguf.py from
-the llama-cpp-python 0.3.36 sdist wrote for it at every --outtype, as a digest (every key with
+gemmas with the tokenizer.json transformers derives from it); chat template) and
+reference.json: what convert_hf_to_gguf.py from the llama-cpp-python 0.3.36 sdist wrote for it at every --outtype, as a digest (every key with
 its GGUF type and value, every tensor's shape, type and sha256 of its bytes; see
 convert_digest.py), plus the chkhsh transformers gave the tokenizer, and logits.npz: llama.cpp's
 logits on the F16 file. All made by tools/make_convert_fixtures.py (CI has neither torch nor
@@ -27,9 +27,9 @@ from llamapy.convert import SUPPORTED, convert
 from llamapy.convert.safetensors import load_safetensors
 
 DATA = pathlib.Path(__file__).parent / "data" / "convert"
-FAMILIES = ["llama", "mixtral", "smollm3", "granite", "olmo2", "olmo3", "qwen2", "qwen3", "qwen3moe", "gemma2",
-            "gemma3"]
-BPE_FAMILIES = ["llama", "smollm3", "granite", "olmo2", "olmo3", "qwen2", "qwen3", "qwen3moe"]
+FAMILIES = ["llama", "mixtral", "smollm3", "granite", "granitemoe", "olmo2", "olmo3", "qwen2", "qwen3",
+            "qwen3moe", "gemma2", "gemma3"]
+BPE_FAMILIES = ["llama", "smollm3", "granite", "granitemoe", "olmo2", "olmo3", "qwen2", "qwen3", "qwen3moe"]
 OUTTYPES = ["f32", "f16", "bf16", "q8_0"]
 # Keys that say where a file came from, not what it is: the reference names the model after
 # its folder with its own capitalisation rules ("hf" -> "Hf").
@@ -203,7 +203,8 @@ def test_llama3_rope_factors_match_the_reference_bits(tmp_path):
     # in a converted file: the tensor, F32 at every outtype, and no rope scaling keys
     d = _copy("llama", tmp_path)
     c = json.loads((d / "config.json").read_text())
-    (d / "config.json").write_text(json.dumps({**c, "rope_parameters": {**rope, "original_max_position_embeddings": 64}}))
+    short = {**rope, "original_max_position_embeddings": 64}
+    (d / "config.json").write_text(json.dumps({**c, "rope_parameters": short}))
     got = gguf_digest(convert(str(d), str(tmp_path / "m.gguf"), "q8_0", tokenizer_pre="llama-bpe"))
     assert got["tensors"]["rope_freqs.weight"][:2] == [[8], "F32"] and got["tensor_order"][0] == "rope_freqs.weight"
     assert not [k for k in got["kv"] if "rope.scaling" in k]

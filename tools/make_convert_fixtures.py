@@ -7,11 +7,13 @@ llama-cpp-python 0.3.36 with its sdist unpacked; none of this is a llamapy depen
     /tmp/moeenv/bin/python tools/make_convert_fixtures.py --sdist /tmp/moesd/llama_cpp_python-0.3.36 \
         [--work /tmp/convw] [--families llama,qwen2,...]
 
-Per family: a seeded random `transformers` model (hidden 64, 2 layers) saved with the shared
-tiny byte-level BPE (tools/moe/tokenizer.py) plus the family's special tokens and a chat
-template (gemma3: the VLM fixtures' tiny SentencePiece model, tools/vlm/hf_models.py) -> tests/data/convert/<family>/hf/ (committed: CI has no torch). Then the 0.3.36
-sdist's convert_hf_to_gguf.py (through tools/moe/tokpre_shim.py, since the tiny tokenizer's
-pre-tokenizer hash is unknown to it) at every --outtype; each output is reduced to a digest
+Per family: a seeded random `transformers` model (hidden 64, 2-4 layers; the MoE and small
+dense families through tools/moe's and tools/dense's builders) saved with the shared tiny
+byte-level BPE (tools/moe/tokenizer.py) plus the family's special tokens and a chat template
+(gemma2 / gemma3 / mixtral: the VLM fixtures' tiny SentencePiece model, tools/vlm/hf_models.py)
+-> tests/data/convert/<family>/hf/ (committed: CI has no torch). Then the 0.3.36 sdist's
+convert_hf_to_gguf.py (through tools/moe/tokpre_shim.py for BPE families, since the tiny
+tokenizer's pre-tokenizer hash is unknown to it) at every --outtype; each output is reduced to a digest
 (every metadata key and value, every tensor's shape, type and sha256 of its bytes) in
 reference.json, and llama.cpp's logits on the F16 file for one prompt go to logits.npz. Also
 recorded: the chkhsh transformers computes for the tokenizer, so the test can check ours.
@@ -63,6 +65,7 @@ TOKENS = {
     "olmo3": ([], None, None, None, False, "dbrx"),
     "granite": ([], None, None, None, False, "refact"),
     "gemma2": ([], "<s>", "</s>", None, True, None),
+    "granitemoe": ([], None, None, None, False, "refact"),
 }
 GEMMA_TEMPLATE = ("{{ bos_token }}{% for m in messages %}<start_of_turn>{{ m['role'] }}\n{{ m['content'] }}"
                   "<end_of_turn>\n{% endfor %}{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}")
@@ -121,7 +124,7 @@ def build(fam: str, out: pathlib.Path, base_tok: pathlib.Path) -> None:
     sys.path.insert(0, str(HERE / "moe"))
     import hf_models
 
-    if fam in ("smollm3", "olmo2", "olmo3", "granite"):
+    if fam in ("smollm3", "olmo2", "olmo3", "granite", "granitemoe"):
         sys.path.insert(0, str(HERE / "dense"))
         import dense_models
 

@@ -82,6 +82,9 @@ class DecoderFamily:
     # (writer, cfg, n_layer): a family that writes its own hyperparameter set instead of the
     # shared one (Gemma 2); general.file_type is still written by the shared writer
     write_hparams: Optional[Callable[[object, dict, int], None]] = None
+    # hf name, shape, cfg -> [(gguf name, shape, fn(array) -> array)] for a tensor the family
+    # splits itself (Granite MoE's fused gate+up experts), or None to map it as usual
+    split_tensor: Optional[Callable[[str, Tuple[int, ...], dict], Optional[list]]] = None
     # Hugging Face names this family leaves out (Gemma 2's lm_head: tied, but saved)
     skip: Optional[str] = None
     # cfg -> cfg: a family's reading of its config before anything is written (Granite drops head_dim)
@@ -353,6 +356,11 @@ def _plan(family: DecoderFamily, ckpt: Checkpoint, cfg: dict, n_layer: int) -> P
                     load = (lambda ns=names: np.stack([np.asarray(ckpt.get(n), dtype=np.float32) for n in ns]))
                     plan.append((f"blk.{il}.ffn_{_EXPERT_KIND[kind]}_exps.weight", load, shape))
                 del pending[il]
+            continue
+        parts = family.split_tensor(hf_name, tuple(ckpt.shape(hf_name)), cfg) if family.split_tensor else None
+        if parts is not None:
+            for name, shape, cut in parts:
+                plan.append((name, lambda n=hf_name, f=cut: f(np.asarray(ckpt.get(n), dtype=np.float32)), shape))
             continue
         name = gguf_name(hf_name, family)
         if name is not None:

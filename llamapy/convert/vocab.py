@@ -119,7 +119,8 @@ def _template_flags(proc: dict, tok_cfg: Optional[dict], add: Dict[str, bool]) -
         start = 1 if lead and pair[0].get("SpecialToken", {}).get("id") == lead else 0
         stop = len(pair) - 1 if last and pair[-1].get("SpecialToken", {}).get("id") == last else len(pair)
         mid = pair[start:stop]
-        if len(mid) >= 2 and mid[0].get("Sequence", {}).get("id") == "A" and mid[-1].get("Sequence", {}).get("id") == "B":
+        seq_ids = [m.get("Sequence", {}).get("id") for m in mid]
+        if len(mid) >= 2 and seq_ids[0] == "A" and seq_ids[-1] == "B":
             between = [m.get("SpecialToken", {}).get("id") for m in mid[1:-1]]
             if between and None in between:
                 raise NotImplementedError("tokenizer.json's pair template has something other than special tokens "
