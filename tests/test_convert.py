@@ -110,11 +110,13 @@ def test_unsupported_inputs_raise(hf_folder, tmp_path):
         convert(str(d), str(tmp_path / "a.gguf"), "q4_0")
     with pytest.raises(FileNotFoundError):
         convert(str(tmp_path), str(tmp_path / "a.gguf"))
-    other = tmp_path / "llama"
+    other = tmp_path / "mamba"
     other.mkdir()
-    (other / "config.json").write_text(json.dumps({"model_type": "llama"}))
-    with pytest.raises(NotImplementedError, match="llama"):
+    (other / "config.json").write_text(json.dumps({"model_type": "mamba"}))
+    with pytest.raises(NotImplementedError, match="mamba.*supported.*bert"):
         convert(str(other), str(tmp_path / "a.gguf"))
+    with pytest.raises(ValueError, match="bert"):
+        convert(str(d), str(tmp_path / "a.gguf"), "bf16")
 
 
 def test_safetensors_reader(tmp_path):

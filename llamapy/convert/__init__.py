@@ -1,25 +1,44 @@
-"""``python -m llamapy convert HF_DIR OUT.gguf``: Hugging Face checkpoints to
-GGUF files that llamapy and llama.cpp both read. The BERT family (sentence
-embedding models) is supported; see bert.py for what is written."""
+"""``python -m llamapy convert HF_DIR OUT.gguf``: Hugging Face checkpoints to GGUF files that
+llamapy and llama.cpp both read, matching llama.cpp 0.3.36's convert_hf_to_gguf.py.
+
+Supported model_type values: ``SUPPORTED`` (decoders through decoder.py, one file per family;
+BERT through bert.py). Anything else is a NotImplementedError naming what is supported.
+"""
 from __future__ import annotations
 
 import json
 import os
-from typing import Callable
+from typing import Callable, Optional
 
-from .bert import OUTTYPES, convert_bert
+from . import gemma2, gemma3, granite, granitemoe, llama, olmo2, qwen2, qwen3, qwen3moe, smollm3
+from .bert import convert_bert
+from .decoder import OUTTYPES, convert_decoder
 
-__all__ = ["convert", "OUTTYPES"]
+__all__ = ["convert", "OUTTYPES", "SUPPORTED"]
+
+# model_type -> decoder family (one table line per family)
+_FAMILIES = (llama, smollm3, granite, granitemoe, olmo2, qwen2, qwen3, qwen3moe, gemma2, gemma3)
+_DECODERS = {t: fam.FAMILY for fam in _FAMILIES for t in fam.MODEL_TYPES}
+SUPPORTED = tuple(sorted(_DECODERS)) + ("bert",)
 
 
-def convert(hf_dir: str, out_path: str, outtype: str = "f16", log: Callable[[str], None] = lambda s: None) -> str:
-    """Convert the model in ``hf_dir`` to ``out_path``; returns out_path."""
+def convert(hf_dir: str, out_path: str, outtype: str = "f16", log: Callable[[str], None] = lambda s: None,
+            tokenizer_pre: Optional[str] = None) -> str:
+    """Convert the model in ``hf_dir`` to ``out_path``; returns out_path. ``tokenizer_pre`` names
+    a BPE tokenizer's pre-tokenizer when llama.cpp's hash table does not know it."""
     hf_dir = os.fspath(hf_dir)
     cfg_path = os.path.join(hf_dir, "config.json")
     if not os.path.isfile(cfg_path):
         raise FileNotFoundError(f"{hf_dir} is not a Hugging Face model folder (no config.json)")
     with open(cfg_path, encoding="utf-8") as f:
         cfg = json.load(f)
-    if cfg.get("model_type") == "bert":
+    model_type = cfg.get("model_type")
+    if model_type == "bert":
+        if outtype == "bf16":
+            raise ValueError("the bert converter writes f32, f16 or q8_0")
         return convert_bert(hf_dir, os.fspath(out_path), outtype, log)
-    raise NotImplementedError(f"converting model_type {cfg.get('model_type')!r} is not supported (bert)")
+    if model_type in _DECODERS:
+        return convert_decoder(_DECODERS[model_type], hf_dir, cfg, os.fspath(out_path), outtype,
+                               tokenizer_pre, log)
+    raise NotImplementedError(f"converting model_type {model_type!r} is not supported "
+                              f"(supported: {', '.join(SUPPORTED)})")

@@ -81,6 +81,9 @@ class SafetensorsFile:
     def names(self) -> Iterator[str]:
         return iter(self._entries)
 
+    def shape(self, name: str) -> Tuple[int, ...]:
+        return self._entries[name][1]
+
     def get(self, name: str) -> np.ndarray:
         dtype, shape, begin, end = self._entries[name]
         assert self._map is not None

@@ -1,0 +1,268 @@
+"""Regenerates tests/data/convert/: tiny Hugging Face decoder folders and what llama.cpp's
+converter makes of them, for tests/test_convert_decoder.py.
+
+Usage (from the repo root, in the fixture environment: torch CPU, transformers 5, tokenizers,
+llama-cpp-python 0.3.36 with its sdist unpacked; none of this is a llamapy dependency):
+
+    /tmp/moeenv/bin/python tools/make_convert_fixtures.py --sdist /tmp/moesd/llama_cpp_python-0.3.36 \
+        [--work /tmp/convw] [--families llama,qwen2,...]
+
+Per family: a seeded random `transformers` model (hidden 64, 2-4 layers; the MoE and small
+dense families through tools/moe's and tools/dense's builders) saved with the shared tiny
+byte-level BPE (tools/moe/tokenizer.py) plus the family's special tokens and a chat template
+(gemma2 / gemma3 / mixtral: the VLM fixtures' tiny SentencePiece model, tools/vlm/hf_models.py)
+-> tests/data/convert/<family>/hf/ (committed: CI has no torch). Then the 0.3.36 sdist's
+convert_hf_to_gguf.py (through tools/moe/tokpre_shim.py for BPE families, since the tiny
+tokenizer's pre-tokenizer hash is unknown to it) at every --outtype; each output is reduced to a digest
+(every metadata key and value, every tensor's shape, type and sha256 of its bytes) in
+reference.json, and llama.cpp's logits on the F16 file for one prompt go to logits.npz. Also
+recorded: the chkhsh transformers computes for the tokenizer, so the test can check ours.
+A fixture generator, not part of llamapy.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+
+HERE = pathlib.Path(__file__).resolve().parent
+REPO = HERE.parent
+sys.path.insert(0, str(HERE / "moe"))
+sys.path.insert(0, str(REPO / "tests"))
+
+import tokenizer as moe_tok  # noqa: E402
+from convert_digest import gguf_digest  # noqa: E402
+
+DATA = REPO / "tests" / "data" / "convert"
+OUTTYPES = ["f32", "f16", "bf16", "q8_0"]
+PROMPT = [17, 101, 250, 45, 9, 120]
+TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
+            "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+# family -> (special tokens, bos, eos, pad, add_bos, the pre-tokenizer name the real family carries)
+TOKENS = {
+    "llama": (["<|begin_of_text|>", "<|end_of_text|>", "<|im_start|>", "<|im_end|>"],
+              "<|begin_of_text|>", "<|end_of_text|>", None, True, "llama-bpe"),
+    "qwen2": (["<|endoftext|>", "<|im_start|>", "<|im_end|>"], None, "<|im_end|>", "<|endoftext|>",
+              False, "qwen2"),
+    "qwen3": (["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>"], None,
+              "<|im_end|>", "<|endoftext|>", False, "qwen2"),
+    # SentencePiece (tokenizer.model) as Gemma 3 ships it, with the tokenizer.json transformers
+    # derives from it (its TemplateProcessing adds <s>): no BPE pre-tokenizer involved
+    "gemma3": ([], "<s>", "</s>", None, True, None),
+    # tools/moe's Qwen3-MoE builder (its own tokenizer specials), 2 layers of 4 experts
+    "qwen3moe": ([], None, None, None, False, "qwen2"),
+    # tools/moe's Mixtral builder: the tiny SentencePiece model, 2 layers of 4 experts
+    "mixtral": ([], None, None, None, True, None),
+    # tools/dense's builders (their own tokenizer specials and pre-tokenizer names)
+    "smollm3": ([], None, None, None, False, "llama-bpe"),
+    "olmo2": ([], None, None, None, False, "dbrx"),
+    "olmo3": ([], None, None, None, False, "dbrx"),
+    "granite": ([], None, None, None, False, "refact"),
+    "gemma2": ([], "<s>", "</s>", None, True, None),
+    "granitemoe": ([], None, None, None, False, "refact"),
+}
+GEMMA_TEMPLATE = ("{{ bos_token }}{% for m in messages %}<start_of_turn>{{ m['role'] }}\n{{ m['content'] }}"
+                  "<end_of_turn>\n{% endfor %}{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}")
+
+
+def write_spm_tokenizer(out: pathlib.Path) -> int:
+    """tools/vlm's tiny SentencePiece model + the tokenizer.json / tokenizer_config.json that
+    transformers' GemmaTokenizer writes for it (special pieces marked special, BOS added)."""
+    import importlib.util
+
+    import sentencepiece as spm
+    from transformers import AutoTokenizer
+
+    spec = importlib.util.spec_from_file_location("vlm_models", HERE / "vlm" / "hf_models.py")
+    vlm = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(vlm)
+    model = vlm.train_tokenizer(ARGS.work)
+    shutil.copy(model, out / "tokenizer.model")
+    (out / "tokenizer_config.json").write_text(json.dumps(
+        {"tokenizer_class": "GemmaTokenizer", "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>",
+         "add_bos_token": True, "add_eos_token": False}))
+    AutoTokenizer.from_pretrained(out).save_pretrained(out)
+    cfg = json.loads((out / "tokenizer_config.json").read_text())
+    cfg.pop("vocab_file", None)
+    cfg["chat_template"] = GEMMA_TEMPLATE
+    cfg["add_bos_token"], cfg["add_eos_token"] = True, False
+    (out / "tokenizer_config.json").write_text(json.dumps(cfg, indent=1))
+    return spm.SentencePieceProcessor(model_file=str(model)).vocab_size()
+
+
+def write_tokenizer(fam: str, base: pathlib.Path, out: pathlib.Path, template_file: bool) -> int:
+    from tokenizers import AddedToken, Tokenizer
+
+    specials, bos, eos, pad, add_bos, _ = TOKENS[fam]
+    tok = Tokenizer.from_file(str(base))
+    n_base = tok.get_vocab_size()
+    # <think> / </think> are added but not special in Qwen3: USER_DEFINED in the GGUF
+    tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in specials if "think" not in t])
+    tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in specials if "think" in t])
+    tok.save(str(out / "tokenizer.json"))
+    cfg = {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": 4096,
+           "bos_token": bos, "eos_token": eos, "pad_token": pad, "add_bos_token": add_bos,
+           "add_eos_token": False, "clean_up_tokenization_spaces": False}
+    if template_file:
+        (out / "chat_template.jinja").write_text(TEMPLATE)
+    else:
+        cfg["chat_template"] = TEMPLATE
+    (out / "tokenizer_config.json").write_text(json.dumps(cfg, indent=1, ensure_ascii=False))
+    return n_base + len(specials)
+
+
+def build(fam: str, out: pathlib.Path, base_tok: pathlib.Path) -> None:
+    import torch
+    import transformers as tf
+
+    sys.path.insert(0, str(HERE / "moe"))
+    import hf_models
+
+    if fam in ("smollm3", "olmo2", "olmo3", "granite", "granitemoe"):
+        sys.path.insert(0, str(HERE / "dense"))
+        import dense_models
+
+        assert dense_models.TOKPRE[fam] == TOKENS[fam][5]
+        dense_models.BUILDERS[fam](out, base_tok)
+        (out / "generation_config.json").unlink(missing_ok=True)
+        return
+    if fam == "mixtral":
+        import importlib.util
+
+        spec = importlib.util.spec_from_file_location("vlm_models", HERE / "vlm" / "hf_models.py")
+        vlm = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(vlm)
+        hf_models.build_mixtral(out, vlm.train_tokenizer(ARGS.work), 212)
+        (out / "generation_config.json").unlink(missing_ok=True)
+        return
+    if fam == "qwen3moe":
+        hf_models.build_qwen3moe(out, base_tok, True, 111, n_layers=2, n_experts=4, moe_ffn=32)
+        (out / "generation_config.json").unlink(missing_ok=True)
+        return
+    out.mkdir(parents=True)
+    if fam in ("gemma3", "gemma2"):
+        n_tok = write_spm_tokenizer(out)
+    else:
+        n_tok = write_tokenizer(fam, base_tok, out, template_file=(fam == "qwen3"))
+    common = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                  num_key_value_heads=2, max_position_embeddings=4096, rms_norm_eps=1e-6)
+    if fam == "llama":
+        # untied output, F32 weights, a vocab padded past the tokenizer's ids
+        cfg = tf.LlamaConfig(vocab_size=n_tok + 6, tie_word_embeddings=False, rope_theta=500000.0,
+                             bos_token_id=320, eos_token_id=321, **common)
+        model, dtype, shard = tf.LlamaForCausalLM(cfg), torch.float32, None
+    elif fam == "qwen2":
+        # q/k/v biases, tied embeddings, BF16 weights, sharded safetensors
+        cfg = tf.Qwen2Config(vocab_size=n_tok, tie_word_embeddings=True, rope_theta=1000000.0,
+                             eos_token_id=322, **common)
+        model, dtype, shard = tf.Qwen2ForCausalLM(cfg), torch.bfloat16, "60KB"
+    elif fam == "gemma3":
+        # Gemma 3 text: q/k norms, four norms per layer stored as (w - 1), sliding / full layers
+        # with their own rope bases, linear rope scaling on the full layers, tied embeddings,
+        # head_dim 32, an embedding padded past the tokenizer, F32 weights
+        layer_types = ["sliding_attention", "full_attention"]
+        cfg = tf.Gemma3TextConfig(
+            vocab_size=n_tok + 8, head_dim=32, sliding_window=8, layer_types=layer_types,
+            rope_parameters={"full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1000000.0},
+                             "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}},
+            query_pre_attn_scalar=32, bos_token_id=1, eos_token_id=2, pad_token_id=0,
+            tie_word_embeddings=True, **common)
+        model, dtype, shard = tf.Gemma3ForCausalLM(cfg), torch.float32, None
+    elif fam == "gemma2":
+        # Gemma 2: attention and final logit soft-caps, sliding / global layers, four norms per
+        # layer stored as (w - 1), tied embeddings, head_dim 32, BF16 weights
+        cfg = tf.Gemma2Config(vocab_size=n_tok, head_dim=32, sliding_window=8, query_pre_attn_scalar=32,
+                              attn_logit_softcapping=50.0, final_logit_softcapping=30.0,
+                              rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+                              bos_token_id=1, eos_token_id=2, pad_token_id=0, tie_word_embeddings=True,
+                              **common)
+        model, dtype, shard = tf.Gemma2ForCausalLM(cfg), torch.bfloat16, None
+    else:
+        # q/k norms, head_dim (32) != hidden / heads (16), BF16 weights
+        cfg = tf.Qwen3Config(vocab_size=n_tok, tie_word_embeddings=False, head_dim=32, rope_theta=1000000.0,
+                             eos_token_id=322, **common)
+        model, dtype, shard = tf.Qwen3ForCausalLM(cfg), torch.bfloat16, None
+    hf_models.randomize(model, seed=sum(map(ord, fam)))
+    model = model.to(dtype)
+    kw = {"max_shard_size": shard} if shard else {}
+    model.save_pretrained(out, **kw)
+    for extra in ("generation_config.json",):
+        (out / extra).unlink(missing_ok=True)
+
+
+def chkhsh(hf_dir: pathlib.Path) -> str:
+    """The pre-tokenizer hash exactly as convert_hf_to_gguf.py computes it (transformers)."""
+    from transformers import AutoTokenizer
+
+    lc = ARGS.sdist / "vendor" / "llama.cpp"
+    src = (lc / "conversion" / "base.py").read_text()
+    chktxt = src.split("chktxt = ", 1)[1].split("\n", 1)[0]
+    text = eval(chktxt)  # the literal from the converter's own source
+    ids = AutoTokenizer.from_pretrained(hf_dir).encode(text)
+    return hashlib.sha256(str(ids).encode()).hexdigest()
+
+
+def convert(fam: str, hf_dir: pathlib.Path, outtype: str, dst: pathlib.Path) -> None:
+    lc = ARGS.sdist / "vendor" / "llama.cpp"
+    env = dict(os.environ, PYTHONPATH=str(lc / "gguf-py"))
+    pre = TOKENS[fam][5]
+    shim = [str(HERE / "moe" / "tokpre_shim.py"), pre] if pre else []
+    cmd = [sys.executable, *shim, str(lc / "convert_hf_to_gguf.py"), str(hf_dir), "--outtype", outtype,
+           "--outfile", str(dst)]
+    log = ARGS.work / f"{fam}-{outtype}.log"
+    with open(log, "w") as f:
+        r = subprocess.run(cmd, env=env, stdout=f, stderr=subprocess.STDOUT)
+    if r.returncode:
+        raise SystemExit(f"converter failed for {fam} {outtype}: see {log}")
+
+
+def record_logits(path: pathlib.Path):
+    import numpy as np
+    from llama_cpp import Llama
+
+    llm = Llama(model_path=str(path), n_ctx=64, n_batch=64, n_threads=2, logits_all=True, verbose=False)
+    llm.eval(PROMPT)
+    rows = np.array(llm.scores[:len(PROMPT)], dtype=np.float32)
+    llm.close()
+    return rows
+
+
+def main() -> None:
+    import numpy as np
+
+    global ARGS
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sdist", type=pathlib.Path, required=True)
+    ap.add_argument("--work", type=pathlib.Path, default=pathlib.Path("/tmp/convw"))
+    ap.add_argument("--families", default=",".join(TOKENS))
+    ARGS = ap.parse_args()
+    ARGS.work.mkdir(parents=True, exist_ok=True)
+    base_tok = moe_tok.train(ARGS.work)
+    for fam in ARGS.families.split(","):
+        print(f"[{fam}]", flush=True)
+        out = DATA / fam
+        shutil.rmtree(out, ignore_errors=True)
+        hf_dir = out / "hf"
+        build(fam, hf_dir, base_tok)
+        ref = {"family": fam, "tokenizer_pre": TOKENS[fam][5],
+               "chkhsh": chkhsh(hf_dir) if TOKENS[fam][5] else None,
+               "prompt": PROMPT, "outtypes": {}}
+        for outtype in OUTTYPES:
+            dst = ARGS.work / f"{fam}-{outtype}.gguf"
+            convert(fam, hf_dir, outtype, dst)
+            ref["outtypes"][outtype] = gguf_digest(str(dst))
+            if outtype == "f16":
+                np.savez_compressed(out / "logits.npz", rows=record_logits(dst))
+        (out / "reference.json").write_text(json.dumps(ref, indent=1, ensure_ascii=False) + "\n")
+
+
+ARGS = None
+
+if __name__ == "__main__":
+    main()
