@@ -166,3 +166,23 @@ def test_ollama_thinking(server, client):
     out = ollama.Client(host=server.url).chat(model="m", messages=MSGS, think=True)
     assert out.message.thinking == "The user asks about Paris; say it is sunny."
     assert out.message.content == "It is sunny in Paris."
+
+
+def test_ollama_tool_calls_whole_and_streamed(server, client):
+    """Ollama's /api/chat with tools: the call as Ollama returns it (arguments an object), whole
+    and streamed (the assembled call on the last line), and through the ollama client."""
+    REPLY["text"] = CALL
+    body = {"model": "m", "messages": MSGS, "tools": [WEATHER]}
+    whole = client.post("/api/chat", json={**body, "stream": False}).json()
+    want = [{"function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]
+    assert [{"function": c["function"]} for c in whole["message"]["tool_calls"]] == want
+    assert whole["message"]["thinking"] == "I need the weather tool."
+    lines = [json.loads(line) for line in client.post("/api/chat", json=body).text.splitlines()]
+    assert lines[-1]["done"] and [{"function": c["function"]} for c in lines[-1]["message"]["tool_calls"]] == want
+    assert not any(x["message"].get("tool_calls") for x in lines[:-1])
+    assert "".join(x["message"].get("thinking", "") for x in lines) == "I need the weather tool."
+    ollama = pytest.importorskip("ollama")
+    for stream in (False, True):
+        out = ollama.Client(host=server.url).chat(model="m", messages=MSGS, tools=[WEATHER], stream=stream)
+        calls = [c for part in (out if stream else [out]) for c in (part.message.tool_calls or [])]
+        assert [(c.function.name, dict(c.function.arguments)) for c in calls] == [("get_weather", {"city": "Paris"})]
