@@ -137,7 +137,7 @@ def test_stream_holds_an_unfinished_character_until_it_completes(llm):
 
 # Parameters llamapy adds at the end of a llama-cpp-python signature.
 _EXTRA_PARAMS = {"generate": ["logit_bias", "sampling"],  # sampling: keyword-only, a SamplingParams
-                 "create_chat_completion": ["reasoning_format", "reasoning_budget"]}
+                 "create_chat_completion": ["reasoning_format", "reasoning_budget", "chat_template_kwargs"]}
 # Defaults llamapy changes on purpose, (ours, llama-cpp-python's): the
 # parameter still takes llama-cpp-python's values.
 _DIFFERENT_DEFAULTS = {("__init__", "flash_attn"): ("'auto'", "False"), ("__init__", "use_mmap"): ("None", "True")}
