@@ -1,0 +1,245 @@
+"""``llamapy.perplexity`` and ``python -m llamapy perplexity``: llama-perplexity's
+method and its KL-divergence base file, against llama-perplexity's own numbers
+(tests/data/perplexity/record.json, tools/record_perplexity_fixtures.py) on
+the tiny Granite model (F16 and Q4_K_M; its vocabulary adds BOS) and on
+Gemma 3 270M (Q4_K_M and its exact F16 copy).
+"""
+from __future__ import annotations
+
+import importlib
+import json
+import math
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import llamapy
+from llamapy import _logits_file as lf
+from llamapy import _logprobs as lp
+from llamapy.perplexity import KLDResult, PerplexityResult
+
+DATA = Path(__file__).parent / "data"
+PPL_DATA = DATA / "perplexity"
+TEXT = (PPL_DATA / "text.txt").read_bytes().removesuffix(b"\n")  # as llama-perplexity's -f reads it
+GRANITE_F16 = str(DATA / "dense" / "granite" / "granite-f16.gguf")
+GRANITE_Q4 = str(DATA / "dense" / "granite" / "granite-q4_k_m.gguf")
+SMOLLM3_F16 = str(DATA / "dense" / "smollm3" / "smollm3-f16.gguf")  # no BOS added by its vocabulary
+THREADS = 2
+
+
+@pytest.fixture(scope="module")
+def record():
+    return json.loads((PPL_DATA / "record.json").read_text())
+
+
+def ppl(model, **kw) -> PerplexityResult:
+    kw.setdefault("n_threads", THREADS)
+    return llamapy.perplexity(model, TEXT, **kw)
+
+
+# ---- the arithmetic -------------------------------------------------------------------------
+
+def test_nll_is_log_softmax():
+    rng = np.random.default_rng(1)
+    logits = (rng.standard_normal((7, 301)) * 4).astype(np.float32)
+    targets = rng.integers(0, 301, 7).astype(np.int32)
+    x = logits.astype(np.float64)
+    ref = -(x[np.arange(7), targets] - x.max(1) - np.log(np.exp(x - x.max(1, keepdims=True)).sum(1)))
+    np.testing.assert_allclose(lp.nll(logits, targets), ref, rtol=1e-6)
+
+
+def test_stored_rows_round_trip():
+    """A stored row gives back log-softmax to half a level over the 16 nats
+    below the top, the floor below them, and the target's -log p."""
+    rng = np.random.default_rng(2)
+    n_vocab = 1001  # odd: the row is padded with one zero word
+    logits = (rng.standard_normal((5, n_vocab)) * 6).astype(np.float32)
+    logits[4] = 3.0  # a flat row: scale 0
+    targets = rng.integers(0, n_vocab, 5).astype(np.int32)
+    stored = np.ones((5, lp.row_words(n_vocab)), dtype=np.uint16)
+    v = lp.quantize_rows(logits, targets, stored)
+    assert stored.shape[1] == 1001 + 1 + 4 and (stored[:, -1] == 0).all()
+    head = stored[:, :4].copy().view(np.float32)
+    x = logits.astype(np.float64)
+    log_sm = x - x.max(1, keepdims=True) - np.log(np.exp(x - x.max(1, keepdims=True)).sum(1, keepdims=True))
+    back = head[:, :1] * stored[:, 4:4 + n_vocab].astype(np.float64) + head[:, 1:2]
+    above = log_sm > log_sm.max(1, keepdims=True) - 16
+    err = np.abs(back - log_sm)[above]
+    assert err.max() <= 0.5 * head[:4, 0].max() * 1.01 + 1e-5
+    assert head[4, 0] == 0 and (stored[4, 4:4 + n_vocab] == 0).all()
+    np.testing.assert_allclose(back[4], log_sm[4], atol=1e-6)
+    np.testing.assert_allclose(v, -log_sm[np.arange(5), targets], atol=1e-4)
+
+
+def test_kl_divergence_rows_against_direct_sums():
+    rng = np.random.default_rng(3)
+    n_vocab = 400
+    base_logits = (rng.standard_normal((6, n_vocab)) * 3).astype(np.float32)
+    logits = base_logits + (rng.standard_normal((6, n_vocab)) * 0.3).astype(np.float32)
+    targets = rng.integers(0, n_vocab, 6).astype(np.int32)
+    stored = np.zeros((6, lp.row_words(n_vocab)), dtype=np.uint16)
+    lp.quantize_rows(base_logits, targets, stored)
+    sums = lp.KLDSums()
+    kld, dp = lp.kl_divergence_rows(logits, stored, targets, sums)
+
+    def log_softmax(a):
+        a = a.astype(np.float64)
+        m = a.max(1, keepdims=True)
+        return a - m - np.log(np.exp(a - m).sum(1, keepdims=True))
+    lq, lb = log_softmax(logits), log_softmax(base_logits)
+    ref = (np.exp(lb) * (lb - lq)).sum(1)
+    np.testing.assert_allclose(kld, ref, atol=2e-4)
+    np.testing.assert_allclose(dp, np.exp(lq[np.arange(6), targets]) - np.exp(lb[np.arange(6), targets]),
+                               atol=1e-4)
+    assert sums.count == 6 and sums.n_same_top == int((lq.argmax(1) == lb.argmax(1)).sum())
+    np.testing.assert_allclose(sums.sum_nll, -lq[np.arange(6), targets].sum(), rtol=1e-5)
+
+
+def test_statistics_helpers():
+    v = np.sort(np.array([4.0, 1.0, 3.0, 2.0], dtype=np.float32))
+    from llamapy.perplexity import _median, _percentile
+
+    assert _median(v) == 2.5 and _percentile(v, 0.5) == 2.5 and _percentile(v, 1.0) == 4.0
+    assert _percentile(v, 0.0) == 1.0 and _percentile(v, 0.9) == pytest.approx(3.7)
+
+
+# ---- runs on the tiny models ---------------------------------------------------------------
+
+def test_result_and_running_estimates():
+    r = ppl(GRANITE_F16, n_ctx=64, n_chunks=4)
+    assert (r.n_ctx, r.n_chunk, r.n_scored) == (64, 4, 4 * 31)
+    assert len(r.chunk_ppl) == 4 and r.chunk_ppl[-1] == r.ppl
+    assert 1 < r.ppl < 1e4 and 0 < r.ppl_unc < r.ppl
+
+
+def test_batches_within_a_chunk_agree():
+    """n_batch below n_ctx: each chunk in several batches (its scored rows
+    gathered), and chunks one at a time; the same perplexity."""
+    whole = ppl(GRANITE_F16, n_ctx=64, n_chunks=4)
+    split = ppl(GRANITE_F16, n_ctx=64, n_chunks=4, n_batch=16)
+    assert split.ppl == pytest.approx(whole.ppl, rel=2e-4)
+
+
+def test_bos_replaces_each_chunks_first_token(monkeypatch):
+    """With a vocabulary that adds BOS, every chunk starts with BOS (the
+    text's token there is not evaluated); without, chunks are cut as they are."""
+    P = importlib.import_module("llamapy.perplexity")  # the package's name is the function
+    seen = []
+    real = P._Evaluator._chunk_tokens
+
+    def spy(self, chunk):
+        t = real(self, chunk)
+        seen.append((self.bos, int(t[0]), int(self.tokens[chunk * self.n_ctx])))
+        return t
+    monkeypatch.setattr(P._Evaluator, "_chunk_tokens", spy)
+    ppl(GRANITE_F16, n_ctx=64, n_chunks=3)
+    assert len(seen) == 3 and all(bos is not None and first == bos for bos, first, _ in seen)
+    assert seen[1][2] != seen[1][0]  # the text's token was replaced
+    seen.clear()
+    ppl(SMOLLM3_F16, n_ctx=64, n_chunks=3)
+    assert len(seen) == 3 and all(bos is None and first == orig for bos, first, orig in seen)
+
+
+def test_too_short_text_says_how_many_tokens():
+    with pytest.raises(ValueError, match=r"at least 2048 tokens .* context of 1024; the text tokenizes to only \d+"):
+        ppl(GRANITE_F16, n_ctx=1024)
+
+
+def test_bad_options_are_clear_errors(tmp_path):
+    with pytest.raises(ValueError, match="n_ctx must be at least"):
+        ppl(GRANITE_F16, n_ctx=4)
+    with pytest.raises(ValueError, match="multiple of it"):
+        ppl(GRANITE_F16, n_ctx=64, n_batch=100)
+    with pytest.raises(ValueError, match="needs kl_divergence_base"):
+        llamapy.perplexity(GRANITE_F16, kl_divergence=True)
+
+
+def test_base_file_layout(tmp_path):
+    path = tmp_path / "base.kld"
+    r = ppl(GRANITE_F16, n_ctx=64, n_chunks=4, kl_divergence_base=str(path))
+    raw = path.read_bytes()
+    assert raw[:8] == b"_logits_" and struct.unpack("<Iii", raw[8:20]) == (64, 324, 4)
+    assert len(raw) == lf.expected_size(64, 324, 4) == 20 + 4 * 256 + 4 * 31 * (324 + 4) * 2
+    with llamapy.Llama(GRANITE_F16, verbose=False) as llm:
+        toks = llm.tokenize(TEXT, add_bos=True, special=False)
+    assert np.frombuffer(raw[20:20 + 4 * 256], dtype="<i4").tolist() == toks[:256]
+    # the perplexity of a saving run is the same number
+    assert r.ppl == pytest.approx(ppl(GRANITE_F16, n_ctx=64, n_chunks=4).ppl, rel=1e-5)
+
+
+def test_kld_of_a_model_against_itself(tmp_path):
+    path = tmp_path / "base.kld"
+    ppl(GRANITE_F16, n_ctx=64, n_chunks=4, kl_divergence_base=str(path))
+    r = llamapy.perplexity(GRANITE_F16, kl_divergence_base=str(path), kl_divergence=True, n_threads=THREADS)
+    k = r.kld
+    assert isinstance(k, KLDResult) and k.count == 124 and r.n_chunk == 4
+    assert k.same_top == 1.0 and k.kld < 1e-5 and abs(k.ln_ratio) < 1e-4 and k.cor > 0.9999
+    assert k.kld_quantiles["Minimum"] <= k.kld_quantiles["Median"] <= k.kld_quantiles["Maximum"]
+
+
+def test_bad_base_files_are_clear_errors(tmp_path):
+    path = tmp_path / "base.kld"
+    ppl(GRANITE_F16, n_ctx=64, n_chunks=2, kl_divergence_base=str(path))
+    raw = path.read_bytes()
+
+    def kld(data, **kw):
+        p = tmp_path / "bad.kld"
+        p.write_bytes(data)
+        return llamapy.perplexity(GRANITE_Q4, kl_divergence_base=str(p), kl_divergence=True, **kw)
+    with pytest.raises(ValueError, match="does not look like a KL-divergence base file"):
+        kld(b"GGUF" + raw[4:])
+    with pytest.raises(ValueError, match=r"cut short"):
+        kld(raw[:14])
+    with pytest.raises(ValueError, match=r"bytes where its header promises"):
+        kld(raw[:-2])
+    other_vocab = raw[:12] + struct.pack("<i", 325) + raw[16:20 + 4 * 128]
+    other_vocab += b"\0" * (lf.expected_size(64, 325, 2) - len(other_vocab))
+    with pytest.raises(ValueError, match="vocabulary of 325 tokens; this model has 324"):
+        kld(other_vocab)
+    with pytest.raises(ValueError, match="context of 64 tokens, not 128: run with -c 64"):
+        kld(raw, n_ctx=128)
+
+
+def test_interrupted_save_leaves_no_file(tmp_path, monkeypatch):
+    path = tmp_path / "base.kld"
+
+    def stop(p):
+        if p.done == 2:
+            raise KeyboardInterrupt
+    with pytest.raises(KeyboardInterrupt):
+        ppl(GRANITE_F16, n_ctx=64, n_chunks=4, n_batch=64, kl_divergence_base=str(path), progress=stop)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_cli(tmp_path):
+    text = tmp_path / "t.txt"
+    text.write_bytes(TEXT + b"\n")
+    cmd = [sys.executable, "-m", "llamapy", "perplexity", "-m", GRANITE_F16, "-f", str(text), "-c", "64",
+           "--chunks", "3", "-t", "2"]
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.startswith("[1]") and "[3]" in p.stdout and "Final estimate: PPL = " in p.stdout
+    assert "seconds per pass - ETA" in p.stderr
+    value = float(p.stdout.split("Final estimate: PPL = ")[1].split()[0])
+    assert value == pytest.approx(ppl(GRANITE_F16, n_ctx=64, n_chunks=3).ppl, abs=1e-4)
+    p = subprocess.run(cmd[:-6] + ["-c", "1024"], capture_output=True, text=True)
+    assert p.returncode == 1 and "you need at least 2048 tokens" in p.stderr and "Traceback" not in p.stderr
+
+
+# ---- against llama-perplexity ---------------------------------------------------------------
+
+# F16 weights: the same number as llama.cpp's within 0.1 % (issue 37). Measured: TODO
+F16_REL = 1e-3
+
+
+@pytest.mark.parametrize("case", ["c128", "c128_b32"])
+def test_granite_f16_matches_llama_cpp(record, case):
+    ref = record["ppl"][f"granite-f16/{case}"]
+    r = ppl(GRANITE_F16, n_ctx=128, n_batch=32 if case.endswith("b32") else 2048)
+    assert r.ppl == pytest.approx(ref["ppl"], rel=F16_REL)
+    assert r.ppl_unc == pytest.approx(ref["ppl_unc"], rel=1e-2)
+    np.testing.assert_allclose(r.chunk_ppl, ref["chunk_ppl"], rtol=F16_REL)
