@@ -232,8 +232,28 @@ def test_cli(tmp_path):
 
 # ---- against llama-perplexity ---------------------------------------------------------------
 
-# F16 weights: the same number as llama.cpp's within 0.1 % (issue 37). Measured: TODO
+# F16 weights: the same number as llama.cpp's within 0.1 % (issue 37). Measured: Granite F16
+# 7e-6 (one batch) and 2e-6 (-b 32), running estimates within 3.2e-5; Gemma F16 1.8e-4, running
+# estimates within 2.6e-4 (and 2e-4 between our own -b 128 and -b 2048).
 F16_REL = 1e-3
+# Q4_K_M: both engines quantize activations to 8 bits inside the dot products and the model
+# amplifies one-ulp differences (tests/test_gemma3_vs_llama_cpp.py). Measured: Granite 2.3e-4
+# (one batch) and 5.6e-4 (-b 32). Gemma 3 270M over this short text (189 scored tokens) moves
+# with the batching in both engines: llama.cpp's own -b 32 against its default 0.36 %; ours
+# 0.79 % from llama.cpp's at the default -b 2048 (three chunks side by side) and 0.01 % at
+# -b 128 (one chunk per batch), per-chunk running estimates up to 1.3 % apart.
+Q4_REL = {"granite": 2e-3, "gemma": 1.5e-2}
+GEMMA_SHA256 = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
+# KL statistics: measured against llama.cpp's numbers (printed to 3-6 digits).
+# Granite: PPL(Q) 4.2e-4, mean KLD 0.16 %, median KLD 1.8 %, RMS Δp 9 % (0.0566 % against a printed
+# 0.052 %), top-1 agreement 100 % in both. Gemma (ours at -b 2048 / -b 128): mean KLD +2.0 % /
+# -7 %, median +3.7 % / -2.1 %, same top p 94.2 % / 96.8 % against 97.4 % (6 / 1 of 189 tokens),
+# RMS Δp 1.03 % / 1.05 % against 1.49 % (a few tokens with Δp up to 9 % dominate it: not asserted).
+KLD_TOL = {"granite": dict(ppl=2e-3, kld=0.01, median=0.03, rms=0.15, top_tokens=0),
+           "gemma": dict(ppl=1.5e-2, kld=0.15, median=0.15, rms=None, top_tokens=8)}
+# Stored levels of one row: ours and llama.cpp's from the F16 model's slightly different logits.
+# Measured: at most 19 of 65535 (4.6e-3 nats at this row's scale).
+BASE_LEVELS = 40
 
 
 @pytest.mark.parametrize("case", ["c128", "c128_b32"])
@@ -241,5 +261,87 @@ def test_granite_f16_matches_llama_cpp(record, case):
     ref = record["ppl"][f"granite-f16/{case}"]
     r = ppl(GRANITE_F16, n_ctx=128, n_batch=32 if case.endswith("b32") else 2048)
     assert r.ppl == pytest.approx(ref["ppl"], rel=F16_REL)
-    assert r.ppl_unc == pytest.approx(ref["ppl_unc"], rel=1e-2)
+    assert r.ppl_unc == pytest.approx(ref["ppl_unc"], rel=F16_REL * 10)
     np.testing.assert_allclose(r.chunk_ppl, ref["chunk_ppl"], rtol=F16_REL)
+
+
+@pytest.mark.parametrize("case", ["c128", "c128_b32"])
+def test_granite_q4_k_m_near_llama_cpp(record, case):
+    ref = record["ppl"][f"granite-q4_k_m/{case}"]
+    r = ppl(GRANITE_Q4, n_ctx=128, n_batch=32 if case.endswith("b32") else 2048)
+    assert r.ppl == pytest.approx(ref["ppl"], rel=Q4_REL["granite"])
+
+
+def check_kld(ours: KLDResult, ref: dict, tol: dict, same_base: bool = True) -> None:
+    """Our statistics against llama-perplexity's printed ones. From the same
+    base file PPL(base) is the same number (the same stored rows); the rest
+    within the engines' Q4_K_M difference (tol, measured above)."""
+    if same_base:
+        assert ours.ppl_base == pytest.approx(ref["Mean PPL(base)"][0], rel=2e-6)
+        assert ours.ppl_base_unc == pytest.approx(ref["Mean PPL(base)"][1], rel=1e-4)
+    else:
+        assert ours.ppl_base == pytest.approx(ref["Mean PPL(base)"][0], rel=F16_REL)
+    assert ours.ppl == pytest.approx(ref["Mean PPL(Q)"][0], rel=tol["ppl"])
+    assert ours.cor * 100 == pytest.approx(ref["Cor(ln(PPL(Q)), ln(PPL(base)))"], abs=0.1)
+    assert ours.kld == pytest.approx(ref["Mean KLD"][0], rel=tol["kld"])
+    assert ours.kld_quantiles["Median"] == pytest.approx(ref["Median KLD"], rel=tol["median"])
+    assert abs(ours.same_top - ref["Same top p"][0] / 100) <= tol["top_tokens"] / ours.count + 1e-6
+    if tol["rms"] is not None:
+        assert ours.rms_p_diff * 100 == pytest.approx(ref["RMS Δp"][0], rel=tol["rms"])
+
+
+def test_reads_llama_cpps_base_file(record):
+    """llama-perplexity's own base file (Granite F16), read here with the
+    Q4_K_M model: its statistics as llama.cpp's from the same file."""
+    r = llamapy.perplexity(GRANITE_Q4, kl_divergence_base=str(PPL_DATA / "granite-base.kld"), kl_divergence=True,
+                           n_threads=THREADS)
+    assert (r.n_ctx, r.n_chunk, r.kld.count) == (64, 4, 124)
+    check_kld(r.kld, record["kld"]["granite-q4_k_m/llama_cpp_base"], KLD_TOL["granite"])
+
+
+def test_llama_cpp_reads_our_base_file(record, tmp_path):
+    """Our base file equals llama.cpp's in its header and tokens and within
+    a few levels in its rows; llama-perplexity read the one we wrote (the
+    recording) and got our statistics for it."""
+    path = tmp_path / "ours.kld"
+    base = ppl(GRANITE_F16, n_ctx=64, n_chunks=4, kl_divergence_base=str(path))
+    theirs, ours = (PPL_DATA / "granite-base.kld").read_bytes(), path.read_bytes()
+    head = 20 + 4 * 4 * 64
+    assert len(ours) == len(theirs) and ours[:head] == theirs[:head]
+    rows = [np.frombuffer(b[head:], dtype="<u2").reshape(4 * 31, 328) for b in (theirs, ours)]
+    scale = [r[:, :4].copy().view(np.float32) for r in rows]
+    np.testing.assert_allclose(scale[1], scale[0], rtol=F16_REL, atol=1e-5)
+    assert np.abs(rows[1][:, 4:].astype(int) - rows[0][:, 4:].astype(int)).max() <= BASE_LEVELS
+    assert base.ppl == pytest.approx(record["ppl"]["granite-f16/c64_chunks4_base"]["ppl"], rel=F16_REL)
+    r = llamapy.perplexity(GRANITE_Q4, kl_divergence_base=str(path), kl_divergence=True, n_threads=THREADS)
+    check_kld(r.kld, record["kld"]["granite-q4_k_m/ours_base"], KLD_TOL["granite"])
+
+
+@pytest.fixture(scope="module")
+def gemma_f16(gemma_path, tmp_path_factory):
+    from float_model import write_float_copy
+
+    path = write_float_copy(gemma_path, str(tmp_path_factory.mktemp("ppl") / "gemma-f16.gguf"), "F16")
+    yield path
+    Path(path).unlink()
+
+
+@pytest.mark.model
+def test_gemma_q4_k_m_near_llama_cpp(record, gemma_path):
+    assert record["models"]["gemma-q4_k_m_sha256"] == GEMMA_SHA256
+    r = ppl(gemma_path, n_ctx=128)
+    ref = record["ppl"]["gemma-q4_k_m/c128"]
+    assert r.n_chunk == len(ref["chunk_ppl"])
+    assert r.ppl == pytest.approx(ref["ppl"], rel=Q4_REL["gemma"])
+
+
+@pytest.mark.model
+def test_gemma_f16_and_kld_match_llama_cpp(record, gemma_f16, gemma_path, tmp_path):
+    base = tmp_path / "gemma.kld"
+    r = ppl(gemma_f16, n_ctx=128, kl_divergence_base=str(base))
+    ref = record["ppl"]["gemma-f16/c128"]
+    assert r.ppl == pytest.approx(ref["ppl"], rel=F16_REL)
+    np.testing.assert_allclose(r.chunk_ppl, ref["chunk_ppl"], rtol=F16_REL)
+    k = llamapy.perplexity(gemma_path, kl_divergence_base=str(base), kl_divergence=True, n_threads=THREADS).kld
+    # our base file here, llama.cpp's (not kept: 99 MB) there
+    check_kld(k, record["kld"]["gemma-q4_k_m/gemma_f16_base"], KLD_TOL["gemma"], same_base=False)
