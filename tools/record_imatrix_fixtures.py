@@ -11,7 +11,11 @@ It writes into --out, over tests/data/perplexity/text.txt with -c 64 -t 2:
   ours-resaved.imatrix.gguf    llamapy's file for Granite F16, loaded by llama-imatrix
                                (--in-file, no text: it only re-saves): llama.cpp reads ours
   record.json                  the commands and llama-imatrix's printed final perplexity
-Each file is 10-40 KB.
+Each file is 10-40 KB. With --gemma it also runs llama-imatrix on the exact F16 copy of
+Gemma 3 270M (tests/float_model.py) at -c 128 and keeps, in gemma-f16.json (its whole file
+would be 500 KB), every matrix's count, the sum of its sums and its sums at 32 fixed columns
+(every n_cols // 32-th), and llama-imatrix's own spread: the largest relative change of a sum
+with -ub 32 and with flash attention off against the default run.
 """
 from __future__ import annotations
 
@@ -46,6 +50,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--bin", required=True, help="llama-imatrix")
     ap.add_argument("--out", default=str(DATA / "imatrix"))
+    ap.add_argument("--gemma", action="store_true", help="also the Gemma 3 270M F16 summary")
     a = ap.parse_args()
     sys.path.insert(0, str(ROOT))
     from llamapy.imatrix import compute_imatrix, write_imatrix
@@ -80,7 +85,41 @@ def main() -> None:
         write_imatrix(str(ours), res, [str(text_arg)])
         run([a.bin, "-m", MODELS["granite-f16"], "--in-file", ours, "-o", out / "ours-resaved.imatrix.gguf"])
     (out / "record.json").write_text(json.dumps(rec, indent=1) + "\n")
+    if a.gemma:
+        record_gemma(a.bin, out)
     print(f"wrote {out}", file=sys.stderr)
+
+
+GEMMA_CTX, GEMMA_SAMPLES = 128, 32
+
+
+def gemma_sample(sums: np.ndarray) -> list:
+    """The sums at GEMMA_SAMPLES fixed columns of each matrix row."""
+    step = max(sums.shape[1] // GEMMA_SAMPLES, 1)
+    return [float(v) for v in sums[:, ::step][:, :GEMMA_SAMPLES].reshape(-1)]
+
+
+def record_gemma(bin_path: str, out: Path) -> None:
+    sys.path.insert(0, str(ROOT / "tests"))
+    from float_model import write_float_copy
+    from llamapy.default_model import default_model_path
+    from llamapy.imatrix import read_imatrix
+
+    with tempfile.TemporaryDirectory() as tmp:
+        f16 = write_float_copy(default_model_path(), str(Path(tmp) / "gemma-f16.gguf"), "F16")
+        runs = {}
+        for key, extra in (("default", []), ("ub32", ["-b", GEMMA_CTX, "-ub", 32]), ("fa_off", ["-fa", "off"])):
+            dst = Path(tmp) / f"{key}.gguf"
+            run([bin_path, "-m", f16, "-f", TEXT.relative_to(ROOT), "-c", GEMMA_CTX, "-t", THREADS, *extra, "-o", dst])
+            runs[key] = read_imatrix(str(dst))
+        base = runs["default"]
+        spread = {k: max(float(np.max(np.abs(runs[k]["entries"][n][0] - s) / np.abs(s)))
+                         for n, (s, _) in base["entries"].items()) for k in ("ub32", "fa_off")}
+        summary = {"n_ctx": GEMMA_CTX, "chunk_count": base["chunk_count"], "self_max_rel": spread,
+                   "samples": GEMMA_SAMPLES,
+                   "entries": {n: {"counts": [int(c) for c in cnt], "total": float(np.sum(s, dtype=np.float64)),
+                                   "sampled": gemma_sample(s)} for n, (s, cnt) in sorted(base["entries"].items())}}
+    (out / "gemma-f16.json").write_text(json.dumps(summary) + "\n")
 
 
 if __name__ == "__main__":
