@@ -232,25 +232,25 @@ def test_cli(tmp_path):
 
 # ---- against llama-perplexity ---------------------------------------------------------------
 
-# F16 weights: the same number as llama.cpp's within 0.1 % (issue 37). Measured: Granite F16
-# 7e-6 (one batch) and 2e-6 (-b 32), running estimates within 3.2e-5; Gemma F16 1.8e-4, running
-# estimates within 2.6e-4 (and 2e-4 between our own -b 128 and -b 2048).
+# Both engines with flash attention on (llama-perplexity's "auto" on a CPU; llamapy.perplexity
+# asks for it). F16 weights: the same number as llama.cpp's within 0.1 % (issue 37). Measured:
+# Granite F16 1.7e-6, running estimates within 1.3e-5; Gemma F16 2.7e-5, running estimates within
+# 8.6e-5. (With our explicit attention path, which our "auto" picks for several sequences, Gemma
+# F16 was 1.8e-4 off and Gemma Q4_K_M 0.8 %.)
 F16_REL = 1e-3
 # Q4_K_M: both engines quantize activations to 8 bits inside the dot products and the model
-# amplifies one-ulp differences (tests/test_gemma3_vs_llama_cpp.py). Measured: Granite 2.3e-4
-# (one batch) and 5.6e-4 (-b 32). Gemma 3 270M over this short text (189 scored tokens) moves
-# with the batching in both engines: llama.cpp's own -b 32 against its default 0.36 %; ours
-# 0.79 % from llama.cpp's at the default -b 2048 (three chunks side by side) and 0.01 % at
-# -b 128 (one chunk per batch), per-chunk running estimates up to 1.3 % apart.
-Q4_REL = {"granite": 2e-3, "gemma": 1.5e-2}
+# amplifies one-ulp differences (tests/test_gemma3_vs_llama_cpp.py). Measured: Granite 5.6e-4
+# (one batch and -b 32); Gemma 3 270M 1.2e-4, its running estimate after the first chunk 0.94 %
+# off (63 tokens). llama.cpp's own -b 32 against its default moves Gemma's final number 0.36 %.
+Q4_REL = {"granite": 2e-3, "gemma": 5e-3}
 GEMMA_SHA256 = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
-# KL statistics: measured against llama.cpp's numbers (printed to 3-6 digits).
-# Granite: PPL(Q) 4.2e-4, mean KLD 0.16 %, median KLD 1.8 %, RMS Δp 9 % (0.0566 % against a printed
-# 0.052 %), top-1 agreement 100 % in both. Gemma (ours at -b 2048 / -b 128): mean KLD +2.0 % /
-# -7 %, median +3.7 % / -2.1 %, same top p 94.2 % / 96.8 % against 97.4 % (6 / 1 of 189 tokens),
-# RMS Δp 1.03 % / 1.05 % against 1.49 % (a few tokens with Δp up to 9 % dominate it: not asserted).
-KLD_TOL = {"granite": dict(ppl=2e-3, kld=0.01, median=0.03, rms=0.15, top_tokens=0),
-           "gemma": dict(ppl=1.5e-2, kld=0.15, median=0.15, rms=None, top_tokens=8)}
+# KL statistics: measured against llama.cpp's numbers (printed to 3-6 digits). Granite: PPL(Q)
+# 8.2e-4, mean KLD -0.58 %, median KLD -0.10 %, RMS Δp -8.6 % (0.0475 % against a printed
+# 0.052 %), top-1 agreement 100 % in both. Gemma: PPL(Q) -1.1e-4, mean KLD -6.9 %, median -2.0 %,
+# same top p 96.8 % against 97.4 % (1 of 189 tokens), RMS Δp -29 % (a few tokens with Δp up to
+# 9 % dominate it: not asserted).
+KLD_TOL = {"granite": dict(ppl=2e-3, kld=0.02, median=0.03, rms=0.15, top_tokens=0),
+           "gemma": dict(ppl=5e-3, kld=0.15, median=0.1, rms=None, top_tokens=3)}
 # Stored levels of one row: ours and llama.cpp's from the F16 model's slightly different logits.
 # Measured: at most 19 of 65535 (4.6e-3 nats at this row's scale).
 BASE_LEVELS = 40
