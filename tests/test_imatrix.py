@@ -165,3 +165,27 @@ def test_gemma_f16_matches_llama_imatrix(gemma_path, tmp_path):
         np.testing.assert_allclose(sums[:, ::step][:, :ref["samples"]].reshape(-1), e["sampled"], rtol=tol,
                                    err_msg=name)
         assert float(sums.sum(dtype=np.float64)) == pytest.approx(e["total"], rel=tol / 4)
+
+
+def test_our_file_feeds_the_quantizer(ours, tmp_path):
+    """The quantizer's reader (llamapy.imatrix.load_imatrix, llama-quantize's
+    rule: importance = sums / count) takes our file, and quantize --imatrix
+    runs with it: an importance-weighted Q4_K_M differs from the plain one."""
+    from llamapy import GGUFFile
+    from llamapy.imatrix import load_imatrix
+    from llamapy.quantize_gguf import quantize_model
+
+    res = ours("granite-f16")
+    path = tmp_path / "im.gguf"
+    write_imatrix(str(path), res, ["text.txt"])
+    m = load_imatrix(str(path))
+    for name, (sums, counts) in as_dict(res).items():
+        np.testing.assert_allclose(m.values[name], (sums / counts[:, None]).reshape(-1), rtol=1e-6)
+    plain, weighted = tmp_path / "plain.gguf", tmp_path / "weighted.gguf"
+    quantize_model(MODELS["granite-f16"], str(plain), "Q4_K_M", n_threads=THREADS)
+    quantize_model(MODELS["granite-f16"], str(weighted), "Q4_K_M", n_threads=THREADS, imatrix=str(path))
+    with GGUFFile(str(plain)) as a, GGUFFile(str(weighted)) as b:
+        assert b.metadata.get("quantize.imatrix.chunks_count") == res.chunk_count
+        differ = [t.name for t in a.tensors if t.name.startswith("blk.") and
+                  bytes(np.asarray(a.tensor(t.name)).view(np.uint8)) != bytes(np.asarray(b.tensor(t.name)).view(np.uint8))]
+    assert differ
