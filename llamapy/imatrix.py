@@ -31,7 +31,7 @@ import numpy as np
 
 from . import _logprobs as lp
 from .gguf_file import GGUFError, GGUFFile
-from .perplexity import DEFAULT_CTX, MIN_CTX, _open_model, _read_text, _tokenize
+from .perplexity import DEFAULT_CTX, MIN_CTX, open_chunked_model, read_text_file, tokenize_text
 
 __all__ = ["ImportanceMatrix", "load_imatrix", "read_imatrix", "compute_imatrix", "write_imatrix", "ImatrixResult"]
 
@@ -203,9 +203,9 @@ def compute_imatrix(model_path: str, text: Union[str, bytes], *, n_ctx: Optional
     n_ctx = DEFAULT_CTX if n_ctx is None else n_ctx
     if n_ctx < MIN_CTX:
         raise ValueError(f"n_ctx must be at least {MIN_CTX}, got {n_ctx}")
-    llm, n_seq = _open_model(model_path, n_ctx, n_batch, n_threads, 0, llama_kwargs)
+    llm, n_seq = open_chunked_model(model_path, n_ctx, n_batch, n_threads, 0, llama_kwargs)
     try:
-        tokens = _tokenize(llm, text)
+        tokens = tokenize_text(llm, text)
         if len(tokens) < 2 * n_ctx:
             raise ValueError(f"you need at least {2 * n_ctx} tokens for a context of {n_ctx} tokens; the text "
                              f"tokenizes to only {len(tokens)} tokens")
@@ -351,7 +351,7 @@ def run_cli(args, model_path: str) -> int:
             print(f"imatrix: ETA {left / 60:.2f} minutes", file=err, flush=True)
         print(f"[{done}]{ppl:.4f},", end="", file=out, flush=True)
 
-    res = compute_imatrix(model_path, _read_text(args.file), n_ctx=args.ctx_size, n_chunks=args.chunks,
+    res = compute_imatrix(model_path, read_text_file(args.file), n_ctx=args.ctx_size, n_chunks=args.chunks,
                           n_batch=args.batch_size, n_threads=args.threads or None, progress=progress)
     print(f"\nFinal estimate: PPL = {res.ppl:.4f} +/- {res.ppl_unc:.5f}", file=out)
     write_imatrix(args.output, res, [args.file])

@@ -260,7 +260,7 @@ class _Evaluator:
         return self.tokens[start + self.first + 1:start + self.n_ctx]
 
 
-def _open_model(model_path: str, n_ctx: int, n_batch: int, n_threads: Optional[int], n_gpu_layers: int,
+def open_chunked_model(model_path: str, n_ctx: int, n_batch: int, n_threads: Optional[int], n_gpu_layers: int,
                 llama_kwargs: dict):
     """A Llama with room for n_batch // n_ctx chunks side by side, as
     llama-perplexity sizes its context."""
@@ -287,7 +287,9 @@ def _open_model(model_path: str, n_ctx: int, n_batch: int, n_threads: Optional[i
     return llm, n_seq
 
 
-def _tokenize(llm, text: Union[str, bytes]) -> npt.NDArray[np.int32]:
+def tokenize_text(llm, text: Union[str, bytes]) -> npt.NDArray[np.int32]:
+    """The whole text's tokens, BOS first when the vocabulary adds it (llama-perplexity's
+    common_tokenize(..., add_special=true, parse_special=false))."""
     data = text.encode("utf-8") if isinstance(text, str) else bytes(text)
     return np.asarray(llm.tokenize(data, add_bos=True, special=False), dtype=np.int32)
 
@@ -309,8 +311,8 @@ class _Clock:
         return time.perf_counter() - self.t0
 
 
-def perplexity(model_path: str, text: Union[str, bytes, None] = None, *, n_ctx: Optional[int] = None, n_chunks: int = -1,
-               n_batch: int = 2048, n_threads: Optional[int] = None, n_gpu_layers: int = 0,
+def perplexity(model_path: str, text: Union[str, bytes, None] = None, *, n_ctx: Optional[int] = None,
+               n_chunks: int = -1, n_batch: int = 2048, n_threads: Optional[int] = None, n_gpu_layers: int = 0,
                kl_divergence_base: Optional[str] = None, kl_divergence: bool = False,
                progress: Optional[Progress] = None, **llama_kwargs) -> PerplexityResult:
     """Perplexity of the model at `model_path` over `text`, llama-perplexity's way.
@@ -336,9 +338,9 @@ def perplexity(model_path: str, text: Union[str, bytes, None] = None, *, n_ctx: 
     n_ctx = DEFAULT_CTX if n_ctx is None else n_ctx
     if n_ctx < MIN_CTX:
         raise ValueError(f"n_ctx must be at least {MIN_CTX} (a chunk scores its second half), got {n_ctx}")
-    llm, n_seq = _open_model(model_path, n_ctx, n_batch, n_threads, n_gpu_layers, llama_kwargs)
+    llm, n_seq = open_chunked_model(model_path, n_ctx, n_batch, n_threads, n_gpu_layers, llama_kwargs)
     try:
-        tokens = _tokenize(llm, text)
+        tokens = tokenize_text(llm, text)
         if len(tokens) < 2 * n_ctx:
             raise ValueError(f"you need at least {2 * n_ctx} tokens to evaluate perplexity with a context of "
                              f"{n_ctx}; the text tokenizes to only {len(tokens)} tokens")
@@ -416,7 +418,7 @@ def _kl_divergence(model_path: str, base_path: str, *, n_ctx: Optional[int], n_c
         n_chunk = head.n_chunk if n_chunks < 0 else min(n_chunks, head.n_chunk)
         if n_chunk < 1:
             raise ValueError(f"n_chunks must be -1 (all) or positive, got {n_chunks}")
-        llm, n_seq = _open_model(model_path, head.n_ctx, n_batch, n_threads, n_gpu_layers, llama_kwargs)
+        llm, n_seq = open_chunked_model(model_path, head.n_ctx, n_batch, n_threads, n_gpu_layers, llama_kwargs)
         try:
             if head.n_vocab != llm.n_vocab():
                 raise ValueError(f"{base_path} comes from a model with a vocabulary of {head.n_vocab} tokens; "
@@ -455,7 +457,7 @@ def _run_kld(llm, f, head, base_path, n_chunk, n_seq, n_batch, progress) -> Perp
                             seconds=clock.elapsed())
 
 
-def _read_text(path: str) -> bytes:
+def read_text_file(path: str) -> bytes:
     """The file's bytes less one trailing newline, as llama-perplexity's -f."""
     with open(path, "rb") as f:
         data = f.read()
@@ -487,7 +489,7 @@ def run_cli(args, model_path: str) -> int:
         else:
             print(f"[{p.done}]{p.ppl:.4f},", end="", file=out, flush=True)
 
-    res = perplexity(model_path, None if args.kl_divergence else _read_text(args.file),
+    res = perplexity(model_path, None if args.kl_divergence else read_text_file(args.file),
                      n_ctx=args.ctx_size,
                      n_chunks=args.chunks, n_batch=args.batch_size, n_threads=args.threads or None,
                      n_gpu_layers=args.n_gpu_layers, kl_divergence_base=args.kl_divergence_base,

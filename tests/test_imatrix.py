@@ -186,6 +186,6 @@ def test_our_file_feeds_the_quantizer(ours, tmp_path):
     quantize_model(MODELS["granite-f16"], str(weighted), "Q4_K_M", n_threads=THREADS, imatrix=str(path))
     with GGUFFile(str(plain)) as a, GGUFFile(str(weighted)) as b:
         assert b.metadata.get("quantize.imatrix.chunks_count") == res.chunk_count
-        differ = [t.name for t in a.tensors if t.name.startswith("blk.") and
-                  bytes(np.asarray(a.tensor(t.name)).view(np.uint8)) != bytes(np.asarray(b.tensor(t.name)).view(np.uint8))]
+        raw = lambda f, n: np.asarray(f.tensor(n)).view(np.uint8).tobytes()  # noqa: E731
+        differ = [t.name for t in a.tensors if t.name.startswith("blk.") and raw(a, t.name) != raw(b, t.name)]
     assert differ

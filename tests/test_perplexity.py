@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import importlib
 import json
-import math
 import struct
 import subprocess
 import sys
