@@ -57,6 +57,9 @@ from .llama_tokenizer import BaseLlamaTokenizer, LlamaHFTokenizer, LlamaTokenize
 from .grammar import LlamaGrammar
 from .llama_speculative import LlamaDraftModel
 from .memory_plan import MemoryPlan, plan_memory
+# The function shadows its module's name on the package: import the module's
+# other names with ``from llamapy.perplexity import PerplexityResult``.
+from .perplexity import KLDResult, PerplexityResult, perplexity
 from .quants import dequantize, quantize
 from .quantize_gguf import quantize_model
 from .system import system_info

@@ -155,6 +155,18 @@ def _cmd_quantize(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_perplexity(args: argparse.Namespace) -> int:
+    from .perplexity import run_cli
+
+    return run_cli(args, _model_path(args))
+
+
+def _cmd_imatrix(args: argparse.Namespace) -> int:
+    from .imatrix import run_cli
+
+    return run_cli(args, _model_path(args))
+
+
 def _cmd_info(args: argparse.Namespace) -> int:
     from .system import system_info
 
@@ -325,6 +337,38 @@ def build_parser() -> argparse.ArgumentParser:
                     help="one output per part of a split input: OUT-00001-of-0000N.gguf, ...")
     sp.add_argument("--no-progress", action="store_true", help="no progress line on stderr")
     sp.set_defaults(func=_cmd_quantize)
+
+    sp = sub.add_parser("perplexity", help="perplexity over a text and KL divergence from a base model, "
+                                           "as llama-perplexity")
+    sp.add_argument("-m", "--model", help="GGUF file (default: Gemma 3 270M from the demo extra)")
+    sp.add_argument("-f", "--file", help="the text (UTF-8); not needed with --kl-divergence")
+    sp.add_argument("-c", "--ctx-size", type=int, default=None,
+                    help="tokens per chunk (default 512; with --kl-divergence: the base file's)")
+    sp.add_argument("--chunks", type=int, default=-1, help="at most this many chunks (default -1: all)")
+    sp.add_argument("-b", "--batch-size", type=int, default=2048,
+                    help="tokens per batch; a multiple of -c puts that many chunks side by side "
+                         "(default: %(default)s)")
+    sp.add_argument("-t", "--threads", type=int, default=0, help="threads (default: physical cores)")
+    sp.add_argument("-ngl", "--n-gpu-layers", type=int, default=0, help="layers on the GPU (-1: all)")
+    sp.add_argument("--kl-divergence-base", "--save-all-logits", metavar="FILE",
+                    help="save the model's log-probabilities here (llama-perplexity's file); with "
+                         "--kl-divergence, read them from here instead")
+    sp.add_argument("--kl-divergence", action="store_true",
+                    help="KL divergence of this model from the base file's model")
+    sp.set_defaults(func=_cmd_perplexity)
+
+    sp = sub.add_parser("imatrix", help="importance matrix over a text for quantization, as llama-imatrix "
+                                        "(its GGUF file)")
+    sp.add_argument("-m", "--model", help="GGUF file (default: Gemma 3 270M from the demo extra)")
+    sp.add_argument("-f", "--file", required=True, help="the text (UTF-8)")
+    sp.add_argument("-o", "--output", default="imatrix.gguf", help="output file (default: %(default)s)")
+    sp.add_argument("-c", "--ctx-size", type=int, default=512, help="tokens per chunk (default: %(default)s)")
+    sp.add_argument("--chunks", type=int, default=-1, help="at most this many chunks (default -1: all)")
+    sp.add_argument("-b", "--batch-size", type=int, default=2048,
+                    help="tokens per batch; a multiple of -c puts that many chunks side by side "
+                         "(default: %(default)s)")
+    sp.add_argument("-t", "--threads", type=int, default=0, help="threads (default: physical cores)")
+    sp.set_defaults(func=_cmd_imatrix)
 
     sp = sub.add_parser("info", help="print the build and CPU information (system_info) as JSON")
     sp.set_defaults(func=_cmd_info)

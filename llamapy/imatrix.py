@@ -11,23 +11,32 @@ Two formats, as llama-quantize reads them:
   optionally, i32 chunk count, i32 dataset name length and the name. The
   importance is value / ncall.
 
-Not here: computing an importance matrix (llama-imatrix), using it (the
-weighted quantizers in the engine, ``quantize_gguf.py``).
+Computing one (``python -m llamapy imatrix``, llama-imatrix's statistics) and
+writing the GGUF file: below, after the readers; the statistics come from a
+hook in the engine (vendor/engine/imatrix.h).
+
+Not here: using it (the weighted quantizers in the engine, ``quantize_gguf.py``).
 """
 from __future__ import annotations
 
+import logging
+import math
 import os
 import struct
+import time
 from dataclasses import dataclass, field
-from typing import Dict, List, Sequence, Union
+from typing import Callable, Dict, List, Optional, Sequence, Union
 
 import numpy as np
 
+from . import _logprobs as lp
 from .gguf_file import GGUFError, GGUFFile
+from .perplexity import DEFAULT_CTX, MIN_CTX, open_chunked_model, read_text_file, tokenize_text
 
-__all__ = ["ImportanceMatrix", "load_imatrix"]
+__all__ = ["ImportanceMatrix", "load_imatrix", "read_imatrix", "compute_imatrix", "write_imatrix", "ImatrixResult"]
 
 _GGUF_MAGIC = b"GGUF"
+logger = logging.getLogger("llamapy.imatrix")
 
 
 @dataclass
@@ -75,13 +84,7 @@ def _load_gguf(path: str) -> ImportanceMatrix:
         if not all(k in md for k in ("imatrix.datasets", "imatrix.chunk_count", "imatrix.chunk_size")):
             raise ValueError(f"importance matrix {path}: missing imatrix metadata (imatrix.datasets, "
                              "imatrix.chunk_count, imatrix.chunk_size)")
-        sums, counts = {}, {}
-        for t in f.tensors:
-            for suffix, table in ((".in_sum2", sums), (".counts", counts)):
-                if t.name.endswith(suffix) and len(t.name) > len(suffix):
-                    if t.type_name != "F32":
-                        raise ValueError(f"importance matrix {path}: {t.name} must be F32, not {t.type_name}")
-                    table[t.name[: -len(suffix)]] = np.array(f.tensor(t.name), dtype=np.float32).reshape(-1)
+        sums, counts = _gguf_tables(f, path)
         values = {}
         for name in sorted(set(sums) | set(counts)):
             if name not in sums or name not in counts:
@@ -99,6 +102,18 @@ def _load_gguf(path: str) -> ImportanceMatrix:
         datasets = [str(d) for d in md["imatrix.datasets"]] if not isinstance(md["imatrix.datasets"], str) else \
             [md["imatrix.datasets"]]
         return ImportanceMatrix(path, values, datasets, int(md["imatrix.chunk_count"]))
+
+
+def _gguf_tables(f: GGUFFile, path: str):
+    """{name: flat float32 sums}, {name: flat float32 counts} of a GGUF imatrix."""
+    sums, counts = {}, {}
+    for t in f.tensors:
+        for suffix, table in ((".in_sum2", sums), (".counts", counts)):
+            if t.name.endswith(suffix) and len(t.name) > len(suffix):
+                if t.type_name != "F32":
+                    raise ValueError(f"importance matrix {path}: {t.name} must be F32, not {t.type_name}")
+                table[t.name[: -len(suffix)]] = np.array(f.tensor(t.name), dtype=np.float32).reshape(-1)
+    return sums, counts
 
 
 class _Reader:
@@ -141,3 +156,205 @@ def _load_legacy(path: str) -> ImportanceMatrix:
         except ValueError:
             pass
     return ImportanceMatrix(path, values, datasets, chunk_count, legacy=True)
+
+
+# ---- computing one: python -m llamapy imatrix ------------------------------------------------
+#
+# The text is cut as llama-perplexity cuts it (llamapy.perplexity: chunks of n_ctx, BOS in place
+# of each chunk's first token when the vocabulary adds it, n_batch // n_ctx chunks side by side);
+# every row is an output, as in llama-imatrix, so that every token passes through every layer.
+# The engine sums, for every layer's weight matrix, the squared inputs of each column and counts
+# the rows (products over fewer than 16 rows are left out as there). The perplexity of the second
+# halves comes along, as llama-imatrix prints it. The file: general.type "imatrix",
+# imatrix.datasets [the text file's name], imatrix.chunk_count (u32, the most chunks any matrix
+# saw), imatrix.chunk_size (u32, n_ctx); per matrix name in sorted order <name>.in_sum2 (F32
+# [n_cols] or [n_cols, n_expert]) and <name>.counts (F32 [1] or [1, n_expert]).
+# Not here: llama-imatrix's --in-file merging, --process-output, the legacy .dat output,
+# --show-statistics; GPU layers (the hook reads host memory).
+
+@dataclass
+class ImatrixEntry:
+    name: str               # the weight's GGUF name
+    sums: np.ndarray        # (n_mat, n_cols) float32 sums of squared inputs
+    counts: np.ndarray      # (n_mat,) rows summed
+
+
+@dataclass
+class ImatrixResult:
+    entries: List[ImatrixEntry]
+    n_ctx: int
+    n_chunk: int
+    chunk_count: int        # the file's imatrix.chunk_count
+    ppl: float              # of the chunks' second halves, as llama-imatrix prints it
+    ppl_unc: float
+    chunk_ppl: List[float] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+# progress(chunks_done, n_chunk, running_ppl, seconds_left)
+Progress = Callable[[int, int, float, float], None]
+
+
+def compute_imatrix(model_path: str, text: Union[str, bytes], *, n_ctx: Optional[int] = None, n_chunks: int = -1,
+                    n_batch: int = 2048, n_threads: Optional[int] = None, progress: Optional[Progress] = None,
+                    **llama_kwargs) -> ImatrixResult:
+    """The importance matrix of the model at `model_path` over `text`
+    (n_ctx default 512). ValueError for a text shorter than 2 * n_ctx tokens."""
+    n_ctx = DEFAULT_CTX if n_ctx is None else n_ctx
+    if n_ctx < MIN_CTX:
+        raise ValueError(f"n_ctx must be at least {MIN_CTX}, got {n_ctx}")
+    llm, n_seq = open_chunked_model(model_path, n_ctx, n_batch, n_threads, 0, llama_kwargs)
+    try:
+        tokens = tokenize_text(llm, text)
+        if len(tokens) < 2 * n_ctx:
+            raise ValueError(f"you need at least {2 * n_ctx} tokens for a context of {n_ctx} tokens; the text "
+                             f"tokenizes to only {len(tokens)} tokens")
+        n_chunk_max = len(tokens) // n_ctx
+        n_chunk = n_chunk_max if n_chunks < 0 else min(n_chunks, n_chunk_max)
+        if n_chunk < 1:
+            raise ValueError(f"n_chunks must be -1 (all) or positive, got {n_chunks}")
+        logger.info("computing over %d chunks, n_ctx=%d, batch_size=%d, n_seq=%d", n_chunk, n_ctx, n_batch, n_seq)
+        ctx = llm._ctx
+        ctx.set_imatrix(True)
+        try:
+            return _run(llm, tokens, n_ctx, n_chunk, n_seq, progress)
+        finally:
+            ctx.set_imatrix(False)
+    finally:
+        llm.close()
+
+
+def _run(llm, tokens, n_ctx, n_chunk, n_seq, progress) -> ImatrixResult:
+    ctx, first = llm._ctx, n_ctx // 2
+    bos = int(llm.token_bos()) if llm.tokenizer_.add_bos else None
+    # Rows per decode: whole micro-batches, so the logits of every row (all are
+    # outputs) take n_ubatch x n_vocab floats rather than n_batch x n_vocab.
+    step = max(int(ctx.n_ubatch), 1)
+    t0, nll, nll2, count, running = time.perf_counter(), 0.0, 0.0, 0, []
+    for c0 in range(0, n_chunk, n_seq):
+        k = min(n_seq, n_chunk - c0)
+        toks = tokens[c0 * n_ctx:(c0 + k) * n_ctx].copy()
+        if bos is not None:
+            toks[::n_ctx] = bos
+        pos = np.tile(np.arange(n_ctx, dtype=np.int32), k)
+        seq = np.repeat(np.arange(k, dtype=np.int32), n_ctx)
+        ctx.kv_clear()
+        for r0 in range(0, k * n_ctx, step):
+            r1 = min(k * n_ctx, r0 + step)
+            ctx.decode(tokens=toks[r0:r1], pos=pos[r0:r1], seq_ids=seq[r0:r1], logits=np.ones(r1 - r0, dtype=bool))
+            # The scored rows among these: second half of a chunk, not its last position.
+            rows = np.nonzero((pos[r0:r1] >= first) & (pos[r0:r1] < n_ctx - 1))[0]
+            if len(rows):
+                out = ctx.get_logits_all()
+                targets = tokens[c0 * n_ctx + r0 + rows + 1]
+                for sl in lp.row_blocks(len(rows), out.shape[1]):
+                    v = lp.nll(out[rows[sl]], targets[sl])
+                    nll += float(v.sum())
+                    nll2 += float((v * v).sum())
+                count += len(rows)
+        for s in range(k):
+            running.append(math.exp(nll / count))
+            if progress is not None:
+                done = c0 + s + 1
+                spent = time.perf_counter() - t0
+                progress(done, n_chunk, running[-1], spent / (c0 + k) * (n_chunk - c0 - k))
+    raw = ctx.imatrix()
+    entries = [ImatrixEntry(e["name"], np.asarray(e["sums"], dtype=np.float32), np.asarray(e["counts"]))
+               for e in raw]
+    chunk_count = max((int(e.counts.max()) // n_ctx for e in entries if e.counts.size), default=0)
+    mean, var = nll / count, nll2 / count - (nll / count) ** 2
+    ppl = math.exp(mean)
+    return ImatrixResult(entries, n_ctx, n_chunk, chunk_count, ppl,
+                         ppl * math.sqrt(var / (count - 1)) if var > 0 else 0.0, running,
+                         time.perf_counter() - t0)
+
+
+# ---- the GGUF file ---------------------------------------------------------------------------
+
+_GGUF_VERSION = 3
+_ALIGN = 32
+_T_UINT32, _T_STRING, _T_ARRAY = 4, 8, 9
+_GGML_F32 = 0
+
+
+def _str(s: str) -> bytes:
+    b = s.encode("utf-8")
+    return struct.pack("<Q", len(b)) + b
+
+
+def _pad(n: int) -> int:
+    return -n % _ALIGN
+
+
+def write_imatrix(path: str, result: ImatrixResult, datasets: List[str]) -> None:
+    """llama-imatrix's GGUF file of `result` (written under a temporary name
+    and renamed at the end)."""
+    kv = [_str("general.type") + struct.pack("<I", _T_STRING) + _str("imatrix"),
+          _str("imatrix.datasets") + struct.pack("<IIQ", _T_ARRAY, _T_STRING, len(datasets))
+          + b"".join(_str(d) for d in datasets),
+          _str("imatrix.chunk_count") + struct.pack("<II", _T_UINT32, result.chunk_count),
+          _str("imatrix.chunk_size") + struct.pack("<II", _T_UINT32, result.n_ctx)]
+    tensors = []  # (name, ne, float32 data)
+    for e in sorted(result.entries, key=lambda e: e.name):
+        n_mat, n_cols = e.sums.shape
+        # ggml drops trailing dimensions of 1 when it writes a tensor's shape
+        tensors.append((e.name + ".in_sum2", [n_cols] if n_mat == 1 else [n_cols, n_mat],
+                        np.ascontiguousarray(e.sums, dtype="<f4")))
+        tensors.append((e.name + ".counts", [1] if n_mat == 1 else [1, n_mat], e.counts.astype("<f4")))
+    infos, offset = [], 0
+    for name, ne, data in tensors:
+        infos.append(_str(name) + struct.pack("<I", len(ne)) + struct.pack(f"<{len(ne)}Q", *ne)
+                     + struct.pack("<IQ", _GGML_F32, offset))
+        offset += data.nbytes + _pad(data.nbytes)
+    head = b"GGUF" + struct.pack("<IQQ", _GGUF_VERSION, len(tensors), len(kv)) + b"".join(kv) + b"".join(infos)
+    tmp = f"{path}.tmp{os.getpid()}"
+    try:
+        with open(tmp, "wb") as f:
+            f.write(head + b"\0" * _pad(len(head)))
+            for _, _, data in tensors:
+                f.write(data.tobytes() + b"\0" * _pad(data.nbytes))
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def read_imatrix(path: str) -> dict:
+    """A GGUF importance matrix (ours or llama-imatrix's) as written, not
+    averaged: {'chunk_count', 'chunk_size', 'datasets', 'entries': {name:
+    (sums (n_mat, n_cols), counts (n_mat,))}}; ValueError for a file that is
+    not one."""
+    with GGUFFile(path) as f:
+        if f.metadata.get("general.type") != "imatrix":
+            raise ValueError(f"{path} is not an importance-matrix file (general.type is "
+                             f"{f.metadata.get('general.type')!r}, not 'imatrix')")
+        sums, counts = _gguf_tables(f, path)
+        if set(sums) != set(counts):
+            raise ValueError(f"importance matrix {path}: mismatched sums and counts")
+        entries = {n: (sums[n].reshape(len(counts[n]), -1), counts[n]) for n in sorted(sums)}
+        return {"chunk_count": int(f.metadata.get("imatrix.chunk_count", 0)),
+                "chunk_size": int(f.metadata.get("imatrix.chunk_size", 0)),
+                "datasets": list(f.metadata.get("imatrix.datasets", [])), "entries": entries}
+
+
+def run_cli(args, model_path: str) -> int:
+    """``python -m llamapy imatrix``: llama-imatrix's running perplexity on
+    stdout, timing on stderr, the file at -o."""
+    import sys
+
+    out, err = sys.stdout, sys.stderr
+    first = [True]
+
+    def progress(done: int, n_chunk: int, ppl: float, left: float) -> None:
+        if first[0]:
+            first[0] = False
+            print(f"imatrix: ETA {left / 60:.2f} minutes", file=err, flush=True)
+        print(f"[{done}]{ppl:.4f},", end="", file=out, flush=True)
+
+    res = compute_imatrix(model_path, read_text_file(args.file), n_ctx=args.ctx_size, n_chunks=args.chunks,
+                          n_batch=args.batch_size, n_threads=args.threads or None, progress=progress)
+    print(f"\nFinal estimate: PPL = {res.ppl:.4f} +/- {res.ppl_unc:.5f}", file=out)
+    write_imatrix(args.output, res, [args.file])
+    print(f"imatrix: {len(res.entries)} matrices over {res.n_chunk} chunks of {res.n_ctx} tokens in "
+          f"{res.seconds:.2f} s; wrote {args.output}", file=err)
+    return 0

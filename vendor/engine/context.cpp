@@ -807,6 +807,20 @@ void context::set_adapters(const std::vector<std::pair<std::shared_ptr<const lor
     rs_.lora_bax = float_buffer(rs_.x.where(), (size_t)(rs_.n_ubatch * loras_.max_out()));
 }
 
+void context::set_imatrix(bool on) {
+    std::unique_lock<std::mutex> lock = guard();
+    if (on && !gpu_.is_host())
+        throw value_error("imatrix statistics are collected on the CPU: load the model with n_gpu_layers=0");
+    imatrix_ = on ? std::make_unique<imatrix_collector>(model_->file()) : nullptr;
+    rs_.imatrix = imatrix_.get();
+}
+
+std::vector<imatrix_entry> context::imatrix_entries() const {
+    std::unique_lock<std::mutex> lock = guard();
+    if (!imatrix_) throw value_error("imatrix statistics are off (set_imatrix(True) first)");
+    return imatrix_->entries();
+}
+
 tensor_callback context::set_tensor_callback(tensor_callback cb) {
     std::unique_lock<std::mutex> lock = guard();
     std::swap(tensor_cb_, cb);

@@ -39,6 +39,7 @@
 #include "backend/cpu_backend.h"
 #include "context_params.h"
 #include "cpu/threadpool.h"
+#include "imatrix.h"
 #include "kv_cache.h"
 #include "lora.h"
 #include "model/decoder.h"
@@ -150,6 +151,13 @@ public:
     // deadlocks, so use a context with a callback from one thread.
     tensor_callback set_tensor_callback(tensor_callback cb);
 
+    // The importance-matrix statistics (imatrix.h): on, from the next decode
+    // every layer's product inputs are summed (value_error with layers on a
+    // GPU); off drops what was summed. Costs one null check per product while off.
+    void set_imatrix(bool on);
+    bool imatrix_on() const { return imatrix_ != nullptr; }
+    std::vector<imatrix_entry> imatrix_entries() const;
+
     // Which device holds each layer's weights and KV cache, and the bytes
     // per device (placement.h).
     placement_plan placement() const;
@@ -203,6 +211,7 @@ private:
     // or not).
     std::vector<device> layer_devices() const;
     tensor_callback tensor_cb_;        // debug hook, empty when unset
+    std::unique_ptr<imatrix_collector> imatrix_;  // null unless set_imatrix(true)
     lora_set loras_;
     rope_params rope_[2];                      // global / sliding-window layers
     mutable std::mutex mutex_;

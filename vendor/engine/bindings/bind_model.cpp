@@ -435,6 +435,35 @@ void bind_model(py::module_& m) {
                  std::vector<std::pair<std::shared_ptr<const lora_adapter>, float>> v(ads.begin(), ads.end());
                  c.set_adapters(v);
              }, py::arg("adapters"), "[(LoraAdapter, scale), ...]: adapters applied from the next decode on")
+        .def("set_imatrix", [](context& c, bool on) {
+                 py::gil_scoped_release nogil;
+                 c.set_imatrix(on);
+             }, py::arg("on"),
+             "Importance-matrix statistics (llama-imatrix's): on, from the next decode the inputs of every layer's "
+             "weight products are summed per column; off drops them. CPU contexts only.")
+        .def_property_readonly("imatrix_on", &context::imatrix_on)
+        .def("imatrix", [](const context& c) {
+                 std::vector<imatrix_entry> es;
+                 {
+                     py::gil_scoped_release nogil;
+                     es = c.imatrix_entries();
+                 }
+                 py::list out;
+                 for (const imatrix_entry& e : es) {
+                     py::array_t<float> sums({(py::ssize_t)e.n_mat, (py::ssize_t)e.n_cols});
+                     float* d = sums.mutable_data();
+                     for (size_t i = 0; i < e.sum2.size(); ++i) d[i] = (float)e.sum2[i];
+                     py::array_t<int64_t> counts((py::ssize_t)e.n_mat);
+                     std::memcpy(counts.mutable_data(), e.count.data(), sizeof(int64_t) * e.count.size());
+                     py::dict item;
+                     item["name"] = e.name;
+                     item["sums"] = sums;
+                     item["counts"] = counts;
+                     out.append(item);
+                 }
+                 return out;
+             }, "The statistics so far, sorted by weight name: [{'name', 'sums' (n_mat, n_cols) float32 sums of "
+             "squared inputs, 'counts' (n_mat,) rows summed}] (n_mat: 1, or the experts of a 3-D tensor).")
         .def("set_tensor_callback", &set_tensor_callback, py::arg("fn"),
              "debug hook: fn(name, array) receives every named intermediate of each forward pass from the next "
              "decode on (llama.cpp's graph names: 'attn_norm-0', 'Qcur-0', ..., 'result_output'; a float32 "

@@ -309,6 +309,10 @@ backend& pass::for_weights(const void* data) {
 
 void pass::matmul(const weight_view& w, rows x, rows y) {
     flush();
+    if (rs_.imatrix) {
+        finish();  // x written (a CPU-only context: set_imatrix refuses GPU parts)
+        rs_.imatrix->add(w, x.p, x.s, n_);
+    }
     lora_work lw;
     if (rs_.loras && (lw.terms = rs_.loras->find(&w))) {
         lw.ax = rs_.lora_ax.f32();
@@ -345,6 +349,10 @@ void pass::moe_route(const moe_route_args& a) {
 void pass::moe_matmul(const experts_view& w, rows x, int x_div, const int32_t* ids, int64_t n_slots, rows y,
                       const std::vector<float>& bias) {
     flush();
+    if (rs_.imatrix) {
+        finish();
+        rs_.imatrix->add_experts(w, x.p, x.s, x_div, ids, n_slots);
+    }
     for_weights(w.all.data).moe_matmul(w, x.p, x.s, x_div, ids, n_slots, y.p, y.s, opt(bias));
 }
 

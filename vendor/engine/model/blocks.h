@@ -20,6 +20,7 @@
 
 #include "../backend/backend.h"
 #include "../kv_cache.h"
+#include "../imatrix.h"
 #include "../lora.h"
 #include "model.h"
 
@@ -102,6 +103,9 @@ struct run_state {
     // max rank) and B (A x) (n_ubatch, widest adapted output).
     const lora_set* loras = nullptr;
     device_buffer lora_ax, lora_bax;
+    // The importance-matrix hook (imatrix.h), null unless switched on: every
+    // product's input is handed to it first.
+    imatrix_collector* imatrix = nullptr;
 
     size_t bytes() const;  // all of the above
     // Bytes of the activation buffers (x .. ffn) the constructor allocates
