@@ -61,6 +61,15 @@ def model_paths(names):
                 raise SystemExit(f"unknown model {n}")
             os.makedirs(OUT, exist_ok=True)
             paths[n] = write_moe(os.path.join(OUT, f"{n}.gguf"), base, int(layers) if layers else None)
+        elif n.startswith(("qwen35-4b", "qwen35moe-35b-a3b")):
+            # Qwen3.5 hybrid perf models (synthetic_hybrid_models.py); "-L<n>" picks the layer count
+            from synthetic_hybrid_models import SHAPES as HYBRID, write_hybrid
+
+            base, _, layers = n.partition("-L")
+            if base not in HYBRID:
+                raise SystemExit(f"unknown model {n}")
+            os.makedirs(OUT, exist_ok=True)
+            paths[n] = write_hybrid(os.path.join(OUT, f"{n}.gguf"), base, int(layers) if layers else None)
         else:
             raise SystemExit(f"unknown model {n}")
     return paths

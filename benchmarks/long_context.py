@@ -57,19 +57,12 @@ ROOT = os.path.dirname(HERE)
 
 
 def model_path(name: str) -> str:
-    if name == "gemma":
-        sys.path.insert(0, ROOT)
-        from llamapy.default_model import default_model_path
+    """The file of a model name generation.py knows (Gemma, the synthetic perf models)."""
+    sys.path.insert(0, HERE)
+    sys.path.insert(0, ROOT)
+    from generation import model_paths
 
-        return default_model_path()
-    if name in ("llama1b-q4_k_m", "llama1b-q8_0"):
-        sys.path.insert(0, HERE)
-        sys.path.insert(0, ROOT)
-        from synthetic_models import write_llama_1b
-
-        os.makedirs(OUT, exist_ok=True)
-        return write_llama_1b(os.path.join(OUT, f"{name}.gguf"), "Q4_K_M" if name.endswith("q4_k_m") else "Q8_0")
-    raise SystemExit(f"unknown model {name}")
+    return model_paths([name])[name]
 
 
 class _State:
