@@ -8,6 +8,11 @@ folder the tests unpack its wheel into, ~/.cache/llamapy-tests/, or
 llama.cpp reads the same GGUF. llamapy is the package ``import llamapy``
 finds (PYTHONPATH, an installed one), else this checkout's; each worker
 prints which.
+"FMA share": the model's multiply-add work for the sentences (2 flops per weight per token
+in the Q, K, V, output and FFN products, and the attention's 4 T E per token of a T-token
+sentence) over the time, as a fraction of the CPU's F32 FMA peak that the engine's probe
+(_engine.peak_gflops("f32_fma", threads)) measures in the driver after the runs (issue 36's
+throughput target; for an F32 GGUF).
 Each measurement is a fresh process: load, warm up on 50 sentences, then time
 one call embedding all sentences (llamapy / llama.cpp: ``Llama.embed``;
 sentence-transformers: ``encode`` with its default batch size 32), in wall
@@ -123,6 +128,22 @@ def worker(impl: str, outtype: str, threads: int, n: int, src: str | None = None
     return {"sentences_per_s": n / dt, "seconds": dt, "cpu_s": cpu, "sentences_per_cpu_s": n / cpu, "load_s": load}
 
 
+def work_gflop(path: str, texts: list[str]) -> float:
+    """The embedding work for ``texts`` in GFLOP (see the module's docstring)."""
+    use_llamapy_under_test()
+    from llamapy import Llama
+
+    llm = Llama(path, vocab_only=True, verbose=False)
+    md = llm.metadata
+    arch = md["general.architecture"]
+    E, FF, L = int(md[f"{arch}.embedding_length"]), int(md[f"{arch}.feed_forward_length"]), int(md[f"{arch}.block_count"])
+    flops = 0.0
+    for t in texts:
+        T = len(llm.tokenize(t.encode("utf-8"), add_bos=True))
+        flops += L * T * (2.0 * (4 * E * E + 2 * E * FF) + 4.0 * T * E)
+    return flops / 1e9
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--threads", type=int, default=2)
@@ -166,15 +187,22 @@ def main() -> int:
                   f"{last['sentences_per_cpu_s']:8.1f} per CPU-second", flush=True)
     med = {i: statistics.median(x["sentences_per_s"] for x in runs[i]) for i in impls}
     med_cpu = {i: statistics.median(x["sentences_per_cpu_s"] for x in runs[i]) for i in impls}
-    print(f"\nall-MiniLM-L6-v2 ({args.outtype} GGUF), {args.sentences} sentences, {args.threads} threads, "
-          f"median of {args.reps}:")
+    from llamapy import _engine
+
+    gflop = work_gflop(gguf_model(args.outtype, args.model_dir), sentences(args.sentences))
+    peak = _engine.peak_gflops("f32_fma", args.threads)
+    share = {i: gflop * med[i] / args.sentences / peak for i in impls}
+    print(f"\nall-MiniLM-L6-v2 ({args.outtype} GGUF), {args.sentences} sentences ({gflop:.1f} GFLOP), "
+          f"{args.threads} threads, median of {args.reps}; F32 FMA peak {peak:.1f} GFLOP/s:")
     for impl in impls:
         ratio = f"  llamapy is {med['llamapy'] / med[impl]:.2f}x" if "llamapy" in med and impl != "llamapy" else ""
-        print(f"  {impl:10s} {med[impl]:8.1f} sentences/s {med_cpu[impl]:8.1f} per CPU-second{ratio}")
+        print(f"  {impl:10s} {med[impl]:8.1f} sentences/s {med_cpu[impl]:8.1f} per CPU-second "
+              f"FMA share {100 * share[impl]:5.1f} %{ratio}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"threads": args.threads, "outtype": args.outtype, "median_sentences_per_s": med,
-                       "median_sentences_per_cpu_s": med_cpu, "runs": runs},
+                       "median_sentences_per_cpu_s": med_cpu, "gflop": gflop, "f32_fma_peak_gflops": peak,
+                       "fma_share": share, "runs": runs},
                       f, indent=2)
     return 0
 
