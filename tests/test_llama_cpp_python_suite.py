@@ -52,15 +52,17 @@ def _ported(src: Path, dest: Path) -> None:
         (dest / f.name).write_text(text, encoding="utf-8")
 
 
-def _run_suite(sdist: Path, tests: Path, hub: dict, select: str) -> tuple:
-    """The ported tests selected by ``select`` (pytest -k), with ``hub`` as the local
-    copies of the models they name: (its output, the names of the tests that passed)."""
+def _run_suite(sdist: Path, tests: Path, hub: dict, select: str = "", node_ids: tuple = ()) -> tuple:
+    """The ported tests selected by ``select`` (pytest -k) or given as ``node_ids`` (names in
+    test_llama.py), with ``hub`` as the local copies of the models they name: (its output,
+    the names of the tests that passed). -k also matches the folders' names, which hold the
+    calling test's name: node ids where that name holds a selecting word."""
     # the llamapy under test (installed or PYTHONPATH's), not necessarily this checkout's
     root = str(Path(llamapy.__file__).resolve().parents[1])
     env = dict(os.environ, LLAMAPY_LOCAL_HUB=json.dumps(hub), HF_HUB_OFFLINE="1",
                PYTHONPATH=os.pathsep.join([root] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist", str(tests),
-           "-k", select, "-rA"]
+    where = [f"{tests / 'test_llama.py'}::{n}" for n in node_ids] if node_ids else [str(tests), "-k", select]
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist", *where, "-rA"]
     # From the sdist root: its tokenizer test reads ./vendor/llama.cpp/models/ggml-vocab-llama-spm.gguf.
     r = subprocess.run(cmd, cwd=sdist, env=env, capture_output=True, text=True, timeout=900)
     out = r.stdout + r.stderr
@@ -99,11 +101,12 @@ def test_llama_cpp_python_hybrid_tests_pass(llama_cpp_sdist, gemma_path, tmp_pat
     qwen35 = str(Path(__file__).parent / "data" / "hybrid" / "qwen35" / "qwen35-q8_0.gguf")
     hub = {"tiiuae/Falcon-H1-Tiny-90M-Instruct-GGUF/Falcon-H1-Tiny-90M-Instruct-Q2_K.gguf": qwen35,
            "ggml-org/models/tinyllamas/stories15M-q4_0.gguf": gemma_path}
-    out, passed = _run_suite(sdist, tests, hub, "hybrid")
     case = "[llama_cpp_hybrid_model_path-False-True]"
-    for name in ["test_hybrid_model_prompt_cache_reset"] + [
-            t + case for t in ("test_exact_cached_prompt_reuse_matches_fresh",
-                               "test_loaded_exact_cached_prompt_reuse_matches_fresh",
-                               "test_ram_cache_exact_prompt_hit_matches_fresh",
-                               "test_shorter_prompt_prefix_reuse_matches_fresh")]:
+    names = ["test_hybrid_model_prompt_cache_reset"] + [
+        t + case for t in ("test_exact_cached_prompt_reuse_matches_fresh",
+                           "test_loaded_exact_cached_prompt_reuse_matches_fresh",
+                           "test_ram_cache_exact_prompt_hit_matches_fresh",
+                           "test_shorter_prompt_prefix_reuse_matches_fresh")]
+    out, passed = _run_suite(sdist, tests, hub, node_ids=tuple(names))
+    for name in names:
         assert name in passed, (name, out[-4000:])
