@@ -29,6 +29,9 @@ ATOL = 2e-3  # batching changes the summation order of the matmuls only
 # it and the last two of four (a delta-net layer and the attention layer)
 HAS_GPU = "vulkan" in E.backends() and bool(E.gpu_devices())
 PLACEMENTS = {"cpu": 0, "gpu": -1, "split": 2} if HAS_GPU else {"cpu": 0}
+# The families whose recurrent ops have GPU kernels (delta-net); LFM2's short convolutions and
+# Mamba-2 are refused on a GPU backend for now (test_cpu_only_families_refuse_gpu_layers).
+GPU_FILES = FILES[:2]
 
 
 def llama(path, n_gpu_layers=0, **kw):
@@ -79,9 +82,21 @@ def path(request):
 
 
 @pytest.fixture(params=list(PLACEMENTS))
-def ngl(request):
+def ngl(request, path):
     """n_gpu_layers of the placement under test."""
+    if PLACEMENTS[request.param] != 0 and path not in GPU_FILES:
+        pytest.skip(f"{path.parent.name} runs on the CPU only for now (its GPU refusal is tested on its own)")
     return PLACEMENTS[request.param]
+
+
+@pytest.mark.skipif(not HAS_GPU, reason="no GPU backend device in this build")
+@pytest.mark.parametrize("cpu_only", [f for f in FILES if f not in GPU_FILES], ids=lambda p: p.parent.name)
+def test_cpu_only_families_refuse_gpu_layers(cpu_only):
+    m = E.Model(str(cpu_only))
+    for n in (-1, 1):
+        with pytest.raises(NotImplementedError, match="n_gpu_layers=0"):
+            E.Context(m, n_ctx=128, n_batch=64, n_threads=1, n_gpu_layers=n)
+    E.Context(m, n_ctx=128, n_batch=64, n_threads=1, n_gpu_layers=0)
 
 
 def test_suffix_removal_restores_a_checkpoint_or_refuses(path, ngl):
@@ -206,6 +221,7 @@ def test_plan_memory_counts_the_states_and_checkpoints(path):
 
 
 @pytest.mark.skipif(not HAS_GPU, reason="no GPU backend device in this build")
+@pytest.mark.parametrize("path", GPU_FILES, ids=lambda p: p.parent.name)
 def test_plan_memory_puts_each_layers_live_state_on_its_device(path):
     """The live states follow their layers (recurrent_state.h); the checkpoints stay on the host."""
     import llamapy
