@@ -31,7 +31,7 @@ import numpy as np
 
 from . import _logprobs as lp
 from .gguf_file import GGUFError, GGUFFile
-from .perplexity import DEFAULT_CTX, MIN_CTX, open_chunked_model, read_text_file, tokenize_text
+from .perplexity import DEFAULT_CTX, MIN_CTX, chunk_count, open_chunked_model, read_text_file, tokenize_text
 
 __all__ = ["ImportanceMatrix", "load_imatrix", "read_imatrix", "compute_imatrix", "write_imatrix", "ImatrixResult"]
 
@@ -206,13 +206,7 @@ def compute_imatrix(model_path: str, text: Union[str, bytes], *, n_ctx: Optional
     llm, n_seq = open_chunked_model(model_path, n_ctx, n_batch, n_threads, 0, llama_kwargs)
     try:
         tokens = tokenize_text(llm, text)
-        if len(tokens) < 2 * n_ctx:
-            raise ValueError(f"you need at least {2 * n_ctx} tokens for a context of {n_ctx} tokens; the text "
-                             f"tokenizes to only {len(tokens)} tokens")
-        n_chunk_max = len(tokens) // n_ctx
-        n_chunk = n_chunk_max if n_chunks < 0 else min(n_chunks, n_chunk_max)
-        if n_chunk < 1:
-            raise ValueError(f"n_chunks must be -1 (all) or positive, got {n_chunks}")
+        n_chunk = chunk_count(len(tokens), n_ctx, n_chunks, "to compute an importance matrix")
         logger.info("computing over %d chunks, n_ctx=%d, batch_size=%d, n_seq=%d", n_chunk, n_ctx, n_batch, n_seq)
         ctx = llm._ctx
         ctx.set_imatrix(True)

@@ -294,6 +294,19 @@ def tokenize_text(llm, text: Union[str, bytes]) -> npt.NDArray[np.int32]:
     return np.asarray(llm.tokenize(data, add_bos=True, special=False), dtype=np.int32)
 
 
+def chunk_count(n_tokens: int, n_ctx: int, n_chunks: int, what: str) -> int:
+    """How many whole n_ctx chunks of the text to evaluate (all of them for n_chunks < 0);
+    ValueError for a text shorter than two chunks, as llama-perplexity / llama-imatrix say it
+    (``what``: the task, for the message)."""
+    if n_tokens < 2 * n_ctx:
+        raise ValueError(f"you need at least {2 * n_ctx} tokens {what} with a context of {n_ctx}; the text "
+                         f"tokenizes to only {n_tokens} tokens")
+    n_chunk = n_tokens // n_ctx if n_chunks < 0 else min(n_chunks, n_tokens // n_ctx)
+    if n_chunk < 1:
+        raise ValueError(f"n_chunks must be -1 (all) or positive, got {n_chunks}")
+    return n_chunk
+
+
 class _Clock:
     """Seconds per pass and the time left, from the passes so far (a pass
     evaluates n_seq chunks side by side)."""
@@ -341,13 +354,7 @@ def perplexity(model_path: str, text: Union[str, bytes, None] = None, *, n_ctx: 
     llm, n_seq = open_chunked_model(model_path, n_ctx, n_batch, n_threads, n_gpu_layers, llama_kwargs)
     try:
         tokens = tokenize_text(llm, text)
-        if len(tokens) < 2 * n_ctx:
-            raise ValueError(f"you need at least {2 * n_ctx} tokens to evaluate perplexity with a context of "
-                             f"{n_ctx}; the text tokenizes to only {len(tokens)} tokens")
-        n_chunk_max = len(tokens) // n_ctx
-        n_chunk = n_chunk_max if n_chunks < 0 else min(n_chunks, n_chunk_max)
-        if n_chunk < 1:
-            raise ValueError(f"n_chunks must be -1 (all) or positive, got {n_chunks}")
+        n_chunk = chunk_count(len(tokens), n_ctx, n_chunks, "to evaluate perplexity")
         logger.info("calculating perplexity over %d chunks, n_ctx=%d, batch_size=%d, n_seq=%d",
                     n_chunk, n_ctx, n_batch, n_seq)
         return _run_perplexity(llm, tokens, n_ctx, n_chunk, n_seq, n_batch, kl_divergence_base, progress)
