@@ -26,7 +26,7 @@ import sys
 
 import numpy as np
 
-from synthetic_models import _byte_symbols, _tiled
+from synthetic_models import add_dummy_vocab, finish, quantized_adder
 from synthetic_moe_models import more_bits
 
 SHAPES = {
@@ -48,7 +48,6 @@ def write_hybrid(path: str, name: str, n_layer: int | None = None) -> str:
     s = SHAPES[name]
     L = n_layer or s["default_layers"]
     rng = np.random.default_rng(0)
-    T = gguf.GGMLQuantizationType
     arch, E, H, KV, D, V = s["arch"], s["hidden"], s["heads"], s["kv_heads"], s["head"], s["vocab"]
     NK, NV, DK, DV = s["k_heads"], s["v_heads"], s["k_dim"], s["v_dim"]
     inner, conv_dim = NV * DV, 2 * NK * DK + NV * DV
@@ -85,20 +84,8 @@ def write_hybrid(path: str, name: str, n_layer: int | None = None) -> str:
         w.add_uint32(f"{arch}.expert_shared_feed_forward_length", s["ff_shexp"])
     w.add_vocab_size(V)
     w.add_file_type(15)
-    toks = _byte_symbols() + ["ab"] + [f"t{i}" for i in range(V - 257)]
-    w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre("default")
-    w.add_token_list(toks)
-    w.add_token_types([1] * V)
-    w.add_token_merges(["a b"])
-    w.add_bos_token_id(1)
-    w.add_eos_token_id(2)
-
-    def add(tname: str, type_name: str, n_rows: int, n_cols: int, n_mat: int = 1) -> None:
-        data = _tiled(rng, type_name, n_rows * n_mat, n_cols)
-        if n_mat > 1:
-            data = data.reshape(n_mat, n_rows, -1)
-        w.add_tensor(tname, data, raw_dtype=getattr(T, type_name))
+    add_dummy_vocab(w, V)
+    add = quantized_adder(w, rng)
 
     def f32(tname: str, *shape: int, scale: float = 0.0, value: float = 1.0) -> None:
         a = (np.full(shape, value, np.float32) if scale == 0.0
@@ -144,12 +131,7 @@ def write_hybrid(path: str, name: str, n_layer: int | None = None) -> str:
             add(p + "ffn_gate.weight", "Q4_K", s["ff"], E)
             add(p + "ffn_up.weight", "Q4_K", s["ff"], E)
             add(p + "ffn_down.weight", "Q6_K" if more else "Q4_K", E, s["ff"])
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    os.replace(path + ".tmp", path)
-    return path
+    return finish(w, path)
 
 
 if __name__ == "__main__":

@@ -34,13 +34,49 @@ def _byte_symbols() -> list:
     return [chars[b] for b in range(256)]
 
 
+def add_dummy_vocab(w, n_vocab: int) -> None:
+    """A dummy byte-level BPE vocabulary of n_vocab tokens: the 256 byte symbols (GPT-2's
+    byte-to-unicode map), one merge, then filler tokens; BOS 1, EOS 2. Both engines load it."""
+    byte_syms = _byte_symbols()
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("default")
+    w.add_token_list(byte_syms + ["ab"] + [f"t{i}" for i in range(n_vocab - len(byte_syms) - 1)])
+    w.add_token_types([1] * n_vocab)
+    w.add_token_merges(["a b"])
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)
+
+
+def quantized_adder(w, rng):
+    """add(name, type, n_rows, n_cols[, n_mat]): a tensor of random rows quantized and tiled
+    (_tiled), n_mat stacked matrices for expert tensors."""
+    import gguf
+
+    def add(name: str, type_name: str, n_rows: int, n_cols: int, n_mat: int = 1) -> None:
+        data = _tiled(rng, type_name, n_rows * n_mat, n_cols)
+        if n_mat > 1:
+            data = data.reshape(n_mat, n_rows, -1)
+        w.add_tensor(name, data, raw_dtype=getattr(gguf.GGMLQuantizationType, type_name))  # (rows, row bytes)
+
+    return add
+
+
+def finish(w, path: str) -> str:
+    """Writes the file under path + ".tmp" and renames it (never a half-written model)."""
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    os.replace(path + ".tmp", path)
+    return path
+
+
 def write_llama_1b(path: str, mix: str = "Q4_K_M") -> str:
     import gguf
 
     if os.path.exists(path):
         return path
     rng = np.random.default_rng(0)
-    T = gguf.GGMLQuantizationType
     if mix == "Q4_K_M":
         # llama.cpp's Q4_K_M: Q4_K everywhere except Q6_K for the (tied)
         # embedding/output and for attn_v / ffn_down in about half the layers.
@@ -69,21 +105,8 @@ def write_llama_1b(path: str, mix: str = "Q4_K_M") -> str:
     w.add_layer_norm_rms_eps(1e-5)
     w.add_vocab_size(VOCAB)
     w.add_file_type(15 if mix == "Q4_K_M" else 7)
-    # Dummy byte-level BPE vocabulary: the 256 byte symbols (GPT-2's
-    # byte-to-unicode map), one merge, then filler tokens.
-    byte_syms = _byte_symbols()
-    toks = byte_syms + ["ab"] + [f"t{i}" for i in range(VOCAB - len(byte_syms) - 1)]
-    w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre("default")
-    w.add_token_list(toks)
-    w.add_token_types([1] * VOCAB)
-    w.add_token_merges(["a b"])
-    w.add_bos_token_id(1)
-    w.add_eos_token_id(2)
-
-    def add(name: str, type_name: str, n_rows: int, n_cols: int) -> None:
-        data = _tiled(rng, type_name, n_rows, n_cols)
-        w.add_tensor(name, data, raw_dtype=getattr(T, type_name))  # data: (n_rows, row bytes)
+    add_dummy_vocab(w, VOCAB)
+    add = quantized_adder(w, rng)
 
     add("token_embd.weight", embd_type, VOCAB, HIDDEN)
     w.add_tensor("output_norm.weight", np.ones(HIDDEN, dtype=np.float32))
@@ -99,12 +122,7 @@ def write_llama_1b(path: str, mix: str = "Q4_K_M") -> str:
         add(p + "ffn_gate.weight", pick("ffn_gate", i), FFN, HIDDEN)
         add(p + "ffn_up.weight", pick("ffn_up", i), FFN, HIDDEN)
         add(p + "ffn_down.weight", pick("ffn_down", i), HIDDEN, FFN)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    os.replace(path + ".tmp", path)
-    return path
+    return finish(w, path)
 
 
 if __name__ == "__main__":

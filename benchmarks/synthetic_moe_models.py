@@ -31,7 +31,7 @@ import sys
 
 import numpy as np
 
-from synthetic_models import _byte_symbols, _tiled
+from synthetic_models import add_dummy_vocab, finish, quantized_adder
 
 SHAPES = {
     "qwen3moe-30b-a3b": dict(arch="qwen3moe", hidden=2048, layers=48, heads=32, kv_heads=4, head=128, n_expert=128,
@@ -57,7 +57,6 @@ def write_moe(path: str, name: str, n_layer: int | None = None) -> str:
     s = SHAPES[name]
     L = n_layer or s["default_layers"]
     rng = np.random.default_rng(0)
-    T = gguf.GGMLQuantizationType
     arch, E, H, KV, D, X = s["arch"], s["hidden"], s["heads"], s["kv_heads"], s["head"], s["n_expert"]
     F, V = s["ff_exp"], s["vocab"]
     mxfp4 = name == "gptoss-20b"
@@ -99,20 +98,8 @@ def write_moe(path: str, name: str, n_layer: int | None = None) -> str:
         w.add_string(f"{arch}.rope.scaling.type", "yarn")
         w.add_float32(f"{arch}.rope.scaling.factor", 32.0)
         w.add_uint32(f"{arch}.rope.scaling.original_context_length", 4096)
-    toks = _byte_symbols() + ["ab"] + [f"t{i}" for i in range(V - 257)]
-    w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre("default")
-    w.add_token_list(toks)
-    w.add_token_types([1] * V)
-    w.add_token_merges(["a b"])
-    w.add_bos_token_id(1)
-    w.add_eos_token_id(2)
-
-    def add(tname: str, type_name: str, n_rows: int, n_cols: int, n_mat: int = 1) -> None:
-        data = _tiled(rng, type_name, n_rows * n_mat, n_cols)
-        if n_mat > 1:
-            data = data.reshape(n_mat, n_rows, -1)
-        w.add_tensor(tname, data, raw_dtype=getattr(T, type_name))
+    add_dummy_vocab(w, V)
+    add = quantized_adder(w, rng)
 
     def f32(tname: str, *shape: int, scale: float = 0.0) -> None:
         a = np.ones(shape, np.float32) if scale == 0.0 else (rng.standard_normal(shape) * scale).astype(np.float32)
@@ -171,12 +158,7 @@ def write_moe(path: str, name: str, n_layer: int | None = None) -> str:
             add(p + "ffn_gate_shexp.weight", "Q4_K", S, E)
             add(p + "ffn_up_shexp.weight", "Q4_K", S, E)
             add(p + "ffn_down_shexp.weight", ("Q8_0" if more else "Q5_0") if S % 256 else "Q4_K", E, S)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    os.replace(path + ".tmp", path)
-    return path
+    return finish(w, path)
 
 
 if __name__ == "__main__":
