@@ -6,10 +6,15 @@
 ``create_completion`` runs llamapy's real completion code (stop strings,
 streaming, usage), so chat tests exercise everything above the engine.
 Grammars are recorded, not applied (the scripted reply is what it is).
+
+``gemma_speaking`` is the other way: a real ``Llama`` (Gemma 3 270M's vocabulary, a chat
+template of another model) whose ``generate`` is scripted.
 """
 from __future__ import annotations
 
+import contextlib
 import threading
+from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Sequence
 
 import numpy as np
@@ -149,3 +154,29 @@ class ScriptedLlama:
         from llamapy import Llama
 
         return Llama.create_chat_completion(self, *args, **kwargs)
+
+
+def sdist_template(sdist: Any, name: str) -> str:
+    """A chat template from llama.cpp's models/templates in llama-cpp-python's sdist."""
+    return (Path(sdist) / "vendor" / "llama.cpp" / "models" / "templates" / name).read_text(encoding="utf-8")
+
+
+@contextlib.contextmanager
+def gemma_speaking(gemma_path: str, template: str, reply: Dict[str, str], n_ctx: int = 2048) -> Iterator[Any]:
+    """A Llama on Gemma 3 270M with ``template`` as its chat template whose generate yields
+    the tokens of ``reply["text"]`` (read at each call), then EOS: the chat layer, the
+    completion loop and the tokenizer are real, the model's choice is scripted."""
+    import pytest
+
+    from llamapy.llama import Llama
+
+    def generate(self, tokens, **kwargs):
+        yield from self.tokenize(reply["text"].encode("utf-8"), add_bos=False, special=False) + [self.token_eos()]
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(Llama, "generate", generate)
+        m = Llama(model_path=gemma_path, n_ctx=n_ctx, verbose=False, kv_overrides={"tokenizer.chat_template": template})
+        try:
+            yield m
+        finally:
+            m.close()

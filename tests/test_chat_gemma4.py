@@ -10,9 +10,10 @@ of tokens is scripted (Llama.generate yields the tokens of REPLY)."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
+
+from chat_helpers import gemma_speaking, sdist_template
 
 from llamapy.chat.reasoning import reply_splitter, split_reply, template_syntax
 from llamapy.chat.tools import parse_tool_calls
@@ -85,21 +86,8 @@ def test_the_template_is_told_apart():
 
 @pytest.fixture(scope="module")
 def llm(gemma_path, llama_cpp_sdist):
-    from llamapy.llama import Llama
-
-    template = (Path(llama_cpp_sdist) / "vendor" / "llama.cpp" / "models" / "templates" /
-                "google-gemma-4-31B-it.jinja").read_text(encoding="utf-8")
-
-    def generate(self, tokens, **kwargs):
-        reply = self.tokenize(REPLY["text"].encode("utf-8"), add_bos=False, special=False)
-        yield from reply + [self.token_eos()]
-
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(Llama, "generate", generate)
-        m = Llama(model_path=gemma_path, n_ctx=4096, verbose=False,
-                  kv_overrides={"tokenizer.chat_template": template})
+    with gemma_speaking(gemma_path, sdist_template(llama_cpp_sdist, "google-gemma-4-31B-it.jinja"), REPLY, n_ctx=4096) as m:
         yield m
-        m.close()
 
 
 @pytest.fixture(autouse=True)

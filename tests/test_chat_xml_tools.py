@@ -8,9 +8,10 @@ scripted (Llama.generate yields the tokens of REPLY)."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
+
+from chat_helpers import gemma_speaking, sdist_template
 
 pytestmark = pytest.mark.model
 
@@ -26,21 +27,8 @@ MSGS = [{"role": "user", "content": "Weather in Vienna for two days?"}]
 
 @pytest.fixture(scope="module")
 def llm(gemma_path, llama_cpp_sdist):
-    from llamapy.llama import Llama
-
-    template = (Path(llama_cpp_sdist) / "vendor" / "llama.cpp" / "models" / "templates" /
-                "Qwen3-Coder.jinja").read_text(encoding="utf-8")
-
-    def generate(self, tokens, **kwargs):
-        reply = self.tokenize(REPLY["text"].encode("utf-8"), add_bos=False, special=False)
-        yield from reply + [self.token_eos()]
-
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(Llama, "generate", generate)
-        m = Llama(model_path=gemma_path, n_ctx=2048, verbose=False,
-                  kv_overrides={"tokenizer.chat_template": template})
+    with gemma_speaking(gemma_path, sdist_template(llama_cpp_sdist, "Qwen3-Coder.jinja"), REPLY, n_ctx=2048) as m:
         yield m
-        m.close()
 
 
 @pytest.fixture(autouse=True)
