@@ -20,6 +20,7 @@ import shutil
 
 import numpy as np
 import pytest
+from conftest import needs
 
 from convert_digest import gguf_digest
 from llamapy.cli import main as cli_main
@@ -58,7 +59,7 @@ def test_matches_llama_cpp_converter(fam, outtype, tmp_path):
 
 
 def test_pre_tokenizer_hash_matches_transformers():
-    pytest.importorskip("tokenizers")
+    needs("tokenizers")
     from llamapy.convert.vocab import pre_tokenizer_hash
 
     for fam in BPE_FAMILIES:
@@ -66,7 +67,7 @@ def test_pre_tokenizer_hash_matches_transformers():
 
 
 def test_unknown_pre_tokenizer_is_refused(tmp_path):
-    pytest.importorskip("tokenizers")
+    needs("tokenizers")
     with pytest.raises(NotImplementedError, match="--tokenizer-pre"):
         convert(str(DATA / "qwen2" / "hf"), str(tmp_path / "m.gguf"))
     assert not list(tmp_path.iterdir())

@@ -70,11 +70,18 @@ def open_model(variant, ftype, where, flash=True):
                  n_gpu_layers=-1 if where == "gpu" else 0)
 
 
-@pytest.mark.parametrize("where", WHERE)
-@pytest.mark.parametrize("variant,ftype", list(cases()))
+def placed(pairs):
+    """(…, where) for every placement a case runs on: the GPU only for GPU_VARIANTS (the MoE
+    variant's refusal: test_moe_gpu_layers_are_refused)."""
+    out = []
+    for c in pairs:
+        values, name = (c.values, c.id) if hasattr(c, "values") else (tuple(c), "-".join(c))
+        out += [pytest.param(*values, w, id=f"{name}-{w}") for w in WHERE if w == "cpu" or values[0] in GPU_VARIANTS]
+    return out
+
+
+@pytest.mark.parametrize("variant,ftype,where", placed(cases()))
 def test_matches_llama_cpp(variant, ftype, where):
-    if where == "gpu" and variant not in GPU_VARIANTS:
-        pytest.skip(f"{variant} runs on the CPU only")
     fr = record(variant)["files"][ftype]
     npz = np.load(DATA / variant / "logits.npz")
     llm = open_model(variant, ftype, where)
@@ -85,12 +92,9 @@ def test_matches_llama_cpp(variant, ftype, where):
                               f"{variant} {ftype} prompt {pi} on {where}", TOL_F16, TOL_Q)
 
 
-@pytest.mark.parametrize("where", WHERE)
-@pytest.mark.parametrize("variant", ["e2b", "moe"])
+@pytest.mark.parametrize("variant,where", placed([("e2b",), ("moe",)]))
 def test_explicit_attention_path_matches_llama_cpps(variant, where):
     """flash_attn off: llama.cpp's own flash-off greedy run, token for token."""
-    if where == "gpu" and variant not in GPU_VARIANTS:
-        pytest.skip(f"{variant} runs on the CPU only")
     fr = record(variant)["files"]["F16"]
     llm = open_model(variant, "F16", where, flash=False)
     for pr in fr["prompts"]:
@@ -143,9 +147,8 @@ def test_moe_layers_have_experts_beside_the_dense_ffn():
     assert shape["n_expert"] == cfg["num_experts"] == 8
 
 
+@pytest.mark.skipif(WHERE == ["cpu"], reason="no GPU backend device in this build (vulkan_check runs it)")
 def test_moe_gpu_layers_are_refused():
-    if "vulkan" not in _engine.backends() or not _engine.gpu_devices():
-        pytest.skip("no GPU backend device in this build")
     with pytest.raises(NotImplementedError, match="per-expert output scales"):
         open_model("moe", "F16", "gpu")
 

@@ -132,11 +132,18 @@ def test_lfm2_misshaped_tensor_is_named(tmp_path):
         Llama(model_path=str(path), n_ctx=64, verbose=False)
 
 
-@pytest.mark.parametrize("where", WHERE)
-@pytest.mark.parametrize("family,ftype", list(cases()))
+def placed(pairs):
+    """(…, where) for every placement a case runs on: the GPU ones only for GPU_FAMILIES (the
+    others' refusal: test_gpu_layers_are_refused_where_not_run_yet)."""
+    out = []
+    for c in pairs:
+        values, name = (c.values, c.id) if hasattr(c, "values") else (tuple(c), "-".join(c))
+        out += [pytest.param(*values, w, id=f"{name}-{w}") for w in WHERE if w == "cpu" or values[0] in GPU_FAMILIES]
+    return out
+
+
+@pytest.mark.parametrize("family,ftype,where", placed(cases()))
 def test_matches_llama_cpp(family, ftype, where):
-    if where != "cpu" and family not in GPU_FAMILIES:
-        pytest.skip(f"{family} runs on the CPU only")
     rec = record(family)
     fr = rec["files"][ftype]
     npz = np.load(DATA / family / "logits.npz")
@@ -147,11 +154,8 @@ def test_matches_llama_cpp(family, ftype, where):
         check_recorded_prompt(llm, pr, npz[f"{ftype}.p{pi}.last_logits"], exact, f"{family} {ftype} prompt {pi}")
 
 
-@pytest.mark.parametrize("where", WHERE)
-@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("family,where", placed((f,) for f in FAMILIES))
 def test_shared_prefix_prompt_matches_fresh_llama_cpp(family, where):
-    if where != "cpu" and family not in GPU_FAMILIES:
-        pytest.skip(f"{family} runs on the CPU only")
     """The first prompt of the pair (and a few generated tokens), then the second: the
     greedy tokens are llama.cpp's for the second prompt evaluated fresh."""
     rec = record(family)
@@ -200,5 +204,7 @@ def test_gpu_layers_are_placed_on_the_device(where):
 @pytest.mark.skipif(not HAS_GPU, reason="no GPU backend device in this build")
 @pytest.mark.parametrize("family", [f for f in FAMILIES if f not in GPU_FAMILIES])
 def test_gpu_layers_are_refused_where_not_run_yet(family):
-    with pytest.raises(NotImplementedError, match="recurrent"):
-        open_llm(family, "F16", "gpu")
+    for where in ("gpu", "split"):  # every layer, or some of them
+        with pytest.raises(NotImplementedError, match=r"recurrent.*n_gpu_layers=0"):
+            open_llm(family, "F16", where)
+    assert open_llm(family, "F16").n_vocab() > 0  # the CPU runs it

@@ -14,6 +14,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from conftest import needs
 
 from llamapy import Llama, _engine
 from llamapy.llama_cache import LlamaDiskCache, LlamaRAMCache
@@ -42,16 +43,23 @@ def complete(llm, prompt, n=8):
     return out["choices"][0]["text"], out["usage"]["completion_tokens"]
 
 
-@pytest.fixture(params=FILES, ids=lambda p: p.parent.name)
-def path(request):
+# (file, n_gpu_layers): the GPU only for the families that run there
+CASES = [(f, n) for f in FILES for n in NGL if n == 0 or f.parent.name not in CPU_ONLY]
+
+
+@pytest.fixture(params=CASES, ids=lambda c: f"{c[0].parent.name}-{'gpu' if c[1] else 'cpu'}")
+def case(request):
     return request.param
 
 
-@pytest.fixture(params=NGL, ids=lambda n: "gpu" if n else "cpu")
-def ngl(request, path):
-    if request.param and path.parent.name in CPU_ONLY:
-        pytest.skip(f"{path.parent.name} runs on the CPU only")
-    return request.param
+@pytest.fixture
+def path(case):
+    return case[0]
+
+
+@pytest.fixture
+def ngl(case):
+    return case[1]
 
 
 @pytest.fixture
@@ -79,7 +87,7 @@ def test_prompt_caches_restore_the_recurrent_state(path, fresh, kind, tmp_path, 
         assert complete(other, PROMPTS[1]) == fresh[1]
 
 
-httpx = pytest.importorskip("httpx")
+httpx = needs("httpx")
 
 
 def test_server_slots_keep_one_state_per_sequence(path, ngl):
@@ -87,8 +95,8 @@ def test_server_slots_keep_one_state_per_sequence(path, ngl):
     fresh context's, and the reuse counts as cached tokens only where a state was there.
     Both sides use the explicit attention path (what -fa auto picks with several slots): the
     tiny random models have near-ties that the two attention paths' rounding can flip."""
-    pytest.importorskip("fastapi")
-    pytest.importorskip("uvicorn")
+    needs("fastapi")
+    needs("uvicorn")
     from server_helpers import LiveServer
 
     eos = llama(path, vocab_only=True).token_eos()

@@ -76,27 +76,25 @@ def ctx_decode(ctx, toks, p0, seq=0):
     return np.array(ctx.get_logits(-1))
 
 
-@pytest.fixture(params=FILES, ids=lambda p: p.parent.name)
-def path(request):
+# (file, placement): the GPU placements only for the families that run there (the others'
+# refusal: test_hybrid_llama_cpp.py's test_gpu_layers_are_refused_where_not_run_yet)
+CASES = [(f, w) for f in FILES for w in PLACEMENTS if w == "cpu" or f in GPU_FILES]
+
+
+@pytest.fixture(params=CASES, ids=lambda c: f"{c[0].parent.name}-{c[1]}")
+def case(request):
     return request.param
 
 
-@pytest.fixture(params=list(PLACEMENTS))
-def ngl(request, path):
+@pytest.fixture
+def path(case):
+    return case[0]
+
+
+@pytest.fixture
+def ngl(case):
     """n_gpu_layers of the placement under test."""
-    if PLACEMENTS[request.param] != 0 and path not in GPU_FILES:
-        pytest.skip(f"{path.parent.name} runs on the CPU only for now (its GPU refusal is tested on its own)")
-    return PLACEMENTS[request.param]
-
-
-@pytest.mark.skipif(not HAS_GPU, reason="no GPU backend device in this build")
-@pytest.mark.parametrize("cpu_only", [f for f in FILES if f not in GPU_FILES], ids=lambda p: p.parent.name)
-def test_cpu_only_families_refuse_gpu_layers(cpu_only):
-    m = E.Model(str(cpu_only))
-    for n in (-1, 1):
-        with pytest.raises(NotImplementedError, match="n_gpu_layers=0"):
-            E.Context(m, n_ctx=128, n_batch=64, n_threads=1, n_gpu_layers=n)
-    E.Context(m, n_ctx=128, n_batch=64, n_threads=1, n_gpu_layers=0)
+    return PLACEMENTS[case[1]]
 
 
 def test_suffix_removal_restores_a_checkpoint_or_refuses(path, ngl):
@@ -129,6 +127,7 @@ def test_suffix_removal_restores_a_checkpoint_or_refuses(path, ngl):
     assert ctx.kv_seq_rm(0, -1, -1) is True and ctx.kv_seq_pos_max(0) == -1
 
 
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.parent.name)  # no placement in it
 def test_rows_in_several_sequences_and_partial_copies_are_refused(path):
     m = E.Model(str(path))
     ctx = E.Context(m, n_ctx=64, n_batch=16, n_threads=1, n_seq_max=2)
@@ -205,6 +204,7 @@ def test_speculative_rollback_matches_plain_greedy(path, right, ngl):
     assert greedy(llm, PROMPT, 16) == truth[:16]
 
 
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.parent.name)  # no placement in it
 def test_plan_memory_counts_the_states_and_checkpoints(path):
     import llamapy
 

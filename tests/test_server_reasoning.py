@@ -162,7 +162,7 @@ def test_ollama_thinking(server, client):
     assert (g["response"], g["thinking"]) == ("It is sunny in Paris.", "The user asks about Paris; say it is sunny.")
     bad = client.post("/api/chat", json={"model": "m", "messages": MSGS, "think": "very"})
     assert bad.status_code == 400 and "think must be" in bad.json()["error"]["message"]
-    ollama = pytest.importorskip("ollama")
+    ollama = needs("ollama")
     out = ollama.Client(host=server.url).chat(model="m", messages=MSGS, think=True)
     assert out.message.thinking == "The user asks about Paris; say it is sunny."
     assert out.message.content == "It is sunny in Paris."
@@ -181,7 +181,7 @@ def test_ollama_tool_calls_whole_and_streamed(server, client):
     assert lines[-1]["done"] and [{"function": c["function"]} for c in lines[-1]["message"]["tool_calls"]] == want
     assert not any(x["message"].get("tool_calls") for x in lines[:-1])
     assert "".join(x["message"].get("thinking", "") for x in lines) == "I need the weather tool."
-    ollama = pytest.importorskip("ollama")
+    ollama = needs("ollama")
     for stream in (False, True):
         out = ollama.Client(host=server.url).chat(model="m", messages=MSGS, tools=[WEATHER], stream=stream)
         calls = [c for part in (out if stream else [out]) for c in (part.message.tool_calls or [])]
