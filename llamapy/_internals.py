@@ -64,7 +64,7 @@ def _engine_model_params(path: str, params: Any) -> Any:
     # AUTO keeps llamapy's default (read into memory where it fits, else map)
     use_mmap = None if load_mode == _c.LLAMA_LOAD_MODE_AUTO else load_mode in mapped  # type: ignore[attr-defined]
     return _engine.ModelParams(vocab_only=vocab_only, kv_overrides=getattr(params, "kv_overrides", None),
-                               use_mmap=_params.use_mmap_value(path, use_mmap, vocab_only))
+                               **_params.load_options(path, use_mmap, vocab_only))
 
 
 # llama.h keeps the GPU placement in the model's params; the engine, in the context's.

@@ -78,6 +78,16 @@ def use_mmap_value(path: str, use_mmap: Optional[bool], vocab_only: bool) -> boo
     return bool(use_mmap)
 
 
+def load_options(path: str, use_mmap: Optional[bool], vocab_only: bool) -> Dict[str, bool]:
+    """The engine's ModelParams use_mmap / huge_pages for Llama's use_mmap.
+    The default (None) where the file fits: the file read in through a
+    mapping in 2 MiB pages where the kernel gives it those (faster token
+    generation than a copy in 4 KiB pages: huge_pages.h), else read into
+    memory. use_mmap=False: always the copy; True: a mapping, advised for
+    2 MiB pages, read as used."""
+    return {"use_mmap": use_mmap_value(path, use_mmap, vocab_only), "huge_pages": use_mmap is not False}
+
+
 def refuse_unknown(kwargs: Dict[str, Any], verbose: bool) -> None:
     """The keywords Llama() does not name: older releases' (a note, no effect)
     or unknown ones (a TypeError naming them)."""

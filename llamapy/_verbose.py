@@ -119,7 +119,7 @@ def load_report(llama: Any) -> str:
     model = llama.model
     lines += [
         f"file size   = {format_bytes(n_bytes)} ({bpw:.2f} BPW), {format_count(n_params)} parameters",
-        "weights     = " + ("read into memory" if model.weights_in_memory else "mapped from the file (use_mmap)"),
+        "weights     = " + model.weights_placement,
         f"arch        = {model.arch}",
         f"n_layer     = {model.n_layer}",
         f"n_embd      = {model.n_embd}",

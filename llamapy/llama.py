@@ -169,7 +169,7 @@ class Llama(_sequence.SequenceAttributes):
         # The engine's option carriers parse every engine option (bind_params.cpp).
         self.model_params = _engine.ModelParams(
             vocab_only=vocab_only, kv_overrides=kv_overrides,
-            use_mmap=_params.use_mmap_value(self.model_path, use_mmap, vocab_only))
+            **_params.load_options(self.model_path, use_mmap, vocab_only))
         self.context_params = cp = _engine.ContextParams(
             n_ctx=n_ctx, n_batch=n_batch, n_ubatch=n_ubatch, n_seq_max=n_seq_max, n_threads=n_threads,
             n_threads_batch=n_threads_batch, type_k=type_k, type_v=type_v, flash_attn=flash_attn,

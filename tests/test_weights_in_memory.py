@@ -5,6 +5,7 @@ not a crash, either way."""
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 
 import numpy as np
@@ -67,3 +68,51 @@ def test_quiet_load_logs_nothing_about_it(tiny, caplog):
     with caplog.at_level(logging.DEBUG, logger="llamapy"):
         Llama(str(tiny("llama", "F32")[0]), n_ctx=64, use_mmap=False, verbose=False).close()
     assert not [r for r in caplog.records if "memory" in r.getMessage()]
+
+
+def _smaps_huge_kb(path: str) -> int:
+    """FilePmdMapped (kB) of this process's mappings of path."""
+    total, ours = 0, False
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            if line[:1] in "0123456789abcdef":
+                ours = line.rstrip().endswith(path)
+            elif ours and line.startswith("FilePmdMapped:"):
+                total += int(line.split()[1])
+    return total
+
+
+def test_load_options_of_use_mmap():
+    # the default reads the file in through a mapping in 2 MiB pages where
+    # the kernel gives it those, else copies it; False always copies
+    from llamapy._params import load_options
+
+    assert load_options(__file__, None, False) == {"use_mmap": False, "huge_pages": True}
+    assert load_options(__file__, False, False) == {"use_mmap": False, "huge_pages": False}
+    assert load_options(__file__, True, False) == {"use_mmap": True, "huge_pages": True}
+
+
+def test_default_placement_of_a_large_file_is_what_it_says(gemma_path):
+    # Gemma 3 270M (~250 MB): mapped in 2 MiB pages where this kernel does it
+    # (Linux with transparent huge pages and a filesystem with large folios),
+    # else read into memory; whichever, the kernel's own page tables agree
+    # with the report, and the numbers equal the copy's.
+    toks = [2, 818, 5279, 529, 7001, 563]
+    default = Llama(gemma_path, n_ctx=64, logits_all=True, verbose=False)
+    copy = Llama(gemma_path, n_ctx=64, logits_all=True, use_mmap=False, verbose=False)
+    assert copy._model.weights_placement == "read into memory"
+    where = default._model.weights_placement
+    assert where in ("mapped from the file in 2 MiB pages", "read into memory")
+    if where != "read into memory":
+        assert not default._model.weights_in_memory
+        # at least half of what is resident, as huge_pages.cpp requires
+        assert _smaps_huge_kb(os.path.realpath(gemma_path)) * 1024 >= os.path.getsize(gemma_path) // 2
+    assert np.array_equal(_logits(default, toks), _logits(copy, toks))
+    default.close()
+    copy.close()
+
+
+def test_small_files_are_read_into_memory_even_where_huge_pages_are_preferred(tiny):
+    llm = Llama(str(tiny("llama", "F32")[0]), n_ctx=64, verbose=False)
+    assert llm._model.weights_placement == "read into memory"
+    llm.close()

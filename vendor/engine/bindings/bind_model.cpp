@@ -249,6 +249,12 @@ void bind_model(py::module_& m) {
         .def_property_readonly("path", [](const model& x) { return x.file().path(); })
         .def_property_readonly("weights_in_memory", [](const model& x) { return x.file().in_memory(); },
                                "the file was read into memory (use_mmap=False), not mapped")
+        .def_property_readonly("weights_placement", [](const model& x) {
+                                   return std::string(x.file().in_memory()     ? "read into memory"
+                                                      : x.file().huge_mapped() ? "mapped from the file in 2 MiB pages"
+                                                                               : "mapped from the file");
+                               }, "where the weights are: read into memory, mapped from the file in 2 MiB pages "
+                                  "(read in), or mapped from the file (read as used)")
         .def_property_readonly("arch", [](const model& x) { return x.hp().arch; })
         .def_property_readonly("name", [](const model& x) { return x.hp().name; })
         .def_property_readonly("n_vocab", [](const model& x) { return x.hp().n_vocab; })

@@ -368,6 +368,9 @@ void bind_params(py::module_& m) {
     option(mp, "vocab_only", &model_params::vocab_only, truth, "metadata and vocabulary only, no weights");
     option(mp, "use_mmap", &model_params::use_mmap, truth,
            "map the file (False: read it into anonymous memory up front)");
+    option(mp, "huge_pages", &model_params::huge_pages, truth,
+           "map the file in 2 MiB pages where the kernel can (Linux transparent huge pages); with "
+           "use_mmap=False, keep such a mapping, read in, instead of a copy when the kernel gave it 2 MiB pages");
 
     py::class_<context_params> cp(m, "ContextParams",
                                   "Options of Context(model, params): context.h's context_params. Zero / -1 "

@@ -6,6 +6,8 @@
 // Not here: Python conversion of values (bindings/bind_gguf.cpp).
 #include "gguf.h"
 
+#include "../huge_pages.h"
+
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -428,8 +430,14 @@ struct fd_guard {
 // here decoded a 1B Q4_K_M model 5-30 % slower than from this copy in all
 // but one pair of alternating runs (benchmarks/RESULTS.md 2026-12-06).
 // llama.cpp's CPU repack buffers are such copies too. Not advised for huge
-// pages: with the kernel's THP defrag=madvise that made the page faults
-// compact memory (load 0.4 -> 2.4 s for 815 MB) for no measurable gain.
+// pages: anonymous huge pages are zeroed on first touch, which made loads
+// 2-6x slower on the VMs here; the default now prefers the file's own pages
+// mapped 2 MiB at a time where the kernel gives them (huge_pages.h) and
+// falls back to this copy.
+// Files below this are read into memory even where huge pages are preferred:
+// a few 2 MiB pages gain nothing, and tiny files would waste most of one.
+static constexpr uint64_t kMinHugeMapped = uint64_t(16) << 20;
+
 static void* read_into_memory(int fd, uint64_t size, const std::string& path) {
     void* m = ::mmap(nullptr, (size_t)size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (m == MAP_FAILED)
@@ -453,13 +461,15 @@ static void* read_into_memory(int fd, uint64_t size, const std::string& path) {
     return m;
 }
 
-std::shared_ptr<gguf_file> gguf_file::open(const std::string& path, bool in_memory) {
-    std::shared_ptr<gguf_file> f = open_one(path, in_memory);
-    f->open_parts(in_memory);
+std::shared_ptr<gguf_file> gguf_file::open(const std::string& path, bool in_memory, bool huge_pages) {
+    std::shared_ptr<gguf_file> f = open_one(path, in_memory, huge_pages);
+    f->open_parts(in_memory, huge_pages);
+    if (f->huge_mapped_)
+        for (const auto& p : f->parts_) f->huge_mapped_ = f->huge_mapped_ && p->huge_mapped_;
     return f;
 }
 
-std::shared_ptr<gguf_file> gguf_file::open_one(const std::string& path, bool in_memory) {
+std::shared_ptr<gguf_file> gguf_file::open_one(const std::string& path, bool in_memory, bool huge_pages) {
     fd_guard fd{::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK)};
     if (fd.fd < 0) throw gguf_os_error("cannot open " + path + ": " + std::strerror(errno), errno, path);
     struct stat st;
@@ -471,8 +481,25 @@ std::shared_ptr<gguf_file> gguf_file::open_one(const std::string& path, bool in_
     std::shared_ptr<gguf_file> f(new gguf_file());
     f->path_ = path;
     f->size_ = (uint64_t)st.st_size;
-    void* m = in_memory ? read_into_memory(fd.fd, f->size_, path)
-                        : ::mmap(nullptr, (size_t)f->size_, PROT_READ, MAP_PRIVATE, fd.fd, 0);
+    void* m = MAP_FAILED;
+    if (huge_pages && (!in_memory || f->size_ >= kMinHugeMapped)) {
+        m = map_file_huge_advised(fd.fd, (size_t)f->size_);
+        if (!m) m = MAP_FAILED;
+        // Reading into memory was asked: keep this mapping only if the
+        // kernel read the file in 2 MiB pages (huge_pages.h).
+        if (m != MAP_FAILED && in_memory) {
+            if (populate_in_huge_pages(m, (size_t)f->size_, fd.fd)) {
+                f->huge_mapped_ = true;
+                in_memory = false;
+            } else {
+                ::munmap(m, (size_t)f->size_);
+                m = MAP_FAILED;
+            }
+        }
+    }
+    if (m == MAP_FAILED)
+        m = in_memory ? read_into_memory(fd.fd, f->size_, path)
+                      : ::mmap(nullptr, (size_t)f->size_, PROT_READ, MAP_PRIVATE, fd.fd, 0);
     if (m == MAP_FAILED) throw gguf_os_error("cannot map " + path + ": " + std::strerror(errno), errno, path);
     f->base_ = (const uint8_t*)m;
     f->mapped_ = true;
@@ -531,7 +558,7 @@ std::string part_name(int64_t no, int64_t n) {
 
 }  // namespace
 
-void gguf_file::open_parts(bool in_memory) {
+void gguf_file::open_parts(bool in_memory, bool huge_pages) {
     constexpr int64_t max_parts = 65535;  // split.count is a u16
     const int64_t n = split_int(*this, "split.count", max_parts, path_);
     if (n <= 1) return;  // a single file (split.count absent, 0 or 1)
@@ -558,7 +585,7 @@ void gguf_file::open_parts(bool in_memory) {
         const std::string where = part_name(i, n) + " (" + p + ")";
         std::shared_ptr<gguf_file> next;
         try {
-            next = open_one(p, in_memory);
+            next = open_one(p, in_memory, huge_pages);
         } catch (const gguf_os_error& e) {
             const std::string what = e.err == ENOENT
                 ? "model is split into " + std::to_string(n) + " files; part " + std::to_string(i + 1) + " is missing"

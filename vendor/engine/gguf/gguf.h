@@ -143,8 +143,13 @@ public:
     // contents are not a valid GGUF file or the parts do not fit together.
     // in_memory: read the whole file (every part) into private anonymous
     // memory instead of mapping it; see gguf.cpp read_into_memory.
-    static std::shared_ptr<gguf_file> open(const std::string& path, bool in_memory = false);
+    // huge_pages: map at a 2 MiB boundary advised for huge pages
+    // (huge_pages.h); with in_memory, first map and read the file that way
+    // and keep that mapping if the kernel gave it 2 MiB pages (huge_mapped),
+    // else read it into memory.
+    static std::shared_ptr<gguf_file> open(const std::string& path, bool in_memory = false, bool huge_pages = false);
     bool in_memory() const { return in_memory_; }
+    bool huge_mapped() const { return huge_mapped_; }  // every part mapped in (mostly) 2 MiB pages, read in
     // Validate a copy of an in-memory image (tests, fuzzing): always one
     // file, its split keys (if any) unread.
     static std::shared_ptr<gguf_file> from_buffer(const void* data, size_t size);
@@ -213,9 +218,9 @@ public:
 
 private:
     gguf_file() = default;
-    static std::shared_ptr<gguf_file> open_one(const std::string& path, bool in_memory);
+    static std::shared_ptr<gguf_file> open_one(const std::string& path, bool in_memory, bool huge_pages);
     void parse();  // gguf.cpp: validates everything and fills the tables below
-    void open_parts(bool in_memory);  // gguf.cpp: the other parts of a split model, checked
+    void open_parts(bool in_memory, bool huge_pages);  // gguf.cpp: the other parts of a split model, checked
     uint64_t value_end(gguf_type t, uint64_t pos) const;  // first byte after a validated value
 
     std::string path_;
@@ -223,6 +228,7 @@ private:
     uint64_t size_ = 0;
     bool mapped_ = false;                  // base_ came from mmap (else owned_)
     bool in_memory_ = false;               // that mmap is anonymous memory holding a copy of the file
+    bool huge_mapped_ = false;             // that mmap is the file's, read in, mostly in 2 MiB pages
     std::unique_ptr<uint64_t[]> owned_;    // buffer copy, 8-byte aligned
 
     uint32_t version_ = 0;

@@ -890,7 +890,7 @@ std::shared_ptr<model> model::load(const std::string& path, const model_params& 
     const bool vocab_only = p.vocab_only, use_mmap = p.use_mmap;
     std::shared_ptr<model> m(new model());
     // use_mmap false: the file read into memory (gguf.cpp read_into_memory), not mapped
-    std::shared_ptr<gguf_file> file = gguf_file::open(path, !use_mmap && !vocab_only);
+    std::shared_ptr<gguf_file> file = gguf_file::open(path, !use_mmap && !vocab_only, p.huge_pages && !vocab_only);
     if (!p.kv_overrides.empty()) file->set_overrides(p.kv_overrides);
     m->file_ = file;
     const gguf_file& f = *m->file_;

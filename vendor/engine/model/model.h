@@ -378,6 +378,9 @@ const arch_def* find_arch(const std::string& name);
 struct model_params {
     bool vocab_only = false;  // read metadata only (for the tokenizer), no weights; any architecture is accepted
     bool use_mmap = true;     // false: read the file into anonymous memory up front (faster streaming)
+    // Map in 2 MiB pages (huge_pages.h); with use_mmap false: map and read the
+    // file that way where the kernel gives it 2 MiB pages, else read it in.
+    bool huge_pages = true;
     std::vector<gguf_override> kv_overrides;  // metadata values that replace the file's (gguf.h)
 };
 
