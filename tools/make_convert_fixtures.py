@@ -66,7 +66,16 @@ TOKENS = {
     "granite": ([], None, None, None, False, "refact"),
     "gemma2": ([], "<s>", "</s>", None, True, None),
     "granitemoe": ([], None, None, None, False, "refact"),
+    # Phi-4-mini style: byte-level BPE behind tokenizer_class GPT2Tokenizer (the converter's
+    # phi3 path reads tokenizer.model unless the class says GPT2Tokenizer)
+    "phi3": (["<|endoftext|>", "<|system|>", "<|user|>", "<|assistant|>", "<|end|>"], None, "<|end|>",
+             "<|endoftext|>", False, "gpt-4o"),
+    # tools/moe's builders (their own tokenizer specials), weights re-saved as BF16
+    "gptoss": ([], None, None, None, False, "gpt-4o"),
+    "deepseek2": ([], None, None, None, False, "deepseek-v3"),
+    "glm4moe": ([], None, None, None, False, "glm4"),
 }
+MOE_BUILDERS = ("gptoss", "deepseek2", "glm4moe")
 GEMMA_TEMPLATE = ("{{ bos_token }}{% for m in messages %}<start_of_turn>{{ m['role'] }}\n{{ m['content'] }}"
                   "<end_of_turn>\n{% endfor %}{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}")
 
@@ -100,13 +109,14 @@ def write_tokenizer(fam: str, base: pathlib.Path, out: pathlib.Path, template_fi
     from tokenizers import AddedToken, Tokenizer
 
     specials, bos, eos, pad, add_bos, _ = TOKENS[fam]
+    tok_class = "GPT2Tokenizer" if fam == "phi3" else "PreTrainedTokenizerFast"
     tok = Tokenizer.from_file(str(base))
     n_base = tok.get_vocab_size()
     # <think> / </think> are added but not special in Qwen3: USER_DEFINED in the GGUF
     tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in specials if "think" not in t])
     tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in specials if "think" in t])
     tok.save(str(out / "tokenizer.json"))
-    cfg = {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": 4096,
+    cfg = {"tokenizer_class": tok_class, "model_max_length": 4096,
            "bos_token": bos, "eos_token": eos, "pad_token": pad, "add_bos_token": add_bos,
            "add_eos_token": False, "clean_up_tokenization_spaces": False}
     if template_file:
@@ -141,6 +151,11 @@ def build(fam: str, out: pathlib.Path, base_tok: pathlib.Path) -> None:
         hf_models.build_mixtral(out, vlm.train_tokenizer(ARGS.work), 212)
         (out / "generation_config.json").unlink(missing_ok=True)
         return
+    if fam in MOE_BUILDERS:
+        hf_models.BUILDERS[fam](out, base_tok, None)
+        (out / "generation_config.json").unlink(missing_ok=True)
+        to_bf16(out)
+        return
     if fam == "qwen3moe":
         hf_models.build_qwen3moe(out, base_tok, True, 111, n_layers=2, n_experts=4, moe_ffn=32)
         (out / "generation_config.json").unlink(missing_ok=True)
@@ -174,6 +189,13 @@ def build(fam: str, out: pathlib.Path, base_tok: pathlib.Path) -> None:
             query_pre_attn_scalar=32, bos_token_id=1, eos_token_id=2, pad_token_id=0,
             tie_word_embeddings=True, **common)
         model, dtype, shard = tf.Gemma3ForCausalLM(cfg), torch.float32, None
+    elif fam == "phi3":
+        # fused qkv_proj and gate_up_proj, no sliding window (Phi-4 style), untied output, F32
+        cfg = tf.Phi3Config(vocab_size=n_tok, tie_word_embeddings=False, rope_parameters={
+            "rope_type": "default", "rope_theta": 10000.0}, original_max_position_embeddings=4096,
+            sliding_window=None, bos_token_id=None, eos_token_id=n_tok - 1, pad_token_id=n_tok - 5,
+            **common)
+        model, dtype, shard = tf.Phi3ForCausalLM(cfg), torch.float32, None
     elif fam == "gemma2":
         # Gemma 2: attention and final logit soft-caps, sliding / global layers, four norms per
         # layer stored as (w - 1), tied embeddings, head_dim 32, BF16 weights
@@ -194,6 +216,21 @@ def build(fam: str, out: pathlib.Path, base_tok: pathlib.Path) -> None:
     model.save_pretrained(out, **kw)
     for extra in ("generation_config.json",):
         (out / extra).unlink(missing_ok=True)
+
+
+def to_bf16(out: pathlib.Path) -> None:
+    """Re-saves every floating tensor of out/'s safetensors as BF16 (half the committed size;
+    also the dtype released checkpoints carry)."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    for f in sorted(out.glob("*.safetensors")):
+        sd = load_file(str(f))
+        save_file({k: v.to(torch.bfloat16) if v.is_floating_point() else v for k, v in sd.items()}, str(f),
+                  metadata={"format": "pt"})
+    cfg = json.loads((out / "config.json").read_text())
+    cfg["torch_dtype"] = cfg["dtype"] = "bfloat16"
+    (out / "config.json").write_text(json.dumps(cfg, indent=1))
 
 
 def chkhsh(hf_dir: pathlib.Path) -> str:
