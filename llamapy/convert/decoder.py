@@ -19,7 +19,8 @@ Per-expert MoE matrices (``mlp.experts.<e>.{gate,up,down}_proj``, Mixtral's
 ``block_sparse_moe.experts.<e>.w{1,2,3}``) are stacked per layer into
 ``ffn_{gate,up,down}_exps`` (one layer's experts in memory at a time); routers stay F32.
 
-Not here: fused expert tensors (``experts.gate_up_proj``), shared experts, multimodal projectors.
+Families split or rename what the shared table does not cover (fused experts, shared experts,
+MLA) through the DecoderFamily hooks. Not here: multimodal projectors.
 """
 from __future__ import annotations
 
@@ -38,6 +39,7 @@ log = logging.getLogger("llamapy.convert")
 
 OUTTYPES = ("f32", "f16", "bf16", "q8_0")
 _FILE_TYPE = {"f32": 0, "f16": 1, "q8_0": 7, "bf16": 32}  # general.file_type (llama_ftype)
+_GATING = {"softmax": 1, "sigmoid": 2, "sqrtsoftplus": 4}  # expert_gating_func (llama_expert_gating_func_type)
 
 # Hugging Face name (LLaMA-style checkpoints) -> GGUF name; {0} is the layer.
 _TENSOR_NAMES = [
@@ -85,8 +87,9 @@ class DecoderFamily:
     # hf name, shape, cfg -> [(gguf name, shape, fn(array) -> array)] for a tensor the family
     # splits itself (Granite MoE's fused gate+up experts), or None to map it as usual
     split_tensor: Optional[Callable[[str, Tuple[int, ...], dict], Optional[list]]] = None
-    # Hugging Face names this family leaves out (Gemma 2's lm_head: tied, but saved)
-    skip: Optional[str] = None
+    # (hf name, cfg) -> True for a checkpoint tensor this family leaves out (Gemma 2's lm_head:
+    # tied, but saved; DeepSeek's multi-token-prediction layers)
+    skip: Optional[Callable[[str, dict], bool]] = None
     # cfg -> cfg: a family's reading of its config before anything is written (Granite drops head_dim)
     prepare_config: Optional[Callable[[dict], dict]] = None
     # (vocab, cfg, hf_dir): a family's changes to the tokenizer metadata
@@ -130,6 +133,13 @@ def rope_parameters(cfg: dict) -> dict:
         if "original_max_position_embeddings" not in rp and omax is not None:
             rp["original_max_position_embeddings"] = omax
     return rp
+
+
+def write_gating_func(w, value: int) -> None:
+    """``<arch>.expert_gating_func`` by number: gguf 0.19's enum lacks sqrt-softplus (4)."""
+    import gguf
+
+    w.add_uint32(gguf.Keys.LLM.EXPERT_GATING_FUNC.format(arch=w.arch), value)
 
 
 def _write_hparams(w, cfg: dict, n_layer: int, outtype: str) -> None:
@@ -191,9 +201,16 @@ def _write_hparams(w, cfg: dict, n_layer: int, outtype: str) -> None:
         v = first(cfg, keys)
         if v is not None:
             add(v)
-    if cfg.get("n_group") is not None or cfg.get("topk_group") is not None or \
-            first(cfg, ("score_function", "scoring_func", "score_func")) is not None:
-        raise NotImplementedError("grouped / sigmoid expert routing (DeepSeek-style) is not converted")
+    if cfg.get("n_group") is not None:
+        w.add_expert_group_count(cfg["n_group"])
+    if cfg.get("topk_group") is not None:
+        w.add_expert_group_used_count(cfg["topk_group"])
+    score = first(cfg, ("score_function", "scoring_func", "score_func", "moe_router_activation",
+                        "moe_router_activation_func", "expert_selection_fn"))
+    if score is not None:
+        if score not in _GATING:
+            raise NotImplementedError(f"expert score function {score!r} is not converted ({', '.join(_GATING)})")
+        write_gating_func(w, _GATING[score])
     if cfg.get("head_dim") is not None:
         w.add_key_length(cfg["head_dim"])
         w.add_value_length(cfg["head_dim"])
@@ -330,10 +347,9 @@ def _plan(family: DecoderFamily, ckpt: Checkpoint, cfg: dict, n_layer: int) -> P
     for name, arr in extra.items():
         plan.append((name, lambda a=arr: a, tuple(arr.shape)))
     pending: Dict[int, Dict[Tuple[str, int], str]] = {}
-    n_expert = first(cfg, ("num_local_experts", "num_experts"))
-    skip = re.compile(family.skip) if family.skip else None
+    n_expert = first(cfg, ("num_local_experts", "num_experts", "n_routed_experts"))
     for hf_name in ckpt.names():
-        if skip is not None and skip.fullmatch(hf_name):
+        if family.skip is not None and family.skip(hf_name, cfg):
             continue
         m = _EXPERT.fullmatch(hf_name)
         if m:

@@ -43,6 +43,6 @@ FAMILY = DecoderFamily(
     write_hparams=_hparams,
     tensor_hook=gemma3.FAMILY.tensor_hook,
     tensor_names=gemma3.FAMILY.tensor_names,
-    skip=r"lm_head\.weight",
+    skip=lambda hf_name, cfg: hf_name == "lm_head.weight",
     adjust_vocab=_adjust_vocab,
 )
