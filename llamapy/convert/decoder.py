@@ -58,6 +58,9 @@ _TENSOR_NAMES = [
     (r"model\.layers\.(\d+)\.mlp\.up_proj\.(weight|bias)", "blk.{0}.ffn_up.{1}"),
     (r"model\.layers\.(\d+)\.mlp\.down_proj\.(weight|bias)", "blk.{0}.ffn_down.{1}"),
     (r"model\.layers\.(\d+)\.(?:mlp|block_sparse_moe)\.gate\.weight", "blk.{0}.ffn_gate_inp.weight"),  # MoE router
+    # DeepSeek-V3-style routing: the selection-only expert bias and the shared experts
+    (r"model\.layers\.(\d+)\.mlp\.gate\.e_score_correction_bias", "blk.{0}.exp_probs_b.bias"),
+    (r"model\.layers\.(\d+)\.mlp\.shared_experts\.(gate|up|down)_proj\.weight", "blk.{0}.ffn_{1}_shexp.weight"),
 ]
 _TENSOR_RES = [(re.compile(p), out) for p, out in _TENSOR_NAMES]
 # buffers some checkpoints carry that no GGUF has

@@ -12,7 +12,7 @@ What differs from the shared decoder writer:
   decompressed heads, the LoRA ranks, leading dense layers, shared-expert count, routed
   scaling, top-k normalisation, and YaRN's log multiplier (0.1 * mscale_all_dim);
 - routing: expert groups and the score function through the shared writer; V3's selection
-  bias ``mlp.gate.e_score_correction_bias`` -> ``ffn_exp_probs_b.bias``; shared experts ->
+  bias ``mlp.gate.e_score_correction_bias`` -> ``exp_probs_b.bias``; shared experts ->
   ``ffn_*_shexp``; routed experts stacked by the shared writer;
 - the multi-token-prediction layers past num_hidden_layers are left out (llama.cpp's
   deepseek2 does not load them), as is a tied lm_head.
@@ -106,7 +106,5 @@ FAMILY = DecoderFamily(
         (_L + r"self_attn\.q_b_proj\.weight", "blk.{0}.attn_q_b.weight"),
         (_L + r"self_attn\.kv_a_proj_with_mqa\.weight", "blk.{0}.attn_kv_a_mqa.weight"),
         (_L + r"self_attn\.kv_a_layernorm\.weight", "blk.{0}.attn_kv_a_norm.weight"),
-        (_L + r"mlp\.gate\.e_score_correction_bias", "blk.{0}.exp_probs_b.bias"),
-        (_L + r"mlp\.shared_experts\.(gate|up|down)_proj\.weight", "blk.{0}.ffn_{1}_shexp.weight"),
     ),
 )
