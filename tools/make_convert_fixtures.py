@@ -74,8 +74,14 @@ TOKENS = {
     "gptoss": ([], None, None, None, False, "gpt-4o"),
     "deepseek2": ([], None, None, None, False, "deepseek-v3"),
     "glm4moe": ([], None, None, None, False, "glm4"),
+    # tools/hybrid's builders (Qwen's / Granite's specials from tools/moe), weights re-saved as BF16
+    "qwen35": ([], None, None, None, False, "qwen2"),
+    "qwen35moe": ([], None, None, None, False, "qwen2"),
+    "lfm2": ([], None, None, None, False, "qwen2"),
+    "granitehybrid": ([], None, None, None, False, "qwen2"),
 }
 MOE_BUILDERS = ("gptoss", "deepseek2", "glm4moe")
+HYBRID_BUILDERS = ("qwen35", "qwen35moe", "lfm2", "granitehybrid")
 GEMMA_TEMPLATE = ("{{ bos_token }}{% for m in messages %}<start_of_turn>{{ m['role'] }}\n{{ m['content'] }}"
                   "<end_of_turn>\n{% endfor %}{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}")
 
@@ -150,6 +156,17 @@ def build(fam: str, out: pathlib.Path, base_tok: pathlib.Path) -> None:
         spec.loader.exec_module(vlm)
         hf_models.build_mixtral(out, vlm.train_tokenizer(ARGS.work), 212)
         (out / "generation_config.json").unlink(missing_ok=True)
+        return
+    if fam in HYBRID_BUILDERS:
+        sys.path.insert(0, str(HERE / "hybrid"))
+        import granitehybrid_models
+        import lfm2_models
+        import qwen35_models
+
+        builders = {**qwen35_models.BUILDERS, **lfm2_models.BUILDERS, **granitehybrid_models.BUILDERS}
+        builders[fam](out, base_tok)
+        (out / "generation_config.json").unlink(missing_ok=True)
+        to_bf16(out)
         return
     if fam in MOE_BUILDERS:
         hf_models.BUILDERS[fam](out, base_tok, None)

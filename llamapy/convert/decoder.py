@@ -93,6 +93,9 @@ class DecoderFamily:
     # (hf name, cfg) -> True for a checkpoint tensor this family leaves out (Gemma 2's lm_head:
     # tied, but saved; DeepSeek's multi-token-prediction layers)
     skip: Optional[Callable[[str, dict], bool]] = None
+    # (hf name, cfg) -> the name the family maps it under (Qwen3.5's mtp.* into layer form);
+    # applied before everything else but skip
+    rename: Optional[Callable[[str, dict], str]] = None
     # cfg -> cfg: a family's reading of its config before anything is written (Granite drops head_dim)
     prepare_config: Optional[Callable[[dict], dict]] = None
     # (vocab, cfg, hf_dir): a family's changes to the tokenizer metadata
@@ -189,6 +192,8 @@ def _write_hparams(w, cfg: dict, n_layer: int, outtype: str) -> None:
             pass  # no keys: llama.py writes the rope_freqs tensor
         else:
             raise NotImplementedError(f"rope type {kind!r} is not converted (linear, yarn, longrope, llama3)")
+    if rp.get("mrope_section") is not None:  # multimodal rope: [time, height, width, extra]
+        w.add_rope_dimension_sections((list(rp["mrope_section"]) + [0, 0, 0, 0])[:4])
     if full.get("rope_theta") is not None:
         w.add_rope_freq_base(full["rope_theta"])
     local = rp.get("sliding_attention", {}).get("rope_theta")
@@ -220,13 +225,17 @@ def _write_hparams(w, cfg: dict, n_layer: int, outtype: str) -> None:
     w.add_file_type(_FILE_TYPE[outtype])
 
 
+# tensors llama.cpp keeps in F32 at every outtype: routers and the short convolutions
+_ALWAYS_F32 = (".ffn_gate_inp.", ".ffn_gate_inp_shexp.", ".ssm_conv1d.", ".shortconv.conv.")
+
+
 def _target_type(name: str, shape: Tuple[int, ...], outtype: str):
     """The GGML type llama.cpp's converter picks for a tensor."""
     import gguf
 
     T = gguf.GGMLQuantizationType
     if len(shape) <= 1 or name.endswith("_norm.weight") or not name.endswith(".weight") \
-            or name == "rope_freqs.weight" or ".ffn_gate_inp." in name:  # routers stay F32
+            or name == "rope_freqs.weight" or any(k in name for k in _ALWAYS_F32):
         return T.F32
     if outtype == "q8_0":
         return T.Q8_0 if shape[-1] % 32 == 0 else T.F16  # as there: Q8_0 needs whole blocks
@@ -351,9 +360,10 @@ def _plan(family: DecoderFamily, ckpt: Checkpoint, cfg: dict, n_layer: int) -> P
         plan.append((name, lambda a=arr: a, tuple(arr.shape)))
     pending: Dict[int, Dict[Tuple[str, int], str]] = {}
     n_expert = first(cfg, ("num_local_experts", "num_experts", "n_routed_experts"))
-    for hf_name in ckpt.names():
-        if family.skip is not None and family.skip(hf_name, cfg):
+    for src in ckpt.names():  # src: the checkpoint's name; hf_name: as the family reads it
+        if family.skip is not None and family.skip(src, cfg):
             continue
+        hf_name = family.rename(src, cfg) if family.rename is not None else src
         m = _EXPERT.fullmatch(hf_name)
         if m:
             if not n_expert:
@@ -362,7 +372,7 @@ def _plan(family: DecoderFamily, ckpt: Checkpoint, cfg: dict, n_layer: int) -> P
             if xid >= n_expert:
                 raise ValueError(f"{hf_name}: expert {xid} but config.json's num_experts is {n_expert}")
             layer = pending.setdefault(il, {})
-            layer[(kind, xid)] = hf_name
+            layer[(kind, xid)] = src
             if len(layer) == 3 * n_expert:
                 kinds = sorted({k for k, _ in layer})
                 if len(kinds) != 3:
@@ -376,14 +386,14 @@ def _plan(family: DecoderFamily, ckpt: Checkpoint, cfg: dict, n_layer: int) -> P
                     plan.append((f"blk.{il}.ffn_{_EXPERT_KIND[kind]}_exps.weight", load, shape))
                 del pending[il]
             continue
-        parts = family.split_tensor(hf_name, tuple(ckpt.shape(hf_name)), cfg) if family.split_tensor else None
+        parts = family.split_tensor(hf_name, tuple(ckpt.shape(src)), cfg) if family.split_tensor else None
         if parts is not None:
             for name, shape, cut in parts:
-                plan.append((name, lambda n=hf_name, f=cut: f(np.asarray(ckpt.get(n), dtype=np.float32)), shape))
+                plan.append((name, lambda n=src, f=cut: f(np.asarray(ckpt.get(n), dtype=np.float32)), shape))
             continue
         name = gguf_name(hf_name, family)
         if name is not None:
-            plan.append((name, lambda n=hf_name: np.asarray(ckpt.get(n), dtype=np.float32), tuple(ckpt.shape(hf_name))))
+            plan.append((name, lambda n=src: np.asarray(ckpt.get(n), dtype=np.float32), tuple(ckpt.shape(src))))
     if pending:
         il, layer = next(iter(pending.items()))
         raise ValueError(f"layer {il} has {len(layer)} of its {3 * n_expert} expert matrices")
