@@ -93,6 +93,8 @@ class DecoderFamily:
     # (hf name, cfg) -> True for a checkpoint tensor this family leaves out (Gemma 2's lm_head:
     # tied, but saved; DeepSeek's multi-token-prediction layers)
     skip: Optional[Callable[[str, dict], bool]] = None
+    # whole-model GGUF tensors (no .weight) every checkpoint must have (LFM2: no output_norm)
+    required_global: Tuple[str, ...] = ("token_embd", "output_norm")
     # (hf name, cfg) -> the name the family maps it under (Qwen3.5's mtp.* into layer form);
     # applied before everything else but skip
     rename: Optional[Callable[[str, dict], str]] = None
@@ -284,7 +286,7 @@ def convert_decoder(family: DecoderFamily, hf_dir: str, cfg: dict, out_path: str
     plan = _plan(family, ckpt, cfg, n_layer)
     have = {p[0] for p in plan}
     # "a|b": either (a dense FFN or its experts)
-    needed = [["token_embd.weight"], ["output_norm.weight"]] + [
+    needed = [[f"{t}.weight"] for t in family.required_global] + [
         [f"blk.{i}.{alt}.weight" for alt in t.split("|")] for i in range(n_layer) for t in family.required]
     missing = [alts[0] for alts in needed if not any(a in have for a in alts)]
     if missing:

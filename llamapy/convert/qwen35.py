@@ -30,7 +30,7 @@ import numpy as np
 
 from .decoder import DecoderFamily, need, rope_parameters
 
-MODEL_TYPES = ("qwen3_5_text", "qwen3_5")
+MODEL_TYPES = ("qwen3_5_text",)
 
 _LINEAR = re.compile(r"model\.layers\.(\d+)\.linear_attn\.(A_log|dt_bias|conv1d\.weight|in_proj_a\.weight|"
                      r"in_proj_b\.weight|in_proj_qkv\.weight|in_proj_z\.weight|norm\.weight|out_proj\.weight)")

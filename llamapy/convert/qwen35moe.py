@@ -9,6 +9,6 @@ import dataclasses
 
 from . import qwen35
 
-MODEL_TYPES = ("qwen3_5_moe_text", "qwen3_5_moe")
+MODEL_TYPES = ("qwen3_5_moe_text",)
 
 FAMILY = dataclasses.replace(qwen35.FAMILY, arch="qwen35moe")
