@@ -1,5 +1,6 @@
 """``llamapy convert`` for decoders (llama, mixtral, smollm3, granite, granitemoe, olmo2, olmo3, phi3, qwen2,
-qwen3, qwen3moe, gemma2, gemma3, gpt-oss, deepseek2, glm4moe) against llama.cpp's converter.
+qwen3, qwen3moe, gemma2, gemma3, gpt-oss, deepseek2, glm4moe, qwen35, qwen35moe, lfm2, granitehybrid)
+against llama.cpp's converter.
 
 tests/data/convert/<family>/ holds a tiny random Hugging Face folder (hf/: safetensors, config,
 byte-level BPE tokenizer, or for gemma2 / gemma3 / mixtral a SentencePiece tokenizer.model (the
@@ -29,9 +30,10 @@ from llamapy.convert.safetensors import load_safetensors
 
 DATA = pathlib.Path(__file__).parent / "data" / "convert"
 FAMILIES = ["llama", "mixtral", "smollm3", "granite", "granitemoe", "olmo2", "olmo3", "phi3", "qwen2", "qwen3",
-            "qwen3moe", "gemma2", "gemma3", "gptoss", "deepseek2", "glm4moe"]
+            "qwen3moe", "gemma2", "gemma3", "gptoss", "deepseek2", "glm4moe", "qwen35", "qwen35moe", "lfm2",
+            "granitehybrid"]
 BPE_FAMILIES = ["llama", "smollm3", "granite", "granitemoe", "olmo2", "olmo3", "phi3", "qwen2", "qwen3", "qwen3moe",
-                "gptoss", "deepseek2", "glm4moe"]
+                "gptoss", "deepseek2", "glm4moe", "qwen35", "qwen35moe", "lfm2", "granitehybrid"]
 OUTTYPES = ["f32", "f16", "bf16", "q8_0"]
 # Keys that say where a file came from, not what it is: the reference names the model after
 # its folder with its own capitalisation rules ("hf" -> "Hf").
