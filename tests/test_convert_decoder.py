@@ -229,3 +229,54 @@ def test_sentencepiece_reader(tmp_path):
         p.write_bytes(bad)
         with pytest.raises(ValueError):
             read_pieces(str(p))
+
+
+def _rewrite(d: pathlib.Path, change) -> None:
+    """Applies ``change`` (a dict of name -> float32 array, edited in place) to d's single shard."""
+    tensors = {k: np.array(v, np.float32) for k, v in load_safetensors(str(d / "model.safetensors")).items()}
+    change(tensors)
+    _write_safetensors(d / "model.safetensors", tensors)
+
+
+def test_gpt_oss_mxfp4_experts_are_refused(tmp_path):
+    d = _copy("gptoss", tmp_path)
+
+    def to_mxfp4_names(t):
+        t["model.layers.0.mlp.experts.down_proj_blocks"] = t.pop("model.layers.0.mlp.experts.down_proj")
+    _rewrite(d, to_mxfp4_names)
+    with pytest.raises(NotImplementedError, match="MXFP4"):
+        convert(str(d), str(tmp_path / "m.gguf"), tokenizer_pre="gpt-4o")
+    assert not (tmp_path / "m.gguf").exists()
+
+
+def test_deepseek2_mtp_layers_are_left_out(tmp_path):
+    d = _copy("deepseek2", tmp_path)
+    _rewrite(d, lambda t: t.update({"model.layers.3.eh_proj.weight": np.ones((64, 128), np.float32)}))
+    got = gguf_digest(convert(str(d), str(tmp_path / "m.gguf"), "f16", tokenizer_pre="deepseek-v3"))
+    assert got["tensors"] == reference("deepseek2")["outtypes"]["f16"]["tensors"]
+
+
+def test_phi3_sentencepiece_and_hybrid_without_mamba_are_refused(tmp_path):
+    d = _copy("phi3", tmp_path)
+    shutil.copy(DATA / "gemma3" / "hf" / "tokenizer.model", d / "tokenizer.model")
+    with pytest.raises(NotImplementedError, match="SentencePiece"):
+        convert(str(d), str(tmp_path / "m.gguf"))
+    d = _copy("granitehybrid", tmp_path)
+    cfg = json.loads((d / "config.json").read_text())
+    (d / "config.json").write_text(json.dumps({**cfg, "layer_types": ["attention"] * cfg["num_hidden_layers"]}))
+    with pytest.raises(NotImplementedError, match="without Mamba layers"):
+        convert(str(d), str(tmp_path / "m.gguf"), tokenizer_pre="qwen2")
+    (d / "config.json").write_text(json.dumps({**cfg, "architectures": ["BambaForCausalLM"]}))
+    with pytest.raises(NotImplementedError, match="Bamba"):
+        convert(str(d), str(tmp_path / "m.gguf"), tokenizer_pre="qwen2")
+    assert not (tmp_path / "m.gguf").exists()
+
+
+def test_qwen35_value_heads_are_tiled():
+    from llamapy.convert.qwen35 import tile_value_heads
+
+    # 2 key heads, 3 value heads each, head size 2: rows (k, v, i) -> (v, k, i)
+    x = np.arange(12)[:, None] * np.ones((1, 3))
+    got = tile_value_heads(x, 0, 2, 3, 2)[:, 0].astype(int).tolist()
+    assert got == [0, 1, 6, 7, 2, 3, 8, 9, 4, 5, 10, 11]
+    assert (tile_value_heads(x.T, 1, 2, 3, 2) == tile_value_heads(x, 0, 2, 3, 2).T).all()
