@@ -1,10 +1,11 @@
 """``llamapy convert`` for decoders (llama, mixtral, smollm3, granite, granitemoe, olmo2, olmo3, phi3, qwen2,
-qwen3, qwen3moe, gemma2, gemma3, gpt-oss, deepseek2, glm4moe, qwen35, qwen35moe, lfm2, granitehybrid)
-against llama.cpp's converter.
+qwen3, qwen3moe, gemma2, gemma3, gpt-oss, deepseek2, glm4moe, qwen35, qwen35moe, lfm2, granitehybrid,
+gemma4 as E2B / 31B / 26B-A4B shapes) against llama.cpp's converter.
 
 tests/data/convert/<family>/ holds a tiny random Hugging Face folder (hf/: safetensors, config,
 byte-level BPE tokenizer, or for gemma2 / gemma3 / mixtral a SentencePiece tokenizer.model (the
-gemmas with the tokenizer.json transformers derives from it); chat template) and
+gemmas with the tokenizer.json transformers derives from it), for gemma4 a Gemma-style
+SentencePiece tokenizer.json; chat template) and
 reference.json: what convert_hf_to_gguf.py from the llama-cpp-python 0.3.36 sdist wrote for it at every --outtype, as a digest (every key with
 its GGUF type and value, every tensor's shape, type and sha256 of its bytes; see
 convert_digest.py), plus the chkhsh transformers gave the tokenizer, and logits.npz: llama.cpp's
@@ -31,7 +32,7 @@ from llamapy.convert.safetensors import load_safetensors
 DATA = pathlib.Path(__file__).parent / "data" / "convert"
 FAMILIES = ["llama", "mixtral", "smollm3", "granite", "granitemoe", "olmo2", "olmo3", "phi3", "qwen2", "qwen3",
             "qwen3moe", "gemma2", "gemma3", "gptoss", "deepseek2", "glm4moe", "qwen35", "qwen35moe", "lfm2",
-            "granitehybrid"]
+            "granitehybrid", "gemma4", "gemma4dense", "gemma4moe"]
 BPE_FAMILIES = ["llama", "smollm3", "granite", "granitemoe", "olmo2", "olmo3", "phi3", "qwen2", "qwen3", "qwen3moe",
                 "gptoss", "deepseek2", "glm4moe", "qwen35", "qwen35moe", "lfm2", "granitehybrid"]
 OUTTYPES = ["f32", "f16", "bf16", "q8_0"]

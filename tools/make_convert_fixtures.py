@@ -79,7 +79,13 @@ TOKENS = {
     "qwen35moe": ([], None, None, None, False, "qwen2"),
     "lfm2": ([], None, None, None, False, "qwen2"),
     "granitehybrid": ([], None, None, None, False, "qwen2"),
+    # tools/gemma4's builders (a Gemma-style tokenizer.json from the VLM fixtures' SentencePiece
+    # model; no BPE pre-tokenizer involved), weights re-saved as BF16
+    "gemma4": ([], None, None, None, True, None),
+    "gemma4dense": ([], None, None, None, True, None),
+    "gemma4moe": ([], None, None, None, True, None),
 }
+GEMMA4_BUILDERS = {"gemma4": "e2b", "gemma4dense": "dense", "gemma4moe": "moe"}
 MOE_BUILDERS = ("gptoss", "deepseek2", "glm4moe")
 HYBRID_BUILDERS = ("qwen35", "qwen35moe", "lfm2", "granitehybrid")
 GEMMA_TEMPLATE = ("{{ bos_token }}{% for m in messages %}<start_of_turn>{{ m['role'] }}\n{{ m['content'] }}"
@@ -156,6 +162,19 @@ def build(fam: str, out: pathlib.Path, base_tok: pathlib.Path) -> None:
         spec.loader.exec_module(vlm)
         hf_models.build_mixtral(out, vlm.train_tokenizer(ARGS.work), 212)
         (out / "generation_config.json").unlink(missing_ok=True)
+        return
+    if fam in GEMMA4_BUILDERS:
+        import importlib.util
+
+        spec = importlib.util.spec_from_file_location("gemma4_hf_models", HERE / "gemma4" / "hf_models.py")
+        g4 = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(g4)
+        vspec = importlib.util.spec_from_file_location("vlm_models", HERE / "vlm" / "hf_models.py")
+        vlm = importlib.util.module_from_spec(vspec)
+        vspec.loader.exec_module(vlm)
+        g4.BUILDERS[GEMMA4_BUILDERS[fam]](out, vlm.train_tokenizer(ARGS.work))
+        (out / "generation_config.json").unlink(missing_ok=True)
+        to_bf16(out)
         return
     if fam in HYBRID_BUILDERS:
         sys.path.insert(0, str(HERE / "hybrid"))

@@ -100,6 +100,8 @@ class DecoderFamily:
     rename: Optional[Callable[[str, dict], str]] = None
     # cfg -> cfg: a family's reading of its config before anything is written (Granite drops head_dim)
     prepare_config: Optional[Callable[[dict], dict]] = None
+    # (hf_dir, cfg, tokenizer_pre) -> Vocab: a family's own tokenizer reader (Gemma 4)
+    read_vocab: Optional[Callable[[str, dict, Optional[str]], object]] = None
     # (vocab, cfg, hf_dir): a family's changes to the tokenizer metadata
     adjust_vocab: Optional[Callable[[object, dict, str], None]] = None
 
@@ -190,8 +192,8 @@ def _write_hparams(w, cfg: dict, n_layer: int, outtype: str) -> None:
                 w.add_rope_scaling_yarn_attn_factor(attn)
         elif kind in ("su", "longrope"):
             w.add_rope_scaling_type(gguf.RopeScalingType.LONGROPE)
-        elif kind.lower() == "llama3":
-            pass  # no keys: llama.py writes the rope_freqs tensor
+        elif kind.lower() in ("llama3", "proportional"):
+            pass  # no keys: llama.py / gemma4.py write the rope_freqs tensor
         else:
             raise NotImplementedError(f"rope type {kind!r} is not converted (linear, yarn, longrope, llama3)")
     if rp.get("mrope_section") is not None:  # multimodal rope: [time, height, width, extra]
@@ -292,7 +294,7 @@ def convert_decoder(family: DecoderFamily, hf_dir: str, cfg: dict, out_path: str
     if missing:
         raise ValueError(f"{hf_dir}: the checkpoint lacks tensor {missing[0]}"
                          + (f" ({len(missing)} missing in all)" if len(missing) > 1 else ""))
-    vocab = read_vocab(hf_dir, cfg, tokenizer_pre)
+    vocab = (family.read_vocab or read_vocab)(hf_dir, cfg, tokenizer_pre)
     if family.adjust_vocab is not None:
         family.adjust_vocab(vocab, cfg, hf_dir)
     n_vocab = len(vocab.tokens)

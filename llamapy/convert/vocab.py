@@ -34,14 +34,14 @@ from .sentencepiece_model import read_pieces
 log = logging.getLogger("llamapy.convert")
 
 # gguf's token types
-NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED = 1, 2, 3, 4, 5
+NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
 SPECIAL_ROLES = ("bos", "eos", "unk", "sep", "pad", "cls", "mask")
 
 
 @dataclass
 class Vocab:
     model: str                      # tokenizer.ggml.model
-    pre: str                        # tokenizer.ggml.pre
+    pre: Optional[str]              # tokenizer.ggml.pre (None: not written, as for Gemma 4)
     tokens: List[str]
     types: List[int]
     merges: List[str]
@@ -276,7 +276,7 @@ def read_spm_vocab(hf_dir: str, cfg: dict) -> Vocab:
     types = [UNUSED] * n
     for i, (text, score, kind) in enumerate(pieces[:n]):
         tokens[i], scores[i] = text, score
-        types[i] = kind if kind in (UNKNOWN, CONTROL, UNUSED, 6) else NORMAL  # 6: byte pieces
+        types[i] = kind if kind in (UNKNOWN, CONTROL, UNUSED, BYTE) else NORMAL
     if len(pieces) > n:
         log.warning("tokenizer.model has %d pieces; ids from %d on are dropped (vocab_size)", len(pieces), n)
     extra = _read_json(os.path.join(hf_dir, "added_tokens.json")) or {}
@@ -310,7 +310,8 @@ def read_vocab(hf_dir: str, cfg: dict, tokenizer_pre: Optional[str] = None) -> V
 def write_vocab(w, v: Vocab) -> None:
     """Puts ``v`` on the gguf.GGUFWriter ``w`` in llama.cpp's key order."""
     w.add_tokenizer_model(v.model)
-    w.add_tokenizer_pre(v.pre)
+    if v.pre is not None:
+        w.add_tokenizer_pre(v.pre)
     w.add_token_list(v.tokens)
     if v.scores is not None:
         w.add_token_scores(v.scores)
