@@ -128,7 +128,7 @@ def _cmd_convert(args: argparse.Namespace) -> int:
     from .convert import convert
 
     out = convert(args.hf_dir, args.out, args.outtype, log=print if args.verbose else (lambda s: None),
-                  tokenizer_pre=args.tokenizer_pre)
+                  tokenizer_pre=args.tokenizer_pre, mmproj=args.mmproj)
     print(f"wrote {out}")
     return 0
 
@@ -298,13 +298,17 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--json", action="store_true", help="print the results as JSON")
     sp.set_defaults(func=_cmd_bench)
 
-    sp = sub.add_parser("convert", help="convert a Hugging Face model folder (llama/mistral/mixtral, smollm3, granite(moe), olmo2/3, qwen2, qwen3, qwen3moe, gemma2, gemma3, bert) to GGUF")
+    sp = sub.add_parser("convert", help="convert a Hugging Face model folder (llama/mistral/mixtral, smollm3, phi3, "
+                        "granite(moe/hybrid), olmo2/3, qwen2, qwen3, qwen3moe, qwen3.5(moe), gemma2/3/4, gpt-oss, "
+                        "deepseek2/3, glm4moe, lfm2, bert) to GGUF; --mmproj: Gemma 3's image projector")
     sp.add_argument("hf_dir", help="folder with config.json, model.safetensors / pytorch_model.bin, tokenizer files")
     sp.add_argument("out", help="output .gguf path")
     sp.add_argument("--outtype", choices=["f32", "f16", "bf16", "q8_0"], default="f16",
                     help="type of the weight matrices (bert: f32, f16, q8_0)")
     sp.add_argument("--tokenizer-pre", default=None, metavar="NAME",
                     help="a BPE tokenizer's pre-tokenizer name (llama-bpe, qwen2, ...) when its hash is unknown")
+    sp.add_argument("--mmproj", action="store_true",
+                    help="write the image encoder + projector (mmproj) of a vision-language model instead")
     sp.add_argument("-v", "--verbose", action="store_true", help="list the tensors written")
     sp.set_defaults(func=_cmd_convert)
 

@@ -84,8 +84,12 @@ TOKENS = {
     "gemma4": ([], None, None, None, True, None),
     "gemma4dense": ([], None, None, None, True, None),
     "gemma4moe": ([], None, None, None, True, None),
+    "gemma3vlm": ([], None, None, None, True, None),
 }
 GEMMA4_BUILDERS = {"gemma4": "e2b", "gemma4dense": "dense", "gemma4moe": "moe"}
+# --mmproj fixtures: tools/vlm's builders (the same seeds as tests/data/vlm, so the projector
+# converted here is the one tests/data/vlm's text model was recorded with)
+MMPROJ_BUILDERS = {"gemma3vlm": "build_gemma3"}
 MOE_BUILDERS = ("gptoss", "deepseek2", "glm4moe")
 HYBRID_BUILDERS = ("qwen35", "qwen35moe", "lfm2", "granitehybrid")
 GEMMA_TEMPLATE = ("{{ bos_token }}{% for m in messages %}<start_of_turn>{{ m['role'] }}\n{{ m['content'] }}"
@@ -281,12 +285,12 @@ def chkhsh(hf_dir: pathlib.Path) -> str:
     return hashlib.sha256(str(ids).encode()).hexdigest()
 
 
-def convert(fam: str, hf_dir: pathlib.Path, outtype: str, dst: pathlib.Path) -> None:
+def convert(fam: str, hf_dir: pathlib.Path, outtype: str, dst: pathlib.Path, extra: tuple = ()) -> None:
     lc = ARGS.sdist / "vendor" / "llama.cpp"
     env = dict(os.environ, PYTHONPATH=str(lc / "gguf-py"))
     pre = TOKENS[fam][5]
     shim = [str(HERE / "moe" / "tokpre_shim.py"), pre] if pre else []
-    cmd = [sys.executable, *shim, str(lc / "convert_hf_to_gguf.py"), str(hf_dir), "--outtype", outtype,
+    cmd = [sys.executable, *shim, str(lc / "convert_hf_to_gguf.py"), str(hf_dir), *extra, "--outtype", outtype,
            "--outfile", str(dst)]
     log = ARGS.work / f"{fam}-{outtype}.log"
     with open(log, "w") as f:
@@ -319,6 +323,9 @@ def main() -> None:
     base_tok = moe_tok.train(ARGS.work)
     for fam in ARGS.families.split(","):
         print(f"[{fam}]", flush=True)
+        if fam in MMPROJ_BUILDERS:
+            make_mmproj(fam)
+            continue
         out = DATA / fam
         shutil.rmtree(out, ignore_errors=True)
         hf_dir = out / "hf"
@@ -333,6 +340,27 @@ def main() -> None:
             if outtype == "f16":
                 np.savez_compressed(out / "logits.npz", rows=record_logits(dst))
         (out / "reference.json").write_text(json.dumps(ref, indent=1, ensure_ascii=False) + "\n")
+
+
+def make_mmproj(fam: str) -> None:
+    """A VLM folder and the reference's --mmproj digests (no logits: a projector alone
+    generates nothing; the test pairs it with tests/data/vlm's text model)."""
+    import importlib.util
+
+    out = DATA / fam
+    shutil.rmtree(out, ignore_errors=True)
+    hf_dir = out / "hf"
+    spec = importlib.util.spec_from_file_location("vlm_models", HERE / "vlm" / "hf_models.py")
+    vlm = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(vlm)
+    getattr(vlm, MMPROJ_BUILDERS[fam])(hf_dir, vlm.train_tokenizer(ARGS.work))
+    (hf_dir / "generation_config.json").unlink(missing_ok=True)
+    ref = {"family": fam, "mmproj": True, "outtypes": {}}
+    for outtype in OUTTYPES:
+        dst = ARGS.work / f"{fam}-mmproj-{outtype}.gguf"
+        convert(fam, hf_dir, outtype, dst, ("--mmproj",))
+        ref["outtypes"][outtype] = gguf_digest(str(dst))
+    (out / "reference.json").write_text(json.dumps(ref, indent=1, ensure_ascii=False) + "\n")
 
 
 ARGS = None

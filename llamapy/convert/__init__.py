@@ -2,7 +2,8 @@
 llamapy and llama.cpp both read, matching llama.cpp 0.3.36's convert_hf_to_gguf.py.
 
 Supported model_type values: ``SUPPORTED`` (decoders through decoder.py, one file per family;
-BERT through bert.py). Anything else is a NotImplementedError naming what is supported.
+BERT through bert.py); with ``mmproj=True`` (``--mmproj``) ``SUPPORTED_MMPROJ``'s image encoder
+and projector (mmproj.py). Anything else is a NotImplementedError naming what is supported.
 """
 from __future__ import annotations
 
@@ -14,8 +15,9 @@ from . import (deepseek2, gemma2, gemma3, gemma4, glm4moe, gpt_oss, granite, gra
                qwen3moe, qwen35, qwen35moe, smollm3)
 from .bert import convert_bert
 from .decoder import OUTTYPES, convert_decoder
+from .mmproj import PROJECTORS, convert_mmproj
 
-__all__ = ["convert", "OUTTYPES", "SUPPORTED"]
+__all__ = ["convert", "OUTTYPES", "SUPPORTED", "SUPPORTED_MMPROJ"]
 
 # model_type -> decoder family (one table line per family)
 _FAMILIES = (llama, smollm3, granite, granitemoe, olmo2, phi3, qwen2, qwen3, qwen3moe, gemma2, gemma3, gpt_oss,
@@ -23,12 +25,15 @@ _FAMILIES = (llama, smollm3, granite, granitemoe, olmo2, phi3, qwen2, qwen3, qwe
              granitehybrid, gemma4)
 _DECODERS = {t: fam.FAMILY for fam in _FAMILIES for t in fam.MODEL_TYPES}
 SUPPORTED = tuple(sorted(_DECODERS)) + ("bert",)
+SUPPORTED_MMPROJ = tuple(sorted(PROJECTORS))  # model_types whose projector --mmproj writes
 
 
 def convert(hf_dir: str, out_path: str, outtype: str = "f16", log: Callable[[str], None] = lambda s: None,
-            tokenizer_pre: Optional[str] = None) -> str:
+            tokenizer_pre: Optional[str] = None, mmproj: bool = False) -> str:
     """Convert the model in ``hf_dir`` to ``out_path``; returns out_path. ``tokenizer_pre`` names
-    a BPE tokenizer's pre-tokenizer when llama.cpp's hash table does not know it."""
+    a BPE tokenizer's pre-tokenizer when llama.cpp's hash table does not know it; ``mmproj``
+    writes a vision-language model's image encoder and projector instead of its text model
+    (mmproj.py)."""
     hf_dir = os.fspath(hf_dir)
     cfg_path = os.path.join(hf_dir, "config.json")
     if not os.path.isfile(cfg_path):
@@ -36,6 +41,8 @@ def convert(hf_dir: str, out_path: str, outtype: str = "f16", log: Callable[[str
     with open(cfg_path, encoding="utf-8") as f:
         cfg = json.load(f)
     model_type = cfg.get("model_type")
+    if mmproj:
+        return convert_mmproj(hf_dir, cfg, os.fspath(out_path), outtype, log)
     if model_type == "bert":
         if outtype == "bf16":
             raise ValueError("the bert converter writes f32, f16 or q8_0")

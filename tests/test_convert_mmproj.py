@@ -1,0 +1,90 @@
+"""``llamapy convert --mmproj`` (llamapy/convert/mmproj.py) against llama.cpp's converter.
+
+tests/data/convert/gemma3vlm/ holds a tiny random Gemma 3 vision-language folder (hf/: the
+SigLIP tower, Gemma 3's projector and text model, preprocessor_config.json; built by
+tools/vlm/hf_models.py with tests/data/vlm's seed, through tools/make_convert_fixtures.py) and
+reference.json: the digest of what convert_hf_to_gguf.py --mmproj from the 0.3.36 sdist wrote
+at every --outtype. Ours must match it apart from general.name. The converted projector is also
+the one tests/data/vlm/gemma3's text model was recorded with, so it must load beside that text
+model and caption an image exactly as the committed projector does.
+"""
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+
+import numpy as np
+import pytest
+
+from convert_digest import gguf_digest
+from llamapy.cli import main as cli_main
+from llamapy.convert import SUPPORTED_MMPROJ, convert
+
+DATA = pathlib.Path(__file__).parent / "data" / "convert"
+HF = DATA / "gemma3vlm" / "hf"
+OUTTYPES = ["f32", "f16", "bf16", "q8_0"]
+
+
+def reference() -> dict:
+    return json.loads((DATA / "gemma3vlm" / "reference.json").read_text())
+
+
+@pytest.mark.parametrize("outtype", OUTTYPES)
+def test_matches_llama_cpp_converter(outtype, tmp_path):
+    out = convert(str(HF), str(tmp_path / "mm.gguf"), outtype, mmproj=True)
+    got, want = gguf_digest(out), reference()["outtypes"][outtype]
+    keys = sorted((set(got["kv"]) | set(want["kv"])) - {"general.name"})
+    assert [k for k in keys if got["kv"].get(k) != want["kv"].get(k)] == []
+    assert got["tensors"] == want["tensors"]
+    assert got["tensor_order"] == want["tensor_order"]
+    assert not os.path.exists(out + ".part")
+
+
+def test_converted_projector_captions_like_the_committed_one(tmp_path):
+    pytest.importorskip("PIL")
+    from vlm_recorded_encoder import IMAGES, model_paths
+
+    from llamapy import Llama
+    from llamapy import llama_chat_format as lcf
+
+    text, committed = model_paths("gemma3")
+    ours = convert(str(HF), str(tmp_path / "mm.gguf"), "f16", mmproj=True)
+    assert gguf_digest(ours)["tensors"] == gguf_digest(committed)["tensors"]
+    messages = [{"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": os.path.join(IMAGES, "tall_37x91.png")}},
+        {"type": "text", "text": "Describe this image."}]}]
+    replies = []
+    for proj in (ours, committed):
+        handler = lcf.MTMDChatHandler(clip_model_path=proj, verbose=False)
+        with Llama(text, n_ctx=1024, n_threads=2, verbose=False, chat_handler=handler) as llm:
+            out = llm.create_chat_completion(messages, temperature=0, max_tokens=8, seed=0)
+        replies.append((out["usage"], out["choices"][0]["message"]["content"]))
+    assert replies[0] == replies[1] and replies[0][0]["completion_tokens"] > 0
+
+
+def test_cli_mmproj_and_refusals(tmp_path, capsys):
+    out = tmp_path / "mm.gguf"
+    assert cli_main(["convert", str(HF), str(out), "--mmproj", "--outtype", "q8_0"]) == 0
+    assert "wrote" in capsys.readouterr().out
+    assert gguf_digest(str(out))["tensors"] == reference()["outtypes"]["q8_0"]["tensors"]
+    assert SUPPORTED_MMPROJ == ("gemma3",)
+    with pytest.raises(NotImplementedError, match="qwen3.*converted: gemma3"):
+        convert(str(DATA / "qwen3" / "hf"), str(tmp_path / "x.gguf"), mmproj=True)
+    assert not (tmp_path / "x.gguf").exists()
+
+
+def test_missing_vision_tensor_is_named(tmp_path):
+    import shutil
+
+    from test_convert_decoder import _write_safetensors
+
+    from llamapy.convert.safetensors import load_safetensors
+
+    d = tmp_path / "hf"
+    shutil.copytree(HF, d)
+    tensors = {k: np.array(v, np.float32) for k, v in load_safetensors(str(d / "model.safetensors")).items()}
+    del tensors["vision_tower.vision_model.encoder.layers.1.mlp.fc2.weight"]
+    _write_safetensors(d / "model.safetensors", tensors)
+    with pytest.raises(ValueError, match=r"v\.blk\.1\.ffn_down\.weight"):
+        convert(str(d), str(tmp_path / "mm.gguf"), mmproj=True)
