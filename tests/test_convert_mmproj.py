@@ -1,12 +1,12 @@
 """``llamapy convert --mmproj`` (llamapy/convert/mmproj.py) against llama.cpp's converter.
 
-tests/data/convert/gemma3vlm/ holds a tiny random Gemma 3 vision-language folder (hf/: the
-SigLIP tower, Gemma 3's projector and text model, preprocessor_config.json; built by
-tools/vlm/hf_models.py with tests/data/vlm's seed, through tools/make_convert_fixtures.py) and
+tests/data/convert/{gemma3vlm,qwen2vl,qwen25vl}/ hold tiny random vision-language folders
+(hf/: the vision tower, projector and text model, preprocessor_config.json; built by
+tools/vlm/hf_models.py with tests/data/vlm's seeds, through tools/make_convert_fixtures.py) and
 reference.json: the digest of what convert_hf_to_gguf.py --mmproj from the 0.3.36 sdist wrote
-at every --outtype. Ours must match it apart from general.name. The converted projector is also
-the one tests/data/vlm/gemma3's text model was recorded with, so it must load beside that text
-model and caption an image exactly as the committed projector does.
+at every --outtype. Ours must match it apart from general.name. Each converted projector is
+also the one tests/data/vlm's text model of that type was recorded with, so it must load
+beside that text model and caption an image exactly as the committed projector does.
 """
 from __future__ import annotations
 
@@ -24,16 +24,19 @@ from llamapy.convert import SUPPORTED_MMPROJ, convert
 DATA = pathlib.Path(__file__).parent / "data" / "convert"
 HF = DATA / "gemma3vlm" / "hf"
 OUTTYPES = ["f32", "f16", "bf16", "q8_0"]
+# fixture folder -> tests/data/vlm type
+FAMILIES = {"gemma3vlm": "gemma3", "qwen2vl": "qwen2vl", "qwen25vl": "qwen25vl"}
 
 
-def reference() -> dict:
-    return json.loads((DATA / "gemma3vlm" / "reference.json").read_text())
+def reference(fam: str = "gemma3vlm") -> dict:
+    return json.loads((DATA / fam / "reference.json").read_text())
 
 
 @pytest.mark.parametrize("outtype", OUTTYPES)
-def test_matches_llama_cpp_converter(outtype, tmp_path):
-    out = convert(str(HF), str(tmp_path / "mm.gguf"), outtype, mmproj=True)
-    got, want = gguf_digest(out), reference()["outtypes"][outtype]
+@pytest.mark.parametrize("fam", FAMILIES)
+def test_matches_llama_cpp_converter(fam, outtype, tmp_path):
+    out = convert(str(DATA / fam / "hf"), str(tmp_path / "mm.gguf"), outtype, mmproj=True)
+    got, want = gguf_digest(out), reference(fam)["outtypes"][outtype]
     keys = sorted((set(got["kv"]) | set(want["kv"])) - {"general.name"})
     assert [k for k in keys if got["kv"].get(k) != want["kv"].get(k)] == []
     assert got["tensors"] == want["tensors"]
@@ -41,15 +44,16 @@ def test_matches_llama_cpp_converter(outtype, tmp_path):
     assert not os.path.exists(out + ".part")
 
 
-def test_converted_projector_captions_like_the_committed_one(tmp_path):
+@pytest.mark.parametrize("fam", FAMILIES)
+def test_converted_projector_captions_like_the_committed_one(fam, tmp_path):
     pytest.importorskip("PIL")
     from vlm_recorded_encoder import IMAGES, model_paths
 
     from llamapy import Llama
     from llamapy import llama_chat_format as lcf
 
-    text, committed = model_paths("gemma3")
-    ours = convert(str(HF), str(tmp_path / "mm.gguf"), "f16", mmproj=True)
+    text, committed = model_paths(FAMILIES[fam])
+    ours = convert(str(DATA / fam / "hf"), str(tmp_path / "mm.gguf"), "f16", mmproj=True)
     assert gguf_digest(ours)["tensors"] == gguf_digest(committed)["tensors"]
     messages = [{"role": "user", "content": [
         {"type": "image_url", "image_url": {"url": os.path.join(IMAGES, "tall_37x91.png")}},
@@ -68,8 +72,8 @@ def test_cli_mmproj_and_refusals(tmp_path, capsys):
     assert cli_main(["convert", str(HF), str(out), "--mmproj", "--outtype", "q8_0"]) == 0
     assert "wrote" in capsys.readouterr().out
     assert gguf_digest(str(out))["tensors"] == reference()["outtypes"]["q8_0"]["tensors"]
-    assert SUPPORTED_MMPROJ == ("gemma3",)
-    with pytest.raises(NotImplementedError, match="qwen3.*converted: gemma3"):
+    assert SUPPORTED_MMPROJ == ("gemma3", "qwen2_5_vl", "qwen2_vl")
+    with pytest.raises(NotImplementedError, match="qwen3.*converted: gemma3, qwen2_5_vl, qwen2_vl"):
         convert(str(DATA / "qwen3" / "hf"), str(tmp_path / "x.gguf"), mmproj=True)
     assert not (tmp_path / "x.gguf").exists()
 

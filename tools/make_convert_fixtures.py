@@ -85,11 +85,13 @@ TOKENS = {
     "gemma4dense": ([], None, None, None, True, None),
     "gemma4moe": ([], None, None, None, True, None),
     "gemma3vlm": ([], None, None, None, True, None),
+    "qwen2vl": ([], None, None, None, True, None),
+    "qwen25vl": ([], None, None, None, True, None),
 }
 GEMMA4_BUILDERS = {"gemma4": "e2b", "gemma4dense": "dense", "gemma4moe": "moe"}
 # --mmproj fixtures: tools/vlm's builders (the same seeds as tests/data/vlm, so the projector
 # converted here is the one tests/data/vlm's text model was recorded with)
-MMPROJ_BUILDERS = {"gemma3vlm": "build_gemma3"}
+MMPROJ_BUILDERS = {"gemma3vlm": "build_gemma3", "qwen2vl": "build_qwen2vl", "qwen25vl": "build_qwen25vl"}
 MOE_BUILDERS = ("gptoss", "deepseek2", "glm4moe")
 HYBRID_BUILDERS = ("qwen35", "qwen35moe", "lfm2", "granitehybrid")
 GEMMA_TEMPLATE = ("{{ bos_token }}{% for m in messages %}<start_of_turn>{{ m['role'] }}\n{{ m['content'] }}"
