@@ -300,7 +300,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     sp = sub.add_parser("convert", help="convert a Hugging Face model folder (llama/mistral/mixtral, smollm3, phi3, "
                         "granite(moe/hybrid), olmo2/3, qwen2, qwen3, qwen3moe, qwen3.5(moe), gemma2/3/4, gpt-oss, "
-                        "deepseek2/3, glm4moe, lfm2, bert) to GGUF; --mmproj: Gemma 3's / Qwen2(.5)-VL's image projector")
+                        "deepseek2/3, glm4moe, lfm2, bert) to GGUF; --mmproj: the image projector of Gemma 3, Qwen2(.5)-VL, SmolVLM")
     sp.add_argument("hf_dir", help="folder with config.json, model.safetensors / pytorch_model.bin, tokenizer files")
     sp.add_argument("out", help="output .gguf path")
     sp.add_argument("--outtype", choices=["f32", "f16", "bf16", "q8_0"], default="f16",

@@ -1,6 +1,6 @@
 """``llamapy convert --mmproj`` (llamapy/convert/mmproj.py) against llama.cpp's converter.
 
-tests/data/convert/{gemma3vlm,qwen2vl,qwen25vl}/ hold tiny random vision-language folders
+tests/data/convert/{gemma3vlm,qwen2vl,qwen25vl,idefics3}/ hold tiny random vision-language folders
 (hf/: the vision tower, projector and text model, preprocessor_config.json; built by
 tools/vlm/hf_models.py with tests/data/vlm's seeds, through tools/make_convert_fixtures.py) and
 reference.json: the digest of what convert_hf_to_gguf.py --mmproj from the 0.3.36 sdist wrote
@@ -25,7 +25,7 @@ DATA = pathlib.Path(__file__).parent / "data" / "convert"
 HF = DATA / "gemma3vlm" / "hf"
 OUTTYPES = ["f32", "f16", "bf16", "q8_0"]
 # fixture folder -> tests/data/vlm type
-FAMILIES = {"gemma3vlm": "gemma3", "qwen2vl": "qwen2vl", "qwen25vl": "qwen25vl"}
+FAMILIES = {"gemma3vlm": "gemma3", "qwen2vl": "qwen2vl", "qwen25vl": "qwen25vl", "idefics3": "idefics3"}
 
 
 def reference(fam: str = "gemma3vlm") -> dict:
@@ -72,8 +72,8 @@ def test_cli_mmproj_and_refusals(tmp_path, capsys):
     assert cli_main(["convert", str(HF), str(out), "--mmproj", "--outtype", "q8_0"]) == 0
     assert "wrote" in capsys.readouterr().out
     assert gguf_digest(str(out))["tensors"] == reference()["outtypes"]["q8_0"]["tensors"]
-    assert SUPPORTED_MMPROJ == ("gemma3", "qwen2_5_vl", "qwen2_vl")
-    with pytest.raises(NotImplementedError, match="qwen3.*converted: gemma3, qwen2_5_vl, qwen2_vl"):
+    assert SUPPORTED_MMPROJ == ("gemma3", "idefics3", "qwen2_5_vl", "qwen2_vl", "smolvlm")
+    with pytest.raises(NotImplementedError, match="qwen3.*converted: gemma3, idefics3, qwen2_5_vl"):
         convert(str(DATA / "qwen3" / "hf"), str(tmp_path / "x.gguf"), mmproj=True)
     assert not (tmp_path / "x.gguf").exists()
 

@@ -87,11 +87,13 @@ TOKENS = {
     "gemma3vlm": ([], None, None, None, True, None),
     "qwen2vl": ([], None, None, None, True, None),
     "qwen25vl": ([], None, None, None, True, None),
+    "idefics3": ([], None, None, None, True, None),
 }
 GEMMA4_BUILDERS = {"gemma4": "e2b", "gemma4dense": "dense", "gemma4moe": "moe"}
 # --mmproj fixtures: tools/vlm's builders (the same seeds as tests/data/vlm, so the projector
 # converted here is the one tests/data/vlm's text model was recorded with)
-MMPROJ_BUILDERS = {"gemma3vlm": "build_gemma3", "qwen2vl": "build_qwen2vl", "qwen25vl": "build_qwen25vl"}
+MMPROJ_BUILDERS = {"gemma3vlm": "build_gemma3", "qwen2vl": "build_qwen2vl", "qwen25vl": "build_qwen25vl",
+                   "idefics3": "build_idefics3"}
 MOE_BUILDERS = ("gptoss", "deepseek2", "glm4moe")
 HYBRID_BUILDERS = ("qwen35", "qwen35moe", "lfm2", "granitehybrid")
 GEMMA_TEMPLATE = ("{{ bos_token }}{% for m in messages %}<start_of_turn>{{ m['role'] }}\n{{ m['content'] }}"
@@ -357,6 +359,7 @@ def make_mmproj(fam: str) -> None:
     spec.loader.exec_module(vlm)
     getattr(vlm, MMPROJ_BUILDERS[fam])(hf_dir, vlm.train_tokenizer(ARGS.work))
     (hf_dir / "generation_config.json").unlink(missing_ok=True)
+    shutil.rmtree(hf_dir / "text", ignore_errors=True)  # idefics3's Llama copy of its text half
     ref = {"family": fam, "mmproj": True, "outtypes": {}}
     for outtype in OUTTYPES:
         dst = ARGS.work / f"{fam}-mmproj-{outtype}.gguf"

@@ -19,9 +19,13 @@ Projector types converted (one ``_Projector`` entry each):
   (``n_wa_pattern``, from fullatt_block_indexes).
 Every projector: the vision sizes, the text width (projection_dim), image mean / std from
 preprocessor_config.json (processor_config.json's image_processor over it).
-Not here: SmolVLM's idefics3 and LLaVA's MLP projectors (LLaVA files come from llama.cpp's
-legacy script, not convert_hf_to_gguf.py), Qwen2.5-Omni and audio encoders: refused with the
-list of what is converted.
+- ``idefics3`` (``Idefics3ForConditionalGeneration`` / ``SmolVLMForConditionalGeneration``): the
+  SigLIP tower under ``model.vision_model.`` and the pixel-shuffle connector's linear layer
+  (``mm.model.fc``); embeddings F32; metadata: GELU, the norm epsilon, the shuffle factor and
+  the longest edge images are resized to (preprocessor_config.json's size.longest_edge).
+Not here: LLaVA's MLP projector (llama.cpp makes those files with a legacy script, not
+convert_hf_to_gguf.py), Qwen2.5-Omni and audio encoders: refused with the list of what is
+converted.
 """
 from __future__ import annotations
 
@@ -192,8 +196,42 @@ _QWEN2VL = _Projector(
 )
 _QWEN25VL = dataclasses.replace(_QWEN2VL, kind="qwen2.5vl_merger", write_kv=_qwen25vl_kv)
 
+def _idefics3_vision(vcfg: dict, cfg: dict) -> dict:
+    v = dict(vcfg)
+    if v.get("model_type") == "smolvlm_vision":  # SmolVLM2 leaves these out: transformers' defaults
+        v.setdefault("hidden_size", 1152)
+        v.setdefault("num_attention_heads", 16)
+        v.setdefault("intermediate_size", 3072)
+    return v
+
+
+def _idefics3_kv(w, vcfg: dict, pre: dict, cfg: dict) -> None:
+    import gguf
+
+    w.add_clip_projector_type(gguf.VisionProjectorType.IDEFICS3)
+    w.add_vision_attention_layernorm_eps(vcfg.get("layer_norm_eps", 1e-5))
+    w.add_vision_projector_scale_factor(cfg.get("scale_factor", 2))  # the pixel-shuffle factor
+    w.add_vision_use_gelu(True)
+    # the longest edge images are resized to before being cut into tiles
+    w.add_vision_preproc_image_size((pre.get("size") or {}).get("longest_edge", need(vcfg, "image_size")))
+
+
+_IDEFICS3 = _Projector(
+    kind="idefics3",
+    prefixes=("model.vision_model.", "model.connector."),
+    names=tuple((r"model\.vision_model\." + p, out) for p, out in _SIGLIP) + (
+        (r"model\.connector\.modality_projection\.proj\.weight", "mm.model.fc.weight"),),
+    skip=r"$^",
+    write_kv=_idefics3_kv,
+    required=("v.patch_embd.weight", "v.position_embd.weight", "mm.model.fc.weight")
+    + tuple(f"v.blk.{{}}.{t}.weight" for t in _BLOCK),
+    force_type=lambda hf, name, outtype: "F32" if ".embeddings." in hf else None,
+    vision_config=_idefics3_vision,
+)
+
 # config.json model_type -> projector
-PROJECTORS: Dict[str, _Projector] = {"gemma3": _GEMMA3, "qwen2_vl": _QWEN2VL, "qwen2_5_vl": _QWEN25VL}
+PROJECTORS: Dict[str, _Projector] = {"gemma3": _GEMMA3, "qwen2_vl": _QWEN2VL, "qwen2_5_vl": _QWEN25VL,
+                                     "idefics3": _IDEFICS3, "smolvlm": _IDEFICS3}
 
 
 def _read_json(path: str) -> dict:
