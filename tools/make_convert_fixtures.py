@@ -366,6 +366,23 @@ def make_mmproj(fam: str) -> None:
         convert(fam, hf_dir, outtype, dst, ("--mmproj",))
         ref["outtypes"][outtype] = gguf_digest(str(dst))
     (out / "reference.json").write_text(json.dumps(ref, indent=1, ensure_ascii=False) + "\n")
+    strip_text_model(hf_dir)
+
+
+# what --mmproj reads of a VLM folder: the tower and projector tensors, config.json and the
+# preprocessor config; the text model and tokenizer are dropped after recording (half the size)
+TEXT_TENSORS = ("lm_head.", "model.language_model.", "language_model.", "model.text_model.", "model.layers.",
+                "model.embed_tokens.", "model.norm.")
+
+
+def strip_text_model(hf_dir: pathlib.Path) -> None:
+    from safetensors.torch import load_file, save_file
+
+    for f in sorted(hf_dir.glob("*.safetensors")):
+        sd = load_file(str(f))
+        save_file({k: v for k, v in sd.items() if not k.startswith(TEXT_TENSORS)}, str(f), metadata={"format": "pt"})
+    for name in ("tokenizer.model", "tokenizer.json", "tokenizer_config.json"):
+        (hf_dir / name).unlink(missing_ok=True)
 
 
 ARGS = None
