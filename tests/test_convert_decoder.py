@@ -31,17 +31,17 @@ from llamapy.convert.safetensors import load_safetensors
 
 DATA = pathlib.Path(__file__).parent / "data" / "convert"
 FAMILIES = ["llama", "mixtral", "smollm3", "granite", "granitemoe", "olmo2", "olmo3", "phi3", "qwen2", "qwen3",
-            "qwen3moe", "gemma2", "gemma3", "gptoss", "deepseek2", "glm4moe", "qwen35", "qwen35moe", "lfm2",
+            "qwen3moe", "gemma2", "gemma3", "gptoss", "gptossmxfp4", "deepseek2", "glm4moe", "qwen35", "qwen35moe", "lfm2",
             "granitehybrid", "gemma4", "gemma4dense", "gemma4moe"]
 BPE_FAMILIES = ["llama", "smollm3", "granite", "granitemoe", "olmo2", "olmo3", "phi3", "qwen2", "qwen3", "qwen3moe",
-                "gptoss", "deepseek2", "glm4moe", "qwen35", "qwen35moe", "lfm2", "granitehybrid"]
+                "gptoss", "gptossmxfp4", "deepseek2", "glm4moe", "qwen35", "qwen35moe", "lfm2", "granitehybrid"]
 OUTTYPES = ["f32", "f16", "bf16", "q8_0"]
 # Keys that say where a file came from, not what it is: the reference names the model after
 # its folder with its own capitalisation rules ("hf" -> "Hf").
 PROVENANCE = {"general.name"}
 # gpt-oss (sinks, 8 experts over 4 layers) measured 0.023: test_moe_llama_cpp's F16 bound, as
 # llama.cpp's own flash-attention off vs on differs by up to 0.03 on such MoE files
-LOGIT_TOL = {"gptoss": 5e-2}
+LOGIT_TOL = {"gptoss": 5e-2, "gptossmxfp4": 5e-2}
 
 
 def reference(fam: str) -> dict:
@@ -239,15 +239,26 @@ def _rewrite(d: pathlib.Path, change) -> None:
     _write_safetensors(d / "model.safetensors", tensors)
 
 
-def test_gpt_oss_mxfp4_experts_are_refused(tmp_path):
-    d = _copy("gptoss", tmp_path)
-
-    def to_mxfp4_names(t):
-        t["model.layers.0.mlp.experts.down_proj_blocks"] = t.pop("model.layers.0.mlp.experts.down_proj")
-    _rewrite(d, to_mxfp4_names)
-    with pytest.raises(NotImplementedError, match="MXFP4"):
+def test_gpt_oss_mxfp4_blocks_need_the_quantization_config(tmp_path):
+    d = _copy("gptossmxfp4", tmp_path)
+    cfg = json.loads((d / "config.json").read_text())
+    del cfg["quantization_config"]
+    (d / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(ValueError, match="does not say mxfp4"):
         convert(str(d), str(tmp_path / "m.gguf"), tokenizer_pre="gpt-4o")
     assert not (tmp_path / "m.gguf").exists()
+
+
+def test_mxfp4_repacking_puts_codes_where_ggml_reads_them():
+    from llamapy.convert.gpt_oss import mxfp4_block_bytes
+
+    # Hugging Face: byte i holds codes 2i (low nibble) and 2i+1 (high); GGML: byte i holds codes
+    # i (low) and i + 16 (high), after the scale byte
+    codes = np.arange(32) % 16
+    hf = (codes[0::2] | (codes[1::2] << 4)).astype(np.uint8)[None, :]
+    got = mxfp4_block_bytes(hf, np.array([127], np.uint8))
+    assert got.shape == (17,) and got[0] == 127
+    assert ((got[1:] & 0x0F) == codes[:16]).all() and ((got[1:] >> 4) == codes[16:]).all()
 
 
 def test_deepseek2_mtp_layers_are_left_out(tmp_path):

@@ -72,6 +72,9 @@ TOKENS = {
              "<|endoftext|>", False, "gpt-4o"),
     # tools/moe's builders (their own tokenizer specials), weights re-saved as BF16
     "gptoss": ([], None, None, None, False, "gpt-4o"),
+    # the gpt-oss fixture with its experts as the released checkpoints store them: MXFP4
+    # blocks / scales (uint8, seeded random codes and scales near 2^-6) and quant_method mxfp4
+    "gptossmxfp4": ([], None, None, None, False, "gpt-4o"),
     "deepseek2": ([], None, None, None, False, "deepseek-v3"),
     "glm4moe": ([], None, None, None, False, "glm4"),
     # tools/hybrid's builders (Qwen's / Granite's specials from tools/moe), weights re-saved as BF16
@@ -195,6 +198,12 @@ def build(fam: str, out: pathlib.Path, base_tok: pathlib.Path) -> None:
         (out / "generation_config.json").unlink(missing_ok=True)
         to_bf16(out)
         return
+    if fam == "gptossmxfp4":
+        hf_models.BUILDERS["gptoss"](out, base_tok, None)
+        (out / "generation_config.json").unlink(missing_ok=True)
+        to_bf16(out)
+        to_mxfp4_experts(out)
+        return
     if fam in MOE_BUILDERS:
         hf_models.BUILDERS[fam](out, base_tok, None)
         (out / "generation_config.json").unlink(missing_ok=True)
@@ -274,6 +283,31 @@ def to_bf16(out: pathlib.Path) -> None:
                   metadata={"format": "pt"})
     cfg = json.loads((out / "config.json").read_text())
     cfg["torch_dtype"] = cfg["dtype"] = "bfloat16"
+    (out / "config.json").write_text(json.dumps(cfg, indent=1))
+
+
+def to_mxfp4_experts(out: pathlib.Path) -> None:
+    """gpt-oss's expert matrices replaced by MXFP4 ``*_blocks`` (n_expert, rows, cols / 32, 16)
+    and ``*_scales`` (n_expert, rows, cols / 32) in the released layout (rows = outputs; gate and
+    up rows interleaved), seeded random: any bytes are valid MXFP4."""
+    import numpy as np
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    f = out / "model.safetensors"
+    sd = load_file(str(f))
+    rng = np.random.default_rng(7)
+    for name in sorted(k for k in sd if k.endswith(("experts.gate_up_proj", "experts.down_proj"))):
+        w = sd.pop(name)                      # (n_expert, cols, rows): input-major in transformers
+        n_exp, cols, rows = w.shape
+        blocks = rng.integers(0, 256, (n_exp, rows, cols // 32, 16), dtype=np.uint8)
+        scales = rng.integers(119, 123, (n_exp, rows, cols // 32), dtype=np.uint8)  # 2^-8 .. 2^-5
+        sd[name + "_blocks"] = torch.from_numpy(blocks)
+        sd[name + "_scales"] = torch.from_numpy(scales)
+    save_file(sd, str(f), metadata={"format": "pt"})
+    cfg = json.loads((out / "config.json").read_text())
+    cfg["quantization_config"] = {"quant_method": "mxfp4", "modules_to_not_convert": [
+        "model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"]}
     (out / "config.json").write_text(json.dumps(cfg, indent=1))
 
 

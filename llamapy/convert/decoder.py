@@ -100,6 +100,12 @@ class DecoderFamily:
     rename: Optional[Callable[[str, dict], str]] = None
     # cfg -> cfg: a family's reading of its config before anything is written (Granite drops head_dim)
     prepare_config: Optional[Callable[[dict], dict]] = None
+    # (ckpt, cfg) -> [(GGUF name, loader of its already encoded bytes, logical shape, GGML type
+    # name)]: tensors a family writes as they are stored (gpt-oss's MXFP4 experts), placed
+    # before the checkpoint's as llama.cpp does; with them, split_tensor skips their sources
+    raw_tensors: Optional[Callable[[Checkpoint, dict], list]] = None
+    # (cfg, outtype) -> general.file_type when the family's differs from the outtype's (None: it)
+    file_type: Optional[Callable[[dict, str], Optional[int]]] = None
     # (hf_dir, cfg, tokenizer_pre) -> Vocab: a family's own tokenizer reader (Gemma 4)
     read_vocab: Optional[Callable[[str, dict, Optional[str]], object]] = None
     # (vocab, cfg, hf_dir): a family's changes to the tokenizer metadata
@@ -152,7 +158,7 @@ def write_gating_func(w, value: int) -> None:
     w.add_uint32(gguf.Keys.LLM.EXPERT_GATING_FUNC.format(arch=w.arch), value)
 
 
-def _write_hparams(w, cfg: dict, n_layer: int, outtype: str) -> None:
+def _write_hparams(w, cfg: dict, n_layer: int, file_type: int) -> None:
     import gguf
 
     w.add_block_count(n_layer)
@@ -226,7 +232,7 @@ def _write_hparams(w, cfg: dict, n_layer: int, outtype: str) -> None:
     if cfg.get("head_dim") is not None:
         w.add_key_length(cfg["head_dim"])
         w.add_value_length(cfg["head_dim"])
-    w.add_file_type(_FILE_TYPE[outtype])
+    w.add_file_type(file_type)
 
 
 # tensors llama.cpp keeps in F32 at every outtype: routers and the short convolutions
@@ -285,7 +291,9 @@ def convert_decoder(family: DecoderFamily, hf_dir: str, cfg: dict, out_path: str
         need(cfg, key)
     ckpt = Checkpoint(hf_dir)
 
-    plan = _plan(family, ckpt, cfg, n_layer)
+    raw = family.raw_tensors(ckpt, cfg) if family.raw_tensors is not None else []
+    plan = _plan(family, ckpt, cfg, n_layer, [(name, load, shape) for name, load, shape, _ in raw])
+    raw_types = {name: qtype for name, _, _, qtype in raw}
     have = {p[0] for p in plan}
     # "a|b": either (a dense FFN or its experts)
     needed = [[f"{t}.weight"] for t in family.required_global] + [
@@ -311,24 +319,31 @@ def convert_decoder(family: DecoderFamily, hf_dir: str, cfg: dict, out_path: str
         w.add_type(gguf.GGUFType.MODEL)
         w.add_name(_model_name(hf_dir, cfg))
         w.add_size_label(gguf.size_label(n_params, n_shared, n_expert, n_experts))
+        file_type = family.file_type(cfg, outtype) if family.file_type is not None else None
+        file_type = _FILE_TYPE[outtype] if file_type is None else file_type
         if family.write_hparams is not None:
             family.write_hparams(w, cfg, n_layer)
-            w.add_file_type(_FILE_TYPE[outtype])
+            w.add_file_type(file_type)
         else:
-            _write_hparams(w, cfg, n_layer, outtype)
+            _write_hparams(w, cfg, n_layer, file_type)
         if family.extra_kv:
             family.extra_kv(w, cfg, hf_dir)
         w.add_quantization_version(gguf.GGML_QUANT_VERSION)
         write_vocab(w, vocab)
         types = []
         for name, _, shape in plan:
-            qtype = _target_type(name, shape, outtype)
+            qtype = gguf.GGMLQuantizationType[raw_types[name]] if name in raw_types else \
+                _target_type(name, shape, outtype)
             types.append(qtype)
             w.add_tensor_info(name, shape, np.dtype(np.float32), _nbytes(shape, qtype), raw_dtype=qtype)
         w.write_header_to_file(path=part)
         w.write_kv_data_to_file()
         w.write_ti_data_to_file()
         for (name, load, shape), qtype in zip(plan, types):
+            if name in raw_types:  # already encoded
+                w.write_tensor_data(np.ascontiguousarray(load()))
+                log_fn(f"{name:32s} {str(shape):16s} -> {qtype.name} (as stored)")
+                continue
             x = load()
             x = x[:shape[0]] if x.shape != shape else x  # a trimmed embedding
             if family.tensor_hook is not None:
@@ -354,14 +369,15 @@ _EXPERT_KIND = {"gate_proj": "gate", "up_proj": "up", "down_proj": "down", "w1":
 Plan = List[Tuple[str, Callable[[], np.ndarray], Tuple[int, ...]]]
 
 
-def _plan(family: DecoderFamily, ckpt: Checkpoint, cfg: dict, n_layer: int) -> Plan:
+def _plan(family: DecoderFamily, ckpt: Checkpoint, cfg: dict, n_layer: int, raw: Plan) -> Plan:
     """(GGUF name, loader of its float32 data, shape) in the order llama.cpp's converter writes:
-    family-made tensors first, then the checkpoint's in file order, a layer's experts stacked
+    family-made tensors first, then those it writes as stored, then the checkpoint's in file order, a layer's experts stacked
     into (n_expert, ...) tensors (down, gate, up) where its last expert matrix appears."""
     plan: Plan = []
     extra = family.extra_tensors(cfg) if family.extra_tensors else {}
     for name, arr in extra.items():
         plan.append((name, lambda a=arr: a, tuple(arr.shape)))
+    plan.extend(raw)
     pending: Dict[int, Dict[Tuple[str, int], str]] = {}
     n_expert = first(cfg, ("num_local_experts", "num_experts", "n_routed_experts"))
     for src in ckpt.names():  # src: the checkpoint's name; hf_name: as the family reads it

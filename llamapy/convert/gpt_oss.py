@@ -10,12 +10,15 @@ What differs from the shared decoder writer:
 - the per-head attention sinks ``self_attn.sinks`` -> ``attn_sinks.weight`` (F32), the router
   ``mlp.router`` (weight and bias) -> ``ffn_gate_inp``;
 - metadata: the sliding window and the expert FFN size (= intermediate_size).
-Not here: the MXFP4-quantized expert tensors of the released checkpoints (``*_blocks`` /
-``*_scales``): refused; a BF16 / F32 copy of the weights converts.
+- the released checkpoints' MXFP4 experts (``*_blocks`` / ``*_scales``, quant_method "mxfp4")
+  are written as they are, repacked into GGML's MXFP4 blocks (mxfp4_block_bytes), at every
+  outtype, before the other tensors; general.file_type is then 38 (MXFP4 MoE) for float outtypes.
 """
 from __future__ import annotations
 
 import re
+
+import numpy as np
 
 from .decoder import DecoderFamily, need
 
@@ -30,8 +33,10 @@ def _split(hf_name: str, shape, cfg: dict):
         return None
     il, kind, suffix = m.group(1), m.group(2), m.group(3) or ""
     if suffix in ("_blocks", "_scales"):
-        raise NotImplementedError(f"{hf_name}: gpt-oss's MXFP4-quantized experts are not converted; "
-                                  "convert a BF16 / F32 copy of the checkpoint")
+        if not _is_mxfp4(cfg):
+            raise ValueError(f"{hf_name}: MXFP4 expert blocks but config.json's quantization_config "
+                             "does not say mxfp4")
+        return []  # written as stored by _mxfp4_experts
     n_expert = int(need(cfg, "num_local_experts"))
     if shape[0] != n_expert:
         raise ValueError(f"{hf_name} has shape {shape}, not {n_expert} experts")
@@ -54,6 +59,62 @@ def _split(hf_name: str, shape, cfg: dict):
             (f"blk.{il}.ffn_up_exps.weight", half, lambda x: x.swapaxes(1, 2)[:, 1::2])]
 
 
+def _is_mxfp4(cfg: dict) -> bool:
+    return (cfg.get("quantization_config") or {}).get("quant_method") == "mxfp4"
+
+
+def _swap_nibbles(x: np.ndarray) -> np.ndarray:
+    return ((x & 0x0F) << 4) | ((x & 0xF0) >> 4)
+
+
+def mxfp4_block_bytes(blocks: np.ndarray, scales: np.ndarray) -> np.ndarray:
+    """Hugging Face MXFP4 (blocks (..., n_block, 16) uint8 of packed E2M1 codes, scales
+    (..., n_block) uint8 E8M0) -> GGML's MXFP4 blocks: (..., n_block * 17) bytes, each the scale
+    then 16 code bytes. Hugging Face packs code pairs (2i, 2i+1) into byte i; GGML packs codes
+    (i, i+16) into byte i (low nibble first): the same bytes llama.cpp's converter writes."""
+    t = _swap_nibbles(blocks)
+    a, b = t[..., :8], t[..., 8:]
+    # each byte of the first half -> two bytes with its nibbles high; of the second half -> low
+    hi = np.stack([a & 0xF0, (a << 4).astype(np.uint8)], axis=-1).reshape(t.shape)
+    lo = np.stack([b >> 4, b & 0x0F], axis=-1).reshape(t.shape)
+    codes = _swap_nibbles(hi | lo)
+    out = np.concatenate([scales[..., None], codes], axis=-1)
+    return out.reshape(*out.shape[:-2], -1)
+
+
+def _mxfp4_experts(ckpt, cfg: dict):
+    """gpt-oss's MXFP4 expert tensors as stored, in the order llama.cpp's converter writes them:
+    per layer (checkpoint order) down, then gate and up (the even / odd rows of gate_up)."""
+    if not _is_mxfp4(cfg):
+        return []
+    out = []
+    for name in ckpt.names():
+        m = _FUSED.fullmatch(name)
+        if m is None or m.group(3) != "_scales":
+            continue
+        il, kind = m.group(1), m.group(2)
+        blocks_name = name[:-len("_scales")] + "_blocks"
+        if blocks_name not in ckpt:
+            raise ValueError(f"{name} has no {blocks_name}")
+        shape = tuple(ckpt.shape(blocks_name))  # (n_expert, rows, n_block, 16)
+        if len(shape) != 4 or shape[3] != 16 or tuple(ckpt.shape(name)) != shape[:3]:
+            raise ValueError(f"{blocks_name} / {name} have shapes {shape} / {ckpt.shape(name)}, not MXFP4 blocks")
+        parts = [("down", slice(None))] if kind == "down_proj" else [("gate", slice(0, None, 2)),
+                                                                     ("up", slice(1, None, 2))]
+        for part, rows in parts:
+            n_rows = len(range(shape[1])[rows])
+            out.append((f"blk.{il}.ffn_{part}_exps.weight",
+                        lambda b=blocks_name, s=name, r=rows: mxfp4_block_bytes(
+                            np.asarray(ckpt.get(b))[:, r], np.asarray(ckpt.get(s))[:, r]),
+                        (shape[0], n_rows, shape[2] * 32), "MXFP4"))
+    return out
+
+
+def _file_type(cfg: dict, outtype: str):
+    # llama.cpp labels a float conversion of an MXFP4 checkpoint "MXFP4 MoE" (38)
+    return 38 if _is_mxfp4(cfg) and outtype in ("f32", "f16", "bf16") else None
+
+
 def _extra_kv(w, cfg: dict, hf_dir: str) -> None:
     w.add_sliding_window(need(cfg, "sliding_window"))
     w.add_expert_feed_forward_length(need(cfg, "intermediate_size"))
@@ -65,6 +126,8 @@ FAMILY = DecoderFamily(
               "ffn_gate_inp", "ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"),
     extra_kv=_extra_kv,
     split_tensor=_split,
+    raw_tensors=_mxfp4_experts,
+    file_type=_file_type,
     tensor_names=(
         (r"model\.layers\.(\d+)\.self_attn\.sinks", "blk.{0}.attn_sinks.weight"),
         (r"model\.layers\.(\d+)\.mlp\.router\.(weight|bias)", "blk.{0}.ffn_gate_inp.{1}"),
