@@ -30,8 +30,8 @@ from llamapy.convert import SUPPORTED, convert
 from llamapy.convert.safetensors import load_safetensors
 
 DATA = pathlib.Path(__file__).parent / "data" / "convert"
-FAMILIES = ["llama", "mixtral", "smollm3", "granite", "granitemoe", "olmo2", "olmo3", "phi3", "qwen2", "qwen3",
-            "qwen3moe", "gemma2", "gemma3", "gptoss", "gptossmxfp4", "deepseek2", "glm4moe", "qwen35", "qwen35moe", "lfm2",
+FAMILIES = ["llama", "mixtral", "smollm3", "granite", "granitemoe", "olmo2", "olmo3", "phi3", "phi3spm", "qwen2",
+            "qwen3", "qwen3moe", "gemma2", "gemma3", "gptoss", "gptossmxfp4", "deepseek2", "glm4moe", "qwen35", "qwen35moe", "lfm2",
             "granitehybrid", "gemma4", "gemma4dense", "gemma4moe"]
 BPE_FAMILIES = ["llama", "smollm3", "granite", "granitemoe", "olmo2", "olmo3", "phi3", "qwen2", "qwen3", "qwen3moe",
                 "gptoss", "gptossmxfp4", "deepseek2", "glm4moe", "qwen35", "qwen35moe", "lfm2", "granitehybrid"]
@@ -268,11 +268,32 @@ def test_deepseek2_mtp_layers_are_left_out(tmp_path):
     assert got["tensors"] == reference("deepseek2")["outtypes"]["f16"]["tensors"]
 
 
-def test_phi3_sentencepiece_and_hybrid_without_mamba_are_refused(tmp_path):
+def test_phi3_longrope_factors(tmp_path):
+    import math
+
     d = _copy("phi3", tmp_path)
-    shutil.copy(DATA / "gemma3" / "hf" / "tokenizer.model", d / "tokenizer.model")
-    with pytest.raises(NotImplementedError, match="SentencePiece"):
-        convert(str(d), str(tmp_path / "m.gguf"))
+    cfg = json.loads((d / "config.json").read_text())
+    half = cfg["hidden_size"] // cfg["num_attention_heads"] // 2
+    long, short = [1.0 + i / 10 for i in range(half)], [1.0] * half
+    rope = {"rope_type": "longrope", "rope_theta": 10000.0, "long_factor": long, "short_factor": short,
+            "original_max_position_embeddings": 1024}
+    (d / "config.json").write_text(json.dumps({**cfg, "rope_parameters": rope}))
+    out = convert(str(d), str(tmp_path / "m.gguf"), "q8_0", tokenizer_pre="gpt-4o")
+    got = gguf_digest(out)
+    assert got["tensor_order"][:2] == ["rope_factors_long.weight", "rope_factors_short.weight"]
+    assert got["tensors"]["rope_factors_long.weight"][:2] == [[half], "F32"]
+    import gguf
+    r = gguf.GGUFReader(out)
+    assert np.array_equal(r.get_tensor(0).data, np.array(long, np.float32))
+    attn = got["kv"]["phi3.rope.scaling.attn_factor"][1]
+    assert attn == pytest.approx(math.sqrt(1 + math.log(4096 / 1024) / math.log(1024)), rel=1e-6)
+    assert got["kv"]["phi3.rope.scaling.original_context_length"][1] == 1024
+    (d / "config.json").write_text(json.dumps({**cfg, "rope_parameters": {**rope, "short_factor": short[:-1]}}))
+    with pytest.raises(ValueError, match="long_factor / short_factor"):
+        convert(str(d), str(tmp_path / "m.gguf"), tokenizer_pre="gpt-4o")
+
+
+def test_granite_hybrid_without_mamba_and_bamba_are_refused(tmp_path):
     d = _copy("granitehybrid", tmp_path)
     cfg = json.loads((d / "config.json").read_text())
     (d / "config.json").write_text(json.dumps({**cfg, "layer_types": ["attention"] * cfg["num_hidden_layers"]}))

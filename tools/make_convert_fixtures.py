@@ -70,6 +70,9 @@ TOKENS = {
     # phi3 path reads tokenizer.model unless the class says GPT2Tokenizer)
     "phi3": (["<|endoftext|>", "<|system|>", "<|user|>", "<|assistant|>", "<|end|>"], None, "<|end|>",
              "<|endoftext|>", False, "gpt-4o"),
+    # Phi-3-mini style: SentencePiece tokenizer.model (the VLM fixtures' tiny model) with chat
+    # tokens added past it (special and not), a config vocab_size padded past them
+    "phi3spm": ([], None, None, None, True, None),
     # tools/moe's builders (their own tokenizer specials), weights re-saved as BF16
     "gptoss": ([], None, None, None, False, "gpt-4o"),
     # the gpt-oss fixture with its experts as the released checkpoints store them: MXFP4
@@ -126,6 +129,31 @@ def write_spm_tokenizer(out: pathlib.Path) -> int:
     cfg["add_bos_token"], cfg["add_eos_token"] = True, False
     (out / "tokenizer_config.json").write_text(json.dumps(cfg, indent=1))
     return spm.SentencePieceProcessor(model_file=str(model)).vocab_size()
+
+
+PHI3_ADDED = [("<|endoftext|>", True), ("<|assistant|>", True), ("<|end|>", True), ("<|user|>", False),
+              ("<|placeholder1|>", False)]
+
+
+def write_phi3_spm_tokenizer(out: pathlib.Path) -> int:
+    """The tiny SentencePiece model as Phi-3-mini ships its tokenizer: tokenizer.model,
+    tokenizer_config.json (LlamaTokenizer, added_tokens_decoder past the pieces: some special,
+    some not) and the tokenizer.json transformers derives; returns the config vocab_size
+    (padded past the added tokens, as Phi-3's 32064)."""
+    n = write_spm_tokenizer(out)
+    cfg = json.loads((out / "tokenizer_config.json").read_text())
+    tok = json.loads((out / "tokenizer.json").read_text())
+    cfg["tokenizer_class"] = "LlamaTokenizer"
+    for k, (text, special) in enumerate(PHI3_ADDED):
+        entry = {"content": text, "lstrip": False, "normalized": False, "rstrip": False, "single_word": False,
+                 "special": special}
+        cfg.setdefault("added_tokens_decoder", {})[str(n + k)] = entry
+        tok["added_tokens"].append({"id": n + k, **entry})
+    cfg["eos_token"] = "<|end|>"
+    cfg["chat_template"] = TEMPLATE
+    (out / "tokenizer_config.json").write_text(json.dumps(cfg, indent=1))
+    (out / "tokenizer.json").write_text(json.dumps(tok, indent=1, ensure_ascii=False))
+    return n + len(PHI3_ADDED) + 3
 
 
 def write_tokenizer(fam: str, base: pathlib.Path, out: pathlib.Path, template_file: bool) -> int:
@@ -216,6 +244,8 @@ def build(fam: str, out: pathlib.Path, base_tok: pathlib.Path) -> None:
     out.mkdir(parents=True)
     if fam in ("gemma3", "gemma2"):
         n_tok = write_spm_tokenizer(out)
+    elif fam == "phi3spm":
+        n_tok = write_phi3_spm_tokenizer(out)
     else:
         n_tok = write_tokenizer(fam, base_tok, out, template_file=(fam == "qwen3"))
     common = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
@@ -242,7 +272,7 @@ def build(fam: str, out: pathlib.Path, base_tok: pathlib.Path) -> None:
             query_pre_attn_scalar=32, bos_token_id=1, eos_token_id=2, pad_token_id=0,
             tie_word_embeddings=True, **common)
         model, dtype, shard = tf.Gemma3ForCausalLM(cfg), torch.float32, None
-    elif fam == "phi3":
+    elif fam in ("phi3", "phi3spm"):
         # fused qkv_proj and gate_up_proj, no sliding window (Phi-4 style), untied output, F32
         cfg = tf.Phi3Config(vocab_size=n_tok, tie_word_embeddings=False, rope_parameters={
             "rope_type": "default", "rope_theta": 10000.0}, original_max_position_embeddings=4096,

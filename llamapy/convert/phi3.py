@@ -8,19 +8,23 @@ What differs from the shared decoder writer:
   lengths, the original context length always, the rotary size from partial_rotary_factor,
   and a sliding window of 0 when the config has none (how llama.cpp tells Phi-4 apart);
 - LongRoPE checkpoints (Phi-3-128k: ``long_factor`` / ``short_factor``) get the two factor
-  tensors ``rope_factors_long`` / ``rope_factors_short`` and ``rope.scaling.attn_factor``.
-Not here: the SentencePiece (``tokenizer.model``) vocabulary of Phi-3 / Phi-3.5 — refused;
-Phi-4-style folders (``tokenizer_class`` GPT2Tokenizer, byte-level BPE) are converted.
-Phi-3.5-MoE (``PhiMoEForCausalLM``) and Phi-3-small are other architectures.
+  tensors ``rope_factors_long`` / ``rope_factors_short`` and ``rope.scaling.attn_factor``;
+- its own tokenizer rule (read_phi3_vocab): Phi-4's byte-level BPE when tokenizer_config.json
+  says GPT2Tokenizer, else Phi-3's SentencePiece vocabulary with its added tokens.
+Not here: Phi-3.5-MoE (``PhiMoEForCausalLM``) and Phi-3-small are other architectures.
 """
 from __future__ import annotations
 
 import math
-from typing import Dict
+import os
+from typing import Dict, Optional
 
 import numpy as np
 
 from .decoder import DecoderFamily, need, rope_parameters
+from .sentencepiece_model import read_pieces
+from .vocab import BYTE, CONTROL, NORMAL, UNKNOWN, UNUSED, USER_DEFINED, Vocab, _chat_template, _read_json, \
+    _special_ids_and_flags, read_bpe_vocab
 
 MODEL_TYPES = ("phi3",)
 
@@ -81,10 +85,45 @@ def _rope_factors(cfg: dict) -> Dict[str, np.ndarray]:
             "rope_factors_short.weight": np.array(short, dtype=np.float32)}
 
 
-def _refuse_sentencepiece(vocab, cfg: dict, hf_dir: str) -> None:
-    if vocab.model == "llama":
-        raise NotImplementedError("Phi-3's SentencePiece vocabulary (tokenizer.model) is not converted yet; "
-                                  "Phi-4-style folders (tokenizer_class GPT2Tokenizer, tokenizer.json only) are")
+def read_phi3_vocab(hf_dir: str, cfg: dict, tokenizer_pre: Optional[str] = None) -> Vocab:
+    """Phi-3's own tokenizer rule: byte-level BPE when tokenizer_config.json says GPT2Tokenizer
+    (Phi-4), else its SentencePiece tokenizer.model padded to config.json's vocab_size with
+    "[PAD<id>]" (UNUSED, -10000), user-defined pieces NORMAL, then the added tokens of
+    added_tokens.json, tokenizer_config.json's added_tokens_decoder and tokenizer.json's
+    added_tokens in that order (score -1000; CONTROL when marked special, else USER_DEFINED,
+    their text as written)."""
+    tok_cfg = _read_json(os.path.join(hf_dir, "tokenizer_config.json"))
+    if (tok_cfg or {}).get("tokenizer_class") == "GPT2Tokenizer":
+        return read_bpe_vocab(hf_dir, cfg, tokenizer_pre)
+    model = os.path.join(hf_dir, "tokenizer.model")
+    if not os.path.isfile(model):
+        raise ValueError(f"{hf_dir} has no tokenizer.model (Phi-3's SentencePiece vocabulary)")
+    pieces = read_pieces(model)
+    n = int(cfg.get("vocab_size") or len(pieces))
+    if len(pieces) > n:
+        raise ValueError(f"tokenizer.model has {len(pieces)} pieces but config.json's vocab_size is {n}")
+    tokens = [f"[PAD{i}]" for i in range(n)]
+    scores = [-10000.0] * n
+    types = [UNUSED] * n
+    for i, (text, score, kind) in enumerate(pieces):
+        tokens[i], scores[i] = text, score
+        types[i] = kind if kind in (UNKNOWN, CONTROL, UNUSED, BYTE) else NORMAL
+
+    def put(i: int, text: str, kind: int) -> None:
+        if not 0 <= i < n:
+            raise ValueError(f"added token {text!r} has id {i}, past config.json's vocab_size {n}")
+        tokens[i], scores[i], types[i] = text, -1000.0, kind
+
+    for text, i in (_read_json(os.path.join(hf_dir, "added_tokens.json")) or {}).items():
+        if int(i) < n:  # as the reference: ids past the vocabulary are ignored here
+            put(int(i), text, USER_DEFINED)
+    for i, t in ((tok_cfg or {}).get("added_tokens_decoder") or {}).items():
+        put(int(i), t["content"], CONTROL if t.get("special") else USER_DEFINED)
+    tok_json = _read_json(os.path.join(hf_dir, "tokenizer.json"))
+    for t in (tok_json or {}).get("added_tokens", []):
+        put(int(t["id"]), t["content"], CONTROL if t.get("special") else USER_DEFINED)
+    ids, add = _special_ids_and_flags(hf_dir, tok_json, tok_cfg, cfg, n)
+    return Vocab("llama", "default", tokens, types, [], scores, ids, add, _chat_template(hf_dir, tok_cfg))
 
 
 FAMILY = DecoderFamily(
@@ -97,5 +136,5 @@ FAMILY = DecoderFamily(
         (r"model\.layers\.(\d+)\.self_attn\.qkv_proj\.weight", "blk.{0}.attn_qkv.weight"),
         (r"model\.layers\.(\d+)\.mlp\.gate_up_proj\.weight", "blk.{0}.ffn_up.weight"),
     ),
-    adjust_vocab=_refuse_sentencepiece,
+    read_vocab=read_phi3_vocab,
 )
