@@ -101,6 +101,10 @@ def test_converted_model_gives_llama_cpp_logits(fam, tmp_path):
     with Llama(model_path=out, n_ctx=64, n_batch=64, n_threads=2, logits_all=True, verbose=False) as llm:
         llm.eval(ref["prompt"])
         got = np.array(llm.scores[:len(ref["prompt"])], dtype=np.float32)
+        llm.reset()
+        # and it generates: greedy from the prompt, the first token llama.cpp's argmax
+        gen = [t for _, t in zip(range(4), llm.generate(ref["prompt"], temp=0.0))]
+    assert len(gen) == 4 and gen[0] == int(want[-1].argmax())
     assert got.shape == want.shape
     # two engines, same F16 weights: summation order only (llama.cpp's own batch-vs-step noise ~1e-2)
     assert np.abs(got - want).max() < LOGIT_TOL.get(fam, 2e-2), f"{fam}: {np.abs(got - want).max()}"
