@@ -6,7 +6,9 @@ tools/vlm/hf_models.py with tests/data/vlm's seeds, through tools/make_convert_f
 reference.json: the digest of what convert_hf_to_gguf.py --mmproj from the 0.3.36 sdist wrote
 at every --outtype. Ours must match it apart from general.name. Each converted projector is
 also the one tests/data/vlm's text model of that type was recorded with, so it must load
-beside that text model and caption an image exactly as the committed projector does.
+beside that text model and caption an image exactly as the committed projector does. The
+gemma3vlm folder keeps its text model, whose plain conversion is checked against the reference
+too (text_outtypes); the others keep only what --mmproj reads.
 """
 from __future__ import annotations
 
@@ -92,3 +94,14 @@ def test_missing_vision_tensor_is_named(tmp_path):
     _write_safetensors(d / "model.safetensors", tensors)
     with pytest.raises(ValueError, match=r"v\.blk\.1\.ffn_down\.weight"):
         convert(str(d), str(tmp_path / "mm.gguf"), mmproj=True)
+
+
+@pytest.mark.parametrize("outtype", ["f16", "q8_0"])
+def test_vlm_text_model_matches_llama_cpp_converter(outtype, tmp_path):
+    """The text half of the same Gemma 3 vision-language folder (``language_model.`` names, the
+    tower's tensors beside it) converts as llama.cpp's converter writes it."""
+    out = convert(str(HF), str(tmp_path / "t.gguf"), outtype)
+    got, want = gguf_digest(out), reference()["text_outtypes"][outtype]
+    keys = sorted((set(got["kv"]) | set(want["kv"])) - {"general.name"})
+    assert [k for k in keys if got["kv"].get(k) != want["kv"].get(k)] == []
+    assert got["tensors"] == want["tensors"] and got["tensor_order"] == want["tensor_order"]

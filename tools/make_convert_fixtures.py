@@ -429,10 +429,19 @@ def make_mmproj(fam: str) -> None:
         dst = ARGS.work / f"{fam}-mmproj-{outtype}.gguf"
         convert(fam, hf_dir, outtype, dst, ("--mmproj",))
         ref["outtypes"][outtype] = gguf_digest(str(dst))
+    if fam in TEXT_TOO:  # the text model of the same folder, as the converter writes it
+        ref["text_outtypes"] = {}
+        for outtype in ("f16", "q8_0"):
+            dst = ARGS.work / f"{fam}-text-{outtype}.gguf"
+            convert(fam, hf_dir, outtype, dst)
+            ref["text_outtypes"][outtype] = gguf_digest(str(dst))
     (out / "reference.json").write_text(json.dumps(ref, indent=1, ensure_ascii=False) + "\n")
-    strip_text_model(hf_dir)
+    if fam not in TEXT_TOO:
+        strip_text_model(hf_dir)
 
 
+# VLM folders whose text model is converted too (kept whole; the others keep only what --mmproj reads)
+TEXT_TOO = ("gemma3vlm",)
 # what --mmproj reads of a VLM folder: the tower and projector tensors, config.json and the
 # preprocessor config; the text model and tokenizer are dropped after recording (half the size)
 TEXT_TENSORS = ("lm_head.", "model.language_model.", "language_model.", "model.text_model.", "model.layers.",

@@ -63,6 +63,12 @@ _TENSOR_NAMES = [
     (r"model\.layers\.(\d+)\.mlp\.shared_experts\.(gate|up|down)_proj\.weight", "blk.{0}.ffn_{1}_shexp.weight"),
 ]
 _TENSOR_RES = [(re.compile(p), out) for p, out in _TENSOR_NAMES]
+# the non-text parts of vision / audio-language checkpoints, left out of the text model as
+# llama.cpp's converter leaves them (prefixes, then names containing these)
+_MULTIMODAL = re.compile(r"^(?:mlp|vit\.|vpm\.|siglip2\.|conformer\.|merger\.|resampler\.|sound_encoder\.|"
+                         r"sound_projection\.|speech_embeddings\.)|visual\.|vision\.|audio\.|talker\.|vision_|"
+                         r"audio_|token2wav\.|code2wav\.|projector\.|pre_mm_projector_norm|image_newline|"
+                         r"view_seperator|patch_embed|patch_merger\.|patch_merge_mlp\.|model\.connector\.")
 # buffers some checkpoints carry that no GGUF has
 _SKIPPED = re.compile(r".*(\.rotary_emb\.inv_freq|\.attention\.masked_bias|\.attention\.bias)")
 
@@ -381,9 +387,12 @@ def _plan(family: DecoderFamily, ckpt: Checkpoint, cfg: dict, n_layer: int, raw:
     pending: Dict[int, Dict[Tuple[str, int], str]] = {}
     n_expert = first(cfg, ("num_local_experts", "num_experts", "n_routed_experts"))
     for src in ckpt.names():  # src: the checkpoint's name; hf_name: as the family reads it
-        if family.skip is not None and family.skip(src, cfg):
+        if _MULTIMODAL.search(src):
+            continue  # a vision-language checkpoint's tower / projector: --mmproj writes those
+        hf_name = src.replace("language_model.", "")  # its text model, named as a text checkpoint
+        if family.skip is not None and family.skip(hf_name, cfg):
             continue
-        hf_name = family.rename(src, cfg) if family.rename is not None else src
+        hf_name = family.rename(hf_name, cfg) if family.rename is not None else hf_name
         m = _EXPERT.fullmatch(hf_name)
         if m:
             if not n_expert:
