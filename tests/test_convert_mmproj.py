@@ -7,8 +7,9 @@ reference.json: the digest of what convert_hf_to_gguf.py --mmproj from the 0.3.3
 at every --outtype. Ours must match it apart from general.name. Each converted projector is
 also the one tests/data/vlm's text model of that type was recorded with, so it must load
 beside that text model and caption an image exactly as the committed projector does. The
-gemma3vlm folder keeps its text model, whose plain conversion is checked against the reference
-too (text_outtypes); the others keep only what --mmproj reads.
+gemma3vlm / qwen2vl / qwen25vl folders keep their text model, whose plain conversion is checked
+against the reference too (text_outtypes) and is tests/data/vlm's text model; idefics3 keeps
+only what --mmproj reads.
 """
 from __future__ import annotations
 
@@ -96,12 +97,31 @@ def test_missing_vision_tensor_is_named(tmp_path):
         convert(str(d), str(tmp_path / "mm.gguf"), mmproj=True)
 
 
+TEXT_TOO = ["gemma3vlm", "qwen2vl", "qwen25vl"]  # folders that keep their text model
+
+
 @pytest.mark.parametrize("outtype", ["f16", "q8_0"])
-def test_vlm_text_model_matches_llama_cpp_converter(outtype, tmp_path):
-    """The text half of the same Gemma 3 vision-language folder (``language_model.`` names, the
-    tower's tensors beside it) converts as llama.cpp's converter writes it."""
-    out = convert(str(HF), str(tmp_path / "t.gguf"), outtype)
-    got, want = gguf_digest(out), reference()["text_outtypes"][outtype]
+@pytest.mark.parametrize("fam", TEXT_TOO)
+def test_vlm_text_model_matches_llama_cpp_converter(fam, outtype, tmp_path):
+    """The text half of the same vision-language folder (``language_model.`` names, the tower's
+    tensors beside it; Qwen2-VL's as architecture qwen2vl with its rope sections) converts as
+    llama.cpp's converter writes it."""
+    out = convert(str(DATA / fam / "hf"), str(tmp_path / "t.gguf"), outtype)
+    got, want = gguf_digest(out), reference(fam)["text_outtypes"][outtype]
     keys = sorted((set(got["kv"]) | set(want["kv"])) - {"general.name"})
     assert [k for k in keys if got["kv"].get(k) != want["kv"].get(k)] == []
     assert got["tensors"] == want["tensors"] and got["tensor_order"] == want["tensor_order"]
+
+
+@pytest.mark.parametrize("fam", TEXT_TOO)
+def test_vlm_text_model_is_tests_data_vlms_and_generates(fam, tmp_path):
+    from vlm_recorded_encoder import model_paths
+
+    from llamapy import Llama
+
+    text, _ = model_paths(FAMILIES[fam])
+    out = convert(str(DATA / fam / "hf"), str(tmp_path / "t.gguf"), "f16")
+    assert gguf_digest(out)["tensors"] == gguf_digest(text)["tensors"]
+    with Llama(model_path=out, n_ctx=64, n_threads=2, verbose=False) as llm:
+        ids = llm.tokenize(b"Describe this image.")
+        assert len([t for _, t in zip(range(4), llm.generate(ids, temp=0.0))]) == 4

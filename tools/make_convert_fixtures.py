@@ -441,7 +441,7 @@ def make_mmproj(fam: str) -> None:
 
 
 # VLM folders whose text model is converted too (kept whole; the others keep only what --mmproj reads)
-TEXT_TOO = ("gemma3vlm",)
+TEXT_TOO = ("gemma3vlm", "qwen2vl", "qwen25vl")
 # what --mmproj reads of a VLM folder: the tower and projector tensors, config.json and the
 # preprocessor config; the text model and tokenizer are dropped after recording (half the size)
 TEXT_TENSORS = ("lm_head.", "model.language_model.", "language_model.", "model.text_model.", "model.layers.",

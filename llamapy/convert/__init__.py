@@ -11,8 +11,8 @@ import json
 import os
 from typing import Callable, Optional
 
-from . import (deepseek2, gemma2, gemma3, gemma4, glm4moe, gpt_oss, granite, granitehybrid, granitemoe, lfm2, llama, olmo2, phi3, qwen2, qwen3,
-               qwen3moe, qwen35, qwen35moe, smollm3)
+from . import (deepseek2, gemma2, gemma3, gemma4, glm4moe, gpt_oss, granite, granitehybrid, granitemoe, lfm2,
+               llama, olmo2, phi3, qwen2, qwen2vl, qwen3, qwen3moe, qwen35, qwen35moe, smollm3)
 from .bert import convert_bert
 from .decoder import OUTTYPES, convert_decoder
 from .mmproj import PROJECTORS, convert_mmproj
@@ -20,9 +20,8 @@ from .mmproj import PROJECTORS, convert_mmproj
 __all__ = ["convert", "OUTTYPES", "SUPPORTED", "SUPPORTED_MMPROJ"]
 
 # model_type -> decoder family (one table line per family)
-_FAMILIES = (llama, smollm3, granite, granitemoe, olmo2, phi3, qwen2, qwen3, qwen3moe, gemma2, gemma3, gpt_oss,
-             deepseek2, glm4moe, qwen35, qwen35moe, lfm2,
-             granitehybrid, gemma4)
+_FAMILIES = (llama, smollm3, granite, granitemoe, granitehybrid, olmo2, phi3, qwen2, qwen2vl, qwen3, qwen3moe,
+             qwen35, qwen35moe, gemma2, gemma3, gemma4, gpt_oss, deepseek2, glm4moe, lfm2)
 _DECODERS = {t: fam.FAMILY for fam in _FAMILIES for t in fam.MODEL_TYPES}
 SUPPORTED = tuple(sorted(_DECODERS)) + ("bert",)
 SUPPORTED_MMPROJ = tuple(sorted(PROJECTORS))  # model_types whose projector --mmproj writes
