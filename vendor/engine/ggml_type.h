@@ -145,6 +145,7 @@ void register_float_types(type_traits* table, isa level);    // quants/float.cpp
 void register_legacy_types(type_traits* table, isa level);   // quants/legacy.cpp: Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q8_1
 void register_kquant_types(type_traits* table, isa level);   // quants/kquants.cpp: Q2_K..Q6_K Q8_K
 void register_iquant_types(type_traits* table, isa level);   // quants/iquants.cpp: IQ4_NL IQ4_XS
+void register_iq_lattice_types(type_traits* table, isa level);  // quants/iq_lattice.cpp: IQ2_*, IQ3_*, IQ1_*
 void register_mxfp4_types(type_traits* table, isa level);    // quants/mxfp4.cpp: MXFP4
 
 }  // namespace lp

@@ -51,6 +51,7 @@ table_t build(isa level) {
     register_legacy_types(t.data(), level);
     register_kquant_types(t.data(), level);
     register_iquant_types(t.data(), level);
+    register_iq_lattice_types(t.data(), level);
     register_mxfp4_types(t.data(), level);
     for (type_traits& tr : t) {
         if (tr.to_float) tr.supported = true;
