@@ -63,6 +63,8 @@ struct type_case {
     ggml_type type;
     std::vector<int> halves;  // byte offsets of the fp16 fields in a block
     std::vector<int> e8m0 = {};  // byte offsets of E8M0 exponents (kept near 2^0: random ones overflow)
+    // byte offsets of fp16 fields spread over the top nibbles of four uint16 (IQ1_M's scale)
+    std::vector<int> nibble_halves = {};
 };
 
 const std::vector<type_case>& dot_types() {
@@ -73,6 +75,10 @@ const std::vector<type_case>& dot_types() {
         {ggml_type::Q3_K, {108}},    {ggml_type::Q4_K, {0, 2}},    {ggml_type::Q5_K, {0, 2}},
         {ggml_type::Q6_K, {208}},    {ggml_type::IQ4_NL, {0}},     {ggml_type::IQ4_XS, {0}},
         {ggml_type::MXFP4, {}, {0}},
+        // the grid-based i-quants: read only (no quantizer), so random and "ones" blocks
+        {ggml_type::IQ2_XXS, {0}},   {ggml_type::IQ2_XS, {0}},     {ggml_type::IQ2_S, {0}},
+        {ggml_type::IQ3_XXS, {0}},   {ggml_type::IQ3_S, {0}},      {ggml_type::IQ1_S, {0}},
+        {ggml_type::IQ1_M, {}, {}, {48}},
     };
     return all;
 }
@@ -116,6 +122,14 @@ bytes weight_rows(const type_case& tc, const std::string& kind, int64_t rows, in
             const float h = kind == "ones" ? 0.01f : g.gauss() * 0.05f;
             const uint16_t bits = fp32_to_fp16(h);
             std::memcpy(raw.data() + blk * tr.type_size + off, &bits, 2);
+        }
+    for (size_t blk = 0; blk < raw.size() / tr.type_size; ++blk)
+        for (int off : tc.nibble_halves) {
+            const uint16_t bits = fp32_to_fp16(kind == "ones" ? 0.01f : g.gauss() * 0.05f);
+            for (int k = 0; k < 4; ++k) {
+                uint8_t* w = raw.data() + blk * tr.type_size + off + 2 * k;
+                w[1] = (uint8_t)((w[1] & 0x0f) | (((bits >> (4 * k)) & 0xf) << 4));
+            }
         }
     for (size_t blk = 0; blk < raw.size() / tr.type_size; ++blk)
         for (int off : tc.e8m0) raw[blk * tr.type_size + off] = (uint8_t)(kind == "ones" ? 127 : 118 + g.next() % 16);
@@ -185,6 +199,7 @@ void check_dots(tally& t, const std::vector<isa>& levels) {
             std::vector<one> cases;
             for (const char* wk : w_kinds) {
                 if (is_float_type(tc.type) && std::string(wk) != "quantized") continue;
+                if (!ref.from_float_ref && std::string(wk) == "quantized") continue;  // read-only types
                 for (const char* ak : a_kinds) {
                     one c;
                     c.w = weight_rows(tc, wk, rows, n, g);
@@ -324,7 +339,7 @@ void check_matmul(tally& t, const std::vector<isa>& levels) {
         const type_traits& ref = traits(tc.type, isa::scalar);
         const int64_t n = is_float_type(tc.type) ? 300 : (ref.block_size == 32 ? 256 : 512), rows = 37;
         rng g(5000 + (uint64_t)tc.type);
-        const bytes w = weight_rows(tc, "quantized", rows, n, g);
+        const bytes w = weight_rows(tc, ref.from_float_ref ? "quantized" : "random", rows, n, g);
         const size_t ws = row_size(tc.type, n);
         std::vector<std::vector<double>> wd;
         for (int64_t r = 0; r < rows; ++r) wd.push_back(dequant(tc.type, w.data() + r * ws, n));

@@ -1,0 +1,117 @@
+"""The grid-based i-quants against llama.cpp on whole models: a tiny random llama (rows of
+256, 2 layers) quantized by llama.cpp (llama-cpp-python 0.3.36, `pure`: every matrix,
+embeddings and output included, in one type) to IQ2_XXS, IQ2_XS, IQ2_S (file type IQ2_M),
+IQ3_XXS, IQ3_S, IQ1_S and IQ1_M, and what llama.cpp produced on each, recorded by
+tools/make_iq_fixtures.py (tests/data/iq_lattice).
+
+The comparison rules are tests/test_dense_llama_cpp.py's for quantized files: activations
+are rounded to 8 bits before every product, so a one-ulp difference in summation order can
+flip a rounding and move a logit by about as much as llama.cpp's own flash-attention off/on
+moves it (0.15-0.8 on these files). Every step's top-10 logits, teacher-forced along
+llama.cpp's greedy path, within TOL_Q except where llama.cpp itself moves by more than
+TOL_Q / 2; the whole last-position row within max(TOL_Q, 1.5 times llama.cpp's own); the
+median step no further than 1.5 times llama.cpp's own median; and free-running greedy
+generation gives llama.cpp's 16 tokens up to a tie (a top-2 gap within TOL_Q)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from llamapy import Llama, _engine
+
+DATA = Path(__file__).parent / "data" / "iq_lattice"
+TOL_Q = 0.3
+RECORD = json.loads((DATA / "record.json").read_text())
+
+
+def test_fixture_files_are_intact():
+    files = json.loads((DATA / "manifest.json").read_text())
+    for rel, info in files.items():
+        data = (DATA / rel).read_bytes()
+        assert len(data) == info["bytes"] and hashlib.sha256(data).hexdigest() == info["sha256"], rel
+
+
+@pytest.mark.parametrize("ftype", list(RECORD["files"]))
+def test_every_matrix_has_the_type(ftype):
+    """`pure` put the one type on every matrix (the test would pass on fallbacks otherwise)."""
+    want = RECORD["matrix_type"][ftype]
+    types = RECORD["tensor_types"][ftype]
+    assert {t for name, t in types.items() if not name.endswith("norm.weight")} == {want}
+
+
+def teacher_forced(llm, prompt, ids):
+    llm.reset()
+    seq = list(prompt) + list(ids)
+    llm.eval(seq[:-1])
+    return np.array(llm.scores[:len(seq) - 1])[len(prompt) - 1:]
+
+
+def greedy(llm, prompt, n):
+    llm.reset()
+    got = []
+    for tok in llm.generate(prompt, temp=0.0):
+        got.append(tok)
+        if len(got) == n:
+            break
+    return got
+
+
+@pytest.mark.parametrize("ftype", list(RECORD["files"]))
+def test_matches_llama_cpp(ftype):
+    fr = RECORD["files"][ftype]
+    assert "error" not in fr, fr.get("error")
+    npz = np.load(DATA / "logits.npz")
+    llm = Llama(model_path=str(DATA / fr["file"]), n_ctx=RECORD["n_ctx"], n_batch=RECORD["n_batch"],
+                n_threads=2, logits_all=True, flash_attn=True, verbose=False)
+    assert llm.n_vocab() == fr["n_vocab"]
+    for pi, pr in enumerate(fr["prompts"]):
+        at = f"{ftype} prompt {pi}"
+        steps = teacher_forced(llm, pr["prompt_ids"], pr["ids"])
+        deltas, gaps = [], []
+        for i, top in enumerate(pr["top10"]):
+            ids = [a for a, _ in top]
+            ref = np.array([b for _, b in top])
+            deltas.append(float(np.abs(steps[i][ids] - ref).max()))
+            gaps.append(ref[0] - ref[1])
+        own = pr["flash_off"]["top10_delta_vs_flash_on_per_position"][len(pr["prompt_ids"]) - 1:]
+        unexplained = [i for i, d in enumerate(deltas) if d > TOL_Q and own[i] <= TOL_Q / 2]
+        assert not unexplained, f"{at}: positions {unexplained} off by {[round(deltas[i], 3) for i in unexplained]}"
+        last = npz[f"{ftype}.p{pi}.last_logits"]
+        full = float(np.abs(steps[0] - last).max())
+        own_full = float(np.abs(npz[f"{ftype}.p{pi}.last_logits_flash_off"] - last).max())
+        assert full < max(TOL_Q, 1.5 * own_full), f"{at}: whole last row off by {full:.3f} (llama.cpp's own {own_full:.3f})"
+        assert np.median(deltas) < max(0.05, 1.5 * float(np.median(own))), \
+            f"{at}: median {np.median(deltas):.3f}, llama.cpp's own {np.median(own):.3f}"
+        got = greedy(llm, pr["prompt_ids"], len(pr["ids"]))
+        for i, (a, b) in enumerate(zip(got, pr["ids"])):
+            if a != b:
+                assert gaps[i] <= TOL_Q, f"{at}: step {i} gave {a}, llama.cpp {b} (its top-2 gap {gaps[i]:.4f})"
+                break
+        else:
+            assert len(got) == len(pr["ids"]), at
+    llm.close()
+
+
+@pytest.mark.parametrize("ftype", list(RECORD["files"]))
+def test_llama_cpp_blocks_dequantize_as_gguf_py(ftype):
+    """Every matrix llama.cpp's quantizer wrote dequantizes to gguf-py's bits (real blocks:
+    the scales and grid points its search picked, where the unit tests draw random ones)."""
+    import gguf
+
+    r = gguf.GGUFReader(str(DATA / RECORD["files"][ftype]["file"]))
+    n_checked = 0
+    for t in r.tensors:
+        if t.tensor_type.name != RECORD["matrix_type"][ftype]:
+            continue
+        raw = np.ascontiguousarray(t.data).view(np.uint8).reshape(-1)
+        shape = [int(d) for d in reversed(t.shape)]
+        got = _engine.dequantize(raw, t.tensor_type.name, shape)
+        want = gguf.quants.dequantize(raw, t.tensor_type).reshape(shape)
+        assert np.array_equal(got.view(np.uint32), want.astype(np.float32).view(np.uint32)), t.name
+        n_checked += 1
+    assert n_checked == 16
