@@ -139,3 +139,28 @@ def test_truncated_data_is_refused():
         _engine.dequantize(raw, "IQ2_XXS", [512])
     with pytest.raises(ValueError):
         _engine.dequantize(random_blocks(np.random.default_rng(5), "IQ3_S", 1), "IQ3_S", [128])
+
+
+@pytest.mark.parametrize("qtype", ["IQ2_XXS", "IQ3_S", "IQ1_M"])
+@pytest.mark.parametrize("n_tok,k,n_expert", [(1, 8, 32), (40, 2, 8)])
+def test_expert_products_equal_the_dense_driver(qtype, n_tok, k, n_expert):
+    """Mixture-of-experts weights in these types (as many IQ1/IQ2 files of large MoE models
+    hold them): the expert matmul gives the dense driver's bits, expert by expert."""
+    from quant_checks import LEVELS
+
+    rng = np.random.default_rng(n_tok + TYPES.index(qtype))
+    rows, cols = 48, 512
+    raw = random_blocks(rng, qtype, n_expert * rows * cols // 256).reshape(-1)
+    x = rng.standard_normal((n_tok, cols)).astype(np.float32)
+    ids = np.stack([rng.choice(n_expert, k, replace=False) for _ in range(n_tok)]).astype(np.int32)
+    per = raw.reshape(n_expert, -1)
+    flat = ids.reshape(-1)
+    for level in LEVELS:
+        want = np.zeros((len(flat), rows), np.float32)
+        for e in range(n_expert):
+            slots = np.nonzero(flat == e)[0]
+            if len(slots):
+                want[slots] = _engine.matmul(per[e], qtype, rows, cols, x[slots // k], n_threads=1, level=level)
+        for n_threads in (1, 2):
+            got = _engine.ops.moe_matmul(raw, qtype, n_expert, rows, cols, x, ids, n_threads=n_threads, level=level)
+            np.testing.assert_array_equal(got.reshape(len(flat), rows), want, err_msg=f"{qtype} {level} {n_threads}")
