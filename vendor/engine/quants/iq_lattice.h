@@ -92,14 +92,27 @@ LP_INLINE uint16_t load_u16(const void* p) {
     return v;
 }
 
-// n grid values (bytes of `entry`) with the sign bits of `signs` (bit j
-// negates element j) into q.
-LP_INLINE void put_signed(int8_t* q, uint64_t entry, uint32_t signs, int n) {
-    for (int j = 0; j < n; ++j) {
-        const int v = (int8_t)(uint8_t)(entry >> (8 * j));
-        q[j] = (int8_t)((signs >> j) & 1 ? -v : v);
+// How a decoder writes a group of 8 weights. put_scalar is the reference;
+// the NEON kernels plug in their own (iq_lattice_neon.cpp) with the same
+// results, so every decoder below is written once.
+struct put_scalar {
+    // 8 grid values (the bytes of `entry`, element j in byte j), bit j of
+    // `signs` negating element j.
+    static void signed8(int8_t* q, uint64_t entry, uint32_t signs) {
+        for (int j = 0; j < 8; ++j) {
+            const int v = (int8_t)(uint8_t)(entry >> (8 * j));
+            q[j] = (int8_t)((signs >> j) & 1 ? -v : v);
+        }
     }
-}
+    // IQ1: q = 8 * g ± 1, the grid value and the shift of its group of 8 in
+    // eighths (exact: w = dl * (g ± 1/8) = dl * q / 8).
+    static void iq1(int8_t* q, uint64_t entry, bool minus) {
+        for (int j = 0; j < 8; ++j) q[j] = (int8_t)(8 * (int8_t)(uint8_t)(entry >> (8 * j)) + (minus ? -1 : 1));
+    }
+};
+
+// Two 4-wide grid entries as one 8-wide (the IQ3 grids).
+LP_INLINE uint64_t pair4(uint32_t lo, uint32_t hi) { return (uint64_t)lo | (uint64_t)hi << 32; }
 
 // --- one decoder per type --------------------------------------------------
 // Each also names the type's `unit` (see the top) as a constant.
@@ -110,14 +123,15 @@ struct iq2_xxs {
     // dequantization's scale and value, in gguf-py's float order (bit-exact)
     static float dequant_scale(float d, int ls) { return d * ((float)ls * 0.5f) * 0.25f; }
     static constexpr float q_unit = 1.0f;
+    template <class P = put_scalar>
     static void decode(const block& b, decoded& o) {
         o.d = fp16_to_fp32(b.d);
         for (int ib = 0; ib < 8; ++ib) {
             const uint32_t grid = load_u32(b.qs + 4 * ib), aux = load_u32(b.qs + 4 * ib + 2);
             o.ls[2 * ib] = o.ls[2 * ib + 1] = (int16_t)(2 * (aux >> 28) + 1);
             for (int l = 0; l < 4; ++l)
-                put_signed(o.q + 32 * ib + 8 * l, iq2xxs_grid[(grid >> (8 * l)) & 0xff],
-                           iq_ksigns[(aux >> (7 * l)) & 0x7f], 8);
+                P::signed8(o.q + 32 * ib + 8 * l, iq2xxs_grid[(grid >> (8 * l)) & 0xff],
+                           iq_ksigns[(aux >> (7 * l)) & 0x7f]);
         }
     }
 };
@@ -127,6 +141,7 @@ struct iq2_xs {
     static constexpr float unit = 0.125f;
     static float dequant_scale(float d, int ls) { return d * ((float)ls * 0.5f) * 0.25f; }
     static constexpr float q_unit = 1.0f;
+    template <class P = put_scalar>
     static void decode(const block& b, decoded& o) {
         o.d = fp16_to_fp32(b.d);
         for (int ib = 0; ib < 8; ++ib) {
@@ -134,7 +149,7 @@ struct iq2_xs {
             o.ls[2 * ib + 1] = (int16_t)(2 * (b.scales[ib] >> 4) + 1);
             for (int l = 0; l < 4; ++l) {
                 const uint16_t v = b.qs[4 * ib + l];
-                put_signed(o.q + 32 * ib + 8 * l, iq2xs_grid[v & 511], iq_ksigns[v >> 9], 8);
+                P::signed8(o.q + 32 * ib + 8 * l, iq2xs_grid[v & 511], iq_ksigns[v >> 9]);
             }
         }
     }
@@ -145,6 +160,7 @@ struct iq2_s {
     static constexpr float unit = 0.125f;
     static float dequant_scale(float d, int ls) { return d * ((float)ls * 0.5f) * 0.25f; }
     static constexpr float q_unit = 1.0f;
+    template <class P = put_scalar>
     static void decode(const block& b, decoded& o) {
         o.d = fp16_to_fp32(b.d);
         const uint8_t* signs = b.qs + QK_K / 8;
@@ -153,7 +169,7 @@ struct iq2_s {
             o.ls[2 * ib + 1] = (int16_t)(2 * (b.scales[ib] >> 4) + 1);
             for (int l = 0; l < 4; ++l) {
                 const int idx = b.qs[4 * ib + l] | (((b.qh[ib] >> (2 * l)) & 3) << 8);
-                put_signed(o.q + 32 * ib + 8 * l, iq2s_grid[idx], signs[4 * ib + l], 8);
+                P::signed8(o.q + 32 * ib + 8 * l, iq2s_grid[idx], signs[4 * ib + l]);
             }
         }
     }
@@ -164,17 +180,16 @@ struct iq3_xxs {
     static constexpr float unit = 0.25f;  // w = d * (0.5 + s) / 2 * grid
     static float dequant_scale(float d, int ls) { return d * ((float)ls * 0.5f) * 0.5f; }
     static constexpr float q_unit = 1.0f;
+    template <class P = put_scalar>
     static void decode(const block& b, decoded& o) {
         o.d = fp16_to_fp32(b.d);
         for (int ib = 0; ib < 8; ++ib) {
             const uint32_t aux = load_u32(b.qs + QK_K / 4 + 4 * ib);
             o.ls[2 * ib] = o.ls[2 * ib + 1] = (int16_t)(2 * (aux >> 28) + 1);
-            for (int l = 0; l < 4; ++l) {
-                const uint32_t signs = iq_ksigns[(aux >> (7 * l)) & 0x7f];
-                int8_t* q = o.q + 32 * ib + 8 * l;
-                put_signed(q, iq3xxs_grid[b.qs[8 * ib + 2 * l]], signs, 4);
-                put_signed(q + 4, iq3xxs_grid[b.qs[8 * ib + 2 * l + 1]], signs >> 4, 4);
-            }
+            for (int l = 0; l < 4; ++l)
+                P::signed8(o.q + 32 * ib + 8 * l,
+                           pair4(iq3xxs_grid[b.qs[8 * ib + 2 * l]], iq3xxs_grid[b.qs[8 * ib + 2 * l + 1]]),
+                           iq_ksigns[(aux >> (7 * l)) & 0x7f]);
         }
     }
 };
@@ -184,37 +199,36 @@ struct iq3_s {
     static constexpr float unit = 1.0f;  // w = d * (1 + 2s) * grid
     static float dequant_scale(float d, int ls) { return d * (float)ls; }
     static constexpr float q_unit = 1.0f;
+    template <class P = put_scalar>
     static void decode(const block& b, decoded& o) {
         o.d = fp16_to_fp32(b.d);
         for (int ib = 0; ib < 8; ++ib) {
             o.ls[2 * ib] = o.ls[2 * ib + 1] = (int16_t)(2 * ((b.scales[ib / 2] >> (4 * (ib % 2))) & 0xf) + 1);
-            for (int k = 0; k < 8; ++k) {  // 8 groups of 4
-                const int idx = b.qs[8 * ib + k] | (((b.qh[ib] >> k) & 1) << 8);
-                put_signed(o.q + 32 * ib + 4 * k, iq3s_grid[idx], b.signs[4 * ib + k / 2] >> (4 * (k % 2)), 4);
-            }
+            const uint8_t* qs = b.qs + 8 * ib;
+            const int qh = b.qh[ib];
+            for (int l = 0; l < 4; ++l)  // grid entries 2l and 2l + 1, a ninth index bit each in qh
+                P::signed8(o.q + 32 * ib + 8 * l,
+                           pair4(iq3s_grid[qs[2 * l] | ((qh >> (2 * l)) & 1) << 8],
+                                 iq3s_grid[qs[2 * l + 1] | ((qh >> (2 * l + 1)) & 1) << 8]),
+                           b.signs[4 * ib + l]);
         }
     }
 };
-
-// IQ1: q = 8 * g ± 1, the grid value and the shift of its group of 8 in
-// eighths (exact: w = dl * (g ± 1/8) = dl * q / 8).
-LP_INLINE void put_iq1(int8_t* q, uint64_t entry, bool minus) {
-    for (int j = 0; j < 8; ++j) q[j] = (int8_t)(8 * (int8_t)(uint8_t)(entry >> (8 * j)) + (minus ? -1 : 1));
-}
 
 struct iq1_s {
     using block = block_iq1_s;
     static constexpr float unit = 0.125f;
     static float dequant_scale(float d, int ls) { return d * (float)ls; }
     static constexpr float q_unit = 0.125f;  // g ± 1/8 = q / 8
+    template <class P = put_scalar>
     static void decode(const block& b, decoded& o) {
         o.d = fp16_to_fp32(b.d);
         for (int ib = 0; ib < 8; ++ib) {
             const int qh = b.qh[ib];
             o.ls[2 * ib] = o.ls[2 * ib + 1] = (int16_t)(2 * ((qh >> 12) & 7) + 1);
             for (int l = 0; l < 4; ++l)
-                put_iq1(o.q + 32 * ib + 8 * l, iq1s_grid[b.qs[4 * ib + l] | (((qh >> (3 * l)) & 7) << 8)],
-                        (qh & 0x8000) != 0);
+                P::iq1(o.q + 32 * ib + 8 * l, iq1s_grid[b.qs[4 * ib + l] | (((qh >> (3 * l)) & 7) << 8)],
+                       (qh & 0x8000) != 0);
         }
     }
 };
@@ -230,13 +244,14 @@ struct iq1_m {
         std::memcpy(sc, b.scales, 8);
         return (uint16_t)((sc[0] >> 12) | ((sc[1] >> 8) & 0x00f0) | ((sc[2] >> 4) & 0x0f00) | (sc[3] & 0xf000));
     }
+    template <class P = put_scalar>
     static void decode(const block& b, decoded& o) {
         o.d = fp16_to_fp32(half_d(b));
         for (int h = 0; h < 16; ++h)  // word h/4 holds the 3-bit scales of 16-weight halves 4(h/4)..+3
             o.ls[h] = (int16_t)(2 * ((load_u16(b.scales + 2 * (h / 4)) >> (3 * (h % 4))) & 7) + 1);
         for (int g = 0; g < 32; ++g) {  // groups of 8; their nibbles in qh, low one first
             const int nib = (b.qh[g / 2] >> (4 * (g % 2))) & 0xf;
-            put_iq1(o.q + 8 * g, iq1s_grid[b.qs[g] | ((nib & 7) << 8)], (nib & 8) != 0);
+            P::iq1(o.q + 8 * g, iq1s_grid[b.qs[g] | ((nib & 7) << 8)], (nib & 8) != 0);
         }
     }
 };

@@ -3,10 +3,12 @@
 // and references: iq_lattice.h / iq_lattice.cpp): their dot products against
 // Q8_K and 4×4 mat-mat tiles (neon_tile.inc's drivers) at the neon level
 // (smull/sadalp) and the neon_dot level (SDOT). A block is decoded by the
-// reference's scalar decoder (table loads per grid entry; the same int8 q and
-// scales), the 256 products then run 16 lanes at a time. The integer sums
-// are exact and the float step is the reference's, so both levels give
-// their _ref twin's bits. Compiles to nothing where the build has no NEON.
+// reference's decoders with a NEON writer for each group of 8 weights (one
+// table load per grid entry; signs with VTST + negate; IQ1's 8g ± 1 with a
+// shift and an add), the 256 products then run 16 lanes at a time. The
+// integer sums are exact and the float step is the reference's, so both
+// levels give their _ref twin's bits. Compiles to nothing where the build has
+// no NEON.
 #include "neon_kernels.h"
 
 #if defined(LP_HAVE_NEON)
@@ -22,6 +24,19 @@ namespace {
 
 using namespace iq;
 
+// The decoders' 8-weight writer (iq_lattice.h: put_scalar's results).
+struct put_neon {
+    static LP_INLINE void signed8(int8_t* q, uint64_t entry, uint32_t signs) {
+        const int8x8_t mag = vcreate_s8(entry);
+        const int8x8_t neg =
+            vreinterpret_s8_u8(vtst_u8(vdup_n_u8((uint8_t)signs), vcreate_u8(0x8040201008040201ULL)));
+        vst1_s8(q, vsub_s8(veor_s8(mag, neg), neg));  // (v ^ -1) - (-1) = -v where the bit is set
+    }
+    static LP_INLINE void iq1(int8_t* q, uint64_t entry, bool minus) {
+        vst1_s8(q, vadd_s8(vshl_n_s8(vcreate_s8(entry), 3), vdup_n_s8(minus ? -1 : 1)));
+    }
+};
+
 #define LP_IQ_LATTICE_NEON_FORMAT                                                                      \
     template <class T>                                                                                 \
     struct lattice_fmt {                                                                               \
@@ -29,7 +44,7 @@ using namespace iq;
         using ablock = block_q8_K;                                                                     \
         using decoded = iq::decoded;                                                                   \
         static constexpr int block = QK_K;                                                             \
-        static LP_INLINE void decode(const wblock& b, decoded& o) { T::decode(b, o); }                 \
+        static LP_INLINE void decode(const wblock& b, decoded& o) { T::template decode<put_neon>(b, o); } \
         LP_NEON_FN static LP_INLINE float step(const decoded& w, const ablock& a, float sum) {         \
             int32x4_t acc = vdupq_n_s32(0);                                                            \
             for (int g = 0; g < QK_K / 16; ++g)                                                        \
