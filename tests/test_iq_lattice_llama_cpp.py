@@ -84,7 +84,8 @@ def test_matches_llama_cpp(ftype):
         last = npz[f"{ftype}.p{pi}.last_logits"]
         full = float(np.abs(steps[0] - last).max())
         own_full = float(np.abs(npz[f"{ftype}.p{pi}.last_logits_flash_off"] - last).max())
-        assert full < max(TOL_Q, 1.5 * own_full), f"{at}: whole last row off by {full:.3f} (llama.cpp's own {own_full:.3f})"
+        assert full < max(TOL_Q, 1.5 * own_full), \
+            f"{at}: whole last row off by {full:.3f} (llama.cpp's own {own_full:.3f})"
         assert np.median(deltas) < max(0.05, 1.5 * float(np.median(own))), \
             f"{at}: median {np.median(deltas):.3f}, llama.cpp's own {np.median(own):.3f}"
         got = greedy(llm, pr["prompt_ids"], len(pr["ids"]))
