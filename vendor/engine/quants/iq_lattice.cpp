@@ -13,8 +13,9 @@
 // vpmaddwd take the products and the per-16 scales, so the int32 lanes hold
 // exact partial sums (at most 62 * 127 * 32 * 31 per chunk). The tile variant
 // decodes each chunk once for up to 4 activation rows. The AVX-512 level runs
-// the AVX2 kernels: the work is the per-entry table loads, which wider
-// vectors do not shorten.
+// the AVX2 kernels: most of the work is the per-entry table loads and sign
+// spreading, which wider vectors do not shorten (a VNNI variant was not
+// written or measured).
 // Not here: quantizing to these types (llamapy only reads them).
 #include "iq_lattice.h"
 
