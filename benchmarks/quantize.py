@@ -3,7 +3,8 @@
 Writes a random F16 model with Llama-3.2-1B's shapes (hidden 2048, 16 layers, 32 heads, 8 KV
 heads, FFN 8192, vocab 128256, tied embeddings; 2.5 GB) once, then quantizes it to Q4_K_M with
 both, with the same thread count, and reports wall time per run (the file read from the page
-cache, the output written to the same folder) and whether the two outputs are byte-identical.
+cache, the output written to the same folder), alternating run after run, the CPU seconds of
+each (the steadier number on a shared machine) and whether the two outputs are byte-identical.
 llama.cpp runs in a subprocess of ``--llama-python`` (default: this interpreter), skipped when
 that cannot import llama-cpp-python. Needs a quiet machine for numbers worth keeping.
 
@@ -18,6 +19,7 @@ import argparse
 import hashlib
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -119,18 +121,26 @@ def main() -> None:
     theirs_out = os.path.join(args.work, f"{label}-{ft.name.lower()}.llama_cpp.gguf")
     results = {"input": label, "type": ft.name, "threads": args.threads, "input_bytes": os.path.getsize(src),
                "llamapy_s": [], "llama_cpp_s": []}
+    # alternating, run after run (llamapy, then llama.cpp), so drift hits both alike
     for _ in range(args.runs):
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         quantize_model(src, ours_out, ft.name, n_threads=args.threads, allow_requantize=args.allow_requantize)
         results["llamapy_s"].append(round(time.perf_counter() - t, 3))
-    for _ in range(args.runs):
+        results.setdefault("llamapy_cpu_s", []).append(round(time.process_time() - c, 3))
+        if results.get("llama_cpp", "").startswith("not run"):
+            continue
+        c = resource.getrusage(resource.RUSAGE_CHILDREN)
         proc = subprocess.run([args.llama_python, "-c", _LLAMA_CPP_RUN, src, theirs_out, str(ft.ftype),
                                str(args.threads), "1" if args.allow_requantize else "0"],
                               capture_output=True, text=True)
+        c2 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        # its whole process (interpreter start and import included: ~0.1-0.3 s)
+        results.setdefault("llama_cpp_cpu_s", []).append(
+            round(c2.ru_utime + c2.ru_stime - c.ru_utime - c.ru_stime, 3))
         lines = proc.stdout.strip().splitlines()
         if proc.returncode != 0 or not lines:
             results["llama_cpp"] = f"not run: {args.llama_python} could not run llama-cpp-python's quantizer"
-            break
+            continue
         rec = json.loads(lines[-1])
         if rec["rc"] != 0:
             raise SystemExit(f"llama_model_quantize failed: {proc.stderr[-2000:]}")
