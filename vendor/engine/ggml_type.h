@@ -146,5 +146,6 @@ void register_legacy_types(type_traits* table, isa level);   // quants/legacy.cp
 void register_kquant_types(type_traits* table, isa level);   // quants/kquants.cpp: Q2_K..Q6_K Q8_K
 void register_iquant_types(type_traits* table, isa level);   // quants/iquants.cpp: IQ4_NL IQ4_XS
 void register_mxfp4_types(type_traits* table, isa level);    // quants/mxfp4.cpp: MXFP4
+void register_ternary_types(type_traits* table, isa level);  // quants/ternary.cpp: TQ1_0 TQ2_0
 
 }  // namespace lp
