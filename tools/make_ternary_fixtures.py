@@ -6,9 +6,11 @@ transformers 5, tokenizers, safetensors, gguf, numpy and llama-cpp-python 0.3.36
 unpacked for the converter; none of this is a llamapy dependency):
 
     python tools/make_ternary_fixtures.py --sdist /tmp/llama_cpp_python-0.3.36 [--work /tmp/ternw]
+    python tools/make_ternary_fixtures.py --sdist ... --quantizer-only   # quantize_ref.npz alone
 
 1. quantize_ref.npz: rows of 256-element blocks (Gaussian, ties at exactly half the block's
-   largest magnitude, zeros, constants, one nonzero value, tiny and huge magnitudes) and the
+   largest magnitude, zeros, constants, one nonzero value, tiny and huge magnitudes, NaN and
+   infinite inputs) and the
    bytes ggml_quantize_chunk (llama.cpp's quantize_row_tq1_0_ref / tq2_0_ref) makes of them,
    called through ctypes in llama-cpp-python's libggml-base.
 2. A llama checkpoint (LlamaForCausalLM: 2 layers, hidden 256, FFN 512, GQA 4/2 heads of 64,
@@ -64,6 +66,10 @@ def quantizer_inputs() -> np.ndarray:
     blocks.append(rng.standard_normal(QK_K) * 4e4)     # largest magnitude past 65504: d = inf
     sparse = rng.standard_normal(QK_K) * (rng.random(QK_K) < 0.1)
     blocks.append(sparse)
+    for bad in (np.nan, np.inf):  # not weights, but the bytes must still be llama.cpp's
+        b = rng.standard_normal(QK_K)
+        b[[17, 200]] = bad
+        blocks.append(b)
     blocks += [rng.standard_normal(QK_K) * rng.uniform(0.01, 10) for _ in range(13)]
     return np.stack(blocks).astype(np.float32)
 
@@ -120,7 +126,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sdist", type=pathlib.Path, required=True)
     ap.add_argument("--work", type=pathlib.Path, default=pathlib.Path("/tmp/ternw"))
+    ap.add_argument("--quantizer-only", action="store_true", help="re-record quantize_ref.npz only")
     args = ap.parse_args()
+    if args.quantizer_only:
+        record_quantizer()
+        write_manifest()
+        return
     args.work.mkdir(parents=True, exist_ok=True)
     shutil.rmtree(DATA, ignore_errors=True)
     DATA.mkdir(parents=True)
@@ -152,6 +163,10 @@ def main() -> None:
         print(f"  {ft}: recorded", flush=True)
     np.savez_compressed(DATA / "logits.npz", **arrays)
     (DATA / "record.json").write_text(json.dumps(result, indent=1, ensure_ascii=False, default=str) + "\n")
+    write_manifest()
+
+
+def write_manifest() -> None:
     manifest = {p.name: {"bytes": p.stat().st_size, "sha256": moefx._sha(p)}
                 for p in sorted(DATA.iterdir()) if p.name != "manifest.json"}
     (DATA / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")

@@ -41,9 +41,11 @@ void tq2_0_trits(const block_tq2_0& b, int8_t* t /* (QK_K) */) {
 }
 
 // The block scale: the largest magnitude, and its inverse (0 for a zero block).
+// The comparison is written as llama.cpp's MAX(amax, |x|) so that NaN inputs
+// give its bytes too (a NaN replaces amax until a later value compares larger).
 float block_scale(const float* x, float* inv) {
     float amax = 0.0f;
-    for (int j = 0; j < QK_K; ++j) amax = std::fabs(x[j]) > amax ? std::fabs(x[j]) : amax;
+    for (int j = 0; j < QK_K; ++j) amax = amax > std::fabs(x[j]) ? amax : std::fabs(x[j]);
     *inv = amax != 0.0f ? 1.0f / amax : 0.0f;
     return amax;
 }
