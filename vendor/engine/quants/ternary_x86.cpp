@@ -1,6 +1,8 @@
 // ternary_x86.cpp — the AVX2 and AVX-512 dot products of TQ1_0 and TQ2_0
-// against Q8_K (formats: ternary.h; references and registration:
-// ternary.cpp). Compiles to nothing where the build has no x86 kernels.
+// against Q8_K and their 4×4 mat-mat tiles (each weight block decoded once
+// for up to 4 activation rows; the same bits as vec_dot) (formats: ternary.h;
+// references and registration: ternary.cpp). Compiles to nothing where the
+// build has no x86 kernels.
 //
 // Both levels multiply the unsigned trits t (0..2) with the int8 activations
 // (maddubs / vpdpbusd take unsigned x signed) and subtract the block's
@@ -26,6 +28,10 @@
 namespace lp {
 
 namespace {
+
+// The reference's float step for one block: the same expression in every
+// driver, so vec_dot and the tiles give the same bits.
+static LP_INLINE float ternary_step(float sum, int sumi, float dw, float da) { return sum + (float)sumi * (dw * da); }
 
 #if defined(LP_HAVE_AVX2)
 
@@ -56,49 +62,82 @@ LP_TARGET_AVX2 LP_INLINE __m256i q8_k_sum_lanes(const block_q8_K& y) {
     return _mm256_madd_epi16(_mm256_loadu_si256((const __m256i*)y.bsums), _mm256_set1_epi16(1));
 }
 
-// int16 pair sums stay below 8 maddubs x 2 x 2 x 128 = 4096.
-LP_TARGET_AVX2 void vec_dot_tq1_0_q8_k_avx2(int64_t n, float* out, const void* w_row, const void* a_row) {
-    const auto* x = static_cast<const block_tq1_0*>(w_row);
+// One block's trits (0..2) as 8 vectors of 32 bytes, vector k for the
+// activations 32k .. 32k + 31.
+struct tq1_0_avx2 {
+    using block = block_tq1_0;
+    LP_TARGET_AVX2 static LP_INLINE void trits(const block& b, __m256i* t) {
+        __m256i v = _mm256_loadu_si256((const __m256i*)b.qs);  // elements 32n + m
+        for (int k = 0; k < 5; ++k, v = times3_avx2(v)) t[k] = top_trit_avx2(v);
+        const __m128i s = _mm_loadu_si128((const __m128i*)(b.qs + 32));  // elements 160 + 16n + m
+        const __m256i w0 = _mm256_set_m128i(times3_sse(s), s);           // digits 0 | 1
+        const __m256i w1 = times3_avx2(times3_avx2(w0));                 // digits 2 | 3
+        t[5] = top_trit_avx2(w0);
+        t[6] = top_trit_avx2(w1);
+        t[7] = top_trit_avx2(_mm256_set_m128i(tq1_qh_digits(b.qh), times3_sse(_mm256_extracti128_si256(w1, 1))));
+    }
+};
+
+// Byte m of half j holds elements 128j + 32l + m in its fields l.
+struct tq2_0_avx2 {
+    using block = block_tq2_0;
+    LP_TARGET_AVX2 static LP_INLINE void trits(const block& b, __m256i* t) {
+        const __m256i m3 = _mm256_set1_epi8(3);
+        for (int j = 0; j < 2; ++j) {
+            const __m256i v = _mm256_loadu_si256((const __m256i*)(b.qs + 32 * j));
+            for (int l = 0; l < 4; ++l) t[4 * j + l] = _mm256_and_si256(_mm256_srli_epi16(v, 2 * l), m3);
+        }
+    }
+};
+
+// sum((t - 1) a) over one block; the int16 pair sums stay below
+// 8 maddubs x 2 x 2 x 128 = 4096.
+LP_TARGET_AVX2 LP_INLINE int block_dot_avx2(const __m256i* t, const block_q8_K& y) {
+    __m256i acc = _mm256_setzero_si256();
+    for (int k = 0; k < 8; ++k)
+        acc = _mm256_add_epi16(acc, _mm256_maddubs_epi16(t[k], _mm256_loadu_si256((const __m256i*)(y.qs + 32 * k))));
+    return hsum_i32x8(_mm256_sub_epi32(_mm256_madd_epi16(acc, _mm256_set1_epi16(1)), q8_k_sum_lanes(y)));
+}
+
+template <class F>
+LP_TARGET_AVX2 void vec_dot_ternary_avx2(int64_t n, float* out, const void* w_row, const void* a_row) {
+    const auto* x = static_cast<const typename F::block*>(w_row);
     const auto* y = static_cast<const block_q8_K*>(a_row);
     float sum = 0.0f;
     for (int64_t ib = 0; ib < n / QK_K; ++ib) {
-        const int8_t* a = y[ib].qs;
-        __m256i acc = _mm256_setzero_si256();
-        __m256i v = _mm256_loadu_si256((const __m256i*)x[ib].qs);  // elements 32n + m
-        for (int k = 0; k < 5; ++k, v = times3_avx2(v))
-            acc = _mm256_add_epi16(acc, _mm256_maddubs_epi16(top_trit_avx2(v), _mm256_loadu_si256((const __m256i*)(a + 32 * k))));
-        const __m128i s = _mm_loadu_si128((const __m128i*)(x[ib].qs + 32));  // elements 160 + 16n + m
-        const __m256i w0 = _mm256_set_m128i(times3_sse(s), s);               // digits 0 | 1
-        const __m256i w1 = times3_avx2(times3_avx2(w0));                     // digits 2 | 3
-        const __m256i w2 = _mm256_set_m128i(tq1_qh_digits(x[ib].qh), times3_sse(_mm256_extracti128_si256(w1, 1)));
-        acc = _mm256_add_epi16(acc, _mm256_maddubs_epi16(top_trit_avx2(w0), _mm256_loadu_si256((const __m256i*)(a + 160))));
-        acc = _mm256_add_epi16(acc, _mm256_maddubs_epi16(top_trit_avx2(w1), _mm256_loadu_si256((const __m256i*)(a + 192))));
-        acc = _mm256_add_epi16(acc, _mm256_maddubs_epi16(top_trit_avx2(w2), _mm256_loadu_si256((const __m256i*)(a + 224))));
-        const __m256i d = _mm256_sub_epi32(_mm256_madd_epi16(acc, _mm256_set1_epi16(1)), q8_k_sum_lanes(y[ib]));
-        sum += (float)hsum_i32x8(d) * (half_to_float(x[ib].d) * y[ib].d);
+        __m256i t[8];
+        F::trits(x[ib], t);
+        sum = ternary_step(sum, block_dot_avx2(t, y[ib]), half_to_float(x[ib].d), y[ib].d);
     }
     *out = sum;
 }
 
-LP_TARGET_AVX2 void vec_dot_tq2_0_q8_k_avx2(int64_t n, float* out, const void* w_row, const void* a_row) {
-    const auto* x = static_cast<const block_tq2_0*>(w_row);
-    const auto* y = static_cast<const block_q8_K*>(a_row);
-    const __m256i m3 = _mm256_set1_epi8(3);
-    float sum = 0.0f;
+// nr x nc (gemm_tile_fn): each weight block decoded once for the nc
+// activation rows; every pair adds its blocks in vec_dot's order (its bits).
+template <class F>
+LP_TARGET_AVX2 void gemm_tile_ternary_avx2(int64_t n, const void* w, size_t ws, const void* a, size_t as, float* out,
+                                           size_t os, int nr, int nc) {
+    const auto* wb = static_cast<const uint8_t*>(w);
+    const auto* ab = static_cast<const uint8_t*>(a);
+    if (nc == 1) {
+        for (int r = 0; r < nr; ++r) vec_dot_ternary_avx2<F>(n, out + r, wb + r * ws, a);
+        return;
+    }
+    float sum[4][4] = {};
     for (int64_t ib = 0; ib < n / QK_K; ++ib) {
-        const int8_t* a = y[ib].qs;
-        __m256i acc = _mm256_setzero_si256();
-        for (int j = 0; j < 2; ++j) {
-            const __m256i v = _mm256_loadu_si256((const __m256i*)(x[ib].qs + 32 * j));
-            for (int l = 0; l < 4; ++l) {
-                const __m256i t = _mm256_and_si256(_mm256_srli_epi16(v, 2 * l), m3);
-                acc = _mm256_add_epi16(acc, _mm256_maddubs_epi16(t, _mm256_loadu_si256((const __m256i*)(a + 128 * j + 32 * l))));
+        for (int r = 0; r < nr; ++r) {
+            const auto& x = reinterpret_cast<const typename F::block*>(wb + r * ws)[ib];
+            __m256i t[8];
+            F::trits(x, t);
+            const float dw = half_to_float(x.d);
+            for (int c = 0; c < nc; ++c) {
+                const auto& y = reinterpret_cast<const block_q8_K*>(ab + c * as)[ib];
+                sum[r][c] = ternary_step(sum[r][c], block_dot_avx2(t, y), dw, y.d);
             }
         }
-        const __m256i d = _mm256_sub_epi32(_mm256_madd_epi16(acc, _mm256_set1_epi16(1)), q8_k_sum_lanes(y[ib]));
-        sum += (float)hsum_i32x8(d) * (half_to_float(x[ib].d) * y[ib].d);
     }
-    *out = sum;
+    for (int c = 0; c < nc; ++c)
+        for (int r = 0; r < nr; ++r) out[(size_t)c * os + r] = sum[r][c];
 }
 
 #endif  // LP_HAVE_AVX2
@@ -122,54 +161,85 @@ LP_TARGET_AVX512 LP_INLINE int q8_k_sum(const block_q8_K& y) {
     return _mm512_reduce_add_epi32(_mm512_cvtepi16_epi32(_mm256_loadu_si256((const __m256i*)y.bsums)));
 }
 
-// 64 trits per vpdpbusd: [digits 0 | 1], [2 | 3], [4 | qs[32..] digits 0, 1],
-// [qs[32..] digits 2, 3 | 4, qh digits].
-LP_TARGET_AVX512 void vec_dot_tq1_0_q8_k_avx512(int64_t n, float* out, const void* w_row, const void* a_row) {
-    const auto* x = static_cast<const block_tq1_0*>(w_row);
+// One block's trits as 4 vectors of 64 bytes, vector k for the activations
+// 64k .. 64k + 63: TQ1_0's [digits 0 | 1], [2 | 3] of qs[0..31], [digit 4 |
+// qs[32..47] digits 0, 1], [qs[32..47] digits 2, 3 | 4, qh digits].
+struct tq1_0_avx512 {
+    using block = block_tq1_0;
+    LP_TARGET_AVX512 static LP_INLINE void trits(const block& b, __m512i* t) {
+        const __m256i v = _mm256_loadu_si256((const __m256i*)b.qs);
+        const __m512i z0 = join256(v, times3_avx2(v));
+        const __m512i z1 = times3_avx512(times3_avx512(z0));
+        const __m128i s = _mm_loadu_si128((const __m128i*)(b.qs + 32));
+        const __m256i w0 = _mm256_set_m128i(times3_sse(s), s);
+        const __m256i w1 = times3_avx2(times3_avx2(w0));
+        const __m256i w2 = _mm256_set_m128i(tq1_qh_digits(b.qh), times3_sse(_mm256_extracti128_si256(w1, 1)));
+        t[0] = top_trit_avx512(z0);
+        t[1] = top_trit_avx512(z1);
+        t[2] = top_trit_avx512(join256(times3_avx2(_mm512_extracti64x4_epi64(z1, 1)), w0));
+        t[3] = top_trit_avx512(join256(w1, w2));
+    }
+};
+
+// Vector k: half k / 2's fields 2 (k % 2) and 2 (k % 2) + 1, shifted per
+// 256-bit half (vpsrlvw).
+struct tq2_0_avx512 {
+    using block = block_tq2_0;
+    LP_TARGET_AVX512 static LP_INLINE void trits(const block& b, __m512i* t) {
+        const __m512i m3 = _mm512_set1_epi8(3);
+        const __m512i shift_lo = join256(_mm256_set1_epi16(0), _mm256_set1_epi16(2));
+        const __m512i shift_hi = join256(_mm256_set1_epi16(4), _mm256_set1_epi16(6));
+        for (int j = 0; j < 2; ++j) {
+            const __m512i v = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i*)(b.qs + 32 * j)));
+            t[2 * j] = _mm512_and_si512(_mm512_srlv_epi16(v, shift_lo), m3);
+            t[2 * j + 1] = _mm512_and_si512(_mm512_srlv_epi16(v, shift_hi), m3);
+        }
+    }
+};
+
+LP_TARGET_AVX512 LP_INLINE int block_dot_avx512(const __m512i* t, const block_q8_K& y) {
+    __m512i acc = _mm512_setzero_si512();
+    for (int k = 0; k < 4; ++k) acc = _mm512_dpbusd_epi32(acc, t[k], _mm512_loadu_si512(y.qs + 64 * k));
+    return _mm512_reduce_add_epi32(acc) - q8_k_sum(y);
+}
+
+template <class F>
+LP_TARGET_AVX512 void vec_dot_ternary_avx512(int64_t n, float* out, const void* w_row, const void* a_row) {
+    const auto* x = static_cast<const typename F::block*>(w_row);
     const auto* y = static_cast<const block_q8_K*>(a_row);
     float sum = 0.0f;
     for (int64_t ib = 0; ib < n / QK_K; ++ib) {
-        const int8_t* a = y[ib].qs;
-        const __m256i v = _mm256_loadu_si256((const __m256i*)x[ib].qs);
-        const __m512i z0 = join256(v, times3_avx2(v));
-        const __m512i z1 = times3_avx512(times3_avx512(z0));
-        const __m128i s = _mm_loadu_si128((const __m128i*)(x[ib].qs + 32));
-        const __m256i w0 = _mm256_set_m128i(times3_sse(s), s);
-        const __m256i w1 = times3_avx2(times3_avx2(w0));
-        const __m256i w2 = _mm256_set_m128i(tq1_qh_digits(x[ib].qh), times3_sse(_mm256_extracti128_si256(w1, 1)));
-        const __m512i z2 = join256(times3_avx2(_mm512_extracti64x4_epi64(z1, 1)), w0);
-        const __m512i z3 = join256(w1, w2);
-        __m512i acc = _mm512_dpbusd_epi32(_mm512_setzero_si512(), top_trit_avx512(z0), _mm512_loadu_si512(a));
-        acc = _mm512_dpbusd_epi32(acc, top_trit_avx512(z1), _mm512_loadu_si512(a + 64));
-        acc = _mm512_dpbusd_epi32(acc, top_trit_avx512(z2), _mm512_loadu_si512(a + 128));
-        acc = _mm512_dpbusd_epi32(acc, top_trit_avx512(z3), _mm512_loadu_si512(a + 192));
-        const int sumi = _mm512_reduce_add_epi32(acc) - q8_k_sum(y[ib]);
-        sum += (float)sumi * (half_to_float(x[ib].d) * y[ib].d);
+        __m512i t[4];
+        F::trits(x[ib], t);
+        sum = ternary_step(sum, block_dot_avx512(t, y[ib]), half_to_float(x[ib].d), y[ib].d);
     }
     *out = sum;
 }
 
-// Both 32-byte halves at once: field l of the low half is elements 32l + m,
-// of the high half 128 + 32l + m.
-LP_TARGET_AVX512 void vec_dot_tq2_0_q8_k_avx512(int64_t n, float* out, const void* w_row, const void* a_row) {
-    const auto* x = static_cast<const block_tq2_0*>(w_row);
-    const auto* y = static_cast<const block_q8_K*>(a_row);
-    const __m512i m3 = _mm512_set1_epi8(3);
-    float sum = 0.0f;
-    for (int64_t ib = 0; ib < n / QK_K; ++ib) {
-        const int8_t* a = y[ib].qs;
-        const __m512i v = _mm512_loadu_si512(x[ib].qs);
-        __m512i acc = _mm512_setzero_si512();
-        for (int l = 0; l < 4; ++l) {
-            const __m512i t = _mm512_and_si512(_mm512_srli_epi16(v, 2 * l), m3);
-            const __m512i av = join256(_mm256_loadu_si256((const __m256i*)(a + 32 * l)),
-                                       _mm256_loadu_si256((const __m256i*)(a + 128 + 32 * l)));
-            acc = _mm512_dpbusd_epi32(acc, t, av);
-        }
-        const int sumi = _mm512_reduce_add_epi32(acc) - q8_k_sum(y[ib]);
-        sum += (float)sumi * (half_to_float(x[ib].d) * y[ib].d);
+template <class F>
+LP_TARGET_AVX512 void gemm_tile_ternary_avx512(int64_t n, const void* w, size_t ws, const void* a, size_t as,
+                                               float* out, size_t os, int nr, int nc) {
+    const auto* wb = static_cast<const uint8_t*>(w);
+    const auto* ab = static_cast<const uint8_t*>(a);
+    if (nc == 1) {
+        for (int r = 0; r < nr; ++r) vec_dot_ternary_avx512<F>(n, out + r, wb + r * ws, a);
+        return;
     }
-    *out = sum;
+    float sum[4][4] = {};
+    for (int64_t ib = 0; ib < n / QK_K; ++ib) {
+        for (int r = 0; r < nr; ++r) {
+            const auto& x = reinterpret_cast<const typename F::block*>(wb + r * ws)[ib];
+            __m512i t[4];
+            F::trits(x, t);
+            const float dw = half_to_float(x.d);
+            for (int c = 0; c < nc; ++c) {
+                const auto& y = reinterpret_cast<const block_q8_K*>(ab + c * as)[ib];
+                sum[r][c] = ternary_step(sum[r][c], block_dot_avx512(t, y), dw, y.d);
+            }
+        }
+    }
+    for (int c = 0; c < nc; ++c)
+        for (int r = 0; r < nr; ++r) out[(size_t)c * os + r] = sum[r][c];
 }
 
 #endif  // LP_HAVE_AVX512
@@ -181,15 +251,19 @@ void register_ternary_x86(type_traits* table, [[maybe_unused]] isa level) {
     [[maybe_unused]] type_traits& t2 = table[(int)ggml_type::TQ2_0];
 #if defined(LP_HAVE_AVX2)
     if (level == isa::avx2) {
-        t1.vec_dot = vec_dot_tq1_0_q8_k_avx2;
-        t2.vec_dot = vec_dot_tq2_0_q8_k_avx2;
+        t1.vec_dot = vec_dot_ternary_avx2<tq1_0_avx2>;
+        t1.gemm_tile = gemm_tile_ternary_avx2<tq1_0_avx2>;
+        t2.vec_dot = vec_dot_ternary_avx2<tq2_0_avx2>;
+        t2.gemm_tile = gemm_tile_ternary_avx2<tq2_0_avx2>;
         t1.vec_dot_isa = t2.vec_dot_isa = isa::avx2;
     }
 #endif
 #if defined(LP_HAVE_AVX512)
     if (level == isa::avx512) {
-        t1.vec_dot = vec_dot_tq1_0_q8_k_avx512;
-        t2.vec_dot = vec_dot_tq2_0_q8_k_avx512;
+        t1.vec_dot = vec_dot_ternary_avx512<tq1_0_avx512>;
+        t1.gemm_tile = gemm_tile_ternary_avx512<tq1_0_avx512>;
+        t2.vec_dot = vec_dot_ternary_avx512<tq2_0_avx512>;
+        t2.gemm_tile = gemm_tile_ternary_avx512<tq2_0_avx512>;
         t1.vec_dot_isa = t2.vec_dot_isa = isa::avx512;
     }
 #endif
