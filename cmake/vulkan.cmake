@@ -43,7 +43,8 @@ set(_lp_vk_shaders
 # Each has a matmul, an expert-product matmul (MOE) and a get_rows variant;
 # vulkan_backend.cpp's type_suffix lists the same types.
 set(_lp_vk_wtypes
-  "f32|0" "f16|1" "bf16|30" "q4_0|2" "q4_1|3" "q5_0|6" "q5_1|7" "q8_0|8" "q4_k|12" "q5_k|13" "q6_k|14" "mxfp4|39")
+  "f32|0" "f16|1" "bf16|30" "q4_0|2" "q4_1|3" "q5_0|6" "q5_1|7" "q8_0|8" "q4_k|12" "q5_k|13" "q6_k|14" "mxfp4|39"
+  "tq1_0|34" "tq2_0|35")
 foreach(_wt IN LISTS _lp_vk_wtypes)
   string(REPLACE "|" ";" _wt_parts "${_wt}")
   list(GET _wt_parts 0 _sfx)

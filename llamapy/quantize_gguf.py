@@ -16,12 +16,12 @@ rows quantized on a thread pool; the engine releases the GIL while it works.
 With an importance matrix (``imatrix=``, llama-imatrix's GGUF or legacy .dat)
 the Q4_0, Q4_1, Q5_0, Q5_1, Q2_K ... Q6_K, IQ4_NL and IQ4_XS tensors are
 quantized by the engine's importance-weighted quantizers (llama.cpp's with an
-imatrix, byte-identical too); Q8_0, MXFP4 and the float types ignore it, as
-there. That also opens Q2_K_S, which llama.cpp refuses without one.
+imatrix, byte-identical too); Q8_0, MXFP4, TQ1_0, TQ2_0 and the float types
+ignore it, as there. That also opens Q2_K_S, which llama.cpp refuses without one.
 
 Not supported (a clear error when asked): the block formats the engine
-cannot write (IQ1_S/M, IQ2_*, IQ3_XXS/S, TQ1_0/TQ2_0: the file types built on
-them fail unless every such tensor falls back to a type it writes).
+cannot write (IQ1_S/M, IQ2_*, IQ3_XXS/S: the file types built on them fail
+unless every such tensor falls back to a type it writes).
 
 ``keep_split``: one output per part of a split input (llama-quantize's
 --keep-split), named OUT-0000k-of-0000N.gguf, in the input's tensor order.
@@ -54,7 +54,7 @@ DEFAULT_ALIGNMENT = 32
 _SPLIT_KEYS = ("split.no", "split.count", "split.tensors.count")
 _FLOAT_INPUTS = ("F32", "F16", "BF16")
 # Types llama.cpp quantizes the same with and without an importance matrix.
-_IGNORE_IMATRIX = ("F32", "F16", "BF16", "Q8_0", "MXFP4")
+_IGNORE_IMATRIX = ("F32", "F16", "BF16", "Q8_0", "MXFP4", "TQ1_0", "TQ2_0")
 # Rows quantized per job: about 4 Mi elements (16 MiB of float32), at least one row.
 _CHUNK_ELEMENTS = 4 << 20
 

@@ -15,7 +15,7 @@ import pytest
 from llamapy import _engine as E
 
 TYPES = ["F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K",
-         "IQ4_NL", "IQ4_XS", "MXFP4"]
+         "IQ4_NL", "IQ4_XS", "MXFP4", "TQ1_0", "TQ2_0"]
 LEVELS = ["scalar", "avx2", "best"]
 
 
@@ -44,7 +44,7 @@ def test_rows_do_not_depend_on_the_batch(mats, t, level):
 
 # Row lengths with blocks past the kernels' groups of 8 (Gemma's 640 = 20
 # blocks of 32; 736 = 23), or super-blocks past pairs (1280 = 5 of 256).
-TAIL_COLS = {t: (1280,) if t.endswith("_K") or t == "IQ4_XS" else (640, 736) for t in TYPES}
+TAIL_COLS = {t: (1280,) if E.type_info(t)["block_size"] == 256 else (640, 736) for t in TYPES}
 # Q8_0's AVX2 panels walk rows longer than 128 blocks in stretches (4160 = 130 blocks)
 TAIL_COLS["Q8_0"] += (4160,)
 

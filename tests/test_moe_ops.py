@@ -194,7 +194,7 @@ def test_route_rejects_bad_arguments():
 # Expert products
 # ---------------------------------------------------------------------------
 
-TYPES = ["F32", "F16", "Q8_0", "Q4_0", "Q4_K", "Q5_K", "Q6_K", "IQ4_NL", "MXFP4"]
+TYPES = ["F32", "F16", "Q8_0", "Q4_0", "Q4_K", "Q5_K", "Q6_K", "IQ4_NL", "MXFP4", "TQ1_0", "TQ2_0"]
 
 
 def experts(rng, t, n_expert, rows, cols):

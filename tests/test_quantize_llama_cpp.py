@@ -7,7 +7,7 @@ dense, MoE, hybrid and Gemma 4 fixtures and three synthetic inputs with rows of
 the SHA-256 of the whole file and of its header, and each tensor's type and
 data hash. Each case is quantized here the same way and must match; cases
 llama.cpp refused must be refused. Where llama.cpp wrote a type whose blocks
-the engine cannot write (IQ3_S, IQ2_XXS, TQ1_0, ...: only those), llamapy
+the engine cannot write (IQ3_S, IQ2_XXS, IQ1_S, ...: only those), llamapy
 must refuse naming it.
 """
 from __future__ import annotations
@@ -20,7 +20,7 @@ import pytest
 
 from llamapy import _engine
 from llamapy.gguf_file import GGUFFile
-from llamapy.quantize_gguf import quantize_model
+from llamapy.quantize_gguf import _IGNORE_IMATRIX, quantize_model
 
 DATA = pathlib.Path(__file__).parent / "data"
 FIXTURE = json.loads((DATA / "quantize" / "llama_cpp.json").read_text())
@@ -85,8 +85,7 @@ def test_same_bytes_as_llama_cpp(case, tmp_path, monkeypatch):
         return
     theirs_types = {t.split(":")[0] for t in case["tensors"]}
     unwritable = sorted(t for t in theirs_types if not _engine.type_info(t)["can_quantize"])
-    ignores_matrix = ("F32", "F16", "BF16", "Q8_0", "MXFP4")
-    unweighted = sorted(t for t in theirs_types if "imatrix" in opts and t not in ignores_matrix
+    unweighted = sorted(t for t in theirs_types if "imatrix" in opts and t not in _IGNORE_IMATRIX
                         and not _engine.type_info(t)["can_quantize_weighted"])
     if unweighted and not unwritable:
         # no importance-weighted quantizer for these yet: refused, naming the type

@@ -96,7 +96,7 @@ def test_interrupted_split_leaves_no_part(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("ftype, message", [
-    ("IQ3_S", "cannot quantize to IQ3_S"), ("IQ3_M", "cannot quantize to IQ3_S"), ("TQ2_0", "cannot quantize to TQ2_0"),
+    ("IQ3_S", "cannot quantize to IQ3_S"), ("IQ3_M", "cannot quantize to IQ3_S"),
     ("IQ2_XXS", "needs an importance matrix"), ("Q2_K_S", "needs an importance matrix"),
     ("IQ1_M", "needs an importance matrix"), ("Q7_K", "unknown file type"),
 ])

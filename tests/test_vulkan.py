@@ -14,7 +14,8 @@ from llamapy import _engine as E
 pytestmark = pytest.mark.skipif("vulkan" not in E.backends(), reason="built without the Vulkan backend")
 
 rng = np.random.default_rng(3)
-TYPES = ["F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K", "MXFP4"]
+TYPES = ["F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K", "MXFP4", "TQ1_0",
+         "TQ2_0"]
 
 
 def test_a_device_is_found_and_described():

@@ -35,7 +35,7 @@ py=${PYTHON:-python3}
 say() { echo "aarch64_python_check: $*"; }
 
 TESTS=(${LP_A64_TESTS:-tests/test_system.py tests/test_quants_legacy.py tests/test_kquants.py tests/test_iquants.py
-       tests/test_mxfp4.py tests/test_quants_float.py tests/test_sampler.py tests/test_tokenizer_spm.py
+       tests/test_mxfp4.py tests/test_ternary.py tests/test_quants_float.py tests/test_sampler.py tests/test_tokenizer_spm.py
        tests/test_models.py tests/test_tokenizer_bpe.py tests/test_wordpiece.py tests/test_grammar.py
        tests/test_gguf_malformed.py tests/test_moe_ops.py tests/test_moe_llama_cpp.py})
 # Left out: a timing assertion made for native speed, which emulation cannot

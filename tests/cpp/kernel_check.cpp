@@ -74,7 +74,7 @@ const std::vector<type_case>& dot_types() {
         {ggml_type::Q5_1, {0, 2}},   {ggml_type::Q8_0, {0}},       {ggml_type::Q2_K, {80, 82}},
         {ggml_type::Q3_K, {108}},    {ggml_type::Q4_K, {0, 2}},    {ggml_type::Q5_K, {0, 2}},
         {ggml_type::Q6_K, {208}},    {ggml_type::IQ4_NL, {0}},     {ggml_type::IQ4_XS, {0}},
-        {ggml_type::MXFP4, {}, {0}},
+        {ggml_type::MXFP4, {}, {0}},  {ggml_type::TQ1_0, {52}},     {ggml_type::TQ2_0, {64}},
         // the grid-based i-quants: read only (no quantizer), so random and "ones" blocks
         {ggml_type::IQ2_XXS, {0}},   {ggml_type::IQ2_XS, {0}},     {ggml_type::IQ2_S, {0}},
         {ggml_type::IQ3_XXS, {0}},   {ggml_type::IQ3_S, {0}},      {ggml_type::IQ1_S, {0}},

@@ -147,5 +147,6 @@ void register_kquant_types(type_traits* table, isa level);   // quants/kquants.c
 void register_iquant_types(type_traits* table, isa level);   // quants/iquants.cpp: IQ4_NL IQ4_XS
 void register_iq_lattice_types(type_traits* table, isa level);  // quants/iq_lattice.cpp: IQ2_*, IQ3_*, IQ1_*
 void register_mxfp4_types(type_traits* table, isa level);    // quants/mxfp4.cpp: MXFP4
+void register_ternary_types(type_traits* table, isa level);  // quants/ternary.cpp: TQ1_0 TQ2_0
 
 }  // namespace lp

@@ -53,6 +53,7 @@ table_t build(isa level) {
     register_iquant_types(t.data(), level);
     register_iq_lattice_types(t.data(), level);
     register_mxfp4_types(t.data(), level);
+    register_ternary_types(t.data(), level);
     for (type_traits& tr : t) {
         if (tr.to_float) tr.supported = true;
         if (!tr.from_float && tr.from_float_ref) tr.from_float = tr.from_float_ref;

@@ -31,6 +31,8 @@ const char* type_suffix(ggml_type t) {
         case ggml_type::Q5_K: return "q5_k";
         case ggml_type::Q6_K: return "q6_k";
         case ggml_type::MXFP4: return "mxfp4";
+        case ggml_type::TQ1_0: return "tq1_0";
+        case ggml_type::TQ2_0: return "tq2_0";
         default: return nullptr;
     }
 }

@@ -1,7 +1,7 @@
 // vulkan_backend.h — the seam's operations (backend.h) on a Vulkan device.
 //
 // What exists: matmul for F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,
-// Q4_K, Q5_K, Q6_K and MXFP4 weights (activations converted on the device by the
+// Q4_K, Q5_K, Q6_K, MXFP4, TQ1_0 and TQ2_0 weights (activations converted on the device by the
 // CPU's reference formulas: shaders/convert.comp) with LoRA terms, the
 // expert products of mixture-of-experts layers for the same types
 // (matmul.comp's MOE variant) and their routing (moe_route.comp), get_rows

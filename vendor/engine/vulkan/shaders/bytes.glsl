@@ -20,6 +20,19 @@ float bf16_bits_to_float(uint h) { return uintBitsToFloat(h << 16); }
 // built from its bits as the CPU does (e < 2: the subnormals 2^-127, 2^-128,
 // which a device that flushes denormals reads as 0).
 const int kvalues_mxfp4[16] = int[16](0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
+// TQ1_0 / TQ2_0 (quants/ternary.h): the trit t (0..2) of element e (0..255)
+// of the 256-element block at byte wb; the weight is d * (t - 1), d the fp16
+// at byte 52 (TQ1_0) or 64 (TQ2_0). TQ1_0 packs five base-3 digits a byte
+// (qs[0..31]: element 32n + m; qs[32..47]: 160 + 16n + m; qh[0..3], four
+// digits: 240 + 4n + j); digit n is the top digit of the byte times 3^n
+// (mod 256), (v * 3) >> 8. TQ2_0: byte 32 (e / 128) + e % 32, bits 2 ((e % 128) / 32).
+#define TQ1_TRIT(buf, wb, e) tq1_top_digit(BYTE_OF(buf, (wb) + ((e) < 160u ? (e) % 32u : (e) < 240u ? 32u + ((e) - 160u) % 16u : 48u + ((e) - 240u) % 4u)), (e) < 160u ? (e) / 32u : (e) < 240u ? ((e) - 160u) / 16u : ((e) - 240u) / 4u)
+#define TQ2_TRIT(buf, wb, e) ((BYTE_OF(buf, (wb) + 32u * ((e) / 128u) + (e) % 32u) >> (2u * (((e) % 128u) / 32u))) & 3u)
+uint tq1_top_digit(uint byte, uint n) {
+    const uint pow3[5] = uint[5](1u, 3u, 9u, 27u, 81u);
+    return (((byte * pow3[n]) & 255u) * 3u) >> 8;
+}
+
 float e8m0_half(uint e) { return uintBitsToFloat(e < 2u ? 0x00200000u << e : (e - 1u) << 23); }
 
 // float -> F16 bits, round to nearest even, as common.h's fp32_to_fp16

@@ -17,6 +17,8 @@
 #define T_Q5_K 13
 #define T_Q6_K 14
 #define T_MXFP4 39
+#define T_TQ1_0 34
+#define T_TQ2_0 35
 
 layout(local_size_x = 64) in;
 layout(std430, binding = 0) readonly buffer Wbuf { uint w[]; };
@@ -59,6 +61,12 @@ float element(uint rb, uint i) {
     const uint q = BYTE_OF(w, b + 8u + j % 16u), qh = U32_OF(w, b + 4u);
     const uint v = (j < 16u ? q & 15u : q >> 4) | (((qh >> j) & 1u) << 4);
     return half_bits_to_float(U16_OF(w, b)) * float(v) + half_bits_to_float(U16_OF(w, b + 2u));
+#elif WTYPE == T_TQ1_0
+    const uint b = rb + (i / 256u) * 54u, e = i % 256u;
+    return float(int(TQ1_TRIT(w, b, e)) - 1) * half_bits_to_float(U16_OF(w, b + 52u));
+#elif WTYPE == T_TQ2_0
+    const uint b = rb + (i / 256u) * 66u, e = i % 256u;
+    return float(int(TQ2_TRIT(w, b, e)) - 1) * half_bits_to_float(U16_OF(w, b + 64u));
 #elif WTYPE == T_MXFP4
     const uint b = rb + (i / 32u) * 17u, j = i % 32u;
     const uint q = BYTE_OF(w, b + 1u + j % 16u);

@@ -47,6 +47,8 @@
 #define T_Q5_K 13
 #define T_Q6_K 14
 #define T_MXFP4 39
+#define T_TQ1_0 34
+#define T_TQ2_0 35
 
 layout(local_size_x = 64) in;
 layout(std430, binding = 0) readonly buffer Wbuf { uint w[]; };
@@ -158,6 +160,44 @@ void block_dots(uint wb, uint ab, uint a_row, uint nt, inout float acc[TT]) {
 }
 #endif
 
+#if WTYPE == T_TQ1_0 || WTYPE == T_TQ2_0
+// Ternary super-blocks of 256 against Q8_K activations: the integer sum of
+// (t - 1) * a over the block, times d_w * d_a, as ternary.cpp's reference.
+const uint A_BYTES = 292u, A_QS = 4u;
+const uint BLOCK = 256u;
+void block_dots(uint wb, uint ab, uint a_row, uint nt, inout float acc[TT]) {
+    int dot[TT];
+    for (uint tt = 0u; tt < TT; ++tt) dot[tt] = 0;
+    for (uint g = 0u; g < 8u; ++g) {
+        int q[32];
+        for (uint k = 0u; k < 32u; ++k) {
+            const uint e = 32u * g + k;
+#if WTYPE == T_TQ1_0
+            q[k] = int(TQ1_TRIT(w, wb, e)) - 1;
+#else
+            q[k] = int(TQ2_TRIT(w, wb, e)) - 1;
+#endif
+        }
+        for (uint tt = 0u; tt < TT; ++tt) {
+            if (tt >= nt) break;
+            const uint at = ab + tt * a_row + A_QS + 32u * g;
+            int s = 0;
+            for (uint k = 0u; k < 32u; ++k) s += q[k] * I8_OF(a, at + k);
+            dot[tt] += s;
+        }
+    }
+#if WTYPE == T_TQ1_0
+    const float d = half_bits_to_float(U16_OF(w, wb + 52u));
+#else
+    const float d = half_bits_to_float(U16_OF(w, wb + 64u));
+#endif
+    for (uint tt = 0u; tt < TT; ++tt) {
+        if (tt >= nt) break;
+        acc[tt] += float(dot[tt]) * (d * uintBitsToFloat(a[(ab + tt * a_row) >> 2]));
+    }
+}
+#endif
+
 #if WTYPE == T_Q4_K || WTYPE == T_Q5_K || WTYPE == T_Q6_K
 // 256-element super-blocks against Q8_K activations (float d, 256 int8,
 // 16 int16 sums): the integer dot per sub-block times its scale, then the
@@ -264,6 +304,10 @@ const uint BLOCK_BYTES = 144u;
 const uint BLOCK_BYTES = 176u;
 #elif WTYPE == T_Q6_K
 const uint BLOCK_BYTES = 210u;
+#elif WTYPE == T_TQ1_0
+const uint BLOCK_BYTES = 54u;
+#elif WTYPE == T_TQ2_0
+const uint BLOCK_BYTES = 66u;
 #elif WTYPE == T_MXFP4
 const uint BLOCK_BYTES = 17u;  // odd: blocks start at any byte (BYTE_OF reads them)
 #endif
