@@ -17,14 +17,17 @@ namespace lp {
 namespace qfit {
 
 // Round to nearest, ties to even, the way llama.cpp's quantizers round: adding
-// 1.5·2^23 leaves the integer in the low mantissa bits. Arguments beyond ±2^22
-// saturate instead of wrapping; NaN maps to the lower bound.
+// 1.5·2^23 leaves the integer in the low mantissa bits. Exactly llama.cpp's
+// arithmetic for every input, including those outside ±2^22 (which the scale
+// searches never produce from finite rows: every caller clamps the result),
+// NaN (0) and ±inf (−2^22): no test or branch of its own, which cost the
+// searches 10-60 % of their time (Q6_K's most: 0.361 against llama.cpp's 0.220
+// CPU seconds for 2048 × 4096 Gaussian rows, 2026-12-07).
 inline int nearest_int(float v) {
-    v = v > 4194303.f ? 4194303.f : (v >= -4194303.f ? v : -4194303.f);
     return (int)(fp32_to_bits(v + 12582912.f) & 0x007fffffu) - 0x00400000;
 }
 
-inline int clamp_int(int v, int lo, int hi) { return v < lo ? lo : (v > hi ? hi : v); }
+inline int clamp_int(int v, int lo, int hi) { return std::max(lo, std::min(hi, v)); }
 
 constexpr float GROUP_MAX_EPS = 1e-15f;
 
