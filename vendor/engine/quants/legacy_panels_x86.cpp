@@ -643,10 +643,14 @@ void register_legacy_panels_x86(type_traits* table, isa level) {
         for (type_traits* t : {&q4_0, &q5_0}) t->matvec_batch_max = 8;
         // the 4-row tiles would sum in another order: the panel replaces them
         for (type_traits* t : {&q4_0, &q5_0}) t->gemm_tile = nullptr;
-        // Q8_0 (fmt_q8_0, rows_q8_0) is not switched on yet: its panel runs
-        // mat-mat ~2x the 4x4 tiles, but its mat-vec reads only ~70% of the
-        // bandwidth the row kernels reach (Q4_0 / Q5_0: on par).
-        (void)gemm_panel<fmt_q8_0, rows_q8_0>;
+        // Q8_0 (fmt_q8_0, rows_q8_0) keeps the row kernels and 4x4 tiles
+        // (legacy_x86.cpp) for mat-vec and mat-mat: its panel runs mat-mat
+        // ~2.4x the tiles (MiniLM's shapes, 1 thread, Xeon: 184 against 76
+        // GFLOP per CPU second), but its mat-vec reads only ~70% of the
+        // bandwidth the row kernels reach (Q4_0 / Q5_0: on par), and the two
+        // sum in different orders. So it is the throughput panel: encoders,
+        // which never compare a batch with a step, take it for every product.
+        table[(int)ggml_type::Q8_0].throughput_panel = gemm_panel<fmt_q8_0, rows_q8_0>;
     }
 #endif
     (void)table;
