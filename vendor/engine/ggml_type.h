@@ -100,7 +100,8 @@ struct type_traits {
     // (so its rows differ from theirs in the last bits) and is faster at
     // mat-mat: taken only by products asked for matmul_kernels::throughput
     // (cpu/matmul.h), then for every batch size (its nc == 1 is its own
-    // mat-vec), so the batch still never changes a row's bits there.
+    // mat-vec), so the batch still never changes a row's bits there. It
+    // takes panel_rows rows per call in mat-vec too.
     gemm_panel_fn throughput_panel = nullptr;
     // Weight rows per gemm_panel call in mat-mat (a multiple of kPanelRows;
     // mat-vec calls always take kPanelRows). More rows per call amortise work
