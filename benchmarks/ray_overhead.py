@@ -3,8 +3,10 @@ Ray Serve against the plain server.
 
 Embeddings: all-MiniLM-L6-v2 (F32 GGUF, converted as benchmarks/embeddings.py converts it) over
 -n synthetic sentences (default 10,000), batches of 32:
-- direct: one process, one ``Llama`` with 1 thread, ``embed`` per batch of 32;
-- ray-1 / ray-2: ``llamapy.ray.embed`` with 1 and 2 actors of 1 CPU each (1 thread each) on a
+- direct: one process, one ``Llama`` with 1 thread (``n_threads`` and ``n_threads_batch``: the
+  batches run on the latter, which would otherwise be every core), ``embed`` per batch of 32;
+- ray-1 / ray-2: ``llamapy.ray.embed`` with 1 and 2 actors of 1 CPU each (1 thread each, both
+  counts: the actors set them from their CPUs) on a
   local Ray (``ray.init(num_cpus=actors + 1)``, started before the clock: a job on a running
   cluster does not pay for it). The clock covers the dataset's creation to its last row, so
   the actors' start and model load are inside it, as the direct side's load is inside its own.
@@ -41,7 +43,7 @@ def direct(model: str, texts: list, batch: int) -> float:
     from llamapy import Llama
 
     t0 = time.perf_counter()
-    llm = Llama(model, embedding=True, n_threads=1, verbose=False)
+    llm = Llama(model, embedding=True, n_threads=1, n_threads_batch=1, verbose=False)
     for i in range(0, len(texts), batch):
         llm.embed(texts[i:i + batch])
     dt = time.perf_counter() - t0

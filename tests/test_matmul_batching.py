@@ -146,3 +146,35 @@ def test_avx2_vnni_choice_keeps_the_bits(mats, tmp_path):
     plain = np.load(tmp_path / "out.npz")
     for t in types:
         np.testing.assert_array_equal(plain[t], E.matmul(raw[t], t, 37, 512, x, 2, "avx2"), err_msg=t)
+
+
+# Encoders ask for matmul_kernels::throughput: a type's throughput panel (Q8_0 at the AVX-512
+# level) for every batch size. Its sums run in another order than the consistent kernels', so
+# the bits differ from theirs, but a row's result still does not depend on the batch or the
+# threads, and it is as close to the reference; where the type has no such panel (other
+# levels), throughput is the consistent kernels.
+@pytest.mark.parametrize("level", LEVELS)
+@pytest.mark.parametrize("n_cols", [384, 512, 736, 1536])
+def test_throughput_kernels_do_not_depend_on_the_batch(level, n_cols):
+    t = "Q8_0"
+    rng = np.random.default_rng(17)
+    w = E.quantize(rng.standard_normal((37, n_cols)).astype(np.float32), t)
+    x = rng.standard_normal((21, n_cols)).astype(np.float32) * 2
+    full = E.matmul(w, t, 37, n_cols, x, 2, level, kernels="throughput")
+    for n in (1, 2, 3, 4, 5, 8, 13):
+        parts = np.concatenate([E.matmul(w, t, 37, n_cols, x[i:i + n], 2, level, kernels="throughput")
+                                for i in range(0, 21, n)])
+        np.testing.assert_array_equal(parts, full, err_msg=f"{level} {n_cols} batches of {n}")
+    np.testing.assert_array_equal(E.matmul(w, t, 37, n_cols, x, 1, level, kernels="throughput"), full)
+    ref = E.matmul(w, t, 37, n_cols, x, 1, "ref")
+    consistent = E.matmul(w, t, 37, n_cols, x, 2, level)
+    # as close to the reference as the consistent kernels (float rounding only)
+    assert np.abs(full - ref).max() <= max(2 * np.abs(consistent - ref).max(), 1e-5 * np.abs(ref).max())
+    if level != "best" or not E.type_info(t)["has_throughput_panel"]:
+        np.testing.assert_array_equal(full, consistent)
+
+
+def test_kernels_are_named():
+    w = E.quantize(np.ones((4, 32), dtype=np.float32), "Q8_0")
+    with pytest.raises(ValueError, match="consistent"):
+        E.matmul(w, "Q8_0", 4, 32, np.ones((2, 32), dtype=np.float32), 1, "best", kernels="fast")

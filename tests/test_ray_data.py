@@ -223,6 +223,12 @@ def test_embedder_outside_ray_and_unpooled_models():
     with pytest.raises(ValueError, match="not pooled"):
         Embedder(model, llama_kwargs={"pooling_type": 0})
     emb = Embedder(model)
+    # Both thread counts follow the actor's CPUs (1 outside Ray): the batches run on
+    # n_threads_batch, which would otherwise take every core beside the other actors.
+    assert (emb.llm.n_threads, emb.llm.n_threads_batch) == (1, 1)
+    two = Embedder(model, llama_kwargs={"n_threads": 2})
+    assert (two.llm.n_threads, two.llm.n_threads_batch) == (2, 2)
+    two.llm.close()
     out = emb(pd.DataFrame({"text": ["a cat", None, "a dog"], "k": [1, 2, 3]})).to_pydict()
     assert out["k"] == [1, 2, 3] and out["embedding"][1] is None and out["error"][1].startswith("TypeError")
     assert out["embedding"][2] == [float(x) for x in emb.llm.embed("a dog")]

@@ -474,6 +474,9 @@ def test_engine_flags_and_chat_template(tiny):
     assert llama_kwargs(parse_settings(["-m", "x", "--seed", "5"], environ={}))["seed"] == 5
     seeds = {llama_kwargs(parse_settings(["-m", "x"], environ={}))["seed"] for _ in range(8)}
     assert len(seeds) > 1 and all(0 <= v < 0xFFFFFFFF for v in seeds)
+    # -t is the prompt threads too (llama-server's -tb defaults to -t)
+    kw = llama_kwargs(parse_settings(["-m", "x", "-t", "3"], environ={}))
+    assert kw["n_threads"] == kw["n_threads_batch"] == 3
 
 
 # ------------------------------------------------------------------ Ollama translation

@@ -2,8 +2,8 @@
 pool, and the one-call helpers that use them.
 
 Each actor loads one ``Llama`` once, in ``__init__``, and answers many batches. Its thread
-count is the CPUs Ray gave the actor (``num_cpus``), so actors on one node do not fight over
-cores; the model file is memory-mapped, so the actors of a node share its pages (the
+counts (``n_threads`` and ``n_threads_batch``) are the CPUs Ray gave the actor (``num_cpus``),
+so actors on one node do not fight over cores; the model file is memory-mapped, so the actors of a node share its pages (the
 kernel's page cache) instead of each reading a private copy.
 
 A batch is a pandas DataFrame; the result is the same frame (every input column kept, so
@@ -123,8 +123,13 @@ class _LlamaActor:
 
         kw: Dict[str, Any] = {"n_threads": actor_threads(), "use_mmap": True, "verbose": False,
                               **self.llama_defaults, **(llama_kwargs or {})}
+        # Batches (embeddings, prompts) run on n_threads_batch, which otherwise defaults to
+        # every physical core: an actor of 1 CPU then ran 2 threads on a 2-core machine,
+        # beside Ray's own processes (and two such actors 4 threads on 2 cores).
+        kw.setdefault("n_threads_batch", kw["n_threads"])
         self.llm = Llama(model_path=model, **kw)
-        logger.info("loaded %s in a Ray actor, %s threads", model, kw["n_threads"])
+        logger.info("loaded %s in a Ray actor, %s threads (%s for batches)", model, kw["n_threads"],
+                    kw["n_threads_batch"])
 
     def row(self, cells: Dict[str, Any]) -> Dict[str, Any]:
         raise NotImplementedError

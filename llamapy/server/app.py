@@ -24,9 +24,11 @@ _FLASH = {"on": True, "off": False, "auto": "auto"}
 
 
 def llama_kwargs(s: Settings) -> Dict[str, Any]:
-    """Llama(...) keywords for the settings."""
+    """Llama(...) keywords for the settings. ``--threads`` is the prompt threads too (as
+    llama-server's ``-tb`` defaults to ``-t``): a replica given N CPUs by Ray Serve runs N."""
     kw: Dict[str, Any] = dict(n_ctx=s.ctx_size, n_batch=s.batch_size, n_ubatch=min(s.ubatch_size, s.batch_size),
-                              n_threads=s.threads, n_gpu_layers=s.n_gpu_layers, flash_attn=_FLASH[s.flash_attn],
+                              n_threads=s.threads, n_threads_batch=s.threads, n_gpu_layers=s.n_gpu_layers,
+                              flash_attn=_FLASH[s.flash_attn],
                               type_k=s.cache_type_k, type_v=s.cache_type_v, embedding=bool(s.embedding),
                               n_seq_max=max(1, s.parallel), spm_infill=bool(s.spm_infill), verbose=False)
     if s.cpu_moe or s.n_cpu_moe:

@@ -96,6 +96,13 @@ struct type_traits {
     vec_dot_fn vec_dot = nullptr;        // best kernel for the table's ISA level
     gemm_tile_fn gemm_tile = nullptr;    // optional tiled kernel for the table's ISA level
     gemm_panel_fn gemm_panel = nullptr;  // optional panel kernel (takes precedence over gemm_tile)
+    // Optional panel that sums in another order than vec_dot and the tiles
+    // (so its rows differ from theirs in the last bits) and is faster at
+    // mat-mat: taken only by products asked for matmul_kernels::throughput
+    // (cpu/matmul.h), then for every batch size (its nc == 1 is its own
+    // mat-vec), so the batch still never changes a row's bits there. It
+    // takes panel_rows rows per call in mat-vec too.
+    gemm_panel_fn throughput_panel = nullptr;
     // Weight rows per gemm_panel call in mat-mat (a multiple of kPanelRows;
     // mat-vec calls always take kPanelRows). More rows per call amortise work
     // a panel does once per call on the activations (the float panels widen

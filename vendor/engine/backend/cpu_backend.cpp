@@ -85,7 +85,8 @@ LP_INLINE void apply(const row_op& o, int64_t t) {
 
 }  // namespace
 
-cpu_backend::cpu_backend(const hparams& hp, int64_t n_ub, int64_t n_cells, int n_threads, attention_path path) {
+cpu_backend::cpu_backend(const hparams& hp, int64_t n_ub, int64_t n_cells, int n_threads, attention_path path)
+    : kernels_(hp.v.encoder ? matmul_kernels::throughput : matmul_kernels::consistent) {
     // Quantized or packed activations of the widest input.
     const int64_t widest = std::max({hp.n_embd, hp.ffn_width() / 2, hp.n_head * hp.head_dim_v});
     mm_.act.reserve(packed_act_bytes_max(n_ub, widest) + 1024);
@@ -121,7 +122,7 @@ template <class F> void cpu_backend::for_rows(int64_t n, const F& fn) {
 
 void cpu_backend::matmul(const weight_view& w, const float* x, int64_t xs, float* y, int64_t ys, int64_t n,
                          const lora_work& lora) {
-    lp::matmul(w, x, xs, n, y, ys, *pool_, mm_, best_isa());
+    lp::matmul(w, x, xs, n, y, ys, *pool_, mm_, best_isa(), kernels_);
     if (!lora.terms) return;
     for (const lora_set::term& t : *lora.terms) {
         const int64_t rank = t.a.n_rows, n_out = t.b.n_rows;

@@ -57,6 +57,8 @@ private:
     template <class F> void for_rows(int64_t n, const F& fn);
 
     thread_pool* pool_ = nullptr;
+    // throughput for encoders (their products never meet a decode step's)
+    matmul_kernels kernels_ = matmul_kernels::consistent;
     matmul_scratch mm_;
     moe_scratch moe_;
     attention_scratch attn_;

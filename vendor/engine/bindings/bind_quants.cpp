@@ -185,9 +185,12 @@ namespace {
 // y = x · wᵀ for a quantized weight matrix (n_rows, n_cols), x (n_tok, n_cols).
 py::array_t<float> py_matmul(py::array w, py::object type, int64_t n_rows, int64_t n_cols,
                              py::array_t<float, py::array::c_style | py::array::forcecast> x, int n_threads,
-                             const std::string& level) {
+                             const std::string& level, const std::string& kernels) {
     const ggml_type t = parse_type(type);
     if (n_rows < 0 || n_cols <= 0) throw value_error("bad matrix shape");
+    if (kernels != "consistent" && kernels != "throughput")
+        throw value_error("kernels must be 'consistent' or 'throughput', not '" + kernels + "'");
+    const matmul_kernels mk = kernels == "throughput" ? matmul_kernels::throughput : matmul_kernels::consistent;
     const size_t rs = row_size(t, n_cols);
     if (rs == 0) throw value_error("n_cols is not a multiple of the block size");
     py::buffer_info wi = py::array::ensure(w, py::array::c_style).request();
@@ -209,7 +212,7 @@ py::array_t<float> py_matmul(py::array w, py::object type, int64_t n_rows, int64
     {
         py::gil_scoped_release nogil;
         matmul_scratch scratch;
-        matmul(wv, xp, n_cols, n_tok, yp, n_rows, pool, scratch, lv);
+        matmul(wv, xp, n_cols, n_tok, yp, n_rows, pool, scratch, lv, mk);
     }
     return y;
 }
@@ -262,7 +265,7 @@ void bind_quants(py::module_& m) {
     m.def("vec_dot_rows", &vec_dot_rows, py::arg("w"), py::arg("ggml_type"), py::arg("n_cols"), py::arg("a"),
           py::arg("level") = "best");
     m.def("matmul", &py_matmul, py::arg("w"), py::arg("ggml_type"), py::arg("n_rows"), py::arg("n_cols"),
-          py::arg("x"), py::arg("n_threads") = 0, py::arg("level") = "best");
+          py::arg("x"), py::arg("n_threads") = 0, py::arg("level") = "best", py::arg("kernels") = "consistent");
     m.def("type_info", [](py::object type) {
         const ggml_type t = parse_type(type);
         const type_traits& tr = traits(t);
@@ -279,6 +282,7 @@ void bind_quants(py::module_& m) {
         d["vec_dot_type"] = type_name(tr.vec_dot_type);
         d["kernel_isa"] = isa_name(tr.vec_dot_isa);
         d["has_gemm_tile"] = tr.gemm_tile != nullptr;
+        d["has_throughput_panel"] = tr.throughput_panel != nullptr;
         return d;
     }, py::arg("ggml_type"));
     m.def("bench_matmul", &bench_matmul, py::arg("mats"), py::arg("n_tok"), py::arg("n_threads"),

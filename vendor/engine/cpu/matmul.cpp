@@ -78,13 +78,39 @@ void matmul_packed(const weight_view& w, const type_traits& wt, const float* x, 
     });
 }
 
+// Mat-mat through a panel kernel: panel_rows weight rows per call, against
+// up to panel_cols activation rows (converted: a, a_stride bytes apart).
+void matmul_panels(const weight_view& w, const type_traits& wt, gemm_panel_fn panel, const uint8_t* a,
+                   size_t a_stride, int64_t n_tok, float* y, int64_t y_stride, thread_pool& pool) {
+    const auto* wd = static_cast<const uint8_t*>(w.data);
+    const int64_t prows = wt.panel_rows;
+    const int64_t n_rt = (w.n_rows + prows - 1) / prows;
+    const int64_t pcols = wt.panel_cols;
+    const int64_t n_ct = (n_tok + pcols - 1) / pcols;
+    pool.parallel_for(n_rt * n_ct, [&](int64_t job, int) {
+        const int64_t rt = job % n_rt, ct = job / n_rt;
+        const int64_t c0 = ct * pcols, nc = std::min<int64_t>(pcols, n_tok - c0);
+        const int64_t r0 = rt * prows, nr = std::min<int64_t>(prows, w.n_rows - r0);
+        panel(w.n_cols, wd + r0 * w.row_stride, w.row_stride, (int)nr, a + c0 * a_stride, a_stride, (int)nc,
+              y + c0 * y_stride + r0, (size_t)y_stride);
+    });
+}
+
 }  // namespace
 
 void matmul(const weight_view& w, const float* x, int64_t x_stride, int64_t n_tok, float* y, int64_t y_stride,
-            thread_pool& pool, matmul_scratch& scratch, isa level) {
+            thread_pool& pool, matmul_scratch& scratch, isa level, matmul_kernels kernels) {
     const type_traits& wt = traits(w.type, level);
     check(w, wt);
     if (n_tok <= 0 || w.n_rows <= 0) return;
+    if (kernels == matmul_kernels::throughput && wt.throughput_panel) {
+        // every batch size through the one panel (see matmul.h), no small-batch path
+        size_t a_stride = 0;
+        const uint8_t* a = convert_activations(wt, x, x_stride, n_tok, w.n_cols, &pool, &scratch, &a_stride, level,
+                                               false);
+        matmul_panels(w, wt, wt.throughput_panel, a, a_stride, n_tok, y, y_stride, pool);
+        return;
+    }
     const bool small = n_tok <= wt.matvec_batch_max || n_tok == 1;
     if (!small && wt.gemm_packed) {
         matmul_packed(w, wt, x, x_stride, n_tok, y, y_stride, pool, scratch);
@@ -138,19 +164,7 @@ void matmul(const weight_view& w, const float* x, int64_t x_stride, int64_t n_to
     }
 
     if (const gemm_panel_fn panel = wt.gemm_panel) {
-        // The type's panel kernel (mat-mat): panel_rows weight rows per call,
-        // against up to panel_cols activation rows.
-        const int64_t prows = wt.panel_rows;
-        const int64_t n_rt = (w.n_rows + prows - 1) / prows;
-        const int64_t pcols = wt.panel_cols;
-        const int64_t n_ct = (n_tok + pcols - 1) / pcols;
-        pool.parallel_for(n_rt * n_ct, [&](int64_t job, int) {
-            const int64_t rt = job % n_rt, ct = job / n_rt;
-            const int64_t c0 = ct * pcols, nc = std::min<int64_t>(pcols, n_tok - c0);
-            const int64_t r0 = rt * prows, nr = std::min<int64_t>(prows, w.n_rows - r0);
-            panel(w.n_cols, wd + r0 * w.row_stride, w.row_stride, (int)nr, a + c0 * a_stride, a_stride, (int)nc,
-                  y + c0 * y_stride + r0, (size_t)y_stride);
-        });
+        matmul_panels(w, wt, panel, a, a_stride, n_tok, y, y_stride, pool);  // the type's panel kernel
         return;
     }
 

@@ -17,13 +17,26 @@ struct matmul_scratch {
     std::vector<uint8_t> act;
 };
 
+// Which kernels a product may take.
+//   consistent: a row's result is the same bits whatever the batch and the
+//     thread count (mat-vec, tiles, panels and packed products agree): what
+//     prefill == step-by-step decoding, speculative decoding and prompt reuse
+//     rely on. The default.
+//   throughput: also the type's throughput_panel where it has one (Q8_0 at the
+//     AVX-512 level: ~2.4x the 4x4 tiles on MiniLM's shapes), for every batch
+//     size, so the batch still does not change a row's bits, but they differ
+//     from consistent's in the last bits. For callers that never hold one
+//     against the other: encoders (whole sequences per pass, no cache).
+enum class matmul_kernels { consistent, throughput };
+
 // y[t, r] = sum_k w[r, k] * x[t, k]   for t < n_tok, r < n_rows
 //   x: (n_tok, n_cols) float32, row stride x_stride floats
 //   y: (n_tok, n_rows) float32, row stride y_stride floats
 // Activations are converted to the weight type's vec_dot_type first (as
 // llama.cpp does). `level` picks the kernel table (tests use lower levels).
 void matmul(const weight_view& w, const float* x, int64_t x_stride, int64_t n_tok, float* y, int64_t y_stride,
-            thread_pool& pool, matmul_scratch& scratch, isa level);
+            thread_pool& pool, matmul_scratch& scratch, isa level,
+            matmul_kernels kernels = matmul_kernels::consistent);
 
 // Same with the scalar reference kernels for everything (reference path).
 void matmul_ref(const weight_view& w, const float* x, int64_t x_stride, int64_t n_tok, float* y, int64_t y_stride);

@@ -154,11 +154,13 @@ LP_TARGET_AVX512 LP_INLINE void prefetch_bytes(const char*& p, int bytes) {
 // One column against the 16 rows' block b (unpacked into w, scales dw).
 LP_TARGET_AVX512 LP_INLINE __m512 block_step(const __m512i* w, __m512 dw, const uint8_t* qa, act_info ai, __m512 acc) {
     __m512i s0 = _mm512_set1_epi32(ai.start), s1 = _mm512_setzero_si512();
-    int32_t v[8];
-    std::memcpy(v, qa, 32);
+    // Each activation dword broadcast straight from memory (a load-port
+    // broadcast, foldable into vpdpbusd): taking them through general
+    // registers cost a move, a shift and a shuffle-port broadcast per dword,
+    // about as many instructions as the vpdpbusd themselves.
     for (int t = 0; t < 8; t += 2) {
-        s0 = _mm512_dpbusd_epi32(s0, w[t], _mm512_set1_epi32(v[t]));
-        s1 = _mm512_dpbusd_epi32(s1, w[t + 1], _mm512_set1_epi32(v[t + 1]));
+        s0 = _mm512_dpbusd_epi32(s0, w[t], _mm512_broadcastd_epi32(_mm_loadu_si32(qa + 4 * t)));
+        s1 = _mm512_dpbusd_epi32(s1, w[t + 1], _mm512_broadcastd_epi32(_mm_loadu_si32(qa + 4 * t + 4)));
     }
     const __m512i s = _mm512_add_epi32(s0, s1);
     return _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw, _mm512_set1_ps(ai.d)), acc);
@@ -577,6 +579,9 @@ LP_TARGET_AVX512 void panel_columns(int64_t nb, const __m512i* panel, const uint
     for (int c = 0; c < NC; ++c) store_rows(out + c * out_stride, acc[c], nr);
 }
 
+// nr rows (any number: sub-panels of kPanelRows, so that a type whose
+// panel_rows is larger prepares the activations once for all of them) × nc
+// columns. Each sub-panel is unpacked once into L1 and used by every column.
 template <typename F, typename R>
 LP_TARGET_AVX512 void gemm_panel(int64_t n, const void* w_, size_t w_stride, int nr, const void* a_, size_t a_stride,
                                  int nc, float* out, size_t out_stride) {
@@ -584,37 +589,46 @@ LP_TARGET_AVX512 void gemm_panel(int64_t n, const void* w_, size_t w_stride, int
     const auto* w = static_cast<const uint8_t*>(w_);
     const auto* a = static_cast<const uint8_t*>(a_);
     if (nc == 1) {
-        if (nr == kPanelRows)
-            matvec_rows<F, R, true>(n, w, w_stride, nr, a, out);
-        else
-            matvec_rows<F, R, false>(n, w, w_stride, nr, a, out);
+        for (int r0 = 0; r0 < nr; r0 += kPanelRows) {
+            const int nrr = std::min(kPanelRows, nr - r0);
+            if (nrr == kPanelRows)
+                matvec_rows<F, R, true>(n, w + r0 * w_stride, w_stride, nrr, a, out + r0);
+            else
+                matvec_rows<F, R, false>(n, w + r0 * w_stride, w_stride, nrr, a, out + r0);
+        }
         return;
     }
     const int64_t nb = n / kBlock;
     panel_scratch& sc = thread_scratch();
     if (sc.w.size() < (size_t)nb * 9) sc.w.resize((size_t)nb * 9);
     if (sc.act.size() < (size_t)nb * nc) sc.act.resize((size_t)nb * nc);
-    // unpack the rows once (streaming from memory: prefetch as in mat-vec)
-    const __m512i idx = row_offsets(w_stride);
-    const __mmask16 m = (__mmask16)((1u << nr) - 1);
-    const char* pf = reinterpret_cast<const char*>(w) + (size_t)nr * w_stride + kPrefetchAhead;
-    __m512i* pw = &sc.w.data()->v;
-    for (int64_t b = 0; b < nb; ++b, pw += 9) {
-        prefetch_bytes(pf, nr * (int)sizeof(block));
-        __m512 dw;
-        F::unpack(w + b * sizeof(block), idx, m, pw, &dw);
-        pw[8] = _mm512_castps_si512(dw);
-    }
     prepare_activations<F::offset>(nb, a, a_stride, nc, sc.act.data());
-    int c = 0;
-    for (; c + 4 <= nc; c += 4)
-        panel_columns<4>(nb, &sc.w.data()->v, a + c * a_stride, a_stride, sc.act.data() + c * nb, out + c * out_stride,
-                         out_stride, nr);
-    switch (nc - c) {
-        case 3: panel_columns<3>(nb, &sc.w.data()->v, a + c * a_stride, a_stride, sc.act.data() + c * nb, out + c * out_stride, out_stride, nr); break;
-        case 2: panel_columns<2>(nb, &sc.w.data()->v, a + c * a_stride, a_stride, sc.act.data() + c * nb, out + c * out_stride, out_stride, nr); break;
-        case 1: panel_columns<1>(nb, &sc.w.data()->v, a + c * a_stride, a_stride, sc.act.data() + c * nb, out + c * out_stride, out_stride, nr); break;
-        default: break;
+    const __m512i idx = row_offsets(w_stride);
+    for (int r0 = 0; r0 < nr; r0 += kPanelRows) {
+        const int nrr = std::min(kPanelRows, nr - r0);
+        const uint8_t* wr = w + r0 * w_stride;
+        float* o = out + r0;
+        // unpack the rows once (streaming from memory: prefetch as in mat-vec)
+        const __mmask16 m = (__mmask16)((1u << nrr) - 1);
+        const char* pf = reinterpret_cast<const char*>(wr) + (size_t)nrr * w_stride + kPrefetchAhead;
+        __m512i* pw = &sc.w.data()->v;
+        for (int64_t b = 0; b < nb; ++b, pw += 9) {
+            prefetch_bytes(pf, nrr * (int)sizeof(block));
+            __m512 dw;
+            F::unpack(wr + b * sizeof(block), idx, m, pw, &dw);
+            pw[8] = _mm512_castps_si512(dw);
+        }
+        const __m512i* panel = &sc.w.data()->v;
+        const act_info* info = sc.act.data();
+        int c = 0;
+        for (; c + 4 <= nc; c += 4)
+            panel_columns<4>(nb, panel, a + c * a_stride, a_stride, info + c * nb, o + c * out_stride, out_stride, nrr);
+        switch (nc - c) {
+            case 3: panel_columns<3>(nb, panel, a + c * a_stride, a_stride, info + c * nb, o + c * out_stride, out_stride, nrr); break;
+            case 2: panel_columns<2>(nb, panel, a + c * a_stride, a_stride, info + c * nb, o + c * out_stride, out_stride, nrr); break;
+            case 1: panel_columns<1>(nb, panel, a + c * a_stride, a_stride, info + c * nb, o + c * out_stride, out_stride, nrr); break;
+            default: break;
+        }
     }
 }
 
@@ -643,10 +657,19 @@ void register_legacy_panels_x86(type_traits* table, isa level) {
         for (type_traits* t : {&q4_0, &q5_0}) t->matvec_batch_max = 8;
         // the 4-row tiles would sum in another order: the panel replaces them
         for (type_traits* t : {&q4_0, &q5_0}) t->gemm_tile = nullptr;
-        // Q8_0 (fmt_q8_0, rows_q8_0) is not switched on yet: its panel runs
-        // mat-mat ~2x the 4x4 tiles, but its mat-vec reads only ~70% of the
-        // bandwidth the row kernels reach (Q4_0 / Q5_0: on par).
-        (void)gemm_panel<fmt_q8_0, rows_q8_0>;
+        // Q8_0 (fmt_q8_0, rows_q8_0) keeps the row kernels and 4x4 tiles
+        // (legacy_x86.cpp) for mat-vec and mat-mat: its panel runs mat-mat
+        // ~2.4x the tiles (MiniLM's shapes, 1 thread, Xeon: 184 against 76
+        // GFLOP per CPU second), but its mat-vec reads only ~70% of the
+        // bandwidth the row kernels reach (Q4_0 / Q5_0: on par), and the two
+        // sum in different orders. So it is the throughput panel: encoders,
+        // which never compare a batch with a step, take it for every product.
+        // 64 rows per call: the activations' sums and scales are prepared
+        // once per call, and at K = 384 (MiniLM) that costs about what one
+        // 16-row sub-panel's products do.
+        type_traits& q8_0 = table[(int)ggml_type::Q8_0];
+        q8_0.throughput_panel = gemm_panel<fmt_q8_0, rows_q8_0>;
+        q8_0.panel_rows = 4 * kPanelRows;
     }
 #endif
     (void)table;
