@@ -37,6 +37,7 @@ set(_lp_vk_shaders
   "moe_route|moe_route.comp|"
   "ssm_conv|ssm_conv.comp|"
   "gated_delta|gated_delta.comp|"
+  "ssm_scan|ssm_scan.comp|"
   "row_ops_sg|row_ops.comp|-DUSE_SUBGROUPS=1"
   "attention_sg|attention.comp|-DUSE_SUBGROUPS=1")
 # The weight types with shaders of their own: suffix|ggml type id (WTYPE).

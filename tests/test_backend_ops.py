@@ -3,9 +3,9 @@
 and against the CPU backend, the reference. A GPU backend compiled in (the
 Vulkan one: CMAKE_ARGS="-DLLAMAPY_VULKAN=ON") joins through
 _engine.backends(); tests/test_vulkan.py has its own cases. Attention has its
-own file (test_attention_ops.py). The recurrent layers' ops (ssm_conv, gated_delta) are
-held against the numpy statements of tests/test_delta_net_ops.py, which also tests the
-CPU's on its own (threads, split batches)."""
+own file (test_attention_ops.py). The recurrent layers' ops (ssm_conv, gated_delta,
+ssm_scan) are held against the numpy statements of tests/test_delta_net_ops.py and
+tests/test_ssm_scan_ops.py, which also test the CPU's on their own (threads, split batches)."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ import pytest
 import model_ref as R
 from llamapy import _engine as E
 from test_delta_net_ops import conv_ref, delta_ref
+from test_ssm_scan_ops import scan_ref
 
 BACKENDS = E.backends()
 rng = np.random.default_rng(7)
@@ -240,6 +241,42 @@ def test_gated_delta(backend, n, Hk, Hv, S, n_slot, slot):
         co, cst = E.backend_gated_delta("cpu", q, k, v, g, beta, state, slot, Hk)
         np.testing.assert_allclose(out, co, rtol=0, atol=1e-5)
         np.testing.assert_allclose(st, cst, rtol=0, atol=1e-5)
+
+
+# (n rows, heads, head size, state size, groups, state slots, each row's slot): several
+# sequences interleaved, one row, heads x rows not a multiple of the 64-wide workgroups,
+# Granite 4.0-H's state size (128), one group for all heads
+SCAN_SHAPES = [(7, 4, 8, 16, 2, 3, [0, 2, 0, 1, 2, 2, 0]), (1, 2, 16, 8, 1, 1, [0]),
+               (5, 3, 5, 7, 3, 2, [1, 0, 1, 1, 0]), (4, 8, 16, 128, 1, 2, [1, 1, 0, 1]),
+               (3, 6, 32, 64, 2, 1, [0, 0, 0])]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("with_d", [True, False])
+@pytest.mark.parametrize("n,H,P,Ns,G,n_slot,slot", SCAN_SHAPES,
+                         ids=[f"n{c[0]}-H{c[1]}-P{c[2]}-N{c[3]}-G{c[4]}" for c in SCAN_SHAPES])
+def test_ssm_scan(backend, with_d, n, H, P, Ns, G, n_slot, slot):
+    x = rng.standard_normal((n, H * P)).astype(np.float32)
+    dt = rng.standard_normal((n, H)).astype(np.float32)
+    dt[0, 0] = 25.0  # past the softplus threshold
+    if n > 1:
+        dt[1, -1] = -30.0  # far below it
+    A = -rng.uniform(0.05, 1.0, H).astype(np.float32)
+    B = rng.standard_normal((n, G * Ns)).astype(np.float32)
+    C = rng.standard_normal((n, G * Ns)).astype(np.float32)
+    D = (1 + 0.2 * rng.standard_normal(H)).astype(np.float32) if with_d else None
+    state = rng.standard_normal((n_slot, H, P, Ns)).astype(np.float32)
+    slot = np.array(slot, dtype=np.int32)
+    y, st = E.backend_ssm_scan(backend, x, dt, A, B, C, D, state, slot, G)
+    ry, rst, y_mag, st_mag = scan_ref(x, dt, A, B, C, D, state, slot, G, magnitudes=True)
+    # float rounding scales with the sum of the terms' sizes, not with the result (which
+    # may cancel): within 2e-6 of that sum (about 30 roundings of its largest term)
+    assert np.all(np.abs(y - ry) <= 2e-6 * y_mag + 1e-6)
+    assert np.all(np.abs(st - rst) <= 2e-6 * st_mag + 1e-6)
+    if backend != "cpu":
+        cy, cst = E.backend_ssm_scan("cpu", x, dt, A, B, C, D, state, slot, G)
+        assert np.all(np.abs(y - cy) <= 2e-6 * y_mag + 1e-6)
+        assert np.all(np.abs(st - cst) <= 2e-6 * st_mag + 1e-6)
 
 
 def test_bad_arguments():

@@ -9,8 +9,8 @@ with fewer KV heads whose keys are also their values), moe (26B-A4B's layout:
 dense's attention with a mixture of experts beside the dense FFN in every
 layer). All have sliding and global layers of different head sizes and RoPE
 (proportional on the global ones), value norms, layer output scalars and
-soft-capped logits. The MoE variant runs on the CPU only (its routing's
-per-expert scales have no GPU kernel): GPU layers are refused by name.
+soft-capped logits. Where a Vulkan device exists each also runs with every
+layer on it (the MoE variant's per-expert output scales in moe_route.comp).
 
 F16 files: the 16 greedy tokens equal llama.cpp's, every step's top-10 logits
 (teacher-forced along llama.cpp's path) within TOL_F16, or within 1.5 times
@@ -39,7 +39,6 @@ WHERE = ["cpu"] + (["gpu"] if "vulkan" in _engine.backends() and _engine.gpu_dev
 
 DATA = Path(__file__).parent / "data" / "gemma4"
 VARIANTS = ["e2b", "dense", "moe"]  # the ones this engine runs
-GPU_VARIANTS = ["e2b", "dense"]  # moe: CPU only (test_moe_gpu_layers_are_refused)
 TOL_F16 = 0.05
 TOL_Q = 0.4
 
@@ -71,12 +70,11 @@ def open_model(variant, ftype, where, flash=True):
 
 
 def placed(pairs):
-    """(…, where) for every placement a case runs on: the GPU only for GPU_VARIANTS (the MoE
-    variant's refusal: test_moe_gpu_layers_are_refused)."""
+    """(…, where) for every placement a case runs on."""
     out = []
     for c in pairs:
         values, name = (c.values, c.id) if hasattr(c, "values") else (tuple(c), "-".join(c))
-        out += [pytest.param(*values, w, id=f"{name}-{w}") for w in WHERE if w == "cpu" or values[0] in GPU_VARIANTS]
+        out += [pytest.param(*values, w, id=f"{name}-{w}") for w in WHERE]
     return out
 
 
@@ -92,7 +90,11 @@ def test_matches_llama_cpp(variant, ftype, where):
                               f"{variant} {ftype} prompt {pi} on {where}", TOL_F16, TOL_Q)
 
 
-@pytest.mark.parametrize("variant,where", placed([("e2b",), ("moe",)]))
+# The MoE variant on the CPU only: a GPU's attention shader ignores flash_attn (docs/gpu.md),
+# and at step 13 of prompt 2 llama.cpp's flash-on and flash-off runs part at a near tie (the
+# top two 1e-3 apart: the CPU's flash path flips there as well), so on a GPU it follows
+# llama.cpp's flash-on tokens, which test_matches_llama_cpp holds.
+@pytest.mark.parametrize("variant,where", placed([("e2b",)]) + [pytest.param("moe", "cpu", id="moe-cpu")])
 def test_explicit_attention_path_matches_llama_cpps(variant, where):
     """flash_attn off: llama.cpp's own flash-off greedy run, token for token."""
     fr = record(variant)["files"]["F16"]
@@ -145,12 +147,6 @@ def test_moe_layers_have_experts_beside_the_dense_ffn():
     cfg = json.loads((DATA / "moe" / "config.json").read_text())
     shape = _engine.model_shape(str(DATA / "moe" / record("moe")["files"]["F16"]["file"]))
     assert shape["n_expert"] == cfg["num_experts"] == 8
-
-
-@pytest.mark.skipif(WHERE == ["cpu"], reason="no GPU backend device in this build (vulkan_check runs it)")
-def test_moe_gpu_layers_are_refused():
-    with pytest.raises(NotImplementedError, match="per-expert output scales"):
-        open_model("moe", "F16", "gpu")
 
 
 @pytest.mark.parametrize("name,missing", [

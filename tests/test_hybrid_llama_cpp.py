@@ -13,11 +13,11 @@ second of the two prompts that share a prefix, evaluated right after the first (
 prefix reused from the first one's recurrent-state checkpoint), gives llama.cpp's fresh
 tokens (tests/test_recurrent_state.py holds the reuse itself against fresh evaluations).
 
-Every case runs on the CPU and, where this build has a Vulkan device (tools/vulkan_check.sh
-runs it on lavapipe), with every layer on the GPU and with a partial split (the last two
-of the four layers, a delta-net layer and the attention layer, on the GPU; the first two
-on the CPU), against the same recordings and tolerances. The other families run on the CPU
-only for now: GPU layers are refused by name (test_gpu_layers_are_refused_where_not_run_yet)."""
+Every case of every family runs on the CPU and, where this build has a Vulkan device
+(tools/vulkan_check.sh runs it on lavapipe), with every layer on the GPU and with a partial
+split (the last two layers on the GPU, the others on the CPU: Qwen3.5's delta-net layer 2 and
+attention layer 3; LFM2's and Granite's last two), against the same recordings and
+tolerances."""
 
 from __future__ import annotations
 
@@ -33,9 +33,8 @@ from test_moe_llama_cpp import TOL_F16, TOL_Q, check_recorded_prompt, teacher_fo
 
 DATA = Path(__file__).parent / "data" / "hybrid"
 FAMILIES = ["qwen35", "qwen35moe", "lfm2", "granitehybrid", "granitehybrid_dense"]
-GPU_FAMILIES = ["qwen35", "qwen35moe"]  # the others refuse GPU layers
 # where -> n_gpu_layers: the CPU, and where a Vulkan device exists every layer on it
-# ("gpu") and the last 2 of 4 ("split": its delta-net layer 2 and attention layer 3)
+# ("gpu") and the last 2 ("split")
 HAS_GPU = "vulkan" in _engine.backends() and bool(_engine.gpu_devices())
 GPU_LAYERS = {"cpu": 0, "gpu": -1, "split": 2}
 WHERE = ["cpu"] + (["gpu", "split"] if HAS_GPU else [])
@@ -133,12 +132,11 @@ def test_lfm2_misshaped_tensor_is_named(tmp_path):
 
 
 def placed(pairs):
-    """(…, where) for every placement a case runs on: the GPU ones only for GPU_FAMILIES (the
-    others' refusal: test_gpu_layers_are_refused_where_not_run_yet)."""
+    """(…, where) for every placement a case runs on."""
     out = []
     for c in pairs:
         values, name = (c.values, c.id) if hasattr(c, "values") else (tuple(c), "-".join(c))
-        out += [pytest.param(*values, w, id=f"{name}-{w}") for w in WHERE if w == "cpu" or values[0] in GPU_FAMILIES]
+        out += [pytest.param(*values, w, id=f"{name}-{w}") for w in WHERE]
     return out
 
 
@@ -191,20 +189,14 @@ def test_shared_prefix_prompt_matches_fresh_llama_cpp(family, where):
 
 
 @pytest.mark.skipif(not HAS_GPU, reason="no GPU backend device in this build")
+@pytest.mark.parametrize("family", FAMILIES)
 @pytest.mark.parametrize("where", ["gpu", "split"])
-def test_gpu_layers_are_placed_on_the_device(where):
-    """The layers go where n_gpu_layers says, delta-net ones included: nothing is refused,
-    nothing quietly stays on the CPU (the recordings above then hold the results)."""
-    llm = open_llm("qwen35", "F16", where)
-    layers = [p for p in llm.device_map() if p["layer"] >= 0]
-    assert [p["device"] != "cpu" for p in layers] == ([True] * 4 if where == "gpu" else [False, False, True, True])
-    assert llm._ctx.recurrent_bytes == open_llm("qwen35", "F16")._ctx.recurrent_bytes > 0
-
-
-@pytest.mark.skipif(not HAS_GPU, reason="no GPU backend device in this build")
-@pytest.mark.parametrize("family", [f for f in FAMILIES if f not in GPU_FAMILIES])
-def test_gpu_layers_are_refused_where_not_run_yet(family):
-    for where in ("gpu", "split"):  # every layer, or some of them
-        with pytest.raises(NotImplementedError, match=r"recurrent.*n_gpu_layers=0"):
-            open_llm(family, "F16", where)
-    assert open_llm(family, "F16").n_vocab() > 0  # the CPU runs it
+def test_gpu_layers_are_placed_on_the_device(family, where):
+    """The layers go where n_gpu_layers says, recurrent ones included (delta-net, short
+    convolution, Mamba-2): nothing is refused, nothing quietly stays on the CPU (the
+    recordings above then hold the results)."""
+    llm = open_llm(family, "F16", where)
+    on_gpu = [p["device"] != "cpu" for p in llm.device_map() if p["layer"] >= 0]
+    n = len(on_gpu)
+    assert on_gpu == ([True] * n if where == "gpu" else [False] * (n - 2) + [True, True])
+    assert llm._ctx.recurrent_bytes == open_llm(family, "F16")._ctx.recurrent_bytes > 0

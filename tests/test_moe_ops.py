@@ -164,9 +164,18 @@ def test_route_expert_scale_multiplies_each_chosen_weight_last():
 
 
 @pytest.mark.parametrize("backend", GPU_BACKENDS)
-def test_route_expert_scale_is_refused_by_a_gpu_backend(backend):
-    with pytest.raises(NotImplementedError, match="per-expert output scales"):
-        E.ops.moe_route(np.zeros((1, 8), np.float32), 2, expert_scale=np.ones(8, np.float32), backend=backend)
+def test_route_expert_scale_on_a_gpu_backend(backend):
+    """moe_route.comp's per-expert output scales: the CPU's routes and weights."""
+    rng = np.random.default_rng(13)
+    logits = rng.standard_normal((9, 128)).astype(np.float32) * 2
+    es = (1.0 + rng.standard_normal(128) * 0.3).astype(np.float32)
+    for kw in (dict(norm=True), dict(gating="sigmoid", norm=True, scale=2.5)):
+        ids, w = E.ops.moe_route(logits, 8, expert_scale=es, backend=backend, **kw)
+        cids, cw = E.ops.moe_route(logits, 8, expert_scale=es, **kw)
+        np.testing.assert_array_equal(ids, cids)
+        np.testing.assert_allclose(w, cw, rtol=2e-5, atol=1e-7)
+        _, plain = E.ops.moe_route(logits, 8, backend=backend, **kw)
+        np.testing.assert_allclose(w, plain * es[ids], rtol=2e-6, atol=1e-7)  # the scale applies last
 
 
 @pytest.mark.parametrize("backend", GPU_BACKENDS)

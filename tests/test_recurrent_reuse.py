@@ -22,7 +22,6 @@ from llamapy.llama_cache import LlamaDiskCache, LlamaRAMCache
 DATA = Path(__file__).parent / "data" / "hybrid"
 FILES = [DATA / "qwen35" / "qwen35-q8_0.gguf", DATA / "qwen35moe" / "qwen35moe-q8_0.gguf",
          DATA / "lfm2" / "lfm2-q8_0.gguf", DATA / "granitehybrid" / "granitehybrid-q8_0.gguf"]
-CPU_ONLY = {"lfm2", "granitehybrid"}  # GPU layers are refused for these (test_hybrid_llama_cpp.py)
 PROMPTS = [[11, 42, 97, 150, 203, 260, 31, 77, 188, 5, 140, 222, 56, 90, 310, 12],
            [300, 45, 9, 120, 64, 64, 199, 3, 17],
            [11, 42, 97, 150, 203, 260, 31, 77, 2, 2, 8]]  # shares a part of the first, not its end
@@ -43,8 +42,8 @@ def complete(llm, prompt, n=8):
     return out["choices"][0]["text"], out["usage"]["completion_tokens"]
 
 
-# (file, n_gpu_layers): the GPU only for the families that run there
-CASES = [(f, n) for f in FILES for n in NGL if n == 0 or f.parent.name not in CPU_ONLY]
+# (file, n_gpu_layers): every family in every placement
+CASES = [(f, n) for f in FILES for n in NGL]
 
 
 @pytest.fixture(params=CASES, ids=lambda c: f"{c[0].parent.name}-{'gpu' if c[1] else 'cpu'}")

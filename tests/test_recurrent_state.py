@@ -29,9 +29,6 @@ ATOL = 2e-3  # batching changes the summation order of the matmuls only
 # it and the last two of four (a delta-net layer and the attention layer)
 HAS_GPU = "vulkan" in E.backends() and bool(E.gpu_devices())
 PLACEMENTS = {"cpu": 0, "gpu": -1, "split": 2} if HAS_GPU else {"cpu": 0}
-# The families whose recurrent ops have GPU kernels (delta-net); LFM2's short convolutions and
-# Mamba-2 are refused on a GPU backend for now (test_cpu_only_families_refuse_gpu_layers).
-GPU_FILES = FILES[:2]
 
 
 def llama(path, n_gpu_layers=0, **kw):
@@ -76,9 +73,8 @@ def ctx_decode(ctx, toks, p0, seq=0):
     return np.array(ctx.get_logits(-1))
 
 
-# (file, placement): the GPU placements only for the families that run there (the others'
-# refusal: test_hybrid_llama_cpp.py's test_gpu_layers_are_refused_where_not_run_yet)
-CASES = [(f, w) for f in FILES for w in PLACEMENTS if w == "cpu" or f in GPU_FILES]
+# (file, placement): every family in every placement
+CASES = [(f, w) for f in FILES for w in PLACEMENTS]
 
 
 @pytest.fixture(params=CASES, ids=lambda c: f"{c[0].parent.name}-{c[1]}")
@@ -221,7 +217,7 @@ def test_plan_memory_counts_the_states_and_checkpoints(path):
 
 
 @pytest.mark.skipif(not HAS_GPU, reason="no GPU backend device in this build")
-@pytest.mark.parametrize("path", GPU_FILES, ids=lambda p: p.parent.name)
+@pytest.mark.parametrize("path", FILES[:2], ids=lambda p: p.parent.name)  # 3 of their 4 layers recurrent
 def test_plan_memory_puts_each_layers_live_state_on_its_device(path):
     """The live states follow their layers (recurrent_state.h); the checkpoints stay on the host."""
     import llamapy

@@ -5,7 +5,9 @@ y = S C_g + D[h] x, the state (n_head, head_dim, d_state) per slot.
 
 Rows of several sequences interleave in one call, each on its own state slot; a batch split
 in two calls (the state carried) equals the whole; one and two threads agree bit for bit.
-A GPU backend has no shader for it yet: it must refuse it (NotImplementedError)."""
+A GPU backend's version (vulkan/shaders/ssm_scan.comp) is held against this statement and the
+CPU's results by the cross-backend op test (tests/test_backend_ops.py), and its split batches
+here."""
 
 from __future__ import annotations
 
@@ -17,20 +19,29 @@ from llamapy import _engine as E
 GPU_BACKENDS = [b for b in E.backends() if b != "cpu"]
 
 
-def scan_ref(x, dt, A, B, C, D, state, slot, n_group):
+def scan_ref(x, dt, A, B, C, D, state, slot, n_group, magnitudes=False):
+    """(y, states after); with magnitudes, also the same sums over the terms' absolute values
+    (the scale of float rounding in each result, for comparing two float implementations)."""
     n, H, P, N = x.shape[0], state.shape[1], state.shape[2], state.shape[3]
     st = state.astype(np.float64).copy()
+    st_mag = np.abs(st)
     y = np.zeros((n, H * P))
+    y_mag = np.zeros((n, H * P))
     for t in range(n):
         for h in range(H):
             g = h // (H // n_group)
             d = float(dt[t, h])
             sp = d if d > 20 else np.log1p(np.exp(d))
             xh = x[t, h * P:(h + 1) * P].astype(np.float64)
-            S = st[slot[t], h] * np.exp(sp * A[h]) + np.outer(xh * sp, B[t, g * N:(g + 1) * N])
+            Bg, Cg = B[t, g * N:(g + 1) * N], C[t, g * N:(g + 1) * N]
+            decay, upd = np.exp(sp * A[h]), np.outer(xh * sp, Bg)
+            S = st[slot[t], h] * decay + upd
+            st_mag[slot[t], h] = st_mag[slot[t], h] * decay + np.abs(upd)
             st[slot[t], h] = S
-            y[t, h * P:(h + 1) * P] = S @ C[t, g * N:(g + 1) * N] + (0 if D is None else D[h] * xh)
-    return y, st
+            skip = 0 if D is None else D[h] * xh
+            y[t, h * P:(h + 1) * P] = S @ Cg + skip
+            y_mag[t, h * P:(h + 1) * P] = st_mag[slot[t], h] @ np.abs(Cg) + np.abs(skip)
+    return (y, st, y_mag, st_mag) if magnitudes else (y, st)
 
 
 def scan_inputs(rng, n=7, H=4, P=8, N=16, G=2, n_slot=3):
@@ -96,10 +107,18 @@ def test_ssm_scan_rejects_bad_arguments():
 
 
 @pytest.mark.parametrize("backend", GPU_BACKENDS)
-def test_gpu_backends_refuse_until_they_have_a_shader(backend):
+def test_gpu_split_batches_carry_the_state(backend):
+    """On a GPU backend too: a batch in two calls, the state carried (through host memory
+    here) between them, equals the whole, and the whole equals the CPU's."""
     if not E.gpu_devices():
         pytest.skip("no GPU device")
     rng = np.random.default_rng(12)
     x, dt, A, B, C, D, state, slot, G = scan_inputs(rng)
-    with pytest.raises(NotImplementedError, match="ssm_scan"):
-        E.backend_ssm_scan(backend, x, dt, A, B, C, D, state, slot, G)
+    y, st = E.backend_ssm_scan(backend, x, dt, A, B, C, D, state, slot, G)
+    ya, sa = E.backend_ssm_scan(backend, x[:3], dt[:3], A, B[:3], C[:3], D, state, slot[:3], G)
+    yb, sb = E.backend_ssm_scan(backend, x[3:], dt[3:], A, B[3:], C[3:], D, sa, slot[3:], G)
+    np.testing.assert_array_equal(np.concatenate([ya, yb]), y)
+    np.testing.assert_array_equal(sb, st)
+    cy, cst = E.backend_ssm_scan("cpu", x, dt, A, B, C, D, state, slot, G)
+    np.testing.assert_allclose(y, cy, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(st, cst, rtol=1e-5, atol=1e-5)

@@ -7,9 +7,10 @@
 # experts kept in host memory inside GPU layers (tests/test_moe_placement.py),
 # llama.cpp's mixture-of-experts recordings with every layer on the device
 # (tests/test_moe_llama_cpp.py) and llama.cpp's recordings of the small dense
-# families (tests/test_dense_llama_cpp.py), of Gemma 4 (tests/test_gemma4_llama_cpp.py)
-# and of the Qwen3.5 hybrids with every layer and with half of them on the device
-# (tests/test_hybrid_llama_cpp.py; their delta-net ops: tests/test_delta_net_ops.py;
+# families (tests/test_dense_llama_cpp.py), of Gemma 4 (tests/test_gemma4_llama_cpp.py,
+# its mixture of experts too) and of the hybrids (Qwen3.5, LFM2, Granite 4.0-H) with every
+# layer and with the last two on the device (tests/test_hybrid_llama_cpp.py; their
+# recurrent ops: tests/test_delta_net_ops.py, Mamba-2's scan: tests/test_ssm_scan_ops.py;
 # their recurrent state, held in device memory, under suffix removal, prefix
 # reuse, save / load and speculative rollback: tests/test_recurrent_state.py;
 # under the prompt caches and the server's batched slots: tests/test_recurrent_reuse.py),
@@ -50,8 +51,8 @@ PYTHONPATH="$pkg" python -m pytest -q -p no:cacheprovider "$root/tests/test_vulk
   "$root/tests/test_attention_ops.py" "$root/tests/test_moe_ops.py" "$root/tests/test_moe_placement.py" \
   "$root/tests/test_moe_llama_cpp.py" "$root/tests/test_dense_llama_cpp.py" "$root/tests/test_vulkan_models.py" "$root/tests/test_vulkan_vision.py" \
   "$root/tests/test_vision_feature_layers.py" "$root/tests/test_gemma4_llama_cpp.py" "$root/tests/test_hybrid_llama_cpp.py" \
-  "$root/tests/test_delta_net_ops.py" "$root/tests/test_recurrent_state.py" "$root/tests/test_recurrent_reuse.py" \
-  "$root/tests/test_iq_lattice_llama_cpp.py"
+  "$root/tests/test_delta_net_ops.py" "$root/tests/test_ssm_scan_ops.py" "$root/tests/test_recurrent_state.py" \
+  "$root/tests/test_recurrent_reuse.py" "$root/tests/test_iq_lattice_llama_cpp.py"
 # The portable shaders (shared-memory reductions), which devices without
 # subgroup shuffles run: the op tests again with the subgroup variants off.
 LLAMAPY_VULKAN_SUBGROUPS=0 PYTHONPATH="$pkg" python -m pytest -q -p no:cacheprovider "$root/tests/test_backend_ops.py" \

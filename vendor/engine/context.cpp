@@ -206,15 +206,6 @@ context::context(std::shared_ptr<const model> m, const context_params& params)
         cells_swa_.resize((size_t)p_.n_batch);
     }
     swa_dropped_.assign((size_t)p_.n_seq_max, -1);
-    // Recurrent layers other than the delta-net (Qwen3.5, which has GPU kernels)
-    // run on the CPU only for now.
-    if (!rstate_.empty() && hp.ssm.kind != ssm_kind::delta_net && !gpu_.is_host())
-        throw not_implemented_error("model architecture '" + hp.arch + "' has recurrent (short convolution / Mamba-2) layers, "
-                                    "which are not run on a GPU backend yet: create the context with n_gpu_layers=0");
-    if (hp.v.moe_beside_dense && !gpu_.is_host())
-        throw not_implemented_error("model architecture '" + hp.arch + "' with experts (Gemma 4 26B-A4B) routes with "
-                                    "per-expert output scales, which have no GPU kernel yet: create the context "
-                                    "with n_gpu_layers=0");
     if (!gpu_.is_host()) {
         // One backend per device, in the order the parts meet them.
         std::vector<device> made;

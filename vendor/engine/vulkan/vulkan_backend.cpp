@@ -180,6 +180,28 @@ const vulkan_backend::dev_weights& vulkan_backend::weights(const weight_view& w)
     return weights_.emplace(w.data, std::move(dw)).first->second;
 }
 
+const vk::buffer& vulkan_backend::f32_weight(const float* data, int64_t n) {
+    weight_view w;
+    w.type = ggml_type::F32;
+    w.n_rows = 1;
+    w.n_cols = n;
+    w.data = data;
+    w.row_stride = sizeof(float) * (size_t)n;
+    return *weights(w).buf;
+}
+
+const vk::buffer& vulkan_backend::f32_weight_pair(const float* a, const float* b, int64_t n) {
+    std::unique_ptr<vk::buffer>& buf = weight_pairs_[{a, b}];
+    if (!buf) {
+        std::vector<float> both(a, a + n);
+        if (b) both.insert(both.end(), b, b + n);
+        buf = std::make_unique<vk::buffer>(*ctx_, sizeof(float) * both.size(), false);
+        ctx_->upload(*buf, 0, both.data(), sizeof(float) * both.size());
+        weight_bytes_ += buf->bytes();
+    }
+    return *buf;
+}
+
 void vulkan_backend::forget_weights(const void* data) {
     auto it = weights_.find(data);
     if (it == weights_.end()) return;
@@ -446,7 +468,6 @@ void vulkan_backend::moe_route(const moe_route_args& a) {
         throw value_error("moe_route: bad expert groups");
     if (a.n_expert > 512) missing("routing over more than 512 experts");
     if (a.k > 32) missing("routing to more than 32 experts per row");
-    if (a.expert_scale) missing("routing with per-expert output scales (Gemma 4's mixture of experts)");
     operand ops[4] = {{a.logits, rows_bytes(a.n_tok, a.logits_stride, a.n_expert), false, {}},
                       {a.bias, a.bias ? sizeof(float) * (size_t)a.n_expert : 0, false, {}},
                       {a.ids, sizeof(int32_t) * (size_t)(a.n_tok * a.k), true, {}},
@@ -455,14 +476,17 @@ void vulkan_backend::moe_route(const moe_route_args& a) {
     struct {
         uint32_t n_tok, n_expert, k, logits_off, logits_stride, bias_off, gating, n_group, n_group_used, norm;
         float scale;
-        uint32_t ids_off, w_off;
+        uint32_t ids_off, w_off, es_off;
     } pc{u32(a.n_tok), u32(a.n_expert), (uint32_t)a.k, float_off(ops[0].at), u32(a.logits_stride),
          ops[1].at.buf ? float_off(ops[1].at) : 0xffffffffu, (uint32_t)a.gating, (uint32_t)std::max(a.n_group, 0),
          (uint32_t)std::max(a.n_group_used, 0), a.norm ? 1u : 0u, a.scale, (uint32_t)(ops[2].at.off / 4),
-         float_off(ops[3].at)};
+         float_off(ops[3].at), a.expert_scale ? 0u : 0xffffffffu};
+    // Gemma 4's per-expert output scales: a weight of the layer (f32_weight)
+    const vk::buffer* es = a.expert_scale ? &f32_weight(a.expert_scale, a.n_expert) : nullptr;
     vk::dispatch d;
     d.shader = "moe_route";
-    d.buffers = {ops[0].at.buf, ops[1].at.buf ? ops[1].at.buf : ops[0].at.buf, ops[2].at.buf, ops[3].at.buf};
+    d.buffers = {ops[0].at.buf, ops[1].at.buf ? ops[1].at.buf : ops[0].at.buf, ops[2].at.buf, ops[3].at.buf,
+                 es ? es : ops[0].at.buf};  // no scales: any buffer stands for them
     d.set_push(pc);
     d.groups[0] = groups_for(a.n_tok, ctx_->max_groups(0));
     record(std::move(d));
@@ -605,15 +629,7 @@ void vulkan_backend::ssm_conv(const ssm_conv_args& a) {
     if (a.n_tok <= 0 || a.n_ch <= 0) return;
     if (a.d_conv < 1) throw value_error("ssm_conv: kernel width below 1");
     const int64_t nt = a.d_conv - 1, n_slot = top_slot(a.slot, a.n_tok, "ssm_conv") + 1;
-    // The kernel is a weight of the layer (the model's, for its life): uploaded
-    // once, as the matrices are, rather than staged at every step.
-    weight_view kw;
-    kw.type = ggml_type::F32;
-    kw.n_rows = a.n_ch;
-    kw.n_cols = a.d_conv;
-    kw.data = a.w;
-    kw.row_stride = sizeof(float) * (size_t)a.d_conv;
-    const vk::buffer& wb = *weights(kw).buf;
+    const vk::buffer& wb = f32_weight(a.w, a.n_ch * a.d_conv);
     operand ops[4] = {{a.x, rows_bytes(a.n_tok, a.x_stride, a.n_ch), false, {}},
                       {a.y, rows_bytes(a.n_tok, a.y_stride, a.n_ch), true, {}},
                       {a.state, rows_bytes(n_slot, a.state_stride, a.n_ch * nt), true, {}},
@@ -666,7 +682,42 @@ void vulkan_backend::gated_delta(const gated_delta_args& a) {
     record(std::move(d));
 }
 
-void vulkan_backend::ssm_scan(const ssm_scan_args&) { missing("ssm_scan (Mamba-2 selective scan)"); }
+void vulkan_backend::ssm_scan(const ssm_scan_args& a) {
+    if (a.n_tok <= 0 || a.n_head <= 0 || a.head_dim <= 0 || a.d_state <= 0) return;
+    if (a.n_group <= 0 || a.n_head % a.n_group != 0)
+        throw value_error("ssm_scan: the heads must split into the groups");
+    const int64_t H = a.n_head, P = a.head_dim, N = a.d_state, GN = (int64_t)a.n_group * N;
+    const int64_t n_slot = top_slot(a.slot, a.n_tok, "ssm_scan") + 1;
+    // A and D are weights of the layer: uploaded once, side by side (the
+    // dispatch's eight bindings are all taken otherwise).
+    const vk::buffer& ad = f32_weight_pair(a.A, a.D, H);
+    // (x, B and C are usually columns of one row block: bind stages that as one range)
+    operand ops[7] = {{a.x, rows_bytes(a.n_tok, a.x_stride, H * P), false, {}},
+                      {a.dt, rows_bytes(a.n_tok, a.dt_stride, H), false, {}},
+                      {a.B, rows_bytes(a.n_tok, a.bc_stride, GN), false, {}},
+                      {a.C, rows_bytes(a.n_tok, a.bc_stride, GN), false, {}},
+                      {a.y, rows_bytes(a.n_tok, a.y_stride, H * P), true, {}},
+                      {a.state, rows_bytes(n_slot, a.state_stride, H * P * N), true, {}},
+                      {a.slot, sizeof(int32_t) * (size_t)a.n_tok, false, {}}};
+    bind(ops, 7);
+    struct {
+        uint32_t n_tok, n_head, head_dim, d_state, n_group;
+        uint32_t x_off, x_stride, dt_off, dt_stride, a_off;
+        uint32_t b_off, c_off, bc_stride, d_off;
+        uint32_t y_off, y_stride, st_off, st_stride, slot_off;
+    } pc{u32(a.n_tok), (uint32_t)H, (uint32_t)P, (uint32_t)N, (uint32_t)a.n_group,
+         float_off(ops[0].at), u32(a.x_stride), float_off(ops[1].at), u32(a.dt_stride), 0,  // A at 0, D at H
+         float_off(ops[2].at), float_off(ops[3].at), u32(a.bc_stride), a.D ? (uint32_t)H : 0xffffffffu,
+         float_off(ops[4].at), u32(a.y_stride), float_off(ops[5].at), u32(a.state_stride),
+         (uint32_t)(ops[6].at.off / 4)};
+    vk::dispatch d;
+    d.shader = "ssm_scan";
+    d.buffers = {ops[0].at.buf, ops[1].at.buf, &ad, ops[2].at.buf, ops[3].at.buf, ops[4].at.buf, ops[5].at.buf,
+                 ops[6].at.buf};
+    d.set_push(pc);
+    d.groups[0] = groups_for((H * P + 63) / 64, ctx_->max_groups(0));  // one invocation per (head, state row)
+    record(std::move(d));
+}
 
 void vulkan_backend::run_rows(const row_op* ops, int n_ops, int64_t n) {
     if (n <= 0) return;

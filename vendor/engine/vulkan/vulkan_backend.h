@@ -131,12 +131,21 @@ private:
         size_t row_bytes;
     };
     const dev_weights& weights(const weight_view& w);
+    // A small F32 weight of a layer (a convolution kernel, Mamba-2's A and D,
+    // Gemma 4's per-expert scales: n floats, the model's for its life) on the
+    // device: uploaded once, as the matrices are, rather than staged at every step.
+    const vk::buffer& f32_weight(const float* data, int64_t n);
+    // Two such weights of n floats side by side in one buffer (a then b; b
+    // null: a alone), for a shader that has no binding to spare (ssm_scan's A
+    // and D): cached per pair, apart from the single weights.
+    const vk::buffer& f32_weight_pair(const float* a, const float* b, int64_t n);
     const vk::buffer& gelu_tables();
 
     int index_;
     vk::context* ctx_;
     const char* sg_;  // "_sg": the subgroup variants of the shaders with reductions (device_info::subgroup_ops), or ""
     std::map<const void*, dev_weights> weights_;
+    std::map<std::pair<const float*, const float*>, std::unique_ptr<vk::buffer>> weight_pairs_;
     uint64_t weight_bytes_ = 0;
     std::unique_ptr<vk::buffer> tables_;
 

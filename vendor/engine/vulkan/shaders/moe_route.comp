@@ -19,7 +19,8 @@ layout(std430, binding = 0) readonly buffer Lbuf { float logits[]; };
 layout(std430, binding = 1) readonly buffer Bbuf { float bias[]; };    // (n_expert) selection bias, when given
 layout(std430, binding = 2) writeonly buffer Ibuf { int ids[]; };      // (n_tok, k)
 layout(std430, binding = 3) writeonly buffer Wbuf { float weights[]; };  // (n_tok, k)
-// Offsets in their buffers (floats / ints); bias_off NONE: no bias.
+layout(std430, binding = 4) readonly buffer Ebuf { float escale[]; };  // (n_expert) per-expert output scales, when given
+// Offsets in their buffers (floats / ints); bias_off / es_off NONE: none.
 layout(push_constant) uniform Params {
     uint n_tok, n_expert, k;
     uint logits_off, logits_stride;
@@ -28,7 +29,7 @@ layout(push_constant) uniform Params {
     uint n_group, n_group_used;
     uint norm;
     float scale;
-    uint ids_off, w_off;
+    uint ids_off, w_off, es_off;
 } p;
 
 const uint NONE = 0xffffffffu;
@@ -45,6 +46,7 @@ shared uint gkept[MAX_G];   // 1: the group competes
 shared float best_v[64];
 shared uint best_i[64];
 shared float wk[MAX_K];     // the chosen experts' weights
+shared uint ik[MAX_K];      // and their ids
 
 // Index of the largest of sel[0..n) (groups: gscore) not yet taken (gkept),
 // ties to the lower index; every invocation gets it.
@@ -145,6 +147,7 @@ void main() {
                 taken[e] = 1u;
                 ids[p.ids_off + t * k + j] = int(e);
                 wk[j] = probs[e];
+                ik[j] = e;
             }
             barrier();
         }
@@ -168,7 +171,12 @@ void main() {
                 for (uint j = 0u; j < k; ++j) wk[j] /= s;
             }
             const bool scaled = p.scale != 0.0 && p.scale != 1.0;
-            for (uint j = 0u; j < k; ++j) weights[p.w_off + t * k + j] = scaled ? wk[j] * p.scale : wk[j];
+            for (uint j = 0u; j < k; ++j) {
+                float wj = scaled ? wk[j] * p.scale : wk[j];
+                // Gemma 4: each chosen expert's output scale, last (the CPU's order)
+                if (p.es_off != NONE) wj *= escale[p.es_off + ik[j]];
+                weights[p.w_off + t * k + j] = wj;
+            }
         }
         barrier();
     }
