@@ -7,7 +7,11 @@ Rows of several sequences interleave in one call, each on its own state slot; a 
 in two calls (the state carried) equals the whole; one and two threads agree bit for bit.
 A GPU backend's version (vulkan/shaders/ssm_scan.comp) is held against this statement and the
 CPU's results by the cross-backend op test (tests/test_backend_ops.py), and its split batches
-here."""
+here.
+
+Run once per SIMD level (tools/level_tests.txt): the scan the CPU backend runs is the fused
+AVX2 / AVX-512 / NEON form where the level has it, the scalar reference otherwise
+(cpu/delta_net.cpp); both within rounding of this statement."""
 
 from __future__ import annotations
 
@@ -64,9 +68,10 @@ def test_ssm_scan_matches_reference(threads, with_d):
     x, dt, A, B, C, D, state, slot, G = scan_inputs(rng)
     D = D if with_d else None
     y, st = E.backend_ssm_scan("cpu", x, dt, A, B, C, D, state, slot, G, n_threads=threads)
-    ry, rst = scan_ref(x, dt, A, B, C, D, state, slot, G)
-    np.testing.assert_allclose(y, ry, rtol=1e-4, atol=1e-4)
-    np.testing.assert_allclose(st, rst, rtol=1e-4, atol=1e-4)
+    ry, rst, y_mag, st_mag = scan_ref(x, dt, A, B, C, D, state, slot, G, magnitudes=True)
+    # within float rounding of the terms' sizes (the results may cancel), at every SIMD level
+    assert np.all(np.abs(y - ry) <= 2e-6 * y_mag + 1e-6)
+    assert np.all(np.abs(st - rst) <= 2e-6 * st_mag + 1e-6)
     y1, s1 = E.backend_ssm_scan("cpu", x, dt, A, B, C, D, state, slot, G, n_threads=1)
     np.testing.assert_array_equal(y, y1)
     np.testing.assert_array_equal(st, s1)

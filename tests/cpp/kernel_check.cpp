@@ -1,8 +1,9 @@
 // kernel_check.cpp — every compiled SIMD level's kernels against the scalar
 // references, for every type with a dot product: vec_dot, the mat-mat tiles
 // and panels where a level has them, the activation quantizers (from_float),
-// the fast dequantizers (to_float), and the matrix driver (cpu/matmul.h, two
-// threads) that puts them together. Runs wherever the engine builds:
+// the fast dequantizers (to_float), the matrix driver (cpu/matmul.h, two
+// threads) that puts them together, and Mamba-2's selective scan
+// (cpu/delta_net.h ssm_scan). Runs wherever the engine builds:
 // natively on x86 (AVX2, AVX-512 against scalar) and under qemu-aarch64
 // (neon, neon_dot; tools/neon_check.sh).
 //
@@ -17,9 +18,12 @@
 //     sums, the reference's float step);
 //   - every other SIMD dot product, tile and panel: within 4e-6·Σ|w·a| of the
 //     reference (tests/quant_checks.py's SIMD_TOL), float summation order only;
-//   - the driver: as its kernels (NEON integer types: matmul_ref's bits).
+//   - the driver: as its kernels (NEON integer types: matmul_ref's bits);
+//   - the scan: outputs and states within 2e-5·(1 + |reference|) of
+//     ssm_scan_ref's after several tokens (float summation order only).
 // One line per check; the last line is "N passed, M failed"; exit status 1
 // on any failure.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -28,6 +32,7 @@
 #include <vector>
 
 #include "common.h"
+#include "cpu/delta_net.h"
 #include "cpu/features.h"
 #include "cpu/matmul.h"
 #include "cpu/threadpool.h"
@@ -375,6 +380,70 @@ void check_matmul(tally& t, const std::vector<isa>& levels) {
     }
 }
 
+// Mamba-2's scan at each level against ssm_scan_ref: several tokens on two
+// interleaved state slots (the state carries the rounding on), state sizes
+// with and without a vector tail.
+void check_ssm_scan(tally& t, const std::vector<isa>& levels) {
+    const int H = 4, P = 5, G = 2;
+    const int64_t n_tok = 6, n_slot = 2;
+    const int32_t slots[n_tok] = {0, 1, 1, 0, 1, 0};
+    for (int N : {16, 37, 128}) {
+        rng g(7000 + (uint64_t)N);
+        auto gauss = [&](size_t n, float sc) {
+            std::vector<float> v(n);
+            for (float& e : v) e = sc * g.gauss();
+            return v;
+        };
+        const std::vector<float> x = gauss((size_t)(n_tok * H * P), 1.0f), dt = gauss((size_t)(n_tok * H), 1.0f),
+                                 B = gauss((size_t)(n_tok * G * N), 1.0f), C = gauss((size_t)(n_tok * G * N), 1.0f),
+                                 D = gauss((size_t)H, 1.0f), st0 = gauss((size_t)(n_slot * H * P * N), 1.0f);
+        std::vector<float> A((size_t)H);
+        for (float& e : A) e = -(0.05f + (float)g.uniform());
+        auto run = [&](std::vector<float>& y, std::vector<float>& st, isa level, bool ref) {
+            y.assign(x.size(), 0.0f);
+            st = st0;
+            ssm_scan_args a;
+            a.n_tok = n_tok;
+            a.n_head = H;
+            a.head_dim = P;
+            a.d_state = N;
+            a.n_group = G;
+            a.x = x.data();
+            a.x_stride = H * P;
+            a.dt = dt.data();
+            a.dt_stride = H;
+            a.A = A.data();
+            a.B = B.data();
+            a.C = C.data();
+            a.bc_stride = G * N;
+            a.D = D.data();
+            a.y = y.data();
+            a.y_stride = H * P;
+            a.state = st.data();
+            a.state_stride = (int64_t)H * P * N;
+            a.slot = slots;
+            if (ref)
+                ssm_scan_ref(a, 0, H);
+            else
+                ssm_scan(a, 0, H, level);
+        };
+        std::vector<float> want_y, want_st, got_y, got_st;
+        run(want_y, want_st, isa::scalar, true);
+        for (isa level : levels) {
+            run(got_y, got_st, level, false);
+            double worst = 0;
+            auto cmp = [&](const std::vector<float>& got, const std::vector<float>& want) {
+                for (size_t k = 0; k < got.size(); ++k)
+                    worst = std::max(worst, std::fabs((double)got[k] - want[k]) / (1.0 + std::fabs((double)want[k])));
+            };
+            cmp(got_y, want_y);
+            cmp(got_st, want_st);
+            t.report(worst <= 2e-5, std::string("ssm_scan ") + isa_name(level) + " d_state=" + std::to_string(N),
+                     "worst " + std::to_string(worst));
+        }
+    }
+}
+
 }  // namespace
 
 int main() {
@@ -389,6 +458,7 @@ int main() {
     check_dots(t, levels);
     check_quantizers(t, levels);
     check_matmul(t, levels);
+    check_ssm_scan(t, levels);
     std::printf("%d passed, %d failed\n", t.passed, t.failed);
     return t.failed == 0 ? 0 : 1;
 }

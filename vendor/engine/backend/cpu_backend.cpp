@@ -179,7 +179,7 @@ void cpu_backend::gated_delta(const gated_delta_args& a) {
 }
 
 void cpu_backend::ssm_scan(const ssm_scan_args& a) {
-    pool_->parallel_for(a.n_head, [&](int64_t h, int) { ssm_scan_ref(a, (int)h, (int)h + 1); });
+    pool_->parallel_for(a.n_head, [&](int64_t h, int) { lp::ssm_scan(a, (int)h, (int)h + 1); });
 }
 
 void cpu_backend::run_rows(const row_op* ops, int n_ops, int64_t n) {

@@ -5,7 +5,9 @@
 // AVX2, two passes over a head's state per token instead of the reference's
 // four (the decay folded into the first dot product and into the update, the
 // read-out fused with the update) with 8-wide vectors: results stay within
-// rounding of the reference, which runs elsewhere.
+// rounding of the reference, which runs elsewhere. Mamba-2's scan (ssm_scan)
+// runs its state rows with AVX2 / AVX-512 / NEON vectors where the level has
+// them (scan_row_*), within rounding of its reference likewise.
 #include "delta_net.h"
 
 #include <cmath>
@@ -15,8 +17,11 @@
 #include "../common.h"
 #include "features.h"
 
-#if defined(LP_HAVE_AVX2)
+#if defined(LP_HAVE_AVX2) || defined(LP_HAVE_AVX512)
 #include <immintrin.h>
+#endif
+#if defined(LP_HAVE_NEON)
+#include <arm_neon.h>
 #endif
 
 namespace lp {
@@ -154,7 +159,108 @@ void gated_delta(const gated_delta_args& a, int h0, int h1) {
     }
 }
 
-void ssm_scan_ref(const ssm_scan_args& a, int h0, int h1) {
+namespace {
+
+// One state row of one head for one token of Mamba-2's scan:
+//   s[i] = s[i] * decay + B[i] * x_dt;  returns sum_i s[i] C[i].
+// The scalar form is the reference (summed in order); the SIMD forms hold
+// 8 / 16 / 4 lanes in two accumulators (any n: a scalar tail), so their sums
+// differ from it by float rounding of the partial sums only.
+using scan_row_fn = float (*)(float* s, const float* B, const float* C, float decay, float x_dt, int64_t n);
+
+float scan_row_ref(float* s, const float* B, const float* C, float decay, float x_dt, int64_t n) {
+    float sum = 0.0f;
+    for (int64_t i = 0; i < n; ++i) {
+        s[i] = s[i] * decay + B[i] * x_dt;
+        sum += s[i] * C[i];
+    }
+    return sum;
+}
+
+#if defined(LP_HAVE_AVX2)
+LP_TARGET_AVX2 float scan_row_avx2(float* s, const float* B, const float* C, float decay, float x_dt, int64_t n) {
+    const __m256 vd = _mm256_set1_ps(decay), vx = _mm256_set1_ps(x_dt);
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0;
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const __m256 s0 = _mm256_fmadd_ps(_mm256_loadu_ps(s + i), vd, _mm256_mul_ps(_mm256_loadu_ps(B + i), vx));
+        const __m256 s1 =
+            _mm256_fmadd_ps(_mm256_loadu_ps(s + i + 8), vd, _mm256_mul_ps(_mm256_loadu_ps(B + i + 8), vx));
+        _mm256_storeu_ps(s + i, s0);
+        _mm256_storeu_ps(s + i + 8, s1);
+        a0 = _mm256_fmadd_ps(s0, _mm256_loadu_ps(C + i), a0);
+        a1 = _mm256_fmadd_ps(s1, _mm256_loadu_ps(C + i + 8), a1);
+    }
+    for (; i + 8 <= n; i += 8) {
+        const __m256 s0 = _mm256_fmadd_ps(_mm256_loadu_ps(s + i), vd, _mm256_mul_ps(_mm256_loadu_ps(B + i), vx));
+        _mm256_storeu_ps(s + i, s0);
+        a0 = _mm256_fmadd_ps(s0, _mm256_loadu_ps(C + i), a0);
+    }
+    return hsum8(_mm256_add_ps(a0, a1)) + scan_row_ref(s + i, B + i, C + i, decay, x_dt, n - i);
+}
+#endif
+
+#if defined(LP_HAVE_AVX512)
+LP_TARGET_AVX512 float scan_row_avx512(float* s, const float* B, const float* C, float decay, float x_dt, int64_t n) {
+    const __m512 vd = _mm512_set1_ps(decay), vx = _mm512_set1_ps(x_dt);
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0;
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        const __m512 s0 = _mm512_fmadd_ps(_mm512_loadu_ps(s + i), vd, _mm512_mul_ps(_mm512_loadu_ps(B + i), vx));
+        const __m512 s1 =
+            _mm512_fmadd_ps(_mm512_loadu_ps(s + i + 16), vd, _mm512_mul_ps(_mm512_loadu_ps(B + i + 16), vx));
+        _mm512_storeu_ps(s + i, s0);
+        _mm512_storeu_ps(s + i + 16, s1);
+        a0 = _mm512_fmadd_ps(s0, _mm512_loadu_ps(C + i), a0);
+        a1 = _mm512_fmadd_ps(s1, _mm512_loadu_ps(C + i + 16), a1);
+    }
+    for (; i + 16 <= n; i += 16) {
+        const __m512 s0 = _mm512_fmadd_ps(_mm512_loadu_ps(s + i), vd, _mm512_mul_ps(_mm512_loadu_ps(B + i), vx));
+        _mm512_storeu_ps(s + i, s0);
+        a0 = _mm512_fmadd_ps(s0, _mm512_loadu_ps(C + i), a0);
+    }
+    return _mm512_reduce_add_ps(_mm512_add_ps(a0, a1)) + scan_row_ref(s + i, B + i, C + i, decay, x_dt, n - i);
+}
+#endif
+
+#if defined(LP_HAVE_NEON)
+float scan_row_neon(float* s, const float* B, const float* C, float decay, float x_dt, int64_t n) {
+    const float32x4_t vd = vdupq_n_f32(decay), vx = vdupq_n_f32(x_dt);
+    float32x4_t a0 = vdupq_n_f32(0.0f), a1 = a0;
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const float32x4_t s0 = vfmaq_f32(vmulq_f32(vld1q_f32(B + i), vx), vld1q_f32(s + i), vd);
+        const float32x4_t s1 = vfmaq_f32(vmulq_f32(vld1q_f32(B + i + 4), vx), vld1q_f32(s + i + 4), vd);
+        vst1q_f32(s + i, s0);
+        vst1q_f32(s + i + 4, s1);
+        a0 = vfmaq_f32(a0, s0, vld1q_f32(C + i));
+        a1 = vfmaq_f32(a1, s1, vld1q_f32(C + i + 4));
+    }
+    for (; i + 4 <= n; i += 4) {
+        const float32x4_t s0 = vfmaq_f32(vmulq_f32(vld1q_f32(B + i), vx), vld1q_f32(s + i), vd);
+        vst1q_f32(s + i, s0);
+        a0 = vfmaq_f32(a0, s0, vld1q_f32(C + i));
+    }
+    return vaddvq_f32(vaddq_f32(a0, a1)) + scan_row_ref(s + i, B + i, C + i, decay, x_dt, n - i);
+}
+#endif
+
+scan_row_fn pick_scan_row(isa level) {
+#if defined(LP_HAVE_AVX512)
+    if (level == isa::avx512) return scan_row_avx512;
+#endif
+#if defined(LP_HAVE_AVX2)
+    if (isa_at_least(level, isa::avx2)) return scan_row_avx2;
+#endif
+#if defined(LP_HAVE_NEON)
+    if (isa_at_least(level, isa::neon)) return scan_row_neon;
+#endif
+    (void)level;
+    return scan_row_ref;
+}
+
+// Heads [h0, h1) of a, token by token, each state row by `row`.
+void scan_heads(const ssm_scan_args& a, int h0, int h1, scan_row_fn row) {
     const int64_t P = a.head_dim, N = a.d_state;
     const int heads_per_group = a.n_head / a.n_group;
     for (int h = h0; h < h1; ++h) {
@@ -169,17 +275,19 @@ void ssm_scan_ref(const ssm_scan_args& a, int h0, int h1) {
             const float* C = a.C + t * a.bc_stride + g * N;
             float* y = a.y + t * a.y_stride + (int64_t)h * P;
             for (int64_t p = 0; p < P; ++p) {
-                float* s = S + p * N;
-                const float x_dt = x[p] * dt;
-                float sum = 0.0f;
-                for (int64_t i = 0; i < N; ++i) {
-                    s[i] = s[i] * decay + B[i] * x_dt;
-                    sum += s[i] * C[i];
-                }
+                const float sum = row(S + p * N, B, C, decay, x[p] * dt, N);
                 y[p] = a.D ? sum + x[p] * a.D[h] : sum;
             }
         }
     }
 }
+
+}  // namespace
+
+void ssm_scan_ref(const ssm_scan_args& a, int h0, int h1) { scan_heads(a, h0, h1, scan_row_ref); }
+
+void ssm_scan(const ssm_scan_args& a, int h0, int h1, isa level) { scan_heads(a, h0, h1, pick_scan_row(level)); }
+
+void ssm_scan(const ssm_scan_args& a, int h0, int h1) { ssm_scan(a, h0, h1, best_isa()); }
 
 }  // namespace lp

@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "../backend/op_args.h"
+#include "../ggml_type.h"
 
 namespace lp {
 
@@ -22,7 +23,11 @@ void ssm_conv_ref(const ssm_conv_args& a, int64_t c0, int64_t c1);
 // CPU has it; the same within rounding).
 void gated_delta_ref(const gated_delta_args& a, int h0, int h1);
 void gated_delta(const gated_delta_args& a, int h0, int h1);
-// Heads [h0, h1) of a (Mamba-2's selective scan).
+// Heads [h0, h1) of a (Mamba-2's selective scan): the reference (scalar, in
+// order), and the form the backend runs (each state row with the vectors of
+// the given level, or of best_isa(); the same within rounding).
 void ssm_scan_ref(const ssm_scan_args& a, int h0, int h1);
+void ssm_scan(const ssm_scan_args& a, int h0, int h1, isa level);
+void ssm_scan(const ssm_scan_args& a, int h0, int h1);
 
 }  // namespace lp
