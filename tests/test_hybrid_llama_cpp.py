@@ -1,6 +1,7 @@
 """Hybrid models against llama.cpp: Qwen3.5 (qwen35, qwen35moe: gated delta-net + gated
 attention; with a next-token-prediction block that both implementations load and skip),
-LFM2 (lfm2: gated short convolutions + attention) and Granite 4.0-H (granitehybrid: Mamba-2 +
+LFM2 (lfm2: gated short convolutions + attention; lfm2moe: the same with experts after two
+dense layers, a sigmoid router with a selection bias) and Granite 4.0-H (granitehybrid: Mamba-2 +
 attention without positions, Granite's multipliers; experts with a shared expert, and the
 dense-FFN layout as granitehybrid_dense). The tiny random-weight models of
 tests/data/hybrid (converted with llama.cpp's own convert_hf_to_gguf.py, quantized with its
@@ -32,7 +33,7 @@ from llamapy import Llama, _engine
 from test_moe_llama_cpp import TOL_F16, TOL_Q, check_recorded_prompt, teacher_forced
 
 DATA = Path(__file__).parent / "data" / "hybrid"
-FAMILIES = ["qwen35", "qwen35moe", "lfm2", "granitehybrid", "granitehybrid_dense"]
+FAMILIES = ["qwen35", "qwen35moe", "lfm2", "lfm2moe", "granitehybrid", "granitehybrid_dense"]
 # where -> n_gpu_layers: the CPU, and where a Vulkan device exists every layer on it
 # ("gpu") and the last 2 ("split")
 HAS_GPU = "vulkan" in _engine.backends() and bool(_engine.gpu_devices())
@@ -82,6 +83,26 @@ def test_lfm2_convolution_layers_come_from_the_kv_head_counts():
     assert shape["recurrent_bytes_per_seq"] == 4 * n_conv * (cfg["conv_L_cache"] - 1) * cfg["hidden_size"]
 
 
+def test_lfm2moe_dense_lead_layers_then_experts():
+    cfg = json.loads((DATA / "lfm2moe" / "config.json").read_text())
+    shape = _engine.model_shape(str(DATA / "lfm2moe" / "lfm2moe-f16.gguf"))
+    assert shape["recurrent_layers"] == [t == "conv" for t in cfg["layer_types"]]
+    assert shape["n_expert"] == cfg["num_experts"]
+    n_conv = cfg["layer_types"].count("conv")
+    assert shape["recurrent_bytes_per_seq"] == 4 * n_conv * (cfg["conv_L_cache"] - 1) * cfg["hidden_size"]
+    from llamapy.gguf_file import GGUFFile
+
+    with GGUFFile(DATA / "lfm2moe" / "lfm2moe-f16.gguf") as f:
+        names = {t.name for t in f.tensors}
+        assert f.metadata["lfm2moe.leading_dense_block_count"] == cfg["num_dense_layers"] == 2
+    # the dense lead layers have a dense FFN and no router, the others the experts and no dense FFN
+    for il in range(len(cfg["layer_types"])):
+        moe = il >= cfg["num_dense_layers"]
+        assert (f"blk.{il}.ffn_gate_inp.weight" in names) == moe
+        assert (f"blk.{il}.exp_probs_b.bias" in names) == moe
+        assert (f"blk.{il}.ffn_up.weight" in names) == (not moe)
+
+
 @pytest.mark.parametrize("family", ["granitehybrid", "granitehybrid_dense"])
 def test_granitehybrid_mamba2_layers_and_state(family):
     cfg = json.loads((DATA / family / "config.json").read_text())
@@ -108,6 +129,8 @@ def _edited_copy(tmp_path, old: bytes, new: bytes, family="lfm2"):
 @pytest.mark.parametrize("family,name", [
     ("lfm2", b"blk.3.shortconv.conv.weight"), ("lfm2", b"blk.1.shortconv.in_proj.weight"),
     ("lfm2", b"blk.5.shortconv.out_proj.weight"), ("lfm2", b"token_embd_norm.weight"),
+    ("lfm2moe", b"blk.3.shortconv.conv.weight"), ("lfm2moe", b"blk.2.ffn_gate_inp.weight"),
+    ("lfm2moe", b"blk.5.ffn_down_exps.weight"), ("lfm2moe", b"blk.1.ffn_up.weight"),
     ("granitehybrid", b"blk.0.ssm_in.weight"), ("granitehybrid", b"blk.1.ssm_conv1d.weight"),
     ("granitehybrid", b"blk.3.ssm_dt.bias"), ("granitehybrid", b"blk.0.ssm_a"), ("granitehybrid", b"blk.1.ssm_d"),
     ("granitehybrid", b"blk.3.ssm_norm.weight"), ("granitehybrid", b"blk.0.ssm_out.weight")])

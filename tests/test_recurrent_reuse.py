@@ -21,7 +21,8 @@ from llamapy.llama_cache import LlamaDiskCache, LlamaRAMCache
 
 DATA = Path(__file__).parent / "data" / "hybrid"
 FILES = [DATA / "qwen35" / "qwen35-q8_0.gguf", DATA / "qwen35moe" / "qwen35moe-q8_0.gguf",
-         DATA / "lfm2" / "lfm2-q8_0.gguf", DATA / "granitehybrid" / "granitehybrid-q8_0.gguf"]
+         DATA / "lfm2" / "lfm2-q8_0.gguf", DATA / "lfm2moe" / "lfm2moe-q8_0.gguf",
+         DATA / "granitehybrid" / "granitehybrid-q8_0.gguf"]
 PROMPTS = [[11, 42, 97, 150, 203, 260, 31, 77, 188, 5, 140, 222, 56, 90, 310, 12],
            [300, 45, 9, 120, 64, 64, 199, 3, 17],
            [11, 42, 97, 150, 203, 260, 31, 77, 2, 2, 8]]  # shares a part of the first, not its end

@@ -22,7 +22,8 @@ from llamapy.llama_speculative import LlamaDraftModel
 
 DATA = Path(__file__).parent / "data" / "hybrid"
 FILES = [DATA / "qwen35" / "qwen35-q8_0.gguf", DATA / "qwen35moe" / "qwen35moe-q8_0.gguf",
-         DATA / "lfm2" / "lfm2-q8_0.gguf", DATA / "granitehybrid" / "granitehybrid-q8_0.gguf"]
+         DATA / "lfm2" / "lfm2-q8_0.gguf", DATA / "lfm2moe" / "lfm2moe-q8_0.gguf",
+         DATA / "granitehybrid" / "granitehybrid-q8_0.gguf"]
 PROMPT = [11, 42, 97, 150, 203, 260, 31, 77, 188, 5, 140, 222, 56, 90, 310, 12]
 ATOL = 2e-3  # batching changes the summation order of the matmuls only
 # n_gpu_layers of each placement: the CPU, and where a Vulkan device exists every layer on

@@ -1,4 +1,4 @@
-"""Regenerates tests/data/hybrid/: tiny random hybrid GGUFs (Qwen3.5 dense and MoE, LFM2, Granite 4.0-H) and llama.cpp's outputs.
+"""Regenerates tests/data/hybrid/: tiny random hybrid GGUFs (Qwen3.5 dense and MoE, LFM2 and LFM2-MoE, Granite 4.0-H) and llama.cpp's outputs.
 
 Usage (from the repo root; the same environment as tools/make_moe_fixtures.py: torch 2.13 CPU,
 transformers 5.25, gguf, numpy, llama-cpp-python 0.3.36 with its sdist unpacked; none of this
@@ -7,7 +7,8 @@ is a llamapy dependency):
     python tools/make_hybrid_fixtures.py --sdist /tmp/llama_cpp_python-0.3.36 [--work /tmp/hybw]
 
 Steps, all seeded: the MoE fixtures' tiny BPE (tools/moe/tokenizer.py) -> one HF checkpoint per
-family (tools/hybrid/qwen35_models.py, with an MTP block; tools/hybrid/lfm2_models.py, tools/hybrid/granitehybrid_models.py) -> convert_hf_to_gguf.py --outtype f16
+family (tools/hybrid/qwen35_models.py, with an MTP block; tools/hybrid/lfm2_models.py: lfm2, lfm2moe;
+tools/hybrid/granitehybrid_models.py) -> convert_hf_to_gguf.py --outtype f16
 (tools/moe/tokpre_shim.py: pre-tokenizer "qwen2") -> llama_model_quantize (Q8_0, Q4_K_M) ->
 llama.cpp's recordings (tools/moe/record.py's, over this file's PROMPTS: the MoE prompts plus a
 pair sharing a prefix, so a test can evaluate one after the other and compare the second with

@@ -7,7 +7,7 @@
 // scores scaled by 1/sqrt(head size). The final norm is stored as
 // token_embd_norm. With attention.sliding_window > 0 (LFM2.5) every attention
 // layer uses the window, as in llama.cpp.
-// Not here: lfm2moe (experts after dense lead layers), the ColBERT / embedding
+// Not here: lfm2moe (lfm2moe.cpp: experts after dense lead layers), the ColBERT / embedding
 // variants (dense_2_out projection), the audio and vision towers.
 #include "model.h"
 
@@ -23,16 +23,7 @@ void setup(const gguf_file& f, hparams& hp) {
     if (hp.moe.n_expert > 0)
         throw not_implemented_error("lfm2 with experts (expert_count " + std::to_string(hp.moe.n_expert) +
                                     ") is not supported; LFM2's MoE models are architecture lfm2moe");
-
-    ssm_hparams& s = hp.ssm;
-    s.kind = ssm_kind::short_conv;
-    if (!arch_has(f, hp, "shortconv.l_cache")) throw gguf_error("model metadata lacks lfm2.shortconv.l_cache");
-    s.d_conv = arch_int(f, hp, "shortconv.l_cache", 0);
-    if (s.d_conv < 2 || s.d_conv > 64) throw gguf_error("model metadata: lfm2.shortconv.l_cache is out of range (2..64)");
-    s.n_conv_ch = hp.n_embd;
-
-    // Convolution layers: head_count_kv 0 (the window, if any, on the others).
-    recurrent_from_kv_heads(hp);
+    read_short_conv(f, hp);
 }
 
 }  // namespace

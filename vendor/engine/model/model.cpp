@@ -745,6 +745,18 @@ void read_mamba2(const gguf_file& f, hparams& hp) {
                          "range (the heads must split inner_size and be a multiple of the groups)");
 }
 
+void read_short_conv(const gguf_file& f, hparams& hp) {
+    ssm_hparams& s = hp.ssm;
+    s.kind = ssm_kind::short_conv;
+    if (!arch_has(f, hp, "shortconv.l_cache")) throw gguf_error("model metadata lacks " + hp.arch + ".shortconv.l_cache");
+    s.d_conv = arch_int(f, hp, "shortconv.l_cache", 0);
+    if (s.d_conv < 2 || s.d_conv > 64)
+        throw gguf_error("model metadata: " + hp.arch + ".shortconv.l_cache is out of range (2..64)");
+    s.n_conv_ch = hp.n_embd;
+    // Convolution layers: head_count_kv 0 (the window, if any, on the others).
+    recurrent_from_kv_heads(hp);
+}
+
 void recurrent_from_kv_heads(hparams& hp) {
     hp.recurrent.assign((size_t)hp.n_layer, 0);
     if (hp.shapes.empty()) return;

@@ -435,6 +435,10 @@ void read_delta_net(const gguf_file& f, hparams& hp);
 // Reads Mamba-2's keys (ssm.*) into hp.ssm (kind mamba2); the recurrent layers
 // are the architecture's to set.
 void read_mamba2(const gguf_file& f, hparams& hp);
+// Reads LFM2's gated short convolution ("<arch>.shortconv.l_cache") into
+// hp.ssm (kind short_conv, n_embd channels) and its recurrent layers (those
+// with 0 KV heads: recurrent_from_kv_heads): lfm2 and lfm2moe.
+void read_short_conv(const gguf_file& f, hparams& hp);
 // hp.recurrent from the per-layer attention.head_count_kv array: a layer with
 // 0 KV heads is recurrent (LFM2's and Granite 4.0-H's converters write it so).
 // The attention layers must agree on their KV heads (then no per-layer shapes
