@@ -73,7 +73,7 @@ class MemoryPlan:
     mmproj_bytes: int = 0
     kv_cells: int = 0          # cells of the main cache
     kv_swa_cells: int = 0      # cells of the sliding-window cache (0: none)
-    # Models with recurrent layers (Qwen3.5): the per-sequence states (each layer's on
+    # Models with recurrent layers (the hybrids): the per-sequence states (each layer's on
     # the layer's device) and, at most, n_state_checkpoints copies of each (host
     # memory; recurrent_state.h).
     state_bytes: int = 0
@@ -148,7 +148,7 @@ class _Shape:
         self.n_ff_shexp = int(shape["n_ff_shexp"])
         self.activation_bytes_per_row = int(shape["activation_bytes_per_row"])
         self.kv_values_in_keys = bool(shape["kv_values_in_keys"])
-        # Recurrent layers (Qwen3.5's gated delta-net) keep no KV cells but a state per
+        # Recurrent layers (delta-net, short convolution, Mamba-2) keep no KV cells but a state per
         # sequence, and the context keeps up to n_state_checkpoints copies of it.
         self.recurrent_layers = [bool(x) for x in shape["recurrent_layers"]]
         self.recurrent_bytes_per_seq = int(shape["recurrent_bytes_per_seq"])

@@ -1,10 +1,10 @@
 // recurrent_state.h — the per-sequence memory of recurrent layers (Qwen3.5's
-// gated delta-net now; Mamba-2 / short-convolution hybrids later), beside the
-// KV cache of the attention layers.
+// gated delta-net, LFM2's short convolution, Granite 4.0-H's Mamba-2), beside
+// the KV cache of the attention layers.
 //
 // Each sequence id has one slot: for every recurrent layer, the convolution's
-// last d_conv - 1 inputs per channel and the delta-net's state matrices
-// (model.h ssm_hparams). The state after the token at position p summarises
+// last d_conv - 1 inputs per channel and the delta-net's / Mamba-2's state
+// matrices (none for a short convolution; model.h ssm_hparams). The state after the token at position p summarises
 // every token <= p, so unlike KV cells it cannot be cut at an arbitrary
 // position: removing a sequence's suffix [p0, end) needs the state as it was
 // after p0 - 1. That is what checkpoints are for: copies of a slot taken at
@@ -24,7 +24,7 @@
 // load) reads and writes them from the host; the context does so only between
 // steps, after the backends' sync. Checkpoints are host copies.
 //
-// Not here: the ops that advance the state (backend.h ssm_conv / gated_delta),
+// Not here: the ops that advance the state (backend.h ssm_conv / gated_delta / ssm_scan),
 // when checkpoints are taken (context.cpp), the KV cells (kv_cache.h).
 #pragma once
 

@@ -605,11 +605,12 @@ void vulkan_backend::attention(const attention_args& a) {
     for (auto& k : work) record(std::move(k));
 }
 
-// The recurrent layers' ops (Qwen3.5's gated delta-net): the state slots are
-// operands like any other (device memory in place: recurrent_state keeps a
-// device layer's state on its device; host memory staged and copied back).
-// Both shaders walk the rows in order per channel / per state column
-// (ssm_conv.comp, gated_delta.comp), each row on the slot it names. The slot
+// The recurrent layers' ops (the short convolution, Qwen3.5's gated delta
+// rule, Mamba-2's scan): the state slots are operands like any other (device
+// memory in place: recurrent_state keeps a device layer's state on its device;
+// host memory staged and copied back). The shaders walk the rows in order per
+// channel / per state column / per state row (ssm_conv.comp, gated_delta.comp,
+// ssm_scan.comp), each row on the slot it names. The slot
 // ids are an input of the step as the masks are (host memory, or device
 // memory no op writes): read here for the checks and for the extent of the
 // state the rows reach.
