@@ -131,6 +131,7 @@ def _edited_copy(tmp_path, old: bytes, new: bytes, family="lfm2"):
     ("lfm2", b"blk.5.shortconv.out_proj.weight"), ("lfm2", b"token_embd_norm.weight"),
     ("lfm2moe", b"blk.3.shortconv.conv.weight"), ("lfm2moe", b"blk.2.ffn_gate_inp.weight"),
     ("lfm2moe", b"blk.5.ffn_down_exps.weight"), ("lfm2moe", b"blk.1.ffn_up.weight"),
+    ("lfm2moe", b"blk.4.exp_probs_b.bias"),  # required, as llama.cpp requires it
     ("granitehybrid", b"blk.0.ssm_in.weight"), ("granitehybrid", b"blk.1.ssm_conv1d.weight"),
     ("granitehybrid", b"blk.3.ssm_dt.bias"), ("granitehybrid", b"blk.0.ssm_a"), ("granitehybrid", b"blk.1.ssm_d"),
     ("granitehybrid", b"blk.3.ssm_norm.weight"), ("granitehybrid", b"blk.0.ssm_out.weight")])

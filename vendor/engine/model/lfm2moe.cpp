@@ -29,6 +29,7 @@ void setup(const gguf_file& f, hparams& hp) {
     m.gating = gating_of(f, hp, moe_gating::sigmoid);
     m.act = ffn_act::silu;
     m.norm_w = true;
+    m.probs_bias_required = true;  // llama.cpp refuses a file without it; routing without it would be wrong
 }
 
 }  // namespace

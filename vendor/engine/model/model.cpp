@@ -334,7 +334,7 @@ void load_moe_ffn(const weight_loader& L, const hparams& hp, const std::string& 
     const int64_t E = hp.n_embd, F = m.n_ff_exp, X = m.n_expert;
     l.ffn_gate_inp = L.matrix(p + "ffn_gate_inp.weight", E, X);
     l.ffn_gate_inp_b = L.vec_opt(p + "ffn_gate_inp.bias", X);
-    l.exp_probs_b = L.vec_opt(p + "exp_probs_b.bias", X);
+    l.exp_probs_b = m.probs_bias_required ? L.vec(p + "exp_probs_b.bias", X) : L.vec_opt(p + "exp_probs_b.bias", X);
     if (hp.v.moe_beside_dense && L.has(p + "ffn_gate_up_exps.weight")) {
         // Gemma 4's converter writes gate and up as one tensor (llama.cpp accepts either)
         l.ffn_gate_up_exps = L.experts(p + "ffn_gate_up_exps.weight", E, 2 * F, X);

@@ -97,6 +97,7 @@ struct moe_hparams {
     float w_scale = 0.0f;         // expert_weights_scale (0 or 1: none)
     int n_group = 0, n_group_used = 0;  // group-limited routing (expert_group_count, expert_group_used_count)
     bool gate_optional = false;   // experts without ffn_gate_exps run act(up) (llama); else it is required
+    bool probs_bias_required = false;  // exp_probs_b must be there (lfm2moe, as llama.cpp requires); else optional
     ffn_act act = ffn_act::silu;  // the experts' activation (the shared expert uses block_variant::act)
     float swiglu_alpha = 1.702f, swiglu_limit = 7.0f;  // ffn_act::swiglu_oai
 };
