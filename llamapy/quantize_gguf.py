@@ -28,13 +28,15 @@ unless every such tensor falls back to a type it writes).
 """
 from __future__ import annotations
 
+import collections
+import functools
 import logging
 import os
 import sys
 import tempfile
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import IO, Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import IO, Any, Callable, Deque, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -224,11 +226,11 @@ class _Progress:
             self.stream.flush()
 
 
-def _quantize_rows(pool: Optional[ThreadPoolExecutor], raw: np.ndarray, src_type: str, dst_type: str,
-                   ne0: int, weights: Optional[np.ndarray] = None) -> List[bytes]:
-    """The tensor's rows in ``dst_type``, chunk by chunk (order kept). With
-    ``weights`` (n_expert * ne0 importances) each expert's rows use its slice;
-    chunks never cross an expert."""
+def _quantize_rows(raw: np.ndarray, src_type: str, dst_type: str, ne0: int,
+                   weights: Optional[np.ndarray] = None) -> List[Callable[[], bytes]]:
+    """Jobs that give the tensor's rows in ``dst_type``, one chunk of rows
+    each, in order. With ``weights`` (n_expert * ne0 importances) each
+    expert's rows use its slice; chunks never cross an expert."""
     rows = raw.reshape(-1, raw.shape[-1]) if raw.ndim > 1 else raw.reshape(1, -1)
     per_chunk = max(1, _CHUNK_ELEMENTS // max(ne0, 1))
     if weights is not None and dst_type in _IGNORE_IMATRIX:
@@ -236,6 +238,7 @@ def _quantize_rows(pool: Optional[ThreadPoolExecutor], raw: np.ndarray, src_type
     if weights is None:
         starts = list(range(0, rows.shape[0], per_chunk))
         ends = [min(r0 + per_chunk, rows.shape[0]) for r0 in starts]
+        per_mat = rows.shape[0]
     else:
         n_mat = weights.size // ne0
         per_mat = rows.shape[0] // n_mat
@@ -245,19 +248,63 @@ def _quantize_rows(pool: Optional[ThreadPoolExecutor], raw: np.ndarray, src_type
                 starts.append(r0)
                 ends.append(min(r0 + per_chunk, (m + 1) * per_mat))
 
-    def job(k: int) -> bytes:
-        r0, r1 = starts[k], ends[k]
+    def job(r0: int, r1: int) -> bytes:
         x = _to_float(rows[r0:r1], src_type, ne0)
         if weights is None:
             return _engine.quantize_ref(x, dst_type).tobytes()
         m = r0 // per_mat
         return _engine.quantize_weighted(x, dst_type, weights[m * ne0:(m + 1) * ne0]).tobytes()
 
-    starts_k = range(len(starts))
+    return [functools.partial(job, r0, r1) for r0, r1 in zip(starts, ends)]
 
-    if pool is None or len(starts) == 1:
-        return [job(k) for k in starts_k]
-    return list(pool.map(job, starts_k))
+
+class _Writer:
+    """Writes the tensors' data in file order while their chunks are
+    quantized on the pool: chunks of the next tensors start before the
+    current one's last chunk is done (at most ``window`` chunks in flight), so
+    no thread idles at each tensor's end, and the main thread writes while the
+    pool works. Each tensor ends with its padding and a size check."""
+
+    def __init__(self, out: IO[bytes], pool: Optional[ThreadPoolExecutor], n_threads: int, alignment: int,
+                 on_tensor: Callable[[int], None]) -> None:
+        self.out, self.pool, self.alignment, self.on_tensor = out, pool, alignment, on_tensor
+        self.window = 2 * n_threads + 2 if pool is not None else 1
+        self.queue: Deque[Tuple[str, Any]] = collections.deque()
+        self.written = 0
+
+    def tensor(self, i: int, name: str, size: int, pieces: Sequence[Any]) -> None:
+        """Queues a tensor: its pieces (bytes, or jobs giving bytes), then its end."""
+        for piece in pieces:
+            if callable(piece):
+                piece = self.pool.submit(piece) if self.pool is not None else piece()
+            self.queue.append(("data", piece))
+            self._drain(self.window)
+        self.queue.append(("end", (i, name, size)))
+        self._drain(self.window)
+
+    def finish(self) -> None:
+        self._drain(0)
+
+    def _drain(self, keep: int) -> None:
+        while self.queue and (len(self.queue) > keep or self.queue[0][0] == "end"):
+            kind, item = self.queue.popleft()
+            if kind == "data":
+                data = item.result() if isinstance(item, Future) else item
+                self.out.write(data)
+                self.written += len(data)
+                continue
+            i, name, size = item
+            if self.written != size:
+                raise RuntimeError(f"{name}: wrote {self.written} bytes, expected {size}")
+            self.out.write(b"\0" * (align_up(size, self.alignment) - size))
+            self.written = 0
+            self.on_tensor(i)
+
+    def cancel(self) -> None:
+        for kind, item in self.queue:
+            if kind == "data" and isinstance(item, Future):
+                item.cancel()
+        self.queue.clear()
 
 
 def quantize_model(
@@ -360,10 +407,21 @@ def quantize_model(
                 tmps.append(tmp)
                 with os.fdopen(fd, "wb") as out:
                     out.write(head)
-                    for i, size in members:
-                        _write_tensor(out, src, infos[names[i]], plans[i], size, alignment, pool, imat)
+
+                    def tensor_done(i: int) -> None:
+                        nonlocal done
                         done += 1
                         bar.update(done, names[i], infos[names[i]].type_name, plans[i].type)
+                        logger.debug("%s: %s -> %s", names[i], infos[names[i]].type_name, plans[i].type)
+
+                    writer = _Writer(out, pool, n_threads, alignment, tensor_done)
+                    try:
+                        for i, size in members:
+                            writer.tensor(i, names[i], size, _tensor_pieces(src, infos[names[i]], plans[i], imat))
+                        writer.finish()
+                    except BaseException:
+                        writer.cancel()
+                        raise
             for tmp, path in zip(tmps, outputs):  # all parts written: now they replace any old ones
                 os.replace(tmp, path)
         except BaseException:
@@ -392,20 +450,10 @@ def _split_paths(output_path: str, n_split: int) -> List[str]:
     return [f"{prefix}-{k + 1:05d}-of-{n_split:05d}.gguf" for k in range(n_split)]
 
 
-def _write_tensor(out: IO[bytes], src: GGUFFile, info: Any, plan: TensorPlan, size: int, alignment: int,
-                  pool: Optional[ThreadPoolExecutor], imat: Optional[ImportanceMatrix]) -> None:
-    """One tensor's data in its planned type, then the padding to ``alignment``."""
+def _tensor_pieces(src: GGUFFile, info: Any, plan: TensorPlan, imat: Optional[ImportanceMatrix]) -> List[Any]:
+    """One tensor's data in its planned type: its bytes as they are (a copy,
+    straight from the mapping), or the jobs that quantize it chunk by chunk."""
     raw = src.tensor(plan.name)
-    if plan.type == info.type_name:  # copied as it is, straight from the mapping
-        out.write(memoryview(np.ascontiguousarray(raw)).cast("B"))
-        written = raw.nbytes
-    else:
-        written = 0
-        weights = _tensor_imatrix(plan.name, info, imat)
-        for chunk in _quantize_rows(pool, raw, info.type_name, plan.type, info.ne[0], weights):
-            out.write(chunk)
-            written += len(chunk)
-    if written != size:
-        raise RuntimeError(f"{plan.name}: wrote {written} bytes, expected {size}")
-    out.write(b"\0" * (align_up(size, alignment) - size))
-    logger.debug("%s: %s -> %s", plan.name, info.type_name, plan.type)
+    if plan.type == info.type_name:
+        return [memoryview(np.ascontiguousarray(raw)).cast("B")]
+    return _quantize_rows(raw, info.type_name, plan.type, info.ne[0], _tensor_imatrix(plan.name, info, imat))
