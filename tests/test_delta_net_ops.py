@@ -5,6 +5,10 @@ reading key head h % n_head_k, decay then delta update then read-out).
 
 Rows of several sequences interleave in one call, each on its own state slot; a batch split
 in two calls (the state carried) equals the whole; one and two threads agree bit for bit.
+The chunked form of the gated delta rule (cpu/delta_chunked.cpp: what long runs of one
+sequence take) is held against the reference loops (gated_delta_ref) over chunk-boundary
+lengths, mixed slots and decays from almost nothing to almost 1. Run once per SIMD level
+(tools/level_tests.txt): its products are the scalar, AVX2 or AVX-512 ones by level.
 A GPU backend's versions are held against these statements and the CPU's results by the
 cross-backend op test (tests/test_backend_ops.py), and its split batches here."""
 
@@ -126,6 +130,105 @@ def test_gated_delta_split_batch_carries_the_state():
     ob, sb = E.backend_gated_delta("cpu", q[2:], k[2:], v[2:], g[2:], beta[2:], sa, slot[2:], Hk)
     np.testing.assert_array_equal(np.concatenate([oa, ob]), out)
     np.testing.assert_array_equal(sb, st)
+
+
+CHUNK = 64  # the backend's chunk (delta_net.h gated_delta_plan)
+
+
+def long_inputs(rng, slots, Hk=2, Hv=4, S=128, n_slot=2, g_range=(-1.0, -0.01)):
+    """delta_inputs' kinds of values over rows on the given slots; g uniform in g_range."""
+    n = len(slots)
+    q, k, v, g, beta, state, _, _ = delta_inputs(rng, n=n, Hk=Hk, Hv=Hv, S=S, n_slot=n_slot)
+    g = rng.uniform(g_range[0], g_range[1], (n, Hv)).astype(np.float32)
+    return q, k, v, g, beta, state, np.array(slots, dtype=np.int32), Hk
+
+
+def assert_within_rounding(out, st, rout, rst, q, Hk, what):
+    """Outputs within 2e-4 of the row's head's size (its largest |value|, at least 1e-3 so
+    rows read from an almost vanished state do not demand bits below rounding), states
+    within 2e-4 of their head's largest |element|. Why per head: the chunked form regroups
+    each head's sums (every element of a head's state is updated from all of its rows
+    through the triangular solve), so its rounding scales with the head's values, not with
+    each element's, which may cancel to near zero."""
+    n = out.shape[0]
+    Hv, S = rst.shape[1], rst.shape[2]
+    o, ro = out.reshape(n, Hv, S), rout.reshape(n, Hv, S)
+    scale = np.maximum(np.abs(ro).max(axis=2, keepdims=True), 1e-3)
+    err = np.abs(o - ro) / scale
+    assert err.max() <= 2e-4, f"{what}: output off by {err.max():.2e} of its head's size"
+    sscale = np.maximum(np.abs(rst).max(axis=(2, 3), keepdims=True), 1e-3)
+    serr = np.abs(st - rst) / sscale
+    assert serr.max() <= 2e-4, f"{what}: state off by {serr.max():.2e} of its head's size"
+
+
+@pytest.mark.parametrize("n", [1, CHUNK - 1, CHUNK, CHUNK + 1, 3 * CHUNK + 5])
+def test_gated_delta_chunked_matches_reference_at_chunk_boundaries(n):
+    rng = np.random.default_rng(10 + n)
+    q, k, v, g, beta, state, slot, Hk = long_inputs(rng, [1] * n)
+    ref = E.backend_gated_delta("cpu", q, k, v, g, beta, state, slot, Hk, kernel="ref")
+    got = E.backend_gated_delta("cpu", q, k, v, g, beta, state, slot, Hk, kernel="chunked", chunk=CHUNK)
+    assert_within_rounding(*got, *ref, q, Hk, f"n={n}")
+    np.testing.assert_array_equal(got[1][0], state[0])  # the other slot untouched
+
+
+@pytest.mark.parametrize("g_range", [(-60.0, -20.0), (-1e-4, 0.0), (-60.0, 0.0)],
+                         ids=["decay-near-0", "decay-near-1", "both"])
+def test_gated_delta_chunked_decays_from_nothing_to_one(g_range):
+    """exp(g) from 1e-26 (the state all but gone after one row; cumulative decays underflow
+    to zero within a chunk) to 1 (no decay: nothing forgotten over 3 chunks)."""
+    rng = np.random.default_rng(11)
+    n = 2 * CHUNK + 9
+    q, k, v, g, beta, state, slot, Hk = long_inputs(rng, [0] * n, g_range=g_range)
+    ref = E.backend_gated_delta("cpu", q, k, v, g, beta, state, slot, Hk, kernel="ref")
+    got = E.backend_gated_delta("cpu", q, k, v, g, beta, state, slot, Hk, kernel="chunked")
+    assert np.all(np.isfinite(got[0])) and np.all(np.isfinite(got[1]))
+    assert_within_rounding(*got, *ref, q, Hk, str(g_range))
+
+
+@pytest.mark.parametrize("S,chunk", [(5, 3), (8, 4), (16, 7), (32, 16), (128, 64)])
+def test_gated_delta_chunked_mixed_slots_and_head_sizes(S, chunk):
+    """Runs of two sequences interleaved (each run its own chunks), head sizes that take
+    the scalar products (5), the narrow vector ones (8, 16) and the full ones, odd chunks."""
+    rng = np.random.default_rng(12 + S)
+    slots = [1] * (2 * chunk + 1) + [0] * 3 + [1] * (chunk + 2) + [0] * (3 * chunk) + [1]
+    q, k, v, g, beta, state, slot, Hk = long_inputs(rng, slots, Hk=1, Hv=3, S=S)
+    ref = E.backend_gated_delta("cpu", q, k, v, g, beta, state, slot, Hk, kernel="ref")
+    got = E.backend_gated_delta("cpu", q, k, v, g, beta, state, slot, Hk, kernel="chunked", chunk=chunk)
+    assert_within_rounding(*got, *ref, q, Hk, f"S={S} chunk={chunk}")
+    rout, rst = delta_ref(q, k, v, g, beta, state, slot, Hk)  # and the numpy statement
+    assert_within_rounding(*got, rout, rst, q, Hk, f"S={S} chunk={chunk} vs numpy")
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_gated_delta_backend_takes_the_chunked_form_for_long_runs(threads):
+    """What the backend runs on a prompt-sized batch (two sequences' long runs, decode-sized
+    runs between): the chunked form for the long runs (bit for bit the chunked kernel's
+    first run), the step form for a run of one row (bit for bit the step kernel's row 150,
+    which reads slot 1's untouched state), all within rounding of the reference, and the
+    same bits on one or two threads."""
+    rng = np.random.default_rng(13)
+    slots = [0] * 150 + [1] + [0] + [1] * 90
+    q, k, v, g, beta, state, slot, Hk = long_inputs(rng, slots)
+    got = E.backend_gated_delta("cpu", q, k, v, g, beta, state, slot, Hk, n_threads=threads)
+    ref = E.backend_gated_delta("cpu", q, k, v, g, beta, state, slot, Hk, kernel="ref")
+    assert_within_rounding(*got, *ref, q, Hk, "backend")
+    chunked = E.backend_gated_delta("cpu", q, k, v, g, beta, state, slot, Hk, kernel="chunked")
+    step = E.backend_gated_delta("cpu", q, k, v, g, beta, state, slot, Hk, kernel="step")
+    np.testing.assert_array_equal(got[0][:150], chunked[0][:150])
+    assert not np.array_equal(got[0][:150], step[0][:150])
+    np.testing.assert_array_equal(got[0][150], step[0][150])
+    one = E.backend_gated_delta("cpu", q, k, v, g, beta, state, slot, Hk, n_threads=1)
+    np.testing.assert_array_equal(got[0], one[0])
+
+
+def test_gated_delta_kernel_and_chunk_are_checked():
+    rng = np.random.default_rng(14)
+    q, k, v, g, beta, state, slot, Hk = delta_inputs(rng)
+    with pytest.raises(ValueError, match="kernel"):
+        E.backend_gated_delta("cpu", q, k, v, g, beta, state, slot, Hk, kernel="fast")
+    for bad in (0, 257):
+        with pytest.raises(ValueError, match="chunk"):
+            E.backend_gated_delta("cpu", q, k, v, g, beta, state, slot, Hk, kernel="chunked", chunk=bad)
 
 
 def test_row_ops_sigmoid_softplus_scale_by():

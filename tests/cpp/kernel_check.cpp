@@ -2,8 +2,8 @@
 // references, for every type with a dot product: vec_dot, the mat-mat tiles
 // and panels where a level has them, the activation quantizers (from_float),
 // the fast dequantizers (to_float), the matrix driver (cpu/matmul.h, two
-// threads) that puts them together, and Mamba-2's selective scan
-// (cpu/delta_net.h ssm_scan). Runs wherever the engine builds:
+// threads) that puts them together, Mamba-2's selective scan
+// (cpu/delta_net.h ssm_scan) and the gated delta rule's chunked form. Runs wherever the engine builds:
 // natively on x86 (AVX2, AVX-512 against scalar) and under qemu-aarch64
 // (neon, neon_dot; tools/neon_check.sh).
 //
@@ -20,7 +20,9 @@
 //     reference (tests/quant_checks.py's SIMD_TOL), float summation order only;
 //   - the driver: as its kernels (NEON integer types: matmul_ref's bits);
 //   - the scan: outputs and states within 2e-5·(1 + |reference|) of
-//     ssm_scan_ref's after several tokens (float summation order only).
+//     ssm_scan_ref's after several tokens (float summation order only);
+//   - the chunked delta rule: outputs and states within 2e-4 of the largest
+//     |value| of gated_delta_ref's (the sums regrouped into products).
 // One line per check; the last line is "N passed, M failed"; exit status 1
 // on any failure.
 #include <algorithm>
@@ -444,6 +446,78 @@ void check_ssm_scan(tally& t, const std::vector<isa>& levels) {
     }
 }
 
+// The gated delta rule's chunked form (cpu/delta_chunked.cpp) with each
+// level's products against gated_delta_ref: a run of rows on one slot past two
+// chunk boundaries, head sizes with full vectors and with a narrower width.
+void check_gated_delta_chunked(tally& t, const std::vector<isa>& levels) {
+    const int Hk = 1, Hv = 2, chunk = 16;
+    const int64_t n_tok = 2 * chunk + 5;
+    for (int S : {8, 32}) {
+        rng g(8000 + (uint64_t)S);
+        auto gauss = [&](size_t n, float sc) {
+            std::vector<float> v(n);
+            for (float& e : v) e = sc * g.gauss();
+            return v;
+        };
+        std::vector<float> q = gauss((size_t)(n_tok * Hk * S), 1.0f), k = gauss((size_t)(n_tok * Hk * S), 1.0f);
+        for (std::vector<float>* x : {&q, &k})  // q and k arrive L2-normed
+            for (int64_t r = 0; r < n_tok * Hk; ++r) {
+                float s2 = 0.0f;
+                for (int i = 0; i < S; ++i) s2 += (*x)[(size_t)(r * S + i)] * (*x)[(size_t)(r * S + i)];
+                for (int i = 0; i < S; ++i) (*x)[(size_t)(r * S + i)] /= std::sqrt(s2);
+            }
+        const std::vector<float> v = gauss((size_t)(n_tok * Hv * S), 1.0f), st0 = gauss((size_t)(Hv * S * S), 0.3f);
+        std::vector<float> gate((size_t)(n_tok * Hv)), beta((size_t)(n_tok * Hv));
+        for (float& e : gate) e = -(0.01f + (float)g.uniform());
+        for (float& e : beta) e = (float)g.uniform();
+        const std::vector<int32_t> slots((size_t)n_tok, 0);
+        auto run = [&](std::vector<float>& out, std::vector<float>& st, isa level, bool ref) {
+            out.assign(v.size(), 0.0f);
+            st = st0;
+            gated_delta_args a;
+            a.n_tok = n_tok;
+            a.n_head_k = Hk;
+            a.n_head_v = Hv;
+            a.head_dim = S;
+            a.q = q.data();
+            a.k = k.data();
+            a.qk_stride = Hk * S;
+            a.v = v.data();
+            a.v_stride = Hv * S;
+            a.g = gate.data();
+            a.beta = beta.data();
+            a.gb_stride = Hv;
+            a.out = out.data();
+            a.out_stride = Hv * S;
+            a.state = st.data();
+            a.state_stride = (int64_t)Hv * S * S;
+            a.slot = slots.data();
+            a.scale = 1.0f / std::sqrt((float)S);
+            if (ref) {
+                gated_delta_ref(a, 0, Hv);
+                return;
+            }
+            std::vector<float> work((size_t)gated_delta_chunk_floats(S, chunk));
+            for (int h = 0; h < Hv; ++h) gated_delta_chunked(a, h, 0, n_tok, chunk, work.data(), level);
+        };
+        std::vector<float> want_o, want_st, got_o, got_st;
+        run(want_o, want_st, isa::scalar, true);
+        for (isa level : levels) {
+            run(got_o, got_st, level, false);
+            // relative to the largest value: the chunked form regroups each head's sums
+            auto worst = [](const std::vector<float>& got, const std::vector<float>& want) {
+                double big = 1e-3, w = 0;
+                for (float e : want) big = std::max(big, (double)std::fabs(e));
+                for (size_t i = 0; i < got.size(); ++i) w = std::max(w, std::fabs((double)got[i] - want[i]) / big);
+                return w;
+            };
+            const double w = std::max(worst(got_o, want_o), worst(got_st, want_st));
+            t.report(w <= 2e-4, std::string("gated_delta_chunked ") + isa_name(level) + " S=" + std::to_string(S),
+                     "worst " + std::to_string(w));
+        }
+    }
+}
+
 }  // namespace
 
 int main() {
@@ -459,6 +533,7 @@ int main() {
     check_quantizers(t, levels);
     check_matmul(t, levels);
     check_ssm_scan(t, levels);
+    check_gated_delta_chunked(t, levels);
     std::printf("%d passed, %d failed\n", t.passed, t.failed);
     return t.failed == 0 ? 0 : 1;
 }

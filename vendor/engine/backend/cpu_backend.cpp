@@ -175,7 +175,10 @@ void cpu_backend::ssm_conv(const ssm_conv_args& a) {
 }
 
 void cpu_backend::gated_delta(const gated_delta_args& a) {
-    pool_->parallel_for(a.n_head_v, [&](int64_t h, int) { lp::gated_delta(a, (int)h, (int)h + 1); });
+    if ((int)delta_work_.size() < pool_->n_threads()) delta_work_.resize((size_t)pool_->n_threads());
+    pool_->parallel_for(a.n_head_v, [&](int64_t h, int th) {
+        lp::gated_delta(a, (int)h, (int)h + 1, gated_delta_plan{}, delta_work_[(size_t)th]);
+    });
 }
 
 void cpu_backend::ssm_scan(const ssm_scan_args& a) {
@@ -188,7 +191,11 @@ void cpu_backend::run_rows(const row_op* ops, int n_ops, int64_t n) {
     });
 }
 
-size_t cpu_backend::scratch_bytes() const { return mm_.act.capacity() + moe_.bytes() + attn_.bytes(); }
+size_t cpu_backend::scratch_bytes() const {
+    size_t delta = 0;
+    for (const std::vector<float>& w : delta_work_) delta += sizeof(float) * w.capacity();
+    return mm_.act.capacity() + moe_.bytes() + attn_.bytes() + delta;
+}
 
 namespace {
 

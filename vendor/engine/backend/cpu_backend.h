@@ -6,6 +6,8 @@
 // Not here: the kernels themselves, the order of the ops (model/blocks.h).
 #pragma once
 
+#include <vector>
+
 #include "../cpu/attention.h"
 #include "../cpu/matmul.h"
 #include "../cpu/moe.h"
@@ -62,6 +64,8 @@ private:
     matmul_scratch mm_;
     moe_scratch moe_;
     attention_scratch attn_;
+    // gated_delta's chunked form, per thread (grows on a context's first prefill)
+    std::vector<std::vector<float>> delta_work_;
 };
 
 }  // namespace lp

@@ -29,6 +29,7 @@
 
 #include "backend/registry.h"
 #include "common.h"
+#include "cpu/delta_net.h"
 #include "py_common.h"
 
 namespace py = pybind11;
@@ -277,9 +278,19 @@ py::tuple ssm_conv_py(const std::string& be_name, farray x, farray w, farray sta
 
 // The gated delta rule (backend.h gated_delta): q, k (n, Hk * S), v (n, Hv * S),
 // g, beta (n, Hv), state (n_slot, Hv, S, S) in the engine's layout, slot (n,):
-// returns (out (n, Hv * S), the states after).
+// returns (out (n, Hv * S), the states after). kernel: "backend" (what the
+// backend runs), or on the CPU's kernels directly (one thread): "ref"
+// (gated_delta_ref), "step" (the step form only), "chunked" (the chunked form
+// for every run, in chunks of `chunk` rows).
 py::tuple gated_delta_py(const std::string& be_name, farray q, farray k, farray v, farray g, farray beta,
-                         farray state, const i32array& slot, int n_head_k, int n_threads) {
+                         farray state, const i32array& slot, int n_head_k, int n_threads, const std::string& kernel,
+                         int chunk) {
+    if (kernel != "backend" && kernel != "ref" && kernel != "step" && kernel != "chunked")
+        throw value_error("gated_delta: kernel must be 'backend', 'ref', 'step' or 'chunked', got '" + kernel + "'");
+    if (kernel != "backend" && be_name != "cpu")
+        throw value_error("gated_delta: kernel '" + kernel + "' runs the CPU's kernels; the backend must be 'cpu'");
+    if (chunk < 1 || chunk > gated_delta_plan::max_chunk)
+        throw value_error("gated_delta: chunk must be 1 .. " + std::to_string(gated_delta_plan::max_chunk));
     if (q.ndim() != 2 || k.ndim() != 2 || v.ndim() != 2 || g.ndim() != 2 || beta.ndim() != 2 || state.ndim() != 4)
         throw value_error("gated_delta: q, k, v, g, beta are (n, ...), state (n_slot, Hv, S, S)");
     const int64_t n = q.shape(0), n_slot = state.shape(0), Hv = state.shape(1), S = state.shape(2);
@@ -311,6 +322,20 @@ py::tuple gated_delta_py(const std::string& be_name, farray q, farray k, farray 
     a.state_stride = Hv * S * S;
     a.slot = slot.data();
     a.scale = 1.0f / std::sqrt((float)S);
+    if (kernel != "backend") {
+        {
+            py::gil_scoped_release nogil;
+            gated_delta_plan plan;
+            plan.chunk = chunk;
+            plan.min_run = kernel == "chunked" ? 1 : gated_delta_plan::never();
+            std::vector<float> work;
+            if (kernel == "ref")
+                gated_delta_ref(a, 0, a.n_head_v);
+            else
+                lp::gated_delta(a, 0, a.n_head_v, plan, work);
+        }
+        return py::make_tuple(out, st);
+    }
     std::unique_ptr<backend> be = make_backend(be_name, n_threads);
     {
         py::gil_scoped_release nogil;
@@ -450,9 +475,11 @@ void bind_backend(py::module_& m) {
           "n_head, head_dim, d_state)");
     m.def("backend_gated_delta", &gated_delta_py, py::arg("backend"), py::arg("q"), py::arg("k"), py::arg("v"),
           py::arg("g"), py::arg("beta"), py::arg("state"), py::arg("slot"), py::arg("n_head_k"),
-          py::arg("n_threads") = 1,
+          py::arg("n_threads") = 1, py::arg("kernel") = "backend", py::arg("chunk") = gated_delta_plan{}.chunk,
           "(out, states after): the gated delta rule over rows (op_args.h gated_delta_args), state (n_slot, "
-          "n_head_v, S, S) with element (i, j) of a head's matrix at [j][i]");
+          "n_head_v, S, S) with element (i, j) of a head's matrix at [j][i]. kernel: 'backend' (what the backend "
+          "runs), or the CPU kernels on one thread: 'ref', 'step' (the step form only), 'chunked' (the chunked "
+          "form for every run of rows on one slot, in chunks of `chunk` rows)");
     m.def("backend_gather_rows", &gather_rows_py, py::arg("backend"), py::arg("data"), py::arg("idx"),
           py::arg("n_threads") = 1, "data with row i replaced by row idx[i] (in place on the backend)");
 }

@@ -5,7 +5,8 @@
 // AVX2, two passes over a head's state per token instead of the reference's
 // four (the decay folded into the first dot product and into the update, the
 // read-out fused with the update) with 8-wide vectors: results stay within
-// rounding of the reference, which runs elsewhere. Mamba-2's scan (ssm_scan)
+// rounding of the reference, which runs elsewhere; long runs of one sequence
+// take the chunked form instead (delta_chunked.cpp). Mamba-2's scan (ssm_scan)
 // runs its state rows with AVX2 / AVX-512 / NEON vectors where the level has
 // them (scan_row_*), within rounding of its reference likewise.
 #include "delta_net.h"
@@ -46,12 +47,15 @@ void ssm_conv_ref(const ssm_conv_args& a, int64_t c0, int64_t c1) {
     }
 }
 
-void gated_delta_ref(const gated_delta_args& a, int h0, int h1) {
+namespace {
+
+// gated_delta_ref's loops over rows [t0, t1).
+void delta_rows_ref(const gated_delta_args& a, int h0, int h1, int64_t t0, int64_t t1) {
     const int64_t S = a.head_dim;
     std::vector<float> delta((size_t)S);
     for (int h = h0; h < h1; ++h) {
         const int hk = h % a.n_head_k;
-        for (int64_t t = 0; t < a.n_tok; ++t) {
+        for (int64_t t = t0; t < t1; ++t) {
             float* M = a.state + (int64_t)a.slot[t] * a.state_stride + (int64_t)h * S * S;  // M[j*S + i] = S[i][j]
             const float* q = a.q + t * a.qk_stride + hk * S;
             const float* k = a.k + t * a.qk_stride + hk * S;
@@ -80,6 +84,10 @@ void gated_delta_ref(const gated_delta_args& a, int h0, int h1) {
         }
     }
 }
+
+}  // namespace
+
+void gated_delta_ref(const gated_delta_args& a, int h0, int h1) { delta_rows_ref(a, h0, h1, 0, a.n_tok); }
 
 namespace {
 
@@ -138,25 +146,50 @@ delta_step_fn pick_step(int64_t S) {
     return nullptr;
 }
 
-}  // namespace
-
-void gated_delta(const gated_delta_args& a, int h0, int h1) {
+// The step form over rows [t0, t1): the fused step where the CPU has one,
+// else the reference loops.
+void delta_rows_step(const gated_delta_args& a, int h0, int h1, int64_t t0, int64_t t1, std::vector<float>& work) {
     const int64_t S = a.head_dim;
     const delta_step_fn step = pick_step(S);
     if (!step) {
-        gated_delta_ref(a, h0, h1);
+        delta_rows_ref(a, h0, h1, t0, t1);
         return;
     }
-    std::vector<float> delta((size_t)S);
+    if ((int64_t)work.size() < S) work.resize((size_t)S);
     for (int h = h0; h < h1; ++h) {
         const int hk = h % a.n_head_k;
-        for (int64_t t = 0; t < a.n_tok; ++t) {
+        for (int64_t t = t0; t < t1; ++t) {
             float* M = a.state + (int64_t)a.slot[t] * a.state_stride + (int64_t)h * S * S;
             step(M, a.q + t * a.qk_stride + hk * S, a.k + t * a.qk_stride + hk * S, a.v + t * a.v_stride + h * S,
                  std::exp(a.g[t * a.gb_stride + h]), a.beta[t * a.gb_stride + h], a.scale,
-                 a.out + t * a.out_stride + h * S, delta.data(), S);
+                 a.out + t * a.out_stride + h * S, work.data(), S);
         }
     }
+}
+
+}  // namespace
+
+void gated_delta(const gated_delta_args& a, int h0, int h1, const gated_delta_plan& plan, std::vector<float>& work) {
+    // Runs of consecutive rows on one slot, in batch order: rows of other
+    // slots touch other states, so a run may go whole before the next.
+    for (int64_t t0 = 0; t0 < a.n_tok;) {
+        int64_t t1 = t0 + 1;
+        while (t1 < a.n_tok && a.slot[t1] == a.slot[t0]) ++t1;
+        if (t1 - t0 >= plan.min_run) {
+            const int64_t need = gated_delta_chunk_floats(a.head_dim, plan.chunk);
+            if ((int64_t)work.size() < need) work.resize((size_t)need);
+            const isa level = best_isa();
+            for (int h = h0; h < h1; ++h) gated_delta_chunked(a, h, t0, t1, plan.chunk, work.data(), level);
+        } else {
+            delta_rows_step(a, h0, h1, t0, t1, work);
+        }
+        t0 = t1;
+    }
+}
+
+void gated_delta(const gated_delta_args& a, int h0, int h1) {
+    std::vector<float> work;
+    gated_delta(a, h0, h1, gated_delta_plan{}, work);
 }
 
 namespace {
