@@ -4,7 +4,7 @@ the step form (per row, two passes over each head's state) against the chunked f
 (cpu/delta_chunked.cpp: matrix products per chunk of rows), for a prompt of one sequence.
 
     python benchmarks/delta_net_prefill.py [--prompt 512] [--chunks 16,32,64,128]
-        [--runs 8,16,32,64] [--reps 3]
+        [--runs 8,16,32,64] [--run-chunk 32] [--reps 3]
 
 Measured in CPU seconds of this process (time.process_time), one thread, since the
 machine may be shared: the best of --reps calls. The op is
@@ -54,6 +54,7 @@ def main():
     ap.add_argument("--head-dim", type=int, default=128)
     ap.add_argument("--chunks", default="16,32,64,128")
     ap.add_argument("--runs", default="8,16,32,64")
+    ap.add_argument("--run-chunk", type=int, default=32)
     ap.add_argument("--reps", type=int, default=3)
     a = ap.parse_args()
     print(f"level {E.system_info()['active_isa']}; {a.key_heads} key / {a.value_heads} value heads "
@@ -66,8 +67,9 @@ def main():
         print(f"prompt {a.prompt}: chunked C={c} {t:.4f} s  ({step / t:.2f}x the step form)")
     for n in (int(x) for x in a.runs.split(",")):
         args = inputs(n, a.key_heads, a.value_heads, a.head_dim, seed=n)
-        s, c = cpu_seconds(args, a.reps * 3, kernel="step"), cpu_seconds(args, a.reps * 3, kernel="chunked")
-        print(f"run of {n}: step {s * 1e3:.2f} ms, chunked (C=64) {c * 1e3:.2f} ms  ({s / c:.2f}x)")
+        s = cpu_seconds(args, a.reps * 3, kernel="step")
+        c = cpu_seconds(args, a.reps * 3, kernel="chunked", chunk=a.run_chunk)
+        print(f"run of {n}: step {s * 1e3:.2f} ms, chunked (C={a.run_chunk}) {c * 1e3:.2f} ms  ({s / c:.2f}x)")
 
 
 if __name__ == "__main__":

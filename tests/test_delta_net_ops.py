@@ -132,7 +132,7 @@ def test_gated_delta_split_batch_carries_the_state():
     np.testing.assert_array_equal(sb, st)
 
 
-CHUNK = 64  # the backend's chunk (delta_net.h gated_delta_plan)
+CHUNK = 32  # the backend's chunk (delta_net.h gated_delta_plan)
 
 
 def long_inputs(rng, slots, Hk=2, Hv=4, S=128, n_slot=2, g_range=(-1.0, -0.01)):
@@ -144,21 +144,23 @@ def long_inputs(rng, slots, Hk=2, Hv=4, S=128, n_slot=2, g_range=(-1.0, -0.01)):
 
 
 def assert_within_rounding(out, st, rout, rst, q, Hk, what):
-    """Outputs within 2e-4 of the row's head's size (its largest |value|, at least 1e-3 so
+    """Outputs within 5e-5 of the row's head's size (its largest |value|, at least 1e-3 so
     rows read from an almost vanished state do not demand bits below rounding), states
-    within 2e-4 of their head's largest |element|. Why per head: the chunked form regroups
+    within 5e-5 of their head's largest |element|. Why per head: the chunked form regroups
     each head's sums (every element of a head's state is updated from all of its rows
     through the triangular solve), so its rounding scales with the head's values, not with
-    each element's, which may cancel to near zero."""
+    each element's, which may cancel to near zero. By this measure the step form's own
+    AVX2 kernel lands up to ~1e-5 from the reference on these inputs, the chunked form
+    likewise."""
     n = out.shape[0]
     Hv, S = rst.shape[1], rst.shape[2]
     o, ro = out.reshape(n, Hv, S), rout.reshape(n, Hv, S)
     scale = np.maximum(np.abs(ro).max(axis=2, keepdims=True), 1e-3)
     err = np.abs(o - ro) / scale
-    assert err.max() <= 2e-4, f"{what}: output off by {err.max():.2e} of its head's size"
+    assert err.max() <= 5e-5, f"{what}: output off by {err.max():.2e} of its head's size"
     sscale = np.maximum(np.abs(rst).max(axis=(2, 3), keepdims=True), 1e-3)
     serr = np.abs(st - rst) / sscale
-    assert serr.max() <= 2e-4, f"{what}: state off by {serr.max():.2e} of its head's size"
+    assert serr.max() <= 5e-5, f"{what}: state off by {serr.max():.2e} of its head's size"
 
 
 @pytest.mark.parametrize("n", [1, CHUNK - 1, CHUNK, CHUNK + 1, 3 * CHUNK + 5])

@@ -32,13 +32,16 @@ void gated_delta(const gated_delta_args& a, int h0, int h1);
 // Which form gated_delta gives a run of consecutive rows on one slot: runs of
 // at least min_run rows the chunked form, in chunks of `chunk` rows (the last
 // one shorter), shorter runs (decode steps, short tails) the step form. The
-// defaults were chosen by measurement (see delta_chunked.cpp); tests force
-// either form with min_run 1 or never().
+// defaults by measurement (benchmarks/delta_net_prefill.py, Qwen3.5-4B's heads,
+// CPU time of one thread): chunks of 32 beat 16 and 64 at every level (512
+// rows: 2.1x the step form at AVX-512, 1.4x at AVX2, 2.4x scalar); the chunked
+// form pays from runs of 16 rows (AVX2: even there, AVX-512 1.6x). Tests
+// force either form with min_run 1 or never().
 struct gated_delta_plan {
     static constexpr int64_t never() { return std::numeric_limits<int64_t>::max(); }
     static constexpr int max_chunk = 256;  // chunk: 1 .. max_chunk
-    int chunk = 64;
-    int64_t min_run = 32;
+    int chunk = 32;
+    int64_t min_run = 16;
 };
 // gated_delta with a plan and caller-owned work memory (grown on use: one
 // vector per thread, so a backend's threads never allocate per call).
