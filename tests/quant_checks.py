@@ -45,6 +45,27 @@ def random_blocks(rng, block_bytes: int, n_blocks: int, half_offsets, scale: flo
     return raw
 
 
+# The grid-based i-quants (quants/iq_lattice.h), which llamapy reads but does not write:
+# their tests draw random blocks (random_iq_blocks), every one a legal block.
+IQ_LATTICE_TYPES = ["IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S", "IQ1_S", "IQ1_M"]
+IQ_BLOCK_BYTES = {"IQ2_XXS": 66, "IQ2_XS": 74, "IQ2_S": 82, "IQ3_XXS": 98, "IQ3_S": 110, "IQ1_S": 50, "IQ1_M": 56}
+
+
+def random_iq_blocks(rng, qtype: str, n_blocks: int, scale: float = 0.05) -> np.ndarray:
+    """Random block bytes with a finite fp16 super-block scale: at byte 0, or for IQ1_M in
+    the top nibbles of the four scale words at bytes 48..55."""
+    raw = rng.integers(0, 256, size=(n_blocks, IQ_BLOCK_BYTES[qtype]), dtype=np.uint8)
+    d = (rng.standard_normal(n_blocks) * scale).astype(np.float16).view(np.uint16)
+    if qtype == "IQ1_M":
+        words = raw[:, 48:56].copy().view(np.uint16)  # (n_blocks, 4)
+        for k in range(4):
+            words[:, k] = (words[:, k] & 0x0FFF) | (((d >> (4 * k)) & 0xF) << 12)
+        raw[:, 48:56] = words.view(np.uint8)
+    else:
+        raw[:, 0:2] = d.view(np.uint8).reshape(-1, 2)
+    return raw
+
+
 def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
     a = np.ascontiguousarray(a, dtype=np.float32)
     b = np.ascontiguousarray(b, dtype=np.float32)

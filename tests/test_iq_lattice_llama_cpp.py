@@ -62,7 +62,7 @@ def greedy(llm, prompt, n):
 
 
 # On a GPU build (tools/vulkan_check.sh runs this file on lavapipe) also with every layer on the
-# device: these types have no shaders, so the Vulkan backend takes them as F16 rows at upload.
+# device, through the Vulkan shaders of these types (shaders/iq_lattice.glsl).
 WHERE = ["cpu"] + (["gpu"] if "vulkan" in _engine.backends() and _engine.gpu_devices() else [])
 
 
@@ -103,6 +103,30 @@ def test_matches_llama_cpp(ftype, where):
         else:
             assert len(got) == len(pr["ids"]), at
     llm.close()
+
+
+@pytest.mark.skipif("gpu" not in WHERE, reason="no Vulkan device in this build or on this machine")
+@pytest.mark.parametrize("ftype", list(RECORD["files"]))
+def test_the_gpu_holds_the_blocks_as_stored(ftype):
+    """With every layer on the device, the device memory the model takes stays within what
+    the plan counts (the file's matrix bytes, the KV cache, the activations), with less room
+    left than the F16 rows of a type without shaders would add (the token embeddings left out
+    of that sum: they may be read on the host)."""
+    import gguf
+
+    fr = RECORD["files"][ftype]
+    r = gguf.GGUFReader(str(DATA / fr["file"]))
+    f16_extra = sum(2 * int(t.n_elements) - int(t.n_bytes) for t in r.tensors
+                    if t.tensor_type.name == RECORD["matrix_type"][ftype] and t.name != "token_embd.weight")
+    before = _engine.vulkan_memory_used()
+    llm = Llama(model_path=str(DATA / fr["file"]), n_ctx=RECORD["n_ctx"], n_batch=RECORD["n_batch"],
+                n_threads=2, flash_attn=True, verbose=False, n_gpu_layers=-1)
+    llm.eval(fr["prompts"][0]["prompt_ids"])
+    used = _engine.vulkan_memory_used() - before
+    planned = sum(d["total_bytes"] for d in llm._ctx.device_memory() if d["device"] != "cpu")
+    llm.close()
+    assert used <= planned, f"{ftype}: the device holds {used} bytes, the plan {planned}"
+    assert planned - used < f16_extra, f"{ftype}: {planned - used} bytes to spare, F16 rows add {f16_extra}"
 
 
 @pytest.mark.parametrize("ftype", list(RECORD["files"]))

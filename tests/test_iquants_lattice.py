@@ -21,26 +21,11 @@ import numpy as np
 import pytest
 
 from llamapy import _engine
-from quant_checks import activation_roundtrip, check_matmul, check_vec_dot, same_bits
+from quant_checks import (IQ_BLOCK_BYTES, IQ_LATTICE_TYPES, activation_roundtrip, check_matmul, check_vec_dot,
+                          random_iq_blocks, same_bits)
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-TYPES = ["IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S", "IQ1_S", "IQ1_M"]
-BLOCK_BYTES = {"IQ2_XXS": 66, "IQ2_XS": 74, "IQ2_S": 82, "IQ3_XXS": 98, "IQ3_S": 110, "IQ1_S": 50, "IQ1_M": 56}
-
-
-def random_blocks(rng, qtype: str, n_blocks: int, scale: float = 0.05) -> np.ndarray:
-    """Random block bytes with a finite fp16 super-block scale: at byte 0, or for IQ1_M in
-    the top nibbles of the four scale words at bytes 48..55."""
-    raw = rng.integers(0, 256, size=(n_blocks, BLOCK_BYTES[qtype]), dtype=np.uint8)
-    d = (rng.standard_normal(n_blocks) * scale).astype(np.float16).view(np.uint16)
-    if qtype == "IQ1_M":
-        words = raw[:, 48:56].copy().view(np.uint16)  # (n_blocks, 4)
-        for k in range(4):
-            words[:, k] = (words[:, k] & 0x0FFF) | (((d >> (4 * k)) & 0xF) << 12)
-        raw[:, 48:56] = words.view(np.uint8)
-    else:
-        raw[:, 0:2] = d.view(np.uint8).reshape(-1, 2)
-    return raw
+TYPES = IQ_LATTICE_TYPES
 
 
 def gguf_dequantize(raw: np.ndarray, qtype: str) -> np.ndarray:
@@ -53,12 +38,14 @@ def test_grid_tables_are_generated_from_gguf():
     spec.loader.exec_module(gen)
     committed = (ROOT / "vendor" / "engine" / "quants" / "iq_grids.inc").read_text(encoding="utf-8")
     assert committed == gen.render(), "iq_grids.inc is stale: run python3 tools/gen_iq_grids.py"
+    shaders = (ROOT / "vendor" / "engine" / "vulkan" / "shaders" / "iq_grids.glsl").read_text(encoding="utf-8")
+    assert shaders == gen.render_glsl(), "iq_grids.glsl is stale: run python3 tools/gen_iq_grids.py"
 
 
 @pytest.mark.parametrize("qtype", TYPES)
 def test_dequantize_random_blocks_bit_exact(qtype):
     rng = np.random.default_rng(TYPES.index(qtype) + 1)
-    raw = random_blocks(rng, qtype, 300)
+    raw = random_iq_blocks(rng, qtype, 300)
     got = _engine.dequantize(raw, qtype, [300 * 256])
     assert same_bits(got, gguf_dequantize(raw, qtype))
 
@@ -67,7 +54,7 @@ def test_dequantize_random_blocks_bit_exact(qtype):
 def test_dequantize_extreme_scales(qtype):
     """The largest and smallest (subnormal) fp16 scales, and zero: still gguf-py's bits."""
     rng = np.random.default_rng(40 + TYPES.index(qtype))
-    raw = random_blocks(rng, qtype, 8)
+    raw = random_iq_blocks(rng, qtype, 8)
     for i, h in enumerate([0x7BFF, 0xFBFF, 0x0001, 0x8001, 0x0000, 0x03FF, 0x3C00, 0xBC00]):
         one = np.array([h], np.uint16)
         if qtype == "IQ1_M":
@@ -92,7 +79,7 @@ def exact_dot(w_raw, qtype, n_rows, a):
 def test_vec_dot_levels(qtype, n_cols):
     rng = np.random.default_rng(n_cols + 97 * TYPES.index(qtype))
     n_rows = 7
-    w_raw = random_blocks(rng, qtype, n_rows * n_cols // 256).reshape(n_rows, -1)
+    w_raw = random_iq_blocks(rng, qtype, n_rows * n_cols // 256).reshape(n_rows, -1)
     # a few large activations: the Q8_K scale follows the largest, the rest stay small
     a = (rng.standard_normal(n_cols) * np.where(rng.random(n_cols) < 0.05, 30, 1)).astype(np.float32)
     exact, scale = exact_dot(w_raw, qtype, n_rows, a)
@@ -105,7 +92,7 @@ def test_vec_dot_extreme_operands(qtype):
     largest grid values and sub-scales the random blocks hold."""
     rng = np.random.default_rng(77 + TYPES.index(qtype))
     n_cols = 1024
-    w_raw = random_blocks(rng, qtype, 3 * n_cols // 256).reshape(3, -1)
+    w_raw = random_iq_blocks(rng, qtype, 3 * n_cols // 256).reshape(3, -1)
     for a in [np.full(n_cols, 1.0, np.float32), np.where(rng.random(n_cols) < 0.5, -1.0, 1.0).astype(np.float32)]:
         exact, scale = exact_dot(w_raw, qtype, 3, a)
         check_vec_dot(w_raw, qtype, n_cols, a, exact, scale)
@@ -116,7 +103,7 @@ def test_vec_dot_extreme_operands(qtype):
                                                  (13, 2304, 5), (5, 256, 2)])
 def test_matmul_odd_shapes(qtype, n_rows, n_cols, n_tok):
     rng = np.random.default_rng(n_rows * 7919 + n_cols + TYPES.index(qtype))
-    w_raw = random_blocks(rng, qtype, n_rows * n_cols // 256).reshape(-1)
+    w_raw = random_iq_blocks(rng, qtype, n_rows * n_cols // 256).reshape(-1)
     x = rng.standard_normal((n_tok, n_cols)).astype(np.float32)
     w64 = _engine.dequantize(w_raw, qtype, [n_rows, n_cols]).astype(np.float64)
     check_matmul(w_raw, qtype, n_rows, n_cols, x, w64, "Q8_K")
@@ -125,7 +112,7 @@ def test_matmul_odd_shapes(qtype, n_rows, n_cols, n_tok):
 @pytest.mark.parametrize("qtype", TYPES)
 def test_type_info_reads_but_does_not_write(qtype):
     info = _engine.type_info(qtype)
-    assert (info["block_size"], info["type_size"]) == (256, BLOCK_BYTES[qtype])
+    assert (info["block_size"], info["type_size"]) == (256, IQ_BLOCK_BYTES[qtype])
     assert info["can_dequantize"] and info["has_matmul"]
     assert info["vec_dot_type"] == "Q8_K"
     assert not info["can_quantize"]
@@ -134,11 +121,11 @@ def test_type_info_reads_but_does_not_write(qtype):
 
 
 def test_truncated_data_is_refused():
-    raw = random_blocks(np.random.default_rng(5), "IQ2_XXS", 2).reshape(-1)[:-1]
+    raw = random_iq_blocks(np.random.default_rng(5), "IQ2_XXS", 2).reshape(-1)[:-1]
     with pytest.raises(ValueError):
         _engine.dequantize(raw, "IQ2_XXS", [512])
     with pytest.raises(ValueError):
-        _engine.dequantize(random_blocks(np.random.default_rng(5), "IQ3_S", 1), "IQ3_S", [128])
+        _engine.dequantize(random_iq_blocks(np.random.default_rng(5), "IQ3_S", 1), "IQ3_S", [128])
 
 
 @pytest.mark.parametrize("qtype", ["IQ2_XXS", "IQ3_S", "IQ1_M"])
@@ -150,7 +137,7 @@ def test_expert_products_equal_the_dense_driver(qtype, n_tok, k, n_expert):
 
     rng = np.random.default_rng(n_tok + TYPES.index(qtype))
     rows, cols = 48, 512
-    raw = random_blocks(rng, qtype, n_expert * rows * cols // 256).reshape(-1)
+    raw = random_iq_blocks(rng, qtype, n_expert * rows * cols // 256).reshape(-1)
     x = rng.standard_normal((n_tok, cols)).astype(np.float32)
     ids = np.stack([rng.choice(n_expert, k, replace=False) for _ in range(n_tok)]).astype(np.int32)
     per = raw.reshape(n_expert, -1)

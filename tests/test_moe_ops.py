@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 
 from llamapy import _engine as E
+from quant_checks import IQ_LATTICE_TYPES, random_iq_blocks
 
 LEVELS = list(E.system_info()["cpu_isas"])
 BACKENDS = E.backends()
@@ -204,6 +205,9 @@ def test_route_rejects_bad_arguments():
 # ---------------------------------------------------------------------------
 
 TYPES = ["F32", "F16", "Q8_0", "Q4_0", "Q4_K", "Q5_K", "Q6_K", "IQ4_NL", "MXFP4", "TQ1_0", "TQ2_0"]
+# The grid i-quants (random blocks: llamapy does not quantize to them) on the GPU
+# backends; test_iquants_lattice.py checks their CPU expert products.
+GPU_TYPES = TYPES + IQ_LATTICE_TYPES
 
 
 def experts(rng, t, n_expert, rows, cols):
@@ -212,6 +216,8 @@ def experts(rng, t, n_expert, rows, cols):
         return w.view(np.uint8)
     if t == "F16":
         return w.astype(np.float16).view(np.uint8)
+    if t in IQ_LATTICE_TYPES:
+        return random_iq_blocks(rng, t, w.size // 256).reshape(-1)
     return E.quantize(w, t)
 
 
@@ -265,7 +271,7 @@ def test_products_equal_the_dense_driver(t, shape):
 
 def products_case(t, shape):
     """Experts of type t, tokens and each token's k distinct experts for a SHAPES entry."""
-    rng = np.random.default_rng(10 * TYPES.index(t) + list(SHAPES).index(shape))
+    rng = np.random.default_rng(10 * GPU_TYPES.index(t) + list(SHAPES).index(shape))
     n_tok, k, n_expert = SHAPES[shape]
     rows, cols = 48, 256
     raw = experts(rng, t, n_expert, rows, cols)
@@ -279,7 +285,7 @@ def products_case(t, shape):
 
 
 @pytest.mark.parametrize("backend", GPU_BACKENDS)
-@pytest.mark.parametrize("t", TYPES)
+@pytest.mark.parametrize("t", GPU_TYPES)
 @pytest.mark.parametrize("shape", list(SHAPES))
 def test_gpu_products_equal_its_dense_matmul(backend, t, shape):
     raw, x, ids, (n_tok, k, n_expert), rows, cols = products_case(t, shape)

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from llamapy import _engine as E
+from quant_checks import IQ_LATTICE_TYPES, random_iq_blocks
 
 pytestmark = pytest.mark.skipif("vulkan" not in E.backends(), reason="built without the Vulkan backend")
 
@@ -61,6 +62,32 @@ def test_get_rows_matches_the_cpu(wtype):
     ids = [19, 0, 7, 7, 3]
     np.testing.assert_array_equal(E.backend_get_rows("vulkan", raw, wtype, 20, 512, ids),
                                   E.backend_get_rows("cpu", raw, wtype, 20, 512, ids))
+
+
+# The grid i-quants: llamapy does not quantize to them, so the weights are random
+# blocks (every one legal once its scale is finite: quant_checks.random_iq_blocks).
+@pytest.mark.parametrize("wtype", IQ_LATTICE_TYPES)
+def test_grid_iquants_have_shaders_and_match_the_cpu(wtype):
+    assert wtype in E.vulkan_matmul_types()  # not the F16 fallback: the blocks go to the device as stored
+    r = np.random.default_rng(IQ_LATTICE_TYPES.index(wtype))
+    for n_rows, n_cols, n in ((37, 768, 1), (37, 1280, 5), (130, 256, 70)):
+        raw = random_iq_blocks(r, wtype, n_rows * n_cols // 256).reshape(-1)
+        x = r.standard_normal((n, n_cols)).astype(np.float32)
+        got = E.backend_matmul("vulkan", raw, wtype, n_rows, n_cols, x)
+        cpu = E.backend_matmul("cpu", raw, wtype, n_rows, n_cols, x)
+        assert got.shape == (n, n_rows)
+        assert np.abs(got - cpu).max() <= 2e-6 * np.abs(cpu).max(), (n_rows, n_cols, n)
+    # a token's row does not depend on the tile of 8 it falls in
+    raw = random_iq_blocks(r, wtype, 45 * 512 // 256).reshape(-1)
+    x = r.standard_normal((19, 512)).astype(np.float32)
+    whole = E.backend_matmul("vulkan", raw, wtype, 45, 512, x)
+    for lo, hi in ((0, 1), (3, 4), (9, 18), (18, 19)):
+        np.testing.assert_array_equal(E.backend_matmul("vulkan", raw, wtype, 45, 512, x[lo:hi]), whole[lo:hi])
+    # get_rows: the CPU's dequantization, bit for bit
+    table = random_iq_blocks(r, wtype, 20 * 512 // 256).reshape(-1)
+    ids = [19, 0, 7, 7, 3]
+    np.testing.assert_array_equal(E.backend_get_rows("vulkan", table, wtype, 20, 512, ids),
+                                  E.backend_get_rows("cpu", table, wtype, 20, 512, ids))
 
 
 def test_rms_norm_of_long_rows_and_many_groups():

@@ -19,8 +19,8 @@
 # encoders, the placement plan and its errors, layer splits over two logical
 # devices, offload_kqv=False, LoRA, Gemma 3 270M offloaded
 # (tests/test_vulkan_models.py); the vision encoder (tests/test_vulkan_vision.py,
-# tests/test_vision_feature_layers.py); the grid i-quant files (IQ1/IQ2/IQ3, no shaders: F16 rows
-# at upload) against llama.cpp (tests/test_iq_lattice_llama_cpp.py).
+# tests/test_vision_feature_layers.py); the grid i-quant files (IQ1/IQ2/IQ3, their own shaders:
+# the file's bytes on the device) against llama.cpp (tests/test_iq_lattice_llama_cpp.py).
 # Installs Debian's libvulkan-dev, glslc and mesa-vulkan-drivers when they
 # are missing and this runs as root; otherwise says what to install.
 set -euo pipefail

@@ -451,6 +451,8 @@ void bind_backend(py::module_& m) {
               "Why this backend found no device, or an empty string.");
         m.def((std::string(f->name()) + "_matmul_types").c_str(), [f]() { return matmul_type_names(*f); },
               "Weight types this backend has matmul kernels for (others are dequantized to F16 on upload).");
+        m.def((std::string(f->name()) + "_memory_used").c_str(), [f](int index) { return f->memory_used(index); },
+              py::arg("index") = 0, "Bytes of device memory this process holds on the backend's device `index` now.");
     }
     m.def("backend_row_op", &row_op_py, py::arg("backend"), py::arg("kind"), py::arg("y"), py::arg("x") = py::none(),
           py::arg("w") = py::none(), py::arg("b") = py::none(), py::arg("f") = 0.0f, py::arg("f2") = 0.0f,

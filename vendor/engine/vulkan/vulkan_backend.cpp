@@ -33,6 +33,13 @@ const char* type_suffix(ggml_type t) {
         case ggml_type::MXFP4: return "mxfp4";
         case ggml_type::TQ1_0: return "tq1_0";
         case ggml_type::TQ2_0: return "tq2_0";
+        case ggml_type::IQ2_XXS: return "iq2_xxs";
+        case ggml_type::IQ2_XS: return "iq2_xs";
+        case ggml_type::IQ2_S: return "iq2_s";
+        case ggml_type::IQ3_XXS: return "iq3_xxs";
+        case ggml_type::IQ3_S: return "iq3_s";
+        case ggml_type::IQ1_S: return "iq1_s";
+        case ggml_type::IQ1_M: return "iq1_m";
         default: return nullptr;
     }
 }

@@ -28,6 +28,7 @@ layout(push_constant) uniform Params {
     uint n_ids, n_cols, row_bytes, y_stride;
     uint ids_off, y_off;  // offsets (ints, floats) of the ids and of output row 0
 } p;
+#include "iq_lattice.glsl"  // after the buffers: its decoders read w
 
 float element(uint rb, uint i) {
 #if WTYPE == T_F32
@@ -67,6 +68,12 @@ float element(uint rb, uint i) {
 #elif WTYPE == T_TQ2_0
     const uint b = rb + (i / 256u) * 66u, e = i % 256u;
     return float(int(TQ2_TRIT(w, b, e)) - 1) * half_bits_to_float(U16_OF(w, b + 64u));
+#elif IQ_LATTICE
+    const uint b = rb + (i / 256u) * IQ_BLOCK_BYTES, e = i % 256u;
+    int q[8];
+    iq_group8(b, e / 8u, q);
+    precise float v = iq_dequant_scale(iq_d(b), iq_ls(b, e / 16u)) * (float(q[e % 8u]) * IQ_Q_UNIT);
+    return v;
 #elif WTYPE == T_MXFP4
     const uint b = rb + (i / 32u) * 17u, j = i % 32u;
     const uint q = BYTE_OF(w, b + 1u + j % 16u);
@@ -106,6 +113,9 @@ float element(uint rb, uint i) {
 }
 
 void main() {
+#if IQ_LATTICE
+    iq_load_grid();
+#endif
     for (uint t = gl_WorkGroupID.x; t < p.n_ids; t += gl_NumWorkGroups.x) {
         const uint rb = uint(ids[p.ids_off + t]) * p.row_bytes;
         for (uint i = gl_LocalInvocationID.x; i < p.n_cols; i += 64u) y[p.y_off + t * p.y_stride + i] = element(rb, i);

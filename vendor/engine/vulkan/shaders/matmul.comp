@@ -81,6 +81,7 @@ const uint TT = 1u;
 const uint TT = 8u;
 #endif
 shared float part[64];
+#include "iq_lattice.glsl"  // after the buffers: its decoders read w
 
 #if WTYPE == T_Q8_0 || WTYPE == T_Q4_0 || WTYPE == T_Q5_0 || WTYPE == T_Q4_1 || WTYPE == T_Q5_1 || WTYPE == T_MXFP4
 // 32-element blocks. Activations: Q8_0 blocks (d, 32 int8) for Q4_0 / Q5_0 /
@@ -198,6 +199,37 @@ void block_dots(uint wb, uint ab, uint a_row, uint nt, inout float acc[TT]) {
 }
 #endif
 
+#if IQ_LATTICE
+// The grid i-quants' super-blocks of 256 against Q8_K activations: per 16
+// weights the integer dot times the odd scale ls, summed exactly over the
+// block, then times d_w * d_a * unit, as iq_lattice.cpp's reference. The
+// weights are decoded 16 at a time and dotted with every token's.
+const uint A_BYTES = 292u, A_QS = 4u;
+const uint BLOCK = 256u;
+void block_dots(uint wb, uint ab, uint a_row, uint nt, inout float acc[TT]) {
+    int dot[TT];
+    for (uint tt = 0u; tt < TT; ++tt) dot[tt] = 0;
+    for (uint h = 0u; h < 16u; ++h) {
+        int lo[8], hi[8];
+        iq_group8(wb, 2u * h, lo);
+        iq_group8(wb, 2u * h + 1u, hi);
+        const int ls = iq_ls(wb, h);
+        for (uint tt = 0u; tt < TT; ++tt) {
+            if (tt >= nt) break;
+            const uint at = ab + tt * a_row + A_QS + 16u * h;
+            int s = 0;
+            for (uint k = 0u; k < 8u; ++k) s += lo[k] * I8_OF(a, at + k) + hi[k] * I8_OF(a, at + 8u + k);
+            dot[tt] += ls * s;
+        }
+    }
+    const float d = iq_d(wb);
+    for (uint tt = 0u; tt < TT; ++tt) {
+        if (tt >= nt) break;
+        acc[tt] += float(dot[tt]) * (d * uintBitsToFloat(a[(ab + tt * a_row) >> 2]) * IQ_UNIT);
+    }
+}
+#endif
+
 #if WTYPE == T_Q4_K || WTYPE == T_Q5_K || WTYPE == T_Q6_K
 // 256-element super-blocks against Q8_K activations (float d, 256 int8,
 // 16 int16 sums): the integer dot per sub-block times its scale, then the
@@ -310,6 +342,8 @@ const uint BLOCK_BYTES = 54u;
 const uint BLOCK_BYTES = 66u;
 #elif WTYPE == T_MXFP4
 const uint BLOCK_BYTES = 17u;  // odd: blocks start at any byte (BYTE_OF reads them)
+#elif IQ_LATTICE
+const uint BLOCK_BYTES = IQ_BLOCK_BYTES;  // even, as the 16-bit fields need
 #endif
 
 // part[row L] = the sum of v over the L lanes of each row of the workgroup
@@ -351,6 +385,9 @@ void main() {
     // sum in the same order whatever the tile.
     const uint lid = gl_LocalInvocationID.x;
     const uint L = p.lanes, lane = lid % L, rpw = 64u / L;
+#if IQ_LATTICE
+    iq_load_grid();
+#endif
     for (uint t0 = gl_WorkGroupID.y * TT; t0 < p.n_tok; t0 += gl_NumWorkGroups.y * TT) {
         const uint nt = min(TT, p.n_tok - t0);
 #if MOE
