@@ -24,11 +24,12 @@ MLA) through the DecoderFamily hooks. Not here: multimodal projectors.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
 
@@ -319,9 +320,7 @@ def convert_decoder(family: DecoderFamily, hf_dir: str, cfg: dict, out_path: str
             plan[k] = (name, load, (n_vocab,) + tuple(shape[1:]))
 
     n_params, n_shared, n_expert, n_experts = _param_counts(plan)
-    part = os.path.abspath(out_path) + ".part"  # an interrupted run leaves no half-written OUT
-    w = gguf.GGUFWriter(part, family.arch)
-    try:
+    with part_writer(out_path, family.arch) as w:
         w.add_type(gguf.GGUFType.MODEL)
         w.add_name(_model_name(hf_dir, cfg))
         w.add_size_label(gguf.size_label(n_params, n_shared, n_expert, n_experts))
@@ -342,7 +341,7 @@ def convert_decoder(family: DecoderFamily, hf_dir: str, cfg: dict, out_path: str
                 _target_type(name, shape, outtype)
             types.append(qtype)
             w.add_tensor_info(name, shape, np.dtype(np.float32), _nbytes(shape, qtype), raw_dtype=qtype)
-        w.write_header_to_file(path=part)
+        w.write_header_to_file(path=w.path)
         w.write_kv_data_to_file()
         w.write_ti_data_to_file()
         for (name, load, shape), qtype in zip(plan, types):
@@ -356,13 +355,6 @@ def convert_decoder(family: DecoderFamily, hf_dir: str, cfg: dict, out_path: str
                 x = family.tensor_hook(name, x, cfg)
             w.write_tensor_data(_encode(x, qtype))
             log_fn(f"{name:32s} {str(shape):16s} -> {qtype.name}")
-    except BaseException:
-        w.close()
-        if os.path.exists(part):
-            os.remove(part)
-        raise
-    w.close()
-    os.replace(part, out_path)
     return out_path
 
 
@@ -427,6 +419,26 @@ def _plan(family: DecoderFamily, ckpt: Checkpoint, cfg: dict, n_layer: int, raw:
         il, layer = next(iter(pending.items()))
         raise ValueError(f"layer {il} has {len(layer)} of its {3 * n_expert} expert matrices")
     return plan
+
+
+@contextlib.contextmanager
+def part_writer(out_path: str, arch: str) -> Iterator[Any]:
+    """A GGUFWriter on OUT.part, renamed to OUT when the block ends and removed
+    when it raises: an interrupted or failed conversion leaves no half-written
+    OUT (and an existing OUT untouched)."""
+    import gguf
+
+    part = os.path.abspath(out_path) + ".part"
+    w = gguf.GGUFWriter(part, arch)
+    try:
+        yield w
+    except BaseException:
+        w.close()
+        if os.path.exists(part):
+            os.remove(part)
+        raise
+    w.close()
+    os.replace(part, out_path)
 
 
 def _param_counts(plan: Plan) -> Tuple[int, int, int, int]:

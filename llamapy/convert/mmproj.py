@@ -39,7 +39,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 import numpy as np
 
 from .checkpoint import Checkpoint
-from .decoder import OUTTYPES, _FILE_TYPE, _encode, _model_name, _nbytes, need
+from .decoder import OUTTYPES, _FILE_TYPE, _encode, _model_name, _nbytes, need, part_writer
 
 # SigLIP's encoder names -> GGUF clip names ({0}: layer, {1}: weight / bias)
 _SIGLIP = (
@@ -317,9 +317,7 @@ def convert_mmproj(hf_dir: str, cfg: dict, out_path: str, outtype: str = "f16",
                          + (f" ({len(missing)} missing in all)" if len(missing) > 1 else ""))
 
     n_params = sum(int(np.prod(s, dtype=np.int64)) for _, _, s, _ in plan)
-    part = os.path.abspath(out_path) + ".part"
-    w = gguf.GGUFWriter(part, "clip")
-    try:
+    with part_writer(out_path, "clip") as w:
         w.add_type(gguf.GGUFType.MMPROJ)
         w.add_name(_model_name(hf_dir, cfg))
         w.add_size_label(gguf.size_label(n_params, 0, 0, 0))
@@ -341,18 +339,11 @@ def convert_mmproj(hf_dir: str, cfg: dict, out_path: str, outtype: str = "f16",
             qtype = _target_type(name, shape, outtype, proj.force_type(hf_name, name, outtype))
             types.append(qtype)
             w.add_tensor_info(name, shape, np.dtype(np.float32), _nbytes(shape, qtype), raw_dtype=qtype)
-        w.write_header_to_file(path=part)
+        w.write_header_to_file(path=w.path)
         w.write_kv_data_to_file()
         w.write_ti_data_to_file()
         for (name, hf_name, shape, fn), qtype in zip(plan, types):
             x = proj.hook(name, fn(np.asarray(ckpt.get(hf_name), dtype=np.float32)))
             w.write_tensor_data(_encode(x, qtype))
             log_fn(f"{name:32s} {str(shape):16s} -> {qtype.name}")
-    except BaseException:
-        w.close()
-        if os.path.exists(part):
-            os.remove(part)
-        raise
-    w.close()
-    os.replace(part, out_path)
     return out_path
