@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 
 from llamapy import Llama, _engine
+from test_dense_llama_cpp import greedy, teacher_forced  # llama.cpp's greedy path, teacher-forced and free
 
 DATA = Path(__file__).parent / "data" / "iq_lattice"
 TOL_Q = 0.3
@@ -42,23 +43,6 @@ def test_every_matrix_has_the_type(ftype):
     want = RECORD["matrix_type"][ftype]
     types = RECORD["tensor_types"][ftype]
     assert {t for name, t in types.items() if not name.endswith("norm.weight")} == {want}
-
-
-def teacher_forced(llm, prompt, ids):
-    llm.reset()
-    seq = list(prompt) + list(ids)
-    llm.eval(seq[:-1])
-    return np.array(llm.scores[:len(seq) - 1])[len(prompt) - 1:]
-
-
-def greedy(llm, prompt, n):
-    llm.reset()
-    got = []
-    for tok in llm.generate(prompt, temp=0.0):
-        got.append(tok)
-        if len(got) == n:
-            break
-    return got
 
 
 # On a GPU build (tools/vulkan_check.sh runs this file on lavapipe) also with every layer on the
