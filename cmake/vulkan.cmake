@@ -45,7 +45,7 @@ set(_lp_vk_shaders
 # vulkan_backend.cpp's type_suffix lists the same types.
 set(_lp_vk_wtypes
   "f32|0" "f16|1" "bf16|30" "q4_0|2" "q4_1|3" "q5_0|6" "q5_1|7" "q8_0|8" "q4_k|12" "q5_k|13" "q6_k|14" "mxfp4|39"
-  "tq1_0|34" "tq2_0|35"
+  "tq1_0|34" "tq2_0|35" "iq4_nl|20" "iq4_xs|23"
   "iq2_xxs|16" "iq2_xs|17" "iq2_s|22" "iq3_xxs|18" "iq3_s|21" "iq1_s|19" "iq1_m|29")
 foreach(_wt IN LISTS _lp_vk_wtypes)
   string(REPLACE "|" ";" _wt_parts "${_wt}")

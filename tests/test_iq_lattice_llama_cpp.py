@@ -11,7 +11,10 @@ moves it (0.15-0.8 on these files). Every step's top-10 logits, teacher-forced a
 llama.cpp's greedy path, within TOL_Q except where llama.cpp itself moves by more than
 TOL_Q / 2; the whole last-position row within max(TOL_Q, 1.5 times llama.cpp's own); the
 median step no further than 1.5 times llama.cpp's own median; and free-running greedy
-generation gives llama.cpp's 16 tokens up to a tie (a top-2 gap within TOL_Q)."""
+generation gives llama.cpp's 16 tokens up to a tie (a top-2 gap within TOL_Q).
+
+The checks are functions of a fixture folder (check_*), which tests/test_iq4_llama_cpp.py
+runs on the same model in IQ4_NL and IQ4_XS (tests/data/iq4)."""
 
 from __future__ import annotations
 
@@ -30,18 +33,17 @@ TOL_Q = 0.3
 RECORD = json.loads((DATA / "record.json").read_text())
 
 
-def test_fixture_files_are_intact():
-    files = json.loads((DATA / "manifest.json").read_text())
+def check_fixture_files(data: Path):
+    files = json.loads((data / "manifest.json").read_text())
     for rel, info in files.items():
-        data = (DATA / rel).read_bytes()
-        assert len(data) == info["bytes"] and hashlib.sha256(data).hexdigest() == info["sha256"], rel
+        raw = (data / rel).read_bytes()
+        assert len(raw) == info["bytes"] and hashlib.sha256(raw).hexdigest() == info["sha256"], rel
 
 
-@pytest.mark.parametrize("ftype", list(RECORD["files"]))
-def test_every_matrix_has_the_type(ftype):
+def check_every_matrix_has_the_type(record: dict, ftype: str):
     """`pure` put the one type on every matrix (the test would pass on fallbacks otherwise)."""
-    want = RECORD["matrix_type"][ftype]
-    types = RECORD["tensor_types"][ftype]
+    want = record["matrix_type"][ftype]
+    types = record["tensor_types"][ftype]
     assert {t for name, t in types.items() if not name.endswith("norm.weight")} == {want}
 
 
@@ -50,13 +52,11 @@ def test_every_matrix_has_the_type(ftype):
 WHERE = ["cpu"] + (["gpu"] if "vulkan" in _engine.backends() and _engine.gpu_devices() else [])
 
 
-@pytest.mark.parametrize("where", WHERE)
-@pytest.mark.parametrize("ftype", list(RECORD["files"]))
-def test_matches_llama_cpp(ftype, where):
-    fr = RECORD["files"][ftype]
+def check_matches_llama_cpp(data: Path, record: dict, ftype: str, where: str):
+    fr = record["files"][ftype]
     assert "error" not in fr, fr.get("error")
-    npz = np.load(DATA / "logits.npz")
-    llm = Llama(model_path=str(DATA / fr["file"]), n_ctx=RECORD["n_ctx"], n_batch=RECORD["n_batch"],
+    npz = np.load(data / "logits.npz")
+    llm = Llama(model_path=str(data / fr["file"]), n_ctx=record["n_ctx"], n_batch=record["n_batch"],
                 n_threads=2, logits_all=True, flash_attn=True, verbose=False,
                 n_gpu_layers=-1 if where == "gpu" else 0)
     assert llm.n_vocab() == fr["n_vocab"]
@@ -89,21 +89,19 @@ def test_matches_llama_cpp(ftype, where):
     llm.close()
 
 
-@pytest.mark.skipif("gpu" not in WHERE, reason="no Vulkan device in this build or on this machine")
-@pytest.mark.parametrize("ftype", list(RECORD["files"]))
-def test_the_gpu_holds_the_blocks_as_stored(ftype):
+def check_the_gpu_holds_the_blocks_as_stored(data: Path, record: dict, ftype: str):
     """With every layer on the device, the device memory the model takes stays within what
     the plan counts (the file's matrix bytes, the KV cache, the activations), with less room
     left than the F16 rows of a type without shaders would add (the token embeddings left out
     of that sum: they may be read on the host)."""
     import gguf
 
-    fr = RECORD["files"][ftype]
-    r = gguf.GGUFReader(str(DATA / fr["file"]))
+    fr = record["files"][ftype]
+    r = gguf.GGUFReader(str(data / fr["file"]))
     f16_extra = sum(2 * int(t.n_elements) - int(t.n_bytes) for t in r.tensors
-                    if t.tensor_type.name == RECORD["matrix_type"][ftype] and t.name != "token_embd.weight")
+                    if t.tensor_type.name == record["matrix_type"][ftype] and t.name != "token_embd.weight")
     before = _engine.vulkan_memory_used()
-    llm = Llama(model_path=str(DATA / fr["file"]), n_ctx=RECORD["n_ctx"], n_batch=RECORD["n_batch"],
+    llm = Llama(model_path=str(data / fr["file"]), n_ctx=record["n_ctx"], n_batch=record["n_batch"],
                 n_threads=2, flash_attn=True, verbose=False, n_gpu_layers=-1)
     llm.eval(fr["prompts"][0]["prompt_ids"])
     used = _engine.vulkan_memory_used() - before
@@ -113,16 +111,15 @@ def test_the_gpu_holds_the_blocks_as_stored(ftype):
     assert planned - used < f16_extra, f"{ftype}: {planned - used} bytes to spare, F16 rows add {f16_extra}"
 
 
-@pytest.mark.parametrize("ftype", list(RECORD["files"]))
-def test_llama_cpp_blocks_dequantize_as_gguf_py(ftype):
+def check_llama_cpp_blocks_dequantize_as_gguf_py(data: Path, record: dict, ftype: str):
     """Every matrix llama.cpp's quantizer wrote dequantizes to gguf-py's bits (real blocks:
     the scales and grid points its search picked, where the unit tests draw random ones)."""
     import gguf
 
-    r = gguf.GGUFReader(str(DATA / RECORD["files"][ftype]["file"]))
+    r = gguf.GGUFReader(str(data / record["files"][ftype]["file"]))
     n_checked = 0
     for t in r.tensors:
-        if t.tensor_type.name != RECORD["matrix_type"][ftype]:
+        if t.tensor_type.name != record["matrix_type"][ftype]:
             continue
         raw = np.ascontiguousarray(t.data).view(np.uint8).reshape(-1)
         shape = [int(d) for d in reversed(t.shape)]
@@ -131,3 +128,29 @@ def test_llama_cpp_blocks_dequantize_as_gguf_py(ftype):
         assert np.array_equal(got.view(np.uint32), want.astype(np.float32).view(np.uint32)), t.name
         n_checked += 1
     assert n_checked == 16
+
+
+def test_fixture_files_are_intact():
+    check_fixture_files(DATA)
+
+
+@pytest.mark.parametrize("ftype", list(RECORD["files"]))
+def test_every_matrix_has_the_type(ftype):
+    check_every_matrix_has_the_type(RECORD, ftype)
+
+
+@pytest.mark.parametrize("where", WHERE)
+@pytest.mark.parametrize("ftype", list(RECORD["files"]))
+def test_matches_llama_cpp(ftype, where):
+    check_matches_llama_cpp(DATA, RECORD, ftype, where)
+
+
+@pytest.mark.skipif("gpu" not in WHERE, reason="no Vulkan device in this build or on this machine")
+@pytest.mark.parametrize("ftype", list(RECORD["files"]))
+def test_the_gpu_holds_the_blocks_as_stored(ftype):
+    check_the_gpu_holds_the_blocks_as_stored(DATA, RECORD, ftype)
+
+
+@pytest.mark.parametrize("ftype", list(RECORD["files"]))
+def test_llama_cpp_blocks_dequantize_as_gguf_py(ftype):
+    check_llama_cpp_blocks_dequantize_as_gguf_py(DATA, RECORD, ftype)

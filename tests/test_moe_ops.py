@@ -204,7 +204,7 @@ def test_route_rejects_bad_arguments():
 # Expert products
 # ---------------------------------------------------------------------------
 
-TYPES = ["F32", "F16", "Q8_0", "Q4_0", "Q4_K", "Q5_K", "Q6_K", "IQ4_NL", "MXFP4", "TQ1_0", "TQ2_0"]
+TYPES = ["F32", "F16", "Q8_0", "Q4_0", "Q4_K", "Q5_K", "Q6_K", "IQ4_NL", "MXFP4", "TQ1_0", "TQ2_0", "IQ4_XS"]
 # The grid i-quants (random blocks: llamapy does not quantize to them) on the GPU
 # backends; test_iquants_lattice.py checks their CPU expert products.
 GPU_TYPES = TYPES + IQ_LATTICE_TYPES

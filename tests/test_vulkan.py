@@ -16,7 +16,7 @@ pytestmark = pytest.mark.skipif("vulkan" not in E.backends(), reason="built with
 
 rng = np.random.default_rng(3)
 TYPES = ["F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K", "MXFP4", "TQ1_0",
-         "TQ2_0"]
+         "TQ2_0", "IQ4_NL", "IQ4_XS"]
 
 
 def test_a_device_is_found_and_described():
@@ -88,6 +88,23 @@ def test_grid_iquants_have_shaders_and_match_the_cpu(wtype):
     ids = [19, 0, 7, 7, 3]
     np.testing.assert_array_equal(E.backend_get_rows("vulkan", table, wtype, 20, 512, ids),
                                   E.backend_get_rows("cpu", table, wtype, 20, 512, ids))
+
+
+def test_the_listed_types_have_shaders_of_their_own():
+    """Their weights go to the device as stored, not dequantized to F16 rows at upload."""
+    assert set(TYPES + IQ_LATTICE_TYPES) <= set(E.vulkan_matmul_types())
+
+
+def test_iq4_nl_rows_of_a_few_blocks():
+    """IQ4_NL's blocks of 32: rows of 3 blocks (4 lanes a row, 16 rows a workgroup), odd row
+    counts, one token and a tile and a half of them."""
+    for n_rows, n in ((13, 1), (29, 12)):
+        w = (rng.standard_normal((n_rows, 96)) / np.sqrt(96)).astype(np.float32)
+        raw = E.quantize(w, "IQ4_NL")
+        x = rng.standard_normal((n, 96)).astype(np.float32)
+        got = E.backend_matmul("vulkan", raw, "IQ4_NL", n_rows, 96, x)
+        cpu = E.backend_matmul("cpu", raw, "IQ4_NL", n_rows, 96, x)
+        assert np.abs(got - cpu).max() <= 2e-6 * np.abs(cpu).max(), (n_rows, n)
 
 
 def test_rms_norm_of_long_rows_and_many_groups():

@@ -1,13 +1,15 @@
 """Regenerates tests/data/iq_lattice/: a tiny random llama model in each grid-based i-quant
 (IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M), quantized by llama.cpp, and
-llama.cpp's outputs on them, for tests/test_iq_lattice_llama_cpp.py.
+llama.cpp's outputs on them, for tests/test_iq_lattice_llama_cpp.py; with `--set iq4`,
+tests/data/iq4/: the same model in the non-linear 4-bit types IQ4_NL and IQ4_XS, for
+tests/test_iq4_llama_cpp.py.
 
 Usage (from the repo root, in the fixtures' environment: torch 2.13 CPU, transformers 5,
 tokenizers, safetensors, gguf, numpy and llama-cpp-python 0.3.36, with its sdist unpacked for
 the converter; none of this is a llamapy dependency):
 
     /tmp/moeenv/bin/python tools/make_iq_fixtures.py --sdist /tmp/moesd/llama_cpp_python-0.3.36 \
-        [--work /tmp/iqw]
+        [--work /tmp/iqw] [--set lattice|iq4]
 
 Pipeline (the dense fixtures', tools/make_dense_fixtures.py, reused by import): the shared tiny
 byte-level BPE -> a seeded random LlamaForCausalLM with rows of 256 (hidden 256, FFN 256, 2
@@ -39,12 +41,16 @@ import make_moe_fixtures as moefx  # noqa: E402  (tensor types, versions, _run, 
 import tokenizer as moe_tok  # noqa: E402
 
 REPO = HERE.parent
-DATA = REPO / "tests" / "data" / "iq_lattice"
 FAMILY = "llama_iq"
-# llama.h's llama_ftype ids: file type -> (id, the ggml type `pure` puts on every matrix)
-FTYPES = {"IQ2_XXS": (19, "IQ2_XXS"), "IQ2_XS": (20, "IQ2_XS"), "IQ2_M": (29, "IQ2_S"),
-          "IQ3_XXS": (23, "IQ3_XXS"), "IQ3_S": (26, "IQ3_S"), "IQ1_S": (24, "IQ1_S"),
-          "IQ1_M": (31, "IQ1_M")}
+# The fixture sets: their folder under tests/data, and llama.h's llama_ftype ids:
+# file type -> (id, the ggml type `pure` puts on every matrix). The same model, seed and
+# importance matrix in each, so a set's files differ only in the type.
+SETS = {
+    "lattice": ("iq_lattice", {"IQ2_XXS": (19, "IQ2_XXS"), "IQ2_XS": (20, "IQ2_XS"), "IQ2_M": (29, "IQ2_S"),
+                               "IQ3_XXS": (23, "IQ3_XXS"), "IQ3_S": (26, "IQ3_S"), "IQ1_S": (24, "IQ1_S"),
+                               "IQ1_M": (31, "IQ1_M")}),
+    "iq4": ("iq4", {"IQ4_NL": (25, "IQ4_NL"), "IQ4_XS": (30, "IQ4_XS")}),
+}
 SEED = 701
 WEIGHT_SCALE = 0.5  # sqrt(64 / 256)
 
@@ -124,12 +130,12 @@ def quantize(src: pathlib.Path, dst: pathlib.Path, ftype: int, values: dict) -> 
         raise RuntimeError(f"llama_model_quantize(ftype {ftype}) rc={rc}")
 
 
-def write_manifest() -> None:
+def write_manifest(data: pathlib.Path) -> None:
     entries = {}
-    for p in sorted(DATA.rglob("*")):
+    for p in sorted(data.rglob("*")):
         if p.is_file() and p.name not in ("manifest.json", "README.md"):
-            entries[str(p.relative_to(DATA))] = {"bytes": p.stat().st_size, "sha256": moefx._sha(p)}
-    (DATA / "manifest.json").write_text(json.dumps(entries, indent=1) + "\n")
+            entries[str(p.relative_to(data))] = {"bytes": p.stat().st_size, "sha256": moefx._sha(p)}
+    (data / "manifest.json").write_text(json.dumps(entries, indent=1) + "\n")
 
 
 def main() -> None:
@@ -140,7 +146,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sdist", type=pathlib.Path, required=True)
     ap.add_argument("--work", type=pathlib.Path, default=pathlib.Path("/tmp/iqw"))
+    ap.add_argument("--set", choices=list(SETS), default="lattice")
     args = ap.parse_args()
+    folder, ftypes = SETS[args.set]
+    data = REPO / "tests" / "data" / folder
     args.work.mkdir(parents=True, exist_ok=True)
     base_tok = moe_tok.train(args.work)
     hf_dir = args.work / "hf" / FAMILY
@@ -148,31 +157,31 @@ def main() -> None:
     cfg = build(hf_dir, base_tok)
     f16 = convert(hf_dir, args.sdist, args.work)
     values = imatrix(f16)
-    shutil.rmtree(DATA, ignore_errors=True)
-    DATA.mkdir(parents=True)
+    shutil.rmtree(data, ignore_errors=True)
+    data.mkdir(parents=True)
     files = {}
-    for name, (ftype, _) in FTYPES.items():
-        dst = DATA / f"{FAMILY}-{name.lower()}.gguf"
+    for name, (ftype, _) in ftypes.items():
+        dst = data / f"{FAMILY}-{name.lower()}.gguf"
         quantize(f16, dst, ftype, values)
         files[name] = dst.name
         print(f"  {name}: {dst.stat().st_size} bytes", flush=True)
     result = {"reference": "llama-cpp-python 0.3.36 (llama.cpp vendored in it), CPU, AVX2 build",
               "n_threads": rec.N_THREADS, "n_ctx": rec.N_CTX, "n_batch": rec.N_BATCH,
               "steps": rec.N_STEPS, "versions": moefx.versions(), "config": cfg,
-              "matrix_type": {k: v[1] for k, v in FTYPES.items()},
-              "tensor_types": {k: moefx.gguf_tensor_types(DATA / v) for k, v in files.items()},
+              "matrix_type": {k: v[1] for k, v in ftypes.items()},
+              "tensor_types": {k: moefx.gguf_tensor_types(data / v) for k, v in files.items()},
               "files": {}}
     arrays: dict = {}
     for q, name in files.items():
         try:
-            result["files"][q] = {"file": name, **rec.record_file(str(DATA / name), q, arrays)}
+            result["files"][q] = {"file": name, **rec.record_file(str(data / name), q, arrays)}
         except Exception as e:  # kept as data: what llama.cpp refused
             result["files"][q] = {"file": name, "error": repr(e)}
             traceback.print_exc()
         print(f"  {q}: recorded", flush=True)
-    np.savez_compressed(DATA / "logits.npz", **arrays)
-    (DATA / "record.json").write_text(json.dumps(result, indent=1, ensure_ascii=False) + "\n")
-    write_manifest()
+    np.savez_compressed(data / "logits.npz", **arrays)
+    (data / "record.json").write_text(json.dumps(result, indent=1, ensure_ascii=False) + "\n")
+    write_manifest(data)
 
 
 if __name__ == "__main__":

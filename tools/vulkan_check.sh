@@ -20,7 +20,8 @@
 # devices, offload_kqv=False, LoRA, Gemma 3 270M offloaded
 # (tests/test_vulkan_models.py); the vision encoder (tests/test_vulkan_vision.py,
 # tests/test_vision_feature_layers.py); the grid i-quant files (IQ1/IQ2/IQ3, their own shaders:
-# the file's bytes on the device) against llama.cpp (tests/test_iq_lattice_llama_cpp.py).
+# the file's bytes on the device) against llama.cpp (tests/test_iq_lattice_llama_cpp.py), and the
+# IQ4_NL / IQ4_XS files likewise (tests/test_iq4_llama_cpp.py).
 # Installs Debian's libvulkan-dev, glslc and mesa-vulkan-drivers when they
 # are missing and this runs as root; otherwise says what to install.
 set -euo pipefail
@@ -52,7 +53,7 @@ PYTHONPATH="$pkg" python -m pytest -q -p no:cacheprovider "$root/tests/test_vulk
   "$root/tests/test_moe_llama_cpp.py" "$root/tests/test_dense_llama_cpp.py" "$root/tests/test_vulkan_models.py" "$root/tests/test_vulkan_vision.py" \
   "$root/tests/test_vision_feature_layers.py" "$root/tests/test_gemma4_llama_cpp.py" "$root/tests/test_hybrid_llama_cpp.py" \
   "$root/tests/test_delta_net_ops.py" "$root/tests/test_ssm_scan_ops.py" "$root/tests/test_recurrent_state.py" \
-  "$root/tests/test_recurrent_reuse.py" "$root/tests/test_iq_lattice_llama_cpp.py"
+  "$root/tests/test_recurrent_reuse.py" "$root/tests/test_iq_lattice_llama_cpp.py" "$root/tests/test_iq4_llama_cpp.py"
 # The portable shaders (shared-memory reductions), which devices without
 # subgroup shuffles run: the op tests again with the subgroup variants off.
 LLAMAPY_VULKAN_SUBGROUPS=0 PYTHONPATH="$pkg" python -m pytest -q -p no:cacheprovider "$root/tests/test_backend_ops.py" \

@@ -33,6 +33,8 @@ const char* type_suffix(ggml_type t) {
         case ggml_type::MXFP4: return "mxfp4";
         case ggml_type::TQ1_0: return "tq1_0";
         case ggml_type::TQ2_0: return "tq2_0";
+        case ggml_type::IQ4_NL: return "iq4_nl";
+        case ggml_type::IQ4_XS: return "iq4_xs";
         case ggml_type::IQ2_XXS: return "iq2_xxs";
         case ggml_type::IQ2_XS: return "iq2_xs";
         case ggml_type::IQ2_S: return "iq2_s";

@@ -1,8 +1,8 @@
 // vulkan_backend.h — the seam's operations (backend.h) on a Vulkan device.
 //
 // What exists: matmul for F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K,
-// Q5_K, Q6_K, MXFP4, TQ1_0, TQ2_0 and the grid i-quants (IQ2_XXS, IQ2_XS,
-// IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M: shaders/iq_lattice.glsl) weights
+// Q5_K, Q6_K, MXFP4, TQ1_0, TQ2_0, IQ4_NL, IQ4_XS and the grid i-quants
+// (IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M: shaders/iq_lattice.glsl) weights
 // (activations converted on the device by the CPU's reference formulas:
 // shaders/convert.comp) with LoRA terms, the expert products of
 // mixture-of-experts layers for the same types (matmul.comp's MOE variant) and
@@ -16,9 +16,9 @@
 // gated_delta.comp) on state slots in device memory (recurrent_state.h).
 // Missing, each raising not_implemented_error naming it (nothing silently runs
 // on the CPU instead): routing over more than 512 experts or to more than 32
-// per row. Weights of the types without a shader (Q2_K, Q3_K, IQ4_NL, IQ4_XS)
-// are dequantized to F16 when they are uploaded and multiplied by the F16
-// shader (the Python side says so when it places such a layer on the device).
+// per row. Weights of the types without a shader (Q2_K, Q3_K) are
+// dequantized to F16 when they are uploaded and multiplied by the F16 shader
+// (the Python side says so when it places such a layer on the device).
 //
 // Execution is deferred: each op records its dispatches, and sync() submits
 // everything recorded since the last sync as one command buffer and waits.

@@ -47,9 +47,6 @@ layout(push_constant) uniform Params {
 } p;
 const uint NO_SINK = 0xffffffffu;
 
-const float kvalues_iq4nl[16] = float[16](-127.0, -104.0, -83.0, -65.0, -49.0, -35.0, -22.0, -10.0, 1.0, 13.0, 25.0,
-                                           38.0, 53.0, 69.0, 89.0, 113.0);
-
 // Element i of the row starting at byte rb of a cache of type t (buf: kc or vc).
 #define CACHE_ELEMENT(buf, t, rb, i, result)                                                        \
     {                                                                                               \
@@ -77,7 +74,7 @@ const float kvalues_iq4nl[16] = float[16](-127.0, -104.0, -83.0, -65.0, -49.0, -
                 }                                                                                   \
                 if (t == 2u) result = float(int(v_) - 8) * d_;                                      \
                 else if (t == 6u) result = float(int(v_) - 16) * d_;                                \
-                else if (t == 20u) result = d_ * kvalues_iq4nl[v_];                                 \
+                else if (t == 20u) result = d_ * float(kvalues_iq4[v_]);                            \
                 else result = d_ * float(v_) + half_bits_to_float(U16_OF(buf, b_ + 2u));            \
             }                                                                                       \
         }                                                                                           \

@@ -20,6 +20,17 @@ float bf16_bits_to_float(uint h) { return uintBitsToFloat(h << 16); }
 // built from its bits as the CPU does (e < 2: the subnormals 2^-127, 2^-128,
 // which a device that flushes denormals reads as 0).
 const int kvalues_mxfp4[16] = int[16](0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
+// IQ4_NL / IQ4_XS (quants/iquants.cpp): 4-bit indices into this non-linear
+// table of 16 int8 values; also the IQ4_NL KV cache's (convert.comp, attention.comp).
+//   IQ4_NL: 18-byte blocks of 32, fp16 d then 16 bytes of indices (weight j in
+//           byte j's low nibble, 16 + j in its high one); w = d * kvalues_iq4[q].
+//   IQ4_XS: 136-byte blocks of 256, fp16 d, uint16 scales_h (2 high bits per
+//           32), 4 bytes scales_l (a nibble per 32, low first), qs[128] (16
+//           bytes per 32, nibbles as IQ4_NL's); w = d * (ls - 32) * kvalues_iq4[q],
+//           ls the 6-bit scale of the weight's 32.
+const int kvalues_iq4[16] = int[16](-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113);
+// The 6-bit scale minus 32 of sub-block ib (< 8) of the IQ4_XS block at byte wb.
+#define IQ4_XS_SCALE(buf, wb, ib) (int(((BYTE_OF(buf, (wb) + 4u + (ib) / 2u) >> (4u * ((ib) % 2u))) & 15u) | (((U16_OF(buf, (wb) + 2u) >> (2u * (ib))) & 3u) << 4)) - 32)
 // TQ1_0 / TQ2_0 (quants/ternary.h): the trit t (0..2) of element e (0..255)
 // of the 256-element block at byte wb; the weight is d * (t - 1), d the fp16
 // at byte 52 (TQ1_0) or 64 (TQ2_0). TQ1_0 packs five base-3 digits a byte

@@ -38,9 +38,6 @@ layout(push_constant) uniform Params {
 const uint T_F32 = 0u, T_F16 = 1u, T_BF16 = 30u, T_Q4_0 = 2u, T_Q4_1 = 3u, T_Q5_0 = 6u, T_Q5_1 = 7u, T_Q8_0 = 8u,
            T_Q8_1 = 9u, T_Q8_K = 15u, T_IQ4_NL = 20u;
 
-const float kvalues_iq4[16] = float[16](-127.0, -104.0, -83.0, -65.0, -49.0, -35.0, -22.0, -10.0, 1.0, 13.0, 25.0,
-                                        38.0, 53.0, 69.0, 89.0, 113.0);
-
 // a / b rounded to nearest even, as the CPU divides. Vulkan's division
 // may be off by 2.5 ULP (and lavapipe's is: a Q8_0 scale one ULP off turns
 // -91.49999 into -91.5), so the quotient of the two 24-bit significands is
@@ -124,16 +121,16 @@ void put32(uint off, uint v) {  // at an even offset: maybe two words
 // IQ4_NL, as quants/iquants.cpp: best_index_iq4, fit_iq4, best_scale_iq4
 // (float operations in the CPU's order, divisions by div_rn).
 uint best_index_iq4(float v) {
-    if (v <= kvalues_iq4[0]) return 0u;
-    if (v >= kvalues_iq4[15]) return 15u;
+    if (v <= float(kvalues_iq4[0])) return 0u;
+    if (v >= float(kvalues_iq4[15])) return 15u;
     uint lo = 0u, hi = 15u;
     while (hi - lo > 1u) {
         const uint mid = (lo + hi) / 2u;
-        if (v < kvalues_iq4[mid]) hi = mid;
+        if (v < float(kvalues_iq4[mid])) hi = mid;
         else lo = mid;
     }
-    precise float below = v - kvalues_iq4[hi - 1u];
-    precise float above = kvalues_iq4[hi] - v;
+    precise float below = v - float(kvalues_iq4[hi - 1u]);
+    precise float above = float(kvalues_iq4[hi]) - v;
     return below < above ? hi - 1u : hi;
 }
 void fit_iq4(uint xs, float id, out float sumqx, out float sumq2) {
@@ -141,7 +138,7 @@ void fit_iq4(uint xs, float id, out float sumqx, out float sumq2) {
     for (uint j = 0u; j < 32u; ++j) {
         precise float xj = x[xs + j];
         precise float v = id * xj;
-        const float q = kvalues_iq4[best_index_iq4(v)];
+        const float q = float(kvalues_iq4[best_index_iq4(v)]);
         precise float w = xj * xj;
         precise float wq = w * q;
         sqx += wq * xj;
@@ -160,7 +157,7 @@ float best_scale_iq4(uint xs) {
         }
     }
     if (amax < 1e-15) return 0.0;
-    float d = div_rn(-mx, kvalues_iq4[0]);
+    float d = div_rn(-mx, float(kvalues_iq4[0]));
     float sumqx, sumq2;
     fit_iq4(xs, div_rn(1.0, d), sumqx, sumq2);
     d = div_rn(sumqx, sumq2);
@@ -253,7 +250,7 @@ void main() {
             for (uint j = 0u; j < 32u; ++j) {
                 precise float v = id * x[xs + j];
                 qv[j] = best_index_iq4(v);
-                if (rt) f[fb + j] = dh * kvalues_iq4[qv[j]];
+                if (rt) f[fb + j] = dh * float(kvalues_iq4[qv[j]]);
             }
             if (!rt) {
                 for (uint j = 0u; j < 16u; j += 4u) {

@@ -19,6 +19,8 @@
 #define T_MXFP4 39
 #define T_TQ1_0 34
 #define T_TQ2_0 35
+#define T_IQ4_NL 20
+#define T_IQ4_XS 23
 
 layout(local_size_x = 64) in;
 layout(std430, binding = 0) readonly buffer Wbuf { uint w[]; };
@@ -73,6 +75,17 @@ float element(uint rb, uint i) {
     int q[8];
     iq_group8(b, e / 8u, q);
     precise float v = iq_dequant_scale(iq_d(b), iq_ls(b, e / 16u)) * (float(q[e % 8u]) * IQ_Q_UNIT);
+    return v;
+#elif WTYPE == T_IQ4_NL
+    const uint b = rb + (i / 32u) * 18u, j = i % 32u;
+    const uint q = BYTE_OF(w, b + 2u + j % 16u);
+    return half_bits_to_float(U16_OF(w, b)) * float(kvalues_iq4[j < 16u ? q & 15u : q >> 4]);
+#elif WTYPE == T_IQ4_XS
+    // gguf-py's order, as the CPU's: dl = d * (ls - 32), then dl * value
+    const uint b = rb + (i / 256u) * 136u, e = i % 256u, ib = e / 32u, j = e % 32u;
+    const uint q = BYTE_OF(w, b + 8u + 16u * ib + j % 16u);
+    precise float dl = half_bits_to_float(U16_OF(w, b)) * float(IQ4_XS_SCALE(w, b, ib));
+    precise float v = dl * float(kvalues_iq4[j < 16u ? q & 15u : q >> 4]);
     return v;
 #elif WTYPE == T_MXFP4
     const uint b = rb + (i / 32u) * 17u, j = i % 32u;

@@ -49,6 +49,8 @@
 #define T_MXFP4 39
 #define T_TQ1_0 34
 #define T_TQ2_0 35
+#define T_IQ4_NL 20
+#define T_IQ4_XS 23
 
 layout(local_size_x = 64) in;
 layout(std430, binding = 0) readonly buffer Wbuf { uint w[]; };
@@ -83,10 +85,11 @@ const uint TT = 8u;
 shared float part[64];
 #include "iq_lattice.glsl"  // after the buffers: its decoders read w
 
-#if WTYPE == T_Q8_0 || WTYPE == T_Q4_0 || WTYPE == T_Q5_0 || WTYPE == T_Q4_1 || WTYPE == T_Q5_1 || WTYPE == T_MXFP4
+#if WTYPE == T_Q8_0 || WTYPE == T_Q4_0 || WTYPE == T_Q5_0 || WTYPE == T_Q4_1 || WTYPE == T_Q5_1 || WTYPE == T_MXFP4 || \
+    WTYPE == T_IQ4_NL
 // 32-element blocks. Activations: Q8_0 blocks (d, 32 int8) for Q4_0 / Q5_0 /
-// Q8_0 / MXFP4; Q8_1 (d, s = d * sum, 32 int8) for Q4_1 / Q5_1, whose min
-// term is m * s.
+// Q8_0 / MXFP4 / IQ4_NL; Q8_1 (d, s = d * sum, 32 int8) for Q4_1 / Q5_1, whose
+// min term is m * s.
 #if WTYPE == T_Q4_1 || WTYPE == T_Q5_1
 const uint A_BYTES = 36u, A_QS = 4u;
 #else
@@ -103,6 +106,13 @@ void unpack_block(uint wb, out int q[32]) {
         const uint b = BYTE_OF(w, wb + 1u + j);
         q[j] = kvalues_mxfp4[b & 15u];
         q[j + 16u] = kvalues_mxfp4[b >> 4];
+    }
+#elif WTYPE == T_IQ4_NL
+    // the table values the indices pick (iquants.cpp's vec_dot_iq4_nl_q8_0_ref)
+    for (uint j = 0u; j < 16u; ++j) {
+        const uint b = BYTE_OF(w, wb + 2u + j);
+        q[j] = kvalues_iq4[b & 15u];
+        q[j + 16u] = kvalues_iq4[b >> 4];
     }
 #elif WTYPE == T_Q4_0 || WTYPE == T_Q4_1
 #if WTYPE == T_Q4_0
@@ -230,6 +240,41 @@ void block_dots(uint wb, uint ab, uint a_row, uint nt, inout float acc[TT]) {
 }
 #endif
 
+#if WTYPE == T_IQ4_XS
+// IQ4_XS super-blocks of 256 against Q8_K activations: per 32 weights the
+// integer dot of the table values with the activations times the sub-block's
+// scale ls - 32, summed exactly over the block, then times d_w * d_a, as
+// iquants.cpp's vec_dot_iq4_xs_q8_k_ref. A sub-block is unpacked once and
+// dotted with every token's.
+const uint A_BYTES = 292u, A_QS = 4u;
+const uint BLOCK = 256u;
+void block_dots(uint wb, uint ab, uint a_row, uint nt, inout float acc[TT]) {
+    int dot[TT];
+    for (uint tt = 0u; tt < TT; ++tt) dot[tt] = 0;
+    for (uint ib = 0u; ib < 8u; ++ib) {
+        int q[32];
+        for (uint j = 0u; j < 16u; ++j) {
+            const uint b = BYTE_OF(w, wb + 8u + 16u * ib + j);
+            q[j] = kvalues_iq4[b & 15u];
+            q[j + 16u] = kvalues_iq4[b >> 4];
+        }
+        const int ls = IQ4_XS_SCALE(w, wb, ib);
+        for (uint tt = 0u; tt < TT; ++tt) {
+            if (tt >= nt) break;
+            const uint at = ab + tt * a_row + A_QS + 32u * ib;
+            int s = 0;
+            for (uint k = 0u; k < 32u; ++k) s += q[k] * I8_OF(a, at + k);
+            dot[tt] += ls * s;
+        }
+    }
+    const float d = half_bits_to_float(U16_OF(w, wb));
+    for (uint tt = 0u; tt < TT; ++tt) {
+        if (tt >= nt) break;
+        acc[tt] += float(dot[tt]) * (d * uintBitsToFloat(a[(ab + tt * a_row) >> 2]));
+    }
+}
+#endif
+
 #if WTYPE == T_Q4_K || WTYPE == T_Q5_K || WTYPE == T_Q6_K
 // 256-element super-blocks against Q8_K activations (float d, 256 int8,
 // 16 int16 sums): the integer dot per sub-block times its scale, then the
@@ -340,6 +385,10 @@ const uint BLOCK_BYTES = 210u;
 const uint BLOCK_BYTES = 54u;
 #elif WTYPE == T_TQ2_0
 const uint BLOCK_BYTES = 66u;
+#elif WTYPE == T_IQ4_NL
+const uint BLOCK_BYTES = 18u;
+#elif WTYPE == T_IQ4_XS
+const uint BLOCK_BYTES = 136u;
 #elif WTYPE == T_MXFP4
 const uint BLOCK_BYTES = 17u;  // odd: blocks start at any byte (BYTE_OF reads them)
 #elif IQ_LATTICE
