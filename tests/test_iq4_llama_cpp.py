@@ -6,7 +6,8 @@ produced on each, recorded by tools/make_iq_fixtures.py --set iq4 (tests/data/iq
 The checks and their tolerances are tests/test_iq_lattice_llama_cpp.py's (its check_*
 functions): on the CPU and, on a GPU build (tools/vulkan_check.sh runs this file on
 lavapipe), with every layer on the device through the IQ4 shaders (shaders/matmul.comp,
-get_rows.comp), where the device must hold the file's blocks, not F16 rows."""
+get_rows.comp), and with a split (the second layer on the device, the first and the output on
+the CPU); with every layer there, the device must hold the file's blocks, not F16 rows."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from test_iq_lattice_llama_cpp import (WHERE, check_every_matrix_has_the_type, c
                                        check_the_gpu_holds_the_blocks_as_stored)
 
 DATA = Path(__file__).parent / "data" / "iq4"
+WHERE_SPLIT = WHERE + (["split"] if "gpu" in WHERE else [])
 RECORD = json.loads((DATA / "record.json").read_text())
 
 
@@ -36,7 +38,7 @@ def test_every_matrix_has_the_type(ftype):
     check_every_matrix_has_the_type(RECORD, ftype)
 
 
-@pytest.mark.parametrize("where", WHERE)
+@pytest.mark.parametrize("where", WHERE_SPLIT)
 @pytest.mark.parametrize("ftype", list(RECORD["files"]))
 def test_matches_llama_cpp(ftype, where):
     check_matches_llama_cpp(DATA, RECORD, ftype, where)

@@ -50,6 +50,9 @@ def check_every_matrix_has_the_type(record: dict, ftype: str):
 # On a GPU build (tools/vulkan_check.sh runs this file on lavapipe) also with every layer on the
 # device, through the Vulkan shaders of these types (shaders/iq_lattice.glsl).
 WHERE = ["cpu"] + (["gpu"] if "vulkan" in _engine.backends() and _engine.gpu_devices() else [])
+# where -> n_gpu_layers; "split": the second of the two layers on the device, the first and the
+# output on the CPU (tests/test_iq4_llama_cpp.py runs it)
+GPU_LAYERS = {"cpu": 0, "gpu": -1, "split": 1}
 
 
 def check_matches_llama_cpp(data: Path, record: dict, ftype: str, where: str):
@@ -58,7 +61,7 @@ def check_matches_llama_cpp(data: Path, record: dict, ftype: str, where: str):
     npz = np.load(data / "logits.npz")
     llm = Llama(model_path=str(data / fr["file"]), n_ctx=record["n_ctx"], n_batch=record["n_batch"],
                 n_threads=2, logits_all=True, flash_attn=True, verbose=False,
-                n_gpu_layers=-1 if where == "gpu" else 0)
+                n_gpu_layers=GPU_LAYERS[where])
     assert llm.n_vocab() == fr["n_vocab"]
     for pi, pr in enumerate(fr["prompts"]):
         at = f"{ftype} prompt {pi}"
