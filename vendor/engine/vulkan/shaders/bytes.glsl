@@ -30,7 +30,9 @@ const int kvalues_mxfp4[16] = int[16](0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4
 //           ls the 6-bit scale of the weight's 32.
 const int kvalues_iq4[16] = int[16](-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113);
 // The 6-bit scale minus 32 of sub-block ib (< 8) of the IQ4_XS block at byte wb.
-#define IQ4_XS_SCALE(buf, wb, ib) (int(((BYTE_OF(buf, (wb) + 4u + (ib) / 2u) >> (4u * ((ib) % 2u))) & 15u) | (((U16_OF(buf, (wb) + 2u) >> (2u * (ib))) & 3u) << 4)) - 32)
+#define IQ4_XS_SCALE(buf, wb, ib)                                            \
+    (int(((BYTE_OF(buf, (wb) + 4u + (ib) / 2u) >> (4u * ((ib) % 2u))) & 15u) | \
+         (((U16_OF(buf, (wb) + 2u) >> (2u * (ib))) & 3u) << 4)) - 32)
 // TQ1_0 / TQ2_0 (quants/ternary.h): the trit t (0..2) of element e (0..255)
 // of the 256-element block at byte wb; the weight is d * (t - 1), d the fp16
 // at byte 52 (TQ1_0) or 64 (TQ2_0). TQ1_0 packs five base-3 digits a byte
