@@ -107,6 +107,10 @@ def test_non_finite_rows_do_not_crash(qtype):
     w = np.ones(512, np.float32)
     q = llamapy.quantize(x, qtype, imatrix=w)
     assert np.array_equal(q[3], llamapy.quantize(x[3:], qtype, imatrix=w)[0])
+    # nor do importances that are no importances (negative, NaN, infinite)
+    bad = np.ones(512, np.float32)
+    bad[::3], bad[1::7], bad[2::11] = -1.0, np.nan, np.inf
+    assert llamapy.quantize(x[3:], qtype, imatrix=bad).shape == q[3:].shape
 
 
 def test_first_use_from_many_threads():
