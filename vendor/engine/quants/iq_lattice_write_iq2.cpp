@@ -22,6 +22,7 @@
 // (iq_lattice_write_iq3.cpp), the importance matrix files (llamapy/imatrix.py).
 #include <cfloat>
 #include <cmath>
+#include <stdexcept>
 #include <cstring>
 #include <vector>
 
@@ -38,13 +39,23 @@ using qfit::nearest_int;
 // Levels are 2 bits per element, element i at bit 2i; with every level <= 2
 // the code is at most 0b1010...10.
 constexpr int kCodeCount = 0xAAAA + 1;
+// Room for the longest candidate list (292, IQ2_XS's; checked when a table is built).
+constexpr size_t kMaxCandidates = 1024;
 
 // A grid's snapping table: for each code of 8 levels in {0, 1, 2}, either its
 // grid index or the list of candidate grid points for it.
 struct snap_table {
     std::vector<uint8_t> levels;    // (n_grid, 8): the level of each element of each grid point
-    std::vector<int32_t> by_code;   // (kCodeCount,): >= 0 grid index, else -(1 + offset into `near`)
-    std::vector<uint16_t> near;     // per off-grid code: count, then grid indices by (distance, index)
+    std::vector<int32_t> by_code;   // (kCodeCount,): >= 0 grid index, else -(1 + index into `lists`)
+    // Per off-grid code, its candidates (by distance, then index): n grid
+    // indices at near_idx[start..), and their levels element-major at
+    // near_lv[8 start + i n + c] (element i of candidate c), so that scoring
+    // runs over the candidates in the inner loop, which vectorizes while each
+    // candidate's sum keeps its element order.
+    struct cand_list { uint32_t start; uint32_t n; };
+    std::vector<cand_list> lists;
+    std::vector<uint16_t> near_idx;
+    std::vector<uint8_t> near_lv;
 
     // The grid (its n_grid 8-byte entries) and how a stored byte maps to a
     // level; n_shells: how many distinct distances the candidate lists span.
@@ -81,15 +92,19 @@ struct snap_table {
             int limit = -1, shells = 0;
             for (int s = 0; s <= 8 * 16 && shells < n_shells; ++s)
                 if (count[s]) { limit = s; ++shells; }
-            const size_t start = near.size();
-            by_code[code] = -(1 + (int32_t)start);
-            near.push_back(0);
+            const size_t start = near_idx.size();
+            by_code[code] = -(1 + (int32_t)lists.size());
             for (int s = 0; s <= limit; ++s) {
                 if (!count[s]) continue;
                 for (int g = 0; g < n_grid; ++g)
-                    if (d2[(size_t)g] == s) near.push_back((uint16_t)g);
+                    if (d2[(size_t)g] == s) near_idx.push_back((uint16_t)g);
             }
-            near[start] = (uint16_t)(near.size() - start - 1);
+            const size_t n = near_idx.size() - start;
+            lists.push_back({(uint32_t)start, (uint32_t)n});
+            near_lv.resize(8 * near_idx.size());
+            for (int i = 0; i < 8; ++i)
+                for (size_t c = 0; c < n; ++c) near_lv[8 * start + i * n + c] = levels[(size_t)near_idx[start + c] * 8 + i];
+            if (n > kMaxCandidates) throw std::logic_error("iq lattice: candidate list longer than kMaxCandidates");
         }
     }
 
@@ -124,6 +139,20 @@ int grid_index_of(const snap_table& t, const int8_t* L) {
 
 // --- the IQ2 family ---------------------------------------------------------
 
+// The candidate of least weighted error d2 (the first on ties; the first of
+// all where none compares, as with NaN, which llama.cpp aborts on); writes its
+// levels, returns its grid index.
+int pick_candidate(const snap_table& t, const snap_table::cand_list& cl, const float* d2, int8_t* L) {
+    float best = FLT_MAX;
+    uint32_t best_c = 0;
+    for (uint32_t c = 0; c < cl.n; ++c)
+        if (d2[c] < best) { best = d2[c]; best_c = c; }
+    const int g = t.near_idx[cl.start + best_c];
+    const uint8_t* p = t.point(g);
+    for (int i = 0; i < 8; ++i) L[i] = (int8_t)p[i];
+    return g;
+}
+
 // Rounds 8 non-negative values at inverse scale id to levels 0..2 and puts
 // them on the grid: kept if the rounding is a grid point, else the candidate
 // with the least Σ w·(scale·(2l+1) − x)² (first on ties). Writes the levels,
@@ -134,22 +163,20 @@ int snap8_iq2(const snap_table& t, const float* xval, const float* w, float id, 
     const int32_t e = t.by_code[code_of(L)];
     *on_grid = e >= 0;
     if (e >= 0) return e;
-    const uint16_t* cand = &t.near[(size_t)(-e - 1)];
-    float best = FLT_MAX;
-    int best_g = cand[1];  // non-finite inputs: any candidate rather than none
-    for (int c = 1; c <= cand[0]; ++c) {
-        const uint8_t* p = t.point(cand[c]);
-        float d2 = 0;
-        for (int i = 0; i < 8; ++i) {
-            const float q = (float)(2 * p[i] + 1);
-            const float diff = scale * q - xval[i];
-            d2 += w[i] * diff * diff;
+    const snap_table::cand_list& cl = t.lists[(size_t)(-e - 1)];
+    const int n = (int)cl.n;
+    const uint8_t* lv = &t.near_lv[8 * (size_t)cl.start];
+    float d2[kMaxCandidates];
+    for (int c = 0; c < n; ++c) d2[c] = 0;
+    for (int i = 0; i < 8; ++i) {
+        const float xi = xval[i], wi = w[i];
+        for (int c = 0; c < n; ++c) {
+            const float q = (float)(2 * lv[i * n + c] + 1);
+            const float diff = scale * q - xi;
+            d2[c] += wi * diff * diff;
         }
-        if (d2 < best) { best = d2; best_g = cand[c]; }
     }
-    const uint8_t* p = t.point(best_g);
-    for (int i = 0; i < 8; ++i) L[i] = (int8_t)p[i];
-    return best_g;
+    return pick_candidate(t, cl, d2, L);
 }
 
 // Σ w·x·q and Σ w·q² over n values with q = 2L + 1.
@@ -444,22 +471,22 @@ int snap8_iq1(const snap_table& t, const float* x, const float* w, float scale, 
     const int32_t e = t.by_code[code_of(L)];
     *on_grid = e >= 0;
     if (e >= 0) return e;
-    const uint16_t* cand = &t.near[(size_t)(-e - 1)];
-    float best = FLT_MAX;
-    int best_g = cand[1];  // non-finite inputs: any candidate rather than none
-    for (int c = 1; c <= cand[0]; ++c) {
-        const uint8_t* p = t.point(cand[c]);
-        float d2 = 0;
-        for (int i = 0; i < 8; ++i) {
-            const float q = v[p[i]];
-            const float diff = scale * q - x[i];
-            d2 += w[i] * diff * diff;
+    const snap_table::cand_list& cl = t.lists[(size_t)(-e - 1)];
+    const int n = (int)cl.n;
+    const uint8_t* lv = &t.near_lv[8 * (size_t)cl.start];
+    float d2[kMaxCandidates];
+    for (int c = 0; c < n; ++c) d2[c] = 0;
+    // v[l] = v[0] + l exactly: both value sets step by 1 and are multiples of 1/8
+    const float v0 = v[0];
+    for (int i = 0; i < 8; ++i) {
+        const float xi = x[i], wi = w[i];
+        for (int c = 0; c < n; ++c) {
+            const float q = v0 + (float)lv[i * n + c];
+            const float diff = scale * q - xi;
+            d2[c] += wi * diff * diff;
         }
-        if (d2 < best) { best = d2; best_g = cand[c]; }
     }
-    const uint8_t* p = t.point(best_g);
-    for (int i = 0; i < 8; ++i) L[i] = (int8_t)p[i];
-    return best_g;
+    return pick_candidate(t, cl, d2, L);
 }
 
 // Least-squares scale of groups of 8 on given grid points with value sets
