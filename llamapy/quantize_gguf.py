@@ -14,14 +14,19 @@ end: an error or Ctrl-C leaves no partial file. Tensors are cut into chunks of
 rows quantized on a thread pool; the engine releases the GIL while it works.
 
 With an importance matrix (``imatrix=``, llama-imatrix's GGUF or legacy .dat)
-the Q4_0, Q4_1, Q5_0, Q5_1, Q2_K ... Q6_K, IQ4_NL and IQ4_XS tensors are
+the Q4_0, Q4_1, Q5_0, Q5_1, Q2_K ... Q6_K, IQ4_NL, IQ4_XS, IQ2_*, IQ1_* tensors are
 quantized by the engine's importance-weighted quantizers (llama.cpp's with an
 imatrix, byte-identical too); Q8_0, MXFP4, TQ1_0, TQ2_0 and the float types
 ignore it, as there. That also opens Q2_K_S, which llama.cpp refuses without one.
 
+The 1- and 2-bit lattice types (IQ2_XXS, IQ2_XS, IQ2_S, IQ1_S, IQ1_M) are
+written with an importance matrix (llama.cpp refuses their file types
+without one; IQ2_XXS, IQ2_XS and IQ1_S tensors need one even where the file
+type does not, e.g. a token_embd given that type).
+
 Not supported (a clear error when asked): the block formats the engine
-cannot write (IQ1_S/M, IQ2_*, IQ3_XXS/S: the file types built on them fail
-unless every such tensor falls back to a type it writes).
+cannot write (IQ3_XXS/S: the file types built on them fail unless every such
+tensor falls back to a type it writes).
 
 ``keep_split``: one output per part of a split input (llama-quantize's
 --keep-split), named OUT-0000k-of-0000N.gguf, in the input's tensor order.
@@ -146,10 +151,14 @@ def _check_writable(plans: Sequence[TensorPlan], infos: Mapping[str, Any], ft: F
         if requires_imatrix(p.name, p.type, ft) and imatrix is None:
             raise ValueError(f"{ft.name} needs an importance matrix: tensor {p.name} would be {p.type} "
                              "(llama.cpp refuses too without one)")
-        if not _engine.type_info(p.type)["can_quantize"]:
+        info = _engine.type_info(p.type)
+        if not info["can_quantize"] and not info["can_quantize_weighted"]:
             raise ValueError(f"{ft.name}: tensor {p.name} would be {p.type}, and llamapy cannot quantize to "
                              f"{p.type} yet")
         weights = _tensor_imatrix(p.name, infos[p.name], imatrix)
+        if weights is None and not info["can_quantize"] and not requires_imatrix(p.name, p.type, ft):
+            # token_embd / output in IQ2_XXS, IQ2_XS or IQ1_S: llama.cpp aborts there
+            raise ValueError(f"tensor {p.name} would be {p.type}, which needs importance matrix weights for it")
         if weights is not None:
             if p.type not in _IGNORE_IMATRIX and not _engine.type_info(p.type)["can_quantize_weighted"]:
                 raise ValueError(f"tensor {p.name} would be {p.type}: llamapy has no importance-weighted {p.type} "

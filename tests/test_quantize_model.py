@@ -107,7 +107,8 @@ def test_file_types_it_cannot_write(ftype, message, tmp_path):
 
 
 def test_options_that_are_not_supported(tmp_path):
-    with pytest.raises(ValueError, match="cannot quantize to IQ2_XXS"):
+    # llama.cpp aborts here: the output (token_embd, tied) is exempt from the imatrix rule, yet IQ2_XXS needs weights
+    with pytest.raises(ValueError, match="token_embd.weight would be IQ2_XXS, which needs importance matrix weights"):
         qm.quantize_model(SYNTH, tmp_path / "o.gguf", "Q4_K_M", output_tensor_type="IQ2_XXS")
     with pytest.raises(ValueError, match="unknown tensor type"):
         qm.quantize_model(SYNTH, tmp_path / "o.gguf", "Q4_K_M", token_embedding_type="Q9_9")
@@ -227,8 +228,6 @@ def test_imatrix_truncated_is_an_error(cut, tmp_path):
 
 
 def test_imatrix_errors(tmp_path):
-    with pytest.raises(ValueError, match="cannot quantize to IQ2_XXS"):  # with a matrix: no quantizer
-        qm.quantize_model(SYNTH, tmp_path / "o.gguf", "IQ2_XXS", imatrix=IMATRIX)
     with pytest.raises(ValueError, match="cannot be used together"):
         qm.quantize_model(SYNTH, tmp_path / "o.gguf", "Q4_K_M", imatrix=IMATRIX, include_weights=["a"],
                           exclude_weights=["b"])

@@ -48,9 +48,10 @@ FTYPES = {"Q4_0": 2, "Q4_1": 3, "Q5_0": 8, "Q5_1": 9, "Q8_0": 7, "Q2_K": 10, "Q3
           "Q3_K_L": 13, "Q4_K_S": 14, "Q4_K_M": 15, "Q5_K_S": 16, "Q5_K_M": 17, "Q6_K": 18, "IQ4_NL": 25,
           "IQ4_XS": 30, "F16": 1, "BF16": 32, "F32": 0, "MXFP4_MOE": 38, "Q2_K_S": 21, "IQ2_XXS": 19,
           "TQ1_0": 36, "TQ2_0": 37}
-# The file types whose blocks (IQ1/IQ2/IQ3) llamapy cannot write, or that need an importance
-# matrix: on the fixtures with 64-element rows every such tensor falls back to a type it can
-# write, which exercises their rules; elsewhere llamapy must refuse them clearly.
+# The file types whose blocks (IQ3) llamapy cannot write, or that need an importance matrix
+# (IQ1/IQ2: written with one, IMATRIX_CASES): on the fixtures with 64-element rows every such
+# tensor falls back to a type it can write, which exercises their rules; elsewhere llamapy must
+# refuse them clearly.
 FTYPES_NO_QUANTIZER = {"IQ2_XS": 20, "IQ2_S": 28, "IQ2_M": 29, "IQ1_S": 24, "IQ1_M": 31,
                        "IQ3_XXS": 23, "IQ3_S": 26, "IQ3_M": 27, "IQ3_XS": 22}
 # ggml type ids for the type options
@@ -75,7 +76,8 @@ IMATRICES = {"quantize/synth_llama-f16.gguf": "synth_llama.imatrix.gguf",
              "quantize/synth_moe8-f32.gguf": "synth_moe8.imatrix.dat",
              "moe/mixtral/mixtral-f16.gguf": "mixtral.imatrix.gguf"}
 IMATRIX_FTYPES = ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q2_K_S", "Q3_K_S", "Q3_K_M", "Q3_K_L", "Q4_K_S",
-                  "Q4_K_M", "Q5_K_S", "Q5_K_M", "Q6_K", "IQ4_NL", "IQ4_XS", "MXFP4_MOE", "IQ2_XXS", "TQ1_0", "TQ2_0"]
+                  "Q4_K_M", "Q5_K_S", "Q5_K_M", "Q6_K", "IQ4_NL", "IQ4_XS", "MXFP4_MOE", "IQ2_XXS", "TQ1_0", "TQ2_0",
+                  "IQ2_XS", "IQ2_S", "IQ2_M", "IQ1_S", "IQ1_M"]
 IMATRIX_CASES = [(inp, ft, {"imatrix": m}) for inp, m in IMATRICES.items() for ft in IMATRIX_FTYPES] + [
     ("quantize/synth_llama-f16.gguf", "Q4_K_M", {"imatrix": "synth_llama.imatrix.gguf",
                                                  "exclude_weights": ["ffn_down"]}),

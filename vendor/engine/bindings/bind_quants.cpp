@@ -86,6 +86,9 @@ py::array quantize_impl(py::array_t<float, py::array::c_style | py::array::force
     const ggml_type t = parse_type(type);
     const type_traits& tr = traits(t);
     const from_float_fn fn = ref ? tr.from_float_ref : tr.from_float;
+    if (!fn && has_weighted_quantizer(t))
+        throw value_error(std::string("quantize: ") + type_name(t) + " needs an importance matrix (llama.cpp refuses "
+                          "it without one): use quantize_weighted with one weight per column");
     if (!fn) throw value_error(std::string("quantize: llamapy cannot produce type ") + type_name(t));
     if (x.ndim() < 1) throw value_error("quantize: input must have at least one dimension");
     const int64_t last = x.shape(x.ndim() - 1);

@@ -250,6 +250,11 @@ weighted_fn weighted_for(ggml_type t) {
         case ggml_type::Q6_K: return quantize_q6_k_weighted;
         case ggml_type::IQ4_NL: return quantize_row_iq4_nl_weighted;
         case ggml_type::IQ4_XS: return quantize_row_iq4_xs_weighted;
+        case ggml_type::IQ2_XXS: return quantize_row_iq2_xxs_weighted;
+        case ggml_type::IQ2_XS: return quantize_row_iq2_xs_weighted;
+        case ggml_type::IQ2_S: return quantize_row_iq2_s_weighted;
+        case ggml_type::IQ1_S: return quantize_row_iq1_s_weighted;
+        case ggml_type::IQ1_M: return quantize_row_iq1_m_weighted;
         default: return nullptr;
     }
 }
