@@ -54,9 +54,6 @@
 #include "kquants_x86_common.h"
 #include "simd_x86.h"
 
-#ifndef LP_PF_DIST
-#define LP_PF_DIST 8192
-#endif
 namespace lp {
 
 #if defined(LP_HAVE_AVX512)
@@ -298,10 +295,7 @@ LP_TARGET_AVX512 void matvec_cols_nc(int64_t n, const uint8_t* w, size_t w_strid
         const auto* b = reinterpret_cast<const block*>(w + (size_t)r * w_stride);
         const int slot = kSlot[r];
         for (int64_t i = 0; i < nsb; ++i) {
-            {
-                const char* pp = reinterpret_cast<const char*>(b + i) + LP_PF_DIST;
-                for (size_t off = 0; off < sizeof(block); off += 64) _mm_prefetch(pp + off, _MM_HINT_T0);
-            }
+            kq_x86::prefetch_ahead(b + i, sizeof(block), kq_x86::kAheadWide);
             krow u;
             __m128i sm;
             F::unpack(b[i], u, sm);

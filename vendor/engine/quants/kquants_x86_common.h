@@ -30,7 +30,17 @@ namespace kq_x86 {
 // 1 thread: 0.77 -> 0.88 of the read probe), the AVX2 Q4_K / Q5_K / Q6_K
 // 1.03-1.12x, with 3.5 KiB in between and 1.5-2.5 KiB alike; Q2_K and Q3_K
 // (84- and 110-byte blocks, more work per byte) lost 5-7% there and keep 4 KiB.
-constexpr size_t kAheadWide = 2560;  // Q4_K, Q5_K, Q6_K rows
+// With the weights in 2 MiB pages (huge_pages.h), later the same day, 1.5 KiB
+// won again, measured per CPU second of 2 threads over 1.2 GB of 1B-shaped
+// rows on the loaded machine (benchmarks/LOG.md, 2026-12-07 21:30): Q4_K
+// 12.2-12.8 GB against 10.6-11.1 at the AVX-512 mat-vec's former 8 KiB,
+// Q6_K 13.8-14.2 against 12.6-13.4 at 2.5 KiB. Why nearer is better here: a
+// prefetch into L1 holds a fill buffer (about a dozen per core) until its
+// line arrives; lines the L2 streamer has already brought in free it at once,
+// lines beyond the streamer's reach hold it for a whole memory latency, and a
+// prefetch finding none free stalls the core (perf puts a quarter of the
+// mat-vec's samples on its prefetches at 8 KiB).
+constexpr size_t kAheadWide = 1536;  // Q4_K, Q5_K, Q6_K rows (mat-vec, panels' mat-vec, tiles)
 constexpr size_t kAheadNarrow = 4096;  // Q2_K, Q3_K rows
 
 LP_INLINE void prefetch_ahead(const void* block, size_t block_bytes, size_t ahead) {
