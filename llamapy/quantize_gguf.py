@@ -14,14 +14,16 @@ end: an error or Ctrl-C leaves no partial file. Tensors are cut into chunks of
 rows quantized on a thread pool; the engine releases the GIL while it works.
 
 With an importance matrix (``imatrix=``, llama-imatrix's GGUF or legacy .dat)
-the Q4_0, Q4_1, Q5_0, Q5_1, Q2_K ... Q6_K, IQ4_NL and IQ4_XS tensors are
+the Q4_0, Q4_1, Q5_0, Q5_1, Q2_K ... Q6_K, IQ4_NL, IQ4_XS, IQ3_XXS and IQ3_S tensors are
 quantized by the engine's importance-weighted quantizers (llama.cpp's with an
 imatrix, byte-identical too); Q8_0, MXFP4, TQ1_0, TQ2_0 and the float types
 ignore it, as there. That also opens Q2_K_S, which llama.cpp refuses without one.
 
 Not supported (a clear error when asked): the block formats the engine
-cannot write (IQ1_S/M, IQ2_*, IQ3_XXS/S: the file types built on them fail
-unless every such tensor falls back to a type it writes).
+cannot write (IQ1_S/M, IQ2_*: the file types built on them fail unless every
+such tensor falls back to a type it writes). IQ3_XXS tensors need an
+importance matrix, as in llama.cpp (so IQ3_XXS and IQ3_XS files without one
+are refused where they hold such tensors).
 
 ``keep_split``: one output per part of a split input (llama-quantize's
 --keep-split), named OUT-0000k-of-0000N.gguf, in the input's tensor order.

@@ -16,7 +16,8 @@
 // the AVX2 kernels: most of the work is the per-entry table loads and sign
 // spreading, which wider vectors do not shorten (a VNNI variant was not
 // written or measured).
-// Not here: quantizing to these types (llamapy only reads them).
+// Not here: quantizing to these types (iq_lattice_write_iq3.cpp for IQ3_XXS
+// and IQ3_S).
 #include "iq_lattice.h"
 
 #include <cstddef>
@@ -25,6 +26,7 @@
 #include "../ggml_type.h"
 #include "neon_kernels.h"
 #include "simd_x86.h"
+#include "weighted.h"
 
 namespace lp {
 
@@ -288,6 +290,9 @@ void register_iq_lattice_types(type_traits* table, isa level) {
     register_one<iq3_s>(table, ggml_type::IQ3_S, level);
     register_one<iq1_s>(table, ggml_type::IQ1_S, level);
     register_one<iq1_m>(table, ggml_type::IQ1_M, level);
+    // IQ3_XXS and IQ3_S: llama.cpp writes them without an importance matrix too
+    table[(int)ggml_type::IQ3_XXS].from_float_ref = quantize_row_iq3_xxs_ref;
+    table[(int)ggml_type::IQ3_S].from_float_ref = quantize_row_iq3_s_ref;
 #if defined(LP_HAVE_NEON)
     register_iq_lattice_neon(table, level);
 #endif

@@ -14,8 +14,8 @@
 //   unit  a power of two fixed by the type (1/8, 1/4, 1).
 // So the decoders give 256 int8 q and 16 integer scales per super-block,
 // and one int8 × int8 dot with per-16 scales serves every type.
-// Not here: quantization to these types (llamapy reads them; writing them
-// needs llama.cpp's grid search, a later step).
+// Not here: quantization to these types (iq_lattice_write_iq3.cpp writes
+// IQ3_XXS and IQ3_S).
 #pragma once
 
 #include <cstdint>

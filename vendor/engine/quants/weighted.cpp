@@ -9,7 +9,7 @@
 //
 // Not here: quantization without weights (kquants.cpp, legacy.cpp), the
 // importance matrix files (llamapy/imatrix.py), the IQ4 ones (iquants.cpp,
-// which share its search).
+// which share its search), the IQ3 ones (iq_lattice_write_iq3.cpp).
 #include "weighted.h"
 
 #include <cmath>
@@ -250,6 +250,8 @@ weighted_fn weighted_for(ggml_type t) {
         case ggml_type::Q6_K: return quantize_q6_k_weighted;
         case ggml_type::IQ4_NL: return quantize_row_iq4_nl_weighted;
         case ggml_type::IQ4_XS: return quantize_row_iq4_xs_weighted;
+        case ggml_type::IQ3_XXS: return quantize_row_iq3_xxs_weighted;
+        case ggml_type::IQ3_S: return quantize_row_iq3_s_weighted;
         default: return nullptr;
     }
 }
