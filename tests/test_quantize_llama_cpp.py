@@ -7,7 +7,7 @@ dense, MoE, hybrid and Gemma 4 fixtures and three synthetic inputs with rows of
 the SHA-256 of the whole file and of its header, and each tensor's type and
 data hash. Each case is quantized here the same way and must match; cases
 llama.cpp refused must be refused. Where llama.cpp wrote a type whose blocks
-the engine cannot write (IQ3_S, IQ2_XXS, IQ1_S, ...: only those), llamapy
+the engine cannot write (IQ2_XXS, IQ2_S, IQ1_S, ...: only those), llamapy
 must refuse naming it.
 """
 from __future__ import annotations

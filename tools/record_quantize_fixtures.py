@@ -9,7 +9,7 @@ this is a llamapy dependency):
 Inputs: the tiny F16 fixtures of the dense, MoE, hybrid and Gemma 4 families (rows of 64 or
 128 elements: they exercise the per-architecture rules and the fallbacks of the 256-element
 types) and three synthetic files written here with seeded random weights whose rows are
-multiples of 256, so that the K-quants, IQ4_XS, TQ1_0 and TQ2_0 themselves are compared:
+multiples of 256, so that the K-quants, IQ4_XS, IQ3_XXS, IQ3_S, TQ1_0 and TQ2_0 themselves are compared:
 - ``synth_llama-f16.gguf``: llama, 8 blocks, GQA 4, tied embeddings, odd rows (96 and 48
   elements) in two blocks, and rows of zeros, constants, outliers and tiny values;
 - ``synth_moe8-f32.gguf``: llama with 8 experts (Mixtral's rules), an output tensor, F32 input;
@@ -43,16 +43,16 @@ REAL_INPUTS = ["dense/olmo2/olmo2-f16.gguf", "moe/mixtral/mixtral-f16.gguf", "mo
 SYNTH_INPUTS = ["quantize/synth_llama-f16.gguf", "quantize/synth_moe8-f32.gguf", "quantize/synth_qwen2_80-f16.gguf",
                 "quantize/synth_falcon-f16.gguf", "quantize/synth_phi3-f16.gguf"]
 
-# llama.h's llama_ftype ids of the file types llamapy writes, and two it refuses (need an imatrix).
+# llama.h's llama_ftype ids of the file types llamapy writes, and the ones it refuses without an
+# imatrix as llama.cpp does (Q2_K_S, IQ2_XXS, and IQ3_XXS / IQ3_XS where they hold IQ3_XXS tensors).
 FTYPES = {"Q4_0": 2, "Q4_1": 3, "Q5_0": 8, "Q5_1": 9, "Q8_0": 7, "Q2_K": 10, "Q3_K_S": 11, "Q3_K_M": 12,
           "Q3_K_L": 13, "Q4_K_S": 14, "Q4_K_M": 15, "Q5_K_S": 16, "Q5_K_M": 17, "Q6_K": 18, "IQ4_NL": 25,
           "IQ4_XS": 30, "F16": 1, "BF16": 32, "F32": 0, "MXFP4_MOE": 38, "Q2_K_S": 21, "IQ2_XXS": 19,
-          "TQ1_0": 36, "TQ2_0": 37}
-# The file types whose blocks (IQ1/IQ2/IQ3) llamapy cannot write, or that need an importance
-# matrix: on the fixtures with 64-element rows every such tensor falls back to a type it can
-# write, which exercises their rules; elsewhere llamapy must refuse them clearly.
-FTYPES_NO_QUANTIZER = {"IQ2_XS": 20, "IQ2_S": 28, "IQ2_M": 29, "IQ1_S": 24, "IQ1_M": 31,
-                       "IQ3_XXS": 23, "IQ3_S": 26, "IQ3_M": 27, "IQ3_XS": 22}
+          "TQ1_0": 36, "TQ2_0": 37, "IQ3_XXS": 23, "IQ3_S": 26, "IQ3_M": 27, "IQ3_XS": 22}
+# The file types whose blocks (IQ1/IQ2) llamapy cannot write: on the fixtures with 64-element
+# rows every such tensor falls back to a type it can write, which exercises their rules;
+# elsewhere llamapy must refuse them clearly.
+FTYPES_NO_QUANTIZER = {"IQ2_XS": 20, "IQ2_S": 28, "IQ2_M": 29, "IQ1_S": 24, "IQ1_M": 31}
 # ggml type ids for the type options
 GGML = {"Q4_0": 2, "Q8_0": 8, "Q5_K": 13, "Q6_K": 14, "F16": 1}
 
@@ -75,7 +75,8 @@ IMATRICES = {"quantize/synth_llama-f16.gguf": "synth_llama.imatrix.gguf",
              "quantize/synth_moe8-f32.gguf": "synth_moe8.imatrix.dat",
              "moe/mixtral/mixtral-f16.gguf": "mixtral.imatrix.gguf"}
 IMATRIX_FTYPES = ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q2_K_S", "Q3_K_S", "Q3_K_M", "Q3_K_L", "Q4_K_S",
-                  "Q4_K_M", "Q5_K_S", "Q5_K_M", "Q6_K", "IQ4_NL", "IQ4_XS", "MXFP4_MOE", "IQ2_XXS", "TQ1_0", "TQ2_0"]
+                  "Q4_K_M", "Q5_K_S", "Q5_K_M", "Q6_K", "IQ4_NL", "IQ4_XS", "MXFP4_MOE", "IQ2_XXS", "TQ1_0", "TQ2_0",
+                  "IQ3_XXS", "IQ3_XS", "IQ3_S", "IQ3_M"]
 IMATRIX_CASES = [(inp, ft, {"imatrix": m}) for inp, m in IMATRICES.items() for ft in IMATRIX_FTYPES] + [
     ("quantize/synth_llama-f16.gguf", "Q4_K_M", {"imatrix": "synth_llama.imatrix.gguf",
                                                  "exclude_weights": ["ffn_down"]}),
