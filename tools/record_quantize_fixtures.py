@@ -93,6 +93,9 @@ REQUANT_CASES = [
     ("dense/olmo2/olmo2-q8_0.gguf", "Q4_0", {}),
     ("dense/olmo2/olmo2-q8_0.gguf", "Q4_0", {"allow_requantize": True}),
     ("dense/olmo2/olmo2-q8_0.gguf", "Q8_0", {}),
+    # llama.cpp's IQ3_XXS file (rows of 256) to IQ3_S in every matrix: the model
+    # tests/test_iq3_quantize.py loads and runs
+    ("iq_lattice/llama_iq-iq3_xxs.gguf", "IQ3_S", {"allow_requantize": True, "pure": True}),
 ]
 
 
