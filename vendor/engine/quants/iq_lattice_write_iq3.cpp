@@ -40,6 +40,7 @@
 #include <climits>
 #include <cmath>
 #include <cstring>
+#include <stdexcept>
 #include <vector>
 
 #include "../ggml_type.h"
@@ -64,25 +65,35 @@ LP_INLINE int group_code(const int8_t* l) { return l[0] | l[1] << 3 | l[2] << 6 
 // A grid as the search sees it: each point's levels, and for each of the 4096
 // level combinations either the point it is or the points nearest to it.
 struct search_grid {
+    // Most neighbours of one combination (36 and 38 on the two grids), padded.
+    static constexpr int kMaxNear = 64;
+    // An off-grid combination's neighbours: n point indices at near_index +
+    // offset, nearest first, and their values 2l + 1 coordinate by coordinate
+    // at near_q + 4 * offset: (4, n_padded) floats, so that the error of every
+    // neighbour is computed side by side (vector lanes) in best_neighbour.
+    struct near_list {
+        uint32_t offset = 0;
+        uint16_t n = 0, n_padded = 0;
+    };
     std::vector<std::array<int8_t, 4>> levels;  // (n_points, 4)
-    // >= 0: the combination is grid point `code_to_point`; < 0: its neighbour
-    // list starts at near[-1 - code_to_point] (a count, then point indices).
-    std::array<int32_t, kCodes> code_to_point;
-    std::vector<uint16_t> near;
+    std::array<int16_t, kCodes> point;          // the grid point a combination is, or -1
+    std::array<near_list, kCodes> near;
+    std::vector<float> near_q;
+    std::vector<uint16_t> near_index;
 
     // `grid`: the decoder's table (4 bytes a point), `level_of` its byte value
     // to a level. `n_dist`: neighbours are the points at the n_dist smallest
     // distances, nearest first, lower index first among equals (llama.cpp's
     // sort order; 2 distances for the 256-point grid, 3 for the 512-point one).
     search_grid(const uint32_t* grid, int n_points, int (*level_of)(int), int n_dist) : levels(n_points) {
-        code_to_point.fill(INT32_MIN);
+        point.fill(-1);
         for (int j = 0; j < n_points; ++j) {
             for (int c = 0; c < 4; ++c) levels[j][c] = (int8_t)level_of((grid[j] >> (8 * c)) & 0xff);
-            code_to_point[group_code(levels[j].data())] = j;
+            point[group_code(levels[j].data())] = (int16_t)j;
         }
         std::vector<int> dist(n_points), order(n_points);
         for (int code = 0; code < kCodes; ++code) {
-            if (code_to_point[code] >= 0) continue;
+            if (point[code] >= 0) continue;
             for (int j = 0; j < n_points; ++j) {
                 int d2 = 0;
                 for (int c = 0; c < 4; ++c) {
@@ -103,9 +114,12 @@ struct search_grid {
             for (int j = 0; j < n_points; ++j)
                 if (dist[j] <= cut) order.push_back(j);
             std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return dist[a] < dist[b]; });
-            code_to_point[code] = -1 - (int32_t)near.size();
-            near.push_back((uint16_t)order.size());
-            for (int j : order) near.push_back((uint16_t)j);
+            const int n = (int)order.size(), n_padded = (n + 7) / 8 * 8;
+            if (n_padded > kMaxNear) throw std::logic_error("iq3 search grid: too many neighbours");
+            near[code] = near_list{(uint32_t)near_index.size(), (uint16_t)n, (uint16_t)n_padded};
+            for (int m = 0; m < n_padded; ++m) near_index.push_back((uint16_t)order[std::min(m, n - 1)]);
+            for (int c = 0; c < 4; ++c)
+                for (int m = 0; m < n_padded; ++m) near_q.push_back((float)(2 * levels[order[std::min(m, n - 1)]][c] + 1));
         }
     }
 };
@@ -124,27 +138,36 @@ const search_grid& grid_iq3_s() {
 }
 
 // The neighbour of an off-grid combination that fits magnitudes xv (weights
-// sw) best at `scale`; its levels go to l. The first one on ties, and the
-// first one where no error compares below FLT_MAX (see the top).
-int best_neighbour(const search_grid& g, int code, const float* xv, const float* sw, float scale, int8_t* l) {
-    const uint16_t* list = g.near.data() + (-1 - g.code_to_point[code]);
-    const int n = list[0];
+// sw) best at `scale`; its levels go to l. Each neighbour's error is
+// llama.cpp's sum, term by term in coordinate order, computed for all
+// neighbours at once (the loop vectorises over them, each lane doing the
+// same operations); then the first smallest wins, and the first neighbour
+// where no error compares below FLT_MAX (see the top).
+void best_neighbour(const search_grid& g, int code, const float* xv, const float* sw, float scale, int8_t* l) {
+    const search_grid::near_list& nl = g.near[code];
+    const int np = nl.n_padded;
+    const float* q = g.near_q.data() + 4 * (size_t)nl.offset;
+    const float x0 = xv[0], x1 = xv[1], x2 = xv[2], x3 = xv[3];
+    const float w0 = sw[0], w1 = sw[1], w2 = sw[2], w3 = sw[3];
+    float d2[search_grid::kMaxNear];
+    for (int m = 0; m < np; ++m) {
+        const float a0 = scale * q[m] - x0, a1 = scale * q[np + m] - x1;
+        const float a2 = scale * q[2 * np + m] - x2, a3 = scale * q[3 * np + m] - x3;
+        float d = 0.f + w0 * a0 * a0;
+        d += w1 * a1 * a1;
+        d += w2 * a2 * a2;
+        d += w3 * a3 * a3;
+        d2[m] = d;
+    }
     float best_d2 = FLT_MAX;
-    int best = list[1];
-    for (int m = 1; m <= n; ++m) {
-        const int8_t* p = g.levels[list[m]].data();
-        float d2 = 0;
-        for (int c = 0; c < 4; ++c) {
-            const float diff = scale * (float)(2 * p[c] + 1) - xv[c];
-            d2 += sw[c] * diff * diff;
-        }
-        if (d2 < best_d2) {
-            best_d2 = d2;
-            best = list[m];
+    int best = 0;
+    for (int m = 0; m < nl.n; ++m) {
+        if (d2[m] < best_d2) {
+            best_d2 = d2[m];
+            best = m;
         }
     }
-    std::memcpy(l, g.levels[best].data(), 4);
-    return best;
+    std::memcpy(l, g.levels[g.near_index[nl.offset + best]].data(), 4);
 }
 
 LP_INLINE int8_t level_at(float id, float v) {
@@ -191,7 +214,7 @@ float fit_sub_block(const search_params& p, const float* xv, const float* w, con
             int8_t* lk = trial + 4 * k;
             for (int c = 0; c < 4; ++c) lk[c] = level_at(id, xv[4 * k + c]);
             const int code = group_code(lk);
-            trial_on[k] = g.code_to_point[code] >= 0;
+            trial_on[k] = g.point[code] >= 0;
             if (!trial_on[k]) best_neighbour(g, code, xv + 4 * k, sw + 4 * k, trial_scale, lk);
         }
         float sumqx, sumq2;
@@ -210,7 +233,7 @@ float fit_sub_block(const search_params& p, const float* xv, const float* w, con
             int8_t* lk = l + 4 * k;
             for (int c = 0; c < 4; ++c) lk[c] = level_at(id, xv[4 * k + c]);
             const int code = group_code(lk);
-            if (g.code_to_point[code] < 0) best_neighbour(g, code, xv + 4 * k, sw + 4 * k, scale, lk);
+            if (g.point[code] < 0) best_neighbour(g, code, xv + 4 * k, sw + 4 * k, scale, lk);
         }
         float sumqx, sumq2;
         fit_sums(w, xv, l, &sumqx, &sumq2);
@@ -302,7 +325,7 @@ void quantize_iq3_xxs(const float* x, void* dst, int64_t n, const float* qw) {
                 scale = -scale;
                 for (uint8_t& s : signs) s = (uint8_t)(~s & 127);
             }
-            for (int k = 0; k < kGroups; ++k) grid_bytes[8 * ib + k] = (uint8_t)g.code_to_point[group_code(l + 4 * k)];
+            for (int k = 0; k < kGroups; ++k) grid_bytes[8 * ib + k] = (uint8_t)g.point[group_code(l + 4 * k)];
             const uint32_t packed = signs[0] | (uint32_t)signs[1] << 7 | (uint32_t)signs[2] << 14 | (uint32_t)signs[3] << 21;
             std::memcpy(signs_scales + 4 * ib, &packed, 4);
             scales[ib] = scale;
@@ -354,7 +377,7 @@ void quantize_iq3_s(const float* x, void* dst, int64_t n, const float* qw) {
                 for (uint8_t& s : sg) s = (uint8_t)~s;
             }
             for (int k = 0; k < kGroups; ++k) {
-                const int point = g.code_to_point[group_code(l + 4 * k)];
+                const int point = g.point[group_code(l + 4 * k)];
                 qs[k] = (uint8_t)(point & 255);
                 b.qh[ib] |= (uint8_t)((point >> 8) << k);
             }
