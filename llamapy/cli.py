@@ -320,8 +320,8 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("input", help="the model to quantize (F32 / F16 / BF16, or quantized with --allow-requantize)")
     sp.add_argument("output", help="output .gguf path")
     sp.add_argument("type", help="file type: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K_S, Q3_K_M, Q3_K_L, Q4_K_S, "
-                                 "Q4_K_M, Q5_K_S, Q5_K_M, Q6_K, IQ4_NL, IQ4_XS, MXFP4_MOE, F16, BF16, F32 "
-                                 "(or llama.cpp's file type id)")
+                                 "Q4_K_M, Q5_K_S, Q5_K_M, Q6_K, IQ4_NL, IQ4_XS, IQ3_S, IQ3_M, MXFP4_MOE, F16, BF16, "
+                                 "F32; with --imatrix also Q2_K_S, IQ3_XS, IQ3_XXS (or llama.cpp's file type id)")
     sp.add_argument("-t", "--threads", type=int, default=0, help="threads (default 0: every CPU)")
     sp.add_argument("--imatrix", help="importance matrix file (llama-imatrix's GGUF or legacy .dat format)")
     sp.add_argument("--include-weights", action="append", metavar="NAME",

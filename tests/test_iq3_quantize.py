@@ -79,6 +79,12 @@ def test_rows_are_llama_cpps(case):
             pytest.fail(f"{how}: {qtype} bytes differ from llama.cpp's {detail}")
 
 
+@pytest.mark.parametrize("qtype", TYPES)
+def test_type_info_says_written(qtype):
+    info = _engine.type_info(qtype)
+    assert info["can_quantize"] and info["can_quantize_weighted"] and info["can_dequantize"]
+
+
 def test_fixture_covers_both_types_with_and_without_weights():
     kinds = {(c["type"], c["weighted"]) for c in CASES}
     assert kinds == {(t, w) for t in TYPES for w in (False, True)}
