@@ -25,13 +25,16 @@
 // grouped as there, sums accumulated element by element, no fused
 // multiply-adds (the build compiles with -ffp-contract=off), and its ties.
 // Also its quirk in IQ3_S: a sub-block of zeros does not advance the write
-// position of the grid bytes and signs, so the following sub-blocks' bytes
-// land one place earlier (readers then decode shifted values; we write what
-// llama.cpp writes).
+// position of the grid bytes and signs (their ninth index bits and the scales
+// do go to the right sub-block), so the following sub-blocks' bytes land one
+// sub-block early (readers then decode shifted values; we write what
+// llama.cpp writes, tests/test_iq3_quantize.py's zero_sub_blocks case).
 //
 // Inputs llama.cpp aborts on (NaN, or magnitudes so large that every squared
-// error overflows and no neighbour compares below FLT_MAX) take the first
-// neighbour here: every block written is a valid one, whatever the input.
+// error overflows and no neighbour compares below FLT_MAX; its assertion that
+// a scale is >= 0 fails for NaN) take the first neighbour here and keep a NaN
+// scale as it comes: every block is written, the row's other super-blocks as
+// without the bad values.
 //
 // Not here: reading these types (iq_lattice.cpp), the other grid i-quants.
 #include <algorithm>
@@ -315,7 +318,7 @@ void quantize_iq3_xxs(const float* x, void* dst, int64_t n, const float* qw) {
             }
             float max = xv[0];
             for (int i = 1; i < kSub; ++i) max = max_of(max, xv[i]);
-            if (max < 1e-8f) {  // grid bytes, signs and scale stay 0
+            if (max < 1e-8f) {  // llama.cpp's GROUP_MAX_EPS_IQ3_XXS: grid bytes, signs and scale stay 0
                 scales[ib] = 0;
                 continue;
             }
@@ -339,7 +342,10 @@ void quantize_iq3_xxs(const float* x, void* dst, int64_t n, const float* qw) {
         const float d = max_scale / 31;
         y[ibl].d = fp32_to_fp16(d * 1.0125f);
         const float id = 1 / d;
-        for (int ib = 0; ib < QK_K / kSub; ++ib) signs_scales[4 * ib + 3] |= (uint8_t)(scale_level(id, scales[ib]) << 4);
+        for (int ib = 0; ib < QK_K / kSub; ++ib) {  // the scale level in bits 28..31 of the sub-block's word
+            const uint32_t word = load_u32(signs_scales + 4 * ib) | (uint32_t)scale_level(id, scales[ib]) << 28;
+            std::memcpy(signs_scales + 4 * ib, &word, 4);
+        }
     }
 }
 
