@@ -24,7 +24,7 @@ def dequantize(raw: np.ndarray, ggml_type: TypeLike, shape: Sequence[int]) -> np
     return _engine.dequantize(np.asarray(raw), ggml_type, [int(d) for d in shape])
 
 
-def quantize(x: np.ndarray, ggml_type: TypeLike, importance: Optional[np.ndarray] = None) -> np.ndarray:
+def quantize(x: np.ndarray, ggml_type: TypeLike, imatrix: Optional[np.ndarray] = None) -> np.ndarray:
     """Quantize a float array to ``ggml_type``.
 
     Returns uint8 blocks shaped ``(*x.shape[:-1], row_bytes)``, the layout
@@ -32,16 +32,20 @@ def quantize(x: np.ndarray, ggml_type: TypeLike, importance: Optional[np.ndarray
     multiple of the type's block size. For F16 and BF16 the raw bits are
     returned as bytes too.
 
-    ``importance``: one non-negative value per column (an importance matrix's
-    row for this weight, e.g. mean squared activations): the blocks are then
-    the ones llama.cpp's quantizer writes with that imatrix. Raises
-    ``ValueError`` for a type without an importance-weighted quantizer.
+    ``imatrix``: importance values, one per column (``x.shape[-1]``), as an
+    importance matrix file holds them for a weight: the types llama.cpp
+    quantizes differently with one (``type_info``'s ``can_quantize_weighted``:
+    Q4_0 ... Q6_K, IQ4_NL, IQ4_XS, IQ3_XXS, IQ3_S) then give the blocks its
+    quantizer writes with that imatrix; the others ignore it, as there.
     """
     x = np.asarray(x, dtype=np.float32)
-    if importance is None:
+    if imatrix is None:
         return _engine.quantize(x, ggml_type)
-    if x.ndim < 1:
-        raise ValueError("quantize: input must have at least one dimension")
-    rows = x.reshape(int(np.prod(x.shape[:-1], dtype=np.int64)), x.shape[-1])
-    q = _engine.quantize_weighted(rows, ggml_type, np.asarray(importance, dtype=np.float32))
-    return q.reshape(*x.shape[:-1], q.shape[-1])
+    w = np.asarray(imatrix, dtype=np.float32)
+    if x.ndim < 1 or w.shape != (x.shape[-1],):
+        raise ValueError(f"quantize: imatrix must hold one value per column ({x.shape[-1] if x.ndim else 0}), "
+                         f"got shape {w.shape}")
+    if not _engine.type_info(ggml_type)["can_quantize_weighted"]:
+        return _engine.quantize(x, ggml_type)  # a type llama.cpp quantizes the same without
+    rows = _engine.quantize_weighted(np.ascontiguousarray(x.reshape(-1, x.shape[-1])), ggml_type, w)
+    return rows.reshape(*x.shape[:-1], rows.shape[-1])

@@ -67,7 +67,7 @@ def test_rows_are_llama_cpps(case):
         qw = REC.importance(case["input"], x.shape[1])
         assert sha(qw) == case["weights_sha256"]
         outs = {"quantize_weighted": _engine.quantize_weighted(x, qtype, qw),
-                "llamapy.quantize": llamapy.quantize(x, qtype, importance=qw)}
+                "llamapy.quantize": llamapy.quantize(x, qtype, imatrix=qw)}
     else:
         outs = {"quantize_ref": _engine.quantize_ref(x, qtype), "quantize": _engine.quantize(x, qtype),
                 "llamapy.quantize": llamapy.quantize(x, qtype)}
@@ -116,7 +116,7 @@ def test_bad_values_give_valid_blocks(qtype):
 def test_weights_must_match_the_row(qtype):
     x = np.zeros((2, 256), np.float32)
     with pytest.raises(ValueError, match="one value per column"):
-        llamapy.quantize(x, qtype, importance=np.ones(255, np.float32))
+        llamapy.quantize(x, qtype, imatrix=np.ones(255, np.float32))
     with pytest.raises(ValueError, match="multiple of"):
         llamapy.quantize(np.zeros((2, 200), np.float32), qtype)
 
@@ -149,7 +149,7 @@ def test_importance_lowers_the_weighted_error(qtype):
         y = llamapy.dequantize(q, qtype, x.shape)
         return float(np.sum(qw * (y - x) ** 2))
 
-    assert weighted_err(llamapy.quantize(x, qtype, importance=qw)) < 0.9 * weighted_err(llamapy.quantize(x, qtype))
+    assert weighted_err(llamapy.quantize(x, qtype, imatrix=qw)) < 0.9 * weighted_err(llamapy.quantize(x, qtype))
 
 
 @pytest.mark.parametrize("qtype", TYPES)
