@@ -96,8 +96,7 @@ def test_interrupted_split_leaves_no_part(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("ftype, message", [
-    ("IQ3_S", "cannot quantize to IQ3_S"), ("IQ3_M", "cannot quantize to IQ3_S"),
-    ("IQ2_XXS", "needs an importance matrix"), ("Q2_K_S", "needs an importance matrix"),
+    ("IQ3_XXS", "needs an importance matrix"), ("IQ2_XXS", "needs an importance matrix"), ("Q2_K_S", "needs an importance matrix"),
     ("IQ1_M", "needs an importance matrix"), ("Q7_K", "unknown file type"),
 ])
 def test_file_types_it_cannot_write(ftype, message, tmp_path):
@@ -161,7 +160,7 @@ def test_cli(tmp_path, capsys):
         assert f.metadata["general.name"] == "cli"
         assert f.metadata["general.file_type"] == FILE_TYPES["Q5_K_M"].ftype
         assert f.tensor_info("blk.3.attn_q.weight").type_name == "Q8_0"
-    for argv, message in [(["IQ3_S"], "cannot quantize"), (["IQ3_XS"], "importance matrix"),
+    for argv, message in [(["IQ3_XXS"], "importance matrix"), (["IQ3_XS"], "importance matrix"),
                           (["Q4_K_M", "--imatrix", str(tmp_path / "m.dat")], "No such file"),
                           (["Q4_K_M", "--include-weights", "x"], "need --imatrix"),
                           (["Q4_K_M", "--tensor-type", "x"], "REGEX=TYPE")]:
