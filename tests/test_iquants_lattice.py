@@ -109,21 +109,15 @@ def test_matmul_odd_shapes(qtype, n_rows, n_cols, n_tok):
     check_matmul(w_raw, qtype, n_rows, n_cols, x, w64, "Q8_K")
 
 
-# Written since (tests/test_iq_lattice_write.py): with an importance matrix.
-WRITTEN = ("IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ1_S", "IQ1_M")
-
-
-@pytest.mark.parametrize("qtype", [t for t in TYPES if t not in ("IQ3_XXS", "IQ3_S")])  # those: test_iq3_quantize.py
-def test_type_info_reads_but_does_not_write(qtype):
+# Every one is written too: the writing flags are checked with the writers
+# (tests/test_iq_lattice_write.py, tests/test_iq3_quantize.py).
+@pytest.mark.parametrize("qtype", TYPES)
+def test_type_info_reads(qtype):
     info = _engine.type_info(qtype)
     assert (info["block_size"], info["type_size"]) == (256, IQ_BLOCK_BYTES[qtype])
     assert info["can_dequantize"] and info["has_matmul"]
     assert info["vec_dot_type"] == "Q8_K"
-    if qtype in WRITTEN:
-        return
-    assert not info["can_quantize"]
-    with pytest.raises(ValueError, match=f"cannot produce type {qtype}"):
-        _engine.quantize(np.zeros((1, 256), np.float32), qtype)
+    assert info["can_quantize_weighted"]
 
 
 def test_truncated_data_is_refused():
