@@ -320,9 +320,9 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("input", help="the model to quantize (F32 / F16 / BF16, or quantized with --allow-requantize)")
     sp.add_argument("output", help="output .gguf path")
     sp.add_argument("type", help="file type: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K_S, Q3_K_M, Q3_K_L, Q4_K_S, "
-                                 "Q4_K_M, Q5_K_S, Q5_K_M, Q6_K, IQ4_NL, IQ4_XS, MXFP4_MOE, TQ1_0, TQ2_0, F16, BF16, F32; "
-                                 "with --imatrix also Q2_K_S, IQ2_XXS, IQ2_XS, IQ1_S, IQ1_M "
-                                 "(or llama.cpp's file type id)")
+                                 "Q4_K_M, Q5_K_S, Q5_K_M, Q6_K, IQ4_NL, IQ4_XS, IQ3_S, IQ3_M, MXFP4_MOE, TQ1_0, TQ2_0, "
+                                 "F16, BF16, F32; with --imatrix also Q2_K_S, IQ3_XXS, IQ3_XS, IQ2_XXS, IQ2_XS, IQ2_S, "
+                                 "IQ2_M, IQ1_S, IQ1_M (or llama.cpp's file type id)")
     sp.add_argument("-t", "--threads", type=int, default=0, help="threads (default 0: every CPU)")
     sp.add_argument("--imatrix", help="importance matrix file (llama-imatrix's GGUF or legacy .dat format)")
     sp.add_argument("--include-weights", action="append", metavar="NAME",

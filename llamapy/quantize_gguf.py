@@ -14,19 +14,18 @@ end: an error or Ctrl-C leaves no partial file. Tensors are cut into chunks of
 rows quantized on a thread pool; the engine releases the GIL while it works.
 
 With an importance matrix (``imatrix=``, llama-imatrix's GGUF or legacy .dat)
-the Q4_0, Q4_1, Q5_0, Q5_1, Q2_K ... Q6_K, IQ4_NL, IQ4_XS, IQ2_*, IQ1_* tensors are
-quantized by the engine's importance-weighted quantizers (llama.cpp's with an
-imatrix, byte-identical too); Q8_0, MXFP4, TQ1_0, TQ2_0 and the float types
-ignore it, as there. That also opens Q2_K_S, which llama.cpp refuses without one.
+the Q4_0, Q4_1, Q5_0, Q5_1, Q2_K ... Q6_K, IQ4_NL, IQ4_XS, IQ3_XXS, IQ3_S,
+IQ2_* and IQ1_* tensors are quantized by the engine's importance-weighted
+quantizers (llama.cpp's with an imatrix, byte-identical too); Q8_0, MXFP4,
+TQ1_0, TQ2_0 and the float types ignore it, as there. That also opens Q2_K_S,
+which llama.cpp refuses without one.
 
-The 1- and 2-bit lattice types (IQ2_XXS, IQ2_XS, IQ2_S, IQ1_S, IQ1_M) are
-written with an importance matrix (llama.cpp refuses their file types
-without one; IQ2_XXS, IQ2_XS and IQ1_S tensors need one even where the file
-type does not, e.g. a token_embd given that type).
-
-Not supported (a clear error when asked): the block formats the engine
-cannot write (IQ3_XXS/S: the file types built on them fail unless every such
-tensor falls back to a type it writes).
+Every grid i-quant (IQ3_XXS, IQ3_S, IQ2_XXS, IQ2_XS, IQ2_S, IQ1_S, IQ1_M) is
+written. As in llama.cpp, IQ3_XXS, IQ2_* and IQ1_* tensors need an importance
+matrix outside token_embd / output (so the IQ3_XXS, IQ3_XS, IQ2_* and IQ1_*
+file types without one are refused where they hold such tensors), and IQ2_XXS,
+IQ2_XS and IQ1_S tensors need one even where the file type does not (e.g. a
+token_embd given that type: llama.cpp aborts there).
 
 ``keep_split``: one output per part of a split input (llama-quantize's
 --keep-split), named OUT-0000k-of-0000N.gguf, in the input's tensor order.

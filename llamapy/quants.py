@@ -34,9 +34,11 @@ def quantize(x: np.ndarray, ggml_type: TypeLike, imatrix: Optional[np.ndarray] =
 
     ``imatrix``: importance values, one per column (``x.shape[-1]``), as an
     importance matrix file holds them for a weight: the types llama.cpp
-    quantizes differently with one (Q4_0 ... Q6_K, IQ4_NL, IQ4_XS, IQ2_XXS,
-    IQ2_XS, IQ2_S, IQ1_S, IQ1_M) then use them. IQ2_XXS, IQ2_XS and IQ1_S
-    need them (ValueError without).
+    quantizes differently with one (``type_info``'s ``can_quantize_weighted``:
+    Q4_0 ... Q6_K, IQ4_NL, IQ4_XS, IQ3_XXS, IQ3_S, IQ2_XXS, IQ2_XS, IQ2_S,
+    IQ1_S, IQ1_M) then give the blocks its quantizer writes with that imatrix;
+    the others ignore it, as there. IQ2_XXS, IQ2_XS and IQ1_S need one
+    (ValueError without).
     """
     x = np.asarray(x, dtype=np.float32)
     if imatrix is None:

@@ -1,9 +1,9 @@
 """The grid-based i-quants (vendor/engine/quants/iq_lattice.*): IQ2_XXS, IQ2_XS, IQ2_S,
 IQ3_XXS, IQ3_S, IQ1_S and IQ1_M, read and multiplied against Q8_K activations.
 
-llamapy reads these types but does not write them (llama.cpp's grid search is a later
-step), so the checks run on random blocks, which are all valid once their fp16 scale is
-finite (every index, sign and sub-scale pattern is a legal one):
+Writing them is checked against llama.cpp's quantizer elsewhere (tests/test_iq_lattice_write.py,
+tests/test_iq3_quantize.py); the checks here run on random blocks, which are all valid once
+their fp16 scale is finite (every index, sign and sub-scale pattern is a legal one):
 - the committed lattice tables equal what tools/gen_iq_grids.py writes from the installed
   gguf package;
 - dequantization equals gguf-py's bit for bit;
@@ -109,21 +109,15 @@ def test_matmul_odd_shapes(qtype, n_rows, n_cols, n_tok):
     check_matmul(w_raw, qtype, n_rows, n_cols, x, w64, "Q8_K")
 
 
-# Written since (tests/test_iq_lattice_write.py): with an importance matrix.
-WRITTEN = ("IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ1_S", "IQ1_M")
-
-
+# Every one is written too: the writing flags are checked with the writers
+# (tests/test_iq_lattice_write.py, tests/test_iq3_quantize.py).
 @pytest.mark.parametrize("qtype", TYPES)
-def test_type_info_reads_but_does_not_write(qtype):
+def test_type_info_reads(qtype):
     info = _engine.type_info(qtype)
     assert (info["block_size"], info["type_size"]) == (256, IQ_BLOCK_BYTES[qtype])
     assert info["can_dequantize"] and info["has_matmul"]
     assert info["vec_dot_type"] == "Q8_K"
-    if qtype in WRITTEN:
-        return
-    assert not info["can_quantize"]
-    with pytest.raises(ValueError, match=f"cannot produce type {qtype}"):
-        _engine.quantize(np.zeros((1, 256), np.float32), qtype)
+    assert info["can_quantize_weighted"]
 
 
 def test_truncated_data_is_refused():

@@ -7,8 +7,9 @@ dense, MoE, hybrid and Gemma 4 fixtures and three synthetic inputs with rows of
 the SHA-256 of the whole file and of its header, and each tensor's type and
 data hash. Each case is quantized here the same way and must match; cases
 llama.cpp refused must be refused. Where llama.cpp wrote a type whose blocks
-the engine cannot write (IQ3_XXS, IQ3_S: only those), llamapy must refuse
-naming it. The IQ1 / IQ2 file types are compared with importance matrices.
+the engine cannot write (none now: every type of the recorded files is
+written), llamapy must refuse naming it. The IQ1 / IQ2 file types are
+compared with importance matrices, the IQ3 ones with and without.
 """
 from __future__ import annotations
 

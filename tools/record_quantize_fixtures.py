@@ -9,7 +9,8 @@ this is a llamapy dependency):
 Inputs: the tiny F16 fixtures of the dense, MoE, hybrid and Gemma 4 families (rows of 64 or
 128 elements: they exercise the per-architecture rules and the fallbacks of the 256-element
 types) and three synthetic files written here with seeded random weights whose rows are
-multiples of 256, so that the K-quants, IQ4_XS, TQ1_0 and TQ2_0 themselves are compared:
+multiples of 256, so that the K-quants, IQ4_XS, the grid i-quants, TQ1_0 and TQ2_0 themselves are
+compared:
 - ``synth_llama-f16.gguf``: llama, 8 blocks, GQA 4, tied embeddings, odd rows (96 and 48
   elements) in two blocks, and rows of zeros, constants, outliers and tiny values;
 - ``synth_moe8-f32.gguf``: llama with 8 experts (Mixtral's rules), an output tensor, F32 input;
@@ -43,17 +44,17 @@ REAL_INPUTS = ["dense/olmo2/olmo2-f16.gguf", "moe/mixtral/mixtral-f16.gguf", "mo
 SYNTH_INPUTS = ["quantize/synth_llama-f16.gguf", "quantize/synth_moe8-f32.gguf", "quantize/synth_qwen2_80-f16.gguf",
                 "quantize/synth_falcon-f16.gguf", "quantize/synth_phi3-f16.gguf"]
 
-# llama.h's llama_ftype ids of the file types llamapy writes, and two it refuses (need an imatrix).
+# llama.h's llama_ftype ids of the file types llamapy writes, and the ones it refuses without an
+# imatrix as llama.cpp does (Q2_K_S, IQ2_XXS, and IQ3_XXS / IQ3_XS where they hold IQ3_XXS tensors).
 FTYPES = {"Q4_0": 2, "Q4_1": 3, "Q5_0": 8, "Q5_1": 9, "Q8_0": 7, "Q2_K": 10, "Q3_K_S": 11, "Q3_K_M": 12,
           "Q3_K_L": 13, "Q4_K_S": 14, "Q4_K_M": 15, "Q5_K_S": 16, "Q5_K_M": 17, "Q6_K": 18, "IQ4_NL": 25,
           "IQ4_XS": 30, "F16": 1, "BF16": 32, "F32": 0, "MXFP4_MOE": 38, "Q2_K_S": 21, "IQ2_XXS": 19,
-          "TQ1_0": 36, "TQ2_0": 37}
-# The file types whose blocks (IQ3) llamapy cannot write, or that need an importance matrix
-# (IQ1/IQ2: written with one, IMATRIX_CASES): on the fixtures with 64-element rows every such
-# tensor falls back to a type it can write, which exercises their rules; elsewhere llamapy must
-# refuse them clearly.
-FTYPES_NO_QUANTIZER = {"IQ2_XS": 20, "IQ2_S": 28, "IQ2_M": 29, "IQ1_S": 24, "IQ1_M": 31,
-                       "IQ3_XXS": 23, "IQ3_S": 26, "IQ3_M": 27, "IQ3_XS": 22}
+          "TQ1_0": 36, "TQ2_0": 37, "IQ3_XXS": 23, "IQ3_S": 26, "IQ3_M": 27, "IQ3_XS": 22}
+# The file types llama.cpp refuses without an importance matrix wherever they hold a tensor of
+# the 1- and 2-bit lattice types (written with one: IMATRIX_CASES). Without one they are recorded
+# on the fixtures with 64-element rows, where every such tensor falls back to another type, which
+# exercises their rules, and on synth_llama, where llamapy must refuse them as llama.cpp does.
+FTYPES_IMATRIX_ONLY = {"IQ2_XS": 20, "IQ2_S": 28, "IQ2_M": 29, "IQ1_S": 24, "IQ1_M": 31}
 # ggml type ids for the type options
 GGML = {"Q4_0": 2, "Q8_0": 8, "Q5_K": 13, "Q6_K": 14, "F16": 1}
 
@@ -77,7 +78,7 @@ IMATRICES = {"quantize/synth_llama-f16.gguf": "synth_llama.imatrix.gguf",
              "moe/mixtral/mixtral-f16.gguf": "mixtral.imatrix.gguf"}
 IMATRIX_FTYPES = ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q2_K_S", "Q3_K_S", "Q3_K_M", "Q3_K_L", "Q4_K_S",
                   "Q4_K_M", "Q5_K_S", "Q5_K_M", "Q6_K", "IQ4_NL", "IQ4_XS", "MXFP4_MOE", "IQ2_XXS", "TQ1_0", "TQ2_0",
-                  "IQ2_XS", "IQ2_S", "IQ2_M", "IQ1_S", "IQ1_M"]
+                  "IQ2_XS", "IQ2_S", "IQ2_M", "IQ1_S", "IQ1_M", "IQ3_XXS", "IQ3_XS", "IQ3_S", "IQ3_M"]
 IMATRIX_CASES = [(inp, ft, {"imatrix": m}) for inp, m in IMATRICES.items() for ft in IMATRIX_FTYPES] + [
     ("quantize/synth_llama-f16.gguf", "Q4_K_M", {"imatrix": "synth_llama.imatrix.gguf",
                                                  "exclude_weights": ["ffn_down"]}),
@@ -94,6 +95,9 @@ REQUANT_CASES = [
     ("dense/olmo2/olmo2-q8_0.gguf", "Q4_0", {}),
     ("dense/olmo2/olmo2-q8_0.gguf", "Q4_0", {"allow_requantize": True}),
     ("dense/olmo2/olmo2-q8_0.gguf", "Q8_0", {}),
+    # llama.cpp's IQ3_XXS file (rows of 256) to IQ3_S in every matrix: the model
+    # tests/test_iq3_quantize.py loads and runs
+    ("iq_lattice/llama_iq-iq3_xxs.gguf", "IQ3_S", {"allow_requantize": True, "pure": True}),
 ]
 
 
@@ -102,7 +106,7 @@ def all_cases():
         for ft in FTYPES:
             yield inp, ft, {}
     for inp in REAL_INPUTS + SYNTH_INPUTS[:1]:
-        for ft in FTYPES_NO_QUANTIZER:
+        for ft in FTYPES_IMATRIX_ONLY:
             yield inp, ft, {}
     yield from OPTION_CASES
     yield from REQUANT_CASES
@@ -349,7 +353,7 @@ def quantize_with_llama_cpp(inp: str, out: str, ft: str, opts: dict) -> bool:
 
     p = llama_cpp.llama_model_quantize_default_params()
     p.nthread = 1
-    p.ftype = {**FTYPES, **FTYPES_NO_QUANTIZER}[ft]
+    p.ftype = {**FTYPES, **FTYPES_IMATRIX_ONLY}[ft]
     p.pure = bool(opts.get("pure", False))
     p.quantize_output_tensor = not opts.get("leave_output_tensor", False)
     p.allow_requantize = bool(opts.get("allow_requantize", False))
@@ -446,7 +450,7 @@ def record() -> None:
             assert inputs[c["input"]].setdefault("names", names) == names
     doc_cases = [c for c in cases.values()]
     doc = {"generator": "tools/record_quantize_fixtures.py", "llama_cpp_python": llama_cpp.__version__,
-           "ftypes": {**FTYPES, **FTYPES_NO_QUANTIZER}, "inputs": inputs, "cases": doc_cases}
+           "ftypes": {**FTYPES, **FTYPES_IMATRIX_ONLY}, "inputs": inputs, "cases": doc_cases}
     (OUT_DIR / "llama_cpp.json").write_text(json.dumps(doc, separators=(",", ":")) + "\n")
 
 

@@ -17,7 +17,7 @@
 // spreading, which wider vectors do not shorten (a VNNI variant was not
 // written or measured).
 // Not here: quantizing to these types (iq_lattice_write_iq2.cpp for IQ2_XXS,
-// IQ2_XS, IQ2_S, IQ1_S, IQ1_M).
+// IQ2_XS, IQ2_S, IQ1_S, IQ1_M; iq_lattice_write_iq3.cpp for IQ3_XXS, IQ3_S).
 #include "iq_lattice.h"
 
 #include <cstddef>
@@ -290,9 +290,11 @@ void register_iq_lattice_types(type_traits* table, isa level) {
     register_one<iq3_s>(table, ggml_type::IQ3_S, level);
     register_one<iq1_s>(table, ggml_type::IQ1_S, level);
     register_one<iq1_m>(table, ggml_type::IQ1_M, level);
-    // the two llama.cpp also writes without an importance matrix
+    // the ones llama.cpp also writes without an importance matrix
     table[(int)ggml_type::IQ2_S].from_float_ref = quantize_row_iq2_s_ref;
     table[(int)ggml_type::IQ1_M].from_float_ref = quantize_row_iq1_m_ref;
+    table[(int)ggml_type::IQ3_XXS].from_float_ref = quantize_row_iq3_xxs_ref;
+    table[(int)ggml_type::IQ3_S].from_float_ref = quantize_row_iq3_s_ref;
 #if defined(LP_HAVE_NEON)
     register_iq_lattice_neon(table, level);
 #endif

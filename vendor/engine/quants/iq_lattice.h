@@ -15,7 +15,7 @@
 // So the decoders give 256 int8 q and 16 integer scales per super-block,
 // and one int8 × int8 dot with per-16 scales serves every type.
 // Not here: quantization to these types (iq_lattice_write_iq2.cpp writes the
-// IQ2 and IQ1 ones).
+// IQ2 and IQ1 ones, iq_lattice_write_iq3.cpp IQ3_XXS and IQ3_S).
 #pragma once
 
 #include <cstdint>

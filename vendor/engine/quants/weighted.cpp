@@ -9,7 +9,8 @@
 //
 // Not here: quantization without weights (kquants.cpp, legacy.cpp), the
 // importance matrix files (llamapy/imatrix.py), the IQ4 ones (iquants.cpp,
-// which share its search).
+// which share its search), the grid i-quants (iq_lattice_write_iq2.cpp,
+// iq_lattice_write_iq3.cpp).
 #include "weighted.h"
 
 #include <cmath>
@@ -255,6 +256,8 @@ weighted_fn weighted_for(ggml_type t) {
         case ggml_type::IQ2_S: return quantize_row_iq2_s_weighted;
         case ggml_type::IQ1_S: return quantize_row_iq1_s_weighted;
         case ggml_type::IQ1_M: return quantize_row_iq1_m_weighted;
+        case ggml_type::IQ3_XXS: return quantize_row_iq3_xxs_weighted;
+        case ggml_type::IQ3_S: return quantize_row_iq3_s_weighted;
         default: return nullptr;
     }
 }

@@ -32,5 +32,12 @@ void quantize_row_iq1_s_weighted(const float* x, void* dst, int64_t n, const flo
 void quantize_row_iq1_m_weighted(const float* x, void* dst, int64_t n, const float* qw);
 void quantize_row_iq2_s_ref(const float* x, void* dst, int64_t n);
 void quantize_row_iq1_m_ref(const float* x, void* dst, int64_t n);
+// The 4-wide lattice i-quants IQ3_XXS and IQ3_S (iq_lattice_write_iq3.cpp;
+// has_weighted_quantizer answers true for both). The _ref forms are what
+// llama.cpp writes without an importance matrix (x² weighs each error).
+void quantize_row_iq3_xxs_weighted(const float* x, void* dst, int64_t n, const float* qw);
+void quantize_row_iq3_s_weighted(const float* x, void* dst, int64_t n, const float* qw);
+void quantize_row_iq3_xxs_ref(const float* x, void* dst, int64_t n);
+void quantize_row_iq3_s_ref(const float* x, void* dst, int64_t n);
 
 }  // namespace lp
