@@ -98,7 +98,9 @@ class TimedEmbedder:
                    llamapy_imported_before="llamapy" in sys.modules)
         from llamapy.ray.batch import Embedder
 
-        self.event(event="imported", wall=time.time(), cpu=time.process_time())
+        import llamapy
+
+        self.event(event="imported", wall=time.time(), cpu=time.process_time(), llamapy=llamapy.__file__)
         self.inner = Embedder(**embedder_kwargs)
         self.event(event="loaded", wall=time.time(), cpu=time.process_time())
         # The CPU spent embedding (the Embedder's one call per batch; Llama.embed inside its
@@ -176,6 +178,7 @@ def actor_phases(path: str, job_start: float) -> dict:
         "process_start_at": init["process_start"] - job_start,
         "init_at": init["wall"] - job_start,
         "llamapy_imported_before_init": init["llamapy_imported_before"],
+        "llamapy": imported["llamapy"],
         "import": {"wall": imported["wall"] - init["wall"], "cpu": imported["cpu"] - init["cpu"]},
         "load": {"wall": loaded["wall"] - imported["wall"], "cpu": loaded["cpu"] - imported["cpu"]},
         "cpu_before_init": init["cpu"],  # the worker's own start and Ray Data's imports in it
@@ -232,6 +235,9 @@ def ray_worker(model: str, n: int, batch: int, actors: int, warm: bool) -> dict:
         clock.mark("collect")
         assert vectors.shape[0] == n
         acts = [actor_phases(os.path.join(log_dir, f), job_start) for f in sorted(os.listdir(log_dir))]
+        import llamapy
+
+        assert all(a["llamapy"] == llamapy.__file__ for a in acts), "an actor imported another llamapy"
     ray.shutdown()
     clock.mark("shutdown")
     job = {k: sum(clock.phases[p][k] for p in ("dataset", "run", "collect")) for k in ("wall", "cpu")}
@@ -242,7 +248,9 @@ def ray_worker(model: str, n: int, batch: int, actors: int, warm: bool) -> dict:
 def run_side(args: argparse.Namespace, side: str) -> dict:
     cmd = [sys.executable, __file__, "--worker", side, "-n", str(args.n), "--batch", str(args.batch)] + (
         ["--warm"] if args.warm else [])
-    r = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": REPO})
+    # In REPO: Ray's workers put the driver's working directory first on sys.path, so a llamapy
+    # there (another checkout) would shadow this one.
+    r = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": REPO}, cwd=REPO)
     if r.returncode != 0:
         raise SystemExit(f"{side} failed:\n{r.stderr[-3000:]}")
     return json.loads(r.stdout.strip().splitlines()[-1])
@@ -250,7 +258,7 @@ def run_side(args: argparse.Namespace, side: str) -> dict:
 
 def embeddings(args: argparse.Namespace) -> dict:
     gguf_model("f32")
-    sides = ("direct", "ray-1", "ray-2")
+    sides = tuple(args.sides.split(","))
     runs: dict = {s: [] for s in sides}
     for rep in range(args.reps):
         for side in sides:
@@ -260,8 +268,15 @@ def embeddings(args: argparse.Namespace) -> dict:
                   f"{'process' if side == 'direct' else 'driver'}", file=sys.stderr, flush=True)
     med = {s: statistics.median(r["job"]["wall"] for r in runs[s]) for s in sides}
     result = {"sentences": args.n, "batch": args.batch, "warm_cluster": args.warm, "job_seconds": med,
-              "sentences_per_s": {s: args.n / v for s, v in med.items()},
-              "overhead_1_actor": med["ray-1"] / med["direct"] - 1, "speedup_2_actors": med["direct"] / med["ray-2"]}
+              "sentences_per_s": {s: args.n / v for s, v in med.items()}}
+    result["median_phases"] = {s: median_phases(runs[s]) for s in sides}
+    if args.phases:
+        result["runs"] = runs
+    if "direct" not in sides or "ray-1" not in sides:
+        return result
+    result["overhead_1_actor"] = med["ray-1"] / med["direct"] - 1
+    if "ray-2" in sides:
+        result["speedup_2_actors"] = med["direct"] / med["ray-2"]
     direct_cpu = statistics.median(r["job"]["cpu"] for r in runs["direct"])
     one = [r["actors"][0] for r in runs["ray-1"]]
     actor_cpu = statistics.median(a["total_cpu"] for a in one)
@@ -270,9 +285,6 @@ def embeddings(args: argparse.Namespace) -> dict:
                              "ray-1 Ray's other processes (job)": statistics.median(r["ray_others_cpu"]
                                                                                      for r in runs["ray-1"]),
                              "overhead_1_actor (actor / direct - 1)": actor_cpu / direct_cpu - 1}
-    result["median_phases"] = {s: median_phases(runs[s]) for s in sides}
-    if args.phases:
-        result["runs"] = runs
     return result
 
 
@@ -288,7 +300,7 @@ def median_phases(runs: list) -> dict:
         for key, value in a0.items():
             if isinstance(value, dict):
                 actor[key] = {k: med(lambda r: r["actors"][0][key][k]) for k in value}
-            elif isinstance(value, bool):
+            elif isinstance(value, (bool, str)):
                 actor[key] = value
             else:
                 actor[key] = med(lambda r: r["actors"][0][key])
@@ -362,6 +374,7 @@ def main() -> int:
     p.add_argument("-r", "--requests", type=int, default=20, help="chat requests per side and rep (default 20)")
     p.add_argument("--no-embeddings", action="store_true", help="skip the embeddings part")
     p.add_argument("--phases", action="store_true", help="also print every run's phases")
+    p.add_argument("--sides", default="direct,ray-1,ray-2", help="which sides to run (default all three)")
     p.add_argument("--warm", action="store_true", help="a job on a warm cluster: before the clock, a tiny Ray Data "
                    "job (Ray Data's per-cluster actors start) and a wait until Ray's processes are idle")
     p.add_argument("--worker", choices=["direct", "ray-1", "ray-2"], help=argparse.SUPPRESS)

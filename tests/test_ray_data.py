@@ -286,6 +286,22 @@ def test_embedder_arrow_batches():
     assert float32_lists(rows[:2], [None, "ValueError: x", None]).to_pylist() == [[0.0, 1.0], None, [2.0, 3.0]]
 
 
+def test_embed_batches_default_to_256_rows(monkeypatch):
+    """embed's batches are 256 rows unless told (each batch is a Ray Data task; embed packs any
+    number of rows per decode); the other helpers keep map_with's 32."""
+    needs("ray")
+    import llamapy.ray.batch as b
+
+    seen = {}
+    monkeypatch.setattr(b, "map_with", lambda ds, actor, kwargs, **pool: seen.update(actor=actor, pool=pool))
+    b.embed(None, model="m.gguf")
+    assert seen["actor"] is b.Embedder and seen["pool"]["batch_size"] == b.EMBED_BATCH_SIZE == 256
+    b.embed(None, model="m.gguf", batch_size=16, actors=2)
+    assert seen["pool"] == {"batch_size": 16, "actors": 2}
+    b.complete(None, model="m.gguf")
+    assert "batch_size" not in seen["pool"]
+
+
 def test_llamapy_ray_without_the_server_stack():
     """An actor needs neither the server (FastAPI, Starlette, uvicorn) nor Pillow: llamapy.ray and
     its Embedder import and run with those blocked (the Serve app loads them on first use)."""

@@ -340,10 +340,20 @@ def map_with(ds: Any, actor: Callable[..., Any], kwargs: Dict[str, Any], actors:
                           batch_format=getattr(actor, "batch_format", "pandas"), **ray_remote_args)
 
 
+# Rows per Embedder batch. embed() packs any number of rows into decodes of n_batch tokens, so
+# rows per call barely change the engine's work, but each batch is a Ray Data task costing the
+# actor ~6 ms of CPU, beside ~4 s of embedding per 1,000 MiniLM rows on 1 thread
+# (benchmarks/LOG.md, 2026-12-07 21:40: Ray's work in the actor 1.1-1.2 s per 10,000 rows in
+# batches of 32, 0.25 s in batches of 256).
+EMBED_BATCH_SIZE = 256
+
+
 def embed(ds: Any, *, model: str, column: str = "text", output_column: str = "embedding", normalize: bool = False,
           truncate: bool = True, llama_kwargs: Optional[Dict[str, Any]] = None, **pool: Any) -> Any:
     """``ds`` with ``output_column`` (the embedding of ``column``) and ``error``. ``pool``:
-    ``actors``, ``cpus_per_actor``, ``batch_size`` and Ray's own map_batches arguments."""
+    ``actors``, ``cpus_per_actor``, ``batch_size`` (default ``EMBED_BATCH_SIZE``) and Ray's own
+    map_batches arguments."""
+    pool.setdefault("batch_size", EMBED_BATCH_SIZE)
     return map_with(ds, Embedder, dict(model=model, column=column, output_column=output_column, normalize=normalize,
                                        truncate=truncate, llama_kwargs=llama_kwargs), **pool)
 
