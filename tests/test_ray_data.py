@@ -312,7 +312,8 @@ def test_llamapy_ray_without_the_server_stack():
             "e = Embedder(M.gguf_path('f32'))\n"
             "import pyarrow as pa\n"
             "print(e(pa.table({'text': ['hello']})).column('error').null_count)\n")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")])}
+    paths = [str(ROOT), str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
     if "No module named 'ray'" in r.stderr:
         pytest.skip("ray is not installed")
