@@ -238,6 +238,9 @@ def float32_lists(vectors: Any, errors: List[Optional[str]]) -> Any:
     import numpy as np
     import pyarrow as pa
 
+    if vectors.size >= 2**31:  # list<> offsets are int32
+        raise ValueError(f"a batch of {vectors.shape[0]} vectors of {vectors.shape[1]} is too large for one Arrow "
+                         "list column: use a smaller batch_size")
     failed = np.array([e is not None for e in errors], dtype=bool)
     lengths = np.where(failed, 0, vectors.shape[1])
     offsets = np.zeros(len(errors) + 1, dtype=np.int32)
