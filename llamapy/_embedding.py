@@ -49,21 +49,34 @@ def _pack(token_lists: Sequence[Sequence[int]], n_batch: int, n_seq_max: int) ->
     return batches
 
 
-def _decode_batch(ctx: Any, token_lists: Sequence[Sequence[int]], members: Sequence[int], pooled: bool,
-                  normalize: bool) -> List[Union[Vector, List[Vector]]]:
-    """Evaluate the inputs `members` as sequences 0..k-1 of one batch and
-    return their embeddings (pooled vectors, or one vector per token)."""
+def _batch_arrays(token_lists: Sequence[Sequence[int]], members: Sequence[int]) -> Tuple[List[int], np.ndarray,
+                                                                                        np.ndarray, np.ndarray]:
+    """(sizes, tokens, positions, sequence ids) of the inputs ``members`` as sequences 0..k-1."""
     sizes = [len(token_lists[i]) for i in members]
     tokens = np.concatenate([np.asarray(token_lists[i], dtype=np.int32) for i in members])
     pos = np.concatenate([np.arange(n, dtype=np.int32) for n in sizes])
     seq = np.repeat(np.arange(len(members), dtype=np.int32), sizes)
+    return sizes, tokens, pos, seq
+
+
+def _decode_pooled(ctx: Any, token_lists: Sequence[Sequence[int]], members: Sequence[int],
+                   normalize: bool) -> np.ndarray:
+    """The pooled vectors of the inputs ``members``, evaluated as one batch: (k, n_embd) float32."""
+    _, tokens, pos, seq = _batch_arrays(token_lists, members)
     ctx.kv_clear()
+    ctx.decode(tokens=tokens, pos=pos, seq_ids=seq, logits=np.zeros(len(tokens), dtype=bool))
+    rows = ctx.get_embeddings_seqs(len(members))
+    return _normalize(rows) if normalize else rows
+
+
+def _decode_batch(ctx: Any, token_lists: Sequence[Sequence[int]], members: Sequence[int], pooled: bool,
+                  normalize: bool) -> List[Union[Vector, List[Vector]]]:
+    """Evaluate the inputs `members` as sequences 0..k-1 of one batch and
+    return their embeddings (pooled vectors, or one vector per token)."""
     if pooled:
-        ctx.decode(tokens=tokens, pos=pos, seq_ids=seq, logits=np.zeros(len(tokens), dtype=bool))
-        rows = ctx.get_embeddings_seqs(len(members))
-        if normalize:
-            rows = _normalize(rows)
-        return rows.tolist()
+        return _decode_pooled(ctx, token_lists, members, normalize).tolist()
+    sizes, tokens, pos, seq = _batch_arrays(token_lists, members)
+    ctx.kv_clear()
     ctx.decode(tokens=tokens, pos=pos, seq_ids=seq, logits=np.ones(len(tokens), dtype=bool))
     rows = np.array(ctx.get_embeddings_all(), copy=True)
     if normalize:
@@ -76,21 +89,14 @@ def _decode_batch(ctx: Any, token_lists: Sequence[Sequence[int]], members: Seque
     return out
 
 
-def embed(llama: Any, input: Union[str, List[str]], normalize: bool = False, truncate: bool = True,
-          return_count: bool = False) -> Any:
-    """See ``Llama.embed``."""
-    if not llama.context_params.embeddings:
-        raise RuntimeError("Llama model must be created with embedding=True to call this method")
-    ctx = llama._require_ctx()
-    inputs = [input] if isinstance(input, str) else input
-    if not isinstance(inputs, (list, tuple)) or not all(isinstance(s, str) for s in inputs):
-        raise TypeError("input must be a str or a list of str")
+def _tokenized(llama: Any, inputs: Sequence[str], truncate: bool) -> Tuple[List[List[int]], int]:
+    """Each input's tokens (cut to the limit with ``truncate``, else too long is a ValueError),
+    and their total."""
     n_batch = int(llama.n_batch)
     limit = n_batch
     n_pos = int(llama.model.n_pos_embd)
     if n_pos > 0:  # learned absolute positions: inputs cannot be longer
         limit = min(limit, n_pos)
-
     token_lists: List[List[int]] = []
     total_tokens = 0
     for text in inputs:
@@ -106,17 +112,57 @@ def embed(llama: Any, input: Union[str, List[str]], normalize: bool = False, tru
             raise ValueError(f"input {len(token_lists)} has no tokens (the model adds no special tokens to "
                              "an empty text)")
         token_lists.append(toks)
+    return token_lists, total_tokens
 
-    pooled = int(ctx.pooling_type) != POOLING_NONE
-    n_seq_max = int(ctx.n_seq_max)
-    data: List[Any] = []
+
+def _embedding_ctx(llama: Any, inputs: Any) -> Any:
+    if not llama.context_params.embeddings:
+        raise RuntimeError("Llama model must be created with embedding=True to call this method")
+    if not isinstance(inputs, (list, tuple)) or not all(isinstance(s, str) for s in inputs):
+        raise TypeError("input must be a str or a list of str")
+    return llama._require_ctx()
+
+
+def _each_batch(llama: Any, ctx: Any, token_lists: List[List[int]], step: Any) -> List[Any]:
+    """``step(members)`` for each packed batch of inputs, under the Llama's lock; the context
+    is left empty."""
+    out: List[Any] = []
     with llama._lock:
         try:
-            for members in _pack(token_lists, n_batch, n_seq_max):
-                data.extend(_decode_batch(ctx, token_lists, members, pooled, normalize))
+            for members in _pack(token_lists, int(llama.n_batch), int(ctx.n_seq_max)):
+                out.append(step(members))
         finally:
             ctx.kv_clear()
             llama.reset()
+    return out
+
+
+def embed_array(llama: Any, inputs: Sequence[str], normalize: bool = False, truncate: bool = True) -> np.ndarray:
+    """The pooled embeddings of ``inputs`` as one (len(inputs), n_embd) float32 array: the
+    numbers ``embed`` returns as lists, without a Python float per number (the Ray Embedder
+    writes this array into its Arrow column as it is). A model with pooling none (a vector
+    per token) is a ValueError here: use ``embed``."""
+    ctx = _embedding_ctx(llama, inputs)
+    if int(ctx.pooling_type) == POOLING_NONE:
+        raise ValueError("embed_array needs pooled embeddings; this context's pooling type is none (a vector per "
+                         "token): use embed")
+    token_lists, _ = _tokenized(llama, inputs, truncate)
+    parts = _each_batch(llama, ctx, token_lists, lambda m: _decode_pooled(ctx, token_lists, m, normalize))
+    if not parts:
+        return np.zeros((0, int(llama.n_embd())), dtype=np.float32)
+    return np.ascontiguousarray(np.concatenate(parts), dtype=np.float32)
+
+
+def embed(llama: Any, input: Union[str, List[str]], normalize: bool = False, truncate: bool = True,
+          return_count: bool = False) -> Any:
+    """See ``Llama.embed``."""
+    inputs = [input] if isinstance(input, str) else input
+    ctx = _embedding_ctx(llama, inputs)
+    token_lists, total_tokens = _tokenized(llama, inputs, truncate)
+    pooled = int(ctx.pooling_type) != POOLING_NONE
+    data: List[Any] = []
+    for part in _each_batch(llama, ctx, token_lists, lambda m: _decode_batch(ctx, token_lists, m, pooled, normalize)):
+        data.extend(part)
     output = data[0] if isinstance(input, str) else data
     if return_count:
         return output, total_tokens

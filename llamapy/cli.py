@@ -263,7 +263,8 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--address", help="Ray cluster to join (default: RAY_ADDRESS, else a local Ray)")
     sp.add_argument("--actors", type=int, default=1, help="actors, one model and context each (default 1)")
     sp.add_argument("--cpus-per-actor", type=float, default=1.0, help="CPUs per actor = its threads (default 1)")
-    sp.add_argument("--batch-size", type=int, default=32, help="rows per batch handed to an actor (default 32)")
+    sp.add_argument("--batch-size", type=int, help="rows per batch handed to an actor (default: 256 for embed, "
+                    "32 for the others)")
     sp.add_argument("-c", "--ctx-size", type=int, default=2048, help="context size (default %(default)s)")
     sp.add_argument("-n", "--n-predict", type=int, default=128, help="complete / caption: most tokens per row")
     sp.add_argument("--temp", type=float, default=0.0, help="temperature (default 0: greedy)")

@@ -111,6 +111,26 @@ def test_embed_api_shapes_and_options(minilm):
         llm.embed(["ok", 3])
 
 
+def test_embed_array_equals_embed(minilm):
+    """embed_array (the Ray Embedder's path) is embed's numbers as one (n, n_embd) float32
+    array; it refuses unpooled contexts and non-embedding Llamas as embed does."""
+    from llamapy._embedding import embed_array
+
+    llm = minilm("f32")
+    texts = [f"sentence number {i} about {w}" for i, w in enumerate(["cats", "dogs", "the sea"] * 30)]
+    for normalize in (False, True):
+        got = embed_array(llm, texts, normalize=normalize)
+        assert got.dtype == np.float32 and got.shape == (len(texts), 384) and got.flags.c_contiguous
+        assert got.tolist() == llm.embed(texts, normalize=normalize)  # the same floats
+    assert embed_array(llm, []).shape == (0, 384)
+    with pytest.raises(ValueError, match="exceed"):
+        embed_array(llm, ["word " * 400], truncate=False)
+    with pytest.raises(TypeError):
+        embed_array(llm, ["ok", None])
+    with pytest.raises(ValueError, match="pooling type is none"):
+        embed_array(minilm("f32", pooling_type=0), ["hello"])
+
+
 def test_pooling_none_and_override(minilm):
     llm = minilm("f32", pooling_type=0)
     assert llm.pooling_type() == 0

@@ -88,8 +88,13 @@ def test_embeddings_equal_direct_calls(ray_local):
     rows = [{"id": i, "text": f"{sentences[i % len(sentences)]} ({i})"} for i in range(200)]
     rows[5]["text"] = None                  # not a string
     rows[17]["text"] = "word " * 600        # over the model's 512 positions, with truncate=False
-    out = by_id(lr.embed(ray_local.data.from_items(rows), model=model, truncate=False, actors=2, cpus_per_actor=0.5,
-                         batch_size=32))
+    ds = lr.embed(ray_local.data.from_items(rows), model=model, truncate=False, actors=2, cpus_per_actor=0.5,
+                  batch_size=32).materialize()
+    import pyarrow as pa
+
+    # The vectors stay float32 through Ray Data (a list<float32> column, not float64 lists).
+    assert ds.schema().base_schema.field("embedding").type == pa.list_(pa.float32())
+    out = by_id(ds)
     assert [r["id"] for r in out] == list(range(200))
     llm = Llama(model, embedding=True, n_threads=1, verbose=False)
     try:
@@ -234,6 +239,86 @@ def test_embedder_outside_ray_and_unpooled_models():
     assert out["embedding"][2] == [float(x) for x in emb.llm.embed("a dog")]
     with pytest.raises(ValueError, match="already has column"):
         emb(pd.DataFrame({"text": ["x"], "error": [None]}))
+    with pytest.raises(ValueError, match="no column 'text'"):
+        emb(pd.DataFrame({"body": ["x"]}))
+    emb.llm.close()
+
+
+def test_embedder_arrow_batches():
+    """The Embedder takes and gives Arrow tables (its batch_format): the input columns pass
+    through as they are, the vectors are a list<float32> column whose values are the engine's
+    float32 numbers (equal to Llama.embed's), a failed row is null there, and an empty batch
+    gives an empty table with the same columns."""
+    needs("ray")
+    pa = needs("pyarrow")
+    import minilm_ref as M
+
+    from llamapy.ray import Embedder
+    from llamapy.ray.batch import float32_lists
+
+    emb = Embedder(M.gguf_path("f32"), output_column="vec", normalize=True)
+    assert Embedder.batch_format == "pyarrow"
+    texts = ["a red fox", "a blue sky", "word " * 600, 7]
+    ids = pa.array([10, 11, 12, 13], type=pa.int16())
+    out = emb(pa.table({"id": ids, "text": pa.array(texts[:3] + ["x"])}))
+    assert out.column_names == ["id", "text", "vec", "error"]
+    assert out.column("id").combine_chunks().equals(ids)  # untouched, its type kept
+    assert out.schema.field("vec").type == pa.list_(pa.float32())
+    vec = out.column("vec").to_pylist()
+    want = emb.llm.embed(texts[:3] + ["x"], normalize=True)
+    assert vec == [[float(x) for x in w] for w in want] and out.column("error").null_count == 4
+
+    # One bad row: the others keep their vectors, the bad one is null with its reason.
+    bad = emb(pa.table({"text": pa.array(["a red fox", None, "a blue sky"])}))
+    assert bad.column("vec").to_pylist()[0] == vec[0] and bad.column("vec").to_pylist()[2] == vec[1]
+    assert bad.column("vec").null_count == 1 and bad.column("error").to_pylist()[1].startswith("TypeError")
+
+    empty = emb(pa.table({"text": pa.array([], type=pa.string())}))
+    assert empty.num_rows == 0 and empty.column_names == ["text", "vec", "error"]
+    emb.llm.close()
+
+    # The column's values buffer is the array's own memory (no copy on the way into Arrow).
+    import numpy as np
+
+    rows = np.arange(6, dtype=np.float32).reshape(3, 2)
+    col = float32_lists(rows, [None, None, None])
+    assert col.values.buffers()[1].address == rows.ctypes.data
+    assert float32_lists(rows[:2], [None, "ValueError: x", None]).to_pylist() == [[0.0, 1.0], None, [2.0, 3.0]]
+
+
+def test_embed_batches_default_to_256_rows(monkeypatch):
+    """embed's batches are 256 rows unless told (each batch is a Ray Data task; embed packs any
+    number of rows per decode); the other helpers keep map_with's 32."""
+    needs("ray")
+    import llamapy.ray.batch as b
+
+    seen = {}
+    monkeypatch.setattr(b, "map_with", lambda ds, actor, kwargs, **pool: seen.update(actor=actor, pool=pool))
+    b.embed(None, model="m.gguf")
+    assert seen["actor"] is b.Embedder and seen["pool"]["batch_size"] == b.EMBED_BATCH_SIZE == 256
+    b.embed(None, model="m.gguf", batch_size=16, actors=2)
+    assert seen["pool"] == {"batch_size": 16, "actors": 2}
+    b.complete(None, model="m.gguf")
+    assert "batch_size" not in seen["pool"]
+
+
+def test_llamapy_ray_without_the_server_stack():
+    """An actor needs neither the server (FastAPI, Starlette, uvicorn) nor Pillow: llamapy.ray and
+    its Embedder import and run with those blocked (the Serve app loads them on first use)."""
+    code = ("import sys\n"
+            "for name in ('fastapi', 'starlette', 'uvicorn', 'PIL'):\n    sys.modules[name] = None\n"
+            "import minilm_ref as M\n"
+            "from llamapy.ray import Embedder\n"
+            "e = Embedder(M.gguf_path('f32'))\n"
+            "import pyarrow as pa\n"
+            "print(e(pa.table({'text': ['hello']})).column('error').null_count)\n")
+    paths = [str(ROOT), str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    if "No module named 'ray'" in r.stderr:
+        pytest.skip("ray is not installed")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.strip().splitlines()[-1] == "1"
 
 
 def test_batch_command_keeps_columns_and_resumes(ray_local, tmp_path, capsys):

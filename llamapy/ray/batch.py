@@ -6,8 +6,9 @@ counts (``n_threads`` and ``n_threads_batch``) are the CPUs Ray gave the actor (
 so actors on one node do not fight over cores; the model file is memory-mapped, so the actors of a node share its pages (the
 kernel's page cache) instead of each reading a private copy.
 
-A batch is a pandas DataFrame; the result is the same frame (every input column kept, so
-rows can be matched) plus the output columns and ``error``: None for a row that worked,
+A batch is a pandas DataFrame (the Embedder's an Arrow table: ``batch_format``); the result is
+the same table (every input column kept, so rows can be matched) plus the output columns and
+``error``: None for a row that worked,
 else the reason ("ValueError: ..."), with the outputs of that row None. A bad row never
 fails the job. Each row's result is what the same ``Llama`` call gives for that row alone
 in one process (``row_*`` below are those calls; tests/test_ray_data.py holds the two
@@ -116,7 +117,7 @@ class _LlamaActor:
 
     outputs: Tuple[str, ...] = ()  # the columns a row adds, besides ``error``
     llama_defaults: Dict[str, Any] = {}
-    float32_lists: Tuple[str, ...] = ()  # output columns stored as Arrow list<float32>
+    batch_format = "pandas"  # what Ray Data hands __call__ (map_with passes it on)
 
     def __init__(self, model: str, llama_kwargs: Optional[Dict[str, Any]] = None) -> None:
         from ..llama import Llama
@@ -160,26 +161,23 @@ class _LlamaActor:
             columns["error"].append(err)
         out = batch.copy(deep=False)
         for name, values in columns.items():
-            if name not in self.float32_lists:
-                out[name] = values
-        if not self.float32_lists:
-            return out
-        # Vectors as float32 (what the engine computes; pandas would make them float64,
-        # twice the bytes), with None for the failed rows.
-        import pyarrow as pa
-
-        table = pa.Table.from_pandas(out, preserve_index=False)
-        for name in self.float32_lists:
-            table = table.append_column(name, pa.array(columns[name], type=pa.list_(pa.float32())))
-        return table.select([*batch.columns, *self.outputs, "error"])
+            out[name] = values
+        return out
 
 
 class Embedder(_LlamaActor):
     """``column`` (text) -> ``output_column`` (a list of float32; pooled as the model says,
     L2-normalised with ``normalize``). ``truncate=False`` makes a text over the model's
-    limit an error row instead of cutting it."""
+    limit an error row instead of cutting it.
+
+    Its batches are Arrow tables (``batch_format``; a pandas frame is taken too, outside Ray):
+    the input columns pass through untouched, the texts are read as one list, and the vectors
+    go from the engine's (rows, n_embd) float32 array into the Arrow column's buffer as they
+    are, not as a Python float per number (pandas frames and per-row lists cost an actor ~2 ms
+    of CPU per batch of 32 on MiniLM: benchmarks/ray_overhead.py)."""
 
     llama_defaults = {"embedding": True}
+    batch_format = "pyarrow"
 
     def __init__(self, model: str, column: str = "text", output_column: str = "embedding", normalize: bool = False,
                  truncate: bool = True, llama_kwargs: Optional[Dict[str, Any]] = None) -> None:
@@ -187,24 +185,69 @@ class Embedder(_LlamaActor):
         if self.llm.pooling_type() == POOLING_NONE:
             raise ValueError(f"{model}: the embeddings are not pooled (pooling none: a vector per token); the "
                              "Embedder writes one vector per row: pass llama_kwargs={'pooling_type': 1} (mean)")
-        self.column, self.outputs, self.float32_lists = column, (output_column,), (output_column,)
+        self.column, self.outputs = column, (output_column,)
         self.normalize, self.truncate = normalize, truncate
 
     def row(self, cells: Dict[str, Any]) -> Any:
         return row_embedding(self.llm, cells[self.column], self.normalize, self.truncate)
 
-    def rows(self, records: List[Dict[str, Any]]) -> List[Tuple[Any, Optional[str]]]:
-        """The batch's texts in one ``embed`` call (it packs many sequences into each decode:
-        ~4x the rows per second of one call per row on MiniLM, and the same floats); when a row
-        makes that call fail, row by row, so that only the bad rows get an error."""
-        texts = [cells[self.column] for cells in records]
+    def vectors(self, texts: List[str]) -> Any:
+        """The texts' vectors in one ``embed`` call's packing (many sequences per decode: ~4x
+        the rows per second of one call per row on MiniLM, and the same floats):
+        (len(texts), n_embd) float32."""
+        from .._embedding import embed_array
+
+        return embed_array(self.llm, texts, normalize=self.normalize, truncate=self.truncate)
+
+    def embed_rows(self, texts: List[Any]) -> Tuple[Any, List[Optional[str]]]:
+        """(the vectors of the rows that worked, in order, (n_ok, n_embd) float32; each row's
+        error or None). All rows in one call; when a row makes that call fail, row by row, so
+        that only the bad rows get an error."""
+        import numpy as np
+
         if texts and all(isinstance(t, str) for t in texts):
             try:
-                vectors = self.llm.embed(texts, normalize=self.normalize, truncate=self.truncate)
-                return [([float(x) for x in v], None) for v in vectors]
+                return self.vectors(texts), [None] * len(texts)
             except Exception:  # noqa: BLE001 - some row is bad: find it below
                 pass
-        return super().rows(records)
+        got = self.rows([{self.column: t} for t in texts])
+        ok = [np.asarray(v, dtype=np.float32) for v, err in got if err is None]
+        vectors = np.stack(ok) if ok else np.zeros((0, self.llm.n_embd()), dtype=np.float32)
+        return vectors, [err for _, err in got]
+
+    def __call__(self, batch: Any) -> Any:
+        import pyarrow as pa
+
+        if not isinstance(batch, pa.Table):  # a pandas frame (called outside Ray Data)
+            batch = pa.Table.from_pandas(batch, preserve_index=False)
+        clash = [name for name in (*self.outputs, "error") if name in batch.column_names]
+        if clash:
+            raise ValueError(f"the input already has column(s) {clash}, which {type(self).__name__} writes; "
+                             "rename them, or pick other output names")
+        if self.column not in batch.column_names:
+            raise ValueError(f"the input has no column {self.column!r} to embed (its columns: {batch.column_names})")
+        vectors, errors = self.embed_rows(batch.column(self.column).to_pylist())
+        return (batch.append_column(self.outputs[0], float32_lists(vectors, errors))
+                .append_column("error", pa.array(errors, type=pa.string())))
+
+
+def float32_lists(vectors: Any, errors: List[Optional[str]]) -> Any:
+    """An Arrow list<float32> column: row i is the next row of ``vectors`` (n_ok, dim), or
+    null where ``errors[i]`` is set. Its values buffer is ``vectors``' own memory (no copy,
+    no Python floats)."""
+    import numpy as np
+    import pyarrow as pa
+
+    if vectors.size >= 2**31:  # list<> offsets are int32
+        raise ValueError(f"a batch of {vectors.shape[0]} vectors of {vectors.shape[1]} is too large for one Arrow "
+                         "list column: use a smaller batch_size")
+    failed = np.array([e is not None for e in errors], dtype=bool)
+    lengths = np.where(failed, 0, vectors.shape[1])
+    offsets = np.zeros(len(errors) + 1, dtype=np.int32)
+    np.cumsum(lengths, out=offsets[1:])
+    values = pa.array(np.ascontiguousarray(vectors, dtype=np.float32).reshape(-1))
+    return pa.ListArray.from_arrays(pa.array(offsets), values, type=pa.list_(pa.float32()),
+                                    mask=pa.array(failed) if failed.any() else None)
 
 
 # Greedy unless told otherwise, so that a batch job is reproducible.
@@ -288,7 +331,7 @@ class Reranker(_LlamaActor):
 def map_with(ds: Any, actor: Callable[..., Any], kwargs: Dict[str, Any], actors: int = 1,
              cpus_per_actor: float = 1.0, batch_size: int = 32, **ray_remote_args: Any) -> Any:
     """``ds.map_batches`` over a pool of ``actors`` actors of ``actor(**kwargs)``, each with
-    ``cpus_per_actor`` CPUs (its Llama's threads)."""
+    ``cpus_per_actor`` CPUs (its Llama's threads), batches in the actor's ``batch_format``."""
     import ray.data
 
     if actors < 1:
@@ -296,13 +339,24 @@ def map_with(ds: Any, actor: Callable[..., Any], kwargs: Dict[str, Any], actors:
     if cpus_per_actor <= 0:
         raise ValueError(f"cpus_per_actor must be positive, not {cpus_per_actor}")
     return ds.map_batches(actor, fn_constructor_kwargs=kwargs, compute=ray.data.ActorPoolStrategy(size=actors),
-                          num_cpus=cpus_per_actor, batch_size=batch_size, batch_format="pandas", **ray_remote_args)
+                          num_cpus=cpus_per_actor, batch_size=batch_size,
+                          batch_format=getattr(actor, "batch_format", "pandas"), **ray_remote_args)
+
+
+# Rows per Embedder batch. embed() packs any number of rows into decodes of n_batch tokens, so
+# rows per call barely change the engine's work, but each batch is a Ray Data task costing the
+# actor ~6 ms of CPU, beside ~4 s of embedding per 1,000 MiniLM rows on 1 thread
+# (benchmarks/LOG.md, 2026-12-07 21:40: Ray's work in the actor 1.1-1.2 s per 10,000 rows in
+# batches of 32, 0.25 s in batches of 256).
+EMBED_BATCH_SIZE = 256
 
 
 def embed(ds: Any, *, model: str, column: str = "text", output_column: str = "embedding", normalize: bool = False,
           truncate: bool = True, llama_kwargs: Optional[Dict[str, Any]] = None, **pool: Any) -> Any:
     """``ds`` with ``output_column`` (the embedding of ``column``) and ``error``. ``pool``:
-    ``actors``, ``cpus_per_actor``, ``batch_size`` and Ray's own map_batches arguments."""
+    ``actors``, ``cpus_per_actor``, ``batch_size`` (default ``EMBED_BATCH_SIZE``) and Ray's own
+    map_batches arguments."""
+    pool.setdefault("batch_size", EMBED_BATCH_SIZE)
     return map_with(ds, Embedder, dict(model=model, column=column, output_column=output_column, normalize=normalize,
                                        truncate=truncate, llama_kwargs=llama_kwargs), **pool)
 

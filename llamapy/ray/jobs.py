@@ -91,7 +91,9 @@ def init_ray(address: Optional[str]) -> None:
 
 def transform(args: argparse.Namespace, ds: Any) -> Any:
     """The task's map over ``ds``."""
-    pool = dict(actors=args.actors, cpus_per_actor=args.cpus_per_actor, batch_size=args.batch_size)
+    pool: Dict[str, Any] = dict(actors=args.actors, cpus_per_actor=args.cpus_per_actor)
+    if args.batch_size is not None:  # else each task's own default (batch.py)
+        pool["batch_size"] = args.batch_size
     llama_kwargs: Dict[str, Any] = {"n_ctx": args.ctx_size}
     params: Dict[str, Any] = {"max_tokens": args.n_predict, "temperature": args.temp, "seed": args.seed}
     if args.task == "embed":
