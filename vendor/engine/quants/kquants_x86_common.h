@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "../common.h"
+#include "prefetch_x86.h"
 
 namespace lp {
 namespace kq_x86 {
@@ -18,29 +19,14 @@ namespace kq_x86 {
 #if defined(LP_HAVE_AVX2)
 
 // Mat-vec streams the weights from memory once. The hardware prefetchers
-// alone leave one core well short of the memory bandwidth (~0.8 of it on
-// Zen 5); asking for the lines `ahead` bytes past the block in use brings a
-// single thread to ~0.95. Rows of a matrix are contiguous, so this runs on
-// into the next row; prefetches past the end of the data are harmless.
-//
-// How far: 4 KiB was measured on Zen 5. On the Intel Xeon (AVX-512 VNNI),
-// 2 threads, interleaved passes over 300 MB of 1B-shaped weights
-// (benchmarks/LOG.md, 2026-12-07), the row kernels of the wide blocks read
-// faster from nearer: Q6_K 1.10-1.13x at 2.5 KiB (Qwen3's 151936-row head,
-// 1 thread: 0.77 -> 0.88 of the read probe), the AVX2 Q4_K / Q5_K / Q6_K
-// 1.03-1.12x, with 3.5 KiB in between and 1.5-2.5 KiB alike; Q2_K and Q3_K
-// (84- and 110-byte blocks, more work per byte) lost 5-7% there and keep 4 KiB.
-// With the weights in 2 MiB pages (huge_pages.h), later the same day, 1.5 KiB
-// won again, measured per CPU second of 2 threads over 1.2 GB of 1B-shaped
-// rows on the loaded machine (benchmarks/LOG.md, 2026-12-07 21:30): Q4_K
-// 12.2-12.8 GB against 10.6-11.1 at the AVX-512 mat-vec's former 8 KiB,
-// Q6_K 13.8-14.2 against 12.6-13.4 at 2.5 KiB. Why nearer is better here: a
-// prefetch into L1 holds a fill buffer (about a dozen per core) until its
-// line arrives; lines the L2 streamer has already brought in free it at once,
-// lines beyond the streamer's reach hold it for a whole memory latency, and a
-// prefetch finding none free stalls the core (perf puts a quarter of the
-// mat-vec's samples on its prefetches at 8 KiB).
-constexpr size_t kAheadWide = 1536;  // Q4_K, Q5_K, Q6_K rows (mat-vec, panels' mat-vec, tiles)
+// alone leave one core short of the memory bandwidth, so the row kernels
+// prefetch the lines `ahead` bytes past the block in use. Rows of a matrix are
+// contiguous, so this runs on into the next row; prefetches past the end of
+// the data are harmless. The wide blocks (Q4_K, Q5_K, Q6_K) use the common
+// single-stream distance (prefetch_x86.h). Q2_K and Q3_K (84- and 110-byte
+// blocks, more work per byte) lost 5-7% at 2.5 KiB against 4 KiB on the Xeon
+// VM with 4 KiB pages (benchmarks/LOG.md, 2026-12-07) and keep 4 KiB.
+constexpr size_t kAheadWide = prefetch_x86::kStreamAhead;  // Q4_K, Q5_K, Q6_K rows
 constexpr size_t kAheadNarrow = 4096;  // Q2_K, Q3_K rows
 
 LP_INLINE void prefetch_ahead(const void* block, size_t block_bytes, size_t ahead) {

@@ -14,6 +14,7 @@
 
 #include "../common.h"
 #include "blocks.h"
+#include "prefetch_x86.h"
 
 #if defined(LP_X86)
 // GCC 12 reports the self-initialised placeholder inside its own AVX-512
@@ -393,16 +394,18 @@ LP_TARGET_AVX512 static inline float tail_avx2(void (*avx2_dot)(int64_t, float*,
 // the hardware prefetchers (they follow one sequential stream well, four
 // interleaved ones badly: ~55-65% of the read bandwidth), so the kernels
 // prefetch themselves, as one linear stream over the rows' contiguous bytes
-// kPrefetchAhead past the tile: per group of blocks, the NR rows' share of
-// bytes, in address order. Measured on Zen 5 with 300 MB of weights: 87-99%
-// of the bandwidth probe, as a single row with no prefetch at all reaches
-// when it is not compute bound. L2-only hints and per-row prefetch streams
-// are worse.
-constexpr int kPrefetchAhead = 8192;
+// prefetch_x86::kTileAhead past the tile: per group of blocks, the NR rows'
+// share of bytes, in address order. Measured on Zen 5 with 300 MB of weights:
+// 87-99% of the bandwidth probe, as a single row with no prefetch at all
+// reaches when it is not compute bound. L2-only hints and per-row prefetch
+// streams are worse. A row read alone (NR = 1) is itself one sequential
+// stream: its prefetch runs prefetch_x86::kStreamAhead ahead of it.
 
-// Where a tile's linear prefetch stream starts: past the NR rows it reads.
+// Where a tile's linear prefetch stream starts: past the NR rows it reads, or
+// for one row, a little past the block it starts at.
 LP_TARGET_AVX512 static inline const char* prefetch_start(const uint8_t* w, size_t w_stride, int nr) {
-    return reinterpret_cast<const char*>(w) + (size_t)nr * w_stride + kPrefetchAhead;
+    if (nr == 1) return reinterpret_cast<const char*>(w) + prefetch_x86::kStreamAhead;
+    return reinterpret_cast<const char*>(w) + (size_t)nr * w_stride + prefetch_x86::kTileAhead;
 }
 
 // Prefetches `bytes` bytes at p into L1 and advances p.

@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "../common.h"
+#include "prefetch_x86.h"
 
 // The tiles' second instruction choice where the CPU has it: AVX2 plus
 // AVX-VNNI's VEX vpdpbusd (Alder Lake, Zen 5; picked at run time).
@@ -31,11 +32,12 @@ struct alignas(32) floats8 {
 // side by side defeat the hardware prefetchers (they follow one sequential
 // stream, not four interleaved ones), so the tile prefetches the 4 rows'
 // bytes itself as one linear stream, a fixed distance past the tile: the
-// same idea as simd_x86.h's AVX-512 prefetch_start / prefetch_step.
-constexpr size_t kAhead = 8192;
-
+// same idea as simd_x86.h's AVX-512 prefetch_start / prefetch_step. One row
+// alone streams by itself and prefetches a little ahead of where it reads
+// (prefetch_x86.h: the distances).
 LP_TARGET_AVX2 LP_INLINE const char* prefetch_start(const uint8_t* w, size_t w_stride, int nr) {
-    return reinterpret_cast<const char*>(w) + (size_t)nr * w_stride + kAhead;
+    if (nr == 1) return reinterpret_cast<const char*>(w) + prefetch_x86::kStreamAhead;
+    return reinterpret_cast<const char*>(w) + (size_t)nr * w_stride + prefetch_x86::kTileAhead;
 }
 
 // Prefetches `bytes` bytes at p (rounded up to cache lines) and advances p.
