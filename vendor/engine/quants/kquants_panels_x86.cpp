@@ -423,7 +423,7 @@ LP_TARGET_AVX512 void build_panel(int64_t nsb, const uint8_t* w, size_t w_stride
     alignas(64) uint8_t tmp[16][256];
     alignas(64) uint8_t sm[16][16];
     alignas(64) int32_t sc[F::n_sub][16];
-    const char* pf = reinterpret_cast<const char*>(w) + (size_t)nr * w_stride + prefetch_x86::kTileAhead;
+    const char* pf = reinterpret_cast<const char*>(w) + (size_t)nr * w_stride + prefetch_x86::kPanelAhead;
     for (int64_t i = 0; i < nsb; ++i) {
         __m512i* p = panel + i * F::n_vecs;
         for (int off = 0; off < nr * (int)sizeof(block); off += 64) _mm_prefetch(pf + off, _MM_HINT_T0);

@@ -194,7 +194,7 @@ LP_TARGET_AVX512 __m512 matvec_gather(int64_t b0, int64_t nb, const uint8_t* w, 
     const auto* y = reinterpret_cast<const block_q8_0*>(a);
     const __m512i idx = row_offsets(w_stride);
     const __mmask16 m = (__mmask16)((1u << nr) - 1);
-    const char* pf = reinterpret_cast<const char*>(w) + (size_t)nr * w_stride + prefetch_x86::kTileAhead;
+    const char* pf = reinterpret_cast<const char*>(w) + (size_t)nr * w_stride + prefetch_x86::kPanelAhead;
     const int pf_bytes = nr * (int)sizeof(block);
     for (int64_t b = b0; b < nb; ++b) {
         prefetch_bytes(pf, pf_bytes);
@@ -610,7 +610,7 @@ LP_TARGET_AVX512 void gemm_panel(int64_t n, const void* w_, size_t w_stride, int
         float* o = out + r0;
         // unpack the rows once (streaming from memory: prefetch as in mat-vec)
         const __mmask16 m = (__mmask16)((1u << nrr) - 1);
-        const char* pf = reinterpret_cast<const char*>(wr) + (size_t)nrr * w_stride + prefetch_x86::kTileAhead;
+        const char* pf = reinterpret_cast<const char*>(wr) + (size_t)nrr * w_stride + prefetch_x86::kPanelAhead;
         __m512i* pw = &sc.w.data()->v;
         for (int64_t b = 0; b < nb; ++b, pw += 9) {
             prefetch_bytes(pf, nrr * (int)sizeof(block));

@@ -25,12 +25,19 @@ namespace prefetch_x86 {
 // KiB measured best for the k-quant rows with 4 KiB pages; not re-measured.)
 constexpr size_t kStreamAhead = 1536;
 
-// Several rows walked side by side (the 4-row tiles): the hardware
-// prefetchers follow one sequential stream well and several interleaved ones
-// badly, so the tile prefetches the rows after it as one linear stream,
-// kTileAhead past its own rows, at the rate it reads (measured on Zen 5; on
-// the Xeon VM MXFP4's 4-row mat-vec read the same at 0, 1.5, 4 and 8 KiB).
-constexpr size_t kTileAhead = 8192;
+// Several rows walked side by side (the 2- and 4-row mat-vec tiles): the
+// hardware prefetchers follow one sequential stream well and several
+// interleaved ones badly, so the tile prefetches the rows after it as one
+// linear stream, kTileAhead past its own rows, at the rate it reads. 8 KiB was
+// measured on Zen 5. On the Xeon VM (2 threads, per CPU second, 2026-12-07
+// 22:30): Q8_0's 2-row AVX2 tiles 13.8-14.0 GB at 1.5 KiB against 13.2-13.5 at
+// 8 KiB; the 4-row tiles of MXFP4 (AVX2 and AVX-512) the same at 0-8 KiB.
+constexpr size_t kTileAhead = 1536;
+
+// The mat-mat panels' first pass over their rows (the rows unpacked once per
+// call, then multiplied from cache): the next panel's bytes, kPanelAhead past
+// the panel (measured on Zen 5; not re-measured on the Xeon VM).
+constexpr size_t kPanelAhead = 8192;
 
 }  // namespace prefetch_x86
 }  // namespace lp

@@ -356,6 +356,11 @@ void set_q8_0_tiles_avx2(type_traits& q8_0, bool vnni) {
     q8_0.gemm_panel = vnni ? gemm_panel_avxvnni : gemm_panel_avx2;
     q8_0.matvec_cols = vnni ? matvec_cols_avxvnni : matvec_cols_avx2;
     q8_0.panel_rows = kPanelRowsQ8;
+    // Mat-vec through matvec_cols (rows in pairs, the same tile and bits)
+    // instead of the panel's 4-row tiles: two rows side by side stream from
+    // memory faster than four (Xeon VM, 2 threads: 13.2-14.0 against
+    // 11.0-11.4 GB of weights per CPU second; benchmarks/LOG.md 2026-12-07).
+    q8_0.matvec_by_cols = true;
 }
 
 #else
