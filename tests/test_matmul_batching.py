@@ -148,12 +148,11 @@ def test_avx2_vnni_choice_keeps_the_bits(mats, tmp_path):
         np.testing.assert_array_equal(plain[t], E.matmul(raw[t], t, 37, 512, x, 2, "avx2"), err_msg=t)
 
 
-# Encoders ask for matmul_kernels::throughput: a type's throughput panel (Q8_0 at the AVX-512
-# level) or one-chain packed product (F32 / F16 at the AVX2 and AVX-512 levels) for every batch
-# size. Their sums run in another order than the consistent kernels', so the bits differ from
-# theirs, but a row's result still does not depend on the batch or the threads, and it is as
-# close to the reference; where the type has neither (other levels), throughput is the
-# consistent kernels.
+# Encoders ask for matmul_kernels::throughput: a type's throughput panel (Q8_0) or one-chain
+# packed product (F32 / F16), both at the AVX-512 level, for every batch size. Their sums run in
+# another order than the consistent kernels', so the bits differ from theirs, but a row's result
+# still does not depend on the batch or the threads, and it is as close to the reference; where
+# the type has neither (other levels), throughput is the consistent kernels.
 @pytest.mark.parametrize("level", LEVELS)
 @pytest.mark.parametrize("n_cols", [384, 512, 736, 1536])
 @pytest.mark.parametrize("t", ["Q8_0", "F32", "F16"])

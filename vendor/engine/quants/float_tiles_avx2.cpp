@@ -274,47 +274,29 @@ struct packed_scratch {
     std::vector<float> w, tree;
 };
 
-// The finished sums of row tile rt for columns [0, nc): out[c · os + r].
-template <int NC>
-LP_TARGET_AVX2 LP_INLINE void store_tile(int rt, int nr, int nc, __m256 acc[2][NC], float* out, size_t os) {
-    const int r0 = rt * kPackRows;
-    for (int c = 0; c < nc; ++c) {
-        store_first(out + (size_t)c * os + r0, acc[0][c], nr - r0);
-        if (nr - r0 > 8) store_first(out + (size_t)c * os + r0 + 8, acc[1][c], nr - r0 - 8);
-    }
-}
-
 // Columns [0, nc) of one packed activation tile against every row tile.
-// OneChain (the throughput product): each pair is one chain over the packed
-// order, lane 0's steps, then lane 1's, ... (the lanes lie back to back in
-// both packings), stored when done: no tree. Else vec_dot's 8 chains and
-// their tree.
-template <int NC, bool OneChain>
+template <int NC>
 LP_TARGET_AVX2 void packed_column_tile(int64_t S, int n_rt, int nr, const float* wp, const float* ap, int nc,
                                        float* tree, float* out, size_t os) {
     const size_t wtile = (size_t)kLanes * S * kPackRows, wlane = (size_t)S * kPackRows, alane = (size_t)S * kPackCols;
-    if constexpr (OneChain) {
-        for (int rt = 0; rt < n_rt; ++rt) {
-            __m256 acc[2][NC];
-            lane_chains<NC>(kLanes * S, wp + rt * wtile, ap, acc);
-            store_tile<NC>(rt, nr, nc, acc, out, os);
-        }
-        return;
-    }
     for (int i = 0; i < kLanes; ++i) {
         const int l = bit_reversed3(i);
         for (int rt = 0; rt < n_rt; ++rt) {
             __m256 acc[2][NC];
             lane_chains<NC>(S, wp + rt * wtile + l * wlane, ap + l * alane, acc);
             if (!merge_lane<NC>(i, acc, tree + (size_t)rt * kTreeLevels * 2 * kPackCols * 8)) continue;
-            store_tile<NC>(rt, nr, nc, acc, out, os);
+            const int r0 = rt * kPackRows;
+            for (int c = 0; c < nc; ++c) {
+                store_first(out + (size_t)c * os + r0, acc[0][c], nr - r0);
+                if (nr - r0 > 8) store_first(out + (size_t)c * os + r0 + 8, acc[1][c], nr - r0 - 8);
+            }
         }
     }
 }
 
 // nr (<= kPackedPanelRows) weight rows × nc packed activation rows:
 // out[c · os + r].
-template <class L, bool OneChain>
+template <class L>
 LP_TARGET_AVX2 void gemm_packed_float_avx2(int64_t n, const void* w, size_t ws, int nr, const float* ap, int nc,
                                            float* out, size_t os) {
     const int64_t S = (n + kLanes - 1) / kLanes;
@@ -330,9 +312,9 @@ LP_TARGET_AVX2 void gemm_packed_float_avx2(int64_t n, const void* w, size_t ws, 
         const int ncc = std::min(kPackCols, nc - c0);
         const float* apt = ap + (size_t)(c0 / kPackCols) * atile;
         float* o = out + (size_t)c0 * os;
-        if (ncc <= 2) packed_column_tile<2, OneChain>(S, n_rt, nr, s.w.data(), apt, ncc, s.tree.data(), o, os);
-        else if (ncc <= 4) packed_column_tile<4, OneChain>(S, n_rt, nr, s.w.data(), apt, ncc, s.tree.data(), o, os);
-        else packed_column_tile<6, OneChain>(S, n_rt, nr, s.w.data(), apt, ncc, s.tree.data(), o, os);
+        if (ncc <= 2) packed_column_tile<2>(S, n_rt, nr, s.w.data(), apt, ncc, s.tree.data(), o, os);
+        else if (ncc <= 4) packed_column_tile<4>(S, n_rt, nr, s.w.data(), apt, ncc, s.tree.data(), o, os);
+        else packed_column_tile<6>(S, n_rt, nr, s.w.data(), apt, ncc, s.tree.data(), o, os);
     }
 }
 
@@ -341,11 +323,10 @@ LP_TARGET_AVX2 void vec_dot_float_avx2(int64_t n, float* out, const void* w_row,
     float_tile<L, 1, 1>(n, static_cast<const uint8_t*>(w_row), 0, static_cast<const uint8_t*>(a_row), 0, out, 0);
 }
 
-void use_packed_avx2(type_traits& t, pack_acts_fn pack, gemm_packed_fn product, gemm_packed_fn throughput) {
+void use_packed_avx2(type_traits& t, pack_acts_fn pack, gemm_packed_fn product) {
     t.gemm_panel = nullptr;  // mat-vec: the 4-row tiles; mat-mat: the packed product
     t.pack_acts = pack;
     t.gemm_packed = product;
-    t.throughput_packed = throughput;
     t.pack_lanes = kLanes;
     t.pack_cols = kPackCols;
     t.panel_rows = kPackedPanelRows;
@@ -356,8 +337,7 @@ void use_packed_avx2(type_traits& t, pack_acts_fn pack, gemm_packed_fn product, 
 void use_f16_avx2_kernels(type_traits& f16) {
     f16.vec_dot = vec_dot_float_avx2<f16_avx2>;
     f16.gemm_tile = gemm_tile_float_avx2<f16_avx2>;
-    use_packed_avx2(f16, pack_acts_float_avx2<f16_acts>, gemm_packed_float_avx2<f16_avx2, false>,
-                    gemm_packed_float_avx2<f16_avx2, true>);
+    use_packed_avx2(f16, pack_acts_float_avx2<f16_acts>, gemm_packed_float_avx2<f16_avx2>);
     f16.vec_dot_isa = isa::avx2;
 }
 
@@ -366,8 +346,7 @@ void register_float_tiles_avx2(type_traits* table, isa level) {
     type_traits& f32 = table[(int)ggml_type::F32];
     f32.vec_dot = vec_dot_float_avx2<f32_avx2>;
     f32.gemm_tile = gemm_tile_float_avx2<f32_avx2>;
-    use_packed_avx2(f32, pack_acts_float_avx2<f32_acts>, gemm_packed_float_avx2<f32_avx2, false>,
-                    gemm_packed_float_avx2<f32_avx2, true>);
+    use_packed_avx2(f32, pack_acts_float_avx2<f32_acts>, gemm_packed_float_avx2<f32_avx2>);
     use_f16_avx2_kernels(table[(int)ggml_type::F16]);
 }
 

@@ -11,6 +11,12 @@
 // many pairs at once and adds the lanes in the same tree. So vec_dot,
 // mat-vec and mat-mat give the same bits (tests/test_matmul_batching.py).
 //
+// Encoders (matmul_kernels::throughput) take the packed product's one-chain
+// form (throughput_packed): each pair summed in one chain over the packed
+// order, no lane tree; other bits than vec_dot's, still independent of the
+// batch. Only here: the same change at the AVX2 level ran MiniLM at 0.6x
+// (not understood yet; benchmarks/LOG.md, 2026-12-07 22:00).
+//
 // Not here: BF16 and the conversions (float.cpp), the AVX2 level
 // (float_tiles_avx2.cpp).
 #include <algorithm>
