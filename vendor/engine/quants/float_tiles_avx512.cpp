@@ -15,7 +15,7 @@
 // form (throughput_packed): each pair summed in one chain over the packed
 // order, no lane tree; other bits than vec_dot's, still independent of the
 // batch. Only here: the same change at the AVX2 level ran MiniLM at 0.6x
-// (not understood yet; benchmarks/LOG.md, 2026-12-07 22:00).
+// (not understood yet; benchmarks/LOG.md, 2026-12-07 21:20).
 //
 // Not here: BF16 and the conversions (float.cpp), the AVX2 level
 // (float_tiles_avx2.cpp).
