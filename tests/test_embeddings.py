@@ -91,6 +91,24 @@ def test_batch_of_100_equals_one_by_one(minilm):
     np.testing.assert_allclose(batched, single, rtol=0, atol=2e-5 * np.abs(single).max())
 
 
+@pytest.mark.parametrize("outtype", ["f32", "q8_0"])
+def test_mixed_lengths_batch_gives_one_by_one_bits(minilm, outtype):
+    """Encoders take the throughput products (F32 / F16: the one-chain packed product; Q8_0:
+    the int8 panel), whose rows do not depend on the batch: many sequences of mixed lengths
+    packed into a few decodes (an empty text, i.e. [CLS] [SEP]; one word; an input truncated
+    to n_batch; a 242-token one that fills most of a batch; the fixture sentences) give the
+    bits each gives alone, and so does another thread count."""
+    ref = M.reference()
+    llm = minilm(outtype)
+    texts = ["", "a", "word " * 400, "tok " * 120] + list(ref["sentences"][:20]) + ["x y"]
+    assert [len(llm.tokenize(t.encode("utf-8"))) for t in texts[:3]] == [2, 3, 402]
+    batched = np.array(llm.embed(texts))
+    single = np.array([llm.embed(t) for t in texts])
+    np.testing.assert_array_equal(batched, single)
+    one_thread = Llama(M.gguf_path(outtype), embedding=True, verbose=False, n_threads=1, n_batch=256)
+    np.testing.assert_array_equal(np.array(one_thread.embed(texts)), batched)
+
+
 def test_embed_api_shapes_and_options(minilm):
     llm = minilm("f32")
     v = llm.embed("hello world")

@@ -148,15 +148,15 @@ def test_avx2_vnni_choice_keeps_the_bits(mats, tmp_path):
         np.testing.assert_array_equal(plain[t], E.matmul(raw[t], t, 37, 512, x, 2, "avx2"), err_msg=t)
 
 
-# Encoders ask for matmul_kernels::throughput: a type's throughput panel (Q8_0 at the AVX-512
-# level) for every batch size. Its sums run in another order than the consistent kernels', so
-# the bits differ from theirs, but a row's result still does not depend on the batch or the
-# threads, and it is as close to the reference; where the type has no such panel (other
-# levels), throughput is the consistent kernels.
+# Encoders ask for matmul_kernels::throughput: a type's throughput panel (Q8_0) or one-chain
+# packed product (F32 / F16), both at the AVX-512 level, for every batch size. Their sums run in
+# another order than the consistent kernels', so the bits differ from theirs, but a row's result
+# still does not depend on the batch or the threads, and it is as close to the reference; where
+# the type has neither (other levels), throughput is the consistent kernels.
 @pytest.mark.parametrize("level", LEVELS)
 @pytest.mark.parametrize("n_cols", [384, 512, 736, 1536])
-def test_throughput_kernels_do_not_depend_on_the_batch(level, n_cols):
-    t = "Q8_0"
+@pytest.mark.parametrize("t", ["Q8_0", "F32", "F16"])
+def test_throughput_kernels_do_not_depend_on_the_batch(level, n_cols, t):
     rng = np.random.default_rng(17)
     w = E.quantize(rng.standard_normal((37, n_cols)).astype(np.float32), t)
     x = rng.standard_normal((21, n_cols)).astype(np.float32) * 2
@@ -170,7 +170,8 @@ def test_throughput_kernels_do_not_depend_on_the_batch(level, n_cols):
     consistent = E.matmul(w, t, 37, n_cols, x, 2, level)
     # as close to the reference as the consistent kernels (float rounding only)
     assert np.abs(full - ref).max() <= max(2 * np.abs(consistent - ref).max(), 1e-5 * np.abs(ref).max())
-    if level != "best" or not E.type_info(t)["has_throughput_panel"]:
+    info = E.type_info(t, level)
+    if not info["has_throughput_panel"] and not info["has_throughput_packed"]:
         np.testing.assert_array_equal(full, consistent)
 
 

@@ -129,6 +129,13 @@ struct type_traits {
     // driver uses it for mat-mat instead of gemm_panel / gemm_tile.
     pack_acts_fn pack_acts = nullptr;
     gemm_packed_fn gemm_packed = nullptr;
+    // Optional, on the same packed tiles: each (row, column) pair summed in
+    // one chain over the packed order (every lane's steps in turn) instead of
+    // vec_dot's per-lane chains and their tree, so no lane merging (on
+    // MiniLM's K = 384 that merging was ~15 % of the product). Other bits
+    // than gemm_packed: taken only for matmul_kernels::throughput, then for
+    // every batch size (n_tok == 1 included), like throughput_panel.
+    gemm_packed_fn throughput_packed = nullptr;
     int pack_cols = 0;   // activation rows per packed tile
     int pack_lanes = 0;  // lanes of vec_dot's accumulator: the packing's step
     isa vec_dot_isa = isa::scalar;       // the level vec_dot was written for

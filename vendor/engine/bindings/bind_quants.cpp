@@ -269,9 +269,9 @@ void bind_quants(py::module_& m) {
           py::arg("level") = "best");
     m.def("matmul", &py_matmul, py::arg("w"), py::arg("ggml_type"), py::arg("n_rows"), py::arg("n_cols"),
           py::arg("x"), py::arg("n_threads") = 0, py::arg("level") = "best", py::arg("kernels") = "consistent");
-    m.def("type_info", [](py::object type) {
+    m.def("type_info", [](py::object type, const std::string& level) {
         const ggml_type t = parse_type(type);
-        const type_traits& tr = traits(t);
+        const type_traits& tr = traits(t, parse_isa(level));
         py::dict d;
         d["name"] = tr.name;
         d["id"] = (int)t;
@@ -286,8 +286,9 @@ void bind_quants(py::module_& m) {
         d["kernel_isa"] = isa_name(tr.vec_dot_isa);
         d["has_gemm_tile"] = tr.gemm_tile != nullptr;
         d["has_throughput_panel"] = tr.throughput_panel != nullptr;
+        d["has_throughput_packed"] = tr.throughput_packed != nullptr;
         return d;
-    }, py::arg("ggml_type"));
+    }, py::arg("ggml_type"), py::arg("level") = "best");
     m.def("bench_matmul", &bench_matmul, py::arg("mats"), py::arg("n_tok"), py::arg("n_threads"),
           py::arg("n_iters"));
     m.def("row_size", [](py::object type, int64_t n) { return row_size(parse_type(type), n); });

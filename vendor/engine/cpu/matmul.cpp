@@ -50,8 +50,9 @@ void check(const weight_view& w, const type_traits& wt) {
 // share of the activation tiles: all of them where there are enough row
 // panels to keep the threads busy (the packed rows are then made once per
 // product), else an even split of the tiles.
-void matmul_packed(const weight_view& w, const type_traits& wt, const float* x, int64_t x_stride, int64_t n_tok,
-                   float* y, int64_t y_stride, thread_pool& pool, matmul_scratch& scratch) {
+void matmul_packed(const weight_view& w, const type_traits& wt, gemm_packed_fn product, const float* x,
+                   int64_t x_stride, int64_t n_tok, float* y, int64_t y_stride, thread_pool& pool,
+                   matmul_scratch& scratch) {
     const int64_t pc = wt.pack_cols;
     const size_t tile = packed_tile_floats(wt.pack_cols, wt.pack_lanes, w.n_cols);
     const int64_t n_tiles = (n_tok + pc - 1) / pc;
@@ -73,8 +74,8 @@ void matmul_packed(const weight_view& w, const type_traits& wt, const float* x, 
         if (c0 >= n_tok) return;
         const int64_t nc = std::min<int64_t>(per * pc, n_tok - c0);
         const int64_t r0 = rt * prows, nr = std::min<int64_t>(prows, w.n_rows - r0);
-        wt.gemm_packed(w.n_cols, wd + r0 * w.row_stride, w.row_stride, (int)nr, ap + (size_t)(c0 / pc) * tile, (int)nc,
-                       y + c0 * y_stride + r0, (size_t)y_stride);
+        product(w.n_cols, wd + r0 * w.row_stride, w.row_stride, (int)nr, ap + (size_t)(c0 / pc) * tile, (int)nc,
+                y + c0 * y_stride + r0, (size_t)y_stride);
     });
 }
 
@@ -103,6 +104,11 @@ void matmul(const weight_view& w, const float* x, int64_t x_stride, int64_t n_to
     const type_traits& wt = traits(w.type, level);
     check(w, wt);
     if (n_tok <= 0 || w.n_rows <= 0) return;
+    if (kernels == matmul_kernels::throughput && wt.throughput_packed) {
+        // every batch size through the one-chain packed product (see ggml_type.h)
+        matmul_packed(w, wt, wt.throughput_packed, x, x_stride, n_tok, y, y_stride, pool, scratch);
+        return;
+    }
     if (kernels == matmul_kernels::throughput && wt.throughput_panel) {
         // every batch size through the one panel (see matmul.h), no small-batch path
         size_t a_stride = 0;
@@ -113,7 +119,7 @@ void matmul(const weight_view& w, const float* x, int64_t x_stride, int64_t n_to
     }
     const bool small = n_tok <= wt.matvec_batch_max || n_tok == 1;
     if (!small && wt.gemm_packed) {
-        matmul_packed(w, wt, x, x_stride, n_tok, y, y_stride, pool, scratch);
+        matmul_packed(w, wt, wt.gemm_packed, x, x_stride, n_tok, y, y_stride, pool, scratch);
         return;
     }
     size_t a_stride = 0;

@@ -22,8 +22,10 @@ struct matmul_scratch {
 //     thread count (mat-vec, tiles, panels and packed products agree): what
 //     prefill == step-by-step decoding, speculative decoding and prompt reuse
 //     rely on. The default.
-//   throughput: also the type's throughput_panel where it has one (Q8_0 at the
-//     AVX-512 level: ~2.4x the 4x4 tiles on MiniLM's shapes), for every batch
+//   throughput: also the type's throughput_panel or throughput_packed where
+//     it has one (Q8_0 at the AVX-512 level: ~2.4x the 4x4 tiles on MiniLM's
+//     shapes; F32 / F16 at the AVX-512 level: the packed product without its
+//     lane tree, ~1.2x on MiniLM end to end), for every batch
 //     size, so the batch still does not change a row's bits, but they differ
 //     from consistent's in the last bits. For callers that never hold one
 //     against the other: encoders (whole sequences per pass, no cache).

@@ -11,6 +11,12 @@
 // many pairs at once and adds the lanes in the same tree. So vec_dot,
 // mat-vec and mat-mat give the same bits (tests/test_matmul_batching.py).
 //
+// Encoders (matmul_kernels::throughput) take the packed product's one-chain
+// form (throughput_packed): each pair summed in one chain over the packed
+// order, no lane tree; other bits than vec_dot's, still independent of the
+// batch. Only here: the same change at the AVX2 level ran MiniLM at 0.6x
+// (not understood yet; benchmarks/LOG.md, 2026-12-07 21:20).
+//
 // Not here: BF16 and the conversions (float.cpp), the AVX2 level
 // (float_tiles_avx2.cpp).
 #include <algorithm>
@@ -296,24 +302,42 @@ struct packed_scratch {
     std::vector<float> w, tree;
 };
 
-// Columns [0, nc) of one packed activation tile against every row tile.
+// The finished sums of row tile rt for columns [0, nc): out[c · os + r].
 template <int NC>
+LP_TARGET_AVX512 LP_INLINE void store_tile(int rt, int nr, int nc, __m512 acc[2][NC], float* out, size_t os) {
+    const int r0 = rt * kPackRows;
+    const __mmask16 m0 = r0 + 16 <= nr ? (__mmask16)0xFFFF : first_lanes(std::max(0, nr - r0));
+    const __mmask16 m1 = r0 + 32 <= nr ? (__mmask16)0xFFFF : first_lanes(std::max(0, nr - r0 - 16));
+    for (int c = 0; c < nc; ++c) {
+        _mm512_mask_storeu_ps(out + (size_t)c * os + r0, m0, acc[0][c]);
+        _mm512_mask_storeu_ps(out + (size_t)c * os + r0 + 16, m1, acc[1][c]);
+    }
+}
+
+// Columns [0, nc) of one packed activation tile against every row tile.
+// OneChain (the throughput product): each pair is one chain over the packed
+// order, lane 0's steps, then lane 1's, ... (the lanes lie back to back in
+// both packings), stored when done: no tree. Else vec_dot's 16 chains and
+// their tree.
+template <int NC, bool OneChain>
 LP_TARGET_AVX512 void packed_column_tile(int64_t S, int n_rt, int nr, const float* wp, const float* ap, int nc,
                                          float* tree, float* out, size_t os) {
     const size_t wtile = (size_t)kLanes * S * kPackRows, wlane = (size_t)S * kPackRows, alane = (size_t)S * kPackCols;
+    if constexpr (OneChain) {
+        for (int rt = 0; rt < n_rt; ++rt) {
+            __m512 acc[2][NC];
+            lane_chains<NC>(kLanes * S, wp + rt * wtile, ap, acc);
+            store_tile<NC>(rt, nr, nc, acc, out, os);
+        }
+        return;
+    }
     for (int i = 0; i < kLanes; ++i) {
         const int l = bit_reversed4(i);
         for (int rt = 0; rt < n_rt; ++rt) {
             __m512 acc[2][NC];
             lane_chains<NC>(S, wp + rt * wtile + l * wlane, ap + l * alane, acc);
             if (!merge_lane<NC>(i, acc, tree + (size_t)rt * kTreeLevels * 2 * kPackCols * 16)) continue;
-            const int r0 = rt * kPackRows;
-            const __mmask16 m0 = r0 + 16 <= nr ? (__mmask16)0xFFFF : first_lanes(std::max(0, nr - r0));
-            const __mmask16 m1 = r0 + 32 <= nr ? (__mmask16)0xFFFF : first_lanes(std::max(0, nr - r0 - 16));
-            for (int c = 0; c < nc; ++c) {
-                _mm512_mask_storeu_ps(out + (size_t)c * os + r0, m0, acc[0][c]);
-                _mm512_mask_storeu_ps(out + (size_t)c * os + r0 + 16, m1, acc[1][c]);
-            }
+            store_tile<NC>(rt, nr, nc, acc, out, os);
         }
     }
 }
@@ -321,7 +345,7 @@ LP_TARGET_AVX512 void packed_column_tile(int64_t S, int n_rt, int nr, const floa
 // nr (<= kPackedPanelRows) weight rows × nc activation rows packed by
 // pack_acts_float_avx512 (tiles of kPackCols rows, back to back):
 // out[c · os + r].
-template <class L>
+template <class L, bool OneChain>
 LP_TARGET_AVX512 void gemm_packed_float_avx512(int64_t n, const void* w, size_t ws, int nr, const float* ap, int nc,
                                                float* out, size_t os) {
     const int64_t S = (n + kLanes - 1) / kLanes;
@@ -337,9 +361,9 @@ LP_TARGET_AVX512 void gemm_packed_float_avx512(int64_t n, const void* w, size_t 
         const int ncc = std::min(kPackCols, nc - c0);
         const float* apt = ap + (size_t)(c0 / kPackCols) * atile;
         float* o = out + (size_t)c0 * os;
-        if (ncc <= 4) packed_column_tile<4>(S, n_rt, nr, s.w.data(), apt, ncc, s.tree.data(), o, os);
-        else if (ncc <= 8) packed_column_tile<8>(S, n_rt, nr, s.w.data(), apt, ncc, s.tree.data(), o, os);
-        else packed_column_tile<12>(S, n_rt, nr, s.w.data(), apt, ncc, s.tree.data(), o, os);
+        if (ncc <= 4) packed_column_tile<4, OneChain>(S, n_rt, nr, s.w.data(), apt, ncc, s.tree.data(), o, os);
+        else if (ncc <= 8) packed_column_tile<8, OneChain>(S, n_rt, nr, s.w.data(), apt, ncc, s.tree.data(), o, os);
+        else packed_column_tile<12, OneChain>(S, n_rt, nr, s.w.data(), apt, ncc, s.tree.data(), o, os);
     }
 }
 
@@ -352,11 +376,13 @@ void register_float_tiles_avx512(type_traits* table, isa level) {
     f32.vec_dot = vec_dot_float_avx512<f32_lanes>;
     f32.gemm_tile = gemm_tile_float_avx512<f32_lanes>;
     f32.pack_acts = pack_acts_float_avx512<f32_acts>;
-    f32.gemm_packed = gemm_packed_float_avx512<f32_lanes>;
+    f32.gemm_packed = gemm_packed_float_avx512<f32_lanes, false>;
+    f32.throughput_packed = gemm_packed_float_avx512<f32_lanes, true>;
     f16.vec_dot = vec_dot_float_avx512<f16_lanes>;
     f16.gemm_tile = gemm_tile_float_avx512<f16_lanes>;
     f16.pack_acts = pack_acts_float_avx512<f16_acts>;
-    f16.gemm_packed = gemm_packed_float_avx512<f16_lanes>;
+    f16.gemm_packed = gemm_packed_float_avx512<f16_lanes, false>;
+    f16.throughput_packed = gemm_packed_float_avx512<f16_lanes, true>;
     for (type_traits* t : {&f32, &f16}) {
         t->gemm_panel = nullptr;  // mat-vec: the 4-row tiles; mat-mat: the packed product
         t->pack_lanes = kLanes;
