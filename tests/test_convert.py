@@ -5,6 +5,7 @@ reader on malformed files; clear errors for what is not supported."""
 from __future__ import annotations
 
 import json
+import os
 import struct
 
 import numpy as np
@@ -102,6 +103,30 @@ def test_cli_convert_and_cased_vocab(hf_folder, tmp_path, capsys):
     assert bool(r.fields["tokenizer.wordpiece.lowercase"].parts[-1][0]) is bool(cfg["do_lower_case"])
     assert "pooler.dense.weight" not in {t.name for t in r.tensors}
     assert cli_main(["convert", str(tmp_path), str(tmp_path / "x.gguf")]) == 1  # not a model folder
+
+
+def test_failed_conversion_leaves_no_file(hf_folder, tmp_path, monkeypatch):
+    """A conversion that fails while writing tensors leaves neither OUT nor
+    OUT.part, and an OUT that existed before is left as it was."""
+    d, _, _ = hf_folder
+    out = tmp_path / "m.gguf"
+    out.write_bytes(b"earlier file")
+
+    import gguf
+
+    real = gguf.GGUFWriter.write_tensors_to_file
+
+    def broken(self, *args, **kwargs):  # the header is on disk by now
+        raise RuntimeError("disk full while writing the tensors")
+
+    monkeypatch.setattr(gguf.GGUFWriter, "write_tensors_to_file", broken)
+    with pytest.raises(RuntimeError, match="disk full"):
+        convert(str(d), str(out), "f32")
+    assert out.read_bytes() == b"earlier file"
+    assert not os.path.exists(str(out) + ".part")
+    monkeypatch.setattr(gguf.GGUFWriter, "write_tensors_to_file", real)
+    convert(str(d), str(out), "f32")
+    assert out.read_bytes()[:4] == b"GGUF" and not os.path.exists(str(out) + ".part")
 
 
 def test_unsupported_inputs_raise(hf_folder, tmp_path):

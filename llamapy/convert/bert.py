@@ -31,6 +31,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
+from .decoder import part_writer
 from .safetensors import load_safetensors
 
 OUTTYPES = ("f32", "f16", "q8_0")
@@ -243,8 +244,8 @@ def convert_bert(hf_dir: str, out_path: str, outtype: str = "f16",
                          f"{mapped['token_embd.weight'].shape[0]} rows")
     pooling = read_pooling(hf_dir)
 
-    w = gguf.GGUFWriter(out_path, "bert")
-    try:
+    # OUT.part renamed at the end, removed on error (decoder.part_writer)
+    with part_writer(out_path, "bert") as w:
         name = os.path.basename(os.path.normpath(cfg.get("_name_or_path") or hf_dir))
         w.add_name(name)
         w.add_file_type({"f32": 0, "f16": 1, "q8_0": 7}[outtype])
@@ -286,8 +287,6 @@ def convert_bert(hf_dir: str, out_path: str, outtype: str = "f16",
         w.write_header_to_file()
         w.write_kv_data_to_file()
         w.write_tensors_to_file()
-    finally:
-        w.close()
     return out_path
 
 
