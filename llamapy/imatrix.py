@@ -241,8 +241,9 @@ def _run(llm, tokens, n_ctx, n_chunk, n_seq, progress) -> ImatrixResult:
             if len(rows):
                 out = ctx.get_logits_all()
                 targets = tokens[c0 * n_ctx + r0 + rows + 1]
-                for sl in lp.row_blocks(len(rows), out.shape[1]):
-                    v = lp.nll(out[rows[sl]], targets[sl])
+                # contiguous runs of rows, so the engine reads the logits view in place
+                for run in np.split(np.arange(len(rows)), np.nonzero(np.diff(rows) != 1)[0] + 1):
+                    v = lp.nll(out[rows[run[0]]:rows[run[-1]] + 1], targets[run], llm.n_threads_batch)
                     nll += float(v.sum())
                     nll2 += float((v * v).sum())
                 count += len(rows)

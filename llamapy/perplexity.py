@@ -8,9 +8,12 @@ of each chunk's first token (when the vocabulary adds BOS), evaluate each
 chunk from an empty cache and score only the second half of it (every
 scored token has at least n_ctx / 2 tokens of context). Several chunks go
 into one batch as separate sequences when n_batch holds them (n_batch //
-n_ctx of them), as there. The logits of the scored rows come from the engine
-as a view (no copy when a chunk is one batch); their log-softmax is numpy
-over whole blocks (llamapy._logprobs), never a Python loop over the vocabulary.
+n_ctx of them), as there. Only the scored rows' logits are computed (the
+output projection is skipped for the first half, as there); they come from
+the engine as a view (no copy when a chunk is one batch) and go straight back
+to it for the log-softmax and the KL sums (llamapy._logprobs: SIMD, on the
+context's thread count, the GIL released), so perplexity costs little more
+than the prefill of the same tokens with those logits (benchmarks/perplexity.py).
 
 Not here: llama-perplexity's --ppl-stride, HellaSwag, WinoGrande and
 multiple-choice scoring.
@@ -366,7 +369,7 @@ def _run_perplexity(llm, tokens, n_ctx, n_chunk, n_seq, n_batch, base_path, prog
     ev = _Evaluator(llm, tokens, n_ctx, n_seq, n_batch)
     clock, nll, nll2, count, running = _Clock(n_chunk, n_seq), 0.0, 0.0, 0, []
     out_f, tmp_path = None, None
-    words = lp.row_words(llm.n_vocab())
+    words, threads = lp.row_words(llm.n_vocab()), llm.n_threads_batch
     try:
         if base_path:
             # Written under a temporary name and renamed at the end: an interrupted
@@ -379,13 +382,12 @@ def _run_perplexity(llm, tokens, n_ctx, n_chunk, n_seq, n_batch, base_path, prog
             if logits.shape[1] != llm.n_vocab():
                 raise ValueError(f"the model's logits have {logits.shape[1]} columns for a vocabulary of "
                                  f"{llm.n_vocab()}")
-            for sl in lp.row_blocks(len(targets), logits.shape[1]):
-                if out_f is not None:
-                    v = lp.quantize_rows(logits[sl], targets[sl], stored[sl])
-                else:
-                    v = lp.nll(logits[sl], targets[sl])
-                nll += float(v.sum())
-                nll2 += float((v * v).sum())
+            if out_f is not None:
+                v = lp.quantize_rows(logits, targets, stored, threads)
+            else:
+                v = lp.nll(logits, targets, threads)
+            nll += float(v.sum())
+            nll2 += float((v * v).sum())
             if out_f is not None:
                 out_f.write(stored.tobytes())
             count += len(targets)
@@ -450,10 +452,9 @@ def _run_kld(llm, f, head, base_path, n_chunk, n_seq, n_batch, progress) -> Perp
     for chunk, logits, targets in ev.chunks(n_chunk):
         base = lf.read_chunk_rows(f, head, chunk, base_path)
         o = chunk * n_scored
-        for sl in lp.row_blocks(len(targets), logits.shape[1]):
-            k, d = lp.kl_divergence_rows(logits[sl], base[sl], targets[sl], sums)
-            kld_values[o + sl.start:o + sl.stop] = k
-            p_diff_values[o + sl.start:o + sl.stop] = d
+        k, d = lp.kl_divergence_rows(logits, base, targets, sums, llm.n_threads_batch)
+        kld_values[o:o + len(k)] = k
+        p_diff_values[o:o + len(d)] = d
         so_far = KLDResult.from_sums(sums, kld_values[:sums.count], p_diff_values[:sums.count])
         running.append(so_far.ppl)
         if progress is not None:

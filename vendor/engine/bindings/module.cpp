@@ -32,6 +32,7 @@ void bind_backend(py::module_& m);
 void bind_ops(py::module_& m);
 void bind_moe(py::module_& m);
 void bind_vision(py::module_& m);
+void bind_logprobs(py::module_& m);
 
 namespace {
 
@@ -124,4 +125,5 @@ PYBIND11_MODULE(_engine, m) {
     bind_ops(m);
     bind_moe(m);
     bind_vision(m);
+    bind_logprobs(m);
 }
