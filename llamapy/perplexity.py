@@ -9,7 +9,8 @@ chunk from an empty cache and score only the second half of it (every
 scored token has at least n_ctx / 2 tokens of context). Several chunks go
 into one batch as separate sequences when n_batch holds them (n_batch //
 n_ctx of them), as there. Only the scored rows' logits are computed (the
-output projection is skipped for the first half, as there); they come from
+output projection is skipped for the first half, as there, and for the last
+position, whose logits llama-perplexity computes but never reads); they come from
 the engine as a view (no copy when a chunk is one batch) and go straight back
 to it for the log-softmax and the KL sums (llamapy._logprobs: SIMD, on the
 context's thread count, the GIL released), so perplexity costs little more
@@ -120,7 +121,11 @@ class KLDResult:
     same_top_unc: float
 
     @classmethod
-    def from_sums(cls, s: lp.KLDSums, kld_values: np.ndarray, p_diff_values: np.ndarray) -> "KLDResult":
+    def from_sums(cls, s: lp.KLDSums, kld_values: Optional[np.ndarray] = None,
+                  p_diff_values: Optional[np.ndarray] = None) -> "KLDResult":
+        """The statistics from the running sums; the quantiles from every
+        token's values when given (empty without: the running estimates after
+        each chunk skip sorting everything so far)."""
         n = s.count
         lppl, lppl_unc = _mean_and_uncertainty(s.sum_nll, s.sum_nll2, n)
         lbase, lbase_unc = _mean_and_uncertainty(s.sum_nll_base, s.sum_nll_base2, n)
@@ -134,13 +139,14 @@ class KLDResult:
         mse, mse_unc = _mean_and_uncertainty(s.sum_p_diff2, s.sum_p_diff4, n)
         rms = math.sqrt(mse)
         same = s.n_same_top / n if n else 0.0
-        kv, dv = np.sort(kld_values), np.sort(p_diff_values)
+        quantiles = n > 0 and kld_values is not None and p_diff_values is not None
+        kv, dv = (np.sort(kld_values), np.sort(p_diff_values)) if quantiles else (None, None)
         return cls(count=n, ppl=ppl, ppl_unc=ppl_unc, ppl_base=ppl_base, ppl_base_unc=ppl_base_unc,
                    cor=cov / (lppl_unc * lbase_unc) if lppl_unc > 0 and lbase_unc > 0 else 0.0,
                    ln_ratio=lppl - lbase, ln_ratio_unc=ln_ratio_unc, ratio=math.exp(lppl - lbase),
                    ratio_unc=math.exp(lppl - lbase) * ln_ratio_unc, diff=ppl - ppl_base, diff_unc=diff_unc,
-                   kld=kld, kld_unc=kld_unc, kld_quantiles=_quantiles(kv, KLD_PERCENTILES) if n else {},
-                   p_diff=dp, p_diff_unc=dp_unc, p_diff_quantiles=_quantiles(dv, DP_PERCENTILES) if n else {},
+                   kld=kld, kld_unc=kld_unc, kld_quantiles=_quantiles(kv, KLD_PERCENTILES) if quantiles else {},
+                   p_diff=dp, p_diff_unc=dp_unc, p_diff_quantiles=_quantiles(dv, DP_PERCENTILES) if quantiles else {},
                    rms_p_diff=rms, rms_p_diff_unc=0.5 / rms * mse_unc if rms > 0 else 0.0,
                    same_top=same, same_top_unc=math.sqrt(same * (1 - same) / (n - 1)) if n > 1 else 0.0)
 
@@ -179,7 +185,8 @@ class ChunkProgress:
     """What a progress callback gets after each chunk: chunks done of
     n_chunk, the running perplexity estimate, chunks evaluated per pass (one
     batch of chunks side by side), the seconds per pass so far and the
-    estimated seconds left; with KL divergence, the statistics so far."""
+    estimated seconds left; with KL divergence, the statistics so far
+    (without quantiles: those only in the final result)."""
     done: int
     n_chunk: int
     ppl: float
@@ -209,6 +216,13 @@ class PerplexityResult:
     seconds: float = 0.0
 
 
+def scored_rows(pos: npt.NDArray[np.int32], n_ctx: int) -> npt.NDArray[np.bool_]:
+    """The rows of a chunk whose logits perplexity reads: positions n_ctx // 2 .. n_ctx - 2
+    (the last position predicts a token outside the chunk, so its logits, which
+    llama-perplexity computes and never reads, are not computed here)."""
+    return (pos >= n_ctx // 2) & (pos < n_ctx - 1)
+
+
 class _Evaluator:
     """Chunks of one token list through one context: yields, per chunk, the
     logits of its scored positions and the tokens they predict."""
@@ -217,7 +231,7 @@ class _Evaluator:
         self.llm, self.tokens, self.n_ctx, self.n_seq, self.n_batch = llm, tokens, n_ctx, n_seq, n_batch
         self.first = n_ctx // 2
         self.bos = int(llm.token_bos()) if llm.tokenizer_.add_bos else None
-        self._rows: Optional[np.ndarray] = None  # (n_ctx - first, n_vocab), only when a chunk spans batches
+        self._rows: Optional[np.ndarray] = None  # (scored, n_vocab), only when a chunk spans batches
 
     def _chunk_tokens(self, chunk: int) -> npt.NDArray[np.int32]:
         t = self.tokens[chunk * self.n_ctx:(chunk + 1) * self.n_ctx].copy()
@@ -227,7 +241,7 @@ class _Evaluator:
 
     def chunks(self, n_chunk: int) -> Iterator[Tuple[int, np.ndarray, np.ndarray]]:
         """(chunk index, logits (scored, n_vocab) float32, targets (scored,))."""
-        ctx, n_ctx, first = self.llm._ctx, self.n_ctx, self.first
+        ctx, n_ctx = self.llm._ctx, self.n_ctx
         n_scored = lf.scored_per_chunk(n_ctx)
         for c0 in range(0, n_chunk, self.n_seq):
             k = min(self.n_seq, n_chunk - c0)
@@ -236,27 +250,26 @@ class _Evaluator:
                 toks = np.concatenate([self._chunk_tokens(c0 + s) for s in range(k)])
                 pos = np.tile(np.arange(n_ctx, dtype=np.int32), k)
                 ctx.decode(tokens=toks, pos=pos, seq_ids=np.repeat(np.arange(k, dtype=np.int32), n_ctx),
-                           logits=pos >= first)
-                out = ctx.get_logits_all()  # (k * (n_ctx - first), n_vocab), a view
-                per = n_ctx - first
+                           logits=scored_rows(pos, n_ctx))
+                out = ctx.get_logits_all()  # (k * n_scored, n_vocab), a view
                 for s in range(k):
-                    yield c0 + s, out[s * per:s * per + n_scored], self._targets(c0 + s)
+                    yield c0 + s, out[s * n_scored:(s + 1) * n_scored], self._targets(c0 + s)
             else:  # one chunk in several batches; its scored rows gathered once
                 toks = self._chunk_tokens(c0)
                 got = 0
                 for b0 in range(0, n_ctx, self.n_batch):
                     b1 = min(n_ctx, b0 + self.n_batch)
                     pos = np.arange(b0, b1, dtype=np.int32)
-                    want = pos >= first
+                    want = scored_rows(pos, n_ctx)
                     ctx.decode(tokens=toks[b0:b1], pos=pos, seq_ids=np.zeros(b1 - b0, dtype=np.int32), logits=want)
                     n_out = int(want.sum())
                     if n_out:
                         out = ctx.get_logits_all()
                         if self._rows is None:
-                            self._rows = np.empty((n_ctx - first, out.shape[1]), dtype=np.float32)
+                            self._rows = np.empty((n_scored, out.shape[1]), dtype=np.float32)
                         self._rows[got:got + n_out] = out[:n_out]
                         got += n_out
-                yield c0, self._rows[:n_scored], self._targets(c0)
+                yield c0, self._rows, self._targets(c0)
 
     def _targets(self, chunk: int) -> npt.NDArray[np.int32]:
         start = chunk * self.n_ctx
@@ -455,7 +468,7 @@ def _run_kld(llm, f, head, base_path, n_chunk, n_seq, n_batch, progress) -> Perp
         k, d = lp.kl_divergence_rows(logits, base, targets, sums, llm.n_threads_batch)
         kld_values[o:o + len(k)] = k
         p_diff_values[o:o + len(d)] = d
-        so_far = KLDResult.from_sums(sums, kld_values[:sums.count], p_diff_values[:sums.count])
+        so_far = KLDResult.from_sums(sums)
         running.append(so_far.ppl)
         if progress is not None:
             progress(clock.progress(chunk + 1, so_far.ppl, so_far))

@@ -98,6 +98,73 @@ def test_kl_divergence_rows_against_direct_sums():
     np.testing.assert_allclose(sums.sum_nll, -lq[np.arange(6), targets].sum(), rtol=1e-5)
 
 
+# Every level this CPU runs, compared with the scalar reference (vendor/engine/cpu/logprobs.cpp).
+_INFO = llamapy._engine.system_info()
+LEVELS = [lv for lv in _INFO["compiled_isas"] if lv in _INFO["cpu_isas"]]
+
+
+@pytest.mark.parametrize("level", LEVELS)
+@pytest.mark.parametrize("n_vocab", [1, 15, 16, 17, 1001])
+def test_row_kernels_agree_with_the_scalar_reference(level, n_vocab):
+    """Lengths around the vector widths (tails), a tie for the top logit (the
+    first one counts, as llama-perplexity), a flat row and a row reaching far
+    below the 16-nat floor: every SIMD level as the scalar reference, stored
+    levels exactly."""
+    E = llamapy._engine.logprobs
+    rng = np.random.default_rng(n_vocab)
+    logits = (rng.standard_normal((6, n_vocab)) * 4).astype(np.float32)
+    logits[1, -1] = logits[1, 0] = logits[1].max() + 1  # a tie: the first index is the top
+    logits[2] = 1.5  # flat
+    logits[3, ::2] -= 60  # half the row below the floor
+    targets = rng.integers(0, n_vocab, 6).astype(np.int32)
+    model = logits + (rng.standard_normal(logits.shape) * 0.5).astype(np.float32)
+    model[1, -1] = model[1, 0] = model[1].max() + 1
+    model[2] = -0.5
+    words = E.row_words(n_vocab)
+    ref_rows, rows = np.zeros((6, words), np.uint16), np.full((6, words), 7, np.uint16)
+    ref = (E.nll(logits, targets, 1, "scalar"), E.store_rows(logits, targets, ref_rows, 1, "scalar"))
+    got = (E.nll(logits, targets, 2, level), E.store_rows(logits, targets, rows, 2, level))
+    np.testing.assert_allclose(got[0], ref[0], rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(got[1], ref[1], rtol=1e-6, atol=1e-6)
+    np.testing.assert_array_equal(rows[:, 4:], ref_rows[:, 4:])
+    head = lambda r: r[:, :4].copy().view(np.float32)  # noqa: E731 (scale, min log-prob)
+    np.testing.assert_allclose(head(rows), head(ref_rows), rtol=1e-6)
+    k_ref = E.kl_divergence(model, ref_rows, targets, 1, "scalar")
+    k_got = E.kl_divergence(model, ref_rows, targets, 2, level)
+    for a, b in zip(k_got[:4], k_ref[:4]):
+        np.testing.assert_allclose(a, b, rtol=2e-6, atol=2e-6)
+    np.testing.assert_array_equal(k_got[4], k_ref[4])
+    assert k_got[4][1] and k_got[4][2]  # the tie and the flat row: index 0 is the top of both
+
+
+def test_row_kernels_check_their_arguments():
+    E = llamapy._engine.logprobs
+    logits = np.zeros((3, 10), np.float32)
+    ok = np.array([0, 9, 4], np.int32)
+    rows = np.zeros((3, E.row_words(10)), np.uint16)
+    with pytest.raises(ValueError, match="target 10 .* outside the vocabulary of 10"):
+        E.nll(logits, np.array([0, 10, 1], np.int32))
+    with pytest.raises(ValueError, match="target -1"):
+        E.store_rows(logits, np.array([-1, 0, 1], np.int32), rows)
+    with pytest.raises(ValueError, match="one id per row"):
+        E.nll(logits, ok[:2])
+    with pytest.raises(ValueError, match="2-D"):
+        E.nll(logits[0], ok)
+    with pytest.raises(ValueError, match=r"uint16 array \(3, 14\)"):
+        E.store_rows(logits, ok, np.zeros((3, 13), np.uint16))
+    with pytest.raises(ValueError, match="uint16"):
+        E.kl_divergence(logits, rows.astype(np.int32), ok)
+    with pytest.raises(ValueError, match="read-only"):
+        rows.flags.writeable = False
+        E.store_rows(logits, ok, rows)
+    with pytest.raises(ValueError, match="unknown ISA level"):
+        E.nll(logits, ok, 1, "avx9000")
+    other = "neon" if "avx2" in LEVELS else "avx2"
+    with pytest.raises(ValueError, match="not available here"):
+        E.nll(logits, ok, 1, other)
+    assert E.nll(np.zeros((0, 10), np.float32), np.zeros(0, np.int32)).shape == (0,)
+
+
 def test_statistics_helpers():
     v = np.sort(np.array([4.0, 1.0, 3.0, 2.0], dtype=np.float32))
     from llamapy.perplexity import _median, _percentile
@@ -121,6 +188,34 @@ def test_batches_within_a_chunk_agree():
     whole = ppl(GRANITE_F16, n_ctx=64, n_chunks=4)
     split = ppl(GRANITE_F16, n_ctx=64, n_chunks=4, n_batch=16)
     assert split.ppl == pytest.approx(whole.ppl, rel=2e-4)
+
+
+def test_scored_rows_only_equal_every_rows_logits():
+    """Perplexity computes logits for the scored rows only (second half, not
+    the last position); the same chunks decoded with every row's logits and
+    scored in float64 numpy give the same numbers."""
+    P = importlib.import_module("llamapy.perplexity")
+    n_ctx, n_chunk = 64, 3
+    r = ppl(GRANITE_F16, n_ctx=n_ctx, n_chunks=n_chunk, n_batch=n_ctx)
+    llm, _ = P.open_chunked_model(GRANITE_F16, n_ctx, n_ctx, THREADS, 0, {})
+    try:
+        toks = P.tokenize_text(llm, TEXT)
+        pos = np.arange(n_ctx, dtype=np.int32)
+        rows = np.nonzero(P.scored_rows(pos, n_ctx))[0]
+        assert rows[0] == n_ctx // 2 and rows[-1] == n_ctx - 2
+        nll = []
+        for c in range(n_chunk):
+            t = toks[c * n_ctx:(c + 1) * n_ctx].copy()
+            t[0] = llm.token_bos()
+            llm._ctx.kv_clear()
+            llm._ctx.decode(tokens=t, pos=pos, seq_ids=np.zeros(n_ctx, np.int32), logits=np.ones(n_ctx, bool))
+            x = np.asarray(llm._ctx.get_logits_all(), dtype=np.float64)[rows]
+            lse = x.max(1) + np.log(np.exp(x - x.max(1, keepdims=True)).sum(1))
+            nll.append(lse - x[np.arange(len(rows)), toks[c * n_ctx + rows + 1]])
+    finally:
+        llm.close()
+    ref = np.exp(np.cumsum([v.sum() for v in nll]) / (len(rows) * np.arange(1, n_chunk + 1)))
+    np.testing.assert_allclose(r.chunk_ppl, ref, rtol=1e-5)
 
 
 def test_bos_replaces_each_chunks_first_token(monkeypatch):

@@ -77,7 +77,10 @@ void quantize_scalar(const float* x, int64_t n, float lo, float inv_scale, uint1
     for (int64_t i = 0; i < n; ++i) q[i] = level_of(x[i], lo, inv_scale);
 }
 
-// One entry of the KL sum, updating the stored row's running maximum.
+// One entry of the KL sum, updating the stored row's running maximum. The
+// SIMD versions compute the log-probability with the same unfused multiply
+// and add (the build has -ffp-contract=off), so every level finds the same
+// top entry even where two levels round to equal log-probabilities.
 inline void kld_entry(float x, uint16_t q, int64_t i, float scale, float min_log_prob, float log_z, double& sum,
                       float& best, int64_t& ibest) {
     const float lpb = scale * (float)q + min_log_prob;
@@ -189,7 +192,7 @@ LP_TARGET_AVX2 double kld_sum_avx2(const float* x, const uint16_t* q, int64_t n,
     int64_t i = 0;
     for (; i + 8 <= n; i += 8) {
         const __m256 lv = _mm256_cvtepi32_ps(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i*)(q + i))));
-        const __m256 lpb = _mm256_fmadd_ps(vs, lv, vm);
+        const __m256 lpb = _mm256_add_ps(_mm256_mul_ps(vs, lv), vm);  // unfused, as the scalar code
         const __m256 gt = _mm256_cmp_ps(lpb, vbest, _CMP_GT_OQ);
         vbest = _mm256_blendv_ps(vbest, lpb, gt);
         vidx = _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(vidx), _mm256_castsi256_ps(cur), gt));
@@ -285,7 +288,7 @@ LP_TARGET_AVX512 double kld_sum_avx512(const float* x, const uint16_t* q, int64_
     for (int64_t i = 0; i < n; i += 16) {
         const __mmask16 live = live_lanes(n - i);
         const __m512 lv = _mm512_cvtepi32_ps(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(live, q + i)));
-        const __m512 lpb = _mm512_fmadd_ps(vs, lv, vm);
+        const __m512 lpb = _mm512_add_ps(_mm512_mul_ps(vs, lv), vm);  // unfused, as the scalar code
         const __mmask16 gt = _mm512_mask_cmp_ps_mask(live, lpb, vbest, _CMP_GT_OQ);
         vbest = _mm512_mask_mov_ps(vbest, gt, lpb);
         vidx = _mm512_mask_mov_epi32(vidx, gt, cur);
