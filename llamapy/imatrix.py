@@ -246,6 +246,8 @@ def _run(llm, tokens, n_ctx, n_chunk, n_seq, progress) -> ImatrixResult:
                     v = lp.nll(out[rows[run[0]]:rows[run[-1]] + 1], targets[run], llm.n_threads_batch)
                     nll += float(v.sum())
                     nll2 += float((v * v).sum())
+                # a view still alive at the next decode makes the context write a fresh buffer
+                del out
                 count += len(rows)
         for s in range(k):
             running.append(math.exp(nll / count))

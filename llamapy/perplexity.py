@@ -26,7 +26,7 @@ import math
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Dict, Iterator, List, Optional, Tuple, Union
+from typing import Callable, Dict, List, Optional, Tuple, Union
 
 import numpy as np
 import numpy.typing as npt
@@ -223,9 +223,19 @@ def scored_rows(pos: npt.NDArray[np.int32], n_ctx: int) -> npt.NDArray[np.bool_]
     return (pos >= n_ctx // 2) & (pos < n_ctx - 1)
 
 
+# score(chunk index, logits (scored, n_vocab) float32, targets (scored,)): the logits are a
+# view of the engine's buffer, valid only during the call.
+Score = Callable[[int, np.ndarray, np.ndarray], None]
+
+
 class _Evaluator:
-    """Chunks of one token list through one context: yields, per chunk, the
-    logits of its scored positions and the tokens they predict."""
+    """Chunks of one token list through one context: hands each chunk's
+    scored logits and the tokens they predict to a scoring function.
+
+    It holds the engine's logits view only while scoring: a view still
+    alive when the next decode starts makes the context write into a fresh
+    buffer (it never writes under a reader), which for Gemma 3's vocabulary
+    at -c 512 -b 2048 meant allocating and zeroing 1 GB every pass."""
 
     def __init__(self, llm, tokens: npt.NDArray[np.int32], n_ctx: int, n_seq: int, n_batch: int) -> None:
         self.llm, self.tokens, self.n_ctx, self.n_seq, self.n_batch = llm, tokens, n_ctx, n_seq, n_batch
@@ -239,8 +249,8 @@ class _Evaluator:
             t[0] = self.bos
         return t
 
-    def chunks(self, n_chunk: int) -> Iterator[Tuple[int, np.ndarray, np.ndarray]]:
-        """(chunk index, logits (scored, n_vocab) float32, targets (scored,))."""
+    def run(self, n_chunk: int, score: Score) -> None:
+        """score(...) for chunks 0 .. n_chunk - 1, in order."""
         ctx, n_ctx = self.llm._ctx, self.n_ctx
         n_scored = lf.scored_per_chunk(n_ctx)
         for c0 in range(0, n_chunk, self.n_seq):
@@ -253,7 +263,8 @@ class _Evaluator:
                            logits=scored_rows(pos, n_ctx))
                 out = ctx.get_logits_all()  # (k * n_scored, n_vocab), a view
                 for s in range(k):
-                    yield c0 + s, out[s * n_scored:(s + 1) * n_scored], self._targets(c0 + s)
+                    score(c0 + s, out[s * n_scored:(s + 1) * n_scored], self._targets(c0 + s))
+                del out  # before the next decode (above)
             else:  # one chunk in several batches; its scored rows gathered once
                 toks = self._chunk_tokens(c0)
                 got = 0
@@ -269,7 +280,8 @@ class _Evaluator:
                             self._rows = np.empty((n_scored, out.shape[1]), dtype=np.float32)
                         self._rows[got:got + n_out] = out[:n_out]
                         got += n_out
-                yield c0, self._rows, self._targets(c0)
+                        del out  # before the next decode (above)
+                score(c0, self._rows, self._targets(c0))
 
     def _targets(self, chunk: int) -> npt.NDArray[np.int32]:
         start = chunk * self.n_ctx
@@ -391,22 +403,23 @@ def _run_perplexity(llm, tokens, n_ctx, n_chunk, n_seq, n_batch, base_path, prog
             out_f = open(tmp_path, "wb")
             lf.write_header(out_f, n_ctx, llm.n_vocab(), tokens[:n_chunk * n_ctx])
             stored = np.zeros((lf.scored_per_chunk(n_ctx), words), dtype=np.uint16)
-        for chunk, logits, targets in ev.chunks(n_chunk):
+        def score(chunk: int, logits: np.ndarray, targets: np.ndarray) -> None:
+            nonlocal nll, nll2, count
             if logits.shape[1] != llm.n_vocab():
                 raise ValueError(f"the model's logits have {logits.shape[1]} columns for a vocabulary of "
                                  f"{llm.n_vocab()}")
             if out_f is not None:
                 v = lp.quantize_rows(logits, targets, stored, threads)
+                out_f.write(stored)  # the array's buffer, no copy
             else:
                 v = lp.nll(logits, targets, threads)
             nll += float(v.sum())
             nll2 += float((v * v).sum())
-            if out_f is not None:
-                out_f.write(stored.tobytes())
             count += len(targets)
             running.append(math.exp(nll / count))
             if progress is not None:
                 progress(clock.progress(chunk + 1, running[-1]))
+        ev.run(n_chunk, score)
         if out_f is not None:
             out_f.close()
             out_f = None
@@ -462,7 +475,8 @@ def _run_kld(llm, f, head, base_path, n_chunk, n_seq, n_batch, progress) -> Perp
     kld_values = np.empty(n_scored * n_chunk, dtype=np.float32)
     p_diff_values = np.empty(n_scored * n_chunk, dtype=np.float32)
     running = []
-    for chunk, logits, targets in ev.chunks(n_chunk):
+
+    def score(chunk: int, logits: np.ndarray, targets: np.ndarray) -> None:
         base = lf.read_chunk_rows(f, head, chunk, base_path)
         o = chunk * n_scored
         k, d = lp.kl_divergence_rows(logits, base, targets, sums, llm.n_threads_batch)
@@ -472,6 +486,7 @@ def _run_kld(llm, f, head, base_path, n_chunk, n_seq, n_batch, progress) -> Perp
         running.append(so_far.ppl)
         if progress is not None:
             progress(clock.progress(chunk + 1, so_far.ppl, so_far))
+    ev.run(n_chunk, score)
     kld = KLDResult.from_sums(sums, kld_values, p_diff_values)
     return PerplexityResult(ppl=kld.ppl, ppl_unc=kld.ppl_unc, n_ctx=head.n_ctx, n_chunk=n_chunk,
                             n_scored=sums.count, n_tokens=len(head.tokens), chunk_ppl=running, kld=kld,

@@ -218,6 +218,24 @@ def test_scored_rows_only_equal_every_rows_logits():
     np.testing.assert_allclose(r.chunk_ppl, ref, rtol=1e-5)
 
 
+@pytest.mark.parametrize("n_batch", [128, 32])
+def test_every_pass_reuses_the_logits_buffer(monkeypatch, n_batch):
+    """The evaluator drops the engine's logits view before the next decode,
+    so every decode (two chunks side by side per pass; or one chunk in two
+    batches) writes into the same buffer instead of a fresh one (which costs
+    allocating and zeroing n_outputs x n_vocab floats each time)."""
+    seen, real = [], llamapy._engine.Context.get_logits_all
+
+    def spy(ctx):
+        out = real(ctx)
+        seen.append(out.__array_interface__["data"][0])
+        return out
+    monkeypatch.setattr(llamapy._engine.Context, "get_logits_all", spy)
+    r = ppl(GRANITE_F16, n_ctx=64, n_chunks=4, n_batch=n_batch)
+    assert len(seen) == (2 if n_batch == 128 else 4) and len(set(seen)) == 1
+    assert r.ppl == pytest.approx(ppl(GRANITE_F16, n_ctx=64, n_chunks=4).ppl, rel=2e-4)
+
+
 def test_bos_replaces_each_chunks_first_token(monkeypatch):
     """With a vocabulary that adds BOS, every chunk starts with BOS (the
     text's token there is not evaluated); without, chunks are cut as they are."""
