@@ -26,7 +26,7 @@ commit before a change) with this same script.
 
     python benchmarks/perplexity.py                                    # Gemma 3 270M, -c 512 and 2048
     python benchmarks/perplexity.py --models gemma,llama1b-q4_k_m --ctx 512 --reps 2 --kld
-    LLAMAPY_ISA=avx2 python benchmarks/perplexity.py                   # llamapy at llama.cpp's AVX2 level
+    LLAMAPY_ISA=avx2 LLAMAPY_AVXVNNI=0 python benchmarks/perplexity.py --ctx 512   # llamapy at llama.cpp's AVX2 level
 
 Writes benchmarks/out/perplexity-<time>.json (or --json PATH) and prints a markdown table.
 """

@@ -135,7 +135,6 @@ LP_TARGET_AVX2 row_range range_avx2(const float* x, int64_t n) {
         cur = _mm256_add_epi32(cur, step);
     }
     row_range r;
-    r.imax = 0;
     if (i) {
         merge_lanes_avx2(vmax, vidx, r.max, r.imax);
         __m128 m = _mm_min_ps(_mm256_castps256_ps128(vmin), _mm256_extractf128_ps(vmin, 1));
