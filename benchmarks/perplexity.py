@@ -134,31 +134,31 @@ def worker(root: str, model: str, text_path: str, n_ctx: int, n_chunks: int, n_b
     return out
 
 
-def run_process(cmd, env=None) -> dict:
+def run_process(cmd, env=None, cwd=None) -> dict:
     """Wall seconds of a command (waited for), with its output."""
     w0 = time.perf_counter()
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=cwd)
     stdout, stderr = p.communicate()
     return {"rc": p.returncode, "stdout": stdout, "stderr": stderr, "wall": time.perf_counter() - w0}
 
 
-def child_cpu(cmd, env=None) -> dict:
+def child_cpu(cmd, env=None, cwd=None) -> dict:
     """Runs cmd and measures the child's CPU seconds through RUSAGE_CHILDREN deltas."""
     import resource
 
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    r = run_process(cmd, env)
+    r = run_process(cmd, env, cwd)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     r["cpu"] = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     return r
 
 
-def cli_eval(cmd_for, n_chunks: int, env=None, ok_rc=(0,)) -> dict:
+def cli_eval(cmd_for, n_chunks: int, env=None, ok_rc=(0,), cwd=None) -> dict:
     """Evaluation cost of a perplexity command: its run less the same with --chunks 0."""
-    full = child_cpu(cmd_for(n_chunks), env)
+    full = child_cpu(cmd_for(n_chunks), env, cwd)
     if full["rc"] != 0:
         raise SystemExit(f"{' '.join(cmd_for(n_chunks))} failed:\n{full['stderr'][-2000:]}")
-    load = child_cpu(cmd_for(0), env)
+    load = child_cpu(cmd_for(0), env, cwd)
     if load["rc"] not in ok_rc:
         raise SystemExit(f"{' '.join(cmd_for(0))} failed:\n{load['stderr'][-2000:]}")
     return {"cpu": full["cpu"] - load["cpu"], "wall": full["wall"] - load["wall"], "cpu_total": full["cpu"],
@@ -185,7 +185,8 @@ def measure(model: str, n_ctx: int, n_chunks: int, args) -> dict:
     env = dict(os.environ, PYTHONPATH=args.root + os.pathsep + os.environ.get("PYTHONPATH", ""))
     ours = cli_eval(lambda n: [sys.executable, "-m", "llamapy", "perplexity", "-m", model, "-f", args.text,
                                "-c", str(n_ctx), "-b", str(args.batch), "-t", str(args.threads),
-                               "--chunks", str(n)], n_chunks, env, ok_rc=(1,))  # --chunks 0: an error after load
+                               "--chunks", str(n)], n_chunks, env, ok_rc=(1,),  # --chunks 0: an error after load
+                       cwd=args.root)  # `python -m` imports from the working directory first
     row["cli_llamapy"] = {"cpu": ours["cpu"], "wall": ours["wall"]}
     row["ppl_cli"] = final_ppl(ours["stdout"] + ours["stderr"])
     if args.lpp and os.path.exists(args.lpp):
@@ -243,6 +244,7 @@ def main() -> None:
         with open(out, "w") as f:
             json.dump(res, f)
         return
+    args.text, args.root = os.path.abspath(args.text), os.path.abspath(args.root)  # the CLI runs in root
     chunks = {int(c): int(n) for c, n in (p.split(":") for p in args.chunks.split(","))}
     results = []
     for name in args.models.split(","):
