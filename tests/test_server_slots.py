@@ -217,11 +217,19 @@ def test_shared_pool_exhaustion_ends_with_length(tiny_path, no_eos):
     s = LiveServer(["-m", tiny_path, "-c", "128", "-np", "2", "-t", "1", "--metrics"]).start()
     body = {"prompt": ids(3, 4, 5), "temperature": 0, "logit_bias": no_eos, "max_tokens": 0}
     try:
-        for _attempt in range(4):
+        # The case below needs both requests growing at once. On a busy machine the second
+        # can arrive after the first has finished (no overlap, both reach 128), so each
+        # attempt sends them from warm connections released together, and tries again.
+        clients = [httpx.Client(base_url=s.url, timeout=120) for _ in range(2)]
+        for c in clients:
+            assert c.get("/health").status_code == 200  # the connection is open before the clock
+        for _attempt in range(20):
             finals = [None, None]
+            gate = threading.Barrier(2)
 
             def post(i):
-                finals[i] = httpx.post(s.url + "/v1/completions", json=body, timeout=120).json()
+                gate.wait(30)
+                finals[i] = clients[i].post("/v1/completions", json=body).json()
 
             threads = [threading.Thread(target=post, args=(i,)) for i in range(2)]
             for t in threads:
@@ -229,10 +237,10 @@ def test_shared_pool_exhaustion_ends_with_length(tiny_path, no_eos):
             for t in threads:
                 t.join(120)
             assert all(f["choices"][0]["finish_reason"] == "length" for f in finals)
-            # On a busy machine the second request can arrive after the first has
-            # finished (no overlap, both reach 128): the case below needs them together.
             if min(f["usage"]["total_tokens"] for f in finals) < 128:
                 break
+        for c in clients:
+            c.close()
         # One ran out of cells while both grew; once it ended, its cells gave way and the other
         # went on to the whole pool.
         cut, full = sorted(finals, key=lambda f: f["usage"]["total_tokens"])
