@@ -3,7 +3,7 @@ negative log-likelihoods of the observed tokens, the 16-bit quantized
 log-probability rows of llama.cpp's KL-divergence base file, and the KL
 divergence of a row of logits from such a stored row.
 
-The work over the vocabulary runs in the engine (_engine.logprobs,
+The work over the vocabulary runs in the engine (_engine.logprob_rows,
 vendor/engine/cpu/logprobs.h: SIMD, the rows shared among n_threads, the GIL
 released) directly on the logits view the context hands out, so no
 (rows, n_vocab) temporary is ever made; Python only adds up O(rows) values
@@ -19,7 +19,7 @@ from typing import Tuple
 import numpy as np
 import numpy.typing as npt
 
-from ._engine import logprobs as _native
+from ._engine import logprob_rows as _native
 
 
 def row_words(n_vocab: int) -> int:

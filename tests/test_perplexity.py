@@ -110,7 +110,9 @@ def test_row_kernels_agree_with_the_scalar_reference(level, n_vocab):
     first one counts, as llama-perplexity), a flat row and a row reaching far
     below the 16-nat floor: every SIMD level as the scalar reference, stored
     levels exactly."""
-    E = llamapy._engine.logprobs
+    # its own submodule: the sampler's _engine.logprobs function stays what it was
+    assert callable(llamapy._engine.logprobs)
+    E = llamapy._engine.logprob_rows
     rng = np.random.default_rng(n_vocab)
     logits = (rng.standard_normal((6, n_vocab)) * 4).astype(np.float32)
     logits[1, -1] = logits[1, 0] = logits[1].max() + 1  # a tie: the first index is the top
@@ -138,7 +140,7 @@ def test_row_kernels_agree_with_the_scalar_reference(level, n_vocab):
 
 
 def test_row_kernels_check_their_arguments():
-    E = llamapy._engine.logprobs
+    E = llamapy._engine.logprob_rows
     logits = np.zeros((3, 10), np.float32)
     ok = np.array([0, 9, 4], np.int32)
     rows = np.zeros((3, E.row_words(10)), np.uint16)

@@ -1,4 +1,4 @@
-// bind_logprobs.cpp — _engine.logprobs: perplexity's and KL divergence's
+// bind_logprobs.cpp — _engine.logprob_rows: perplexity's and KL divergence's
 // row arithmetic (cpu/logprobs.h) on arrays of logits, with the GIL released:
 //   nll(logits, targets)                  -log p(target) per row
 //   store_rows(logits, targets, out)      llama-perplexity's stored rows
@@ -117,7 +117,7 @@ py::tuple kld_op(const f32_array& logits, py::array base, const i32_array& targe
 }  // namespace
 
 void bind_logprobs(py::module_& m) {
-    py::module_ lpm = m.def_submodule("logprobs", "Perplexity's and KL divergence's row arithmetic on logits.");
+    py::module_ lpm = m.def_submodule("logprob_rows", "Perplexity's and KL divergence's row arithmetic on logits.");
     lpm.def("row_words", [](int64_t n_vocab) {
         if (n_vocab < 1) throw value_error("n_vocab must be positive");
         return logprob_row_words(n_vocab);
