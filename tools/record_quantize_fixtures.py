@@ -229,7 +229,9 @@ def imatrix_values(name: str) -> tuple:
                 if round(float(c)) > 0:
                     v[j] = s[j] / np.float32(round(float(c)))
             out[k] = v.reshape(-1)
-        return out, ["random.txt"], 10
+        datasets = list(r.fields["imatrix.datasets"].contents()) if "imatrix.datasets" in r.fields else ["random.txt"]
+        chunks = int(r.fields["imatrix.chunk_count"].contents()) if "imatrix.chunk_count" in r.fields else 10
+        return out, datasets, chunks
     data, pos, out = path.read_bytes(), 4, {}
     n = int(np.frombuffer(data[:4], np.int32)[0])
     for _ in range(n):
@@ -334,6 +336,8 @@ def make_inputs() -> None:
 
 # -- recording ----------------------------------------------------------------
 
+QUANT_THREADS = [1]  # llama_model_quantize's nthread (--gemma --threads changes it)
+
 def summarize(path: str) -> dict:
     import gguf
 
@@ -352,7 +356,7 @@ def quantize_with_llama_cpp(inp: str, out: str, ft: str, opts: dict) -> bool:
     import llama_cpp
 
     p = llama_cpp.llama_model_quantize_default_params()
-    p.nthread = 1
+    p.nthread = QUANT_THREADS[0]
     p.ftype = {**FTYPES, **FTYPES_IMATRIX_ONLY}[ft]
     p.pure = bool(opts.get("pure", False))
     p.quantize_output_tensor = not opts.get("leave_output_tensor", False)
@@ -454,11 +458,91 @@ def record() -> None:
     (OUT_DIR / "llama_cpp.json").write_text(json.dumps(doc, separators=(",", ":")) + "\n")
 
 
+# -- Gemma 3 270M ---------------------------------------------------------------
+# The test model's exact F16 copy (tests/float_model.py's write_float_copy of the Q4_K_M file
+# that llamapy.default_model assembles), in every file type above; the importance matrix was
+# computed on that copy by llama.cpp's own llama-imatrix:
+#   llama-imatrix -m gemma-f16.gguf -f tests/data/perplexity/text.txt -c 128 -t 2 \
+#       -o tests/data/quantize/gemma3_270m.imatrix.gguf
+# Only hashes are committed (tests/data/quantize/gemma3_270m.json); the F16 copy is made again by
+# the test. Rows of 640 elements: the 256-element types fall back on most matrices.
+GEMMA_INPUT = "gemma-f16.gguf"  # a name, not a path: the copy lives in a temporary directory
+GEMMA_IMATRIX = "gemma3_270m.imatrix.gguf"
+
+
+def gemma_cases():
+    for ft in FTYPES:
+        yield ft, {}
+    for ft in FTYPES_IMATRIX_ONLY:
+        yield ft, {}
+    for ft in IMATRIX_FTYPES:
+        yield ft, {"imatrix": GEMMA_IMATRIX}
+
+
+def record_gemma(n_threads: int, only: list) -> None:
+    import llama_cpp
+
+    sys.path.insert(0, str(REPO / "tests"))
+    sys.path.insert(0, str(REPO))
+    from float_model import write_float_copy
+    from llamapy.default_model import default_model_path
+
+    QUANT_THREADS[0] = n_threads
+    llama_cpp.llama_backend_init()
+    out_json = OUT_DIR / "gemma3_270m.json"
+    prev = json.loads(out_json.read_text()) if only and out_json.exists() else None
+    cases = {}
+    if prev:
+        cases = {case_key(GEMMA_INPUT, c["ftype"], c["options"]): c for c in prev["cases"]}
+        for c in cases.values():
+            if c.get("ok"):
+                c["names"] = prev["inputs"][GEMMA_INPUT]["names"]
+    with tempfile.TemporaryDirectory() as tmp:
+        src = default_model_path()
+        f16 = write_float_copy(src, os.path.join(tmp, GEMMA_INPUT), "F16")
+        for ft, opts in gemma_cases():
+            if only and ft not in only:
+                continue
+            out = os.path.join(tmp, "out.gguf")
+            cwd = os.getcwd()
+            os.chdir(OUT_DIR)  # the matrix's relative name goes into quantize.imatrix.file
+            try:
+                ok = quantize_with_llama_cpp(f16, out, ft, opts)
+            finally:
+                os.chdir(cwd)
+            entry = {"input": GEMMA_INPUT, "ftype": ft, "options": opts, "ok": ok}
+            if ok:
+                entry.update(summarize(out))
+                os.unlink(out)
+            cases[case_key(GEMMA_INPUT, ft, opts)] = entry
+            print(f"{'ok ' if ok else 'ERR'} {case_key(GEMMA_INPUT, ft, opts)}", file=sys.stderr, flush=True)
+        inputs = {GEMMA_INPUT: {"sha256": hashlib.sha256(open(f16, "rb").read()).hexdigest(),
+                                "source_sha256": hashlib.sha256(open(src, "rb").read()).hexdigest()},
+                  "quantize/" + GEMMA_IMATRIX: {
+                      "sha256": hashlib.sha256((OUT_DIR / GEMMA_IMATRIX).read_bytes()).hexdigest()}}
+    for c in cases.values():
+        if "names" in c:
+            names = c.pop("names")
+            assert inputs[GEMMA_INPUT].setdefault("names", names) == names
+    order = {case_key(GEMMA_INPUT, ft, o): i for i, (ft, o) in enumerate(gemma_cases())}
+    doc = {"generator": "tools/record_quantize_fixtures.py --gemma", "llama_cpp_python": llama_cpp.__version__,
+           "threads": n_threads, "ftypes": {**FTYPES, **FTYPES_IMATRIX_ONLY}, "inputs": inputs,
+           "cases": [cases[k] for k in sorted(cases, key=order.__getitem__)]}
+    out_json.write_text(json.dumps(doc, separators=(",", ":")) + "\n")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--make-inputs", action="store_true", help="write the synthetic inputs, then stop")
+    ap.add_argument("--gemma", action="store_true",
+                    help="record Gemma 3 270M's F16 copy instead: tests/data/quantize/gemma3_270m.json")
+    ap.add_argument("--threads", type=int, default=1, help="quantizer threads for --gemma (the bytes do not "
+                    "depend on them: rows are split between threads, each row quantized alone)")
+    ap.add_argument("--only", nargs="*", default=[], help="--gemma: re-record these file types only")
     args = ap.parse_args()
-    if args.make_inputs:
+    if args.gemma:
+        record_gemma(args.threads, args.only)
+    elif args.make_inputs:
         make_inputs()
     else:
         record()
