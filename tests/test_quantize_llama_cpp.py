@@ -33,6 +33,17 @@ def _id(c: dict) -> str:
     return f"{pathlib.Path(c['input']).stem}-{c['ftype']}" + (f"-{opts}" if opts else "")
 
 
+def assert_same_as_recorded(ours: dict, case: dict, names: list) -> None:
+    """Our output's summary against a recorded case: the tensor names, each tensor's type and
+    data hash (a mismatch names the tensors), the header and the whole file."""
+    assert ours["names"] == names
+    theirs = dict(zip(names, case["tensors"]))
+    diff = {n: (t, theirs[n]) for n, t in zip(ours["names"], ours["tensors"]) if t != theirs[n]}
+    assert diff == {}, f"{len(diff)} tensors differ (ours, llama.cpp's): {diff}"
+    assert ours["header"] == case["header"], "key/values or tensor table differ"
+    assert ours["file"] == case["file"]
+
+
 def summary(path: pathlib.Path) -> dict:
     data = path.read_bytes()
     with GGUFFile(path) as f:
@@ -101,11 +112,4 @@ def test_same_bytes_as_llama_cpp(case, tmp_path, monkeypatch):
         assert list(tmp_path.iterdir()) == []
         return
     quantize_model(DATA / case["input"], out, case["ftype"], n_threads=2, **opts)
-    ours = summary(out)
-    names = FIXTURE["inputs"][case["input"]]["names"]
-    assert ours["names"] == names
-    theirs = dict(zip(names, case["tensors"]))
-    diff = {n: (t, theirs[n]) for n, t in zip(ours["names"], ours["tensors"]) if t != theirs[n]}
-    assert diff == {}, f"{len(diff)} tensors differ (ours, llama.cpp's): {diff}"
-    assert ours["header"] == case["header"], "key/values or tensor table differ"
-    assert ours["file"] == case["file"]
+    assert_same_as_recorded(summary(out), case, FIXTURE["inputs"][case["input"]]["names"])
