@@ -4,7 +4,9 @@ llama-cpp-python 0.3.x semantics.
 Inputs are tokenized (with the model's special tokens, e.g. BERT's [CLS] ...
 [SEP]), cut to ``n_batch`` tokens when ``truncate`` is set, and packed into
 batches of at most ``n_batch`` tokens and ``n_seq_max`` inputs, one sequence
-id per input, so a list of inputs costs a few decodes rather than one each.
+id per input, so a list of inputs costs a few decodes rather than one each; an encoder's
+batches run side by side on single-thread contexts where there are threads
+for it (``_embedding_workers.py``).
 The engine pools each sequence natively (mean, first token, last token) or,
 with pooling "none", keeps every token's vector. Encoders (bert, nomic-bert)
 see each input whole and only within its own sequence; decoders attend
@@ -20,6 +22,7 @@ from typing import Any, Dict, List, Sequence, Tuple, Union
 import numpy as np
 
 from . import _engine
+from ._embedding_workers import parallel_workers, workers_for
 
 POOLING_NONE = 0
 MAX_SEQUENCES = _engine.max_sequences  # the engine's (kv_cache.h; llama.cpp's LLAMA_MAX_SEQ): sequences one decode may hold
@@ -46,6 +49,20 @@ def _pack(token_lists: Sequence[Sequence[int]], n_batch: int, n_seq_max: int) ->
         n_tok += len(toks)
     if cur:
         batches.append(cur)
+    return batches
+
+
+def _batches(llama: Any, ctx: Any, token_lists: Sequence[Sequence[int]]) -> List[List[int]]:
+    """The packed batches of a call. Where they will run side by side (_embedding_workers.py),
+    a number of batches that is not a multiple of the workers is packed again into smaller
+    batches, so that no worker waits through the last round (when there are inputs enough)."""
+    n_seq = int(ctx.n_seq_max)
+    batches = _pack(token_lists, int(llama.n_batch), n_seq)
+    n = parallel_workers(llama, ctx)
+    if n >= 2 and len(batches) % n != 0 and len(token_lists) > len(batches):
+        want = -(-len(batches) // n) * n
+        budget = max(max(len(t) for t in token_lists), -(-sum(len(t) for t in token_lists) // want))
+        batches = _pack(token_lists, budget, n_seq)
     return batches
 
 
@@ -124,17 +141,19 @@ def _embedding_ctx(llama: Any, inputs: Any) -> Any:
 
 
 def _each_batch(llama: Any, ctx: Any, token_lists: List[List[int]], step: Any) -> List[Any]:
-    """``step(members)`` for each packed batch of inputs, under the Llama's lock; the context
-    is left empty."""
-    out: List[Any] = []
+    """``step(context, members)`` for each packed batch of inputs, in order, under the Llama's
+    lock: on the Llama's context, or side by side on its encoder workers
+    (_embedding_workers.py); the contexts are left empty."""
     with llama._lock:
         try:
-            for members in _pack(token_lists, int(llama.n_batch), int(ctx.n_seq_max)):
-                out.append(step(members))
+            batches = _batches(llama, ctx, token_lists)
+            workers = workers_for(llama, ctx, len(batches))
+            if workers is not None:
+                return workers.run(batches, step)
+            return [step(ctx, members) for members in batches]
         finally:
             ctx.kv_clear()
             llama.reset()
-    return out
 
 
 def embed_array(llama: Any, inputs: Sequence[str], normalize: bool = False, truncate: bool = True) -> np.ndarray:
@@ -147,7 +166,7 @@ def embed_array(llama: Any, inputs: Sequence[str], normalize: bool = False, trun
         raise ValueError("embed_array needs pooled embeddings; this context's pooling type is none (a vector per "
                          "token): use embed")
     token_lists, _ = _tokenized(llama, inputs, truncate)
-    parts = _each_batch(llama, ctx, token_lists, lambda m: _decode_pooled(ctx, token_lists, m, normalize))
+    parts = _each_batch(llama, ctx, token_lists, lambda c, m: _decode_pooled(c, token_lists, m, normalize))
     if not parts:
         return np.zeros((0, int(llama.n_embd())), dtype=np.float32)
     return np.ascontiguousarray(np.concatenate(parts), dtype=np.float32)
@@ -161,7 +180,7 @@ def embed(llama: Any, input: Union[str, List[str]], normalize: bool = False, tru
     token_lists, total_tokens = _tokenized(llama, inputs, truncate)
     pooled = int(ctx.pooling_type) != POOLING_NONE
     data: List[Any] = []
-    for part in _each_batch(llama, ctx, token_lists, lambda m: _decode_batch(ctx, token_lists, m, pooled, normalize)):
+    for part in _each_batch(llama, ctx, token_lists, lambda c, m: _decode_batch(c, token_lists, m, pooled, normalize)):
         data.extend(part)
     output = data[0] if isinstance(input, str) else data
     if return_count:

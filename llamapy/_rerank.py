@@ -91,15 +91,10 @@ def scores(llama: Any, token_lists: Sequence[Sequence[int]]) -> List[List[float]
         if n_pos > 0 and len(toks) > n_pos:
             raise ValueError(f"rerank: document {i}'s prompt has {len(toks)} tokens, more than the model's "
                              f"{n_pos} positions")
-    out: List[List[float]] = []
-    with llama._lock:
-        try:
-            for members in _embedding._pack(token_lists, n_batch, int(ctx.n_seq_max)):
-                out.extend(_embedding._decode_batch(ctx, token_lists, members, pooled=True, normalize=False))
-        finally:
-            ctx.kv_clear()
-            llama.reset()
-    return out
+    parts = _embedding._each_batch(
+        llama, ctx, [list(t) for t in token_lists],
+        lambda c, m: _embedding._decode_batch(c, token_lists, m, pooled=True, normalize=False))
+    return [row for part in parts for row in part]
 
 
 def rerank(llama: Any, query: str, documents: Sequence[str], top_n: Optional[int] = None,
