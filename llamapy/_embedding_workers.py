@@ -99,7 +99,12 @@ def workers_for(llama: Any, ctx: Any, n_batches: int) -> Optional[EncoderWorkers
         return None
     workers = llama.__dict__.get("_encoder_workers")
     if workers is None or workers.n != n:
-        workers = EncoderWorkers(llama.model, ctx.params, n)
+        try:
+            workers = EncoderWorkers(llama.model, ctx.params, n)
+        except MemoryError:
+            # The Llama's own context still runs the call, one batch after the other.
+            log.warning("embeddings: no memory for %d encoder contexts; the batches run one by one", n)
+            return None
         llama.__dict__["_encoder_workers"] = workers
         log.debug("embeddings: %d single-thread encoder contexts, batches run side by side", n)
     return workers

@@ -847,6 +847,7 @@ class Llama(_sequence.SequenceAttributes):
             seq.ctx = seq.decoder = seq._out = None
         self._ctx = None
         self.__dict__.pop("_vocab_only_ctx", None)
+        self.__dict__.pop("_encoder_workers", None)  # _embedding_workers.py
         self._model = None
         gguf = getattr(self, "_gguf", None)
         if gguf is not None:

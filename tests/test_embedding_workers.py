@@ -43,6 +43,8 @@ def test_batches_side_by_side_give_the_one_thread_bits(outtype):
         two.embed(inputs[:10])
         assert two.__dict__["_encoder_workers"] is workers
         np.testing.assert_array_equal(np.array(two.embed(inputs[3])), want[3])
+        two.close()
+        assert "_encoder_workers" not in two.__dict__  # closing frees them with the context
     finally:
         two.close()
         one.close()
@@ -137,3 +139,22 @@ def test_decoders_and_gpu_placements_run_on_the_llamas_context(gemma_path):
         assert parallel_workers(single, single._ctx) == 0
     finally:
         single.close()
+
+
+def test_no_memory_for_the_workers_runs_the_batches_one_by_one(monkeypatch, caplog):
+    import llamapy._embedding_workers as W
+
+    def refuse(*args, **kw):
+        raise MemoryError("no room")
+
+    monkeypatch.setattr(W, "EncoderWorkers", refuse)
+    two, one = open_minilm("f32", 2), open_minilm("f32", 1)
+    try:
+        with caplog.at_level("WARNING", logger="llamapy"):
+            got = np.array(two.embed(texts(20)))
+        assert "no memory for 2 encoder contexts" in caplog.text
+        assert "_encoder_workers" not in two.__dict__
+        np.testing.assert_array_equal(got, np.array(one.embed(texts(20))))
+    finally:
+        two.close()
+        one.close()
