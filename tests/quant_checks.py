@@ -1,7 +1,9 @@
 """Shared checks for the quantization-family tests (test_quants_float.py,
 test_quants_legacy.py, test_iquants.py): random well-formed blocks, the
 activation round trip, and the dot-product / matmul comparisons every type
-goes through.
+goes through; for the writers' tests (test_iq_lattice_write.py,
+test_iq3_quantize.py), the comparison with the bytes llama.cpp wrote, as the
+tools/ recorders keep them.
 
 Error budgets. A dot product over n terms accumulated in float32 is within
 about n * 2^-24 * sum|w_i a_i| of the exact value; the kernels accumulate
@@ -13,6 +15,10 @@ the bounds below (relative to sum|w_i a_i|) leave a wide margin:
     quantization only through the operands it shares with the reference)
 """
 from __future__ import annotations
+
+import hashlib
+import importlib.util
+import pathlib
 
 import numpy as np
 
@@ -110,3 +116,32 @@ def check_matmul(w_raw: np.ndarray, qtype: str, n_rows: int, n_cols: int, x: np.
         err = np.abs(y - exact) / bound
         assert err.max() <= MATMUL_TOL, (
             f"{qtype} matmul {x.shape[0]}x{n_cols} @ {n_rows} threads={threads} {level}: {err.max():.3g}")
+
+
+def load_tool(name: str):
+    """tools/<name>.py as a module. The tests reuse what a generator computes (its seeded inputs,
+    its tables) rather than copying it; tools/ holds scripts, not a package, hence by path."""
+    path = pathlib.Path(__file__).resolve().parent.parent / "tools" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def assert_recorded_bytes(got: np.ndarray, sha256: str, hex_bytes: str | None, block_bytes: int,
+                          what: str) -> None:
+    """The bytes of `got` are the ones a recorder hashed (`sha256`). Where it kept the bytes
+    too (`hex_bytes`, the small outputs), a mismatch names the blocks that differ, which points
+    at the input the writer gets wrong."""
+    got = np.ascontiguousarray(got).reshape(-1).view(np.uint8)
+    if hashlib.sha256(got.tobytes()).hexdigest() == sha256:
+        return
+    detail = ""
+    if hex_bytes is not None:
+        want = np.frombuffer(bytes.fromhex(hex_bytes), np.uint8)
+        if want.size == got.size:
+            bad = np.flatnonzero((got != want).reshape(-1, block_bytes).any(axis=1)).tolist()
+            detail = f": blocks {bad} differ"
+        else:
+            detail = f": {got.size} bytes, llama.cpp wrote {want.size}"
+    raise AssertionError(f"{what}: bytes differ from llama.cpp's{detail}")

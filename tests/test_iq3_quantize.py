@@ -15,8 +15,6 @@ importance matrix): tests/test_quantize_llama_cpp.py.
 """
 from __future__ import annotations
 
-import hashlib
-import importlib.util
 import json
 import pathlib
 
@@ -25,35 +23,15 @@ import pytest
 
 import llamapy
 from llamapy import _engine
+from quant_checks import assert_recorded_bytes, load_tool
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 FIXTURE = json.loads((ROOT / "tests" / "data" / "iq_lattice" / "iq3_quantize_llama_cpp.json").read_text())
 TYPES = ["IQ3_XXS", "IQ3_S"]
 BLOCK_BYTES = {"IQ3_XXS": 98, "IQ3_S": 110}
-
-
-def _recorder():
-    spec = importlib.util.spec_from_file_location("record_iq3", ROOT / "tools" / "record_iq3_quantize_fixtures.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-REC = _recorder()
+REC = load_tool("record_iq3_quantize_fixtures")
 INPUTS = REC.inputs()
-
-
-def sha(a: np.ndarray) -> str:
-    return hashlib.sha256(np.ascontiguousarray(a).tobytes()).hexdigest()
-
-
-def _first_bad_block(got: np.ndarray, want_hex: str, block: int) -> str:
-    want = np.frombuffer(bytes.fromhex(want_hex), np.uint8)
-    bad = [i for i in range(want.size // block) if not np.array_equal(got[i * block:(i + 1) * block],
-                                                                      want[i * block:(i + 1) * block])]
-    return f"blocks {bad} differ"
-
-
+sha = REC.sha  # the digest the recorder took of its inputs and weights
 CASES = FIXTURE["cases"]
 
 
@@ -74,9 +52,7 @@ def test_rows_are_llama_cpps(case):
     for how, got in outs.items():
         got = np.ascontiguousarray(got).reshape(-1)
         assert got.size == x.size // 256 * BLOCK_BYTES[qtype]
-        if sha(got) != case["out_sha256"]:
-            detail = _first_bad_block(got, case["out_hex"], BLOCK_BYTES[qtype]) if "out_hex" in case else ""
-            pytest.fail(f"{how}: {qtype} bytes differ from llama.cpp's {detail}")
+        assert_recorded_bytes(got, case["out_sha256"], case.get("out_hex"), BLOCK_BYTES[qtype], f"{how} {qtype}")
 
 
 @pytest.mark.parametrize("qtype", TYPES)

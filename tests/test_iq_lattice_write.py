@@ -6,8 +6,6 @@ Whole files: tests/test_quantize_llama_cpp.py.
 """
 from __future__ import annotations
 
-import hashlib
-import importlib.util
 import json
 import pathlib
 import subprocess
@@ -18,13 +16,11 @@ import pytest
 
 import llamapy
 from llamapy import _engine
+from quant_checks import assert_recorded_bytes, load_tool
 
 HERE = pathlib.Path(__file__).parent
 FIXTURE = json.loads((HERE / "data" / "iq_lattice" / "write_llama_cpp.json").read_text())
-_spec = importlib.util.spec_from_file_location(
-    "record_iq_lattice_write_fixtures", HERE.parent / "tools" / "record_iq_lattice_write_fixtures.py")
-_rec = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_rec)
+_rec = load_tool("record_iq_lattice_write_fixtures")
 CASES = _rec.cases()
 TYPES = list(_rec.TYPES)
 NEEDS_IMATRIX = _rec.NEEDS_IMATRIX
@@ -40,12 +36,11 @@ def test_inputs_are_the_recorded_ones():
 def test_same_bytes_as_llama_cpp(key):
     tname, case = key.split(" ", 1)
     x, w = CASES[case]
+    block_bytes = _rec.TYPES[tname][1]
     got = llamapy.quantize(x, tname, imatrix=w)
-    assert got.shape == (x.shape[0], x.shape[1] // 256 * _rec.TYPES[tname][1])
+    assert got.shape == (x.shape[0], x.shape[1] // 256 * block_bytes)
     rec = FIXTURE["outputs"][key]
-    if "hex" in rec:
-        assert got.tobytes().hex() == rec["hex"]
-    assert hashlib.sha256(got.tobytes()).hexdigest() == rec["sha256"]
+    assert_recorded_bytes(got, rec["sha256"], rec.get("hex"), block_bytes, key)
 
 
 @pytest.mark.parametrize("qtype", TYPES)

@@ -13,7 +13,6 @@ Logits of whole models against llama.cpp: tests/test_iq_lattice_llama_cpp.py.
 """
 from __future__ import annotations
 
-import importlib.util
 import pathlib
 
 import gguf
@@ -22,7 +21,7 @@ import pytest
 
 from llamapy import _engine
 from quant_checks import (IQ_BLOCK_BYTES, IQ_LATTICE_TYPES, activation_roundtrip, check_matmul, check_vec_dot,
-                          random_iq_blocks, same_bits)
+                          load_tool, random_iq_blocks, same_bits)
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 TYPES = IQ_LATTICE_TYPES
@@ -33,9 +32,7 @@ def gguf_dequantize(raw: np.ndarray, qtype: str) -> np.ndarray:
 
 
 def test_grid_tables_are_generated_from_gguf():
-    spec = importlib.util.spec_from_file_location("gen_iq_grids", ROOT / "tools" / "gen_iq_grids.py")
-    gen = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(gen)
+    gen = load_tool("gen_iq_grids")
     committed = (ROOT / "vendor" / "engine" / "quants" / "iq_grids.inc").read_text(encoding="utf-8")
     assert committed == gen.render(), "iq_grids.inc is stale: run python3 tools/gen_iq_grids.py"
     shaders = (ROOT / "vendor" / "engine" / "vulkan" / "shaders" / "iq_grids.glsl").read_text(encoding="utf-8")

@@ -82,13 +82,18 @@ def pack_entries(values: np.ndarray) -> list[int]:
     return [int(v) for v in np.bitwise_or.reduce(as_bytes << shifts, axis=1)]
 
 
-def render_array(ctype: str, name: str, entries: list[int], digits: int, per_line: int) -> str:
-    lines = [f"alignas(64) const {ctype} {name}[{len(entries)}] = {{"]
-    for i in range(0, len(entries), per_line):
-        chunk = entries[i:i + per_line]
-        lines.append("    " + " ".join(f"0x{v:0{digits}x}," for v in chunk))
-    lines.append("};")
-    return "\n".join(lines)
+def render_table(opening: str, items: list[str], per_line: int, closing: str, last_comma: bool) -> str:
+    """A constant array, C++ or GLSL: `opening`, then `items` comma-separated, `per_line` to an
+    indented line, then `closing`. C++ allows a comma after the last item (the C++ tables keep
+    one, so every line reads alike); GLSL's array constructor does not."""
+    rows = [", ".join(items[i:i + per_line]) for i in range(0, len(items), per_line)]
+    body = [f"    {row}," for row in rows[:-1]] + [f"    {rows[-1]}" + ("," if last_comma else "")]
+    return "\n".join([opening, *body, closing])
+
+
+def render_cpp_array(ctype: str, name: str, entries: list[int], digits: int, per_line: int) -> str:
+    return render_table(f"alignas(64) const {ctype} {name}[{len(entries)}] = {{",
+                        [f"0x{v:0{digits}x}" for v in entries], per_line, "};", last_comma=True)
 
 
 def render() -> str:
@@ -99,16 +104,12 @@ def render() -> str:
         ctype, digits, per_line = ("uint64_t", 16, 4) if width == 8 else ("uint32_t", 8, 8)
         parts.append(f"// {cls_name}: {values.shape[0]} entries of {width} values "
                      f"{sorted(set(int(v) for v in values.reshape(-1)))}")
-        parts.append(render_array(ctype, name, pack_entries(values), digits, per_line))
+        parts.append(render_cpp_array(ctype, name, pack_entries(values), digits, per_line))
         parts.append("")
     signs = list(quants.IQ2_XXS.ksigns)
     assert len(signs) == 128
     parts.append("// 7 stored sign bits -> 8 (bit 7 set where bits 0..6 hold an odd count)")
-    lines = ["alignas(64) const uint8_t iq_ksigns[128] = {"]
-    for i in range(0, 128, 16):
-        lines.append("    " + " ".join(f"0x{v:02x}," for v in signs[i:i + 16]))
-    lines.append("};")
-    parts.append("\n".join(lines))
+    parts.append(render_cpp_array("uint8_t", "iq_ksigns", signs, 2, 16))
     parts.append("")
     return "\n".join(parts)
 
@@ -121,16 +122,6 @@ GLSL_HEADER = """\
 // the one grid its weight type reads (iq_lattice.glsl does), so each
 // compiled variant embeds only that one. Included by iq_lattice.glsl.
 """
-
-
-def render_glsl_uints(name: str, words: list[int]) -> str:
-    lines = [f"const uint {name}[{len(words)}] = uint[{len(words)}]("]
-    for i in range(0, len(words), 8):
-        chunk = words[i:i + 8]
-        last = i + 8 >= len(words)
-        lines.append("    " + ", ".join(f"0x{v:08x}u" for v in chunk) + ("" if last else ","))
-    lines.append(");")
-    return "\n".join(lines)
 
 
 def render_glsl() -> str:
@@ -152,7 +143,8 @@ def render_glsl() -> str:
         else:
             words = pack_entries(values)
             parts.append(f"// {cls_name}: {n} entries of 4 values, element j in byte j")
-        parts.append(render_glsl_uints(name, words))
+        parts.append(render_table(f"const uint {name}[{len(words)}] = uint[{len(words)}](",
+                                  [f"0x{v:08x}u" for v in words], 8, ");", last_comma=False))
         parts.append("#endif")
         parts.append("")
     return "\n".join(parts)

@@ -12,7 +12,7 @@ unpacked for the converter; none of this is a llamapy dependency):
    largest magnitude, zeros, constants, one nonzero value, tiny and huge magnitudes, NaN and
    infinite inputs) and the
    bytes ggml_quantize_chunk (llama.cpp's quantize_row_tq1_0_ref / tq2_0_ref) makes of them,
-   called through ctypes in llama-cpp-python's libggml-base.
+   in llama-cpp-python's libggml-base (through tools/ggml_quantize_chunk.py).
 2. A llama checkpoint (LlamaForCausalLM: 2 layers, hidden 256, FFN 512, GQA 4/2 heads of 64,
    untied output; every matrix row a multiple of 256 elements so the ternary types apply),
    seeded random weights as the MoE fixtures draw them (tools/moe/hf_models.py), the shared
@@ -39,6 +39,7 @@ sys.path.insert(0, str(HERE))
 import hf_models as moe_models  # noqa: E402  (randomize, _vocab, _save)
 import make_moe_fixtures as moefx  # noqa: E402  (_run, versions, _sha, gguf_tensor_types)
 import tokenizer as moe_tok  # noqa: E402
+from ggml_quantize_chunk import quantize_rows  # noqa: E402
 
 REPO = HERE.parent
 DATA = REPO / "tests" / "data" / "ternary"
@@ -75,23 +76,10 @@ def quantizer_inputs() -> np.ndarray:
 
 
 def record_quantizer() -> None:
-    import llama_cpp
-
-    libdir = pathlib.Path(llama_cpp.__file__).parent / "lib"
-    ggml = ctypes.CDLL(str(libdir / "libggml-base.so"))
-    ggml.ggml_quantize_chunk.restype = ctypes.c_size_t
-    ggml.ggml_quantize_chunk.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
-                                         ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p]
-    ggml.ggml_quantize_init.argtypes = [ctypes.c_int]
     x = quantizer_inputs()
     out = {"x": x}
     for name, t in GGML_TYPE.items():
-        ggml.ggml_quantize_init(t)
-        size = {"TQ1_0": 54, "TQ2_0": 66}[name] * x.shape[0]
-        dst = np.zeros(size, np.uint8)
-        n = ggml.ggml_quantize_chunk(t, x.ctypes.data, dst.ctypes.data, 0, x.shape[0], QK_K, None)
-        assert n == size, (name, n, size)
-        out[name] = dst
+        out[name] = np.frombuffer(quantize_rows(t, x), np.uint8)
     np.savez_compressed(DATA / "quantize_ref.npz", **out)
 
 

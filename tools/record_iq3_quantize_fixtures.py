@@ -8,16 +8,15 @@ dependency):
 
 Each case is a matrix of rows (``inputs()``, seeded; the test draws the same ones and checks
 their SHA-256 first), quantized by ``ggml_quantize_chunk`` in llama-cpp-python's libggml-base
-(after ``ggml_quantize_init``), once without importance weights (llama.cpp then weighs each
-element by x²) and once with seeded positive weights per column (an imatrix row; some cases
-with zeros among them). Recorded: the SHA-256 of the input rows, of the weights and of the
+(through tools/ggml_quantize_chunk.py), once without importance weights (llama.cpp then weighs
+each element by x²) and once with seeded positive weights per column (an imatrix row; some
+cases with zeros among them). Recorded: the SHA-256 of the input rows, of the weights and of the
 output blocks, and the output's bytes in hex where they are small. Not recorded: inputs
 llama.cpp aborts on (NaN, ±inf, magnitudes whose squared errors overflow); the test checks
 that llamapy survives those. A fixture generator, not part of llamapy.
 """
 from __future__ import annotations
 
-import ctypes
 import hashlib
 import json
 import pathlib
@@ -27,7 +26,6 @@ import numpy as np
 REPO = pathlib.Path(__file__).resolve().parent.parent
 OUT = REPO / "tests" / "data" / "iq_lattice" / "iq3_quantize_llama_cpp.json"
 GGML_TYPE = {"IQ3_XXS": 18, "IQ3_S": 21}
-BLOCK_BYTES = {"IQ3_XXS": 98, "IQ3_S": 110}
 HEX_MAX = 512  # outputs up to this many bytes are stored whole
 
 
@@ -90,27 +88,21 @@ def sha(a: np.ndarray) -> str:
 def main() -> None:
     import llama_cpp
 
-    ggml = ctypes.CDLL(str(pathlib.Path(llama_cpp.__file__).parent / "lib" / "libggml-base.so"))
-    ggml.ggml_quantize_init.argtypes = [ctypes.c_int]
-    ggml.ggml_quantize_chunk.restype = ctypes.c_size_t
-    ggml.ggml_quantize_chunk.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
-                                         ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p]
+    # here, not at the top: the test imports this file (for inputs()) without tools/ on its path
+    from ggml_quantize_chunk import quantize_rows
+
     cases = []
     for name, x in inputs().items():
         for qtype, t in GGML_TYPE.items():
-            ggml.ggml_quantize_init(t)
             for weighted in (False, True):
                 qw = importance(name, x.shape[1]) if weighted else None
-                dst = np.zeros(x.shape[0] * x.shape[1] // 256 * BLOCK_BYTES[qtype], np.uint8)
-                got = ggml.ggml_quantize_chunk(t, x.ctypes.data, dst.ctypes.data, 0, x.shape[0], x.shape[1],
-                                               None if qw is None else qw.ctypes.data)
-                assert got == dst.size, (name, qtype, got, dst.size)
+                out = quantize_rows(t, x, qw)
                 case = {"input": name, "type": qtype, "weighted": weighted, "x_sha256": sha(x),
-                        "out_sha256": sha(dst)}
+                        "out_sha256": hashlib.sha256(out).hexdigest()}
                 if qw is not None:
                     case["weights_sha256"] = sha(qw)
-                if dst.size <= HEX_MAX:
-                    case["out_hex"] = dst.tobytes().hex()
+                if len(out) <= HEX_MAX:
+                    case["out_hex"] = out.hex()
                 cases.append(case)
     doc = {"generator": "tools/record_iq3_quantize_fixtures.py", "llama_cpp_python": llama_cpp.__version__,
            "cases": cases}

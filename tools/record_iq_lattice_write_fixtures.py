@@ -9,14 +9,13 @@ dependency):
 The inputs come from ``cases()`` below (seeded numpy draws; the test regenerates them with the
 same code and checks their SHA-256 first): per case a float32 matrix (rows, n) and one
 importance value per column, or none. Each is quantized by ``ggml_quantize_chunk`` of
-llama-cpp-python's libggml-base (called through ctypes, after ``ggml_quantize_init``) and the
-SHA-256 of the output recorded, with the bytes themselves for the single-block cases. Cases
-without an importance matrix are recorded only for IQ2_S and IQ1_M (the others abort without).
-A fixture generator, not part of llamapy.
+llama-cpp-python's libggml-base (through tools/ggml_quantize_chunk.py) and the SHA-256 of the
+output recorded, with the bytes themselves for the single-block cases. Cases without an
+importance matrix are recorded only for IQ2_S and IQ1_M (the others abort without). A fixture
+generator, not part of llamapy.
 """
 from __future__ import annotations
 
-import ctypes
 import hashlib
 import json
 import pathlib
@@ -83,12 +82,9 @@ def input_digest(x: np.ndarray, w) -> str:
 def main() -> None:
     import llama_cpp
 
-    libdir = pathlib.Path(llama_cpp.__file__).parent / "lib"
-    ggml = ctypes.CDLL(str(libdir / "libggml-base.so"))
-    ggml.ggml_quantize_chunk.restype = ctypes.c_size_t
-    ggml.ggml_quantize_chunk.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
-                                         ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p]
-    ggml.ggml_quantize_init.argtypes = [ctypes.c_int]
+    # here, not at the top: the test imports this file (for cases()) without tools/ on its path
+    from ggml_quantize_chunk import quantize_rows
+
     doc = {"generator": "tools/record_iq_lattice_write_fixtures.py", "llama_cpp_python": llama_cpp.__version__,
            "inputs": {}, "outputs": {}}
     for name, (x, w) in cases().items():
@@ -96,14 +92,12 @@ def main() -> None:
         for tname, (tid, bsize) in TYPES.items():
             if w is None and tname in NEEDS_IMATRIX:
                 continue
-            ggml.ggml_quantize_init(tid)
-            dst = np.zeros(x.shape[0] * x.shape[1] // QK_K * bsize, np.uint8)
-            got = ggml.ggml_quantize_chunk(tid, x.ctypes.data, dst.ctypes.data, 0, x.shape[0], x.shape[1],
-                                           None if w is None else w.ctypes.data)
-            assert got == dst.size, (name, tname, got, dst.size)
-            rec = {"sha256": hashlib.sha256(dst.tobytes()).hexdigest()}
+            out = quantize_rows(tid, x, w)
+            # the test sizes its outputs by TYPES: it must agree with ggml's block size
+            assert len(out) == x.size // QK_K * bsize, (name, tname, len(out))
+            rec = {"sha256": hashlib.sha256(out).hexdigest()}
             if x.size == QK_K:
-                rec["hex"] = dst.tobytes().hex()
+                rec["hex"] = out.hex()
             doc["outputs"][f"{tname} {name}"] = rec
             print(f"{tname:8s} {name}", file=sys.stderr)
     OUT.write_text(json.dumps(doc, indent=1) + "\n")
