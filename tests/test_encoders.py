@@ -62,6 +62,8 @@ def test_token_states_match_reference(tiny, arch, wtype):
         ctx.decode(tokens=toks, pos=list(range(len(toks))), seq_ids=[0] * len(toks))
         got = np.array(ctx.get_embeddings_all())
         assert got.shape == (len(toks), cfg.n_embd)
+        if wtype == "Q8_0" and rel(got, ER.forward(cfg, w, toks, "F32")) < TOLERANCE["F32"]:
+            continue  # the products kept the activations in F32 (the AVX2 level without AVX-VNNI)
         assert rel(got, ER.forward(cfg, w, toks, wtype)) < TOLERANCE[wtype]
 
 

@@ -149,7 +149,8 @@ def test_avx2_vnni_choice_keeps_the_bits(mats, tmp_path):
 
 
 # Encoders ask for matmul_kernels::throughput: a type's throughput panel (Q8_0) or one-chain
-# packed product (F32 / F16), both at the AVX-512 level, for every batch size. Their sums run in
+# packed product (F32 / F16), both at the AVX-512 level, or the packed F32 product on
+# dequantized weights (Q8_0 at the AVX2 level without AVX-VNNI), for every batch size. Their sums run in
 # another order than the consistent kernels', so the bits differ from theirs, but a row's result
 # still does not depend on the batch or the threads, and it is as close to the reference; where
 # the type has neither (other levels), throughput is the consistent kernels.
@@ -168,11 +169,43 @@ def test_throughput_kernels_do_not_depend_on_the_batch(level, n_cols, t):
     np.testing.assert_array_equal(E.matmul(w, t, 37, n_cols, x, 1, level, kernels="throughput"), full)
     ref = E.matmul(w, t, 37, n_cols, x, 1, "ref")
     consistent = E.matmul(w, t, 37, n_cols, x, 2, level)
-    # as close to the reference as the consistent kernels (float rounding only)
-    assert np.abs(full - ref).max() <= max(2 * np.abs(consistent - ref).max(), 1e-5 * np.abs(ref).max())
+    # as close to the reference as the consistent kernels (float rounding only), or, for a
+    # product that keeps the activations in F32 (Q8_0 at the AVX2 level without AVX-VNNI), to
+    # the exact product of the stored weights
+    exact = x.astype(np.float64) @ E.dequantize(w, t, (37, n_cols)).astype(np.float64).T
+    assert (np.abs(full - ref).max() <= max(2 * np.abs(consistent - ref).max(), 1e-5 * np.abs(ref).max())
+            or np.abs(full - exact).max() <= 1e-5 * np.abs(exact).max())
     info = E.type_info(t, level)
     if not info["has_throughput_panel"] and not info["has_throughput_packed"]:
         np.testing.assert_array_equal(full, consistent)
+
+
+def test_avx2_q8_0_throughput_is_the_f32_product_of_its_weights(tmp_path):
+    """At the AVX2 level without AVX-VNNI (LLAMAPY_AVXVNNI=0), an encoder's Q8_0 product is the
+    packed F32 one on the dequantized weights (exact: d · q needs 19 bits) and F32 activations:
+    the same bits as the F32 product of those weights, closer to the reference than the int8
+    kernels (which round the activations to 8 bits)."""
+    if "avx2" not in E.system_info()["cpu_isas"]:
+        pytest.skip("this CPU has no AVX2")
+    rng = np.random.default_rng(5)
+    w = E.quantize(rng.standard_normal((70, 768)).astype(np.float32), "Q8_0")
+    wf = E.dequantize(w, "Q8_0", (70, 768))
+    x = rng.standard_normal((29, 768)).astype(np.float32)
+    np.savez(tmp_path / "in.npz", w=w, wf=wf, x=x)
+    code = (
+        "import sys, numpy as np; from llamapy import _engine as E; d = np.load(sys.argv[1]);"
+        "np.savez(sys.argv[2], has=E.type_info('Q8_0', 'avx2')['has_throughput_packed'],"
+        " q8=E.matmul(d['w'], 'Q8_0', 70, 768, d['x'], 2, 'avx2', kernels='throughput'),"
+        " f32=E.matmul(d['wf'].ravel().view(np.uint8), 'F32', 70, 768, d['x'], 2, 'avx2', kernels='throughput'),"
+        " int8=E.matmul(d['w'], 'Q8_0', 70, 768, d['x'], 2, 'avx2'))"
+    )
+    subprocess.run([sys.executable, "-c", code, str(tmp_path / "in.npz"), str(tmp_path / "out.npz")],
+                   env=dict(os.environ, LLAMAPY_AVXVNNI="0"), check=True)
+    out = np.load(tmp_path / "out.npz")
+    assert bool(out["has"])
+    np.testing.assert_array_equal(out["q8"], out["f32"])
+    ref = x.astype(np.float64) @ wf.astype(np.float64).T
+    assert np.abs(out["q8"] - ref).max() < np.abs(out["int8"] - ref).max() / 10
 
 
 def test_kernels_are_named():

@@ -27,6 +27,7 @@
 #include <immintrin.h>
 #endif
 
+#include "blocks.h"
 #include "simd_x86.h"
 #include "tiles_avx2_common.h"
 
@@ -58,6 +59,25 @@ struct f16_avx2 {
         const auto* h = reinterpret_cast<const uint16_t*>(row) + i;
         for (int k = 0; k < cnt; ++k) buf[k] = h[k];
         return _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(buf)));
+    }
+};
+
+// Q8_0 rows read as floats (d · q, exactly: q has 8 bits, d 11): the
+// encoders' throughput product at this level without AVX-VNNI
+// (use_dequantized_q8_0_avx2). Rows are whole 32-element blocks, so every
+// load of 8 lies in one block.
+struct q8_0_as_f32_avx2 {
+    static constexpr size_t elem = 1;
+    LP_TARGET_AVX2 static LP_INLINE __m256 load(const uint8_t* row, int64_t i) {
+        const auto* b = reinterpret_cast<const block_q8_0*>(row) + i / QK8_0;
+        const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b->qs + i % QK8_0));
+        return _mm256_mul_ps(_mm256_set1_ps(x86::half_to_float(b->d)), _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)));
+    }
+    LP_TARGET_AVX2 static LP_INLINE __m256 load_tail(const uint8_t* row, int64_t i, int cnt, __m256i) {
+        alignas(32) float buf[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        const auto* b = reinterpret_cast<const block_q8_0*>(row) + i / QK8_0;
+        for (int k = 0; k < cnt; ++k) buf[k] = x86::half_to_float(b->d) * (float)b->qs[i % QK8_0 + k];
+        return _mm256_load_ps(buf);
     }
 };
 
@@ -341,6 +361,21 @@ void use_f16_avx2_kernels(type_traits& f16) {
     f16.vec_dot_isa = isa::avx2;
 }
 
+// Encoders' Q8_0 products at the AVX2 level without AVX-VNNI: the weights
+// dequantized into the packed F32 product's panels and the activations kept
+// in F32. Its int8 panel takes 4 multiply-port uops and a conversion per 32
+// products there and ran MiniLM slower than the F32 file (Zen 2, 1,000
+// sentences: 249 against 317 per second); this way the Q8_0 file runs as fast
+// as the F32 one, and its activations are not rounded to 8 bits. Other bits
+// than the Q8_0 kernels' (throughput only: decoders keep those).
+void use_dequantized_q8_0_avx2(type_traits& q8_0) {
+    q8_0.pack_acts = pack_acts_float_avx2<f32_acts>;
+    q8_0.throughput_packed = gemm_packed_float_avx2<q8_0_as_f32_avx2>;
+    q8_0.pack_lanes = kLanes;
+    q8_0.pack_cols = kPackCols;
+    static_assert(kPackedPanelRows == 4 * kPanelRows, "Q8_0's panel_rows serves its packed product too");
+}
+
 void register_float_tiles_avx2(type_traits* table, isa level) {
     if (level != isa::avx2) return;
     type_traits& f32 = table[(int)ggml_type::F32];
@@ -353,6 +388,7 @@ void register_float_tiles_avx2(type_traits* table, isa level) {
 #else
 
 void register_float_tiles_avx2(type_traits*, isa) {}
+void use_dequantized_q8_0_avx2(type_traits&) {}
 void use_f16_avx2_kernels(type_traits&) {}
 
 #endif  // LP_HAVE_AVX2

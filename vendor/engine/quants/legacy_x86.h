@@ -22,6 +22,9 @@ void register_legacy_tiles_avx2(type_traits* table, isa level);
 // Q8_0's AVX2 kernels (q8_0_tiles_avx2.cpp), with AVX-VNNI or without:
 // vec_dot, gemm_tile, gemm_panel and matvec_cols, with one another's bits.
 void set_q8_0_tiles_avx2(type_traits& q8_0, bool vnni);
+// float_tiles_avx2.cpp: the encoders' Q8_0 product through the packed F32 one
+// (dequantized weights), for the AVX2 level without AVX-VNNI.
+void use_dequantized_q8_0_avx2(type_traits& q8_0);
 // Whether the AVX2 tiles use AVX-VNNI (the CPU has it, LLAMAPY_AVXVNNI not 0).
 bool avx2_use_vnni();
 

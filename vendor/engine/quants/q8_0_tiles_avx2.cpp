@@ -361,6 +361,7 @@ void set_q8_0_tiles_avx2(type_traits& q8_0, bool vnni) {
     // memory faster than four (Xeon VM, 2 threads: 13.2-14.0 against
     // 11.0-11.4 GB of weights per CPU second; benchmarks/LOG.md 2026-12-07).
     q8_0.matvec_by_cols = true;
+    if (!vnni) use_dequantized_q8_0_avx2(q8_0);  // encoders (throughput products)
 }
 
 #else

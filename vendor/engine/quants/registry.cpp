@@ -109,7 +109,7 @@ size_t packed_act_bytes_max(int64_t n_tok, int64_t n) {
     size_t most = sizeof(float) * (size_t)n_tok * (size_t)n;
     for (int t = 0; t < (int)ggml_type::COUNT; ++t) {
         const type_traits& tr = traits((ggml_type)t);
-        if (!tr.gemm_packed) continue;
+        if (!tr.gemm_packed && !tr.throughput_packed) continue;
         const int64_t cols = (n_tok + tr.pack_cols - 1) / tr.pack_cols * tr.pack_cols;
         most = std::max(most, sizeof(float) * (size_t)cols * packed_tile_floats(1, tr.pack_lanes, n));
     }
