@@ -17,11 +17,13 @@ thread count it is computed in, and each worker's context has the main
 context's options but for its thread count (tests/test_embedding_workers.py).
 
 Used when the model is an encoder, every part of it is on the CPU (a GPU runs
-one batch at a time anyway), ``n_threads_batch`` is at least 2 and the inputs
-make at least two batches (a call with fewer batches than threads is packed
-into smaller ones when it has enough inputs). Otherwise, and for decoder
-models (whose contexts hold a KV cache each), the batches run one by one on
-the Llama's own context.
+one batch at a time anyway), the Llama's context adds nothing of its own to
+the model (no LoRA adapter, tensor callback or imatrix collection: the
+workers' contexts would run without it), ``n_threads_batch`` is at least 2
+and the inputs make at least two batches (a call with fewer batches than
+threads is packed into smaller ones when it has enough inputs). Otherwise,
+and for decoder models (whose contexts hold a KV cache each), the batches run
+one by one on the Llama's own context.
 
 Not here: packing, tokenization and the per-batch work (``_embedding.py``).
 """
@@ -43,6 +45,8 @@ def parallel_workers(llama: Any, ctx: Any) -> int:
     if n < 2 or not bool(llama.model.is_encoder):
         return 0
     if any(part["device"] != "cpu" for part in ctx.placement()):
+        return 0
+    if ctx.hooks:  # LoRA adapters, a tensor callback, imatrix sums: the workers would not have them
         return 0
     return n
 

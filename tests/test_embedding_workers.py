@@ -158,3 +158,26 @@ def test_no_memory_for_the_workers_runs_the_batches_one_by_one(monkeypatch, capl
     finally:
         two.close()
         one.close()
+
+
+def test_a_context_with_hooks_keeps_its_batches():
+    """A tensor callback (llamapy.debug) or imatrix collection is the Llama's context's own: the
+    workers would run without it, so the batches stay on that context, and the hook sees them."""
+    from llamapy.debug import set_tensor_callback
+
+    llm = open_minilm("f32", 2)
+    try:
+        assert llm._ctx.hooks == [] and parallel_workers(llm, llm._ctx) == 2
+        seen = []
+        set_tensor_callback(llm, lambda name, arr: seen.append(name))
+        assert llm._ctx.hooks == ["tensor_callback"] and parallel_workers(llm, llm._ctx) == 0
+        want = np.array(open_minilm("f32", 1).embed(texts(30)))
+        np.testing.assert_array_equal(np.array(llm.embed(texts(30))), want)
+        assert "_encoder_workers" not in llm.__dict__ and len(seen) > 0
+        set_tensor_callback(llm, None)
+        assert llm._ctx.hooks == []
+        llm._ctx.set_imatrix(True)
+        assert llm._ctx.hooks == ["imatrix"] and parallel_workers(llm, llm._ctx) == 0
+        llm._ctx.set_imatrix(False)
+    finally:
+        llm.close()

@@ -153,6 +153,7 @@ def test_llama_lora_options(tiny, tmp_path, caplog):
     ref, _ = R.forward(spec, cfg, merged(w, pairs, 0.5 * 4.0 / 4), PROMPT, "F32", kv_f16=False)
     close(np.asarray(llm._last_logits()), ref[-1])
     assert llm.lora_path == ad and llm.lora_scale == 0.5
+    assert llm._ctx.hooks == ["adapters"]  # what the context adds to the model (_embedding_workers.py)
     with pytest.raises(ValueError, match="does not exist"):
         Llama(str(path), n_ctx=64, verbose=False, lora_path=str(tmp_path / "none.gguf"))
     with pytest.raises(ValueError, match="lora_scale"):

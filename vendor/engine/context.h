@@ -141,6 +141,7 @@ public:
     // The KV cache is left as it is: clear it if its rows should be recomputed.
     void set_adapters(const std::vector<std::pair<std::shared_ptr<const lora_adapter>, float>>& adapters);
     bool has_adapters() const { return !loras_.empty(); }
+    bool has_tensor_callback() const { return (bool)tensor_cb_; }
 
     // Debug hook: from the next decode on, cb receives the named
     // intermediates of every forward pass (blocks.h: llama.cpp's graph names,

@@ -448,6 +448,14 @@ void bind_model(py::module_& m) {
              "Importance-matrix statistics (llama-imatrix's): on, from the next decode the inputs of every layer's "
              "weight products are summed per column; off drops them. CPU contexts only.")
         .def_property_readonly("imatrix_on", &context::imatrix_on)
+        .def_property_readonly("hooks", [](const context& c) {
+                 std::vector<std::string> on;
+                 if (c.has_adapters()) on.push_back("adapters");
+                 if (c.has_tensor_callback()) on.push_back("tensor_callback");
+                 if (c.imatrix_on()) on.push_back("imatrix");
+                 return on;
+             }, "what this context adds to the model's computation, by name: 'adapters' (LoRA), "
+                "'tensor_callback', 'imatrix'; empty when it runs the model alone")
         .def("imatrix", [](const context& c) {
                  std::vector<imatrix_entry> es;
                  {
