@@ -4,9 +4,9 @@ llama-cpp-python 0.3.x semantics.
 Inputs are tokenized (with the model's special tokens, e.g. BERT's [CLS] ...
 [SEP]), cut to ``n_batch`` tokens when ``truncate`` is set, and packed into
 batches of at most ``n_batch`` tokens and ``n_seq_max`` inputs, one sequence
-id per input, so a list of inputs costs a few decodes rather than one each; an encoder's
-batches run side by side on single-thread contexts where there are threads
-for it (``_embedding_workers.py``).
+id per input, so a list of inputs costs a few decodes rather than one each;
+an encoder's batches run side by side on single-thread contexts where there
+are threads for it (``_embedding_workers.py``).
 The engine pools each sequence natively (mean, first token, last token) or,
 with pooling "none", keeps every token's vector. Encoders (bert, nomic-bert)
 see each input whole and only within its own sequence; decoders attend
@@ -55,7 +55,7 @@ def _pack(token_lists: Sequence[Sequence[int]], n_batch: int, n_seq_max: int) ->
 def _batches(llama: Any, ctx: Any, token_lists: Sequence[Sequence[int]]) -> List[List[int]]:
     """The packed batches of a call. Where they will run side by side (_embedding_workers.py),
     a number of batches that is not a multiple of the workers is packed again into smaller
-    batches, so that no worker waits through the last round (when there are inputs enough)."""
+    batches (when there are inputs enough), so that fewer workers sit out the last round."""
     n_seq = int(ctx.n_seq_max)
     batches = _pack(token_lists, int(llama.n_batch), n_seq)
     n = parallel_workers(llama, ctx)
