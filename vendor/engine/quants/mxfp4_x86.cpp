@@ -595,6 +595,7 @@ void register_mxfp4_x86(type_traits* table, isa level) {
         // 64 rows a call: the columns' quads, prepared once per call, serve
         // four sub-panels of rows
         t.panel_rows = 4 * kPanelRows;
+        t.matvec_by_cols = true;
         t.vec_dot_isa = isa::avx2;
     }
 #if defined(LP_HAVE_AVX512)
