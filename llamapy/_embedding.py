@@ -52,13 +52,13 @@ def _pack(token_lists: Sequence[Sequence[int]], n_batch: int, n_seq_max: int) ->
     return batches
 
 
-def _batches(llama: Any, ctx: Any, token_lists: Sequence[Sequence[int]]) -> List[List[int]]:
-    """The packed batches of a call. Where they will run side by side (_embedding_workers.py),
-    a number of batches that is not a multiple of the workers is packed again into smaller
-    batches (when there are inputs enough), so that fewer workers sit out the last round."""
+def _batches(llama: Any, ctx: Any, token_lists: Sequence[Sequence[int]], n: int) -> List[List[int]]:
+    """The packed batches of a call. Where they will run side by side on n workers
+    (_embedding_workers.py), a number of batches that is not a multiple of n is packed again
+    into smaller batches (when there are inputs enough), so that fewer workers sit out the last
+    round."""
     n_seq = int(ctx.n_seq_max)
     batches = _pack(token_lists, int(llama.n_batch), n_seq)
-    n = parallel_workers(llama, ctx)
     if n >= 2 and len(batches) % n != 0 and len(token_lists) > len(batches):
         want = -(-len(batches) // n) * n
         budget = max(max(len(t) for t in token_lists), -(-sum(len(t) for t in token_lists) // want))
@@ -140,14 +140,15 @@ def _embedding_ctx(llama: Any, inputs: Any) -> Any:
     return llama._require_ctx()
 
 
-def _each_batch(llama: Any, ctx: Any, token_lists: List[List[int]], step: Any) -> List[Any]:
+def _each_batch(llama: Any, ctx: Any, token_lists: Sequence[Sequence[int]], step: Any) -> List[Any]:
     """``step(context, members)`` for each packed batch of inputs, in order, under the Llama's
     lock: on the Llama's context, or side by side on its encoder workers
     (_embedding_workers.py); the contexts are left empty."""
     with llama._lock:
         try:
-            batches = _batches(llama, ctx, token_lists)
-            workers = workers_for(llama, ctx, len(batches))
+            n = parallel_workers(llama, ctx)
+            batches = _batches(llama, ctx, token_lists, n)
+            workers = workers_for(llama, ctx, n, len(batches))
             if workers is not None:
                 return workers.run(batches, step)
             return [step(ctx, members) for members in batches]

@@ -95,10 +95,9 @@ class EncoderWorkers:
         return results
 
 
-def workers_for(llama: Any, ctx: Any, n_batches: int) -> Optional[EncoderWorkers]:
-    """The Llama's encoder workers (made on first use, kept with the Llama) when a call of
-    ``n_batches`` batches should run on them, else None."""
-    n = parallel_workers(llama, ctx)
+def workers_for(llama: Any, ctx: Any, n: int, n_batches: int) -> Optional[EncoderWorkers]:
+    """The Llama's ``n`` encoder workers (``parallel_workers``; made on first use, kept with the
+    Llama) when a call of ``n_batches`` batches should run on them, else None."""
     if n < 2 or n_batches < 2:
         return None
     workers = llama.__dict__.get("_encoder_workers")

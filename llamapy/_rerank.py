@@ -92,7 +92,7 @@ def scores(llama: Any, token_lists: Sequence[Sequence[int]]) -> List[List[float]
             raise ValueError(f"rerank: document {i}'s prompt has {len(toks)} tokens, more than the model's "
                              f"{n_pos} positions")
     parts = _embedding._each_batch(
-        llama, ctx, [list(t) for t in token_lists],
+        llama, ctx, token_lists,
         lambda c, m: _embedding._decode_batch(c, token_lists, m, pooled=True, normalize=False))
     return [row for part in parts for row in part]
 

@@ -84,13 +84,13 @@ def test_batches_are_repacked_to_keep_every_worker_busy():
         ctx = llm._ctx
         token_lists = [llm.tokenize(t.encode())[:N_BATCH] for t in texts(30)]
         plain = _embedding._pack(token_lists, N_BATCH, int(ctx.n_seq_max))
-        batches = _embedding._batches(llm, ctx, token_lists)
+        batches = _embedding._batches(llm, ctx, token_lists, parallel_workers(llm, ctx))
         assert len(batches) % 2 == 0 and len(batches) >= len(plain)
         assert sorted(i for b in batches for i in b) == list(range(len(token_lists)))
         assert all(sum(len(token_lists[i]) for i in b) <= N_BATCH for b in batches)
         # a single input stays one batch, on the Llama's own context
-        assert _embedding._batches(llm, ctx, token_lists[:1]) == [[0]]
-        assert workers_for(llm, ctx, 1) is None
+        assert _embedding._batches(llm, ctx, token_lists[:1], 2) == [[0]]
+        assert workers_for(llm, ctx, 2, 1) is None
     finally:
         llm.close()
 
@@ -102,7 +102,7 @@ def test_an_error_in_one_batch_is_raised_and_the_contexts_are_left_empty():
         want = np.array(llm.embed(inputs))
         workers = llm.__dict__["_encoder_workers"]
         token_lists = [llm.tokenize(t.encode()) for t in inputs]
-        batches = _embedding._batches(llm, llm._ctx, token_lists)
+        batches = _embedding._batches(llm, llm._ctx, token_lists, 2)
 
         def step(ctx, members):
             if members is batches[1]:
